@@ -1,0 +1,50 @@
+# rampart — build, test and benchmark targets. `make help` lists them.
+SHELL := /bin/bash
+GO ?= go
+GOFILES = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go')
+FUZZTIME ?= 10s
+BENCHCOUNT ?= 5
+STATICCHECK_VERSION ?= v0.8.2
+BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
+
+.PHONY: help test fmt-check vet test-race test-allocs bench bench-smoke bench-report demo fuzz lint
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+test: fmt-check vet test-race test-allocs ## gofmt check, go vet, go test -race, then the allocation gates
+
+fmt-check: ## fail if gofmt would change a file
+	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet: ## go vet the core module and the bench module
+	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
+
+test-race: ## every test of the core module under the race detector
+	$(GO) test -race -count=1 ./...
+
+# Allocation gates are tests whose name contains "Allocs"; they skip
+# themselves under -race (the instrumentation allocates), so they run again
+# here without it.
+test-allocs: ## the allocation gates, without -race
+	$(GO) test -count=1 -run 'Allocs' ./...
+
+bench: ## every benchmark once, with allocations
+	cd bench && $(GO) test -run '^$$' -bench . -benchmem ./...
+
+bench-smoke: ## every benchmark for one iteration, so none rots
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+bench-report: ## -count=$(BENCHCOUNT) run, benchstat summary, README table regenerated
+	BENCHCOUNT=$(BENCHCOUNT) BENCHSTAT_VERSION=$(BENCHSTAT_VERSION) ./scripts/bench-report.sh
+
+demo: ## the overload demo of seed 003: unprotected vs protected by rampart
+	$(GO) run ./examples/overload
+
+fuzz: ## every fuzz target for $(FUZZTIME)
+	./scripts/fuzz.sh $(FUZZTIME)
+
+lint: vet ## go vet plus staticcheck (installed from the Go module proxy)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
