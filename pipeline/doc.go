@@ -1,0 +1,90 @@
+// Package pipeline composes rampart's policies in one fixed order, with one
+// pair of clock reads per attempt, no closure, interface boxing or allocation
+// per call, and every permit released exactly once on every path.
+//
+// # Order
+//
+// A [Pipeline] has one field per policy kind; a nil field is absent and costs
+// one nil check. An attempt goes through the present policies in this order,
+// which is fixed:
+//
+//	retry (and its budget)   outermost: a loop around everything below
+//	circuit breaker          Acquire(now) before, Record(permit, now, err) after
+//	rate limiter             TryAcquire(now, 1): admitted or a wait hint
+//	bulkhead, adaptive limit a concurrency permit held until the call ends
+//	timeout                  a deadline context around the call
+//	the call                 fn(ctx)
+//
+// Why this order:
+//
+//   - Retry is outermost so that every retry is admitted again by every other
+//     policy: retries cannot bypass an open breaker, a rate limit or a full
+//     bulkhead, so a retry storm is capped by the same limits as first calls.
+//     A caller sleeping between attempts holds no permit: no bulkhead slot, no
+//     half-open probe. Rejections by the policies below are not retried: a
+//     local rejection is this process shedding load, and retrying it in
+//     process would turn shedding back into waiting. They come back at once
+//     with a hint of when to come back ([Outcome.RetryAfter]).
+//   - The breaker comes before the rate limiter so that calls an open breaker
+//     refuses spend no rate-limit quota, and because a closed breaker's check
+//     is the cheapest (one atomic load).
+//   - The rate limiter comes before the concurrency limits: it decides in time
+//     and holds nothing, while a bulkhead or adaptive permit is held for the
+//     whole call; taking the held permit last keeps it held the shortest time,
+//     and a call refused for rate never occupies a slot.
+//   - The bulkhead (a fixed cap) comes before the adaptive limit (a moving
+//     cap) when both are set; most pipelines set one of them.
+//   - The timeout is inside the concurrency limits so that its deadline covers
+//     the call only, not admission, and so that the concurrency permit is
+//     released only when the call has really returned: a timeout here is a
+//     deadline the callee honours, never an abandoned goroutine that would
+//     still hold the dependency while its permit is reused. A timed-out
+//     attempt is recorded as a failure by the breaker and the adaptive limit,
+//     and each retry gets a fresh deadline; the caller's context bounds the
+//     whole call, retries and sleeps included.
+//
+// Because the order is fixed and each field has one concrete type, every
+// call site in the pipeline calls one known method: nothing is dispatched
+// through an interface and the policies' fast paths inline.
+//
+// # Time
+//
+// The pipeline reads its [rampart.Ticker] at most twice per attempt: t0
+// before admission, handed to the breaker, the rate limiter, the adaptive
+// limit and the timeout, and t1 after the call, handed to whichever policy
+// records a duration (a breaker with a slow-call threshold or a time window,
+// the adaptive limit, the timeout) and to the retry decision. A pipeline
+// whose policies need no time reads no clock at all; t1 is read only when a
+// policy needs it or a retry decision is made. The policies must use the
+// pipeline's ticker (New checks it), since readings of different tickers are
+// not comparable. A [rampart.CachedTicker] makes each read one atomic load.
+//
+// # Results
+//
+// [Pipeline.Do] and [Call] return the user's error unchanged, or a policy's
+// preallocated rejection error (matching [rampart.ErrRejected] and the
+// policy's sentinel). [Pipeline.Try] and [TryCall] return an [Outcome]
+// instead: a [Code], which [Kind] of policy rejected, and a retry-after hint
+// (the rate limiter's wait, the breaker's remaining open time), for callers
+// that treat rejection as normal flow (an HTTP server answering 429 or 503).
+//
+// # Release exactly once
+//
+// Every permit taken for an attempt is released exactly once and every
+// outcome recorded exactly once, on every path: success, error, rejection at
+// any stage (the permits taken before the rejecting stage are released, the
+// breaker's permit without a result), timeout, context cancellation, a panic
+// in fn (recorded as a failure with [ErrPanicked], then re-raised unchanged,
+// with its original stack), and runtime.Goexit in fn (released the same way).
+//
+// # Concurrency
+//
+// A Pipeline is immutable after [New] and safe for concurrent use; so are
+// the policies it holds, which may be shared with other pipelines (a breaker
+// per dependency shared by several call sites, for instance).
+//
+// # Zero value
+//
+// The zero Pipeline is not usable; call [New]. New(Config{}) returns a
+// pipeline with no policy, which calls fn directly.
+package pipeline

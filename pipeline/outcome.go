@@ -1,0 +1,106 @@
+package pipeline
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrPanicked is the error a pipeline records with its breaker and adaptive
+// limit (and hands to its timeout) when fn panics or calls runtime.Goexit.
+// The panic itself is re-raised unchanged; ErrPanicked is never returned.
+var ErrPanicked = errors.New("pipeline: fn panicked or called runtime.Goexit")
+
+// Code says how a call through a pipeline ended.
+type Code uint8
+
+const (
+	// OK: fn returned a nil error.
+	OK Code = iota
+	// Failed: fn returned an error (on the last attempt), returned unchanged
+	// in Outcome.Err.
+	Failed
+	// Rejected: a policy refused the attempt before fn ran. Outcome.Policy
+	// says which one, Outcome.Err is its preallocated rejection error and
+	// Outcome.RetryAfter hints when to come back.
+	Rejected
+	// TimedOut: the pipeline's timeout expired during the last attempt.
+	// Outcome.Err is the timeout's error.
+	TimedOut
+	// Canceled: the caller's context was done before or during the last
+	// attempt, or during a sleep between attempts. Outcome.Err is the
+	// context's error or fn's.
+	Canceled
+)
+
+var codeNames = [...]string{OK: "ok", Failed: "failed", Rejected: "rejected", TimedOut: "timed out", Canceled: "canceled"}
+
+// String returns the code's name ("ok", "rejected", ...).
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return "unknown"
+}
+
+// Kind names a kind of policy in a pipeline.
+type Kind uint8
+
+const (
+	// None: no policy (the outcome was not decided by a policy).
+	None Kind = iota
+	// Retry: the retry policy or its budget.
+	Retry
+	// Breaker: the circuit breaker.
+	Breaker
+	// RateLimit: the rate limiter.
+	RateLimit
+	// Bulkhead: the bulkhead.
+	Bulkhead
+	// Adaptive: the adaptive concurrency limit.
+	Adaptive
+	// Timeout: the timeout.
+	Timeout
+)
+
+var kindNames = [...]string{None: "none", Retry: "retry", Breaker: "circuitbreaker", RateLimit: "ratelimit", Bulkhead: "bulkhead", Adaptive: "adaptive", Timeout: "timeout"}
+
+// String returns the policy package's name ("circuitbreaker", ...), or "none".
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Outcome is the result of [Pipeline.Try] and [TryCall]: what [Pipeline.Do]
+// would have returned as an error, plus why and when to come back. It is a
+// value; producing one allocates nothing.
+type Outcome struct {
+	// Err is the error Do would have returned: nil when Code is OK, the
+	// user's error unchanged when Failed, a policy's preallocated rejection
+	// error when Rejected (matching rampart.ErrRejected), the timeout's
+	// error when TimedOut, the context's (or fn's) error when Canceled.
+	Err error
+	// RetryAfter is a hint of when a new call may be admitted: the rate
+	// limiter's wait or the breaker's remaining open time on a rejection, a
+	// hint carried by the error (see [RetryAfterError]) on a failure, 0 when
+	// there is none.
+	RetryAfter time.Duration
+	// Attempts counts the attempts made, rejected ones included.
+	Attempts int32
+	// Code says how the call ended.
+	Code Code
+	// Policy is the policy that decided a Rejected or TimedOut outcome, None
+	// otherwise.
+	Policy Kind
+}
+
+// RetryAfterError is implemented by errors that carry a server's hint of
+// when to retry (an HTTP Retry-After, a gRPC RetryInfo). When fn returns
+// such an error (itself, not wrapped), the pipeline's retry waits at least
+// that long before the next attempt, gives up when the hint ends past the
+// context's deadline, and reports the hint in Outcome.RetryAfter.
+type RetryAfterError interface {
+	error
+	RetryAfter() time.Duration
+}

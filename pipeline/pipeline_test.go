@@ -1,0 +1,132 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/pipeline"
+)
+
+// countingTicker is a manual clock that counts its reads.
+type countingTicker struct {
+	*rampart.ManualTicker
+	reads atomic.Int64
+}
+
+func newCountingTicker() *countingTicker {
+	return &countingTicker{ManualTicker: rampart.NewManualTicker(1_000_000)}
+}
+
+func (c *countingTicker) Now() int64 {
+	c.reads.Add(1)
+	return c.ManualTicker.Now()
+}
+
+var errBoom = errors.New("boom")
+
+func ok(context.Context) error   { return nil }
+func fail(context.Context) error { return errBoom }
+
+func newBulkhead(t testing.TB, max int, tick rampart.Ticker) *bulkhead.Bulkhead {
+	t.Helper()
+	b, err := bulkhead.New(bulkhead.Config{Max: max, Name: "bh", Ticker: tick})
+	require.NoError(t, err)
+	return b
+}
+
+func TestEmptyPipelineCallsFnDirectlyWithoutClock(t *testing.T) {
+	tick := newCountingTicker()
+	p, err := pipeline.New(pipeline.Config{Ticker: tick})
+	require.NoError(t, err)
+	require.NoError(t, p.Do(context.Background(), ok))
+	require.ErrorIs(t, p.Do(context.Background(), fail), errBoom)
+	v, err := pipeline.Call(context.Background(), p, func(context.Context) (int, error) { return 42, nil })
+	require.NoError(t, err)
+	require.Equal(t, 42, v)
+	require.Zero(t, tick.reads.Load(), "no policy needs time: no clock read")
+}
+
+func TestBulkheadRejectionAndRelease(t *testing.T) {
+	tick := newCountingTicker()
+	bh := newBulkhead(t, 1, tick)
+	p, err := pipeline.New(pipeline.Config{Ticker: tick, Bulkhead: bh})
+	require.NoError(t, err)
+
+	// Hold the only permit from inside fn and try a second call.
+	var inner pipeline.Outcome
+	o := p.Try(context.Background(), func(ctx context.Context) error {
+		inner = p.Try(ctx, ok)
+		return nil
+	})
+	require.Equal(t, pipeline.OK, o.Code)
+	require.Equal(t, pipeline.Rejected, inner.Code)
+	require.Equal(t, pipeline.Bulkhead, inner.Policy)
+	require.ErrorIs(t, inner.Err, bulkhead.ErrFull)
+	require.ErrorIs(t, inner.Err, rampart.ErrRejected)
+	require.Equal(t, int64(0), bh.Stats().InFlight)
+	require.Zero(t, tick.reads.Load(), "a fail-fast bulkhead needs no time")
+}
+
+func TestPanicReleasesAndReraises(t *testing.T) {
+	bh := newBulkhead(t, 1, nil)
+	p, err := pipeline.New(pipeline.Config{Bulkhead: bh})
+	require.NoError(t, err)
+	type myPanic struct{}
+	require.PanicsWithValue(t, myPanic{}, func() {
+		_ = p.Do(context.Background(), func(context.Context) error { panic(myPanic{}) })
+	})
+	require.Equal(t, int64(0), bh.Stats().InFlight)
+	require.NoError(t, p.Do(context.Background(), ok))
+}
+
+func TestGoexitReleases(t *testing.T) {
+	bh := newBulkhead(t, 1, nil)
+	p, err := pipeline.New(pipeline.Config{Bulkhead: bh})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = p.Do(context.Background(), func(context.Context) error {
+			runtime.Goexit()
+			return nil
+		})
+	})
+	wg.Wait()
+	require.Equal(t, int64(0), bh.Stats().InFlight)
+}
+
+func TestCanceledContextStartsNothing(t *testing.T) {
+	bh := newBulkhead(t, 1, nil)
+	p, err := pipeline.New(pipeline.Config{Bulkhead: bh})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	called := false
+	o := p.Try(ctx, func(context.Context) error { called = true; return nil })
+	require.False(t, called)
+	require.Equal(t, pipeline.Canceled, o.Code)
+	require.ErrorIs(t, o.Err, context.Canceled)
+	require.Equal(t, uint64(0), bh.Stats().Rejected)
+}
+
+func TestAllocsBulkhead(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	bh := newBulkhead(t, 1, nil)
+	p, err := pipeline.New(pipeline.Config{Bulkhead: bh})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.Zero(t, testing.AllocsPerRun(1000, func() { _ = p.Do(ctx, ok) }))
+	require.Zero(t, testing.AllocsPerRun(1000, func() {
+		_, _ = pipeline.Call(ctx, p, func(context.Context) (int, error) { return 1, nil })
+	}))
+}
