@@ -5,6 +5,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/ratelimit"
 )
 
 // Config lists the policies of a pipeline, one field per kind; a nil field
@@ -22,6 +23,11 @@ type Config struct {
 	// different tickers are not comparable.
 	Ticker rampart.Ticker
 
+	// RateLimit admits attempts at a rate (one permit each), rejecting at
+	// once with its wait as the retry-after hint. It needs the time before
+	// the call (t0).
+	RateLimit *ratelimit.Limiter
+
 	// Bulkhead caps the calls in flight. When its MaxWait is set, an attempt
 	// waits for a permit (in FIFO order, bounded by MaxWait and the context)
 	// instead of being rejected at once.
@@ -32,6 +38,7 @@ type Config struct {
 // [New]; it is immutable and safe for concurrent use.
 type Pipeline struct {
 	tick rampart.Ticker
+	rl   *ratelimit.Limiter
 	bh   *bulkhead.Bulkhead
 
 	// needT0 is set when a policy takes the time before the call; needT1
@@ -45,15 +52,20 @@ type Pipeline struct {
 // (matching rampart.ErrInvalidConfig) when the policies use different
 // tickers or the combination is invalid.
 func New(cfg Config) (*Pipeline, error) {
-	p := &Pipeline{bh: cfg.Bulkhead, cfg: cfg}
+	p := &Pipeline{rl: cfg.RateLimit, bh: cfg.Bulkhead, cfg: cfg}
 	tick := cfg.Ticker
 	type ticked struct {
 		field string
 		t     rampart.Ticker
 	}
-	var clocks []ticked
-	// (Each policy that reads time is appended here as it is integrated.)
-	for _, c := range clocks {
+	var clocks [8]ticked
+	n := 0
+	if cfg.RateLimit != nil {
+		clocks[n] = ticked{"RateLimit", cfg.RateLimit.Ticker()}
+		n++
+		p.needT0 = true
+	}
+	for _, c := range clocks[:n] {
 		if c.t == nil {
 			continue
 		}

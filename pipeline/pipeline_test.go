@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/ratelimit"
 )
 
 // countingTicker is a manual clock that counts its reads.
@@ -129,4 +131,42 @@ func TestAllocsBulkhead(t *testing.T) {
 	require.Zero(t, testing.AllocsPerRun(1000, func() {
 		_, _ = pipeline.Call(ctx, p, func(context.Context) (int, error) { return 1, nil })
 	}))
+}
+
+func newRateLimit(t testing.TB, rate float64, burst int, tick rampart.Ticker) *ratelimit.Limiter {
+	t.Helper()
+	l, err := ratelimit.New(ratelimit.Config{Rate: rate, Burst: burst, Name: "rl", Ticker: tick})
+	require.NoError(t, err)
+	return l
+}
+
+func TestRateLimitRejectionHintAndOneClockRead(t *testing.T) {
+	tick := newCountingTicker()
+	rl := newRateLimit(t, 10, 1, tick) // one permit per 100 ms
+	bh := newBulkhead(t, 4, tick)
+	p, err := pipeline.New(pipeline.Config{RateLimit: rl, Bulkhead: bh})
+	require.NoError(t, err)
+	require.Same(t, tick, p.Ticker(), "the pipeline takes its policies' ticker")
+
+	require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code)
+	require.Equal(t, int64(1), tick.reads.Load(), "a rate limit needs t0 only")
+
+	o := p.Try(context.Background(), ok)
+	require.Equal(t, pipeline.Rejected, o.Code)
+	require.Equal(t, pipeline.RateLimit, o.Policy)
+	require.ErrorIs(t, o.Err, ratelimit.ErrLimited)
+	require.Equal(t, 100*time.Millisecond, o.RetryAfter)
+	require.Equal(t, int64(2), tick.reads.Load())
+	require.Equal(t, int64(0), bh.Stats().InFlight)
+
+	tick.Advance(40 * time.Millisecond)
+	require.Equal(t, 60*time.Millisecond, p.Try(context.Background(), ok).RetryAfter)
+	tick.Advance(60 * time.Millisecond)
+	require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code)
+}
+
+func TestTickerMismatchIsConfigError(t *testing.T) {
+	rl := newRateLimit(t, 10, 1, rampart.NewManualTicker(0))
+	_, err := pipeline.New(pipeline.Config{RateLimit: rl, Ticker: rampart.NewManualTicker(0)})
+	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
 }

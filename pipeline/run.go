@@ -56,6 +56,14 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 // admit takes the permits of one attempt in the pipeline's order. On a
 // rejection it releases what it took, fills o and returns false.
 func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) bool {
+	if p.rl != nil {
+		// One load and one CAS when admitted, one load when rejected.
+		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
+			p.unwind(a)
+			p.reject(o, RateLimit, p.rl.RejectedError(), wait)
+			return false
+		}
+	}
 	if p.bh != nil {
 		if err := p.bh.Enter(ctx); err != nil {
 			p.unwind(a)
