@@ -7,7 +7,7 @@ BENCHCOUNT ?= 5
 STATICCHECK_VERSION ?= v0.8.2
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: help test fmt-check vet test-race test-allocs bench bench-smoke bench-report demo fuzz lint
+.PHONY: help test fmt-check vet test-race test-allocs test-redis bench bench-redis bench-smoke bench-report demo fuzz lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -17,9 +17,10 @@ test: fmt-check vet test-race test-allocs ## gofmt check, go vet, go test -race,
 fmt-check: ## fail if gofmt would change a file
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-vet: ## go vet the core module and the bench module
+vet: ## go vet the core module, the bench module and the Redis limiter module
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	cd ratelimit/redislimit && $(GO) vet ./...
 
 test-race: ## every test of the core module (and the bench tooling) under the race detector
 	$(GO) test -race -count=1 ./...
@@ -31,12 +32,22 @@ test-race: ## every test of the core module (and the bench tooling) under the ra
 test-allocs: ## the allocation gates, without -race
 	$(GO) test -count=1 -run 'Allocs' ./...
 
+test-redis: ## the Redis limiter's tests, against a throwaway redis-server (installed if missing)
+	./scripts/ensure-redis.sh
+	cd ratelimit/redislimit && REQUIRE_REDIS=1 $(GO) test -race -count=1 ./...
+
 bench: ## every benchmark once, with allocations
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem ./...
 
 bench-smoke: ## every benchmark for one iteration, so none rots
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	./scripts/ensure-redis.sh
+	cd ratelimit/redislimit && REQUIRE_REDIS=1 $(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+bench-redis: ## the Redis limiter against throttled/v2 on a local server, -count=$(BENCHCOUNT)
+	./scripts/ensure-redis.sh
+	cd ratelimit/redislimit && REQUIRE_REDIS=1 $(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./...
 
 bench-report: ## -count=$(BENCHCOUNT) run, benchstat summary, README table regenerated
 	BENCHCOUNT=$(BENCHCOUNT) BENCHSTAT_VERSION=$(BENCHSTAT_VERSION) ./scripts/bench-report.sh
