@@ -1,0 +1,331 @@
+package watchdog
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/ticker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// counter is a Target that counts fires per arg.
+type counter struct {
+	n    atomic.Int64
+	args sync.Map
+	at   atomic.Int64
+	clk  Clock
+}
+
+func (c *counter) Fire(arg uint64) {
+	c.n.Add(1)
+	if c.clk != nil {
+		c.at.Store(c.clk.Now())
+	}
+	if v, loaded := c.args.LoadOrStore(arg, new(atomic.Int64)); loaded {
+		v.(*atomic.Int64).Add(1)
+	}
+}
+
+func TestManualScheduleCancel(t *testing.T) {
+	clk := ticker.NewManual(0)
+	w := New(Config{Clock: clk, Manual: true})
+	defer w.Close()
+	var c counter
+	h1, ok := w.Schedule(100, &c, 1)
+	if !ok || !h1.Valid() {
+		t.Fatal("schedule failed")
+	}
+	h2, _ := w.Schedule(200, &c, 2)
+	h3, _ := w.Schedule(300, &c, 3)
+	if n := w.Sweep(); n != 0 {
+		t.Fatalf("fired %d before any deadline", n)
+	}
+	clk.Set(99)
+	if n := w.Sweep(); n != 0 {
+		t.Fatalf("fired %d one ns early", n)
+	}
+	clk.Set(100)
+	if n := w.Sweep(); n != 1 || c.n.Load() != 1 {
+		t.Fatalf("fired %d (total %d) at the deadline, want 1", n, c.n.Load())
+	}
+	if w.Cancel(h1) {
+		t.Fatal("Cancel of a fired handle reported true")
+	}
+	if !w.Cancel(h2) {
+		t.Fatal("Cancel of an armed handle reported false")
+	}
+	if w.Cancel(h2) {
+		t.Fatal("second Cancel reported true")
+	}
+	clk.Set(1000)
+	if n := w.Sweep(); n != 1 {
+		t.Fatalf("fired %d, want 1 (h3 only)", n)
+	}
+	if w.Cancel(h3) || w.Cancel(Handle{}) {
+		t.Fatal("Cancel after fire / of zero handle reported true")
+	}
+	if st := w.Stats(); st.Armed != 0 || st.Fired != 2 || st.Slots != SegmentSize {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestStaleHandleDoesNotCancelReuse(t *testing.T) {
+	clk := ticker.NewManual(0)
+	w := New(Config{Clock: clk, Manual: true})
+	defer w.Close()
+	var c counter
+	h1, _ := w.Schedule(10, &c, 1)
+	if !w.Cancel(h1) {
+		t.Fatal("cancel")
+	}
+	h2, _ := w.Schedule(10, &c, 2) // LIFO: reuses h1's slot with a new generation
+	if h2.idx != h1.idx || h2.gen == h1.gen {
+		t.Fatalf("expected slot reuse with a new generation: %v %v", h1, h2)
+	}
+	if w.Cancel(h1) {
+		t.Fatal("stale handle cancelled a reused slot")
+	}
+	clk.Set(10)
+	if w.Sweep() != 1 {
+		t.Fatal("reused slot did not fire")
+	}
+}
+
+func TestGrowsBeyondOneSegment(t *testing.T) {
+	clk := ticker.NewManual(0)
+	w := New(Config{Clock: clk, Manual: true})
+	defer w.Close()
+	var c counter
+	const n = 3*SegmentSize + 7
+	hs := make([]Handle, n)
+	seen := map[uint32]bool{}
+	for i := range hs {
+		h, ok := w.Schedule(int64(i), &c, uint64(i))
+		if !ok || seen[h.idx] {
+			t.Fatalf("schedule %d: ok=%v dup=%v", i, ok, seen[h.idx])
+		}
+		seen[h.idx] = true
+		hs[i] = h
+	}
+	if st := w.Stats(); st.Slots != 4*SegmentSize || st.Armed != n {
+		t.Fatalf("stats %+v", st)
+	}
+	// Cancel the odd ones, fire the even ones.
+	for i := 1; i < n; i += 2 {
+		if !w.Cancel(hs[i]) {
+			t.Fatalf("cancel %d", i)
+		}
+	}
+	clk.Set(n)
+	if f := w.Sweep(); f != (n+1)/2 {
+		t.Fatalf("fired %d, want %d", f, (n+1)/2)
+	}
+	if st := w.Stats(); st.Armed != 0 {
+		t.Fatalf("armed %d after sweep", st.Armed)
+	}
+}
+
+func TestClosedRefusesSchedule(t *testing.T) {
+	w := New(Config{Manual: true})
+	w.Close()
+	w.Close() // idempotent
+	var c counter
+	if _, ok := w.Schedule(0, &c, 0); ok {
+		t.Fatal("closed watchdog accepted a schedule")
+	}
+	if w.Stats().Armed != 0 {
+		t.Fatal("refused schedule left a slot armed")
+	}
+}
+
+// panicky panics when fired.
+type panicky struct{}
+
+func (panicky) Fire(uint64) { panic("boom") }
+
+func TestFirePanicRecovered(t *testing.T) {
+	clk := ticker.NewManual(0)
+	w := New(Config{Clock: clk, Manual: true})
+	defer w.Close()
+	var c counter
+	w.Schedule(0, panicky{}, 0)
+	w.Schedule(0, &c, 0)
+	if n := w.Sweep(); n != 2 {
+		t.Fatalf("fired %d", n)
+	}
+	if st := w.Stats(); st.FirePanics != 1 || st.Armed != 0 || c.n.Load() != 1 {
+		t.Fatalf("stats %+v fires %d", st, c.n.Load())
+	}
+}
+
+// TestPrecisionSynctest checks that the goroutine fires a target no earlier
+// than its deadline and no later than one tick after it, in fake time.
+func TestPrecisionSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := ticker.NewNano()
+		const tick = 5 * time.Millisecond
+		w := New(Config{Clock: clk, Tick: tick})
+		defer w.Close()
+		for _, d := range []time.Duration{0, time.Millisecond, 7 * time.Millisecond, 50 * time.Millisecond, 123456 * time.Microsecond} {
+			c := &counter{clk: clk}
+			deadline := clk.Now() + int64(d)
+			if _, ok := w.Schedule(deadline, c, 0); !ok {
+				t.Fatal("schedule")
+			}
+			time.Sleep(d + tick)
+			synctest.Wait()
+			if c.n.Load() != 1 {
+				t.Fatalf("d=%v: fired %d times", d, c.n.Load())
+			}
+			if at := c.at.Load(); at < deadline || at > deadline+int64(tick) {
+				t.Fatalf("d=%v: fired at %d, deadline %d, tick %d", d, at, deadline, tick)
+			}
+		}
+	})
+}
+
+// TestIdleExitAndRestart checks that the goroutine exits when idle and that
+// a Schedule restarts it.
+func TestIdleExitAndRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := ticker.NewNano()
+		w := New(Config{Clock: clk, Tick: time.Millisecond, IdleTicks: 10})
+		defer w.Close()
+		base := runtime.NumGoroutine()
+		c := &counter{}
+		w.Schedule(clk.Now()+int64(time.Millisecond), c, 0)
+		if !w.Running() || runtime.NumGoroutine() != base+1 {
+			t.Fatal("goroutine not started by Schedule")
+		}
+		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
+		if c.n.Load() != 1 {
+			t.Fatal("not fired")
+		}
+		if w.Running() || runtime.NumGoroutine() != base {
+			t.Fatalf("goroutine still running after idling (running=%v)", w.Running())
+		}
+		w.Schedule(clk.Now()+int64(time.Millisecond), c, 0)
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		if c.n.Load() != 2 {
+			t.Fatal("not fired after restart")
+		}
+	})
+}
+
+// TestCloseStopsGoroutine: targets armed at Close never fire.
+func TestCloseStopsGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := ticker.NewNano()
+		w := New(Config{Clock: clk})
+		c := &counter{}
+		w.Schedule(clk.Now()+int64(time.Hour), c, 0)
+		w.Close()
+		time.Sleep(2 * time.Hour)
+		synctest.Wait()
+		if c.n.Load() != 0 {
+			t.Fatal("fired after Close")
+		}
+	})
+}
+
+// TestStressFireOrCancelOnce: under contention each Schedule ends in exactly
+// one of "Cancel returned true" and "fired once".
+func TestStressFireOrCancelOnce(t *testing.T) {
+	clk := ticker.NewNano()
+	w := New(Config{Clock: clk, Tick: 50 * time.Microsecond})
+	defer w.Close()
+	const workers, per = 8, 2000
+	var fires [workers]counter
+	var cancelled [workers]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				// Deadlines around now so that fire and cancel race.
+				h, ok := w.Schedule(clk.Now()+int64(i%5)*20_000, &fires[g], uint64(i))
+				if !ok {
+					t.Error("schedule refused")
+					return
+				}
+				if i%3 == 0 {
+					runtime.Gosched()
+				}
+				if w.Cancel(h) {
+					cancelled[g].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Let every remaining armed target fire.
+	for w.Stats().Armed > 0 {
+		w.Sweep()
+	}
+	for g := range workers {
+		if got := fires[g].n.Load() + cancelled[g].Load(); got != per {
+			t.Fatalf("worker %d: fired %d + cancelled %d != %d", g, fires[g].n.Load(), cancelled[g].Load(), per)
+		}
+		fires[g].args.Range(func(k, v any) bool {
+			if n := v.(*atomic.Int64).Load(); n != 0 {
+				t.Errorf("arg %v fired %d extra times", k, n)
+			}
+			return true
+		})
+	}
+}
+
+func TestAllocsScheduleCancel(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	clk := ticker.NewManual(0)
+	w := New(Config{Clock: clk, Manual: true})
+	defer w.Close()
+	var c counter
+	h, _ := w.Schedule(1, &c, 0) // grow the table first
+	w.Cancel(h)
+	n := testing.AllocsPerRun(1000, func() {
+		h, _ := w.Schedule(1, &c, 0)
+		w.Cancel(h)
+	})
+	if n != 0 {
+		t.Fatalf("Schedule+Cancel: %v allocs, want 0", n)
+	}
+	var nop nopTarget
+	n = testing.AllocsPerRun(1000, func() {
+		w.Schedule(0, nop, 0)
+		w.Sweep()
+	})
+	if n != 0 {
+		t.Fatalf("Schedule+fire: %v allocs, want 0", n)
+	}
+}
+
+type nopTarget struct{}
+
+func (nopTarget) Fire(uint64) {}
+
+func BenchmarkScheduleCancel(b *testing.B) {
+	w := New(Config{})
+	defer w.Close()
+	var c counter
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			h, _ := w.Schedule(1<<62, &c, 0)
+			w.Cancel(h)
+		}
+	})
+}
