@@ -1,0 +1,302 @@
+package retry
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/pad"
+)
+
+// Budget limits retries (and hedges) across every caller of one dependency,
+// so that an outage is not multiplied by the retries themselves. Share one
+// Budget between all the policies, hedgers and pipelines that call the same
+// dependency, and give them the same ticker (the now arguments must be
+// comparable).
+//
+// Two implementations: [TokenBucket] (gRPC A6 retry throttling) and
+// [RatioBudget] (the SRE book's retry ratio over a sliding window). All
+// methods are safe for concurrent use, lock-free and allocation-free.
+//
+// The protocol, which [Policy.Do], [Call], [CallIf] and [Policy.Decide]
+// follow and which a hedger follows too:
+//
+//   - OnRequest(now) once per logical call, before its first attempt;
+//   - OnSuccess(now) after an attempt that succeeded;
+//   - OnFailure(now) after an attempt that failed with a retryable error
+//     ([Policy.Decide] calls it: do not call it again for the same attempt);
+//   - AllowRetry(now) before each retry or hedge: true grants it (and
+//     counts it, for budgets that count retries), false refuses it.
+type Budget interface {
+	// OnRequest records the start of a logical call (not a retry).
+	OnRequest(now int64)
+	// OnSuccess records an attempt that succeeded.
+	OnSuccess(now int64)
+	// OnFailure records an attempt that failed with a retryable error.
+	OnFailure(now int64)
+	// AllowRetry reports whether one more retry (or hedge) may start now,
+	// and counts it when it may.
+	AllowRetry(now int64) bool
+}
+
+// milli is the fixed-point scale of TokenBucket: 1 token = 1000 milli-tokens
+// (A6 specifies up to three decimal places for the token ratio).
+const milli = 1000
+
+// TokenBucketConfig configures a [TokenBucket]. The zero value is valid.
+type TokenBucketConfig struct {
+	// MaxTokens is the bucket size; the bucket starts full and retries are
+	// allowed while it holds more than MaxTokens/2. 0 means 10. Must be in
+	// (0, 1e9]; it is kept to three decimal places.
+	MaxTokens float64
+	// TokenRatio is what a success adds back (a failure removes 1). 0 means
+	// 0.1. Must be in (0, 1]; it is kept to three decimal places, as in A6.
+	TokenRatio float64
+}
+
+// TokenBucket is the gRPC A6 retry-throttling budget: a token count that
+// starts at MaxTokens, loses 1 per failed attempt and gains TokenRatio per
+// success (clamped to [0, MaxTokens]); a retry is allowed only while the
+// count is above MaxTokens/2. With the defaults (10, 0.1), a dependency that
+// fails every call gets at most about 5 retries in all before retries stop,
+// and they resume after about 10 successes per missing token.
+//
+// The count is one int64 of milli-tokens (fixed point, no float on the hot
+// path) alone on its cache line. AllowRetry is one load. OnSuccess and
+// OnFailure are one load, plus one atomic add only when the add would change
+// the count (a full bucket and a healthy dependency cost no write). Under
+// concurrency the raw word may overshoot the bounds by a few adds for an
+// instant; every reader clamps it, and the overshoot is corrected by the
+// adder that caused it.
+//
+// The zero TokenBucket is not usable; create it with [NewTokenBucket].
+type TokenBucket struct {
+	// tokens is the count in milli-tokens, written by every success and
+	// failure of every caller of the dependency: alone on its line.
+	tokens pad.Int64
+
+	max   int64 // MaxTokens in milli-tokens
+	half  int64 // retries allowed while tokens > half
+	ratio int64 // TokenRatio in milli-tokens
+}
+
+// NewTokenBucket returns a full A6 token bucket, or a [*rampart.ConfigError]
+// for an invalid configuration.
+func NewTokenBucket(c TokenBucketConfig) (*TokenBucket, error) {
+	maxTok, ratio := c.MaxTokens, c.TokenRatio
+	if maxTok == 0 {
+		maxTok = 10
+	}
+	if ratio == 0 {
+		ratio = 0.1
+	}
+	if !(maxTok > 0 && maxTok <= 1e9) {
+		return nil, rampart.NewConfigError("retry", "MaxTokens", "must be in (0, 1e9], got %v", c.MaxTokens)
+	}
+	if !(ratio > 0 && ratio <= 1) {
+		return nil, rampart.NewConfigError("retry", "TokenRatio", "must be in (0, 1], got %v", c.TokenRatio)
+	}
+	b := &TokenBucket{
+		max:   int64(math.Round(maxTok * milli)),
+		ratio: int64(math.Round(ratio * milli)),
+	}
+	if b.max < 1 || b.ratio < 1 {
+		return nil, rampart.NewConfigError("retry", "TokenBucket", "MaxTokens and TokenRatio must be at least 0.001 (three decimals)")
+	}
+	b.half = b.max / 2
+	b.tokens.Store(b.max)
+	return b, nil
+}
+
+// OnRequest does nothing: A6 counts attempts' outcomes, not requests.
+func (b *TokenBucket) OnRequest(now int64) {}
+
+// OnSuccess adds TokenRatio tokens, up to MaxTokens. One load, and one add
+// only when the bucket is not full.
+func (b *TokenBucket) OnSuccess(now int64) {
+	if b.tokens.Load() >= b.max {
+		return // full: the common healthy case writes nothing
+	}
+	if v := b.tokens.Add(b.ratio); v > b.max {
+		b.tokens.CompareAndSwap(v, b.max) // undo our overshoot; a loser leaves it to readers' clamp
+	}
+}
+
+// OnFailure removes one token, down to 0. One load, and one add only when
+// the bucket is not empty.
+func (b *TokenBucket) OnFailure(now int64) {
+	if b.tokens.Load() <= 0 {
+		return // empty: a dependency that is down writes nothing
+	}
+	if v := b.tokens.Add(-milli); v < 0 {
+		b.tokens.CompareAndSwap(v, 0)
+	}
+}
+
+// AllowRetry reports whether the bucket holds more than MaxTokens/2: one
+// load. It does not take a token (A6 charges the retry's outcome, through
+// OnFailure / OnSuccess).
+func (b *TokenBucket) AllowRetry(now int64) bool {
+	return min(b.tokens.Load(), b.max) > b.half
+}
+
+// Tokens returns the current token count.
+func (b *TokenBucket) Tokens() float64 {
+	return float64(min(max(b.tokens.Load(), 0), b.max)) / milli
+}
+
+// RatioBudgetConfig configures a [RatioBudget]. The zero value is valid.
+type RatioBudgetConfig struct {
+	// Ratio is the largest share of retries: retries ≤ Ratio × requests
+	// (+ MinRetries) over the window. 0 means 0.1 (the SRE book's 10 %).
+	// Must be in (0, 1].
+	Ratio float64
+	// Window is the length of the sliding window. 0 means 10 s.
+	Window time.Duration
+	// Buckets is the number of time buckets the window is made of (its
+	// resolution). 0 means 10. Must be in [1, 1024].
+	Buckets int
+	// MinRetries is a number of retries allowed per window whatever the
+	// ratio, so that a dependency with little traffic can still be retried.
+	// 0 means none. Must not be negative.
+	MinRetries int
+}
+
+// Bucket word of a RatioBudget, one per time bucket, updated by one CAS:
+//
+//	63        44 43          22 21          0
+//	+-----------+--------------+-------------+
+//	| epoch tag |   retries    |  requests   |
+//	+-----------+--------------+-------------+
+//
+// The tag is the bucket's epoch (now / bucket length) modulo 2^20; a word
+// whose tag is not the expected epoch's is stale and counts as empty (the
+// first writer of a new epoch replaces it). Counts saturate at 2^22-1 per
+// bucket. A slot left untouched for a multiple of 2^20 bucket lengths
+// (29 hours with 100 ms buckets) could alias; it then counts a stale bucket
+// once.
+const (
+	rbCountBits = 22
+	rbCountMax  = 1<<rbCountBits - 1
+	rbTagBits   = 20
+	rbTagMask   = 1<<rbTagBits - 1
+	rbRetShift  = rbCountBits
+	rbTagShift  = 2 * rbCountBits
+	ppm         = 1_000_000 // fixed-point scale of the ratio
+)
+
+// RatioBudget is the SRE book's retry budget: over a sliding window of time
+// buckets, retries may be at most Ratio × requests (+ MinRetries). It counts
+// requests (OnRequest) and granted retries (AllowRetry); outcomes are not
+// needed (OnSuccess and OnFailure do nothing).
+//
+// Each bucket is one uint64 (layout above) updated by one CAS, so OnRequest
+// costs one load and one CAS; AllowRetry reads the Buckets words and, when it
+// grants, adds with one CAS. The check and the add are separate steps: under
+// concurrency the ratio can be exceeded by at most the number of goroutines
+// that check at the same instant.
+//
+// The zero RatioBudget is not usable; create it with [NewRatioBudget].
+type RatioBudget struct {
+	buckets  []atomic.Uint64 // the ring (its own allocation): written by every request
+	bucketNs int64
+	n        int64
+	ratioPPM uint64
+	minPPM   uint64
+}
+
+// NewRatioBudget returns an empty SRE retry budget, or a
+// [*rampart.ConfigError] for an invalid configuration.
+func NewRatioBudget(c RatioBudgetConfig) (*RatioBudget, error) {
+	ratio, window, n := c.Ratio, c.Window, c.Buckets
+	if ratio == 0 {
+		ratio = 0.1
+	}
+	if window == 0 {
+		window = 10 * time.Second
+	}
+	if n == 0 {
+		n = 10
+	}
+	switch {
+	case !(ratio > 0 && ratio <= 1):
+		return nil, rampart.NewConfigError("retry", "Ratio", "must be in (0, 1], got %v", c.Ratio)
+	case window < 0:
+		return nil, rampart.NewConfigError("retry", "Window", "must not be negative, got %v", c.Window)
+	case n < 1 || n > 1024:
+		return nil, rampart.NewConfigError("retry", "Buckets", "must be in [1, 1024], got %d", c.Buckets)
+	case int64(window) < int64(n):
+		return nil, rampart.NewConfigError("retry", "Window", "must be at least Buckets nanoseconds, got %v", c.Window)
+	case c.MinRetries < 0 || c.MinRetries > rbCountMax:
+		return nil, rampart.NewConfigError("retry", "MinRetries", "must be in [0, %d], got %d", rbCountMax, c.MinRetries)
+	}
+	return &RatioBudget{
+		buckets:  make([]atomic.Uint64, n),
+		bucketNs: int64(window) / int64(n),
+		n:        int64(n),
+		ratioPPM: uint64(math.Round(ratio * ppm)),
+		minPPM:   uint64(c.MinRetries) * ppm,
+	}, nil
+}
+
+func (b *RatioBudget) epoch(now int64) int64 { return max(now, 0) / b.bucketNs }
+
+// add adds req requests and ret retries to the bucket of epoch e: one load
+// and one CAS (more only when another writer raced us).
+func (b *RatioBudget) add(e int64, req, ret uint64) {
+	w := &b.buckets[e%b.n]
+	tag := uint64(e) & rbTagMask
+	for {
+		old := w.Load()
+		var q, r uint64
+		if old>>rbTagShift == tag {
+			q, r = old&rbCountMax, old>>rbRetShift&rbCountMax
+		}
+		q, r = min(q+req, rbCountMax), min(r+ret, rbCountMax)
+		nw := tag<<rbTagShift | r<<rbRetShift | q
+		if nw == old || w.CompareAndSwap(old, nw) {
+			return
+		}
+	}
+}
+
+// Counts returns the requests and retries counted in the window that ends at
+// now.
+func (b *RatioBudget) Counts(now int64) (requests, retries uint64) {
+	e := b.epoch(now)
+	for i := range min(b.n, e+1) {
+		ei := e - i
+		w := b.buckets[ei%b.n].Load()
+		if w>>rbTagShift == uint64(ei)&rbTagMask {
+			requests += w & rbCountMax
+			retries += w >> rbRetShift & rbCountMax
+		}
+	}
+	return requests, retries
+}
+
+// OnRequest counts one request in the current bucket.
+func (b *RatioBudget) OnRequest(now int64) { b.add(b.epoch(now), 1, 0) }
+
+// OnSuccess does nothing: the ratio counts requests and retries only.
+func (b *RatioBudget) OnSuccess(now int64) {}
+
+// OnFailure does nothing: the ratio counts requests and retries only.
+func (b *RatioBudget) OnFailure(now int64) {}
+
+// AllowRetry grants a retry when retries+1 ≤ Ratio × requests + MinRetries
+// over the window, and counts the granted retry.
+func (b *RatioBudget) AllowRetry(now int64) bool {
+	req, ret := b.Counts(now)
+	if (ret+1)*ppm > b.ratioPPM*req+b.minPPM {
+		return false
+	}
+	b.add(b.epoch(now), 0, 1)
+	return true
+}
+
+var (
+	_ Budget = (*TokenBucket)(nil)
+	_ Budget = (*RatioBudget)(nil)
+)

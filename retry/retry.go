@@ -1,0 +1,520 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/atomicx"
+	"github.com/rampart-go/rampart/internal/notify"
+)
+
+// Config configures a [Policy]. The zero value is valid: 3 attempts, full
+// jitter over 100 ms × 2^(n-1) capped at 10 s, every error but context
+// errors and [Permanent] ones retried, no duration limit, no budget.
+type Config struct {
+	// Name identifies the policy in its give-up errors.
+	Name string
+
+	// MaxAttempts is the number of attempts in all, the first included.
+	// 0 means 3; 1 means no retry. Must not be negative.
+	MaxAttempts int
+	// MaxDuration bounds the time from the start of the first attempt to the
+	// start of the last one: a retry that would start later is not made.
+	// 0 means no limit. Must not be negative. Setting it costs one clock
+	// read per call, even when the first attempt succeeds.
+	MaxDuration time.Duration
+
+	// Backoff selects the delay formula; the zero value is [FullJitter].
+	Backoff Backoff
+	// BaseDelay is the first delay (the scale of every kind). 0 means
+	// 100 ms. Must not be negative.
+	BaseDelay time.Duration
+	// MaxDelay caps every delay and every retry-after hint (a longer hint
+	// gives up). 0 means max(10 s, BaseDelay). Must not be below BaseDelay.
+	MaxDelay time.Duration
+	// Multiplier is the growth factor of Exponential, FullJitter,
+	// EqualJitter and DecorrelatedJitter. 0 means 2 (3 for
+	// DecorrelatedJitter). Must be at least 1 and finite.
+	Multiplier float64
+	// Increment is Linear's step. 0 means BaseDelay. Must not be negative.
+	Increment time.Duration
+
+	// ShouldRetry classifies a failed attempt's error: true retries it,
+	// false returns it at once. nil means: retry everything except
+	// context.Canceled, context.DeadlineExceeded (anywhere in the chain).
+	// Errors marked [Permanent] are never retried, whatever ShouldRetry says.
+	ShouldRetry func(err error) bool
+
+	// Budget, when set, limits retries together with every other policy that
+	// shares it; see [Budget].
+	Budget Budget
+
+	// Ticker is the clock for MaxDuration, deadlines and budgets. nil means
+	// [rampart.DefaultTicker]. Share it with the budget's other users.
+	Ticker rampart.Ticker
+
+	// Rand, when set, replaces math/rand/v2's per-thread generator for the
+	// jitter: it must return a uniform int64 in [0, n) for n > 0 and be safe
+	// for concurrent use if the policy is. For deterministic tests, e.g.
+	// rand.New(rand.NewPCG(1, 2)).Int64N behind a mutex, or a single
+	// goroutine.
+	Rand func(n int64) int64
+
+	// OnRetry is called before each retry's sleep with the number of
+	// attempts made so far, the delay and the error being retried.
+	OnRetry func(attempt int, delay time.Duration, err error)
+	// OnGiveUp is called when the policy gives up on a retryable error
+	// (not for [NotRetryable]): attempts made, why, and the last error.
+	OnGiveUp func(attempts int, reason Stop, err error)
+	// OnBudgetRefused is called when the budget refuses a retry, with the
+	// attempts made so far and the error that would have been retried.
+	OnBudgetRefused func(attempt int, err error)
+}
+
+// Stats are a Policy's counters since New. First-try successes are not
+// counted (that would cost the fast path an atomic).
+type Stats struct {
+	Retries        uint64 // retries granted (Decide returned Continue)
+	GiveUps        uint64 // give-up errors built
+	BudgetRefusals uint64 // retries the budget refused
+	ListenerPanics uint64 // listener panics recovered
+}
+
+// Policy retries failed operations; see the package documentation. Create it
+// with [New]; it is safe for concurrent use and holds no per-call state.
+type Policy struct {
+	// Read-mostly configuration, read by every call.
+	maxAttempts int
+	maxDur      int64
+	needStart   bool // read the clock before the first attempt (MaxDuration or a time-keeping budget)
+	full        bool // needStart || budget != nil: the first attempt needs more than a call
+	budget      Budget
+	ticker      rampart.Ticker
+	shouldRetry func(error) bool
+	bo          backoff
+	name        string
+
+	onRetry   func(int, time.Duration, error)
+	onGiveUp  func(int, Stop, error)
+	onRefused func(int, error)
+
+	// Counters written on the retry path only, never on a first-try
+	// success, so they are not padded.
+	retries, giveUps, refusals, panics atomic.Uint64
+}
+
+// New validates c and returns a Policy, or a [*rampart.ConfigError] (which
+// matches [rampart.ErrInvalidConfig]).
+func New(c Config) (*Policy, error) {
+	cfgErr := func(field, format string, args ...any) error {
+		return rampart.NewConfigError("retry", field, format, args...)
+	}
+	switch {
+	case c.MaxAttempts < 0:
+		return nil, cfgErr("MaxAttempts", "must be at least 1 (0 means the default 3), got %d", c.MaxAttempts)
+	case c.MaxDuration < 0:
+		return nil, cfgErr("MaxDuration", "must not be negative, got %v", c.MaxDuration)
+	case c.Backoff >= numBackoffs:
+		return nil, cfgErr("Backoff", "unknown kind %d", c.Backoff)
+	case c.BaseDelay < 0:
+		return nil, cfgErr("BaseDelay", "must not be negative, got %v", c.BaseDelay)
+	case c.MaxDelay < 0:
+		return nil, cfgErr("MaxDelay", "must not be negative, got %v", c.MaxDelay)
+	case c.Increment < 0:
+		return nil, cfgErr("Increment", "must not be negative, got %v", c.Increment)
+	case c.Multiplier != 0 && !(c.Multiplier >= 1 && c.Multiplier <= math.MaxFloat64):
+		return nil, cfgErr("Multiplier", "must be at least 1 and finite (0 means the default), got %v", c.Multiplier)
+	}
+	p := &Policy{
+		maxAttempts: c.MaxAttempts,
+		maxDur:      int64(c.MaxDuration),
+		budget:      c.Budget,
+		ticker:      c.Ticker,
+		shouldRetry: c.ShouldRetry,
+		name:        c.Name,
+		onRetry:     c.OnRetry,
+		onGiveUp:    c.OnGiveUp,
+		onRefused:   c.OnBudgetRefused,
+	}
+	if p.maxAttempts == 0 {
+		p.maxAttempts = 3
+	}
+	if p.ticker == nil {
+		p.ticker = rampart.DefaultTicker()
+	}
+	if p.shouldRetry == nil {
+		p.shouldRetry = defaultRetryable
+	}
+	base := int64(c.BaseDelay)
+	if base == 0 {
+		base = int64(100 * time.Millisecond)
+	}
+	maxD := int64(c.MaxDelay)
+	if maxD == 0 {
+		maxD = max(int64(10*time.Second), base)
+	}
+	if maxD < base {
+		return nil, cfgErr("MaxDelay", "must not be below BaseDelay (%v), got %v", time.Duration(base), c.MaxDelay)
+	}
+	mult := c.Multiplier
+	if mult == 0 {
+		mult = 2
+		if c.Backoff == DecorrelatedJitter {
+			mult = 3
+		}
+	}
+	inc := int64(c.Increment)
+	if inc == 0 {
+		inc = base
+	}
+	p.bo = backoff{kind: c.Backoff, base: base, max: maxD, inc: inc, mult: mult, rand: c.Rand}
+	if mult == math.Trunc(mult) && mult < 1<<62 {
+		p.bo.intMult = int64(mult)
+	}
+	_, bucket := c.Budget.(*TokenBucket) // the A6 bucket ignores time
+	p.needStart = p.maxDur > 0 || (c.Budget != nil && !bucket)
+	p.full = p.needStart || c.Budget != nil
+	return p, nil
+}
+
+// Budget returns the configured budget, or nil. Callers of the primitives
+// call its OnRequest and OnSuccess themselves; [Policy.Decide] calls
+// OnFailure and AllowRetry.
+func (p *Policy) Budget() Budget { return p.budget }
+
+// Ticker returns the policy's clock.
+func (p *Policy) Ticker() rampart.Ticker { return p.ticker }
+
+// MaxAttempts returns the effective maximum number of attempts.
+func (p *Policy) MaxAttempts() int { return p.maxAttempts }
+
+// Stats returns the policy's counters.
+func (p *Policy) Stats() Stats {
+	return Stats{Retries: p.retries.Load(), GiveUps: p.giveUps.Load(),
+		BudgetRefusals: p.refusals.Load(), ListenerPanics: p.panics.Load()}
+}
+
+// Retryable reports whether err would be retried if limits allowed: it is
+// not nil, not [Permanent], and Config.ShouldRetry (or the default
+// classifier) accepts it. [ErrRetryResult] is always retryable.
+func (p *Policy) Retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if err == ErrRetryResult {
+		return true
+	}
+	return !IsPermanent(err) && p.shouldRetry(err)
+}
+
+// Decide is the retry decision for the pipeline, with all per-call state in
+// the caller's locals. Call it once after each failed attempt:
+//
+//   - attempt: attempts made so far (1 after the first attempt failed);
+//   - err: the attempt's error (pass [ErrRetryResult] to retry an unwanted
+//     result);
+//   - start: the clock reading when the first attempt started (used only
+//     with Config.MaxDuration);
+//   - now: the current reading of the policy's ticker;
+//   - deadline: the context's deadline on the same clock, or 0 for none;
+//   - prev: the previous delay Decide returned (0 before the first retry),
+//     used by DecorrelatedJitter.
+//
+// It returns the delay to sleep and [Continue], or a reason to stop (the
+// delay is then 0); hand the reason to [Policy.GiveUp] to get the error to
+// return. Checks, in order: the error is retryable ([NotRetryable]); the
+// failure is recorded in the budget (OnFailure); attempts < MaxAttempts
+// ([MaxAttempts]); the delay (the error's [RetryAfterHint] if any, at most
+// MaxDelay, else the backoff) ends before start+MaxDuration ([MaxDuration])
+// and before the deadline ([Deadline]); the budget allows the retry
+// ([BudgetRefused]). On Continue it calls OnRetry; on a budget refusal,
+// OnBudgetRefused.
+//
+// Decide allocates nothing and takes no lock.
+func (p *Policy) Decide(attempt int, err error, start, now, deadline, prev int64) (delay int64, stop Stop) {
+	if !p.Retryable(err) {
+		return 0, NotRetryable
+	}
+	if p.budget != nil {
+		p.budget.OnFailure(now)
+	}
+	if attempt >= p.maxAttempts {
+		return 0, MaxAttempts
+	}
+	if h, ok := errors.AsType[RetryAfterHint](err); ok && h.RetryAfter() >= 0 {
+		delay = int64(h.RetryAfter())
+		if delay > p.bo.max {
+			return 0, HintTooLong
+		}
+	} else {
+		delay = p.bo.delay(max(attempt, 1), prev)
+	}
+	at := atomicx.SatAdd(now, delay) // when the next attempt would start
+	if p.maxDur > 0 && at-start > p.maxDur {
+		return 0, MaxDuration
+	}
+	if deadline != 0 && at >= deadline {
+		return 0, Deadline
+	}
+	if p.budget != nil && !p.budget.AllowRetry(now) {
+		p.refusals.Add(1)
+		if p.onRefused != nil {
+			notify.Call2(&p.panics, p.onRefused, attempt, err)
+		}
+		return 0, BudgetRefused
+	}
+	p.retries.Add(1)
+	if p.onRetry != nil {
+		notify.Call3(&p.panics, p.onRetry, attempt, time.Duration(delay), err)
+	}
+	return delay, Continue
+}
+
+// Next is the yes/no shorthand of [Policy.Decide] for callers that do not
+// keep the previous delay (DecorrelatedJitter then draws as for a first
+// retry) and do not need the reason. Prefer Decide in new code: GiveUp needs
+// the reason.
+func (p *Policy) Next(attempt int, err error, start, now, deadline int64) (delay int64, ok bool) {
+	delay, stop := p.Decide(attempt, err, start, now, deadline, 0)
+	return delay, stop == Continue
+}
+
+// GiveUp returns the error a caller returns when [Policy.Decide] (or the
+// sleep) stopped the retries: for [NotRetryable], last itself (without its
+// [Permanent] marker, when the marker is the outermost error); otherwise a
+// new [*ExhaustedError] that matches [ErrExhausted] and unwraps to last.
+// cause is the context's error for [Canceled] (nil otherwise). It calls
+// OnGiveUp for every reason but NotRetryable. It allocates only the
+// ExhaustedError.
+func (p *Policy) GiveUp(reason Stop, attempts int, last, cause error) error {
+	if reason == NotRetryable || reason == Continue {
+		if pe, ok := last.(*permanentError); ok {
+			return pe.err
+		}
+		return last
+	}
+	p.giveUps.Add(1)
+	if p.onGiveUp != nil {
+		notify.Call3(&p.panics, p.onGiveUp, attempts, reason, last)
+	}
+	return &ExhaustedError{name: p.name, attempts: attempts, reason: reason, last: last, cause: cause}
+}
+
+// Deadline returns ctx's deadline on the policy's clock, given now read
+// from it, or 0 when ctx has none. It reads the wall clock once (time.Until).
+func (p *Policy) Deadline(ctx context.Context, now int64) int64 {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	return max(atomicx.SatAdd(now, int64(time.Until(d))), 1)
+}
+
+// Sleep waits delay nanoseconds, or until ctx is done, whichever comes
+// first; it returns ctx's error in the second case (and at once when ctx is
+// already done). It allocates one timer when ctx can be canceled.
+func (p *Policy) Sleep(ctx context.Context, delay int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if delay <= 0 {
+		return nil
+	}
+	done := ctx.Done()
+	if done == nil {
+		time.Sleep(time.Duration(delay))
+		return nil
+	}
+	t := time.NewTimer(time.Duration(delay))
+	select {
+	case <-t.C:
+		return nil
+	case <-done:
+		t.Stop()
+		return ctx.Err()
+	}
+}
+
+// Do calls fn until it succeeds, returns a non-retryable error, or a limit
+// stops the retries. It returns nil, fn's non-retryable error unchanged, or
+// an [*ExhaustedError] wrapping fn's last error. A first attempt that
+// succeeds costs one comparison, allocates nothing and reads no clock unless
+// MaxDuration or a RatioBudget needs it.
+//
+// A panic in fn (or runtime.Goexit) is recorded as a budget failure and
+// propagates; nothing else is held.
+func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
+	if p.full { // one load and a branch
+		return p.doFull(ctx, fn)
+	}
+	err := fn(ctx)
+	if err == nil {
+		return nil
+	}
+	return p.doRetry(ctx, fn, err, 0)
+}
+
+// doFull is Do with a clock read for the start and the budget protocol.
+func (p *Policy) doFull(ctx context.Context, fn func(context.Context) error) (err error) {
+	var start int64
+	if p.needStart {
+		start = p.ticker.Now() // the only clock read of a first-try success
+	}
+	b := p.budget
+	if b == nil {
+		if err = fn(ctx); err == nil {
+			return nil
+		}
+		return p.doRetry(ctx, fn, err, start)
+	}
+	b.OnRequest(start)
+	returned := false
+	defer func() {
+		if !returned { // fn panicked or called runtime.Goexit
+			b.OnFailure(start)
+		}
+	}()
+	if err = fn(ctx); err == nil {
+		b.OnSuccess(start)
+		returned = true
+		return nil
+	}
+	err = p.doRetry(ctx, fn, err, start)
+	returned = true
+	return err
+}
+
+// doRetry is the retry loop of Do (slow path): err is the first attempt's
+// error.
+func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, err error, start int64) error {
+	attempt, prev, deadline := 1, int64(0), int64(-1)
+	for {
+		if !p.Retryable(err) {
+			return p.GiveUp(NotRetryable, attempt, err, nil)
+		}
+		now := p.ticker.Now()
+		if deadline < 0 {
+			deadline = p.Deadline(ctx, now)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return p.GiveUp(Canceled, attempt, err, cerr)
+		}
+		delay, stop := p.Decide(attempt, err, start, now, deadline, prev)
+		if stop != Continue {
+			return p.GiveUp(stop, attempt, err, nil)
+		}
+		if cerr := p.Sleep(ctx, delay); cerr != nil {
+			return p.GiveUp(Canceled, attempt, err, cerr)
+		}
+		prev = delay
+		attempt++
+		if err = fn(ctx); err == nil {
+			if p.budget != nil {
+				p.budget.OnSuccess(p.budgetNow())
+			}
+			return nil
+		}
+	}
+}
+
+// budgetNow is the time handed to the budget after a retry succeeded.
+func (p *Policy) budgetNow() int64 {
+	if p.needStart {
+		return p.ticker.Now()
+	}
+	return 0
+}
+
+// Call is [Policy.Do] for a function with a typed result: it returns fn's
+// result of the successful attempt, or of the last one with the error.
+func Call[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error)) (T, error) {
+	return CallIf(ctx, p, fn, nil)
+}
+
+// CallIf is [Call] with a predicate on successful results: when fn returns
+// no error but retryResult(result) is true (an HTTP 503 response, say),
+// the attempt is retried like a failure. If the limits stop the retries
+// then, CallIf returns the last result with an [*ExhaustedError] whose last
+// error is [ErrRetryResult]. retryResult may be nil. The first-try success
+// costs one comparison plus one call of retryResult.
+func CallIf[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool) (T, error) {
+	if p.full { // one load and a branch
+		return callFull(ctx, p, fn, retryResult)
+	}
+	v, err := fn(ctx)
+	if err == nil && (retryResult == nil || !retryResult(v)) {
+		return v, nil
+	}
+	return callRetry(ctx, p, fn, retryResult, v, err, 0)
+}
+
+func callFull[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool) (v T, err error) {
+	var start int64
+	if p.needStart {
+		start = p.ticker.Now()
+	}
+	b := p.budget
+	if b == nil {
+		v, err = fn(ctx)
+		if err == nil && (retryResult == nil || !retryResult(v)) {
+			return v, nil
+		}
+		return callRetry(ctx, p, fn, retryResult, v, err, start)
+	}
+	b.OnRequest(start)
+	returned := false
+	defer func() {
+		if !returned {
+			b.OnFailure(start)
+		}
+	}()
+	v, err = fn(ctx)
+	if err == nil && (retryResult == nil || !retryResult(v)) {
+		b.OnSuccess(start)
+		returned = true
+		return v, nil
+	}
+	v, err = callRetry(ctx, p, fn, retryResult, v, err, start)
+	returned = true
+	return v, err
+}
+
+// callRetry is the retry loop of CallIf (slow path).
+func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool, v T, err error, start int64) (T, error) {
+	attempt, prev, deadline := 1, int64(0), int64(-1)
+	for {
+		if err == nil {
+			err = ErrRetryResult
+		}
+		if !p.Retryable(err) {
+			return v, p.GiveUp(NotRetryable, attempt, err, nil)
+		}
+		now := p.ticker.Now()
+		if deadline < 0 {
+			deadline = p.Deadline(ctx, now)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return v, p.GiveUp(Canceled, attempt, err, cerr)
+		}
+		delay, stop := p.Decide(attempt, err, start, now, deadline, prev)
+		if stop != Continue {
+			return v, p.GiveUp(stop, attempt, err, nil)
+		}
+		if cerr := p.Sleep(ctx, delay); cerr != nil {
+			return v, p.GiveUp(Canceled, attempt, err, cerr)
+		}
+		prev = delay
+		attempt++
+		v, err = fn(ctx)
+		if err == nil && (retryResult == nil || !retryResult(v)) {
+			if p.budget != nil {
+				p.budget.OnSuccess(p.budgetNow())
+			}
+			return v, nil
+		}
+	}
+}
