@@ -1,0 +1,73 @@
+package adaptive
+
+import (
+	"fmt"
+	"time"
+)
+
+// AIMD is the loss-based algorithm: additive increase, multiplicative
+// decrease, as TCP Reno. Per window:
+//
+//	if Drops > 0 or (Timeout > 0 and AvgRTT > Timeout):  L ← L · Backoff
+//	else if MaxInFlight · 2 ≥ L:                          L ← L + Increase
+//	else:                                                  L unchanged (app-limited)
+//
+// AIMD never looks at latency below Timeout, so it only backs off once calls
+// fail or time out: it fills the server's queue up to the point of loss and
+// then oscillates in the band [Backoff · L*, L*] where L* is the limit at
+// which losses start. Choose it when the dependency's latency is too noisy
+// to carry a signal, or when only failures are observable.
+//
+// The zero value is valid: Backoff 0.9, Increase 1, no Timeout.
+type AIMD struct {
+	// Backoff multiplies the limit after a window with a loss, in (0, 1).
+	// Default 0.9.
+	Backoff float64
+	// Increase is added to the limit after a window without loss whose
+	// in-flight count reached half the limit. Default 1.
+	Increase float64
+	// Timeout, when positive, treats a window whose mean RTT exceeds it as
+	// a loss. Default 0 (only Dropped releases are losses).
+	Timeout time.Duration
+}
+
+// Validate reports an invalid field. [New] calls it.
+func (a AIMD) Validate() error {
+	if a.Backoff != 0 && !(a.Backoff > 0 && a.Backoff < 1) {
+		return fmt.Errorf("AIMD.Backoff must be in (0, 1), got %v", a.Backoff)
+	}
+	if a.Increase < 0 || a.Increase != a.Increase {
+		return fmt.Errorf("AIMD.Increase must not be negative, got %v", a.Increase)
+	}
+	if a.Timeout < 0 {
+		return fmt.Errorf("AIMD.Timeout must not be negative, got %v", a.Timeout)
+	}
+	return nil
+}
+
+// Start implements [Algorithm].
+func (a AIMD) Start(initial, minLimit, maxLimit float64) Controller {
+	c := &aimd{backoff: a.Backoff, increase: a.Increase, timeout: int64(a.Timeout)}
+	if c.backoff == 0 {
+		c.backoff = 0.9
+	}
+	if c.increase == 0 {
+		c.increase = 1
+	}
+	return c
+}
+
+type aimd struct {
+	backoff, increase float64
+	timeout           int64
+}
+
+func (c *aimd) Update(s Sample) float64 {
+	if s.Drops > 0 || (c.timeout > 0 && s.Count > 0 && s.AvgRTT > c.timeout) {
+		return s.Limit * c.backoff
+	}
+	if s.appLimited() {
+		return s.Limit
+	}
+	return s.Limit + c.increase
+}

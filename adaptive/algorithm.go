@@ -1,0 +1,102 @@
+package adaptive
+
+import (
+	"math"
+	"time"
+)
+
+// Algorithm computes a [Limiter]'s concurrency limit from what the last
+// window observed. It is the limiter's pluggable seam: [AIMD], [Vegas] and
+// [Gradient2] implement it, and so may user code.
+//
+// An Algorithm value is a configuration: [New] calls Start once to create the
+// per-limiter [Controller] that holds the algorithm's state, so one Algorithm
+// value may configure many limiters.
+type Algorithm interface {
+	// Start returns a fresh controller for one limiter whose limit starts
+	// at initial and is kept within [min, max].
+	Start(initial, min, max float64) Controller
+}
+
+// Controller is one limiter's running instance of an [Algorithm].
+//
+// The limiter calls Update once per window, from the goroutine that crossed
+// the window boundary; calls never overlap, so a Controller needs no
+// synchronisation. Update returns the new limit (a fraction is fine: the
+// limiter keeps the fraction and publishes the floor). The limiter clamps the
+// result to [MinLimit, MaxLimit]; a NaN result leaves the limit unchanged.
+type Controller interface {
+	Update(s Sample) float64
+}
+
+// Sample is what one window observed, handed to [Controller.Update].
+//
+// RTTs are in nanoseconds, measured from [Limiter.Acquire] to
+// [Limiter.Release] of calls released with [Success]. Calls released with
+// [Dropped] count in Drops only; calls released with [Ignored] appear nowhere.
+type Sample struct {
+	Now         int64   // the time of the release that closed the window
+	Limit       float64 // the current (unclamped-fraction) limit
+	Count       int64   // successful calls completed in the window
+	Drops       int64   // calls released as Dropped (timeouts, overload errors)
+	AvgRTT      int64   // mean RTT of the successful calls (0 when Count is 0)
+	MinRTT      int64   // least RTT of the successful calls (0 when Count is 0)
+	MaxInFlight int64   // the most calls in flight seen by any call of the window, itself included
+}
+
+// appLimited reports whether the window never used half of the limit: then
+// latency says nothing about whether the limit is too low, and growing it
+// would only inflate it without evidence (Netflix's rule inflight*2 < limit).
+func (s Sample) appLimited() bool { return float64(s.MaxInFlight)*2 < s.Limit }
+
+// log10 returns log10(x), at least 1, so that additive steps never vanish at
+// small limits: with a plain log10 a limit of 1 grows by log10(1) = 0 and
+// stays at the minimum forever (go-concurrency-limits#117).
+func log10(x float64) float64 { return max(1, math.Log10(max(x, 1))) }
+
+// prober re-measures the no-load RTT, Envoy-style: every Every windows it
+// asks for a low limit for two windows (the first drains the queue, the
+// second measures) and then restores the limit it had. Without it a
+// baseline learnt once can only ratchet (Vegas) or drift with the load it
+// measures (Gradient2).
+type prober struct {
+	every int // windows between probes; 0 disables probing
+	limit float64
+	count int     // windows since the last probe
+	phase int     // 0 normal, 1 draining, 2 measuring
+	saved float64 // the limit before the probe
+}
+
+// step is called at the start of Update. When handled is true the caller
+// returns limit without computing anything; measured is then true on the
+// window that completes a probe, and the caller takes its new baseline from s
+// before returning limit (the limit restored from before the probe).
+func (p *prober) step(s Sample) (limit float64, handled, measured bool) {
+	if p.every <= 0 {
+		return 0, false, false
+	}
+	switch p.phase {
+	case 1: // the drain window ended; measure during the next one
+		p.phase = 2
+		return p.limit, true, false
+	case 2: // the measuring window ended; restore
+		p.phase = 0
+		p.count = 0
+		return p.saved, true, s.Count > 0
+	}
+	p.count++
+	if p.count >= p.every && !s.appLimited() && s.Limit > p.limit {
+		p.phase = 1
+		p.saved = s.Limit
+		return p.limit, true, false
+	}
+	return 0, false, false
+}
+
+// durationOr returns d in nanoseconds, or def when d is zero.
+func durationOr(d, def time.Duration) int64 {
+	if d == 0 {
+		return int64(def)
+	}
+	return int64(d)
+}

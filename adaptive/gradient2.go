@@ -1,0 +1,133 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+)
+
+// Gradient2 is Netflix's Gradient2 algorithm: it compares a short-term RTT
+// (this window's mean) with a long-term one (an exponential moving average
+// of the window means over LongWindow windows) and scales the limit by their
+// ratio, plus a constant headroom that lets it grow. Per window:
+//
+//	long     ← long + (AvgRTT − long) · 2/(LongWindow+1)
+//	if long / AvgRTT > 2:   long ← long · 0.95   (recover fast after a spike)
+//	MaxInFlight · 2 < L:    L unchanged (app-limited)
+//	gradient = clamp(Tolerance · long / AvgRTT, 0.5, 1)   (0.5 after a drop)
+//	L'       = L · gradient + QueueSize
+//	L        ← (1 − Smoothing) · L + Smoothing · L'
+//
+// While the short-term RTT stays within Tolerance of the long-term one the
+// gradient is 1 and the limit grows by QueueSize·Smoothing per window; once
+// queueing pushes the RTT past that, the gradient shrinks the limit
+// multiplicatively (never by more than half per window). It tracks changes
+// of the dependency's latency better than [Vegas], because its reference
+// (the long-term average) moves with them.
+//
+// Its weakness is drift: under a standing queue the long-term average
+// slowly rises to meet the short-term one. Every ProbeInterval windows rampart
+// therefore re-measures the no-load RTT as Envoy's gradient controller does
+// (the limit drops to ProbeLimit for two windows, the mean RTT of the second
+// becomes the long-term average, the previous limit is restored).
+//
+// The zero value is valid: Tolerance 1.2, QueueSize 4, Smoothing 0.2,
+// LongWindow 100, ProbeInterval 100, ProbeLimit 1. (Netflix defaults to a
+// Tolerance of 1.5, which holds the RTT up to 50 % above the baseline; with
+// 1.2 the simulated server keeps its queue within 25 % of its capacity.)
+type Gradient2 struct {
+	// Tolerance is the ratio of short- to long-term RTT accepted before the
+	// limit shrinks, at least 1. Default 1.2.
+	Tolerance float64
+	// QueueSize is the headroom added every window. Default 4.
+	QueueSize float64
+	// Smoothing is the weight of the new limit, in (0, 1]. Default 0.2.
+	Smoothing float64
+	// LongWindow is the number of windows the long-term average spans.
+	// Default 100.
+	LongWindow int
+	// ProbeInterval is the number of windows between re-measurements of
+	// the no-load RTT; negative disables them. Default 100.
+	ProbeInterval int
+	// ProbeLimit is the limit held during a re-measurement. Default 1 (the
+	// limiter's MinLimit applies).
+	ProbeLimit int
+}
+
+// Validate reports an invalid field. [New] calls it.
+func (g Gradient2) Validate() error {
+	switch {
+	case g.Tolerance != 0 && !(g.Tolerance >= 1) || math.IsInf(g.Tolerance, 0):
+		return fmt.Errorf("Gradient2.Tolerance must be at least 1, got %v", g.Tolerance)
+	case g.QueueSize < 0 || math.IsNaN(g.QueueSize) || math.IsInf(g.QueueSize, 0):
+		return fmt.Errorf("Gradient2.QueueSize must not be negative, got %v", g.QueueSize)
+	case g.Smoothing != 0 && !(g.Smoothing > 0 && g.Smoothing <= 1):
+		return fmt.Errorf("Gradient2.Smoothing must be in (0, 1], got %v", g.Smoothing)
+	case g.LongWindow < 0:
+		return fmt.Errorf("Gradient2.LongWindow must not be negative, got %v", g.LongWindow)
+	case g.ProbeLimit < 0:
+		return fmt.Errorf("Gradient2.ProbeLimit must not be negative, got %v", g.ProbeLimit)
+	}
+	return nil
+}
+
+// Start implements [Algorithm].
+func (g Gradient2) Start(initial, minLimit, maxLimit float64) Controller {
+	c := &gradient2{tolerance: g.Tolerance, queue: g.QueueSize, smoothing: g.Smoothing}
+	if c.tolerance == 0 {
+		c.tolerance = 1.2
+	}
+	if c.queue == 0 {
+		c.queue = 4
+	}
+	if c.smoothing == 0 {
+		c.smoothing = 0.2
+	}
+	n := g.LongWindow
+	if n == 0 {
+		n = 100
+	}
+	c.alpha = 2 / float64(n+1)
+	c.probe.every = g.ProbeInterval
+	if c.probe.every == 0 {
+		c.probe.every = 100
+	}
+	c.probe.limit = max(float64(g.ProbeLimit), 1, minLimit)
+	return c
+}
+
+type gradient2 struct {
+	tolerance, queue, smoothing float64
+	alpha                       float64 // EMA weight of a new window
+	long                        float64 // long-term mean RTT, ns; 0 = none yet
+	probe                       prober
+}
+
+func (c *gradient2) Update(s Sample) float64 {
+	if lim, handled, measured := c.probe.step(s); handled {
+		if measured {
+			c.long = float64(s.AvgRTT)
+		}
+		return lim
+	}
+	l := s.Limit
+	gradient := 1.0
+	if s.Count > 0 {
+		short := float64(max(s.AvgRTT, 1))
+		if c.long == 0 {
+			c.long = short
+		} else {
+			c.long += (short - c.long) * c.alpha
+		}
+		if c.long/short > 2 {
+			c.long *= 0.95
+		}
+		gradient = max(0.5, min(1, c.tolerance*c.long/short))
+	}
+	if s.Drops > 0 {
+		gradient = 0.5
+	} else if s.appLimited() || s.Count == 0 {
+		return l
+	}
+	next := l*gradient + c.queue
+	return (1-c.smoothing)*l + c.smoothing*next
+}

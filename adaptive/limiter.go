@@ -1,0 +1,497 @@
+package adaptive
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/atomicx"
+	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/pad"
+)
+
+// ErrLimited is the sentinel of every rejection by a [Limiter]: the calls in
+// flight reached the adaptive limit (or a waiting call was shed by the
+// queue). The error a Limiter returns matches it and [rampart.ErrRejected]
+// through errors.Is.
+var ErrLimited = errors.New("concurrency limit reached")
+
+// Outcome says how a call released with [Limiter.Release] ended, and so what
+// it teaches the algorithm.
+type Outcome uint8
+
+const (
+	// Success: the call completed (with or without an application error);
+	// its RTT is a latency sample.
+	Success Outcome = iota
+	// Dropped: the call timed out or the dependency shed it (an overload
+	// error): a loss, which makes every algorithm decrease the limit.
+	Dropped
+	// Ignored: the call ended for a reason that says nothing about the
+	// dependency (the caller cancelled, the caller panicked): it frees its
+	// slot and is not counted (Netflix concurrency-limits PR #146).
+	Ignored
+)
+
+// String returns "success", "dropped" or "ignored".
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "success"
+	case Dropped:
+		return "dropped"
+	case Ignored:
+		return "ignored"
+	}
+	return "unknown"
+}
+
+// Token is an admitted call's permit, returned by [Limiter.Acquire] and
+// handed back to [Limiter.Release] exactly once. It is a small value (no
+// pointer, nothing escapes) carrying the admission time. The zero Token is
+// not a permit: never release it.
+type Token struct {
+	start    int64 // the now given to Acquire
+	inflight int32 // calls in flight right after this one was admitted
+	part     int16 // 1 + the priority partition; 0 when none
+	ok       bool  // a real permit
+}
+
+// Start returns the time the call was admitted (the now given to Acquire).
+func (t Token) Start() int64 { return t.start }
+
+// Valid reports whether t is a permit (false for the zero Token).
+func (t Token) Valid() bool { return t.ok }
+
+// Config configures a [Limiter]. The zero value is valid: Gradient2, limits
+// 20 initial / 1 min / 1000 max, 1 s windows of at least 10 samples.
+type Config struct {
+	// Name identifies the limiter in its rejection error.
+	Name string
+	// Algorithm computes the limit once per window. Default Gradient2{}.
+	Algorithm Algorithm
+	// InitialLimit is the limit before the first window ends. Default 20
+	// (clamped to [MinLimit, MaxLimit]).
+	InitialLimit int
+	// MinLimit is the least limit, at least 1. Default 1.
+	MinLimit int
+	// MaxLimit is the greatest limit. Default 1000.
+	MaxLimit int
+	// Window is the least duration of an aggregation window. Default 1 s.
+	// Pick several times the dependency's typical latency.
+	Window time.Duration
+	// MinWindowSamples is the least number of successful calls a window
+	// must hold before it ends (a window with a drop ends regardless).
+	// Default 10.
+	MinWindowSamples int
+	// Partitions, when set, divide the limit between priorities: see
+	// [Limiter.AcquirePriority]. Shares must sum to at most 1.
+	Partitions []Partition
+	// Queue configures the optional waiting queue used by
+	// [Limiter.AcquireWait] and Do. Zero MaxLength: no queue, a full
+	// limiter rejects at once.
+	Queue QueueConfig
+	// Classify maps the error of a function run by Do or Call to an
+	// outcome. Default [DefaultClassify].
+	Classify func(ctx context.Context, err error) Outcome
+	// OnLimitChange is called with the old and new limit when a window
+	// changes the published limit. It runs on the goroutine that closed
+	// the window.
+	OnLimitChange func(oldLimit, newLimit int)
+	// Ticker is the clock of Do, Call and AcquireWait. Default
+	// rampart.DefaultTicker().
+	Ticker rampart.Ticker
+}
+
+// DefaultClassify is the default Config.Classify: nil is a [Success];
+// context.Canceled while ctx is cancelled is [Ignored] (the caller gave up);
+// context.DeadlineExceeded and rejections by other rampart policies
+// (rampart.ErrRejected) are [Dropped]; any other error is a [Success] (the
+// dependency answered, and its latency is a sample).
+func DefaultClassify(ctx context.Context, err error) Outcome {
+	switch {
+	case err == nil:
+		return Success
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return Ignored
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rampart.ErrRejected):
+		return Dropped
+	}
+	return Success
+}
+
+// Stats is a snapshot of a [Limiter], returned by value.
+type Stats struct {
+	Limit          int    // the published limit
+	InFlight       int    // calls admitted and not yet released
+	Peak           int    // the most calls in flight seen at an admission
+	Rejected       uint64 // calls refused (including those shed from the queue)
+	Samples        uint64 // Success releases counted in closed windows
+	Drops          uint64 // Dropped releases counted in closed windows
+	Windows        uint64 // windows closed (limit recomputations)
+	Queued         int    // calls waiting in the queue now
+	Shed           uint64 // waiting calls shed by CoDel or a full queue
+	ListenerPanics uint64 // listener panics recovered
+}
+
+// window holds the aggregates of the current window, written lock-free by
+// every release and swapped out by the goroutine that closes the window.
+type window struct {
+	_     pad.Line
+	sum   atomic.Int64 // Σ RTT of Success releases; written by each success
+	count atomic.Int64 // number of Success releases; same line as sum: written together
+	_     pad.Line
+	min   atomic.Int64 // least RTT; read by each success, written only when lower
+	maxIn atomic.Int64 // most in flight; read by each success, written only when higher
+	drops atomic.Int64 // Dropped releases; written only on losses
+	_     pad.Line
+}
+
+// Limiter is an adaptive concurrency limiter: a counter of calls in flight
+// checked against a limit that an [Algorithm] recomputes once per window
+// from the RTTs and losses the calls report. See the package documentation.
+type Limiter struct {
+	inflight pad.Int64 // +1 by every admission, −1 by every release and undone admission
+
+	// Read by every call, written once per window: grouped on one line.
+	_         pad.Line
+	limit     atomic.Int64 // the published limit
+	windowEnd atomic.Int64 // time the current window may end; lockedWindow while it is being closed
+	_         pad.Line
+
+	win      window
+	rejected pad.Uint64 // +1 by every rejection
+
+	// Read-only after New.
+	minLimit, maxLimit float64
+	window             int64
+	minSamples         int64
+	parts              []partition
+	rejErr             *rampart.RejectedError
+	ticker             rampart.Ticker
+	classify           func(context.Context, error) Outcome
+	onLimit            func(int, int)
+	queue              *queue // nil without Config.Queue
+
+	// Owned by the goroutine that holds the window lock (windowEnd ==
+	// lockedWindow); published through the CAS and Store on windowEnd.
+	ctrl Controller
+	est  float64
+
+	// Totals of closed windows and other rare counters.
+	samples, drops, windows, panics atomic.Uint64
+	peak                            atomic.Int64
+}
+
+// lockedWindow in windowEnd marks a window being closed: no time reaches it,
+// so no other goroutine tries to close the window meanwhile.
+const lockedWindow = math.MaxInt64
+
+// New validates c and returns a Limiter. An invalid field gives a
+// *rampart.ConfigError (matching rampart.ErrInvalidConfig).
+func New(c Config) (*Limiter, error) {
+	const policy = "adaptive"
+	if c.MinLimit < 0 {
+		return nil, rampart.NewConfigError(policy, "MinLimit", "must not be negative, got %d", c.MinLimit)
+	}
+	if c.MaxLimit < 0 {
+		return nil, rampart.NewConfigError(policy, "MaxLimit", "must not be negative, got %d", c.MaxLimit)
+	}
+	if c.InitialLimit < 0 {
+		return nil, rampart.NewConfigError(policy, "InitialLimit", "must not be negative, got %d", c.InitialLimit)
+	}
+	minL, maxL, initL := max(c.MinLimit, 1), c.MaxLimit, c.InitialLimit
+	if maxL == 0 {
+		maxL = max(1000, minL)
+	}
+	if maxL > math.MaxInt32 {
+		return nil, rampart.NewConfigError(policy, "MaxLimit", "must be at most %d, got %d", math.MaxInt32, maxL)
+	}
+	if maxL < minL {
+		return nil, rampart.NewConfigError(policy, "MaxLimit", "(%d) must be at least MinLimit (%d)", maxL, minL)
+	}
+	if initL == 0 {
+		initL = 20
+	}
+	initL = min(max(initL, minL), maxL)
+	if c.Window < 0 {
+		return nil, rampart.NewConfigError(policy, "Window", "must not be negative, got %v", c.Window)
+	}
+	if c.MinWindowSamples < 0 {
+		return nil, rampart.NewConfigError(policy, "MinWindowSamples", "must not be negative, got %d", c.MinWindowSamples)
+	}
+	alg := c.Algorithm
+	if alg == nil {
+		alg = Gradient2{}
+	}
+	if v, ok := alg.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, rampart.NewConfigError(policy, "Algorithm", "%v", err)
+		}
+	}
+	parts, err := newPartitions(c.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	q, err := newQueue(c.Queue)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		minLimit:   float64(minL),
+		maxLimit:   float64(maxL),
+		window:     durationOr(c.Window, time.Second),
+		minSamples: int64(c.MinWindowSamples),
+		parts:      parts,
+		rejErr:     rampart.NewRejectedError(policy, c.Name, ErrLimited),
+		ticker:     c.Ticker,
+		classify:   c.Classify,
+		onLimit:    c.OnLimitChange,
+		queue:      q,
+		est:        float64(initL),
+	}
+	if l.minSamples == 0 {
+		l.minSamples = 10
+	}
+	if l.ticker == nil {
+		l.ticker = rampart.DefaultTicker()
+	}
+	if l.classify == nil {
+		l.classify = DefaultClassify
+	}
+	l.ctrl = alg.Start(l.est, l.minLimit, l.maxLimit)
+	if l.ctrl == nil {
+		return nil, rampart.NewConfigError(policy, "Algorithm", "Start returned a nil Controller")
+	}
+	l.win.min.Store(math.MaxInt64)
+	l.publish(int64(initL))
+	l.windowEnd.Store(atomicx.SatAdd(l.ticker.Now(), l.window))
+	return l, nil
+}
+
+// Acquire admits a call if fewer calls than the limit are in flight, and
+// returns its Token; otherwise it returns (Token{}, false) and counts a
+// rejection. now is the current time from the limiter's ticker (it becomes
+// the start of the call's RTT). An admitted call must be released exactly
+// once with [Limiter.Release].
+//
+// Cost: one atomic add when admitted; a rejection adds one more (undo) and a
+// counter increment. No allocation, no lock, no clock read. Acquire does not
+// look at partitions or the queue: see AcquirePriority and AcquireWait.
+//
+// In flight never exceeds the limit because of admissions: a transient
+// excess, at most one per goroutine concurrently inside Acquire, exists only
+// between an over-limit add and its undo, and is never admitted. When a
+// window lowers the limit, the calls already in flight above it finish
+// normally.
+func (l *Limiter) Acquire(now int64) (Token, bool) {
+	n := l.inflight.Add(1) // atomic 1: take a slot
+	if n > l.limit.Load() {
+		return l.reject()
+	}
+	return Token{start: now, inflight: int32(n), ok: true}, true
+}
+
+// reject undoes an admission attempt. Slow path.
+func (l *Limiter) reject() (Token, bool) {
+	l.inflight.Add(-1) // atomic 2: give the slot back
+	l.rejected.Add(1)  // atomic 3: stats
+	return Token{}, false
+}
+
+// tryAcquire is Acquire without counting a rejection (the waiting path).
+func (l *Limiter) tryAcquire(now int64) (Token, bool) {
+	n := l.inflight.Add(1)
+	if n > l.limit.Load() {
+		l.inflight.Add(-1)
+		return Token{}, false
+	}
+	return Token{start: now, inflight: int32(n), ok: true}, true
+}
+
+// Release ends the call of t at time now with outcome o, freeing its slot.
+// A Success contributes the RTT now − t.Start() to the window; a Dropped call
+// counts as a loss; an Ignored one only frees the slot. If now is past the
+// end of the window, the caller closes it: it swaps the aggregates out and
+// runs the algorithm (a few hundred nanoseconds, once per window).
+//
+// Cost on Success: four atomic adds (slot, sum, count; nothing else written
+// unless this RTT is the window's least or its in-flight count the
+// greatest) and three loads. No allocation, no lock, no clock read.
+func (l *Limiter) Release(t Token, now int64, o Outcome) {
+	l.inflight.Add(-1) // atomic 1: free the slot
+	if t.part > 0 {
+		l.parts[t.part-1].inflight.Add(-1) // the partition's slot
+	}
+	switch o {
+	case Success:
+		rtt := max(now-t.start, 0)
+		l.win.sum.Add(rtt)                           // atomic 2: RTT sum
+		l.win.count.Add(1)                           // atomic 3: sample count
+		atomicx.Min(&l.win.min, rtt)                 // a load; a CAS only for a new minimum
+		atomicx.Max(&l.win.maxIn, int64(t.inflight)) // a load; a CAS only for a new maximum
+	case Dropped:
+		l.win.drops.Add(1)
+	}
+	if l.queue != nil && l.queue.waiting.Load() > 0 {
+		l.queue.handoff(l, now) // slow path: a waiter may take the freed slot
+	}
+	if now >= l.windowEnd.Load() { // a load of the read-mostly line
+		l.closeWindow(now)
+	}
+}
+
+// closeWindow ends the window if it is due and holds enough evidence, and
+// recomputes the limit. Slow path: once per window (plus two loads per
+// release while a due window waits for samples).
+func (l *Limiter) closeWindow(now int64) {
+	end := l.windowEnd.Load()
+	if now < end {
+		return // another goroutine closed it, or is closing it (end == lockedWindow)
+	}
+	if l.win.count.Load() < l.minSamples && l.win.drops.Load() == 0 {
+		return // not enough evidence yet: keep aggregating
+	}
+	if !l.windowEnd.CompareAndSwap(end, lockedWindow) { // the window epoch CAS: one winner
+		return
+	}
+	next := atomicx.SatAdd(now, l.window)
+	defer func() {
+		if r := recover(); r != nil { // a user Controller panicked: keep the limiter alive
+			l.windowEnd.Store(next)
+			panic(r)
+		}
+	}()
+	// Swap the aggregates out. A release racing with these swaps may put
+	// its sum in one window and its count in the next: a sample's worth of
+	// error, accepted to keep releases lock-free.
+	sum := l.win.sum.Swap(0)
+	count := l.win.count.Swap(0)
+	mn := l.win.min.Swap(math.MaxInt64)
+	maxIn := l.win.maxIn.Swap(0)
+	drops := l.win.drops.Swap(0)
+	s := Sample{Now: now, Limit: l.est, Count: count, Drops: drops, MaxInFlight: maxIn}
+	if count > 0 {
+		s.AvgRTT = sum / count
+		s.MinRTT = mn
+	}
+	est := l.ctrl.Update(s)
+	if est != est { // NaN: keep the limit
+		est = l.est
+	}
+	est = min(max(est, l.minLimit), l.maxLimit)
+	l.est = est
+	l.samples.Add(uint64(count))
+	l.drops.Add(uint64(drops))
+	l.windows.Add(1)
+	atomicx.Max(&l.peak, maxIn)
+	old := l.limit.Load()
+	nl := int64(est)
+	if nl != old {
+		l.publish(nl)
+	}
+	l.windowEnd.Store(next) // releases the window lock
+	if nl != old && l.onLimit != nil {
+		notify.Call2(&l.panics, l.onLimit, int(old), int(nl))
+	}
+}
+
+// publish stores a new limit and the partitions' shares of it.
+func (l *Limiter) publish(n int64) {
+	l.limit.Store(n)
+	for i := range l.parts {
+		l.parts[i].share.Store(max(int64(float64(n)*l.parts[i].frac), 0))
+	}
+}
+
+// Limit returns the current limit.
+func (l *Limiter) Limit() int { return int(l.limit.Load()) }
+
+// InFlight returns the number of calls admitted and not yet released.
+func (l *Limiter) InFlight() int { return int(max(l.inflight.Load(), 0)) }
+
+// RejectedError returns the limiter's preallocated rejection error, which
+// matches [ErrLimited] and [rampart.ErrRejected]: what callers of Acquire
+// return when it refuses.
+func (l *Limiter) RejectedError() error { return l.rejErr }
+
+// Ticker returns the clock of the limiter's shorthands.
+func (l *Limiter) Ticker() rampart.Ticker { return l.ticker }
+
+// Stats returns a snapshot of the counters. It allocates nothing; the
+// fields are read one by one, so they may be mutually inconsistent by the
+// calls that ran meanwhile.
+func (l *Limiter) Stats() Stats {
+	s := Stats{
+		Limit:          int(l.limit.Load()),
+		InFlight:       l.InFlight(),
+		Peak:           int(max(l.peak.Load(), l.win.maxIn.Load())),
+		Rejected:       l.rejected.Load(),
+		Samples:        l.samples.Load(),
+		Drops:          l.drops.Load(),
+		Windows:        l.windows.Load(),
+		ListenerPanics: l.panics.Load(),
+	}
+	if l.queue != nil {
+		s.Queued = int(l.queue.waiting.Load())
+		s.Shed = l.queue.shed.Load()
+	}
+	return s
+}
+
+// Do runs fn under the limiter: it acquires (waiting in the queue when one
+// is configured, else rejecting at once with [Limiter.RejectedError]), runs
+// fn, and releases with the outcome Config.Classify gives fn's error. fn's
+// error is returned unchanged. If fn panics or calls runtime.Goexit the slot
+// is released as [Ignored] and the panic continues.
+func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error {
+	t, err := l.admit(ctx)
+	if err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if !done { // fn panicked or called Goexit
+			l.Release(t, l.ticker.Now(), Ignored)
+		}
+	}()
+	err = fn(ctx)
+	done = true
+	l.Release(t, l.ticker.Now(), l.classify(ctx, err))
+	return err
+}
+
+// Call is the typed form of [Limiter.Do]: it runs fn under l and returns its
+// result and error unchanged, or the zero T and the rejection.
+func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, error)) (T, error) {
+	t, err := l.admit(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	done := false
+	defer func() {
+		if !done {
+			l.Release(t, l.ticker.Now(), Ignored)
+		}
+	}()
+	v, err := fn(ctx)
+	done = true
+	l.Release(t, l.ticker.Now(), l.classify(ctx, err))
+	return v, err
+}
+
+// admit is the acquisition of Do and Call.
+func (l *Limiter) admit(ctx context.Context) (Token, error) {
+	now := l.ticker.Now()
+	if l.queue != nil {
+		return l.AcquireWait(ctx, now)
+	}
+	if t, ok := l.Acquire(now); ok {
+		return t, nil
+	}
+	return Token{}, l.rejErr
+}

@@ -1,0 +1,224 @@
+package adaptive
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+)
+
+// QueueConfig configures a [Limiter]'s optional waiting queue: calls that
+// find the limit reached wait for a slot instead of failing at once, under
+// the discipline Facebook describes in "Fail at Scale" (CoDel and adaptive
+// LIFO):
+//
+//   - The queue is overloaded when it has not been empty during the last
+//     Interval. Then a waiter may wait at most Target; otherwise at most
+//     Interval. A waiter past its bound is shed (rejected) when a slot frees
+//     up or when its own timer fires, whichever comes first.
+//   - While overloaded, a freed slot goes to the newest waiter (LIFO): the
+//     oldest ones are the likeliest to have been abandoned by their own
+//     callers, and serving the newest keeps the latency of the calls that are
+//     served low. Otherwise waiters are served first come, first served.
+//   - A call that finds MaxLength waiters is rejected at once.
+//
+// The waiting path takes a mutex and allocates a timer; the admission and
+// release paths only read one atomic counter of waiters while the queue is
+// empty.
+type QueueConfig struct {
+	// MaxLength is the most calls that may wait. Zero disables the queue.
+	MaxLength int
+	// Target is the longest wait while the queue is overloaded (CoDel's
+	// target). Default 5 ms.
+	Target time.Duration
+	// Interval is the time the queue must have been non-empty to count as
+	// overloaded, and the longest wait otherwise (CoDel's interval).
+	// Default 100 ms; must be at least Target.
+	Interval time.Duration
+	// FIFO disables adaptive LIFO: waiters are always served oldest first.
+	FIFO bool
+}
+
+type waiter struct {
+	enq int64
+	ch  chan Token // buffered 1: the handoff never blocks
+}
+
+var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan Token, 1)} }}
+
+type queue struct {
+	waiting atomic.Int32  // waiters in items; read by every release
+	shed    atomic.Uint64 // waiters shed and arrivals refused by a full queue
+
+	maxLen           int
+	target, interval int64
+	lifo             bool
+
+	mu        sync.Mutex
+	items     []*waiter // oldest first
+	lastEmpty int64     // the last time items was empty
+}
+
+func newQueue(c QueueConfig) (*queue, error) {
+	const policy = "adaptive"
+	if c.MaxLength < 0 {
+		return nil, rampart.NewConfigError(policy, "Queue.MaxLength", "must not be negative, got %d", c.MaxLength)
+	}
+	if c.Target < 0 {
+		return nil, rampart.NewConfigError(policy, "Queue.Target", "must not be negative, got %v", c.Target)
+	}
+	if c.Interval < 0 {
+		return nil, rampart.NewConfigError(policy, "Queue.Interval", "must not be negative, got %v", c.Interval)
+	}
+	q := &queue{
+		maxLen:   c.MaxLength,
+		target:   durationOr(c.Target, 5*time.Millisecond),
+		interval: durationOr(c.Interval, 100*time.Millisecond),
+		lifo:     !c.FIFO,
+	}
+	if q.interval < q.target {
+		return nil, rampart.NewConfigError(policy, "Queue.Interval", "(%v) must be at least Target (%v)", time.Duration(q.interval), time.Duration(q.target))
+	}
+	if c.MaxLength == 0 {
+		return nil, nil
+	}
+	return q, nil
+}
+
+// overloaded reports whether the queue has been non-empty for more than the
+// interval. Call with mu held.
+func (q *queue) overloaded(now int64) bool {
+	return len(q.items) > 0 && now-q.lastEmpty > q.interval
+}
+
+// removeAt deletes items[i]. Call with mu held.
+func (q *queue) removeAt(i int, now int64) {
+	copy(q.items[i:], q.items[i+1:])
+	q.items[len(q.items)-1] = nil
+	q.items = q.items[:len(q.items)-1]
+	q.waiting.Add(-1)
+	if len(q.items) == 0 {
+		q.lastEmpty = now
+	}
+}
+
+// handoff sheds waiters past their bound and gives a free slot, if any, to
+// the next waiter. Slow path: runs in Release only while someone waits.
+func (q *queue) handoff(l *Limiter, now int64) {
+	q.mu.Lock()
+	bound := q.interval
+	over := q.overloaded(now)
+	if over {
+		bound = q.target
+	}
+	for len(q.items) > 0 && now-q.items[0].enq > bound { // CoDel: shed the stale
+		w := q.items[0]
+		q.removeAt(0, now)
+		q.shed.Add(1)
+		l.rejected.Add(1)
+		w.ch <- Token{}
+	}
+	if len(q.items) > 0 {
+		i := 0
+		if over && q.lifo {
+			i = len(q.items) - 1
+		}
+		if t, ok := l.tryAcquire(now); ok {
+			w := q.items[i]
+			q.removeAt(i, now)
+			w.ch <- t
+		}
+	}
+	q.mu.Unlock()
+}
+
+// AcquireWait admits a call like Acquire, but when the limit is reached and
+// Config.Queue is set it waits for a slot, under the queue's CoDel and
+// adaptive-LIFO discipline (see [QueueConfig]), until ctx is done. It
+// returns the Token, or the limiter's rejection (the queue was full or shed
+// the call), or ctx.Err(). Without a queue it is Acquire returning an error.
+// now is the current time; the RTT of a call that waited starts when it got
+// its slot.
+//
+// The waiting path allocates (a timer) and takes a mutex; the immediate
+// admission does neither.
+func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
+	if t, ok := l.tryAcquire(now); ok {
+		return t, nil
+	}
+	q := l.queue
+	if q == nil {
+		l.rejected.Add(1)
+		return Token{}, l.rejErr
+	}
+	if err := ctx.Err(); err != nil {
+		return Token{}, err
+	}
+	q.mu.Lock()
+	if len(q.items) >= q.maxLen {
+		q.mu.Unlock()
+		q.shed.Add(1)
+		l.rejected.Add(1)
+		return Token{}, l.rejErr
+	}
+	if len(q.items) == 0 {
+		q.lastEmpty = now
+	}
+	w := waiterPool.Get().(*waiter)
+	w.enq = now
+	q.items = append(q.items, w)
+	q.waiting.Add(1)
+	// A release between the failed tryAcquire and the enqueue saw no
+	// waiter and handed its slot to nobody: try again now that we are
+	// visible.
+	if t, ok := l.tryAcquire(now); ok {
+		q.removeAt(len(q.items)-1, now)
+		q.mu.Unlock()
+		waiterPool.Put(w)
+		return t, nil
+	}
+	q.mu.Unlock()
+
+	timer := time.NewTimer(time.Duration(q.interval))
+	defer timer.Stop()
+	var cause error
+	select {
+	case t := <-w.ch:
+		waiterPool.Put(w)
+		if !t.ok {
+			return Token{}, l.rejErr
+		}
+		return t, nil
+	case <-ctx.Done():
+		cause = ctx.Err()
+	case <-timer.C:
+		cause = l.rejErr
+	}
+	q.mu.Lock()
+	for i, x := range q.items {
+		if x == w {
+			q.removeAt(i, l.ticker.Now())
+			q.mu.Unlock()
+			waiterPool.Put(w)
+			if cause == l.rejErr {
+				q.shed.Add(1)
+				l.rejected.Add(1)
+			}
+			return Token{}, cause
+		}
+	}
+	q.mu.Unlock()
+	// Handed a result just as we gave up: it is in the channel.
+	t := <-w.ch
+	waiterPool.Put(w)
+	if !t.ok {
+		return Token{}, l.rejErr
+	}
+	if cause != l.rejErr { // the caller is gone: give the slot back
+		l.Release(t, l.ticker.Now(), Ignored)
+		return Token{}, cause
+	}
+	return t, nil
+}

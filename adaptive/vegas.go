@@ -1,0 +1,134 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+)
+
+// Vegas is the delay-based algorithm of TCP Vegas as Netflix's
+// concurrency-limits adapts it. It keeps a baseline RTT (the least RTT seen,
+// the latency without queueing) and estimates how many calls are queued at
+// the dependency from Little's law:
+//
+//	queue = L · (1 − baseline / AvgRTT)
+//
+// With α = Alpha·log10(L), β = Beta·log10(L) and t = log10(L) (each log10
+// taken as at least 1, so that steps never vanish at L = 1), per window:
+//
+//	Drops > 0:                 L ← L − log10(L)
+//	MaxInFlight · 2 < L:       L unchanged (app-limited: no evidence)
+//	queue ≤ t:                 L ← L + β          (far from saturation)
+//	queue < α:                 L ← L + log10(L)   (approaching it)
+//	queue > β:                 L ← L − max(log10(L), (queue − β)/2)
+//	otherwise:                 L unchanged        (α ≤ queue ≤ β: the target)
+//	then                       L ← (1 − Smoothing) · L_old + Smoothing · L
+//
+// so the limit settles where a few calls (between α and β) wait at the
+// dependency: the capacity plus a small queue. The decrease term
+// (queue − β)/2 is rampart's: Netflix subtracts only log10(L), so a limit
+// ten times too high takes hundreds of windows to come down; with the
+// larger step it halves its excess each window.
+//
+// The baseline is re-measured every ProbeInterval windows (Envoy's rule):
+// the limit drops to ProbeLimit for two windows, the least RTT of the second
+// becomes the baseline, and the previous limit is restored. Between probes
+// the baseline only decreases.
+//
+// The zero value is valid: Alpha 3, Beta 6, Smoothing 1, ProbeInterval 100,
+// ProbeLimit 1.
+type Vegas struct {
+	Alpha     float64 // lower queue target, times log10(L). Default 3.
+	Beta      float64 // upper queue target, times log10(L). Default 6; must exceed Alpha.
+	Smoothing float64 // weight of the new limit, in (0, 1]. Default 1.
+	// ProbeInterval is the number of windows between baseline
+	// re-measurements; negative disables them. Default 100.
+	ProbeInterval int
+	// ProbeLimit is the limit held during a re-measurement. Default 1 (the
+	// limiter's MinLimit applies).
+	ProbeLimit int
+}
+
+// Validate reports an invalid field. [New] calls it.
+func (v Vegas) Validate() error {
+	a, b := v.defaults()
+	switch {
+	case v.Alpha < 0 || math.IsNaN(v.Alpha):
+		return fmt.Errorf("Vegas.Alpha must not be negative, got %v", v.Alpha)
+	case v.Beta < 0 || math.IsNaN(v.Beta):
+		return fmt.Errorf("Vegas.Beta must not be negative, got %v", v.Beta)
+	case b <= a:
+		return fmt.Errorf("Vegas.Beta (%v) must exceed Alpha (%v)", b, a)
+	case v.Smoothing != 0 && !(v.Smoothing > 0 && v.Smoothing <= 1):
+		return fmt.Errorf("Vegas.Smoothing must be in (0, 1], got %v", v.Smoothing)
+	case v.ProbeLimit < 0:
+		return fmt.Errorf("Vegas.ProbeLimit must not be negative, got %v", v.ProbeLimit)
+	}
+	return nil
+}
+
+func (v Vegas) defaults() (alpha, beta float64) {
+	alpha, beta = v.Alpha, v.Beta
+	if alpha == 0 {
+		alpha = 3
+	}
+	if beta == 0 {
+		beta = 6
+	}
+	return alpha, beta
+}
+
+// Start implements [Algorithm].
+func (v Vegas) Start(initial, minLimit, maxLimit float64) Controller {
+	c := &vegas{smoothing: v.Smoothing}
+	c.alpha, c.beta = v.defaults()
+	if c.smoothing == 0 {
+		c.smoothing = 1
+	}
+	c.probe.every = v.ProbeInterval
+	if c.probe.every == 0 {
+		c.probe.every = 100
+	}
+	c.probe.limit = max(float64(v.ProbeLimit), 1, minLimit)
+	return c
+}
+
+type vegas struct {
+	alpha, beta, smoothing float64
+	baseline               int64 // least RTT seen since the last probe; 0 = none yet
+	probe                  prober
+}
+
+func (c *vegas) Update(s Sample) float64 {
+	if lim, handled, measured := c.probe.step(s); handled {
+		if measured {
+			c.baseline = s.MinRTT
+		}
+		return lim
+	}
+	if s.Count > 0 && (c.baseline == 0 || s.MinRTT < c.baseline) {
+		c.baseline = s.MinRTT
+	}
+	l := s.Limit
+	lg := log10(l)
+	var next float64
+	switch {
+	case s.Drops > 0:
+		next = l - lg
+	case s.appLimited() || s.Count == 0 || c.baseline == 0:
+		return l
+	default:
+		queue := l * (1 - float64(c.baseline)/float64(max(s.AvgRTT, 1)))
+		alpha, beta := c.alpha*lg, c.beta*lg
+		switch {
+		case queue <= lg:
+			next = l + beta
+		case queue < alpha:
+			next = l + lg
+		case queue > beta:
+			next = l - max(lg, (queue-beta)/2)
+		default:
+			return l
+		}
+	}
+	return (1-c.smoothing)*l + c.smoothing*next
+}
