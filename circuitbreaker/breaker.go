@@ -1,0 +1,646 @@
+package circuitbreaker
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/pad"
+)
+
+// ErrOpen is the sentinel of every rejection by a breaker: open, forced
+// open, or half-open with every probe taken. Match it with errors.Is; the
+// error a breaker returns also matches rampart.ErrRejected.
+var ErrOpen = errors.New("open")
+
+// ErrHalfOpenFull is the sentinel of a rejection in half-open because every
+// probe of the period is taken or in flight. It wraps ErrOpen, so
+// errors.Is(err, ErrOpen) holds for it too.
+var ErrHalfOpenFull = &halfOpenFull{}
+
+type halfOpenFull struct{}
+
+func (*halfOpenFull) Error() string { return "open (half-open, probes busy)" }
+func (*halfOpenFull) Unwrap() error { return ErrOpen }
+
+// The state word packs the state, the half-open probe counters and the
+// generation into one uint64, so that every decision is made on one atomic
+// load and every change is one CAS:
+//
+//	 63                  35 34      27 26      19 18      11 10       3 2     0
+//	+----------------------+----------+----------+----------+----------+-------+
+//	| generation (29 bits) | failed   | succeeded| in flight| admitted | state |
+//	+----------------------+----------+----------+----------+----------+-------+
+//
+// The four 8-bit probe counters are those of the current half-open period;
+// they are zero in every other state. Every transition adds one to the
+// generation and clears the counters, so a permit (which carries the word it
+// was admitted under) is current exactly when its generation and state
+// still match (keyMask). The generation wraps after 2^29 transitions; a
+// permit would have to be held across a multiple of that to be mistaken.
+const (
+	stateBits  = 3
+	fieldBits  = 8
+	fieldMax   = 1<<fieldBits - 1
+	admShift   = stateBits
+	inflShift  = admShift + fieldBits
+	succShift  = inflShift + fieldBits
+	failShift  = succShift + fieldBits
+	genShift   = failShift + fieldBits
+	stateMask  = 1<<stateBits - 1
+	genMask    = (1<<64 - 1) >> genShift << genShift
+	keyMask    = genMask | stateMask
+	admOne     = 1 << admShift
+	inflOne    = 1 << inflShift
+	succOne    = 1 << succShift
+	failOne    = 1 << failShift
+	genOne     = 1 << genShift
+	noTime     = math.MinInt64 // Permit.start / now when the clock was not read
+	fastNone   = 0
+	fastCount  = 1
+	fastConsec = 2
+)
+
+func field(w uint64, shift uint) int { return int(w >> shift & fieldMax) }
+
+// Permit is the admission of one call: the state word it was admitted under
+// (generation and state) and the time it started. Pass it back to
+// [Breaker.Record] or [Breaker.RecordResult] exactly once. A permit from an
+// older generation (the breaker changed state since) is ignored when
+// recorded. The zero Permit is never current.
+type Permit struct {
+	word  uint64
+	start int64
+}
+
+// Start returns the time passed to Acquire (math.MinInt64 when a shorthand
+// did not read the clock).
+func (p Permit) Start() int64 { return p.start }
+
+// Breaker is a circuit breaker. Create it with [New]; it is safe for
+// concurrent use. See the package documentation for the algorithm.
+type Breaker struct {
+	// Hot words, each alone on its cache line.
+	state      pad.Uint64 // the state word (layout above); loaded by every call
+	consec     pad.Int64  // Consecutive mode: failures in a row
+	openUntil  pad.Int64  // end of the open period = start of the half-open one
+	rejections pad.Uint64 // rejected calls since New
+	failures   pad.Uint64 // failures recorded in the current generation since New
+	slowCalls  pad.Uint64 // slow calls recorded since New
+	count      countWindow
+
+	// Rarely written.
+	_              pad.Line
+	mu             sync.Mutex // serializes transitions (rare path)
+	streak         int        // trips from half-open since the last close; under mu
+	pending        atomic.Bool
+	transitions    atomic.Uint64
+	trips          atomic.Uint64
+	stale          atomic.Uint64
+	listenerPanics atomic.Uint64
+
+	// Read-only after New.
+	tw          *timeWindow
+	ticker      rampart.Ticker
+	classify    func(error) Result
+	onState     func(from, to State)
+	onSuccess   func(time.Duration)
+	onFailure   func(time.Duration)
+	onRejected  func(State)
+	errOpen     *rampart.RejectedError
+	errHalfOpen *rampart.RejectedError
+	mode        Mode
+	fast        uint8 // fastCount, fastConsec: the closed success path needs no evaluation
+	timed       bool  // the shorthands must read the clock before and after every call
+	slowNs      int64
+	minCalls    int64
+	consecMax   int64
+	failRate    float64
+	slowRate    float64
+	openNs      int64
+	maxOpenNs   int64
+	factor      float64
+	jitter      float64
+	probes      int
+	maxConc     int
+	hoSucc      int
+	maxHalfNs   int64
+	cfg         Config
+}
+
+// New validates cfg, fills its defaults and returns a closed breaker. An
+// invalid field gives a *rampart.ConfigError matching rampart.ErrInvalidConfig.
+func New(cfg Config) (*Breaker, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	b := &Breaker{
+		ticker:      cfg.Ticker,
+		classify:    cfg.Classify,
+		onState:     cfg.OnStateChange,
+		onSuccess:   cfg.OnSuccess,
+		onFailure:   cfg.OnFailure,
+		onRejected:  cfg.OnRejected,
+		errOpen:     rampart.NewRejectedError("circuitbreaker", cfg.Name, ErrOpen),
+		errHalfOpen: rampart.NewRejectedError("circuitbreaker", cfg.Name, ErrHalfOpenFull),
+		mode:        cfg.Mode,
+		slowNs:      int64(cfg.SlowCallDuration),
+		minCalls:    int64(cfg.MinimumCalls),
+		consecMax:   int64(cfg.ConsecutiveFailures),
+		failRate:    cfg.FailureRateThreshold,
+		slowRate:    cfg.SlowCallRateThreshold,
+		openNs:      int64(cfg.OpenDuration),
+		maxOpenNs:   int64(cfg.MaxOpenDuration),
+		factor:      cfg.OpenBackoffFactor,
+		jitter:      cfg.OpenJitter,
+		probes:      cfg.HalfOpenProbes,
+		maxConc:     cfg.HalfOpenMaxConcurrent,
+		hoSucc:      cfg.HalfOpenSuccesses,
+		maxHalfNs:   int64(cfg.MaxHalfOpenDuration),
+		cfg:         cfg,
+	}
+	switch cfg.Mode {
+	case CountWindow:
+		b.count.init(cfg.WindowSize)
+	case TimeWindow:
+		b.tw = newTimeWindow(int64(cfg.TimeWindow), cfg.Buckets)
+	}
+	b.timed = b.slowNs > 0 || cfg.Mode == TimeWindow || b.onSuccess != nil || b.onFailure != nil
+	if b.slowNs == 0 && b.onSuccess == nil {
+		switch cfg.Mode {
+		case CountWindow:
+			b.fast = fastCount
+		case Consecutive:
+			b.fast = fastConsec
+		}
+	}
+	b.state.Store(genOne | uint64(Closed)) // generation 1: the zero Permit is stale
+	return b, nil
+}
+
+// Config returns the configuration with its defaults filled in.
+func (b *Breaker) Config() Config { return b.cfg }
+
+// Ticker returns the clock the shorthands read; pass its readings to the
+// primitive methods.
+func (b *Breaker) Ticker() rampart.Ticker { return b.ticker }
+
+// State returns the current state. An open breaker whose open period has
+// passed still reports Open until the next Acquire moves it to HalfOpen.
+func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
+
+// Acquire asks to admit one call at time now (a reading of the breaker's
+// Ticker). It returns a permit to pass to Record, or a preallocated
+// rejection error matching ErrOpen (and ErrHalfOpenFull for a half-open
+// rejection) and rampart.ErrRejected. It never blocks and never allocates.
+//
+// Closed: one atomic load and a branch. Open: one more load (the end of the
+// open period); the first caller after it wins a CAS to HalfOpen and becomes
+// the first probe. HalfOpen: a CAS that takes a probe slot.
+func (b *Breaker) Acquire(now int64) (Permit, error) {
+	w := b.state.Load() // atomic 1: the state word
+	if w&stateMask == uint64(Closed) {
+		return Permit{word: w, start: now}, nil
+	}
+	return b.acquireSlow(w, now)
+}
+
+// acquireSlow is the slow path of Acquire: every state but Closed.
+func (b *Breaker) acquireSlow(w uint64, now int64) (Permit, error) {
+	for {
+		switch State(w & stateMask) {
+		case Closed, Disabled, MetricsOnly:
+			return Permit{word: w, start: now}, nil
+		case ForcedOpen:
+			return Permit{}, b.reject(ForcedOpen, b.errOpen)
+		case Open:
+			if now < b.openUntil.Load() {
+				return Permit{}, b.reject(Open, b.errOpen)
+			}
+			// The open period is over: the first CAS moves to HalfOpen and
+			// takes the first probe.
+			nw := (w&genMask + genOne) | uint64(HalfOpen) | admOne | inflOne
+			if b.state.CompareAndSwap(w, nw) {
+				b.transitions.Add(1)
+				b.notifyState(Open, HalfOpen)
+				return Permit{word: nw, start: now}, nil
+			}
+		case HalfOpen:
+			if field(w, admShift) >= b.probes || field(w, inflShift) >= b.maxConc {
+				if b.maxHalfNs > 0 && now-b.openUntil.Load() >= b.maxHalfNs {
+					// A probe is stuck: start a fresh half-open period and
+					// compete for its first slot.
+					b.transition(w, true, HalfOpen, now)
+					break
+				}
+				return Permit{}, b.reject(HalfOpen, b.errHalfOpen)
+			}
+			nw := w + admOne + inflOne
+			if b.state.CompareAndSwap(w, nw) {
+				return Permit{word: nw, start: now}, nil
+			}
+		default:
+			return Permit{}, b.reject(ForcedOpen, b.errOpen)
+		}
+		w = b.state.Load()
+	}
+}
+
+func (b *Breaker) reject(s State, err *rampart.RejectedError) error {
+	b.rejections.Add(1)
+	if b.onRejected != nil {
+		notify.Call1(&b.listenerPanics, b.onRejected, s)
+	}
+	return err
+}
+
+// Record records the outcome of the call admitted by p, which ended at now
+// with err. err is classified by Config.Classify (default: nil success,
+// context.Canceled ignored, anything else failure). A permit from an older
+// generation is ignored (counted in Stats().StaleResults). The duration
+// now-p.Start() is judged against SlowCallDuration.
+func (b *Breaker) Record(p Permit, now int64, err error) {
+	r := Success
+	if err != nil || b.classify != nil {
+		r = b.classifyErr(err)
+	}
+	b.RecordResult(p, now, r)
+}
+
+func (b *Breaker) classifyErr(err error) Result {
+	if b.classify != nil {
+		return b.classify(err)
+	}
+	return DefaultClassify(err)
+}
+
+// RecordResult records an outcome the caller classified itself, e.g. a
+// Failure for an HTTP 503 that came with a nil error. Otherwise it is
+// Record.
+func (b *Breaker) RecordResult(p Permit, now int64, r Result) {
+	w := b.state.Load() // atomic 1: is the permit current?
+	if (w^p.word)&keyMask != 0 {
+		b.stale.Add(1)
+		return
+	}
+	if w&stateMask == uint64(Closed) && r == Success {
+		switch b.fast {
+		case fastCount:
+			// Atomics 2–3 (+0–3 counter adds while the window warms). A
+			// fast success in a warm window cannot raise any rate: no
+			// evaluation.
+			if b.count.add(codeOK) != codeEmpty {
+				return
+			}
+			b.evaluateCount(w, now)
+			return
+		case fastConsec:
+			// Atomic 2, a load; a store only after failures.
+			if b.consec.Load() != 0 {
+				b.consec.Store(0)
+			}
+			return
+		}
+	}
+	b.recordSlow(w, p, now, r)
+}
+
+// recordSlow is the slow path of RecordResult: failures, slow calls,
+// listeners, time window, half-open probes, metrics-only.
+func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r Result) {
+	st := State(w & stateMask)
+	if st == Disabled {
+		return
+	}
+	if r == Ignored {
+		if st == HalfOpen {
+			b.recordProbe(w, now, Ignored)
+		}
+		return
+	}
+	timed := p.start != noTime && now != noTime
+	var d int64
+	if timed {
+		d = now - p.start
+	}
+	slow := b.slowNs > 0 && timed && d >= b.slowNs
+	failed := r == Failure
+	if failed {
+		b.failures.Add(1)
+		if b.onFailure != nil {
+			notify.Call1(&b.listenerPanics, b.onFailure, time.Duration(d))
+		}
+	} else if b.onSuccess != nil {
+		notify.Call1(&b.listenerPanics, b.onSuccess, time.Duration(d))
+	}
+	if slow {
+		b.slowCalls.Add(1)
+	}
+	switch st {
+	case HalfOpen:
+		if failed || slow {
+			b.recordProbe(w, now, Failure)
+		} else {
+			b.recordProbe(w, now, Success)
+		}
+	case Closed, MetricsOnly:
+		judge := st == Closed
+		switch b.mode {
+		case CountWindow:
+			old := b.count.add(outcomeCode(failed, slow))
+			if judge && (failed || slow || old == codeEmpty) {
+				b.evaluateCount(w, now)
+			}
+		case TimeWindow:
+			if now == noTime {
+				now = b.ticker.Now()
+			}
+			b.tw.add(now, failed, slow)
+			if judge && (failed || slow || b.pending.Load()) {
+				b.evaluateTime(w, now)
+			}
+		case Consecutive:
+			if failed || slow {
+				if n := b.consec.Add(1); judge && n >= b.consecMax {
+					b.transition(w, true, Open, now)
+				}
+			} else if b.consec.Load() != 0 {
+				b.consec.Store(0)
+			}
+		}
+	}
+}
+
+// over reports whether a window's rates reach a threshold.
+func (b *Breaker) over(total, fails, slows int64) bool {
+	if total <= 0 {
+		return false
+	}
+	t := float64(total)
+	return float64(fails)*100 >= b.failRate*t || (b.slowNs > 0 && float64(slows)*100 >= b.slowRate*t)
+}
+
+func (b *Breaker) evaluateCount(w uint64, now int64) {
+	total, fails, slows := b.count.snapshot()
+	if total >= b.minCalls && b.over(total, fails, slows) {
+		b.transition(w, true, Open, now)
+	}
+}
+
+// evaluateTime judges the time window. A success cannot raise a rate, but
+// it can complete MinimumCalls while the rate is over a threshold: pending
+// remembers that case so that the next success evaluates too.
+func (b *Breaker) evaluateTime(w uint64, now int64) {
+	total, fails, slows := b.tw.snapshot(now)
+	over := b.over(total, fails, slows)
+	if over && total < b.minCalls {
+		if !b.pending.Load() {
+			b.pending.Store(true)
+		}
+		return
+	}
+	if b.pending.Load() {
+		b.pending.Store(false)
+	}
+	if over {
+		b.transition(w, true, Open, now)
+	}
+}
+
+// recordProbe applies a half-open probe's result with one CAS, then closes
+// or reopens when the period is decided.
+func (b *Breaker) recordProbe(w uint64, now int64, r Result) {
+	key := w
+	for {
+		if (w^key)&keyMask != 0 {
+			b.stale.Add(1)
+			return // a transition happened meanwhile
+		}
+		nw := w
+		if field(w, inflShift) > 0 {
+			nw -= inflOne
+		}
+		switch r {
+		case Ignored:
+			if field(w, admShift) > 0 {
+				nw -= admOne // give the probe slot back
+			}
+		case Success:
+			nw += succOne
+		default:
+			nw += failOne
+		}
+		if b.state.CompareAndSwap(w, nw) {
+			w = nw
+			break
+		}
+		w = b.state.Load()
+	}
+	if field(w, succShift) >= b.hoSucc {
+		b.transition(w, true, Closed, now)
+	} else if field(w, failShift) > b.probes-b.hoSucc {
+		b.transition(w, true, Open, now)
+	}
+}
+
+// transition is the slow path of every state change, serialized by mu.
+// With check, it happens only if the breaker is still in expect's
+// generation and state (an automatic transition decided on that word);
+// without, it happens from whatever state (a manual one). Whatever the next
+// state needs (open deadline, empty window) is prepared before the new word
+// is published.
+func (b *Breaker) transition(expect uint64, check bool, to State, now int64) bool {
+	if now == noTime && (to == Open || to == HalfOpen) {
+		now = b.ticker.Now() // a trip decided on a path that read no clock
+	}
+	b.mu.Lock()
+	w := b.state.Load()
+	if check && (w^expect)&keyMask != 0 {
+		b.mu.Unlock()
+		return false
+	}
+	from := State(w & stateMask)
+	switch to {
+	case Open:
+		if check && from == HalfOpen {
+			b.streak++
+		} else if from != Open {
+			b.streak = 0
+		}
+		b.openUntil.Store(now + b.openDuration(b.streak))
+	case HalfOpen:
+		b.openUntil.Store(now) // the half-open period starts now
+	case Closed, MetricsOnly:
+		b.resetWindow()
+		if to == Closed {
+			b.streak = 0
+		}
+	}
+	for {
+		nw := (w&genMask + genOne) | uint64(to)
+		if b.state.CompareAndSwap(w, nw) {
+			break
+		}
+		w = b.state.Load() // probe counters moved, or Open→HalfOpen won
+		if check && (w^expect)&keyMask != 0 {
+			b.mu.Unlock()
+			return false
+		}
+		from = State(w & stateMask)
+	}
+	b.transitions.Add(1)
+	if check && to == Open {
+		b.trips.Add(1)
+	}
+	b.mu.Unlock()
+	b.notifyState(from, to)
+	return true
+}
+
+func (b *Breaker) resetWindow() {
+	switch b.mode {
+	case CountWindow:
+		b.count.reset()
+	case TimeWindow:
+		b.tw.reset()
+		b.pending.Store(false)
+	}
+	b.consec.Store(0)
+}
+
+// openDuration is OpenDuration × OpenBackoffFactor^streak, capped at
+// MaxOpenDuration, shortened by up to OpenJitter of itself.
+func (b *Breaker) openDuration(streak int) int64 {
+	d := float64(b.openNs)
+	if streak > 0 && b.maxOpenNs > b.openNs {
+		d *= math.Pow(b.factor, float64(streak))
+		d = min(d, float64(b.maxOpenNs))
+	}
+	if b.jitter > 0 {
+		d -= d * b.jitter * rand.Float64()
+	}
+	return int64(d)
+}
+
+func (b *Breaker) notifyState(from, to State) {
+	if b.onState != nil {
+		notify.Call2(&b.listenerPanics, b.onState, from, to)
+	}
+}
+
+// RemainingOpen returns how long the breaker will still reject at time now,
+// for a Retry-After header: the rest of the open period when Open, the
+// configured OpenDuration when ForcedOpen (a hint: it opens only by hand),
+// and 0 otherwise.
+func (b *Breaker) RemainingOpen(now int64) time.Duration {
+	switch State(b.state.Load() & stateMask) {
+	case Open:
+		return time.Duration(max(b.openUntil.Load()-now, 0))
+	case ForcedOpen:
+		return time.Duration(b.openNs)
+	}
+	return 0
+}
+
+// TransitionTo moves the breaker to the state to by hand, reading the
+// Ticker, whatever its state: Open starts an open period of the base
+// OpenDuration; HalfOpen starts a half-open period; Closed and MetricsOnly
+// start with an empty window; Disabled and ForcedOpen stay until the next
+// manual transition. Moving to the current state is a no-op that returns
+// false (use Reset to restart Closed). It is safe under concurrent calls:
+// permits from before the transition become stale.
+func (b *Breaker) TransitionTo(to State) bool {
+	if to > MetricsOnly {
+		return false
+	}
+	if b.State() == to {
+		return false
+	}
+	return b.transition(0, false, to, b.ticker.Now())
+}
+
+// Reset moves the breaker to Closed with an empty window and the open
+// backoff reset, whatever its state, even if already Closed.
+func (b *Breaker) Reset() {
+	b.transition(0, false, Closed, noTime)
+}
+
+// Stats is a snapshot of a breaker's state and counters.
+type Stats struct {
+	State      State
+	Generation uint64 // transitions since New, modulo 2^29, plus 1
+
+	// The current window (CountWindow, TimeWindow; also in MetricsOnly).
+	WindowCalls     int64
+	WindowFailures  int64
+	WindowSlowCalls int64
+	FailureRate     float64 // percent of WindowCalls; 0 when empty
+	SlowCallRate    float64 // percent of WindowCalls; 0 when empty
+
+	// Consecutive mode: failures in a row now.
+	ConsecutiveFailures int64
+
+	// The current half-open period.
+	HalfOpenAdmitted  int
+	HalfOpenInFlight  int
+	HalfOpenSucceeded int
+	HalfOpenFailed    int
+
+	// Since New. Calls is the number of results recorded into a
+	// CountWindow (exact, free: the window's sequence number); other modes
+	// count no successes on the hot path and report 0.
+	Calls          uint64
+	Failures       uint64 // failures recorded (closed, half-open, metrics-only)
+	SlowCalls      uint64
+	Rejections     uint64
+	StaleResults   uint64 // results ignored because their permit was from an older generation
+	Transitions    uint64
+	Trips          uint64 // automatic transitions to Open
+	ListenerPanics uint64
+
+	// RemainingOpen at the time of the snapshot.
+	RemainingOpen time.Duration
+}
+
+// Stats returns a snapshot of the breaker. It allocates nothing; it reads
+// the Ticker in TimeWindow mode and when Open. Fields are read one by one,
+// not at one instant.
+func (b *Breaker) Stats() Stats {
+	w := b.state.Load()
+	s := Stats{
+		State:               State(w & stateMask),
+		Generation:          w >> genShift,
+		ConsecutiveFailures: b.consec.Load(),
+		HalfOpenAdmitted:    field(w, admShift),
+		HalfOpenInFlight:    field(w, inflShift),
+		HalfOpenSucceeded:   field(w, succShift),
+		HalfOpenFailed:      field(w, failShift),
+		Failures:            b.failures.Load(),
+		SlowCalls:           b.slowCalls.Load(),
+		Rejections:          b.rejections.Load(),
+		StaleResults:        b.stale.Load(),
+		Transitions:         b.transitions.Load(),
+		Trips:               b.trips.Load(),
+		ListenerPanics:      b.listenerPanics.Load(),
+	}
+	switch b.mode {
+	case CountWindow:
+		s.WindowCalls, s.WindowFailures, s.WindowSlowCalls = b.count.snapshot()
+		s.Calls = b.count.seq.Load()
+	case TimeWindow:
+		s.WindowCalls, s.WindowFailures, s.WindowSlowCalls = b.tw.snapshot(b.ticker.Now())
+	}
+	if s.WindowCalls > 0 {
+		s.FailureRate = float64(s.WindowFailures) * 100 / float64(s.WindowCalls)
+		s.SlowCallRate = float64(s.WindowSlowCalls) * 100 / float64(s.WindowCalls)
+	}
+	if s.State == Open || s.State == ForcedOpen {
+		s.RemainingOpen = b.RemainingOpen(b.ticker.Now())
+	}
+	return s
+}

@@ -1,0 +1,324 @@
+package circuitbreaker
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/rampart-go/rampart"
+)
+
+// State is a breaker state. The first three are the automatic states; the
+// last three are entered only by hand ([Breaker.TransitionTo]) and left only
+// by hand.
+type State uint8
+
+const (
+	// Closed admits every call and judges their results.
+	Closed State = iota
+	// Open rejects every call until the open duration has passed.
+	Open
+	// HalfOpen admits a limited number of probe calls whose results decide
+	// whether to close or to open again.
+	HalfOpen
+	// Disabled admits every call and records nothing.
+	Disabled
+	// ForcedOpen rejects every call until another manual transition.
+	ForcedOpen
+	// MetricsOnly admits every call and records results into the window (so
+	// Stats shows the rates), but never trips.
+	MetricsOnly
+)
+
+var stateNames = [...]string{"closed", "open", "half-open", "disabled", "forced-open", "metrics-only"}
+
+// String returns the state's name, e.g. "half-open".
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "invalid"
+}
+
+// Result is the classification of one call's outcome.
+type Result uint8
+
+const (
+	// Success counts as a healthy call.
+	Success Result = iota
+	// Failure counts against the breaker's health.
+	Failure
+	// Ignored is not counted at all (in half-open it returns the probe slot).
+	Ignored
+)
+
+var resultNames = [...]string{"success", "failure", "ignored"}
+
+// String returns the result's name.
+func (r Result) String() string {
+	if int(r) < len(resultNames) {
+		return resultNames[r]
+	}
+	return "invalid"
+}
+
+// Mode selects how health is judged in the closed state.
+type Mode uint8
+
+const (
+	// CountWindow judges the failure and slow-call rates of the last
+	// WindowSize calls (the default).
+	CountWindow Mode = iota
+	// TimeWindow judges the rates of the calls of the last TimeWindow,
+	// kept in Buckets buckets.
+	TimeWindow
+	// Consecutive trips after ConsecutiveFailures failures in a row. It has
+	// no time decay: a slow trickle of failures with no success in between
+	// still trips.
+	Consecutive
+)
+
+// Config configures a [Breaker]. The zero value is a count-window breaker
+// over the last 100 calls that opens for 60 s at a 50 % failure rate once 10
+// calls were seen, then lets 5 probes through one at a time... see each
+// field for its default.
+type Config struct {
+	// Name appears in the rejection error's message. Optional.
+	Name string
+	// Ticker is the clock the shorthand methods (Do, Call, TransitionTo,
+	// Stats) read. Default rampart.DefaultTicker().
+	Ticker rampart.Ticker
+
+	// Mode selects the health judgement: CountWindow (default), TimeWindow
+	// or Consecutive.
+	Mode Mode
+	// WindowSize is the number of calls a CountWindow judges. Default 100;
+	// at most 1<<20.
+	WindowSize int
+	// TimeWindow is the span a TimeWindow judges. Default 10 s.
+	TimeWindow time.Duration
+	// Buckets is the number of buckets a TimeWindow is kept in; the window
+	// slides by TimeWindow/Buckets. Default 10; at most 1024.
+	Buckets int
+	// ConsecutiveFailures is the number of failures in a row that trips a
+	// Consecutive breaker. Default 5.
+	ConsecutiveFailures int
+
+	// FailureRateThreshold trips a windowed breaker when the failure rate
+	// reaches it (percent, in (0, 100]). Default 50.
+	FailureRateThreshold float64
+	// SlowCallDuration is the duration from which a call counts as slow.
+	// Default 0: no slow-call detection, and no clock read on a closed
+	// breaker's success path (count window and consecutive mode).
+	SlowCallDuration time.Duration
+	// SlowCallRateThreshold trips a windowed breaker when the rate of slow
+	// calls (successful or not) reaches it (percent, in (0, 100]). Default
+	// 100. Used only with SlowCallDuration > 0. In Consecutive mode a slow
+	// call counts as a failure.
+	SlowCallRateThreshold float64
+	// MinimumCalls is the number of calls a window must hold before any rate
+	// is judged. Default 10 (capped at WindowSize).
+	MinimumCalls int
+
+	// OpenDuration is how long the breaker stays open after a trip. Default
+	// 60 s.
+	OpenDuration time.Duration
+	// MaxOpenDuration caps the open duration when it grows with repeated
+	// trips (each failed half-open multiplies it by OpenBackoffFactor).
+	// Default 0: the open duration is fixed.
+	MaxOpenDuration time.Duration
+	// OpenBackoffFactor multiplies the open duration after each trip from
+	// half-open, up to MaxOpenDuration. Default 2; at least 1.
+	OpenBackoffFactor float64
+	// OpenJitter, in [0, 1), shortens each open duration by a random
+	// fraction of at most OpenJitter, so that many breakers that tripped
+	// together do not probe together. Default 0.
+	OpenJitter float64
+
+	// HalfOpenProbes is the number of calls admitted in one half-open
+	// period. Default 5; at most 255.
+	HalfOpenProbes int
+	// HalfOpenMaxConcurrent limits the probes in flight at once. Default
+	// HalfOpenProbes.
+	HalfOpenMaxConcurrent int
+	// HalfOpenSuccesses is the number of successful probes that closes the
+	// breaker. The breaker opens again as soon as closing has become
+	// impossible (more than HalfOpenProbes-HalfOpenSuccesses probes failed).
+	// Default HalfOpenProbes: the first failing probe reopens.
+	HalfOpenSuccesses int
+	// MaxHalfOpenDuration bounds a half-open period: a caller rejected
+	// because every probe is taken after this long starts a fresh half-open
+	// period, so a probe that never returns cannot block recovery. Default 0:
+	// no bound.
+	MaxHalfOpenDuration time.Duration
+
+	// Classify maps a call's error to Success, Failure or Ignored. Default:
+	// nil is Success, an error matching context.Canceled is Ignored, every
+	// other error is Failure. It is called for every recorded error (nil
+	// included) when set.
+	Classify func(err error) Result
+
+	// OnStateChange is called after every transition, on the goroutine that
+	// made it. Optional.
+	OnStateChange func(from, to State)
+	// OnSuccess is called for every success recorded in the current
+	// generation, with the call's duration. Setting it makes the shorthands
+	// read the clock twice per call. Optional.
+	OnSuccess func(d time.Duration)
+	// OnFailure is called for every failure recorded in the current
+	// generation, with the call's duration. Setting it makes the shorthands
+	// read the clock twice per call. Optional.
+	OnFailure func(d time.Duration)
+	// OnRejected is called for every rejected call with the state that
+	// rejected it (Open, HalfOpen or ForcedOpen). Optional.
+	OnRejected func(s State)
+}
+
+// DefaultClassify is the classification used when Config.Classify is nil:
+// nil is Success, context.Canceled is Ignored, anything else is Failure.
+func DefaultClassify(err error) Result {
+	if err == nil {
+		return Success
+	}
+	if errors.Is(err, context.Canceled) {
+		return Ignored
+	}
+	return Failure
+}
+
+const (
+	defaultWindowSize    = 100
+	defaultTimeWindow    = 10 * time.Second
+	defaultBuckets       = 10
+	defaultConsecutive   = 5
+	defaultFailureRate   = 50
+	defaultSlowRate      = 100
+	defaultMinimumCalls  = 10
+	defaultOpenDuration  = 60 * time.Second
+	defaultBackoffFactor = 2
+	defaultProbes        = 5
+	maxProbes            = fieldMax
+	maxWindowSize        = 1 << 20
+	maxBuckets           = 1024
+)
+
+func cfgErr(field, format string, args ...any) error {
+	return rampart.NewConfigError("circuitbreaker", field, format, args...)
+}
+
+// normalize fills the defaults into c and validates it.
+func (c *Config) normalize() error {
+	if c.Ticker == nil {
+		c.Ticker = rampart.DefaultTicker()
+	}
+	switch c.Mode {
+	case CountWindow, TimeWindow, Consecutive:
+	default:
+		return cfgErr("Mode", "must be CountWindow, TimeWindow or Consecutive, got %d", c.Mode)
+	}
+	if c.WindowSize < 0 || c.WindowSize > maxWindowSize {
+		return cfgErr("WindowSize", "must be in [1, %d] (0 = default %d), got %d", maxWindowSize, defaultWindowSize, c.WindowSize)
+	}
+	if c.WindowSize == 0 {
+		c.WindowSize = defaultWindowSize
+	}
+	if c.TimeWindow < 0 {
+		return cfgErr("TimeWindow", "must not be negative, got %v", c.TimeWindow)
+	}
+	if c.TimeWindow == 0 {
+		c.TimeWindow = defaultTimeWindow
+	}
+	if c.Buckets < 0 || c.Buckets > maxBuckets {
+		return cfgErr("Buckets", "must be in [1, %d] (0 = default %d), got %d", maxBuckets, defaultBuckets, c.Buckets)
+	}
+	if c.Buckets == 0 {
+		c.Buckets = defaultBuckets
+	}
+	if c.Mode == TimeWindow && int64(c.TimeWindow) < int64(c.Buckets) {
+		return cfgErr("TimeWindow", "must be at least Buckets (%d) ns, got %v", c.Buckets, c.TimeWindow)
+	}
+	if c.ConsecutiveFailures < 0 {
+		return cfgErr("ConsecutiveFailures", "must be at least 1 (0 = default %d), got %d", defaultConsecutive, c.ConsecutiveFailures)
+	}
+	if c.ConsecutiveFailures == 0 {
+		c.ConsecutiveFailures = defaultConsecutive
+	}
+	if err := percent("FailureRateThreshold", &c.FailureRateThreshold, defaultFailureRate); err != nil {
+		return err
+	}
+	if err := percent("SlowCallRateThreshold", &c.SlowCallRateThreshold, defaultSlowRate); err != nil {
+		return err
+	}
+	if c.SlowCallDuration < 0 {
+		return cfgErr("SlowCallDuration", "must not be negative, got %v", c.SlowCallDuration)
+	}
+	if c.MinimumCalls < 0 {
+		return cfgErr("MinimumCalls", "must be at least 1 (0 = default %d), got %d", defaultMinimumCalls, c.MinimumCalls)
+	}
+	if c.MinimumCalls == 0 {
+		c.MinimumCalls = min(defaultMinimumCalls, c.WindowSize)
+		if c.Mode != CountWindow {
+			c.MinimumCalls = defaultMinimumCalls
+		}
+	}
+	if c.Mode == CountWindow && c.MinimumCalls > c.WindowSize {
+		return cfgErr("MinimumCalls", "must not exceed WindowSize (%d), got %d", c.WindowSize, c.MinimumCalls)
+	}
+	if c.OpenDuration < 0 {
+		return cfgErr("OpenDuration", "must not be negative, got %v", c.OpenDuration)
+	}
+	if c.OpenDuration == 0 {
+		c.OpenDuration = defaultOpenDuration
+	}
+	if c.MaxOpenDuration < 0 {
+		return cfgErr("MaxOpenDuration", "must not be negative, got %v", c.MaxOpenDuration)
+	}
+	if c.MaxOpenDuration != 0 && c.MaxOpenDuration < c.OpenDuration {
+		return cfgErr("MaxOpenDuration", "must be 0 or at least OpenDuration (%v), got %v", c.OpenDuration, c.MaxOpenDuration)
+	}
+	if c.MaxOpenDuration == 0 {
+		c.MaxOpenDuration = c.OpenDuration
+	}
+	if math.IsNaN(c.OpenBackoffFactor) || c.OpenBackoffFactor < 0 || (c.OpenBackoffFactor > 0 && c.OpenBackoffFactor < 1) || math.IsInf(c.OpenBackoffFactor, 0) {
+		return cfgErr("OpenBackoffFactor", "must be at least 1 (0 = default %d), got %v", defaultBackoffFactor, c.OpenBackoffFactor)
+	}
+	if c.OpenBackoffFactor == 0 {
+		c.OpenBackoffFactor = defaultBackoffFactor
+	}
+	if math.IsNaN(c.OpenJitter) || c.OpenJitter < 0 || c.OpenJitter >= 1 {
+		return cfgErr("OpenJitter", "must be in [0, 1), got %v", c.OpenJitter)
+	}
+	if c.HalfOpenProbes < 0 || c.HalfOpenProbes > maxProbes {
+		return cfgErr("HalfOpenProbes", "must be in [1, %d] (0 = default %d), got %d", maxProbes, defaultProbes, c.HalfOpenProbes)
+	}
+	if c.HalfOpenProbes == 0 {
+		c.HalfOpenProbes = defaultProbes
+	}
+	if c.HalfOpenMaxConcurrent < 0 || c.HalfOpenMaxConcurrent > c.HalfOpenProbes {
+		return cfgErr("HalfOpenMaxConcurrent", "must be in [1, HalfOpenProbes=%d] (0 = HalfOpenProbes), got %d", c.HalfOpenProbes, c.HalfOpenMaxConcurrent)
+	}
+	if c.HalfOpenMaxConcurrent == 0 {
+		c.HalfOpenMaxConcurrent = c.HalfOpenProbes
+	}
+	if c.HalfOpenSuccesses < 0 || c.HalfOpenSuccesses > c.HalfOpenProbes {
+		return cfgErr("HalfOpenSuccesses", "must be in [1, HalfOpenProbes=%d] (0 = HalfOpenProbes), got %d", c.HalfOpenProbes, c.HalfOpenSuccesses)
+	}
+	if c.HalfOpenSuccesses == 0 {
+		c.HalfOpenSuccesses = c.HalfOpenProbes
+	}
+	if c.MaxHalfOpenDuration < 0 {
+		return cfgErr("MaxHalfOpenDuration", "must not be negative, got %v", c.MaxHalfOpenDuration)
+	}
+	return nil
+}
+
+func percent(field string, v *float64, def float64) error {
+	if math.IsNaN(*v) || *v < 0 || *v > 100 {
+		return cfgErr(field, "must be a percentage in (0, 100] (0 = default %v), got %v", def, *v)
+	}
+	if *v == 0 {
+		*v = def
+	}
+	return nil
+}

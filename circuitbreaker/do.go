@@ -1,0 +1,82 @@
+package circuitbreaker
+
+import "context"
+
+// acquireLazy is Acquire for the shorthands: a closed breaker that needs no
+// duration (no slow-call threshold, no time window, no per-call listener)
+// reads no clock.
+func (b *Breaker) acquireLazy() (Permit, error) {
+	w := b.state.Load() // atomic 1: the state word
+	if w&stateMask == uint64(Closed) && !b.timed {
+		return Permit{word: w, start: noTime}, nil
+	}
+	return b.Acquire(b.ticker.Now()) // clock read: the decision or the duration needs it
+}
+
+// finish records err for p, reading the clock only if p started with one.
+func (b *Breaker) finish(p Permit, err error) {
+	now := int64(noTime)
+	if p.start != noTime {
+		now = b.ticker.Now() // clock read: the call's duration is judged
+	}
+	b.Record(p, now, err)
+}
+
+// finishAbnormal runs when fn did not return: a panic is recorded as a
+// failure and re-raised; runtime.Goexit releases the permit as Ignored.
+func (b *Breaker) finishAbnormal(p Permit, r any) {
+	if r != nil {
+		now := int64(noTime)
+		if p.start != noTime {
+			now = b.ticker.Now()
+		}
+		b.RecordResult(p, now, Failure)
+		panic(r)
+	}
+	b.RecordResult(p, noTime, Ignored)
+}
+
+// Do runs fn if the breaker admits it and records its outcome. It returns
+// fn's error unchanged, or the breaker's preallocated rejection (matching
+// ErrOpen and rampart.ErrRejected) without running fn. A panic in fn is
+// recorded as a failure and re-raised; runtime.Goexit in fn releases the
+// permit. ctx is passed to fn; Do itself does not check it.
+//
+// On a closed count-window or consecutive breaker with no slow-call
+// threshold and no per-call listener, Do reads no clock.
+func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error {
+	p, err := b.acquireLazy()
+	if err != nil {
+		return err
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			b.finishAbnormal(p, recover())
+		}
+	}()
+	err = fn(ctx)
+	returned = true
+	b.finish(p, err)
+	return err
+}
+
+// Call is Do for a function that returns a value: it returns fn's result and
+// error unchanged, or the zero T and the breaker's rejection.
+func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error)) (T, error) {
+	p, err := b.acquireLazy()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			b.finishAbnormal(p, recover())
+		}
+	}()
+	v, err := fn(ctx)
+	returned = true
+	b.finish(p, err)
+	return v, err
+}

@@ -1,0 +1,185 @@
+package circuitbreaker
+
+import (
+	"sync/atomic"
+
+	"github.com/rampart-go/rampart/internal/pad"
+)
+
+// Outcome codes stored in a count-window slot. Bit 0 = the slot holds a
+// call, bit 1 = failed, bit 2 = slow; 0 is an empty slot.
+const (
+	codeEmpty    = 0
+	codeFilled   = 1
+	codeFailBit  = 2
+	codeSlowBit  = 4
+	codeOK       = codeFilled
+	codeFail     = codeFilled | codeFailBit
+	codeSlowOK   = codeFilled | codeSlowBit
+	codeSlowFail = codeFilled | codeFailBit | codeSlowBit
+)
+
+func outcomeCode(failed, slow bool) uint32 {
+	c := uint32(codeFilled)
+	if failed {
+		c |= codeFailBit
+	}
+	if slow {
+		c |= codeSlowBit
+	}
+	return c
+}
+
+// countWindow is the last n outcomes in a ring of slots, wait-free:
+//
+//	s   := seq.Add(1) - 1          // one atomic add on the one globally hot word
+//	old := slots[s % n].Swap(code) // one atomic swap
+//	counters += delta(old, code)   // 0 adds when old == code (a success over a success)
+//
+// The counters mirror the slots' contents: every change of a slot is made by
+// a Swap whose caller applies exactly the difference it caused. While
+// records are in flight a counter may lag or, briefly, run ahead of the
+// slots (even below 0), by at most the number of records in flight; readers
+// clamp at 0. Resetting swaps every slot to empty under the same rule, so the
+// counters never drift.
+type countWindow struct {
+	seq   pad.Uint64 // next sequence number; written by every record
+	total pad.Int64  // filled slots
+	fails pad.Int64  // slots holding a failure
+	slows pad.Int64  // slots holding a slow call
+	// read-mostly
+	slots []atomic.Uint32
+	n     uint64
+	mask  uint64 // n-1 when n is a power of two, else 0
+}
+
+func (w *countWindow) init(n int) {
+	w.slots = make([]atomic.Uint32, n)
+	w.n = uint64(n)
+	if n&(n-1) == 0 {
+		w.mask = uint64(n - 1)
+	}
+}
+
+// add records an outcome code and returns the code it replaced.
+func (w *countWindow) add(code uint32) uint32 {
+	s := w.seq.Add(1) - 1 // atomic 1: claim a slot
+	var i uint64
+	if w.mask != 0 || w.n == 1 {
+		i = s & w.mask
+	} else {
+		i = s % w.n
+	}
+	old := w.slots[i].Swap(code) // atomic 2: publish the outcome
+	if old != code {
+		w.apply(old, code) // atomics 3–5, only when the slot's content changed
+	}
+	return old
+}
+
+// apply moves the counters from old's contribution to code's.
+func (w *countWindow) apply(old, code uint32) {
+	if d := int64(code&codeFilled) - int64(old&codeFilled); d != 0 {
+		w.total.Add(d)
+	}
+	if d := int64(code&codeFailBit>>1) - int64(old&codeFailBit>>1); d != 0 {
+		w.fails.Add(d)
+	}
+	if d := int64(code&codeSlowBit>>2) - int64(old&codeSlowBit>>2); d != 0 {
+		w.slows.Add(d)
+	}
+}
+
+func (w *countWindow) snapshot() (total, fails, slows int64) {
+	return max(w.total.Load(), 0), max(w.fails.Load(), 0), max(w.slows.Load(), 0)
+}
+
+// reset empties every slot (rare path: a transition to closed).
+func (w *countWindow) reset() {
+	for i := range w.slots {
+		if old := w.slots[i].Swap(codeEmpty); old != codeEmpty {
+			w.apply(old, codeEmpty)
+		}
+	}
+}
+
+// bucket is one time slice of a timeWindow, alone on its cache line(s).
+type bucket struct {
+	epoch atomic.Int64 // the tick (now / resolution) this bucket counts
+	total atomic.Int64
+	fails atomic.Int64
+	slows atomic.Int64
+	_     [pad.LineSize - 32]byte
+}
+
+// timeWindow is a ring of buckets, each tagged with the tick it counts. A
+// record that finds its bucket holding an older tick resets it by CAS on the
+// epoch, then zeroes the counters; increments racing with that reset can be
+// lost or land in the fresh bucket, an error bounded by the records in
+// flight at a bucket boundary, accepted for a statistical policy.
+type timeWindow struct {
+	_       pad.Line
+	buckets []bucket
+	res     int64 // bucket resolution in ns
+	n       int64
+}
+
+func newTimeWindow(span int64, n int) *timeWindow {
+	w := &timeWindow{buckets: make([]bucket, n), res: span / int64(n), n: int64(n)}
+	for i := range w.buckets {
+		w.buckets[i].epoch.Store(-1 << 62)
+	}
+	return w
+}
+
+func (w *timeWindow) bucketFor(tick int64) *bucket {
+	i := tick % w.n
+	if i < 0 {
+		i += w.n
+	}
+	return &w.buckets[i]
+}
+
+func (w *timeWindow) add(now int64, failed, slow bool) {
+	tick := now / w.res
+	b := w.bucketFor(tick)
+	if e := b.epoch.Load(); e != tick {
+		if e > tick {
+			return // a late record for a slice already recycled: drop it
+		}
+		if b.epoch.CompareAndSwap(e, tick) { // rare: once per bucket per slice
+			b.total.Store(0)
+			b.fails.Store(0)
+			b.slows.Store(0)
+		}
+	}
+	b.total.Add(1)
+	if failed {
+		b.fails.Add(1)
+	}
+	if slow {
+		b.slows.Add(1)
+	}
+}
+
+func (w *timeWindow) snapshot(now int64) (total, fails, slows int64) {
+	tick := now / w.res
+	for i := range w.buckets {
+		b := &w.buckets[i]
+		if e := b.epoch.Load(); e <= tick && e > tick-w.n {
+			total += b.total.Load()
+			fails += b.fails.Load()
+			slows += b.slows.Load()
+		}
+	}
+	return max(total, 0), max(fails, 0), max(slows, 0)
+}
+
+func (w *timeWindow) reset() {
+	for i := range w.buckets {
+		w.buckets[i].epoch.Store(-1 << 62)
+		w.buckets[i].total.Store(0)
+		w.buckets[i].fails.Store(0)
+		w.buckets[i].slows.Store(0)
+	}
+}
