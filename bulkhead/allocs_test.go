@@ -1,0 +1,75 @@
+package bulkhead
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rampart-go/rampart/internal/israce"
+)
+
+func checkAllocs(t *testing.T, want float64, f func()) {
+	t.Helper()
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	if n := testing.AllocsPerRun(1000, f); n != want {
+		t.Fatalf("%v allocs per run, want %v", n, want)
+	}
+}
+
+func TestAllocsAdmit(t *testing.T) {
+	b := mustNew(t, Config{Max: 4})
+	checkAllocs(t, 0, func() {
+		if !b.TryEnter() {
+			t.Fatal("rejected")
+		}
+		b.Exit()
+	})
+}
+
+func TestAllocsReject(t *testing.T) {
+	b := mustNew(t, Config{Max: 1, OnReject: func(int64, int64) {}})
+	b.TryEnter()
+	defer b.Exit()
+	ctx := context.Background()
+	checkAllocs(t, 0, func() {
+		if b.TryEnter() || b.Enter(ctx) == nil {
+			t.Fatal("admitted")
+		}
+	})
+}
+
+// TestAllocsEnterNoWait: the waiting mode's admit when a permit is free.
+func TestAllocsEnterNoWait(t *testing.T) {
+	b := mustNew(t, Config{Max: 4, MaxWait: time.Second})
+	ctx := context.Background()
+	checkAllocs(t, 0, func() {
+		if b.Enter(ctx) != nil {
+			t.Fatal("rejected")
+		}
+		b.Exit()
+	})
+}
+
+func TestAllocsDoCall(t *testing.T) {
+	b := mustNew(t, Config{Max: 4, MaxWait: time.Second})
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	fnT := func(context.Context) (int, error) { return 1, nil }
+	checkAllocs(t, 0, func() {
+		if b.Do(ctx, fn) != nil {
+			t.Fatal("rejected")
+		}
+		if _, err := Call(ctx, b, fnT); err != nil {
+			t.Fatal("rejected")
+		}
+	})
+}
+
+func TestAllocsStats(t *testing.T) {
+	b := mustNew(t, Config{Max: 4})
+	var s Stats
+	checkAllocs(t, 0, func() { s = b.Stats() })
+	_ = s
+}

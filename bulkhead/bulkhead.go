@@ -1,0 +1,520 @@
+// Package bulkhead limits how many calls run at once: the concurrency limit
+// that seed 003 puts at every entry point and in front of every dependency.
+//
+// # Algorithm
+//
+// A [Bulkhead] is an in-flight counter compared against a maximum (seed 000,
+// §4.1). The fail-fast path, [Bulkhead.TryEnter], is one atomic add to take a
+// permit and [Bulkhead.Exit] is one atomic add to give it back:
+//
+//	if inFlight.Load() >= max { reject }          // read-only: overload does not bounce the line
+//	if inFlight.Add(1) > max  { inFlight.Add(-1); reject } // lost a race at the limit
+//	... call ...
+//	inFlight.Add(-1)                               // + wake a waiter, only when one is queued
+//
+// The in-flight count of calls really running never exceeds max: a call that
+// overshoots the limit with its add takes its add back before it returns
+// false, and the count it saw includes every running call. The price of the
+// add-then-undo pattern is a transient over-count: while a losing caller
+// holds its add for the few nanoseconds before undoing it, another caller
+// may see the limit reached although one permit is free, and be rejected
+// spuriously. This only happens when several callers race for the last
+// permits; TestOverCountRate measures it (see the README for the figure:
+// well under 1 % of the rejections at the limit on 2 cores, zero when no
+// more goroutines than max compete).
+//
+// Waiting mode ([Config.MaxWait] > 0, used by [Bulkhead.Enter], [Bulkhead.Do]
+// and [Call]) adds a FIFO queue behind a mutex. Only the waiting path pays
+// for it: when a permit is free and nobody is queued, Enter is TryEnter
+// without allocation. [Bulkhead.Exit] loads the waiter count (one plain
+// atomic load) and takes the lock only when someone is queued. A queued
+// waiter is granted its permit by the goroutine that frees one (the permit
+// is handed over under the lock, so nobody can overtake the queue's head
+// between release and wake-up); a waiter whose context ends or whose
+// MaxWait expires at the same moment it is granted gives the permit back.
+// Fail-fast callers ([Bulkhead.TryEnter]) do not queue; they take a free
+// permit if there is one, even while others are queued.
+//
+// # Zero value and configuration
+//
+// The zero Bulkhead is not usable: build one with [New]. The zero [Config]
+// is invalid because Max must be at least 1. MaxWait 0 means fail-fast: Enter
+// rejects at once when full.
+//
+// # Concurrency
+//
+// All methods are safe for concurrent use. [Bulkhead.SetMax] changes the
+// limit at run time: growing it wakes waiters, shrinking it never evicts
+// running calls (new calls are rejected until enough have exited).
+//
+// # Which method to use
+//
+//   - [Bulkhead.Do] and [Call] for ordinary code: they enter (waiting if
+//     configured), run the function, and exit on every path, panics and
+//     runtime.Goexit included.
+//   - [Bulkhead.TryEnter] / [Bulkhead.Exit] for hot paths and for package
+//     pipeline: no closure, no context, no clock read, no allocation.
+//   - [Bulkhead.Enter] / [Bulkhead.Exit] for the waiting mode without a
+//     closure.
+//
+// Every successful TryEnter or Enter must be matched by exactly one Exit.
+// An Exit without an Enter would silently widen the limit; the bulkhead
+// detects it when it would drive the in-flight count below zero and panics
+// with a message naming the bulkhead (see [Bulkhead.Exit]).
+package bulkhead
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/atomicx"
+	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/pad"
+)
+
+// ErrFull is the sentinel of a bulkhead's rejection: the bulkhead was full
+// (and, in waiting mode, stayed full for MaxWait). Match it with errors.Is;
+// the error returned also matches [rampart.ErrRejected].
+var ErrFull = errors.New("full")
+
+// Config configures a [Bulkhead]. The zero value of each field is its
+// documented default, except Max, which must be set.
+type Config struct {
+	// Max is the most calls allowed in flight at once. Required: at least 1.
+	Max int
+
+	// MaxWait is how long Enter, Do and Call wait for a permit when the
+	// bulkhead is full, at most (the context can end the wait earlier).
+	// 0 (the default) means fail-fast: reject at once. Negative is invalid.
+	// Use time.Duration(math.MaxInt64) to wait as long as the context allows.
+	// TryEnter never waits.
+	MaxWait time.Duration
+
+	// Name identifies the bulkhead in its rejection error
+	// (`bulkhead "db": full`) and in the Exit-without-Enter panic.
+	Name string
+
+	// Ticker is the clock used to measure time spent waiting (read only on
+	// the waiting path). nil means rampart.DefaultTicker(). Under
+	// testing/synctest, pass a ticker created inside the bubble.
+	Ticker rampart.Ticker
+
+	// OnReject, when set, is called on the rejecting goroutine each time a
+	// call is refused a permit (full, MaxWait expired, or context ended
+	// while waiting), with the in-flight count it saw and the nanoseconds it
+	// waited (0 for fail-fast). A panic in it is recovered and counted.
+	OnReject func(inFlight, waitedNanos int64)
+
+	// OnWaitAdmit, when set, is called when a call that had to queue is
+	// granted a permit, with the nanoseconds it waited. Calls admitted
+	// without waiting do not call it (so the fast path stays free).
+	OnWaitAdmit func(waitedNanos int64)
+}
+
+// Stats is a snapshot of a bulkhead's counters, returned by value.
+//
+// The bulkhead does not count admissions: that would add a second atomic
+// add to the admit path. Callers that need it count themselves (or derive
+// it from their own request count minus Rejected).
+type Stats struct {
+	Max            int64  // the current limit
+	InFlight       int64  // permits held now (may read one above the truth while a racing rejection undoes its add)
+	PeakInFlight   int64  // highest in-flight count ever admitted; never above the Max in force at the time
+	Rejected       uint64 // calls refused a permit, for any reason (includes TimedOut and Canceled)
+	TimedOut       uint64 // waiting calls whose MaxWait expired
+	Canceled       uint64 // waiting calls whose context ended first (or was done before they queued)
+	Waiting        int64  // calls queued now
+	Overshoots     uint64 // adds that lost the race for the last permit and were undone (each opens a window of a few ns in which another caller may be refused spuriously)
+	Waited         uint64 // calls admitted after queueing
+	WaitedNanos    int64  // total time spent queueing, admitted or not
+	ListenerPanics uint64 // listener panics recovered
+}
+
+// Bulkhead is a concurrency limit. Create it with [New]; see the package
+// documentation for the algorithm and the method to use.
+type Bulkhead struct {
+	// inFlight: the permits held. Written by every TryEnter and Exit, so it
+	// sits alone on its cache line.
+	inFlight pad.Int64
+	// rejected: written by every rejection, which under overload is every
+	// call: its own line keeps it off inFlight's.
+	rejected pad.Uint64
+
+	// Read-mostly: max changes only through SetMax, peak only when a new peak
+	// is reached (after warm-up, never), waiters only while calls queue.
+	max     atomic.Int64
+	peak    atomic.Int64
+	waiters atomic.Int64
+
+	// Configuration, set in New.
+	maxWait     int64
+	name        string
+	ticker      rampart.Ticker
+	onReject    func(inFlight, waitedNanos int64)
+	onWaitAdmit func(waitedNanos int64)
+	errFull     *rampart.RejectedError
+
+	// Waiting path and rare counters.
+	mu             sync.Mutex
+	head, tail     *waiter // FIFO of queued callers, guarded by mu
+	overshoots     atomic.Uint64
+	timedOut       atomic.Uint64
+	canceled       atomic.Uint64
+	waited         atomic.Uint64
+	waitedNanos    atomic.Int64
+	listenerPanics atomic.Uint64
+}
+
+// waiter is one queued Enter. It is allocated only when a call has to wait.
+type waiter struct {
+	prev, next *waiter
+	ready      chan struct{} // receives one value when granted
+	granted    bool          // guarded by Bulkhead.mu
+	queued     bool          // guarded by Bulkhead.mu
+}
+
+// New returns a bulkhead for cfg, or a *rampart.ConfigError (matching
+// rampart.ErrInvalidConfig) when Max < 1 or MaxWait < 0.
+func New(cfg Config) (*Bulkhead, error) {
+	if cfg.Max < 1 {
+		return nil, rampart.NewConfigError("bulkhead", "Max", "must be at least 1, got %d", cfg.Max)
+	}
+	if cfg.MaxWait < 0 {
+		return nil, rampart.NewConfigError("bulkhead", "MaxWait", "must not be negative, got %v", cfg.MaxWait)
+	}
+	b := &Bulkhead{
+		maxWait:     int64(cfg.MaxWait),
+		name:        cfg.Name,
+		ticker:      cfg.Ticker,
+		onReject:    cfg.OnReject,
+		onWaitAdmit: cfg.OnWaitAdmit,
+		errFull:     rampart.NewRejectedError("bulkhead", cfg.Name, ErrFull),
+	}
+	if b.ticker == nil {
+		b.ticker = rampart.DefaultTicker()
+	}
+	b.max.Store(int64(cfg.Max))
+	return b, nil
+}
+
+// TryEnter takes a permit if one is free and reports whether it did. It
+// never waits, reads no clock and allocates nothing. A true result must be
+// matched by exactly one [Bulkhead.Exit].
+//
+// Cost: on admission one atomic add (plus loads of read-mostly words); on
+// rejection no write to the in-flight word, only the rejection counter's add
+// (so a rejection is cheaper than an admission, and an overloaded bulkhead's
+// in-flight line stays shared between cores).
+func (b *Bulkhead) TryEnter() bool { return b.tryAcquire(true) }
+
+// tryAcquire is the fast path of TryEnter and Enter, small enough to inline.
+// countReject tells the slow path whether a refusal is final (TryEnter) or
+// will be followed by queueing (Enter).
+func (b *Bulkhead) tryAcquire(countReject bool) bool {
+	limit := b.max.Load() // read-mostly: changes only in SetMax
+	n := int64(math.MaxInt64)
+	// Load 1: refuse without writing when full (the common case under
+	// overload), so overload does not bounce the in-flight line.
+	if b.inFlight.Load() < limit {
+		// Atomic 1: take the permit.
+		n = b.inFlight.Add(1)
+	}
+	// Load 2: peak is read-mostly: written only when a new peak is reached.
+	if n <= limit && n <= b.peak.Load() {
+		return true
+	}
+	return b.acquireSlow(n, limit, countReject)
+}
+
+// acquireSlow finishes tryAcquire when it did not simply admit. Slow path:
+// full (n is MaxInt64, nothing was added), lost the race for the last permit
+// (n > limit: undo the add), or admitted at a new peak.
+func (b *Bulkhead) acquireSlow(n, limit int64, countReject bool) bool {
+	if n <= limit {
+		atomicx.Max(&b.peak, n)
+		return true
+	}
+	if n != math.MaxInt64 {
+		b.undo()
+	}
+	if countReject {
+		b.reject(0)
+	}
+	return false
+}
+
+// undo gives back an add that overshot the limit. Slow path: only callers
+// that raced for the last permits get here. It wakes a waiter like Exit does,
+// because the overshoot may have hidden a free permit from one.
+func (b *Bulkhead) undo() {
+	b.inFlight.Add(-1)
+	b.overshoots.Add(1)
+	if b.waiters.Load() != 0 {
+		b.dispatch()
+	}
+}
+
+// reject counts a refusal and calls the listener. Slow path.
+func (b *Bulkhead) reject(waited int64) {
+	b.rejected.Add(1)
+	if b.onReject != nil {
+		notify.Call2(&b.listenerPanics, b.onReject, b.inFlight.Load(), waited)
+	}
+}
+
+// Exit gives back a permit taken by TryEnter or Enter: one atomic add, plus
+// one load of the waiter count; the lock is taken only when a caller is
+// queued, to hand it the permit.
+//
+// Exit without a matching Enter is a programming error that would silently
+// let one more call in than the limit allows. The bulkhead detects it when it
+// would drive the in-flight count below zero, restores the count, and panics
+// with a message naming the bulkhead. Detection is therefore certain once the
+// bulkhead drains, not at the faulty call itself when other calls are in
+// flight (the panic may then surface in a correct caller's Exit): the counter
+// carries no per-permit identity.
+func (b *Bulkhead) Exit() {
+	// Atomic 1: give the permit back. Load 1: is anybody queued? The load is
+	// ordered after the add (Go's atomics are sequentially consistent), so a
+	// waiter that registered before it is seen here, and one that registers
+	// after it sees the freed permit when it looks before parking.
+	if n := b.inFlight.Add(-1); n < 0 || b.waiters.Load() != 0 {
+		b.exitSlow(n)
+	}
+}
+
+// exitSlow handles an unmatched Exit or hands the freed permit to the queue.
+// Slow path.
+func (b *Bulkhead) exitSlow(n int64) {
+	if n < 0 {
+		b.unmatchedExit()
+	}
+	b.dispatch()
+}
+
+func (b *Bulkhead) unmatchedExit() {
+	b.inFlight.Add(1)
+	name := b.name
+	if name == "" {
+		name = "(unnamed)"
+	}
+	panic("rampart/bulkhead: Exit without a matching Enter on bulkhead " + name +
+		": the in-flight count would go negative, which would let more calls in than Max")
+}
+
+// Enter takes a permit, waiting for one in FIFO order for at most
+// [Config.MaxWait] or until ctx ends. It returns nil when admitted (match it
+// with one [Bulkhead.Exit]); the bulkhead's rejection error (matching
+// [ErrFull] and rampart.ErrRejected) when it is full and MaxWait is 0 or
+// expired; or ctx.Err() when the context ended first.
+//
+// When a permit is free and nobody is queued, Enter does what TryEnter does
+// and allocates nothing; it then does not look at ctx (a free permit is
+// granted even to a context that is already done, like a ready case of a
+// select). Only a call that has to wait pays for the queue.
+func (b *Bulkhead) Enter(ctx context.Context) error {
+	// Load 1 (waiters) keeps a new caller behind the queue: FIFO.
+	if b.waiters.Load() == 0 && b.tryAcquire(false) {
+		return nil
+	}
+	return b.enterSlow(ctx)
+}
+
+// enterSlow queues the caller. Slow path.
+func (b *Bulkhead) enterSlow(ctx context.Context) error {
+	if b.maxWait == 0 {
+		b.reject(0)
+		return b.errFull
+	}
+	if err := ctx.Err(); err != nil {
+		b.canceled.Add(1)
+		b.reject(0)
+		return err
+	}
+	start := b.ticker.Now()
+	w := &waiter{ready: make(chan struct{}, 1)}
+	b.mu.Lock()
+	b.push(w)
+	b.waiters.Add(1)
+	b.dispatchLocked() // a permit may be free (the queue was empty, or an Exit just ran)
+	granted := w.granted
+	b.mu.Unlock()
+	if granted {
+		return nil
+	}
+
+	var timeout <-chan time.Time
+	if b.maxWait != math.MaxInt64 {
+		t := time.NewTimer(time.Duration(b.maxWait))
+		defer t.Stop()
+		timeout = t.C
+	}
+	var cause error
+	select {
+	case <-w.ready:
+		waited := b.ticker.Now() - start
+		b.waited.Add(1)
+		b.waitedNanos.Add(waited)
+		if b.onWaitAdmit != nil {
+			notify.Call1(&b.listenerPanics, b.onWaitAdmit, waited)
+		}
+		return nil
+	case <-ctx.Done():
+		cause = ctx.Err()
+	case <-timeout:
+		cause = b.errFull
+	}
+
+	b.mu.Lock()
+	granted = w.granted
+	if !granted {
+		b.remove(w)
+		b.waiters.Add(-1)
+	}
+	b.mu.Unlock()
+	if granted {
+		// Granted at the same moment the wait ended: give the permit back
+		// (it goes to the next waiter, if any).
+		b.Exit()
+	}
+	waited := b.ticker.Now() - start
+	b.waitedNanos.Add(waited)
+	if cause == b.errFull {
+		b.timedOut.Add(1)
+	} else {
+		b.canceled.Add(1)
+	}
+	b.reject(waited)
+	return cause
+}
+
+// dispatch hands free permits to queued callers. Slow path.
+func (b *Bulkhead) dispatch() {
+	b.mu.Lock()
+	b.dispatchLocked()
+	b.mu.Unlock()
+}
+
+// dispatchLocked grants permits to the queue's head while permits are free.
+// The permit is taken with a CAS that never overshoots, so a grant never
+// makes the count exceed the limit, even transiently.
+func (b *Bulkhead) dispatchLocked() {
+	for b.head != nil {
+		limit := b.max.Load()
+		cur := b.inFlight.Load()
+		if cur >= limit {
+			return
+		}
+		if !b.inFlight.CompareAndSwap(cur, cur+1) {
+			continue // a concurrent TryEnter or Exit moved the count: look again
+		}
+		if cur+1 > b.peak.Load() {
+			atomicx.Max(&b.peak, cur+1)
+		}
+		w := b.head
+		b.remove(w)
+		b.waiters.Add(-1)
+		w.granted = true
+		w.ready <- struct{}{} // buffered: never blocks
+	}
+}
+
+func (b *Bulkhead) push(w *waiter) {
+	w.queued = true
+	w.prev = b.tail
+	if b.tail == nil {
+		b.head = w
+	} else {
+		b.tail.next = w
+	}
+	b.tail = w
+}
+
+func (b *Bulkhead) remove(w *waiter) {
+	if !w.queued {
+		return
+	}
+	w.queued = false
+	if w.prev == nil {
+		b.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		b.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+}
+
+// SetMax changes the limit. Growing it grants permits to queued callers at
+// once; shrinking it never evicts running calls: new calls are refused until
+// enough of them have exited. It returns a *rampart.ConfigError when n < 1.
+func (b *Bulkhead) SetMax(n int) error {
+	if n < 1 {
+		return rampart.NewConfigError("bulkhead", "Max", "must be at least 1, got %d", n)
+	}
+	b.max.Store(int64(n))
+	if b.waiters.Load() != 0 {
+		b.dispatch()
+	}
+	return nil
+}
+
+// Max returns the current limit.
+func (b *Bulkhead) Max() int { return int(b.max.Load()) }
+
+// RejectedError returns the bulkhead's preallocated rejection error, the one
+// Enter, Do and Call return when full. It matches [ErrFull] and
+// rampart.ErrRejected; pipelines return it after a false TryEnter.
+func (b *Bulkhead) RejectedError() error { return b.errFull }
+
+// Name returns the configured name.
+func (b *Bulkhead) Name() string { return b.name }
+
+// Stats returns a snapshot of the counters. It allocates nothing; the
+// fields are read one by one, so they are not one atomic snapshot.
+func (b *Bulkhead) Stats() Stats {
+	return Stats{
+		Max:            b.max.Load(),
+		InFlight:       b.inFlight.Load(),
+		PeakInFlight:   b.peak.Load(),
+		Rejected:       b.rejected.Load(),
+		Overshoots:     b.overshoots.Load(),
+		TimedOut:       b.timedOut.Load(),
+		Canceled:       b.canceled.Load(),
+		Waiting:        b.waiters.Load(),
+		Waited:         b.waited.Load(),
+		WaitedNanos:    b.waitedNanos.Load(),
+		ListenerPanics: b.listenerPanics.Load(),
+	}
+}
+
+// Do runs fn under a permit: Enter (waiting if configured), fn, Exit. It
+// returns Enter's error without calling fn when refused, and otherwise fn's
+// error unchanged. The permit is released on every path out of fn, a panic
+// (re-raised) and runtime.Goexit included.
+func (b *Bulkhead) Do(ctx context.Context, fn func(context.Context) error) error {
+	if err := b.Enter(ctx); err != nil {
+		return err
+	}
+	defer b.Exit()
+	return fn(ctx)
+}
+
+// Call is [Bulkhead.Do] for a function with a typed result. When refused it
+// returns the zero T and Enter's error.
+func Call[T any](ctx context.Context, b *Bulkhead, fn func(context.Context) (T, error)) (T, error) {
+	if err := b.Enter(ctx); err != nil {
+		var zero T
+		return zero, err
+	}
+	defer b.Exit()
+	return fn(ctx)
+}

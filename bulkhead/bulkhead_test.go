@@ -1,0 +1,227 @@
+package bulkhead
+
+import (
+	"context"
+	"errors"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/israce"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func mustNew(t testing.TB, cfg Config) *Bulkhead {
+	t.Helper()
+	b, err := New(cfg)
+	require.NoError(t, err)
+	return b
+}
+
+func TestNewValidation(t *testing.T) {
+	for _, cfg := range []Config{{}, {Max: -1}, {Max: 1, MaxWait: -time.Second}} {
+		b, err := New(cfg)
+		require.Nil(t, b)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, "bulkhead", ce.Policy)
+	}
+	_, err := New(Config{Max: 0})
+	require.EqualError(t, err, "bulkhead: invalid config: Max must be at least 1, got 0")
+	b := mustNew(t, Config{Max: 3, Name: "db"})
+	require.Equal(t, 3, b.Max())
+	require.Equal(t, "db", b.Name())
+	require.ErrorIs(t, b.SetMax(0), rampart.ErrInvalidConfig)
+	require.Equal(t, 3, b.Max())
+}
+
+func TestTryEnterExit(t *testing.T) {
+	var rejects []int64
+	b := mustNew(t, Config{Max: 2, OnReject: func(inFlight, waited int64) { rejects = append(rejects, inFlight, waited) }})
+	require.True(t, b.TryEnter())
+	require.True(t, b.TryEnter())
+	require.False(t, b.TryEnter())
+	s := b.Stats()
+	require.Equal(t, Stats{Max: 2, InFlight: 2, PeakInFlight: 2, Rejected: 1}, s)
+	require.Equal(t, []int64{2, 0}, rejects)
+	b.Exit()
+	require.True(t, b.TryEnter())
+	b.Exit()
+	b.Exit()
+	require.Equal(t, int64(0), b.Stats().InFlight)
+	require.Equal(t, int64(2), b.Stats().PeakInFlight)
+}
+
+func TestRejectedError(t *testing.T) {
+	b := mustNew(t, Config{Max: 1, Name: "db"})
+	require.True(t, b.TryEnter())
+	err := b.Enter(context.Background())
+	require.ErrorIs(t, err, ErrFull)
+	require.ErrorIs(t, err, rampart.ErrRejected)
+	require.Same(t, b.RejectedError(), err)
+	require.Equal(t, `bulkhead "db": full`, err.Error())
+	called := false
+	err = b.Do(context.Background(), func(context.Context) error { called = true; return nil })
+	require.Same(t, b.RejectedError(), err)
+	require.False(t, called)
+	v, err := Call(context.Background(), b, func(context.Context) (int, error) { return 7, nil })
+	require.Zero(t, v)
+	require.ErrorIs(t, err, ErrFull)
+	b.Exit()
+	require.Equal(t, uint64(3), b.Stats().Rejected)
+}
+
+func TestExitWithoutEnterPanics(t *testing.T) {
+	b := mustNew(t, Config{Max: 2, Name: "db"})
+	msg := func() (msg string) {
+		defer func() { msg, _ = recover().(string) }()
+		b.Exit()
+		return ""
+	}()
+	require.True(t, strings.Contains(msg, "Exit without a matching Enter"), msg)
+	require.True(t, strings.Contains(msg, "db"), msg)
+	// The count was restored: the limit is still 2, not 3.
+	require.Equal(t, int64(0), b.Stats().InFlight)
+	require.True(t, b.TryEnter())
+	require.True(t, b.TryEnter())
+	require.False(t, b.TryEnter())
+	b.Exit()
+	b.Exit()
+}
+
+func TestDoReleasesOnEveryPath(t *testing.T) {
+	b := mustNew(t, Config{Max: 1})
+	ctx := context.Background()
+	boom := errors.New("boom")
+	require.Same(t, boom, b.Do(ctx, func(context.Context) error { return boom }))
+	require.Zero(t, b.Stats().InFlight)
+
+	require.PanicsWithValue(t, "p", func() { _ = b.Do(ctx, func(context.Context) error { panic("p") }) })
+	require.Zero(t, b.Stats().InFlight)
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = b.Do(ctx, func(context.Context) error { goexit(); return nil })
+	}()
+	<-done
+	require.Zero(t, b.Stats().InFlight)
+
+	v, err := Call(ctx, b, func(context.Context) (string, error) { return "ok", nil })
+	require.NoError(t, err)
+	require.Equal(t, "ok", v)
+	_, err = Call(ctx, b, func(context.Context) (string, error) { return "", boom })
+	require.Same(t, boom, err)
+	require.PanicsWithValue(t, "p", func() {
+		_, _ = Call(ctx, b, func(context.Context) (string, error) { panic("p") })
+	})
+	require.Zero(t, b.Stats().InFlight)
+	require.Zero(t, b.Stats().Rejected)
+}
+
+func TestSetMax(t *testing.T) {
+	b := mustNew(t, Config{Max: 3})
+	for range 3 {
+		require.True(t, b.TryEnter())
+	}
+	require.NoError(t, b.SetMax(1)) // shrink: nobody is evicted
+	require.Equal(t, int64(3), b.Stats().InFlight)
+	require.False(t, b.TryEnter())
+	b.Exit()
+	b.Exit()
+	require.False(t, b.TryEnter()) // 1 in flight, max 1
+	b.Exit()
+	require.True(t, b.TryEnter())
+	require.NoError(t, b.SetMax(2)) // grow
+	require.True(t, b.TryEnter())
+	require.False(t, b.TryEnter())
+	b.Exit()
+	b.Exit()
+}
+
+func TestListenerPanicRecovered(t *testing.T) {
+	b := mustNew(t, Config{Max: 1, OnReject: func(int64, int64) { panic("listener") }})
+	require.True(t, b.TryEnter())
+	require.False(t, b.TryEnter())
+	require.Equal(t, uint64(1), b.Stats().ListenerPanics)
+	b.Exit()
+}
+
+// TestNoRejectionAtExactlyMax: with no more goroutines than Max, each holds
+// at most one add at a time, so the count never reaches a spurious limit:
+// no rejection may happen at all.
+func TestNoRejectionAtExactlyMax(t *testing.T) {
+	const max = 4
+	n := 50000
+	if israce.Enabled {
+		n = 5000
+	}
+	b := mustNew(t, Config{Max: max})
+	var wg sync.WaitGroup
+	for range max {
+		wg.Go(func() {
+			for range n {
+				if !b.TryEnter() {
+					t.Error("rejected with no more goroutines than Max")
+					return
+				}
+				b.Exit()
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, b.Stats().Rejected)
+}
+
+// TestOverCountRate measures how often a rejection at the limit came from an
+// add that overshot and was undone (the transient over-count of the
+// add-then-undo pattern): Max 1, four goroutines racing for the permit and
+// yielding while they hold it. It also checks that the limit held.
+func TestOverCountRate(t *testing.T) {
+	const max = 1
+	n := 100000
+	if israce.Enabled {
+		n = 10000
+	}
+	b := mustNew(t, Config{Max: max})
+	var wg sync.WaitGroup
+	var cur, over atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			for i := range n {
+				if b.TryEnter() {
+					if cur.Add(1) > max {
+						over.Add(1)
+					}
+					if i%4 == 0 {
+						runtime.Gosched()
+					}
+					cur.Add(-1)
+					b.Exit()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s := b.Stats()
+	require.Zero(t, over.Load(), "more than Max calls ran at once")
+	require.Zero(t, s.InFlight)
+	calls := uint64(4 * n)
+	t.Logf("GOMAXPROCS %d: calls %d, rejected %d (%.2f %%), decided by an overshooting add %d (%.3f %% of rejections, %.4f %% of calls)",
+		runtime.GOMAXPROCS(0), calls, s.Rejected, 100*float64(s.Rejected)/float64(calls), s.Overshoots,
+		100*float64(s.Overshoots)/math.Max(1, float64(s.Rejected)), 100*float64(s.Overshoots)/float64(calls))
+}
+
+// goexit is runtime.Goexit, behind a variable so vet does not flag the
+// unreachable code after it in the tests.
+var goexit = func() { runtimeGoexit() }

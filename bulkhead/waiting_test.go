@@ -1,0 +1,223 @@
+package bulkhead
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampart-go/rampart"
+)
+
+// waitingBulkhead builds a waiting bulkhead whose ticker lives in the
+// current synctest bubble.
+func waitingBulkhead(t *testing.T, max int, maxWait time.Duration) *Bulkhead {
+	return mustNew(t, Config{Max: max, MaxWait: maxWait, Ticker: rampart.NewNanoTicker()})
+}
+
+func TestWaitFIFO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := waitingBulkhead(t, 1, time.Hour)
+		require.True(t, b.TryEnter())
+		order := make(chan int, 10)
+		for i := range 10 {
+			go func() {
+				if err := b.Enter(t.Context()); err != nil {
+					t.Errorf("waiter %d: %v", i, err)
+					return
+				}
+				order <- i
+				time.Sleep(time.Millisecond)
+				b.Exit()
+			}()
+			synctest.Wait() // waiter i is queued before waiter i+1 starts
+		}
+		require.Equal(t, int64(10), b.Stats().Waiting)
+		// A new Enter goes behind the queue even though Exit frees a permit.
+		b.Exit()
+		synctest.Wait()
+		for i := range 10 {
+			require.Equal(t, i, <-order)
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+		}
+		s := b.Stats()
+		require.Zero(t, s.InFlight)
+		require.Zero(t, s.Waiting)
+		require.Equal(t, uint64(10), s.Waited)
+		// Waiter i waited i ms: 1 ms for each waiter ahead of it.
+		require.Equal(t, int64(45*time.Millisecond), s.WaitedNanos)
+		require.Zero(t, s.Rejected)
+	})
+}
+
+func TestWaitMaxWaitExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var waited []int64
+		b := mustNew(t, Config{Max: 1, MaxWait: 50 * time.Millisecond, Ticker: rampart.NewNanoTicker(),
+			OnReject: func(_, w int64) { waited = append(waited, w) }})
+		require.True(t, b.TryEnter())
+		start := time.Now()
+		err := b.Enter(t.Context())
+		require.Same(t, b.RejectedError(), err)
+		require.Equal(t, 50*time.Millisecond, time.Since(start))
+		s := b.Stats()
+		require.Equal(t, uint64(1), s.Rejected)
+		require.Equal(t, uint64(1), s.TimedOut)
+		require.Zero(t, s.Waiting)
+		require.Equal(t, int64(50*time.Millisecond), s.WaitedNanos)
+		require.Equal(t, []int64{int64(50 * time.Millisecond)}, waited)
+		b.Exit()
+	})
+}
+
+func TestWaitContextEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := waitingBulkhead(t, 1, time.Duration(math.MaxInt64))
+		require.True(t, b.TryEnter())
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+		defer cancel()
+		err := b.Enter(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+
+		// Already done before queueing: refused at once.
+		ctx2, cancel2 := context.WithCancel(t.Context())
+		cancel2()
+		require.ErrorIs(t, b.Enter(ctx2), context.Canceled)
+
+		// Canceled while queued, between two other waiters: they keep their order.
+		ctx3, cancel3 := context.WithCancel(t.Context())
+		got := make(chan string, 3)
+		for _, w := range []struct {
+			name string
+			ctx  context.Context
+		}{{"a", t.Context()}, {"b", ctx3}, {"c", t.Context()}} {
+			go func() {
+				if err := b.Enter(w.ctx); err != nil {
+					got <- w.name + ":" + err.Error()
+					return
+				}
+				got <- w.name
+				b.Exit()
+			}()
+			synctest.Wait()
+		}
+		cancel3()
+		synctest.Wait()
+		require.Equal(t, "b:context canceled", <-got)
+		b.Exit()
+		synctest.Wait()
+		require.Equal(t, "a", <-got)
+		require.Equal(t, "c", <-got)
+		s := b.Stats()
+		require.Equal(t, uint64(3), s.Canceled)
+		require.Equal(t, uint64(3), s.Rejected)
+		require.Zero(t, s.InFlight)
+		require.Zero(t, s.Waiting)
+	})
+}
+
+// TestWaitGrantCancelRace: the permit is freed at the very instant the
+// waiter's deadline passes. Whichever wins, nothing leaks: the permit is
+// either used or given back, and the next waiter gets it.
+func TestWaitGrantCancelRace(t *testing.T) {
+	admitted, refused := 0, 0
+	for range 200 {
+		synctest.Test(t, func(t *testing.T) {
+			b := waitingBulkhead(t, 1, time.Hour)
+			require.True(t, b.TryEnter())
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+			defer cancel()
+			go func() {
+				time.Sleep(10 * time.Millisecond)
+				b.Exit()
+			}()
+			// A second waiter queued behind: it must get the permit either way.
+			second := make(chan error, 1)
+			go func() {
+				time.Sleep(time.Millisecond)
+				second <- b.Enter(t.Context())
+			}()
+			err := b.Enter(ctx)
+			if err == nil {
+				admitted++
+				b.Exit()
+			} else {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				refused++
+			}
+			require.NoError(t, <-second)
+			require.Equal(t, int64(1), b.Stats().InFlight)
+			b.Exit()
+			s := b.Stats()
+			require.Zero(t, s.InFlight)
+			require.Zero(t, s.Waiting)
+		})
+	}
+	t.Logf("admitted %d, refused %d", admitted, refused)
+}
+
+func TestWaitResize(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := waitingBulkhead(t, 1, time.Hour)
+		require.True(t, b.TryEnter())
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				if err := b.Enter(t.Context()); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		synctest.Wait()
+		require.Equal(t, int64(3), b.Stats().Waiting)
+		require.NoError(t, b.SetMax(3)) // grow: two waiters enter at once
+		synctest.Wait()
+		s := b.Stats()
+		require.Equal(t, int64(3), s.InFlight)
+		require.Equal(t, int64(1), s.Waiting)
+		require.NoError(t, b.SetMax(1)) // shrink: nobody evicted, the waiter stays queued
+		b.Exit()
+		b.Exit()
+		synctest.Wait()
+		require.Equal(t, int64(1), b.Stats().Waiting)
+		b.Exit() // now 0 in flight: the last waiter enters
+		wg.Wait()
+		s = b.Stats()
+		require.Equal(t, int64(1), s.InFlight)
+		require.Zero(t, s.Waiting)
+		require.Equal(t, uint64(3), s.Waited)
+		b.Exit()
+	})
+}
+
+// TestWaitDoReleases: Do in waiting mode releases on panic and hands the
+// permit to the next waiter.
+func TestWaitDoReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var admitted []int64
+		b := mustNew(t, Config{Max: 1, MaxWait: time.Second, Ticker: rampart.NewNanoTicker(),
+			OnWaitAdmit: func(w int64) { admitted = append(admitted, w) }})
+		boom := errors.New("boom")
+		done := make(chan error, 1)
+		go func() {
+			defer func() { recover() }()
+			_ = b.Do(t.Context(), func(context.Context) error {
+				time.Sleep(20 * time.Millisecond)
+				panic(boom)
+			})
+		}()
+		synctest.Wait()
+		go func() {
+			done <- b.Do(t.Context(), func(context.Context) error { return boom })
+		}()
+		require.Same(t, boom, <-done)
+		require.Equal(t, []int64{int64(20 * time.Millisecond)}, admitted)
+		require.Zero(t, b.Stats().InFlight)
+	})
+}
