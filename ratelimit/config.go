@@ -1,0 +1,271 @@
+package ratelimit
+
+import (
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/rampart-go/rampart"
+)
+
+// Config configures a [Limiter]. Set exactly one of the three rate forms:
+//
+//   - Rate (admissions per second) with Burst;
+//   - Limit admissions per Period (Burst defaults to Limit);
+//   - a token bucket: Capacity tokens, refilled at RefillRate tokens per
+//     second (refilled continuously, not in steps).
+//
+// All three are translated to the same GCRA state. Limit/Period is exact for
+// any integers; Rate and RefillRate are floats, converted to the closest
+// fraction p/q with q ≤ 2³² (exact for every integer rate and every rate
+// with a short decimal expansion, e.g. 0.1 or 2.5 per second).
+type Config struct {
+	// Name identifies the limiter in its rejection error. Optional.
+	Name string
+
+	// Rate is the sustained rate in admissions per second, 1e-9 to 1e9.
+	Rate float64
+	// Burst is how many admissions may happen back to back after an idle
+	// period, i.e. the bucket size. 0 means 1 for Rate, Limit for
+	// Limit/Period, Capacity for the token bucket. Negative is invalid.
+	Burst int
+
+	// Limit is the number of admissions allowed per Period (with Burst
+	// defaulting to Limit, a full Period's worth may come at once).
+	Limit int
+	// Period is the window of Limit. 0 means one second.
+	Period time.Duration
+
+	// Capacity is the token bucket's size: the most tokens it holds.
+	Capacity int
+	// RefillRate is the token bucket's refill rate in tokens per second.
+	RefillRate float64
+
+	// Ticker is the clock of the shorthands (Allow, Wait). nil means
+	// [rampart.DefaultTicker].
+	Ticker rampart.Ticker
+
+	// CountStats turns on the Admitted and Rejected counters of [Stats].
+	// Off by default because counting costs an atomic add on a shared word
+	// per call, which on the reject path turns a read into a write.
+	CountStats bool
+
+	// OnRejected, when not nil, is called on every rejection with the
+	// number of permits asked for and the wait in nanoseconds until they
+	// would be admitted ([Never] for an n that can never be admitted). It
+	// runs on the caller's goroutine; a panic in it is recovered and
+	// counted in Stats().ListenerPanics.
+	OnRejected func(n int, wait int64)
+}
+
+// Rate limits of the configuration.
+const (
+	// MaxRate is the largest accepted rate: one admission per nanosecond.
+	MaxRate = 1e9
+	// maxNum bounds the interval numerator (ns) so that every product of
+	// the unit conversions fits in 128 bits and every state word stays
+	// below retired.
+	maxNum = 1 << 61
+	// maxTau bounds burst × units per interval.
+	maxTau = 1 << 60
+)
+
+// params is a rate and burst translated to GCRA, in "units": the emission
+// interval T = num/den ns is held as the whole number k of units, so the
+// unit is num/(den·k) ns, between 0.5 and 1 ns. Counting time in units makes
+// every increment exact: nothing is rounded per admission, only each clock
+// reading is converted (non-cumulative error < 1 unit).
+type params struct {
+	k     int64  // units per emission interval, ≥ 1
+	tau   int64  // burst·k: the tolerance, the most a TAT may lead now
+	burst int64  // the most permits one call may take
+	mul   uint64 // ns → units: floor(now·mul / 2⁶³), mul = floor(2⁶³·den·k/num)
+	inv   uint64 // units → ns, approximately: inv = ceil(2⁶³·num/(den·k)) ≤ 2⁶³
+	num   uint64 // interval numerator (ns)
+	den   uint64 // interval denominator
+	denK  uint64 // den·k
+}
+
+// newParams builds params for an interval of num/den ns and burst.
+func newParams(num, den uint64, burst int64, field string) (params, error) {
+	if g := gcd(num, den); g > 1 {
+		num, den = num/g, den/g
+	}
+	if num > maxNum {
+		return params{}, rampart.NewConfigError("ratelimit", field, "gives an interval of %d/%d ns, longer than %d ns", num, den, uint64(maxNum))
+	}
+	if num < den {
+		return params{}, rampart.NewConfigError("ratelimit", field, "gives an interval of %d/%d ns, which rounds to 0 (at most %g per second)", num, den, MaxRate)
+	}
+	k := (num + den - 1) / den // ceil(num/den) ≥ 1
+	hi, lo := bits.Mul64(den, k)
+	if hi != 0 || lo > 2*num { // den·k < num+den ≤ 2·num; checked for safety
+		return params{}, rampart.NewConfigError("ratelimit", field, "interval %d/%d ns cannot be represented", num, den)
+	}
+	denK := lo
+	if burst < 1 {
+		return params{}, rampart.NewConfigError("ratelimit", "Burst", "must be at least 1, got %d", burst)
+	}
+	if uint64(burst) > maxTau/k {
+		return params{}, rampart.NewConfigError("ratelimit", "Burst", "%d times an interval of %d ns overflows", burst, k)
+	}
+	// mul = floor(denK·2⁶³ / num); denK < 2·num so the quotient fits.
+	mul, _ := bits.Div64(denK>>1, denK<<63, num)
+	// inv = ceil(num·2⁶³ / denK); num ≤ denK so it is at most 2⁶³.
+	inv, rem := bits.Div64(num>>1, num<<63, denK)
+	if rem != 0 {
+		inv++
+	}
+	return params{k: int64(k), tau: burst * int64(k), burst: burst, mul: mul, inv: inv, num: num, den: den, denK: denK}, nil
+}
+
+// units converts a clock reading to units: floor(now·c) or one less, where
+// c = den·k/num ∈ [1, 2). A negative reading counts as 0. Monotonic in now.
+func (p *params) units(now int64) int64 {
+	hi, lo := bits.Mul64(uint64(max(now, 0)), p.mul)
+	return int64(hi<<1 | lo>>63)
+}
+
+// earliest returns the least reading t ≥ 0 with units(t) ≥ target: the
+// exact instant at which a TAT of target+tau admits.
+func (p *params) earliest(target int64) int64 {
+	if target <= 0 {
+		return 0
+	}
+	if target >= math.MaxInt64/2 {
+		return math.MaxInt64 / 2
+	}
+	hi, lo := bits.Mul64(uint64(target), p.inv) // ≈ target/c, within a unit
+	t := int64(hi<<1 | lo>>63)
+	// Both multipliers are within a unit of exact: a step or two at most.
+	for p.units(t) < target {
+		t++
+	}
+	for t > 0 && p.units(t-1) >= target {
+		t--
+	}
+	return t
+}
+
+// waitFor returns how many ns after now a TAT of next admits (≥ 1).
+func (p *params) waitFor(now, next int64) int64 {
+	return max(p.earliest(next-p.tau)-now, 1)
+}
+
+// interval returns the emission interval rounded to whole ns.
+func (p *params) interval() time.Duration {
+	return time.Duration((p.num + p.den/2) / p.den)
+}
+
+// ratePerSecond returns the rate as a float.
+func (p *params) ratePerSecond() float64 {
+	return float64(p.den) * 1e9 / float64(p.num)
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// rational returns p/q ≈ r with q ≤ 2³², the last continued-fraction
+// convergent within that bound (exact when r is such a fraction).
+func rational(r float64) (p, q uint64) {
+	const maxQ = 1 << 32
+	// Convergents h/k of the continued fraction of r.
+	h0, h1 := uint64(0), uint64(1)
+	k0, k1 := uint64(1), uint64(0)
+	x := r
+	for range 64 {
+		a := math.Floor(x)
+		if a > 1<<62 {
+			break
+		}
+		ai := uint64(a)
+		h2 := ai*h1 + h0
+		k2 := ai*k1 + k0
+		if k2 > maxQ || h2 > 1<<62 {
+			break
+		}
+		h0, h1, k0, k1 = h1, h2, k1, k2
+		frac := x - a
+		if frac < 1e-12*max(1, x) || float64(h1)/float64(k1) == r {
+			break
+		}
+		x = 1 / frac
+	}
+	return h1, k1
+}
+
+// rateParams translates a per-second float rate and a burst.
+func rateParams(rate float64, burst int64, field string) (params, error) {
+	if math.IsNaN(rate) || math.IsInf(rate, 0) || rate <= 0 {
+		return params{}, rampart.NewConfigError("ratelimit", field, "must be a positive finite number, got %v", rate)
+	}
+	if rate > MaxRate {
+		return params{}, rampart.NewConfigError("ratelimit", field, "%v per second gives an interval that rounds to 0 ns (at most %g)", rate, MaxRate)
+	}
+	p, q := rational(rate)
+	if p == 0 || q == 0 {
+		return params{}, rampart.NewConfigError("ratelimit", field, "%v per second gives an interval longer than %d ns", rate, uint64(maxNum))
+	}
+	// T = 1e9·q/p ns.
+	hi, num := bits.Mul64(q, 1e9)
+	if hi != 0 || num > maxNum {
+		return params{}, rampart.NewConfigError("ratelimit", field, "%v per second gives an interval longer than %d ns", rate, uint64(maxNum))
+	}
+	return newParams(num, p, burst, field)
+}
+
+// build validates c and returns its GCRA parameters.
+func (c *Config) build() (params, error) {
+	forms := 0
+	if c.Rate != 0 {
+		forms++
+	}
+	if c.Limit != 0 || c.Period != 0 {
+		forms++
+	}
+	if c.Capacity != 0 || c.RefillRate != 0 {
+		forms++
+	}
+	if forms != 1 {
+		return params{}, rampart.NewConfigError("ratelimit", "Rate", "set exactly one of Rate, Limit/Period, Capacity/RefillRate (%d set)", forms)
+	}
+	if c.Burst < 0 {
+		return params{}, rampart.NewConfigError("ratelimit", "Burst", "must be at least 1, got %d", c.Burst)
+	}
+	switch {
+	case c.Rate != 0:
+		burst := int64(c.Burst)
+		if burst == 0 {
+			burst = 1
+		}
+		return rateParams(c.Rate, burst, "Rate")
+	case c.Limit != 0 || c.Period != 0:
+		if c.Limit < 1 {
+			return params{}, rampart.NewConfigError("ratelimit", "Limit", "must be at least 1, got %d", c.Limit)
+		}
+		period := c.Period
+		if period == 0 {
+			period = time.Second
+		}
+		if period < 0 {
+			return params{}, rampart.NewConfigError("ratelimit", "Period", "must be positive, got %v", period)
+		}
+		burst := int64(c.Burst)
+		if burst == 0 {
+			burst = int64(c.Limit)
+		}
+		return newParams(uint64(period), uint64(c.Limit), burst, "Period")
+	default:
+		if c.Capacity < 1 {
+			return params{}, rampart.NewConfigError("ratelimit", "Capacity", "must be at least 1, got %d", c.Capacity)
+		}
+		if c.Burst != 0 && c.Burst != c.Capacity {
+			return params{}, rampart.NewConfigError("ratelimit", "Burst", "must be 0 or equal Capacity for a token bucket, got %d", c.Burst)
+		}
+		return rateParams(c.RefillRate, int64(c.Capacity), "RefillRate")
+	}
+}

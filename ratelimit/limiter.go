@@ -1,0 +1,464 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/big"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/pad"
+)
+
+// ErrLimited is the sentinel of every rejection by a rate limiter. The
+// errors returned match both it and [rampart.ErrRejected] through errors.Is.
+var ErrLimited = errors.New("rate limited")
+
+// ErrInvalidN is returned by Reserve and Wait for n < 1 or n > the burst:
+// such a request can never be admitted.
+var ErrInvalidN = errors.New("ratelimit: n is below 1 or above the burst")
+
+// Never is the wait returned by TryAcquire for an n that can never be
+// admitted (n < 1 or n > the burst).
+const Never = int64(math.MaxInt64)
+
+// retired marks the TAT word of a state replaced by SetRate or SetBurst.
+// Every real TAT stays far below it (times below 2⁶¹ units, about 36 years
+// of uptime, plus at most maxReserve), and retired + tau does not overflow.
+const retired = int64(1) << 62
+
+// maxReserve bounds how far ahead of now a reservation may commit, in units.
+const maxReserve = int64(1) << 60
+
+// state is one rate epoch: the GCRA theoretical arrival time (TAT) and the
+// parameters it is counted in. SetRate and SetBurst retire the state (they
+// swap retired into its TAT word) and publish a new one.
+type state struct {
+	// tat is the theoretical arrival time in units: the instant at which
+	// the limiter would be back to a full burst. Written by every admission
+	// (one CAS) from every goroutine, hence alone on its cache line. It only
+	// moves forward, except when Cancel unwinds the latest reservation.
+	tat pad.Int64
+	params
+}
+
+// Limiter is a GCRA rate limiter. Create it with [New]; the zero value is not
+// usable. All methods are safe for concurrent use.
+//
+// The primitive methods take the current reading of the limiter's ticker
+// (now, in ns) so a pipeline can share one clock read between policies:
+// [Limiter.TryAcquire] (admit or say how long to wait), [Limiter.AllowN],
+// [Limiter.Reserve]. The shorthands ([Limiter.Allow], [Limiter.Wait],
+// [Limiter.Do]) read the ticker themselves.
+type Limiter struct {
+	st         atomic.Pointer[state] // the current epoch; read by every call, written by SetRate/SetBurst
+	tk         rampart.Ticker
+	rejected   *rampart.RejectedError
+	onRejected func(n int, wait int64)
+	countStats bool
+
+	mu sync.Mutex // serialises SetRate and SetBurst; never taken by admission
+
+	admitted       pad.Uint64    // only with CountStats
+	rejectedN      pad.Uint64    // only with CountStats
+	waited         atomic.Uint64 // Wait calls that slept (slow path)
+	listenerPanics atomic.Uint64
+}
+
+// New validates c and returns a limiter whose bucket starts full (Burst
+// permits available at once).
+func New(c Config) (*Limiter, error) {
+	p, err := c.build()
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		tk:         c.Ticker,
+		rejected:   rampart.NewRejectedError("ratelimit", c.Name, ErrLimited),
+		onRejected: c.OnRejected,
+		countStats: c.CountStats,
+	}
+	if l.tk == nil {
+		l.tk = rampart.DefaultTicker()
+	}
+	s := &state{params: p}
+	s.tat.Store(math.MinInt64 / 2) // a full bucket at any reading
+	l.st.Store(s)
+	return l, nil
+}
+
+// TryAcquire takes n permits at time now if the rate allows it.
+//
+// It returns 0 when the permits were taken (one load of the state and one
+// CAS). Otherwise it returns how many ns after now the n permits would be
+// admitted if nobody else took them first; a rejection is read-only (no
+// CAS, no write to the shared word). For n < 1 or n > the burst it returns
+// [Never]. now is a reading of the limiter's ticker. A now older than other
+// callers' readings never creates credit (the state never moves back): it
+// counts as an early arrival, which may be rejected.
+func (l *Limiter) TryAcquire(now int64, n int) (wait int64) {
+	s := l.st.Load()                   // the epoch: a read-mostly pointer
+	u := s.units(now)                  // one multiplication, no clock read
+	tat := s.tat.Load()                // the hot word: one load
+	if uint64(n-1) < uint64(s.burst) { // 1 ≤ n ≤ burst, so n·k cannot overflow
+		next := max(tat, u) + int64(n)*s.k
+		if next-u <= s.tau && s.tat.CompareAndSwap(tat, next) { // the one write
+			if l.countStats {
+				l.admitted.Add(1)
+			}
+			return 0
+		}
+	}
+	return l.acquireSlow(now, n, true)
+}
+
+// AllowN reports whether n permits were taken at time now. It is
+// TryAcquire without computing the wait of a rejection.
+func (l *Limiter) AllowN(now int64, n int) bool {
+	s := l.st.Load() // same fast path as TryAcquire
+	u := s.units(now)
+	tat := s.tat.Load()
+	if uint64(n-1) < uint64(s.burst) {
+		next := max(tat, u) + int64(n)*s.k
+		if next-u <= s.tau && s.tat.CompareAndSwap(tat, next) {
+			if l.countStats {
+				l.admitted.Add(1)
+			}
+			return true
+		}
+	}
+	return l.acquireSlow(now, n, false) == 0
+}
+
+// acquireSlow is the slow path of TryAcquire and AllowN: a lost CAS, a
+// rejection, an invalid n, or a state being replaced by SetRate. It returns
+// 0 (admitted) or the wait (computed only when wantWait or a listener needs
+// it; 1 otherwise).
+func (l *Limiter) acquireSlow(now int64, n int, wantWait bool) int64 {
+	for {
+		s := l.st.Load()
+		if n < 1 || int64(n) > s.burst {
+			return l.reject(n, Never)
+		}
+		tat := s.tat.Load()
+		if tat >= retired { // SetRate is publishing the next state
+			runtime.Gosched()
+			continue
+		}
+		u := s.units(now)
+		next := max(tat, u) + int64(n)*s.k
+		if next-u > s.tau { // read-only rejection
+			if !wantWait && l.onRejected == nil {
+				if l.countStats {
+					l.rejectedN.Add(1)
+				}
+				return 1
+			}
+			return l.reject(n, s.waitFor(now, next))
+		}
+		if s.tat.CompareAndSwap(tat, next) {
+			if l.countStats {
+				l.admitted.Add(1)
+			}
+			return 0
+		}
+	}
+}
+
+// reject counts and notifies a rejection and returns wait.
+func (l *Limiter) reject(n int, wait int64) int64 {
+	if l.countStats {
+		l.rejectedN.Add(1)
+	}
+	if l.onRejected != nil {
+		notify.Call2(&l.listenerPanics, l.onRejected, n, wait)
+	}
+	return wait
+}
+
+// Allow takes one permit now if the rate allows it: one clock read, one
+// load, one CAS.
+func (l *Limiter) Allow() bool { return l.AllowN(l.tk.Now(), 1) }
+
+// Acquire takes one permit at time now, or returns the limiter's
+// preallocated rejection error (matching [ErrLimited] and
+// [rampart.ErrRejected]).
+func (l *Limiter) Acquire(now int64) error {
+	if l.AllowN(now, 1) {
+		return nil
+	}
+	return l.rejected
+}
+
+// RejectedError returns the limiter's preallocated rejection error, which
+// matches [ErrLimited] and [rampart.ErrRejected].
+func (l *Limiter) RejectedError() error { return l.rejected }
+
+// Ticker returns the clock the shorthands read.
+func (l *Limiter) Ticker() rampart.Ticker { return l.tk }
+
+// Reservation is a commitment of n permits at a future time, made by
+// [Limiter.Reserve]. It is a small value; keep it in a variable and call
+// Cancel on that variable if the permits go unused.
+type Reservation struct {
+	l     *Limiter
+	s     *state
+	start int64 // TAT before the reservation (units)
+	end   int64 // TAT after it (units)
+	at    int64 // reading at which the permits may be used
+	delay int64 // at - now of the Reserve call
+	n     int
+}
+
+// OK reports whether the reservation holds permits (false for the zero
+// Reservation and after Cancel).
+func (r *Reservation) OK() bool { return r.l != nil }
+
+// Delay returns how long after the Reserve call the permits may be used (0:
+// at once).
+func (r *Reservation) Delay() time.Duration { return time.Duration(r.delay) }
+
+// TimeToAct returns the ticker reading at which the permits may be used.
+func (r *Reservation) TimeToAct() int64 { return r.at }
+
+// DelayFrom returns how long after now the permits may be used (0 if that
+// time has come).
+func (r *Reservation) DelayFrom(now int64) time.Duration {
+	return time.Duration(max(r.at-now, 0))
+}
+
+// N returns the number of permits reserved.
+func (r *Reservation) N() int { return r.n }
+
+// Cancel gives the permits back if they can be given back exactly, and
+// reports whether it did. The rule: the permits return only when their time
+// has not come yet (now < TimeToAct) and the reservation is still the
+// latest commitment of the limiter (no admission or reservation was made
+// after it, or all those were cancelled first). Cancel then restores the
+// state the limiter had just before Reserve, so nobody can ever use more
+// than the rate would have allowed without the reservation. Otherwise
+// nothing is given back: later callers were scheduled behind this
+// reservation and giving its permits to someone else would let the
+// admissions of some window exceed the rate. Cancel also gives nothing back
+// after SetRate or SetBurst. Cancelling twice is a no-op.
+func (r *Reservation) Cancel(now int64) bool {
+	if r.l == nil {
+		return false
+	}
+	l, s := r.l, r.s
+	r.l = nil
+	if now >= r.at || l.st.Load() != s {
+		return false
+	}
+	return s.tat.CompareAndSwap(r.end, r.start)
+}
+
+// Reserve commits n permits at the earliest time they are available and
+// returns the reservation, provided that time is at most maxWait after now.
+// If it is later, nothing is committed (read-only, as for TryAcquire) and
+// the limiter's rejection error is returned; for n < 1 or n > the burst,
+// [ErrInvalidN]. The caller must wait r.Delay() before acting, or Cancel.
+func (l *Limiter) Reserve(now int64, n int, maxWait time.Duration) (Reservation, error) {
+	for {
+		s := l.st.Load()
+		if n < 1 || int64(n) > s.burst {
+			return Reservation{}, ErrInvalidN
+		}
+		tat := s.tat.Load()
+		if tat >= retired {
+			runtime.Gosched()
+			continue
+		}
+		u := s.units(now)
+		start := max(tat, u)
+		next := start + int64(n)*s.k
+		var wait int64
+		if d := next - u - s.tau; d > 0 {
+			wait = s.waitFor(now, next)
+			if wait > int64(maxWait) || d > maxReserve {
+				l.reject(n, wait)
+				return Reservation{}, l.rejected
+			}
+		}
+		if s.tat.CompareAndSwap(tat, next) {
+			if l.countStats {
+				l.admitted.Add(1)
+			}
+			return Reservation{l: l, s: s, start: start, end: next, at: now + wait, delay: wait, n: n}, nil
+		}
+	}
+}
+
+// Wait blocks until n permits are taken, and returns nil; or returns
+// ctx.Err() if ctx ends first (the reservation is cancelled by the rule of
+// [Reservation.Cancel]); or returns the rejection error at once, without
+// waiting, if the permits would come after ctx's deadline; or [ErrInvalidN].
+// It sleeps on a time.Timer, so the limiter's ticker must follow real time
+// (the default ticker, a cached one, or one made inside a synctest bubble).
+func (l *Limiter) Wait(ctx context.Context, n int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := l.tk.Now()
+	maxWait := time.Duration(math.MaxInt64)
+	if dl, ok := ctx.Deadline(); ok {
+		maxWait = time.Until(dl)
+	}
+	r, err := l.Reserve(now, n, maxWait)
+	if err != nil {
+		return err
+	}
+	if r.delay == 0 {
+		return nil
+	}
+	return l.waitSlow(ctx, &r)
+}
+
+// waitSlow sleeps until the reservation's time or ctx's end (slow path).
+func (l *Limiter) waitSlow(ctx context.Context, r *Reservation) error {
+	l.waited.Add(1)
+	t := time.NewTimer(time.Duration(r.delay))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		r.Cancel(l.tk.Now())
+		return ctx.Err()
+	}
+}
+
+// Do runs fn if one permit is available now, and returns its error
+// unchanged; otherwise it returns the rejection error without running fn.
+// A panic in fn propagates (a rate permit has nothing to release).
+func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error {
+	if !l.Allow() {
+		return l.rejected
+	}
+	return fn(ctx)
+}
+
+// Call runs fn under l like [Limiter.Do] and returns its typed result; on
+// rejection it returns the zero T and the rejection error.
+func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, error)) (T, error) {
+	if !l.Allow() {
+		var zero T
+		return zero, l.rejected
+	}
+	return fn(ctx)
+}
+
+// Tokens returns the number of permits available at time now (negative when
+// reservations have committed permits ahead of time).
+func (l *Limiter) Tokens(now int64) float64 {
+	s := l.st.Load()
+	tat := s.tat.Load()
+	if tat >= retired {
+		s = l.st.Load()
+		tat = s.tat.Load()
+	}
+	u := s.units(now)
+	return float64(s.tau-(max(tat, u)-u)) / float64(s.k)
+}
+
+// Stats is a snapshot of a limiter's counters and configuration.
+type Stats struct {
+	Admitted       uint64        // calls admitted (TryAcquire, Reserve); only with Config.CountStats
+	Rejected       uint64        // calls rejected; only with Config.CountStats
+	Waited         uint64        // Wait calls that had to sleep
+	ListenerPanics uint64        // panics recovered from OnRejected
+	Rate           float64       // admissions per second
+	Burst          int           // the bucket size
+	Interval       time.Duration // the emission interval, rounded to whole ns
+}
+
+// Stats returns the counters and the current rate. It allocates nothing.
+func (l *Limiter) Stats() Stats {
+	s := l.st.Load()
+	return Stats{
+		Admitted:       l.admitted.Load(),
+		Rejected:       l.rejectedN.Load(),
+		Waited:         l.waited.Load(),
+		ListenerPanics: l.listenerPanics.Load(),
+		Rate:           s.ratePerSecond(),
+		Burst:          int(s.burst),
+		Interval:       s.interval(),
+	}
+}
+
+// SetRate changes the rate to rate admissions per second, keeping the burst
+// and the permits available now (capped at the burst). Reservations made
+// before keep their times but can no longer be cancelled.
+func (l *Limiter) SetRate(rate float64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.st.Load()
+	p, err := rateParams(rate, old.burst, "Rate")
+	if err != nil {
+		return err
+	}
+	l.replace(old, p)
+	return nil
+}
+
+// SetLimit changes the rate to limit admissions per period (exact), keeping
+// the burst and the permits available now (capped at the burst).
+func (l *Limiter) SetLimit(limit int, period time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.st.Load()
+	c := Config{Limit: limit, Period: period, Burst: int(old.burst)}
+	p, err := c.build()
+	if err != nil {
+		return err
+	}
+	l.replace(old, p)
+	return nil
+}
+
+// SetBurst changes the burst, keeping the rate and the permits available now
+// capped at the new burst: lowering the burst never lets the old, larger
+// credit through, and raising it adds no credit at once (it fills at the
+// rate).
+func (l *Limiter) SetBurst(burst int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.st.Load()
+	if burst < 1 {
+		return rampart.NewConfigError("ratelimit", "Burst", "must be at least 1, got %d", burst)
+	}
+	p, err := newParams(old.num, old.den, int64(burst), "Burst")
+	if err != nil {
+		return err
+	}
+	l.replace(old, p)
+	return nil
+}
+
+// replace retires old and publishes a state with parameters p holding the
+// same number of available permits (capped at the new burst). Slow path,
+// under l.mu; callers spinning on the retired word wait for the Store.
+func (l *Limiter) replace(old *state, p params) {
+	now := l.tk.Now()
+	tat := old.tat.Swap(retired) // from here no admission can use old
+	uo := old.units(now)
+	// available permits in old units (negative: committed ahead)
+	availOld := old.tau - (max(tat, uo) - uo)
+	// the same permits in new units, rounded down, at most the new burst
+	a := new(big.Int).Mul(big.NewInt(availOld), big.NewInt(p.k))
+	q, m := new(big.Int).DivMod(a, big.NewInt(old.k), new(big.Int))
+	_ = m // DivMod is Euclidean: q = floor for a positive divisor
+	availNew := p.tau
+	if q.IsInt64() && q.Int64() < availNew {
+		availNew = max(q.Int64(), -maxReserve)
+	}
+	un := p.units(now)
+	s := &state{params: p}
+	s.tat.Store(un + p.tau - availNew)
+	l.st.Store(s)
+}
