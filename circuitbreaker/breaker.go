@@ -360,8 +360,8 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r Result) {
 			if now == noTime {
 				now = b.ticker.Now()
 			}
-			b.tw.add(now, failed, slow)
-			if judge && (failed || slow || b.pending.Load()) {
+			slid := b.tw.add(now, failed, slow)
+			if judge && (failed || slow || slid || b.pending.Load()) {
 				b.evaluateTime(w, now)
 			}
 		case Consecutive:
@@ -394,7 +394,9 @@ func (b *Breaker) evaluateCount(w uint64, now int64) {
 
 // evaluateTime judges the time window. A success cannot raise a rate, but
 // it can complete MinimumCalls while the rate is over a threshold: pending
-// remembers that case so that the next success evaluates too.
+// remembers that case so that the next success evaluates too. The window
+// sliding (old successes leaving it) can raise a rate: the first record of
+// each slice evaluates.
 func (b *Breaker) evaluateTime(w uint64, now int64) {
 	total, fails, slows := b.tw.snapshot(now)
 	over := b.over(total, fails, slows)

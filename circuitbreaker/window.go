@@ -140,17 +140,21 @@ func (w *timeWindow) bucketFor(tick int64) *bucket {
 	return &w.buckets[i]
 }
 
-func (w *timeWindow) add(now int64, failed, slow bool) {
+// add records one outcome at now. It reports whether it started a new slice
+// (recycled the bucket): the window slid, so older calls left it and the
+// rates may have risen without any new failure.
+func (w *timeWindow) add(now int64, failed, slow bool) (slid bool) {
 	tick := now / w.res
 	b := w.bucketFor(tick)
 	if e := b.epoch.Load(); e != tick {
 		if e > tick {
-			return // a late record for a slice already recycled: drop it
+			return false // a late record for a slice already recycled: drop it
 		}
 		if b.epoch.CompareAndSwap(e, tick) { // rare: once per bucket per slice
 			b.total.Store(0)
 			b.fails.Store(0)
 			b.slows.Store(0)
+			slid = true
 		}
 	}
 	b.total.Add(1)
@@ -160,6 +164,7 @@ func (w *timeWindow) add(now int64, failed, slow bool) {
 	if slow {
 		b.slows.Add(1)
 	}
+	return slid
 }
 
 func (w *timeWindow) snapshot(now int64) (total, fails, slows int64) {

@@ -1,0 +1,505 @@
+package circuitbreaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampart-go/rampart"
+)
+
+const ms = time.Millisecond
+
+var errBoom = errors.New("boom")
+
+func newTest(t *testing.T, cfg Config) (*Breaker, *rampart.ManualTicker) {
+	t.Helper()
+	tk := rampart.NewManualTicker(0)
+	cfg.Ticker = tk
+	b, err := New(cfg)
+	require.NoError(t, err)
+	return b, tk
+}
+
+// call acquires at the ticker's time, advances by d, and records err.
+func call(t *testing.T, b *Breaker, tk *rampart.ManualTicker, d time.Duration, err error) error {
+	t.Helper()
+	p, aerr := b.Acquire(tk.Now())
+	if aerr != nil {
+		return aerr
+	}
+	tk.Advance(d)
+	b.Record(p, tk.Now(), err)
+	return nil
+}
+
+func TestNewValidation(t *testing.T) {
+	bad := []Config{
+		{Mode: 7},
+		{WindowSize: -1},
+		{WindowSize: maxWindowSize + 1},
+		{TimeWindow: -time.Second},
+		{Mode: TimeWindow, TimeWindow: 5, Buckets: 10},
+		{Buckets: -1},
+		{Buckets: 2000},
+		{ConsecutiveFailures: -1},
+		{FailureRateThreshold: 101},
+		{FailureRateThreshold: -1},
+		{SlowCallRateThreshold: 100.5},
+		{SlowCallDuration: -1},
+		{MinimumCalls: -1},
+		{WindowSize: 5, MinimumCalls: 6},
+		{OpenDuration: -1},
+		{MaxOpenDuration: -1},
+		{OpenDuration: time.Second, MaxOpenDuration: time.Millisecond},
+		{OpenBackoffFactor: 0.5},
+		{OpenBackoffFactor: -2},
+		{OpenJitter: 1},
+		{OpenJitter: -0.1},
+		{HalfOpenProbes: -1},
+		{HalfOpenProbes: 256},
+		{HalfOpenProbes: 2, HalfOpenMaxConcurrent: 3},
+		{HalfOpenProbes: 2, HalfOpenSuccesses: 3},
+		{HalfOpenSuccesses: -1},
+		{MaxHalfOpenDuration: -1},
+	}
+	for i, c := range bad {
+		_, err := New(c)
+		require.Error(t, err, "case %d: %+v", i, c)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig, "case %d", i)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce)
+		require.NotEmpty(t, ce.Field)
+	}
+	b, err := New(Config{})
+	require.NoError(t, err)
+	c := b.Config()
+	require.Equal(t, 100, c.WindowSize)
+	require.Equal(t, 10, c.MinimumCalls)
+	require.Equal(t, 50.0, c.FailureRateThreshold)
+	require.Equal(t, 60*time.Second, c.OpenDuration)
+	require.Equal(t, 5, c.HalfOpenProbes)
+	require.Equal(t, 5, c.HalfOpenMaxConcurrent)
+	require.Equal(t, 5, c.HalfOpenSuccesses)
+	require.Equal(t, Closed, b.State())
+	b, err = New(Config{WindowSize: 4})
+	require.NoError(t, err)
+	require.Equal(t, 4, b.Config().MinimumCalls)
+}
+
+func TestCountWindowTransitions(t *testing.T) {
+	var changes []string
+	b, tk := newTest(t, Config{
+		Name: "db", WindowSize: 4, MinimumCalls: 4, OpenDuration: time.Second,
+		HalfOpenProbes: 2, HalfOpenMaxConcurrent: 1, HalfOpenSuccesses: 2,
+		OnStateChange: func(from, to State) { changes = append(changes, from.String()+">"+to.String()) },
+	})
+	require.NoError(t, call(t, b, tk, ms, nil))
+	require.NoError(t, call(t, b, tk, ms, nil))
+	require.NoError(t, call(t, b, tk, ms, errBoom)) // 3 calls < minimum
+	require.Equal(t, Closed, b.State())
+	require.NoError(t, call(t, b, tk, ms, errBoom)) // 2/4 = 50 % → open
+	require.Equal(t, Open, b.State())
+	tripAt := tk.Now()
+
+	_, err := b.Acquire(tk.Now())
+	require.ErrorIs(t, err, ErrOpen)
+	require.ErrorIs(t, err, rampart.ErrRejected)
+	require.NotErrorIs(t, err, ErrHalfOpenFull)
+	require.Equal(t, `circuitbreaker "db": open`, err.Error())
+	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()))
+
+	tk.Set(tripAt + int64(time.Second) - 1)
+	_, err = b.Acquire(tk.Now())
+	require.ErrorIs(t, err, ErrOpen)
+	require.Equal(t, time.Duration(1), b.RemainingOpen(tk.Now()))
+
+	tk.Set(tripAt + int64(time.Second))
+	p1, err := b.Acquire(tk.Now())
+	require.NoError(t, err)
+	require.Equal(t, HalfOpen, b.State())
+	_, err = b.Acquire(tk.Now()) // concurrency limit 1
+	require.ErrorIs(t, err, ErrHalfOpenFull)
+	require.ErrorIs(t, err, ErrOpen)
+	require.ErrorIs(t, err, rampart.ErrRejected)
+	b.Record(p1, tk.Now(), nil)
+	require.Equal(t, HalfOpen, b.State())
+	p2, err := b.Acquire(tk.Now())
+	require.NoError(t, err)
+	_, err = b.Acquire(tk.Now()) // both probes of the period used
+	require.ErrorIs(t, err, ErrHalfOpenFull)
+	b.Record(p2, tk.Now(), nil)
+	require.Equal(t, Closed, b.State())
+	s := b.Stats()
+	require.Zero(t, s.WindowCalls, "closing empties the window")
+	require.Equal(t, uint64(4), s.Rejections)
+	require.Equal(t, uint64(3), s.Transitions)
+	require.Equal(t, uint64(1), s.Trips)
+	require.Equal(t, []string{"closed>open", "open>half-open", "half-open>closed"}, changes)
+}
+
+func TestWarmingSuccessTrips(t *testing.T) {
+	b, tk := newTest(t, Config{WindowSize: 10, MinimumCalls: 4})
+	for range 3 {
+		require.NoError(t, call(t, b, tk, ms, errBoom))
+	}
+	require.Equal(t, Closed, b.State())
+	require.NoError(t, call(t, b, tk, ms, nil)) // 3/4 failed: the 4th call, a success, trips
+	require.Equal(t, Open, b.State())
+}
+
+func TestWindowSlides(t *testing.T) {
+	b, tk := newTest(t, Config{WindowSize: 4, MinimumCalls: 4, FailureRateThreshold: 75})
+	for _, e := range []error{errBoom, errBoom, nil, nil, nil, errBoom, errBoom} {
+		require.NoError(t, call(t, b, tk, ms, e))
+		require.Equal(t, Closed, b.State())
+	}
+	// window: nil, nil(5th), F, F → 50 %; one more failure: nil, F, F, F = 75 %
+	require.NoError(t, call(t, b, tk, ms, errBoom))
+	require.Equal(t, Open, b.State())
+}
+
+func TestHalfOpenReopensWithBackoff(t *testing.T) {
+	b, tk := newTest(t, Config{
+		Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second,
+		MaxOpenDuration: 4 * time.Second, HalfOpenProbes: 1,
+	})
+	require.NoError(t, call(t, b, tk, 0, errBoom))
+	want := []time.Duration{2, 4, 4, 4}
+	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()))
+	for _, w := range want {
+		tk.Advance(b.RemainingOpen(tk.Now()))
+		require.NoError(t, call(t, b, tk, 0, errBoom)) // the probe fails
+		require.Equal(t, Open, b.State())
+		require.Equal(t, w*time.Second, b.RemainingOpen(tk.Now()))
+	}
+	tk.Advance(4 * time.Second)
+	require.NoError(t, call(t, b, tk, 0, nil))
+	require.Equal(t, Closed, b.State())
+	require.NoError(t, call(t, b, tk, 0, errBoom))
+	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()), "closing resets the backoff")
+}
+
+func TestOpenJitter(t *testing.T) {
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, OpenJitter: 0.5})
+	seen := map[time.Duration]bool{}
+	for range 20 {
+		b.Reset()
+		require.NoError(t, call(t, b, tk, 0, errBoom))
+		d := b.RemainingOpen(tk.Now())
+		require.LessOrEqual(t, d, time.Second)
+		require.Greater(t, d, time.Second/2)
+		seen[d] = true
+	}
+	require.Greater(t, len(seen), 1)
+}
+
+func TestStalePermitNeverDecidesProbe(t *testing.T) {
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: 1})
+	slow, err := b.Acquire(tk.Now()) // admitted while closed
+	require.NoError(t, err)
+	require.NoError(t, call(t, b, tk, 0, errBoom))
+	tk.Advance(time.Second)
+	probe, err := b.Acquire(tk.Now())
+	require.NoError(t, err)
+	require.Equal(t, HalfOpen, b.State())
+	b.Record(slow, tk.Now(), nil) // the closed-era call ends now: stale
+	require.Equal(t, HalfOpen, b.State())
+	b.Record(slow, tk.Now(), errBoom)
+	require.Equal(t, HalfOpen, b.State())
+	require.Equal(t, uint64(2), b.Stats().StaleResults)
+	b.Record(probe, tk.Now(), nil)
+	require.Equal(t, Closed, b.State())
+	b.Record(Permit{}, tk.Now(), errBoom) // the zero permit is never current
+	require.Equal(t, Closed, b.State())
+}
+
+func TestMaxHalfOpenDuration(t *testing.T) {
+	b, tk := newTest(t, Config{
+		Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second,
+		HalfOpenProbes: 1, MaxHalfOpenDuration: 5 * time.Second,
+	})
+	require.NoError(t, call(t, b, tk, 0, errBoom))
+	tk.Advance(time.Second)
+	stuck, err := b.Acquire(tk.Now())
+	require.NoError(t, err)
+	tk.Advance(5*time.Second - 1)
+	_, err = b.Acquire(tk.Now())
+	require.ErrorIs(t, err, ErrHalfOpenFull)
+	tk.Advance(1)
+	fresh, err := b.Acquire(tk.Now())
+	require.NoError(t, err, "a stuck probe no longer blocks recovery")
+	b.Record(stuck, tk.Now(), errBoom) // from the older period: ignored
+	require.Equal(t, HalfOpen, b.State())
+	b.Record(fresh, tk.Now(), nil)
+	require.Equal(t, Closed, b.State())
+}
+
+func TestHalfOpenSuccessesAndFailures(t *testing.T) {
+	// 4 probes, 2 successes close; a third failure makes closing impossible.
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: 4, HalfOpenSuccesses: 2})
+	trip := func() {
+		require.NoError(t, call(t, b, tk, 0, errBoom))
+		tk.Advance(b.RemainingOpen(tk.Now()))
+	}
+	trip()
+	var ps []Permit
+	for range 4 {
+		p, err := b.Acquire(tk.Now())
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	_, err := b.Acquire(tk.Now())
+	require.ErrorIs(t, err, ErrHalfOpenFull)
+	b.Record(ps[0], tk.Now(), errBoom)
+	b.Record(ps[1], tk.Now(), errBoom)
+	require.Equal(t, HalfOpen, b.State())
+	s := b.Stats()
+	require.Equal(t, 4, s.HalfOpenAdmitted)
+	require.Equal(t, 2, s.HalfOpenInFlight)
+	require.Equal(t, 2, s.HalfOpenFailed)
+	b.Record(ps[2], tk.Now(), errBoom)
+	require.Equal(t, Open, b.State())
+	b.Record(ps[3], tk.Now(), nil) // stale now
+	require.Equal(t, Open, b.State())
+
+	// Ignored probes give their slot back.
+	b.Reset()
+	trip()
+	b.TransitionTo(HalfOpen)
+	for range 10 {
+		p, err := b.Acquire(tk.Now())
+		require.NoError(t, err)
+		b.Record(p, tk.Now(), context.Canceled)
+	}
+	require.Equal(t, HalfOpen, b.State())
+	require.Equal(t, 0, b.Stats().HalfOpenAdmitted)
+	require.NoError(t, call(t, b, tk, 0, nil))
+	require.NoError(t, call(t, b, tk, 0, nil))
+	require.Equal(t, Closed, b.State())
+}
+
+func TestConsecutive(t *testing.T) {
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 3})
+	for _, e := range []error{errBoom, errBoom, nil, errBoom, errBoom} {
+		require.NoError(t, call(t, b, tk, 0, e))
+	}
+	require.Equal(t, int64(2), b.Stats().ConsecutiveFailures)
+	require.Equal(t, Closed, b.State())
+	// No decay: a failure much later still counts.
+	tk.Advance(time.Hour)
+	require.NoError(t, call(t, b, tk, 0, errBoom))
+	require.Equal(t, Open, b.State())
+}
+
+func TestTimeWindow(t *testing.T) {
+	b, tk := newTest(t, Config{Mode: TimeWindow, TimeWindow: time.Second, Buckets: 10, MinimumCalls: 4})
+	for range 4 {
+		require.NoError(t, call(t, b, tk, 0, nil))
+	}
+	for range 2 {
+		require.NoError(t, call(t, b, tk, 0, errBoom))
+	}
+	require.Equal(t, Closed, b.State()) // 2/6
+	s := b.Stats()
+	require.Equal(t, int64(6), s.WindowCalls)
+	require.Equal(t, int64(2), s.WindowFailures)
+	tk.Advance(900 * time.Millisecond)
+	require.NoError(t, call(t, b, tk, 0, errBoom)) // 3/7
+	require.Equal(t, Closed, b.State())
+	tk.Advance(100 * time.Millisecond) // the first slice leaves the window
+	require.Equal(t, int64(1), b.Stats().WindowCalls)
+	for range 2 {
+		require.NoError(t, call(t, b, tk, 0, nil)) // 1/3, under minimum
+	}
+	require.Equal(t, Closed, b.State())
+	require.NoError(t, call(t, b, tk, 0, errBoom)) // 2/4 = 50 %
+	require.Equal(t, Open, b.State())
+}
+
+func TestTimeWindowSlideTripsOnSuccess(t *testing.T) {
+	// Successes leave the window; the failures that stay are 75 %: the next
+	// call, even a success, trips.
+	b, tk := newTest(t, Config{Mode: TimeWindow, TimeWindow: time.Second, Buckets: 10, MinimumCalls: 4, FailureRateThreshold: 60})
+	for range 4 {
+		require.NoError(t, call(t, b, tk, 0, nil))
+	}
+	tk.Advance(500 * time.Millisecond)
+	for range 3 {
+		require.NoError(t, call(t, b, tk, 0, errBoom)) // 3/7
+	}
+	require.Equal(t, Closed, b.State())
+	tk.Advance(500 * time.Millisecond)
+	require.NoError(t, call(t, b, tk, 0, nil)) // window: F F F S = 75 %
+	require.Equal(t, Open, b.State())
+}
+
+func TestSlowCalls(t *testing.T) {
+	b, tk := newTest(t, Config{WindowSize: 4, MinimumCalls: 4, SlowCallDuration: 100 * time.Millisecond, SlowCallRateThreshold: 50, FailureRateThreshold: 100})
+	require.NoError(t, call(t, b, tk, 99*time.Millisecond, nil))
+	require.NoError(t, call(t, b, tk, 100*time.Millisecond, nil))
+	require.NoError(t, call(t, b, tk, 10*time.Millisecond, nil))
+	require.Equal(t, Closed, b.State())
+	require.NoError(t, call(t, b, tk, 200*time.Millisecond, errBoom)) // slow failure: 2/4 slow
+	require.Equal(t, Open, b.State())
+	s := b.Stats()
+	require.Equal(t, uint64(2), s.SlowCalls)
+	require.Equal(t, uint64(1), s.Failures)
+
+	// Consecutive mode counts a slow call as a failure.
+	b, tk = newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 2, SlowCallDuration: time.Second})
+	require.NoError(t, call(t, b, tk, time.Second, nil))
+	require.NoError(t, call(t, b, tk, 2*time.Second, nil))
+	require.Equal(t, Open, b.State())
+}
+
+func TestClassification(t *testing.T) {
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1})
+	require.NoError(t, call(t, b, tk, 0, context.Canceled))
+	require.NoError(t, call(t, b, tk, 0, fmt.Errorf("wrapped: %w", context.Canceled)))
+	require.Equal(t, Closed, b.State())
+	p, err := b.Acquire(tk.Now())
+	require.NoError(t, err)
+	b.RecordResult(p, tk.Now(), Failure) // e.g. an HTTP 503 with a nil error
+	require.Equal(t, Open, b.State())
+
+	errBad := errors.New("bad request")
+	b, tk = newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, Classify: func(err error) Result {
+		switch {
+		case err == nil:
+			return Success
+		case errors.Is(err, errBad):
+			return Ignored
+		}
+		return Failure
+	}})
+	require.NoError(t, call(t, b, tk, 0, errBad))
+	require.Equal(t, Closed, b.State())
+	require.NoError(t, call(t, b, tk, 0, context.Canceled))
+	require.Equal(t, Open, b.State())
+	require.Equal(t, Success, DefaultClassify(nil))
+	require.Equal(t, "ignored", Ignored.String())
+}
+
+func TestForcedStates(t *testing.T) {
+	b, tk := newTest(t, Config{WindowSize: 4, MinimumCalls: 2, OpenDuration: time.Second})
+
+	require.True(t, b.TransitionTo(Disabled))
+	require.False(t, b.TransitionTo(Disabled))
+	for range 10 {
+		require.NoError(t, call(t, b, tk, 0, errBoom))
+	}
+	require.Equal(t, Disabled, b.State())
+	require.Zero(t, b.Stats().Failures)
+
+	require.True(t, b.TransitionTo(ForcedOpen))
+	_, err := b.Acquire(tk.Now() + int64(time.Hour))
+	require.ErrorIs(t, err, ErrOpen)
+	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()))
+	tk.Advance(time.Hour)
+	_, err = b.Acquire(tk.Now())
+	require.ErrorIs(t, err, ErrOpen)
+
+	require.True(t, b.TransitionTo(MetricsOnly))
+	for range 4 {
+		require.NoError(t, call(t, b, tk, 0, errBoom))
+	}
+	require.Equal(t, MetricsOnly, b.State())
+	s := b.Stats()
+	require.Equal(t, 100.0, s.FailureRate)
+	require.Equal(t, int64(4), s.WindowCalls)
+
+	require.True(t, b.TransitionTo(Open))
+	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()))
+	require.True(t, b.TransitionTo(HalfOpen))
+	require.True(t, b.TransitionTo(Closed))
+	require.Zero(t, b.Stats().WindowCalls)
+	require.False(t, b.TransitionTo(State(9)))
+	require.Equal(t, "invalid", State(9).String())
+	before := b.Stats().Generation
+	b.Reset()
+	require.Equal(t, before+1, b.Stats().Generation)
+}
+
+func TestListenersAndPanics(t *testing.T) {
+	var succ, fail, rej int
+	b, tk := newTest(t, Config{
+		Mode: Consecutive, ConsecutiveFailures: 2,
+		OnSuccess:     func(d time.Duration) { succ++; require.Equal(t, 5*time.Millisecond, d) },
+		OnFailure:     func(time.Duration) { fail++ },
+		OnRejected:    func(s State) { rej++; require.Equal(t, Open, s) },
+		OnStateChange: func(State, State) { panic("listener bug") },
+	})
+	require.NoError(t, call(t, b, tk, 5*time.Millisecond, nil))
+	require.NoError(t, call(t, b, tk, 5*time.Millisecond, errBoom))
+	require.NoError(t, call(t, b, tk, 5*time.Millisecond, errBoom))
+	require.ErrorIs(t, call(t, b, tk, 0, nil), ErrOpen)
+	require.Equal(t, Open, b.State())
+	require.Equal(t, [3]int{1, 2, 1}, [3]int{succ, fail, rej})
+	require.Equal(t, uint64(1), b.Stats().ListenerPanics)
+}
+
+func TestDoAndCall(t *testing.T) {
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: 1})
+	ctx := context.Background()
+	v, err := Call(ctx, b, func(context.Context) (int, error) { return 7, nil })
+	require.NoError(t, err)
+	require.Equal(t, 7, v)
+	err = b.Do(ctx, func(context.Context) error { return errBoom })
+	require.Same(t, errBoom, err, "the user's error comes back unchanged")
+	v, err = Call(ctx, b, func(context.Context) (int, error) { return 7, nil })
+	require.ErrorIs(t, err, ErrOpen)
+	require.Zero(t, v)
+
+	// A panic is recorded as a failure and re-raised.
+	tk.Advance(time.Second)
+	require.PanicsWithValue(t, "kaboom", func() {
+		_ = b.Do(ctx, func(context.Context) error { panic("kaboom") })
+	})
+	require.Equal(t, Open, b.State())
+
+	// runtime.Goexit releases the probe slot.
+	tk.Advance(2 * time.Second)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = Call(ctx, b, func(context.Context) (int, error) { runtime.Goexit(); return 0, nil })
+	}()
+	<-done
+	require.Equal(t, HalfOpen, b.State())
+	require.Equal(t, 0, b.Stats().HalfOpenInFlight)
+	require.NoError(t, b.Do(ctx, func(context.Context) error { return nil }))
+	require.Equal(t, Closed, b.State())
+}
+
+// TestNoClockOnClosedSuccess checks the shorthands' lazy clock: a closed
+// count-window breaker without a slow-call threshold reads no clock.
+func TestNoClockOnClosedSuccess(t *testing.T) {
+	for _, mode := range []Mode{CountWindow, Consecutive} {
+		ct := &countingTicker{}
+		b, err := New(Config{Mode: mode, Ticker: ct})
+		require.NoError(t, err)
+		for range 100 {
+			require.NoError(t, b.Do(context.Background(), func(context.Context) error { return nil }))
+		}
+		require.Zero(t, ct.n, "mode %d", mode)
+	}
+	ct := &countingTicker{}
+	b, err := New(Config{SlowCallDuration: time.Second, Ticker: ct})
+	require.NoError(t, err)
+	require.NoError(t, b.Do(context.Background(), func(context.Context) error { return nil }))
+	require.Equal(t, 2, ct.n)
+}
+
+type countingTicker struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *countingTicker) Now() int64 { c.mu.Lock(); c.n++; c.mu.Unlock(); return 0 }
