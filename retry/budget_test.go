@@ -1,0 +1,261 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/israce"
+)
+
+func TestBudgetValidation(t *testing.T) {
+	for _, c := range []TokenBucketConfig{{MaxTokens: -1}, {TokenRatio: -0.1}, {TokenRatio: 1.5}, {MaxTokens: math.NaN()},
+		{MaxTokens: 2e9}, {MaxTokens: 0.0001}, {TokenRatio: 0.0001}} {
+		if b, err := NewTokenBucket(c); b != nil || !errors.Is(err, rampart.ErrInvalidConfig) {
+			t.Errorf("NewTokenBucket(%+v) = %v, %v", c, b, err)
+		}
+	}
+	for _, c := range []RatioBudgetConfig{{Ratio: -0.1}, {Ratio: 1.01}, {Ratio: math.Inf(1)}, {Window: -time.Second},
+		{Buckets: -1}, {Buckets: 2000}, {Window: 5, Buckets: 10}, {MinRetries: -1}} {
+		if b, err := NewRatioBudget(c); b != nil || !errors.Is(err, rampart.ErrInvalidConfig) {
+			t.Errorf("NewRatioBudget(%+v) = %v, %v", c, b, err)
+		}
+	}
+	if _, err := NewRatioBudget(RatioBudgetConfig{Ratio: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTokenBucketA6(t *testing.T) {
+	b, err := NewTokenBucket(TokenBucketConfig{}) // 10 tokens, ratio 0.1
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Tokens() != 10 || !b.AllowRetry(0) {
+		t.Fatal("not full")
+	}
+	for i := range 4 {
+		b.OnFailure(0)
+		if !b.AllowRetry(0) {
+			t.Fatalf("refused after %d failures (tokens %v)", i+1, b.Tokens())
+		}
+	}
+	b.OnFailure(0) // 5 tokens: not > 5
+	if b.AllowRetry(0) || b.Tokens() != 5 {
+		t.Fatalf("allowed at %v tokens", b.Tokens())
+	}
+	for range 20 {
+		b.OnFailure(0)
+	}
+	if b.Tokens() != 0 || b.tokens.Load() != 0 {
+		t.Fatalf("below zero: %v", b.tokens.Load())
+	}
+	for range 51 { // 0 -> 5.1
+		b.OnSuccess(0)
+	}
+	if !b.AllowRetry(0) || math.Abs(b.Tokens()-5.1) > 1e-9 {
+		t.Fatalf("tokens %v", b.Tokens())
+	}
+	for range 1000 {
+		b.OnSuccess(0)
+	}
+	if b.Tokens() != 10 || b.tokens.Load() != 10*milli {
+		t.Fatalf("above max: %v", b.tokens.Load())
+	}
+	b.OnRequest(0) // no-op
+}
+
+// TestTokenBucketConcurrent hammers the bucket from many goroutines and
+// checks the readers' view never leaves [0, MaxTokens] and the raw word
+// settles inside it.
+func TestTokenBucketConcurrent(t *testing.T) {
+	b, _ := NewTokenBucket(TokenBucketConfig{MaxTokens: 3, TokenRatio: 0.5})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 3000 {
+				if (i+g)%3 == 0 {
+					b.OnFailure(0)
+				} else {
+					b.OnSuccess(0)
+				}
+				if v := b.Tokens(); v < 0 || v > 3 {
+					t.Errorf("tokens %v", v)
+					return
+				}
+				b.AllowRetry(0)
+			}
+		})
+	}
+	wg.Wait()
+	for range 10 { // let the last corrections happen
+		b.OnSuccess(0)
+	}
+	if raw := b.tokens.Load(); raw != 3*milli {
+		t.Fatalf("raw word %d after successes, want %d", raw, 3*milli)
+	}
+}
+
+// TestA6BoundAtFullFailure: with a dependency that always fails, many
+// goroutines calling through policies that share one A6 bucket make at most
+// 1.2 × requests + 3 attempts (in fact requests + about MaxTokens/2 +
+// goroutines).
+func TestA6BoundAtFullFailure(t *testing.T) {
+	b, _ := NewTokenBucket(TokenBucketConfig{})
+	pols := []*Policy{
+		mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 5, Budget: b}),
+		mustNew(t, Config{Backoff: FullJitter, BaseDelay: time.Nanosecond, MaxAttempts: 4, Budget: b}),
+	}
+	var attempts, requests, budgetErrs atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			p := pols[g%2]
+			for range 200 {
+				requests.Add(1)
+				err := p.Do(context.Background(), func(context.Context) error { attempts.Add(1); return errBoom })
+				if !errors.Is(err, errBoom) || !errors.Is(err, ErrExhausted) {
+					t.Errorf("err %v", err)
+					return
+				}
+				if errors.Is(err, ErrBudget) {
+					budgetErrs.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	a, r := attempts.Load(), requests.Load()
+	if float64(a) > 1.2*float64(r)+3 {
+		t.Fatalf("%d attempts for %d requests: budget did not hold", a, r)
+	}
+	if budgetErrs.Load() == 0 || b.Tokens() != 0 {
+		t.Fatalf("budget never refused (tokens %v)", b.Tokens())
+	}
+	t.Logf("%d attempts for %d requests", a, r)
+}
+
+func TestRatioBudgetSequential(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	b, _ := NewRatioBudget(RatioBudgetConfig{Ratio: 0.1, Window: time.Second, Buckets: 10})
+	p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 3, Budget: b, Ticker: tk})
+	var attempts, requests int
+	for range 1000 {
+		requests++
+		_ = p.Do(context.Background(), func(context.Context) error { attempts++; return errBoom })
+		tk.Advance(time.Millisecond / 2)
+	}
+	// Every window of 1 s holds ≤ 10 % retries: over the whole run (500 ms
+	// < window), retries ≤ 0.1 × requests.
+	if retries := attempts - requests; retries > requests/10 || retries < requests/10-1 {
+		t.Fatalf("%d retries for %d requests, want about 10 %%", retries, requests)
+	}
+	req, ret := b.Counts(tk.Now())
+	if req != 1000 || ret != uint64(attempts-requests) {
+		t.Fatalf("Counts = %d, %d", req, ret)
+	}
+	// The window slides: 1 s later everything has expired.
+	tk.Advance(time.Second)
+	if req, ret := b.Counts(tk.Now()); req != 0 || ret != 0 {
+		t.Fatalf("after the window: %d, %d", req, ret)
+	}
+	if b.AllowRetry(tk.Now()) {
+		t.Fatal("retry allowed with no request and MinRetries 0")
+	}
+}
+
+func TestRatioBudgetMinRetriesAndSliding(t *testing.T) {
+	b, _ := NewRatioBudget(RatioBudgetConfig{Ratio: 0.5, Window: 10 * time.Second, Buckets: 10, MinRetries: 2})
+	s := int64(time.Second)
+	for i := range 2 {
+		if !b.AllowRetry(0) {
+			t.Fatalf("MinRetries: retry %d refused", i)
+		}
+	}
+	if b.AllowRetry(0) {
+		t.Fatal("third retry allowed with no request")
+	}
+	for range 4 {
+		b.OnRequest(3 * s)
+	}
+	// 4 requests × 0.5 + 2 = 4 retries in the window; 2 used.
+	if !b.AllowRetry(3*s) || !b.AllowRetry(3*s) || b.AllowRetry(3*s) {
+		t.Fatal("ratio not applied")
+	}
+	// At 10.5 s, bucket 0 (the first two retries) has left the window.
+	if !b.AllowRetry(10*s+s/2) || !b.AllowRetry(10*s+s/2) || b.AllowRetry(10*s+s/2) {
+		t.Fatal("window did not slide")
+	}
+	// At 13.5 s the requests of bucket 3 are gone too.
+	if req, _ := b.Counts(13*s + s/2); req != 0 {
+		t.Fatalf("requests %d", req)
+	}
+	b.OnSuccess(0)
+	b.OnFailure(0)
+	b.OnRequest(-5) // a negative reading counts in epoch 0
+}
+
+func TestRatioBudgetSaturates(t *testing.T) {
+	b, _ := NewRatioBudget(RatioBudgetConfig{Buckets: 1})
+	w := &b.buckets[0]
+	w.Store(rbCountMax - 1) // tag 0, requests almost full
+	b.OnRequest(0)
+	b.OnRequest(0)
+	if req, _ := b.Counts(0); req != rbCountMax {
+		t.Fatalf("requests %d, want saturation at %d", req, rbCountMax)
+	}
+}
+
+// TestRatioBudgetConcurrent: many goroutines, 100 % failure, ManualTicker
+// moved by the goroutines themselves. Retries stay within Ratio × requests
+// plus one per goroutine (the check-then-add race the docs describe).
+func TestRatioBudgetConcurrent(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	b, _ := NewRatioBudget(RatioBudgetConfig{Ratio: 0.2, Window: time.Hour, Buckets: 8})
+	p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 4, Budget: b, Ticker: tk})
+	const G, N = 16, 300
+	var attempts atomic.Int64
+	var wg sync.WaitGroup
+	for range G {
+		wg.Go(func() {
+			for range N {
+				_ = p.Do(context.Background(), func(context.Context) error { attempts.Add(1); return errBoom })
+				tk.Advance(time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	retries := attempts.Load() - G*N
+	if limit := int64(0.2*G*N) + G; retries > limit {
+		t.Fatalf("%d retries for %d requests, limit %d", retries, G*N, limit)
+	}
+	if retries < int64(0.2*G*N)/2 {
+		t.Fatalf("only %d retries: budget too strict", retries)
+	}
+	t.Logf("%d retries for %d requests", retries, G*N)
+}
+
+func TestAllocsBudgets(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	tb, _ := NewTokenBucket(TokenBucketConfig{})
+	rb, _ := NewRatioBudget(RatioBudgetConfig{MinRetries: 1 << 20})
+	now := int64(0)
+	if n := testing.AllocsPerRun(1000, func() {
+		now += int64(time.Millisecond)
+		for _, b := range []Budget{tb, rb} {
+			b.OnRequest(now)
+			b.OnFailure(now)
+			b.AllowRetry(now)
+			b.OnSuccess(now)
+		}
+	}); n != 0 {
+		t.Fatalf("budgets allocate %v", n)
+	}
+}

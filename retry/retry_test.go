@@ -1,0 +1,491 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/israce"
+)
+
+var errBoom = errors.New("boom")
+
+type codeError struct{ code int }
+
+func (e *codeError) Error() string { return fmt.Sprintf("code %d", e.code) }
+
+func TestNewValidation(t *testing.T) {
+	bad := []Config{
+		{MaxAttempts: -1},
+		{MaxDuration: -1},
+		{BaseDelay: -time.Second},
+		{MaxDelay: -1},
+		{Increment: -1},
+		{Multiplier: 0.5},
+		{Multiplier: math.Inf(1)},
+		{Multiplier: math.NaN()},
+		{BaseDelay: time.Second, MaxDelay: time.Millisecond},
+		{Backoff: numBackoffs},
+	}
+	for _, c := range bad {
+		p, err := New(c)
+		if p != nil || !errors.Is(err, rampart.ErrInvalidConfig) {
+			t.Errorf("New(%+v) = %v, %v; want a config error", c, p, err)
+		} else if err.Error() == "" {
+			t.Errorf("empty message")
+		}
+	}
+	p := mustNew(t, Config{})
+	if p.MaxAttempts() != 3 || p.bo.base != int64(100*time.Millisecond) || p.bo.max != int64(10*time.Second) || p.bo.mult != 2 || p.bo.kind != FullJitter {
+		t.Fatalf("defaults: %+v", p.bo)
+	}
+	if p := mustNew(t, Config{BaseDelay: time.Minute}); p.bo.max != int64(time.Minute) {
+		t.Fatalf("MaxDelay default below BaseDelay: %d", p.bo.max)
+	}
+	if p := mustNew(t, Config{Backoff: DecorrelatedJitter}); p.bo.mult != 3 {
+		t.Fatalf("decorrelated default multiplier %v", p.bo.mult)
+	}
+}
+
+// TestDoExactDelays checks, under testing/synctest's fake clock, that the
+// attempts start exactly at the backoff's instants.
+func TestDoExactDelays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tk := rampart.NewNanoTicker()
+		var retried []time.Duration
+		p := mustNew(t, Config{Backoff: Exponential, BaseDelay: 100 * time.Millisecond, MaxAttempts: 5, Ticker: tk,
+			OnRetry: func(attempt int, d time.Duration, err error) { retried = append(retried, d) }})
+		var at []time.Duration
+		t0 := time.Now()
+		err := p.Do(context.Background(), func(context.Context) error {
+			at = append(at, time.Since(t0))
+			return errBoom
+		})
+		want := []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond}
+		if fmt.Sprint(at) != fmt.Sprint(want) {
+			t.Fatalf("attempts at %v, want %v", at, want)
+		}
+		if fmt.Sprint(retried) != "[100ms 200ms 400ms 800ms]" {
+			t.Fatalf("OnRetry delays %v", retried)
+		}
+		var ex *ExhaustedError
+		if !errors.As(err, &ex) || ex.Attempts() != 5 || ex.Reason() != MaxAttempts || !errors.Is(err, errBoom) || !errors.Is(err, ErrExhausted) {
+			t.Fatalf("err = %v", err)
+		}
+		if errors.Is(err, ErrBudget) || errors.Is(err, rampart.ErrRejected) {
+			t.Fatalf("attempt exhaustion matched a budget sentinel: %v", err)
+		}
+		if st := p.Stats(); st.Retries != 4 || st.GiveUps != 1 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
+}
+
+func TestDoSuccessAfterRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Second, MaxAttempts: 5, Ticker: rampart.NewNanoTicker()})
+		n := 0
+		t0 := time.Now()
+		err := p.Do(context.Background(), func(context.Context) error {
+			if n++; n < 3 {
+				return errBoom
+			}
+			return nil
+		})
+		if err != nil || n != 3 || time.Since(t0) != 2*time.Second {
+			t.Fatalf("err=%v n=%d elapsed=%v", err, n, time.Since(t0))
+		}
+	})
+}
+
+func TestGiveUpErrorKeepsUserError(t *testing.T) {
+	p := mustNew(t, Config{MaxAttempts: 1, Name: "db"})
+	user := &codeError{503}
+	err := p.Do(context.Background(), func(context.Context) error { return fmt.Errorf("get: %w", user) })
+	var ce *codeError
+	if !errors.As(err, &ce) || ce != user || !errors.Is(err, ErrExhausted) {
+		t.Fatalf("err = %v", err)
+	}
+	if got := err.Error(); got != `retry "db": exhausted after 1 attempt (max attempts): get: code 503` {
+		t.Fatalf("message %q", got)
+	}
+}
+
+func TestPermanentAndContextErrorsNotRetried(t *testing.T) {
+	p := mustNew(t, Config{MaxAttempts: 10, BaseDelay: time.Nanosecond})
+	user := errors.New("bad request")
+	n := 0
+	err := p.Do(context.Background(), func(context.Context) error { n++; return Permanent(user) })
+	if err != user || n != 1 {
+		t.Fatalf("permanent: err=%v n=%d", err, n)
+	}
+	wrapped := fmt.Errorf("x: %w", Permanent(user))
+	n = 0
+	err = p.Do(context.Background(), func(context.Context) error { n++; return wrapped })
+	if err != wrapped || n != 1 || !IsPermanent(err) {
+		t.Fatalf("wrapped permanent: err=%v n=%d", err, n)
+	}
+	for _, ce := range []error{context.Canceled, fmt.Errorf("op: %w", context.DeadlineExceeded)} {
+		n = 0
+		err = p.Do(context.Background(), func(context.Context) error { n++; return ce })
+		if err != ce || n != 1 {
+			t.Fatalf("context error: err=%v n=%d", err, n)
+		}
+	}
+	if Permanent(nil) != nil || WithRetryAfter(nil, time.Second) != nil {
+		t.Fatal("nil wrappers")
+	}
+	// A custom classifier cannot make a Permanent error retryable.
+	p2 := mustNew(t, Config{MaxAttempts: 10, BaseDelay: time.Nanosecond, ShouldRetry: func(error) bool { return true }})
+	n = 0
+	if err = p2.Do(context.Background(), func(context.Context) error { n++; return Permanent(user) }); n != 1 || err != user {
+		t.Fatalf("classifier overrode Permanent: n=%d", n)
+	}
+	// A classifier that refuses.
+	p3 := mustNew(t, Config{MaxAttempts: 10, ShouldRetry: func(err error) bool { return !errors.Is(err, user) }})
+	n = 0
+	if err = p3.Do(context.Background(), func(context.Context) error { n++; return user }); n != 1 || err != user {
+		t.Fatalf("classifier: n=%d err=%v", n, err)
+	}
+}
+
+// TestNeverSleepsPastDeadline: with a deadline at 250 ms and 100 ms delays,
+// the third retry would start at 300 ms, so the policy gives up at 200 ms
+// without sleeping.
+func TestNeverSleepsPastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, Config{Backoff: Constant, BaseDelay: 100 * time.Millisecond, MaxAttempts: math.MaxInt, Ticker: rampart.NewNanoTicker()})
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		t0 := time.Now()
+		n := 0
+		err := p.Do(ctx, func(context.Context) error { n++; return errBoom })
+		var ex *ExhaustedError
+		if !errors.As(err, &ex) || ex.Reason() != Deadline || n != 3 || time.Since(t0) != 200*time.Millisecond {
+			t.Fatalf("err=%v n=%d elapsed=%v", err, n, time.Since(t0))
+		}
+		if ctx.Err() != nil {
+			t.Fatal("returned after the deadline")
+		}
+	})
+}
+
+func TestMaxDuration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, Config{Backoff: Constant, BaseDelay: 100 * time.Millisecond, MaxAttempts: math.MaxInt,
+			MaxDuration: 350 * time.Millisecond, Ticker: rampart.NewNanoTicker()})
+		t0 := time.Now()
+		n := 0
+		err := p.Do(context.Background(), func(context.Context) error { n++; return errBoom })
+		var ex *ExhaustedError
+		if !errors.As(err, &ex) || ex.Reason() != MaxDuration || n != 4 || time.Since(t0) != 300*time.Millisecond {
+			t.Fatalf("err=%v n=%d elapsed=%v", err, n, time.Since(t0))
+		}
+	})
+}
+
+func TestCancelStopsSleepAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Hour, MaxDelay: time.Hour, Ticker: rampart.NewNanoTicker()})
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		t0 := time.Now()
+		err := p.Do(ctx, func(context.Context) error { return errBoom })
+		if time.Since(t0) != 50*time.Millisecond || !errors.Is(err, context.Canceled) || !errors.Is(err, errBoom) || !errors.Is(err, ErrExhausted) {
+			t.Fatalf("err=%v elapsed=%v", err, time.Since(t0))
+		}
+		// Already canceled: Sleep returns at once.
+		if err := p.Sleep(ctx, int64(time.Hour)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Sleep on a canceled ctx: %v", err)
+		}
+		if err := p.Sleep(context.Background(), int64(time.Millisecond)); err != nil || time.Since(t0) != 51*time.Millisecond {
+			t.Fatalf("Sleep without Done: %v", err)
+		}
+	})
+}
+
+func TestRetryAfterHint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, Config{Backoff: Constant, BaseDelay: 10 * time.Millisecond, MaxDelay: 5 * time.Second, MaxAttempts: 5, Ticker: rampart.NewNanoTicker()})
+		var at []time.Duration
+		t0 := time.Now()
+		hints := []time.Duration{2 * time.Second, -1, 6 * time.Second}
+		err := p.Do(context.Background(), func(context.Context) error {
+			at = append(at, time.Since(t0))
+			return fmt.Errorf("wrapped: %w", WithRetryAfter(errBoom, hints[len(at)-1]))
+		})
+		var ex *ExhaustedError
+		if !errors.As(err, &ex) || ex.Reason() != HintTooLong || fmt.Sprint(at) != "[0s 2s 2.01s]" {
+			t.Fatalf("err=%v at=%v", err, at)
+		}
+		var h RetryAfterHint
+		if !errors.As(err, &h) || h.RetryAfter() != 6*time.Second {
+			t.Fatal("hint not reachable")
+		}
+	})
+}
+
+func TestCallIfRetriesOnResult(t *testing.T) {
+	p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 5})
+	codes := []int{503, 503, 200}
+	i := 0
+	v, err := CallIf(context.Background(), p, func(context.Context) (int, error) { i++; return codes[i-1], nil },
+		func(code int) bool { return code >= 500 })
+	if v != 200 || err != nil || i != 3 {
+		t.Fatalf("v=%d err=%v i=%d", v, err, i)
+	}
+	i = 0
+	p2 := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 2})
+	v, err = CallIf(context.Background(), p2, func(context.Context) (int, error) { i++; return 503, nil },
+		func(code int) bool { return code >= 500 })
+	if v != 503 || !errors.Is(err, ErrExhausted) || !errors.Is(err, ErrRetryResult) || i != 2 {
+		t.Fatalf("v=%d err=%v i=%d", v, err, i)
+	}
+	s, err := Call(context.Background(), p, func(context.Context) (string, error) { return "ok", nil })
+	if s != "ok" || err != nil {
+		t.Fatal(s, err)
+	}
+	i = 0
+	s, err = Call(context.Background(), p2, func(context.Context) (string, error) { i++; return fmt.Sprint(i), errBoom })
+	if s != "2" || !errors.Is(err, errBoom) {
+		t.Fatal(s, err)
+	}
+}
+
+func TestListenersAndPanics(t *testing.T) {
+	var retries, giveUps, refused atomic.Int64
+	var lastReason atomic.Int64
+	b, _ := NewTokenBucket(TokenBucketConfig{MaxTokens: 2, TokenRatio: 1})
+	p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 10, Budget: b,
+		OnRetry:         func(int, time.Duration, error) { retries.Add(1); panic("listener") },
+		OnGiveUp:        func(_ int, r Stop, _ error) { giveUps.Add(1); lastReason.Store(int64(r)) },
+		OnBudgetRefused: func(int, error) { refused.Add(1) },
+	})
+	err := p.Do(context.Background(), func(context.Context) error { return errBoom })
+	// Tokens: 2 -> 1 (first failure) -> retry refused since 1 > 1 is false.
+	if !errors.Is(err, ErrBudget) || !errors.Is(err, rampart.ErrRejected) || !errors.Is(err, errBoom) {
+		t.Fatalf("err=%v", err)
+	}
+	if retries.Load() != 0 || refused.Load() != 1 || giveUps.Load() != 1 || Stop(lastReason.Load()) != BudgetRefused {
+		t.Fatalf("retries=%d refused=%d giveUps=%d", retries.Load(), refused.Load(), giveUps.Load())
+	}
+	b2, _ := NewTokenBucket(TokenBucketConfig{})
+	p2 := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 3, Budget: b2,
+		OnRetry: func(int, time.Duration, error) { retries.Add(1); panic("listener") }})
+	_ = p2.Do(context.Background(), func(context.Context) error { return errBoom })
+	if retries.Load() != 2 || p2.Stats().ListenerPanics != 2 {
+		t.Fatalf("retries=%d stats=%+v", retries.Load(), p2.Stats())
+	}
+}
+
+func TestPanicRecordsBudgetFailure(t *testing.T) {
+	b, _ := NewTokenBucket(TokenBucketConfig{})
+	p := mustNew(t, Config{Budget: b})
+	func() {
+		defer func() {
+			if r := recover(); r != "user" {
+				t.Fatalf("panic not propagated: %v", r)
+			}
+		}()
+		_ = p.Do(context.Background(), func(context.Context) error { panic("user") })
+	}()
+	if b.Tokens() != 9 {
+		t.Fatalf("tokens %v after a panic, want 9", b.Tokens())
+	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = Call(context.Background(), p, func(context.Context) (int, error) { panic("user") })
+	}()
+	if b.Tokens() != 8 {
+		t.Fatalf("tokens %v after a typed panic, want 8", b.Tokens())
+	}
+}
+
+// TestDecideOrder checks Decide's primitive contract with explicit values.
+func TestDecideOrder(t *testing.T) {
+	ms := int64(time.Millisecond)
+	p := mustNew(t, Config{Backoff: Constant, BaseDelay: 100 * time.Millisecond, MaxAttempts: 3, MaxDuration: time.Second})
+	cases := []struct {
+		attempt        int
+		err            error
+		start, now, dl int64
+		wantDelay      int64
+		wantStop       Stop
+	}{
+		{1, errBoom, 0, 0, 0, 100 * ms, Continue},
+		{1, nil, 0, 0, 0, 0, NotRetryable},
+		{1, Permanent(errBoom), 0, 0, 0, 0, NotRetryable},
+		{1, context.Canceled, 0, 0, 0, 0, NotRetryable},
+		{3, errBoom, 0, 0, 0, 0, MaxAttempts},
+		{1, errBoom, 0, 900 * ms, 0, 100 * ms, Continue}, // starts exactly at the limit
+		{1, errBoom, 0, 901 * ms, 0, 0, MaxDuration},     // would start after it
+		{1, errBoom, 0, 0, 101 * ms, 100 * ms, Continue}, // ends before the deadline
+		{1, errBoom, 0, 0, 100 * ms, 0, Deadline},        // ends at the deadline
+		{2, ErrRetryResult, 0, 0, 0, 100 * ms, Continue},
+		{1, WithRetryAfter(errBoom, 0), 0, 0, 0, 0, Continue},
+		{1, WithRetryAfter(errBoom, 20*time.Second), 0, 0, 0, 0, HintTooLong},
+		{1, WithRetryAfter(errBoom, 300*time.Millisecond), 0, 0, 250 * ms, 0, Deadline},
+	}
+	for i, c := range cases {
+		d, s := p.Decide(c.attempt, c.err, c.start, c.now, c.dl, 0)
+		if d != c.wantDelay || s != c.wantStop {
+			t.Errorf("case %d: Decide = %v, %v; want %v, %v", i, time.Duration(d), s, time.Duration(c.wantDelay), c.wantStop)
+		}
+		if d2, ok := p.Next(c.attempt, c.err, c.start, c.now, c.dl); ok != (c.wantStop == Continue) || d2 != d {
+			t.Errorf("case %d: Next = %v, %v", i, d2, ok)
+		}
+	}
+	if err := p.GiveUp(NotRetryable, 1, Permanent(errBoom), nil); err != errBoom {
+		t.Fatalf("GiveUp(NotRetryable) = %v", err)
+	}
+	for s := Continue; s <= Canceled+1; s++ {
+		if s.String() == "" {
+			t.Fatal("empty Stop name")
+		}
+	}
+}
+
+func TestDeadlineConversion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, Config{})
+		if p.Deadline(context.Background(), 5) != 0 {
+			t.Fatal("deadline without one")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if got := p.Deadline(ctx, 1000); got != 1000+int64(time.Second) {
+			t.Fatalf("deadline %d", got)
+		}
+	})
+}
+
+// FuzzDecide runs the decision loop on a simulated clock for arbitrary
+// configurations and checks the limits: attempts ≤ MaxAttempts, every
+// attempt starts within MaxDuration of the first and before the deadline,
+// delays are never negative and never exceed MaxDelay.
+func FuzzDecide(f *testing.F) {
+	f.Add(uint8(0), 3, int64(100e6), int64(10e9), 2.0, int64(0), int64(0), int64(0), uint64(1))
+	f.Add(uint8(5), 50, int64(1e6), int64(1e9), 3.0, int64(5e9), int64(2e9), int64(1), uint64(2))
+	f.Add(uint8(1), 1000, int64(1), int64(math.MaxInt64), 1.5, int64(0), int64(math.MaxInt64/2), int64(0), uint64(3))
+	f.Add(uint8(3), 7, int64(3e6), int64(0), 1.0, int64(1e8), int64(0), int64(7e6), uint64(4))
+	f.Fuzz(func(t *testing.T, kind uint8, maxAttempts int, base, maxD int64, mult float64, maxDur, deadline, attemptCost int64, seed uint64) {
+		c := Config{Backoff: Backoff(kind % uint8(numBackoffs)), MaxAttempts: maxAttempts % 2000, BaseDelay: time.Duration(base),
+			MaxDelay: time.Duration(maxD), Multiplier: mult, MaxDuration: time.Duration(maxDur), Rand: seeded(seed)}
+		p, err := New(c)
+		if err != nil {
+			return // invalid configurations are New's business (tested elsewhere)
+		}
+		attemptCost = max(attemptCost, 0) % int64(time.Second)
+		start := int64(1000)
+		if deadline != 0 {
+			deadline = atomicSat(start, max(deadline, 1))
+		}
+		now, prev, attempts := start, int64(0), 0
+		for {
+			attempts++
+			if attempts > p.MaxAttempts() {
+				t.Fatalf("attempt %d > MaxAttempts %d", attempts, p.MaxAttempts())
+			}
+			if c.MaxDuration > 0 && now-start > int64(c.MaxDuration) {
+				t.Fatalf("attempt at %d past MaxDuration %d", now-start, c.MaxDuration)
+			}
+			if deadline != 0 && now >= deadline {
+				t.Fatalf("attempt at %d at or past the deadline %d", now, deadline)
+			}
+			now = atomicSat(now, attemptCost)
+			d, s := p.Decide(attempts, errBoom, start, now, deadline, prev)
+			if s != Continue {
+				if d != 0 {
+					t.Fatalf("stop %v with delay %d", s, d)
+				}
+				if s == MaxAttempts && attempts != p.MaxAttempts() {
+					t.Fatalf("MaxAttempts after %d attempts", attempts)
+				}
+				return
+			}
+			if d < 0 || d > p.bo.max {
+				t.Fatalf("delay %d outside [0, %d]", d, p.bo.max)
+			}
+			now, prev = atomicSat(now, d), d
+			if attempts > 5000 {
+				t.Fatal("no limit stopped the loop")
+			}
+		}
+	})
+}
+
+func atomicSat(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
+}
+
+func TestAllocsFirstTrySuccess(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	ctx := context.Background()
+	ok := func(context.Context) error { return nil }
+	okInt := func(context.Context) (int, error) { return 200, nil }
+	is5xx := func(c int) bool { return c >= 500 }
+	bucket, _ := NewTokenBucket(TokenBucketConfig{})
+	ratio, _ := NewRatioBudget(RatioBudgetConfig{})
+	for name, c := range map[string]Config{
+		"plain":       {},
+		"maxDuration": {MaxDuration: time.Second},
+		"bucket":      {Budget: bucket},
+		"ratio":       {Budget: ratio},
+		"listeners":   {OnRetry: func(int, time.Duration, error) {}, OnGiveUp: func(int, Stop, error) {}},
+	} {
+		p := mustNew(t, c)
+		if n := testing.AllocsPerRun(1000, func() {
+			if p.Do(ctx, ok) != nil {
+				t.Fatal("failed")
+			}
+		}); n != 0 {
+			t.Errorf("%s: Do allocates %v per first-try success", name, n)
+		}
+		if n := testing.AllocsPerRun(1000, func() {
+			if v, err := CallIf(ctx, p, okInt, is5xx); v != 200 || err != nil {
+				t.Fatal("failed")
+			}
+		}); n != 0 {
+			t.Errorf("%s: CallIf allocates %v per first-try success", name, n)
+		}
+		if n := testing.AllocsPerRun(1000, func() {
+			if v, err := Call(ctx, p, okInt); v != 200 || err != nil {
+				t.Fatal("failed")
+			}
+		}); n != 0 {
+			t.Errorf("%s: Call allocates %v per first-try success", name, n)
+		}
+	}
+}
+
+func TestAllocsDecide(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	bucket, _ := NewTokenBucket(TokenBucketConfig{MaxTokens: 1000, TokenRatio: 1})
+	p := mustNew(t, Config{Budget: bucket, MaxAttempts: 5})
+	hinted := WithRetryAfter(errBoom, time.Millisecond)
+	if n := testing.AllocsPerRun(1000, func() {
+		if _, s := p.Decide(1, errBoom, 0, 0, 0, 0); s != Continue {
+			t.Fatal(s)
+		}
+		if _, s := p.Decide(1, hinted, 0, 0, 0, 0); s != Continue {
+			t.Fatal(s)
+		}
+		bucket.OnSuccess(0)
+		bucket.OnSuccess(0)
+	}); n != 0 {
+		t.Errorf("Decide allocates %v", n)
+	}
+}
