@@ -42,6 +42,7 @@ type Sample struct {
 	AvgRTT      int64   // mean RTT of the successful calls (0 when Count is 0)
 	MinRTT      int64   // least RTT of the successful calls (0 when Count is 0)
 	MaxInFlight int64   // the most calls in flight seen by any call of the window, itself included
+	InFlight    int64   // calls in flight when the window closed
 }
 
 // appLimited reports whether the window never used half of the limit: then
@@ -54,17 +55,23 @@ func (s Sample) appLimited() bool { return float64(s.MaxInFlight)*2 < s.Limit }
 // stays at the minimum forever (go-concurrency-limits#117).
 func log10(x float64) float64 { return max(1, math.Log10(max(x, 1))) }
 
-// prober re-measures the no-load RTT, Envoy-style: every Every windows it
-// asks for a low limit for two windows (the first drains the queue, the
-// second measures) and then restores the limit it had. Without it a
-// baseline learnt once can only ratchet (Vegas) or drift with the load it
-// measures (Gradient2).
+// prober re-measures the no-load RTT, Envoy-style: after a warm-up of 10
+// windows and then every `every` windows it holds the limit at a low value
+// while three things happen: the calls in flight drain to that value (up to
+// 20 windows), one window lets the last calls admitted under the old limit
+// finish, and one window measures calls that were all admitted at low
+// concurrency. Then it restores the limit it had. Without it a baseline
+// learnt once can only ratchet down (Vegas) or drift with the load it
+// measures (Gradient2), and a limit that starts far too high is never
+// recognised as such by Gradient2 (its long-term average starts queued).
 type prober struct {
-	every int // windows between probes; 0 disables probing
-	limit float64
-	count int     // windows since the last probe
-	phase int     // 0 normal, 1 draining, 2 measuring
-	saved float64 // the limit before the probe
+	every  int // windows between probes; 0 disables probing
+	limit  float64
+	count  int // windows since the last probe
+	phase  int // 0 normal, 1 draining, 2 settling, 3 measuring
+	drain  int // windows spent draining
+	probes int
+	saved  float64 // the limit before the probe
 }
 
 // step is called at the start of Update. When handled is true the caller
@@ -76,17 +83,28 @@ func (p *prober) step(s Sample) (limit float64, handled, measured bool) {
 		return 0, false, false
 	}
 	switch p.phase {
-	case 1: // the drain window ended; measure during the next one
-		p.phase = 2
+	case 1: // draining
+		p.drain++
+		if s.InFlight <= int64(p.limit) || p.drain >= 20 {
+			p.phase = 2
+		}
 		return p.limit, true, false
-	case 2: // the measuring window ended; restore
+	case 2: // settling: the last old calls finish
+		p.phase = 3
+		return p.limit, true, false
+	case 3: // measuring window ended: restore
 		p.phase = 0
 		p.count = 0
 		return p.saved, true, s.Count > 0
 	}
 	p.count++
-	if p.count >= p.every && !s.appLimited() && s.Limit > p.limit {
-		p.phase = 1
+	due := p.every
+	if p.probes == 0 {
+		due = min(due, 10)
+	}
+	if p.count >= due && !s.appLimited() && s.Limit > p.limit {
+		p.phase, p.drain = 1, 0
+		p.probes++
 		p.saved = s.Limit
 		return p.limit, true, false
 	}

@@ -26,24 +26,29 @@ import (
 //
 // Its weakness is drift: under a standing queue the long-term average
 // slowly rises to meet the short-term one. Every ProbeInterval windows rampart
-// therefore re-measures the no-load RTT as Envoy's gradient controller does
-// (the limit drops to ProbeLimit for two windows, the mean RTT of the second
-// becomes the long-term average, the previous limit is restored).
+// therefore re-measures the no-load RTT as Envoy's gradient controller does,
+// after 10 windows and then every ProbeInterval windows: the limit drops to
+// ProbeLimit until the calls in flight drain to it, one more window lets the
+// last old calls finish, the mean RTT of the next window (calls all admitted
+// at low concurrency) becomes the long-term average, and the previous limit
+// is restored. The first probe also rescues a limit that started far too
+// high, whose long-term average was learnt from queued calls.
 //
-// The zero value is valid: Tolerance 1.2, QueueSize 4, Smoothing 0.2,
-// LongWindow 100, ProbeInterval 100, ProbeLimit 1. (Netflix defaults to a
-// Tolerance of 1.5, which holds the RTT up to 50 % above the baseline; with
-// 1.2 the simulated server keeps its queue within 25 % of its capacity.)
+// The zero value is valid: Tolerance 1.1, QueueSize 4, Smoothing 0.2,
+// LongWindow 600, ProbeInterval 100, ProbeLimit 1. (Netflix defaults to a
+// Tolerance of 1.5, which lets the RTT rise about 50 % above the long-term
+// average, i.e. a standing queue of about half the capacity; with 1.1 the
+// limit settles within 25 % of the simulated server's capacity.)
 type Gradient2 struct {
 	// Tolerance is the ratio of short- to long-term RTT accepted before the
-	// limit shrinks, at least 1. Default 1.2.
+	// limit shrinks, at least 1. Default 1.1.
 	Tolerance float64
 	// QueueSize is the headroom added every window. Default 4.
 	QueueSize float64
 	// Smoothing is the weight of the new limit, in (0, 1]. Default 0.2.
 	Smoothing float64
 	// LongWindow is the number of windows the long-term average spans.
-	// Default 100.
+	// Default 600 (Netflix's default).
 	LongWindow int
 	// ProbeInterval is the number of windows between re-measurements of
 	// the no-load RTT; negative disables them. Default 100.
@@ -74,7 +79,7 @@ func (g Gradient2) Validate() error {
 func (g Gradient2) Start(initial, minLimit, maxLimit float64) Controller {
 	c := &gradient2{tolerance: g.Tolerance, queue: g.QueueSize, smoothing: g.Smoothing}
 	if c.tolerance == 0 {
-		c.tolerance = 1.2
+		c.tolerance = 1.1
 	}
 	if c.queue == 0 {
 		c.queue = 4
@@ -84,7 +89,7 @@ func (g Gradient2) Start(initial, minLimit, maxLimit float64) Controller {
 	}
 	n := g.LongWindow
 	if n == 0 {
-		n = 100
+		n = 600
 	}
 	c.alpha = 2 / float64(n+1)
 	c.probe.every = g.ProbeInterval

@@ -373,7 +373,7 @@ func (l *Limiter) closeWindow(now int64) {
 	mn := l.win.min.Swap(math.MaxInt64)
 	maxIn := l.win.maxIn.Swap(0)
 	drops := l.win.drops.Swap(0)
-	s := Sample{Now: now, Limit: l.est, Count: count, Drops: drops, MaxInFlight: maxIn}
+	s := Sample{Now: now, Limit: l.est, Count: count, Drops: drops, MaxInFlight: maxIn, InFlight: l.inflight.Load()}
 	if count > 0 {
 		s.AvgRTT = sum / count
 		s.MinRTT = mn

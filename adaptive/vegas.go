@@ -6,11 +6,16 @@ import (
 )
 
 // Vegas is the delay-based algorithm of TCP Vegas as Netflix's
-// concurrency-limits adapts it. It keeps a baseline RTT (the least RTT seen,
-// the latency without queueing) and estimates how many calls are queued at
-// the dependency from Little's law:
+// concurrency-limits adapts it. It keeps a baseline RTT (the latency
+// without queueing) and estimates how many calls are queued at the
+// dependency from Little's law:
 //
 //	queue = L · (1 − baseline / AvgRTT)
+//
+// The baseline is the least window mean RTT seen. (Netflix compares a
+// sample with the least single RTT; comparing a mean with a minimum reads
+// service-time jitter as queueing, and comparing two minima misses most of
+// the queue: in the simulation both left the limit 20–25 % above capacity.)
 //
 // With α = Alpha·log10(L), β = Beta·log10(L) and t = log10(L) (each log10
 // taken as at least 1, so that steps never vanish at L = 1), per window:
@@ -24,21 +29,24 @@ import (
 //	then                       L ← (1 − Smoothing) · L_old + Smoothing · L
 //
 // so the limit settles where a few calls (between α and β) wait at the
-// dependency: the capacity plus a small queue. The decrease term
+// dependency: the capacity plus a small queue. Alpha and Beta default to 2
+// and 4 (Netflix: 3 and 6), a smaller standing queue. The decrease term
 // (queue − β)/2 is rampart's: Netflix subtracts only log10(L), so a limit
 // ten times too high takes hundreds of windows to come down; with the
 // larger step it halves its excess each window.
 //
-// The baseline is re-measured every ProbeInterval windows (Envoy's rule):
-// the limit drops to ProbeLimit for two windows, the least RTT of the second
-// becomes the baseline, and the previous limit is restored. Between probes
-// the baseline only decreases.
+// The baseline is re-measured after 10 windows and then every ProbeInterval
+// windows (Envoy's rule): the limit drops to ProbeLimit until the calls in
+// flight drain to it, one more window lets the last old calls finish, the
+// mean RTT of the next window becomes the baseline, and the previous limit
+// is restored.
+// Between probes the baseline only decreases.
 //
-// The zero value is valid: Alpha 3, Beta 6, Smoothing 1, ProbeInterval 100,
+// The zero value is valid: Alpha 2, Beta 4, Smoothing 1, ProbeInterval 100,
 // ProbeLimit 1.
 type Vegas struct {
-	Alpha     float64 // lower queue target, times log10(L). Default 3.
-	Beta      float64 // upper queue target, times log10(L). Default 6; must exceed Alpha.
+	Alpha     float64 // lower queue target, times log10(L). Default 2 (Netflix: 3).
+	Beta      float64 // upper queue target, times log10(L). Default 4 (Netflix: 6); must exceed Alpha.
 	Smoothing float64 // weight of the new limit, in (0, 1]. Default 1.
 	// ProbeInterval is the number of windows between baseline
 	// re-measurements; negative disables them. Default 100.
@@ -69,10 +77,10 @@ func (v Vegas) Validate() error {
 func (v Vegas) defaults() (alpha, beta float64) {
 	alpha, beta = v.Alpha, v.Beta
 	if alpha == 0 {
-		alpha = 3
+		alpha = 2
 	}
 	if beta == 0 {
-		beta = 6
+		beta = 4
 	}
 	return alpha, beta
 }
@@ -94,19 +102,19 @@ func (v Vegas) Start(initial, minLimit, maxLimit float64) Controller {
 
 type vegas struct {
 	alpha, beta, smoothing float64
-	baseline               int64 // least RTT seen since the last probe; 0 = none yet
+	baseline               int64 // least window mean RTT since the last probe; 0 = none yet
 	probe                  prober
 }
 
 func (c *vegas) Update(s Sample) float64 {
 	if lim, handled, measured := c.probe.step(s); handled {
 		if measured {
-			c.baseline = s.MinRTT
+			c.baseline = s.AvgRTT
 		}
 		return lim
 	}
-	if s.Count > 0 && (c.baseline == 0 || s.MinRTT < c.baseline) {
-		c.baseline = s.MinRTT
+	if s.Count > 0 && (c.baseline == 0 || s.AvgRTT < c.baseline) {
+		c.baseline = s.AvgRTT
 	}
 	l := s.Limit
 	lg := log10(l)

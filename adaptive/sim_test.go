@@ -1,0 +1,366 @@
+package adaptive
+
+import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The simulation: a discrete-event model of a client with a Limiter in front
+// of a server with Capacity workers. Requests arrive as a Poisson process;
+// the limiter admits or rejects each; an admitted request is served at once
+// if a worker is free, else it waits in the server's FIFO queue. Service
+// takes Base × U(0.9, 1.1). So the server's true concurrency capacity is
+// Capacity, its throughput Capacity/Base, and latency grows linearly with
+// the queue beyond Capacity. Time is virtual (int64 ns): the event loop hands
+// each event's time to Acquire/Release, so a run is deterministic and takes
+// milliseconds of real time per simulated second.
+
+type simEvent struct {
+	at   int64
+	kind int // 0 arrival, 1 completion
+	req  int // index into sim.reqs for a completion
+}
+
+type eventHeap []simEvent
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].kind > h[j].kind // completions first at equal times
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(simEvent)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+type simReq struct {
+	tok Token
+}
+
+type sim struct {
+	l        *Limiter
+	rng      *rand.Rand
+	now      int64
+	events   eventHeap
+	capacity int
+	base     int64   // mean service time, ns
+	rate     float64 // arrivals per second
+	timeout  int64   // client timeout: an RTT above it is released as Dropped (0: none)
+	busy     int
+	queue    []int // request indexes waiting at the server
+	reqs     []simReq
+	free     []int
+
+	// measurements of the current phase
+	arrivals, rejected, completed, dropped int
+	rtts                                   []int64
+	limits                                 []int // the limit at every 10 ms of virtual time
+	nextProbe                              int64
+}
+
+func newSim(t testing.TB, c Config, capacity int, base time.Duration, seed uint64) *sim {
+	t.Helper()
+	l, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sim{l: l, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), capacity: capacity, base: int64(base)}
+	heap.Push(&s.events, simEvent{at: 0, kind: 0})
+	return s
+}
+
+func (s *sim) service() int64 {
+	return int64(float64(s.base) * (0.9 + 0.2*s.rng.Float64()))
+}
+
+func (s *sim) start(i int) {
+	s.busy++
+	heap.Push(&s.events, simEvent{at: s.now + s.service(), kind: 1, req: i})
+}
+
+// run advances the simulation by d with the current parameters, resetting
+// the phase measurements first.
+func (s *sim) run(d time.Duration) {
+	s.arrivals, s.rejected, s.completed, s.dropped = 0, 0, 0, 0
+	s.rtts = s.rtts[:0]
+	s.limits = s.limits[:0]
+	end := s.now + int64(d)
+	for len(s.events) > 0 && s.events[0].at <= end {
+		ev := heap.Pop(&s.events).(simEvent)
+		s.now = ev.at
+		for s.nextProbe <= s.now {
+			s.limits = append(s.limits, s.l.Limit())
+			s.nextProbe += int64(10 * time.Millisecond)
+		}
+		switch ev.kind {
+		case 0:
+			s.arrivals++
+			if tok, ok := s.l.Acquire(s.now); ok {
+				var i int
+				if n := len(s.free); n > 0 {
+					i = s.free[n-1]
+					s.free = s.free[:n-1]
+				} else {
+					i = len(s.reqs)
+					s.reqs = append(s.reqs, simReq{})
+				}
+				s.reqs[i].tok = tok
+				if s.busy < s.capacity {
+					s.start(i)
+				} else {
+					s.queue = append(s.queue, i)
+				}
+			} else {
+				s.rejected++
+			}
+			gap := int64(s.rng.ExpFloat64() / s.rate * 1e9)
+			heap.Push(&s.events, simEvent{at: s.now + max(gap, 1), kind: 0})
+		case 1:
+			s.busy--
+			tok := s.reqs[ev.req].tok
+			s.free = append(s.free, ev.req)
+			rtt := s.now - tok.Start()
+			if s.timeout > 0 && rtt > s.timeout {
+				s.dropped++
+				s.l.Release(tok, s.now, Dropped)
+			} else {
+				s.completed++
+				s.rtts = append(s.rtts, rtt)
+				s.l.Release(tok, s.now, Success)
+			}
+			for s.busy < s.capacity && len(s.queue) > 0 {
+				i := s.queue[0]
+				s.queue = s.queue[1:]
+				s.start(i)
+			}
+		}
+	}
+	s.now = end
+}
+
+// goodput is the completed calls of the last phase as a fraction of what
+// the server could complete in d.
+func (s *sim) goodput(d time.Duration) float64 {
+	return float64(s.completed) / (d.Seconds() * float64(s.capacity) / (float64(s.base) / 1e9))
+}
+
+func (s *sim) p99() time.Duration {
+	if len(s.rtts) == 0 {
+		return 0
+	}
+	r := slices.Clone(s.rtts)
+	slices.Sort(r)
+	return time.Duration(r[len(r)*99/100])
+}
+
+// meanLimit is the mean of the sampled limits over the last frac of the phase.
+func (s *sim) meanLimit(frac float64) float64 {
+	ls := s.limits[int(float64(len(s.limits))*(1-frac)):]
+	sum := 0
+	for _, v := range ls {
+		sum += v
+	}
+	return float64(sum) / float64(max(len(ls), 1))
+}
+
+// settle returns the virtual time after which the limit, averaged over
+// each second, stayed within ±tol of target until the end of the phase (-1
+// if the last second is outside). Averaging over a second smooths out the
+// baseline probes (the limit is held low on purpose for a few windows).
+func (s *sim) settle(target, tol float64) time.Duration {
+	const perSecond = 100 // samples are 10 ms apart
+	last := -1
+	for i := 0; i+perSecond <= len(s.limits); i += perSecond {
+		sum := 0
+		for _, v := range s.limits[i : i+perSecond] {
+			sum += v
+		}
+		if m := float64(sum) / perSecond; math.Abs(m-target) > tol*target {
+			last = i / perSecond
+		}
+	}
+	if (last+1)*perSecond >= len(s.limits) {
+		return -1
+	}
+	return time.Duration(last+1) * time.Second
+}
+
+func (s *sim) minMax() (int, int) { return slices.Min(s.limits), slices.Max(s.limits) }
+
+const (
+	simCap  = 50
+	simBase = 10 * time.Millisecond
+	// simThroughput is the server's capacity in calls per second.
+	simThroughput = simCap / 0.010
+)
+
+func simConfig(alg Algorithm, initial int) Config {
+	return Config{
+		Algorithm:    alg,
+		InitialLimit: initial,
+		MaxLimit:     2000,
+		Window:       100 * time.Millisecond,
+	}
+}
+
+// unloadedP99 measures the p99 latency at 30 % load without a limit that
+// matters.
+func unloadedP99(t *testing.T) time.Duration {
+	s := newSim(t, Config{Algorithm: Vegas{}, InitialLimit: 1000, MinLimit: 1000, MaxLimit: 1000}, simCap, simBase, 1)
+	s.rate = 0.3 * simThroughput
+	s.run(5 * time.Second)
+	return s.p99()
+}
+
+var delayAlgorithms = []struct {
+	name string
+	alg  Algorithm
+}{
+	{"Vegas", Vegas{}},
+	{"Gradient2", Gradient2{}},
+}
+
+// TestSimConvergence: from a limit ten times too low and ten times too high,
+// the limit settles within ±25 % of the capacity under 3× overload.
+func TestSimConvergence(t *testing.T) {
+	for _, a := range delayAlgorithms {
+		for _, initial := range []int{5, 500} {
+			t.Run(a.name+"/"+itoa(initial), func(t *testing.T) {
+				s := newSim(t, simConfig(a.alg, initial), simCap, simBase, 2)
+				s.rate = 3 * simThroughput
+				const d = 30 * time.Second
+				s.run(d)
+				mean := s.meanLimit(0.5)
+				settle := s.settle(simCap, 0.25)
+				lo, hi := s.minMax()
+				t.Logf("initial %d: mean limit over last 15 s %.1f (capacity %d), 1-s means within ±25%% from %v on, range [%d, %d]",
+					initial, mean, simCap, settle, lo, hi)
+				if math.Abs(mean-simCap) > 0.25*simCap {
+					t.Errorf("mean limit %.1f not within ±25%% of %d", mean, simCap)
+				}
+				if settle < 0 || settle > 20*time.Second {
+					t.Errorf("did not settle within ±25%% in 20 s (settle %v)", settle)
+				}
+			})
+		}
+	}
+}
+
+// TestSimOverload: under 3× overload goodput stays ≥ 85 % of capacity and
+// the p99 of admitted calls ≤ 2× the unloaded p99.
+func TestSimOverload(t *testing.T) {
+	unloaded := unloadedP99(t)
+	for _, a := range delayAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
+			s := newSim(t, simConfig(a.alg, 20), simCap, simBase, 3)
+			s.rate = 3 * simThroughput
+			s.run(10 * time.Second) // warm up
+			const d = 30 * time.Second
+			s.run(d)
+			g, p := s.goodput(d), s.p99()
+			t.Logf("3x overload: goodput %.1f%% of capacity, p99 %v (unloaded p99 %v, ratio %.2f), mean limit %.1f, rejected %.1f%%",
+				100*g, p, unloaded, float64(p)/float64(unloaded), s.meanLimit(1), 100*float64(s.rejected)/float64(s.arrivals))
+			if g < 0.85 {
+				t.Errorf("goodput %.3f < 0.85", g)
+			}
+			if p > 2*unloaded {
+				t.Errorf("p99 %v > 2 × unloaded %v", p, unloaded)
+			}
+		})
+	}
+}
+
+// TestSimCapacityDoubles: when the server's capacity doubles, the limit
+// follows it.
+func TestSimCapacityDoubles(t *testing.T) {
+	for _, a := range delayAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
+			s := newSim(t, simConfig(a.alg, 20), simCap, simBase, 4)
+			s.rate = 6 * simThroughput // 3× the doubled capacity
+			s.run(20 * time.Second)
+			before := s.meanLimit(0.5)
+			s.capacity = 2 * simCap
+			const d = 30 * time.Second
+			s.run(d)
+			after := s.meanLimit(0.5)
+			settle := s.settle(2*simCap, 0.25)
+			t.Logf("capacity %d -> %d: mean limit %.1f -> %.1f, 1-s means within ±25%% from %v on, goodput %.1f%%",
+				simCap, 2*simCap, before, after, settle, 100*s.goodput(d))
+			if math.Abs(after-2*simCap) > 0.25*2*simCap {
+				t.Errorf("limit %.1f did not follow capacity %d", after, 2*simCap)
+			}
+		})
+	}
+}
+
+// TestSimRecoversAfterOverload: a latency spike (the server slows down 20×
+// for 10 s) drives the limit down; once it ends, the limit climbs back
+// instead of sticking at the minimum (go-concurrency-limits#117).
+func TestSimRecoversAfterOverload(t *testing.T) {
+	for _, a := range append(delayAlgorithms, struct {
+		name string
+		alg  Algorithm
+	}{"AIMD", AIMD{Timeout: 2 * simBase}}) {
+		t.Run(a.name, func(t *testing.T) {
+			s := newSim(t, simConfig(a.alg, 20), simCap, simBase, 5)
+			s.rate = 3 * simThroughput
+			s.run(15 * time.Second)
+			s.base = 20 * int64(simBase)
+			s.capacity = 5
+			s.run(10 * time.Second)
+			during := s.meanLimit(0.5)
+			dlo, _ := s.minMax()
+			s.base = int64(simBase)
+			s.capacity = simCap
+			s.run(30 * time.Second)
+			after := s.meanLimit(0.5)
+			lo, hi := s.minMax()
+			t.Logf("overload: mean limit %.1f (min %d); after: mean %.1f, range [%d, %d]", during, dlo, after, lo, hi)
+			if after < 0.75*simCap {
+				t.Errorf("limit %.1f stuck low after the overload ended", after)
+			}
+			if hi > 2000 || lo < 1 {
+				t.Errorf("limit left [min, max]: [%d, %d]", lo, hi)
+			}
+		})
+	}
+}
+
+// TestSimAIMDBand: AIMD with a client timeout of 2× the base latency grows
+// the limit until calls time out (queueing delay ≈ the timeout, i.e. a limit
+// of about 2·capacity) and then oscillates below it in its documented band.
+func TestSimAIMDBand(t *testing.T) {
+	s := newSim(t, simConfig(AIMD{}, 20), simCap, simBase, 6)
+	s.timeout = int64(2 * simBase)
+	s.rate = 3 * simThroughput
+	s.run(30 * time.Second)
+	const d = 30 * time.Second
+	s.run(d)
+	lo, hi := s.minMax()
+	t.Logf("AIMD: limit range [%d, %d], mean %.1f, goodput %.1f%%, drops %d of %d",
+		lo, hi, s.meanLimit(1), 100*s.goodput(d), s.dropped, s.completed+s.dropped)
+	if lo < simCap || hi > 2*simCap*11/10 {
+		t.Errorf("AIMD limit range [%d, %d] outside [%d, %d]", lo, hi, simCap, 2*simCap*11/10)
+	}
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
