@@ -1,0 +1,134 @@
+package hedge
+
+import "context"
+
+// Do runs fn, hedged: calling it is the caller's promise that fn is
+// idempotent. The first attempt runs on the caller's goroutine with a
+// context derived from ctx; if it has not returned after the delay, hedges
+// start (see the package doc). It returns the error of the attempt that
+// decided the race, unchanged (nil for a success). With a percentile delay
+// still warming up and no Config.Delay, fn runs once, unhedged, with ctx.
+//
+// Fast path (the first attempt returns before the delay): no goroutine, no
+// timer, no allocation; one or two clock reads and a handful of atomics.
+func (h *Hedger) Do(ctx context.Context, fn func(context.Context) error) error {
+	_, err := run(h, ctx, fn, invokeDo)
+	return err
+}
+
+// Call runs fn hedged through h, like [Hedger.Do], and returns the winning
+// attempt's result. Calling it is the caller's promise that fn is
+// idempotent. The winner's context is not cancelled when Call returns, so a
+// result that reads through it (an HTTP response body) stays readable.
+func Call[T any](ctx context.Context, h *Hedger, fn func(context.Context) (T, error)) (T, error) {
+	return run(h, ctx, fn, invokeCall[T])
+}
+
+func invokeDo(fn func(context.Context) error, ctx context.Context) (struct{}, error) {
+	return struct{}{}, fn(ctx)
+}
+
+func invokeCall[T any](fn func(context.Context) (T, error), ctx context.Context) (T, error) {
+	return fn(ctx)
+}
+
+// run is Do and Call: F is the user's function type, invoke calls it.
+func run[T, F any](h *Hedger, ctx context.Context, fn F, invoke func(F, context.Context) (T, error)) (T, error) {
+	// Clock read 1: the trigger's deadline and the latency's start.
+	start := h.ticker.Now()
+	if h.budget != nil {
+		h.budget.OnRequest(start)
+	}
+	if h.async {
+		return runAsync[T](h, ctx, fn, start)
+	}
+	d := h.Delay() // one atomic load with a percentile delay
+	if d <= 0 {
+		return runPlain(h, ctx, fn, invoke, start)
+	}
+	c := h.newCall(ctx)
+	c.fn, c.maker, c.start = fn, raceMaker[T]{}, start
+	var ok bool
+	// Atomics: a CAS to pop a slot, a store to arm it, a load of the
+	// watchdog's run state.
+	if c.wd, ok = h.wd.Schedule(start+d, c, 0); !ok {
+		h.full.Add(1)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			abandon(c) // fn panicked or called runtime.Goexit
+		}
+	}()
+	v, err := invoke(fn, c)
+	returned = true
+	// One CAS: whoever moves the state out of stRunning (this caller, or
+	// the trigger) owns the call.
+	if c.st.CompareAndSwap(stRunning, stFinished) {
+		h.wd.Cancel(c.wd) // a CAS on the slot and one to free it
+		h.done(start, err)
+		return v, err
+	}
+	return joinRace[T](h, c, v, err)
+}
+
+// runPlain runs fn once with ctx, unhedged (a percentile warming up).
+func runPlain[T, F any](h *Hedger, ctx context.Context, fn F, invoke func(F, context.Context) (T, error), start int64) (T, error) {
+	v, err := invoke(fn, ctx)
+	h.done(start, err)
+	return v, err
+}
+
+// done records the outcome of a call whose first attempt decided it alone:
+// its latency (clock read 2, percentile delay only) and the budget.
+func (h *Hedger) done(start int64, err error) {
+	now := start
+	if h.percentile {
+		now = h.ticker.Now()
+		h.Observe(now-start, now)
+	}
+	if h.budget != nil {
+		if err == nil {
+			h.budget.OnSuccess(now)
+		} else if !h.isFatal(err) {
+			h.budget.OnFailure(now)
+		}
+	}
+}
+
+// joinRace is the slow path of run: the trigger fired, so the first
+// attempt's outcome joins the race and the caller returns its decision.
+func joinRace[T any](h *Hedger, c *call, v T, err error) (T, error) {
+	r := c.race.(*race[T])
+	now := h.ticker.Now()
+	h.Observe(now-c.start, now) // a cancelled loser records a lower bound
+	r.report(0, v, err, false, nil)
+	return r.result()
+}
+
+// abandon releases a call whose first attempt panicked: the trigger is
+// disarmed or the hedges are cancelled; the panic goes on.
+func abandon(c *call) {
+	if c.st.CompareAndSwap(stRunning, stFinished) {
+		c.h.wd.Cancel(c.wd)
+		return
+	}
+	if c.race != nil {
+		c.race.abort()
+	}
+}
+
+// runAsync is the AsyncFirst mode: every attempt, the first included, runs
+// on its own goroutine; the caller waits for the decision.
+func runAsync[T, F any](h *Hedger, ctx context.Context, fn F, start int64) (T, error) {
+	c := h.newCall(ctx)
+	c.fn, c.maker, c.start = fn, raceMaker[T]{}, start
+	c.st.Store(stFired) // the call belongs to the race from the start
+	r := newRace[T](c)
+	c.race = r
+	r.mu.Lock()
+	r.armLocked(1, start)
+	r.mu.Unlock()
+	go r.run(0, c)
+	return r.result()
+}

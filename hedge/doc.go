@@ -1,0 +1,94 @@
+// Package hedge cuts tail latency by hedging: when an idempotent call has not
+// finished after a delay, it starts another attempt of the same call; the
+// first success wins and the losers' contexts are cancelled (Dean and
+// Barroso, "The Tail at Scale"; gRPC A6 hedging).
+//
+// # Which method to use
+//
+// Create a [Hedger] with [New] and call [Hedger.Do] (or the typed [Call]) for
+// each call that may be hedged. Hedging is opt-in per call: calling Do or
+// Call is the caller's promise that fn is idempotent (running it twice, or
+// abandoning one run half way, is harmless). A call that must not be
+// repeated goes around the Hedger, and may still feed its latency
+// percentile with [Hedger.Observe].
+//
+// # Algorithm
+//
+// The first attempt runs on the caller's goroutine. Before it starts, the
+// call arms a deadline (start + delay) on a shared watchdog (one goroutine
+// for the library that sweeps a slot table, internal/watchdog). If the
+// attempt returns first, the call disarms the slot and returns: no goroutine
+// is started, no timer is created and nothing is allocated (see "Cost"). If
+// the deadline passes first, the watchdog starts a hedge attempt on a new
+// goroutine (and, with MaxHedges > 1, arms the next deadline); the first
+// attempt to succeed, or to fail with a fatal error, decides the race, and
+// every other attempt's context is cancelled.
+//
+// Because the first attempt runs on the caller's goroutine, the caller
+// returns only when the first attempt returns. When a hedge wins, the first
+// attempt's context is cancelled, so the caller returns as soon as the
+// callee honours the cancellation: hedging helps callees that honour
+// context cancellation (net/http, gRPC, database drivers do). For callees
+// that do not, set [Config.AsyncFirst]: the first attempt then runs on its
+// own goroutine too and the caller returns as soon as any attempt wins, at
+// the price of a goroutine and a few allocations on every call.
+//
+// The delay is fixed ([Config.Delay]) or a live latency percentile
+// ([Config.Percentile], e.g. 0.95) read from a lock-free log-linear histogram
+// of the first attempts' latencies (internal/histogram: one atomic add per
+// call, quantiles within 1/32 above the exact value). The percentile is
+// recomputed every [Config.Refresh] by whichever call first notices the
+// period has passed, clamped to [MinDelay, MaxDelay]; the histogram is halved
+// at each refresh once it holds 2×WarmUp samples, so it follows a shifting
+// distribution with a half-life of one Refresh. Until WarmUp samples exist,
+// the delay is Config.Delay (no hedging when that is zero). The latency of a
+// first attempt that was cancelled because a hedge won is recorded as the
+// time it ran (a lower bound of its real latency): the share of recorded
+// latencies above the delay is therefore the share of hedged calls, and a
+// p95 delay keeps hedges near 5 % of calls.
+//
+// # Errors
+//
+// An attempt that succeeds wins. An attempt that fails with an error for
+// which [Config.Fatal] reports true (every error when Fatal is nil, as in
+// gRPC with no non-fatal codes) also decides the race: its error is returned
+// and the other attempts are cancelled. A non-fatal error lets the other
+// attempts go on; when every started attempt has failed, the call returns
+// the last error. A failure of the first attempt before the delay returns
+// at once (hedging is not retrying: compose with package retry for that).
+// The user's error is returned unchanged. When the caller's context ends,
+// the call ends with its error as soon as the running attempts return.
+//
+// A panic in the first attempt cancels the hedges and propagates. A panic
+// in a hedge attempt is recovered on its goroutine and, if it decides the
+// race, re-raised on the caller's goroutine with the same value.
+//
+// # Budget
+//
+// Hedges obey a retry budget ([Config.Budget], the interface that package
+// retry's TokenBucket and RatioBudget implement), shared with the retry
+// policies of the same dependency, so hedging cannot double the load under
+// overload: the hedger calls OnRequest once per call, AllowRetry before each
+// hedge (a refusal is counted in [Stats].BudgetRefused and the call goes on
+// with the attempts it has), OnSuccess after a successful attempt and
+// OnFailure after an attempt that failed with a non-fatal error.
+//
+// # Cost
+//
+// On the path where the first attempt finishes before the delay, a call
+// costs one clock read (two with a percentile delay), one watchdog
+// Schedule and Cancel (a few CASes), two CASes on the call's own state, one
+// histogram add and one atomic load (percentile delay), and no allocation:
+// the per-call object, which is also the first attempt's context, comes from
+// slabs of 64 that are carved up without locks and never reused (reusing a
+// context would break the context contract for callees that retain it), so
+// one slab allocation (about 8 KiB) serves 64 calls. A callee that calls
+// Done on the context makes the call allocate its Done channel (and, when
+// the caller's context can be cancelled, a context.AfterFunc registration).
+// A hedge costs a goroutine, a context.WithCancel and the race's state.
+//
+// # Zero value and concurrency
+//
+// The zero Hedger is not usable; create it with New. A Hedger is safe for
+// concurrent use by any number of goroutines.
+package hedge

@@ -1,0 +1,350 @@
+package hedge
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/histogram"
+	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/watchdog"
+)
+
+// Budget is a retry budget that hedges obey, shared with the retry policies
+// of the same dependency. Package retry's Budget interface, TokenBucket and
+// RatioBudget satisfy it. The hedger calls OnRequest once per call,
+// AllowRetry before each hedge (true grants and counts it), OnSuccess after
+// each attempt that succeeded and OnFailure after each attempt that failed
+// with a non-fatal error. All now arguments are readings of Config.Ticker.
+//
+// When a retry policy that wraps the hedged calls shares the same budget,
+// both count the logical call in OnRequest; for retry.RatioBudget that
+// doubles the request count (the ratio is then relative to twice the calls).
+type Budget interface {
+	OnRequest(now int64)
+	OnSuccess(now int64)
+	OnFailure(now int64)
+	AllowRetry(now int64) bool
+}
+
+// Limits of the configuration.
+const (
+	// MaxMaxHedges is the largest MaxHedges (gRPC A6 allows 5 attempts).
+	MaxMaxHedges = 4
+	// DefaultWarmUp is the number of samples before a percentile delay is
+	// trusted, when Config.WarmUp is zero.
+	DefaultWarmUp = 100
+	// DefaultRefresh is the period of the percentile's recomputation when
+	// Config.Refresh is zero.
+	DefaultRefresh = 100 * time.Millisecond
+)
+
+// Config configures a Hedger. Zero fields mean the documented defaults; a
+// Config must set Delay or Percentile.
+type Config struct {
+	// Name identifies the hedger in errors. Optional.
+	Name string
+
+	// Delay is the fixed hedging delay: a call that has not finished after
+	// Delay starts a hedge. With Percentile set, Delay is the delay used
+	// until WarmUp samples have been recorded (0: no hedging until then).
+	// Must not be negative; must be positive when Percentile is 0.
+	Delay time.Duration
+
+	// Percentile, when not 0, makes the delay the live latency percentile
+	// of the first attempts (0.95 for the p95). Must be in [0.5, 1).
+	Percentile float64
+	// MinDelay and MaxDelay clamp the percentile delay. MaxDelay 0 means no
+	// upper clamp. Must not be negative; MaxDelay >= MinDelay when set.
+	MinDelay, MaxDelay time.Duration
+	// WarmUp is the number of samples the histogram must hold before the
+	// percentile replaces Delay. 0 means DefaultWarmUp (100).
+	WarmUp int
+	// Refresh is how often the percentile is recomputed (and the histogram
+	// halved, once it holds 2×WarmUp samples). 0 means DefaultRefresh.
+	Refresh time.Duration
+
+	// MaxHedges is the largest number of hedges per call, started one Delay
+	// apart. 0 means 1. Must be in [0, MaxMaxHedges].
+	MaxHedges int
+
+	// Budget, when set, must grant every hedge (see [Budget]). Nil means
+	// hedges are limited by MaxHedges only.
+	Budget Budget
+
+	// Fatal reports whether an attempt's error ends the race (the error is
+	// returned and the other attempts are cancelled) rather than letting
+	// another attempt win. Nil means every error is fatal. Errors of the
+	// caller's context always end the call.
+	Fatal func(err error) bool
+
+	// AsyncFirst runs the first attempt on its own goroutine too, so the
+	// call returns as soon as an attempt wins even when the callee ignores
+	// cancellation. It costs a goroutine and allocations on every call.
+	AsyncFirst bool
+
+	// Ticker is the clock (nil means rampart.DefaultTicker()). Under
+	// testing/synctest, create it inside the bubble and set Tick too.
+	Ticker rampart.Ticker
+
+	// Tick, when positive, gives the hedger its own watchdog goroutine that
+	// sweeps every Tick (the precision of the hedge trigger); Close stops
+	// it. Zero shares one library-wide watchdog per ticker with a 1 ms
+	// sweep (internal/watchdog.DefaultTick). A custom Ticker with Tick 0
+	// also gets its own watchdog, with the default tick. Must not be
+	// negative.
+	Tick time.Duration
+
+	// OnHedge is called when hedge number attempt (1..MaxHedges) starts,
+	// on the hedge's goroutine.
+	OnHedge func(attempt int)
+	// OnHedgeWon is called when hedge number attempt won the race, on the
+	// goroutine that decided it.
+	OnHedgeWon func(attempt int)
+	// OnBudgetRefused is called when the budget refused hedge number
+	// attempt, on the watchdog's goroutine: it must not block.
+	OnBudgetRefused func(attempt int)
+}
+
+// Stats are a Hedger's counters since New. Reading them allocates nothing.
+type Stats struct {
+	Hedges         uint64 // hedge attempts started
+	HedgesWon      uint64 // races won by a hedge
+	BudgetRefused  uint64 // hedges the budget refused
+	TriggerFull    uint64 // calls that ran unhedged because the watchdog table was full
+	ListenerPanics uint64 // listener panics recovered
+	// Delay is the current hedging delay in nanoseconds (-1: no hedging
+	// yet, a percentile still warming up with Delay 0).
+	Delay int64
+	// Samples is the number of latencies in the histogram at the last
+	// refresh (0 with a fixed delay).
+	Samples uint64
+}
+
+// Hedger hedges idempotent calls. Create it with New; it is safe for
+// concurrent use.
+type Hedger struct {
+	// Read-mostly configuration, grouped and unpadded.
+	ticker     rampart.Ticker
+	wd         *watchdog.Watchdog
+	ownWD      bool
+	budget     Budget
+	fatal      func(error) bool
+	onHedge    func(int)
+	onWon      func(int)
+	onRefused  func(int)
+	name       string
+	fixed      int64 // fixed delay (ns) when !percentile
+	percentile bool
+	q          float64
+	minDelay   int64
+	maxDelay   int64
+	warmUp     uint64
+	refresh    int64
+	maxHedges  int
+	async      bool
+	slabs      sync.Pool // *slab: per-P carving of per-call objects
+
+	// delay is the current percentile delay (ns, -1 none): written at each
+	// refresh, loaded by every call.
+	delay atomic.Int64
+	// nextRefresh is loaded by every call's end (percentile mode) and CASed
+	// once per Refresh: alone on its line, apart from delay which is read
+	// by the same calls but written rarely.
+	nextRefresh pad.Int64
+	samples     atomic.Uint64
+
+	// hist is the latency histogram: each call adds to one of its counters.
+	hist histogram.Histogram
+
+	// Counters of the hedge path (rare), grouped.
+	hedges, won, refused, full, listenerPanics atomic.Uint64
+}
+
+// New validates cfg and returns a Hedger, or a [*rampart.ConfigError].
+func New(cfg Config) (*Hedger, error) {
+	bad := func(field, format string, args ...any) error {
+		return rampart.NewConfigError("hedge", field, format, args...)
+	}
+	switch {
+	case cfg.Delay < 0:
+		return nil, bad("Delay", "must not be negative, got %v", cfg.Delay)
+	case cfg.Percentile != 0 && !(cfg.Percentile >= 0.5 && cfg.Percentile < 1):
+		return nil, bad("Percentile", "must be 0 or in [0.5, 1), got %v", cfg.Percentile)
+	case cfg.Percentile == 0 && cfg.Delay == 0:
+		return nil, bad("Delay", "must be positive when Percentile is 0")
+	case cfg.MinDelay < 0:
+		return nil, bad("MinDelay", "must not be negative, got %v", cfg.MinDelay)
+	case cfg.MaxDelay < 0:
+		return nil, bad("MaxDelay", "must not be negative, got %v", cfg.MaxDelay)
+	case cfg.MaxDelay != 0 && cfg.MaxDelay < cfg.MinDelay:
+		return nil, bad("MaxDelay", "must be at least MinDelay (%v), got %v", cfg.MinDelay, cfg.MaxDelay)
+	case cfg.WarmUp < 0:
+		return nil, bad("WarmUp", "must not be negative, got %d", cfg.WarmUp)
+	case cfg.Refresh < 0:
+		return nil, bad("Refresh", "must not be negative, got %v", cfg.Refresh)
+	case cfg.MaxHedges < 0 || cfg.MaxHedges > MaxMaxHedges:
+		return nil, bad("MaxHedges", "must be in [0, %d], got %d", MaxMaxHedges, cfg.MaxHedges)
+	case cfg.Tick < 0:
+		return nil, bad("Tick", "must not be negative, got %v", cfg.Tick)
+	}
+	h := &Hedger{
+		ticker:     cfg.Ticker,
+		budget:     cfg.Budget,
+		fatal:      cfg.Fatal,
+		onHedge:    cfg.OnHedge,
+		onWon:      cfg.OnHedgeWon,
+		onRefused:  cfg.OnBudgetRefused,
+		name:       cfg.Name,
+		percentile: cfg.Percentile != 0,
+		q:          cfg.Percentile,
+		minDelay:   int64(cfg.MinDelay),
+		maxDelay:   int64(cfg.MaxDelay),
+		warmUp:     uint64(cfg.WarmUp),
+		refresh:    int64(cfg.Refresh),
+		maxHedges:  cfg.MaxHedges,
+		async:      cfg.AsyncFirst,
+	}
+	if h.maxDelay == 0 {
+		h.maxDelay = math.MaxInt64
+	}
+	if h.warmUp == 0 {
+		h.warmUp = DefaultWarmUp
+	}
+	if h.refresh == 0 {
+		h.refresh = int64(DefaultRefresh)
+	}
+	if h.maxHedges == 0 {
+		h.maxHedges = 1
+	}
+	if h.percentile {
+		h.fixed = -1
+		if cfg.Delay > 0 {
+			h.delay.Store(int64(cfg.Delay))
+		} else {
+			h.delay.Store(-1)
+		}
+	} else {
+		h.fixed = int64(cfg.Delay)
+	}
+	switch {
+	case h.ticker == nil && cfg.Tick == 0:
+		h.ticker = rampart.DefaultTicker()
+		h.wd = defaultWatchdog()
+	default:
+		if h.ticker == nil {
+			h.ticker = rampart.DefaultTicker()
+		}
+		h.wd = watchdog.New(watchdog.Config{Tick: cfg.Tick, Clock: h.ticker})
+		h.ownWD = true
+	}
+	h.slabs.New = func() any { return new(slab) }
+	h.nextRefresh.Store(h.ticker.Now() + h.refresh)
+	return h, nil
+}
+
+// defaultWatchdog is the library-wide watchdog on rampart.DefaultTicker()
+// (watchdog.Default() reads another clock, whose readings are not
+// comparable with the ticker's).
+var defaultWatchdog = sync.OnceValue(func() *watchdog.Watchdog {
+	return watchdog.New(watchdog.Config{Clock: rampart.DefaultTicker()})
+})
+
+// Close stops the hedger's own watchdog goroutine (Config.Tick > 0 or a
+// custom Ticker) and waits for it to exit; later calls run unhedged. It is
+// a no-op for a hedger on the shared watchdog. Calls in flight are not
+// interrupted.
+func (h *Hedger) Close() error {
+	if h.ownWD {
+		return h.wd.Close()
+	}
+	return nil
+}
+
+// Name returns the configured name.
+func (h *Hedger) Name() string { return h.name }
+
+// Ticker returns the clock the hedger reads.
+func (h *Hedger) Ticker() rampart.Ticker { return h.ticker }
+
+// Delay returns the current hedging delay in nanoseconds, or -1 when calls
+// are not hedged (a percentile still warming up with Config.Delay 0). One
+// atomic load with a percentile delay, none with a fixed one.
+func (h *Hedger) Delay() int64 {
+	if !h.percentile {
+		return h.fixed
+	}
+	return h.delay.Load()
+}
+
+// Observe records one latency (ns) in the percentile histogram and, when
+// the Refresh period has passed at now, recomputes the delay. Do and Call
+// call it for every first attempt; call it yourself for calls made around
+// the hedger (non-idempotent ones) whose latency should count. No-op with a
+// fixed delay. Atomics: one add (histogram), one load (refresh check).
+func (h *Hedger) Observe(latency, now int64) {
+	if !h.percentile {
+		return
+	}
+	h.hist.Record(latency)
+	if now >= h.nextRefresh.Load() {
+		h.refreshSlow(now)
+	}
+}
+
+// refreshSlow is the slow path of Observe: the caller that wins the CAS on
+// nextRefresh recomputes the percentile and decays the histogram.
+func (h *Hedger) refreshSlow(now int64) {
+	next := h.nextRefresh.Load()
+	if now < next || !h.nextRefresh.CompareAndSwap(next, now+h.refresh) {
+		return
+	}
+	v, n := h.hist.Quantile(h.q)
+	h.samples.Store(n)
+	if n < h.warmUp {
+		return
+	}
+	h.delay.Store(min(max(v, h.minDelay), h.maxDelay))
+	if n >= 2*h.warmUp {
+		h.hist.Decay(1)
+	}
+}
+
+// Stats returns the counters. No allocation.
+func (h *Hedger) Stats() Stats {
+	return Stats{
+		Hedges:         h.hedges.Load(),
+		HedgesWon:      h.won.Load(),
+		BudgetRefused:  h.refused.Load(),
+		TriggerFull:    h.full.Load(),
+		ListenerPanics: h.listenerPanics.Load(),
+		Delay:          h.Delay(),
+		Samples:        h.samples.Load(),
+	}
+}
+
+// isFatal classifies an attempt's error (err != nil).
+func (h *Hedger) isFatal(err error) bool {
+	return h.fatal == nil || h.fatal(err)
+}
+
+func (h *Hedger) notifyHedge(attempt int) {
+	if h.onHedge != nil {
+		notify.Call1(&h.listenerPanics, h.onHedge, attempt)
+	}
+}
+
+func (h *Hedger) notifyWon(attempt int) {
+	if h.onWon != nil {
+		notify.Call1(&h.listenerPanics, h.onWon, attempt)
+	}
+}
+
+func (h *Hedger) notifyRefused(attempt int) {
+	if h.onRefused != nil {
+		notify.Call1(&h.listenerPanics, h.onRefused, attempt)
+	}
+}
