@@ -93,6 +93,7 @@ type Policy struct {
 	needStart   bool // read the clock before the first attempt (MaxDuration or a time-keeping budget)
 	full        bool // needStart || budget != nil: the first attempt needs more than a call
 	budget      Budget
+	bucket      *TokenBucket // budget's dynamic type when it is one: calls devirtualised
 	ticker      rampart.Ticker
 	shouldRetry func(error) bool
 	bo          backoff
@@ -175,8 +176,8 @@ func New(c Config) (*Policy, error) {
 	if mult == math.Trunc(mult) && mult < 1<<62 {
 		p.bo.intMult = int64(mult)
 	}
-	_, bucket := c.Budget.(*TokenBucket) // the A6 bucket ignores time
-	p.needStart = p.maxDur > 0 || (c.Budget != nil && !bucket)
+	p.bucket, _ = c.Budget.(*TokenBucket) // the A6 bucket ignores time
+	p.needStart = p.maxDur > 0 || (c.Budget != nil && p.bucket == nil)
 	p.full = p.needStart || c.Budget != nil
 	return p, nil
 }
@@ -363,6 +364,24 @@ func (p *Policy) doFull(ctx context.Context, fn func(context.Context) error) (er
 	var start int64
 	if p.needStart {
 		start = p.ticker.Now() // the only clock read of a first-try success
+	}
+	if tb := p.bucket; tb != nil {
+		// The A6 bucket, devirtualised: OnRequest is a no-op and OnSuccess
+		// one load on a healthy dependency.
+		returned := false
+		defer func() {
+			if !returned { // fn panicked or called runtime.Goexit
+				tb.OnFailure(start)
+			}
+		}()
+		if err = fn(ctx); err == nil {
+			tb.OnSuccess(start)
+			returned = true
+			return nil
+		}
+		err = p.doRetry(ctx, fn, err, start)
+		returned = true
+		return err
 	}
 	b := p.budget
 	if b == nil {
