@@ -83,7 +83,8 @@ type Outcome struct {
 	Err error
 	// RetryAfter is a hint of when a new call may be admitted: the rate
 	// limiter's wait or the breaker's remaining open time on a rejection, a
-	// hint carried by the error (see [RetryAfterError]) on a failure, 0 when
+	// hint carried by the error (a retry.RetryAfterHint, such as an
+	// HTTP Retry-After) on a failure, 0 when
 	// there is none.
 	RetryAfter time.Duration
 	// Attempts counts the attempts made, rejected ones included.
@@ -93,14 +94,4 @@ type Outcome struct {
 	// Policy is the policy that decided a Rejected or TimedOut outcome, None
 	// otherwise.
 	Policy Kind
-}
-
-// RetryAfterError is implemented by errors that carry a server's hint of
-// when to retry (an HTTP Retry-After, a gRPC RetryInfo). When fn returns
-// such an error (itself, not wrapped), the pipeline's retry waits at least
-// that long before the next attempt, gives up when the hint ends past the
-// context's deadline, and reports the hint in Outcome.RetryAfter.
-type RetryAfterError interface {
-	error
-	RetryAfter() time.Duration
 }

@@ -2,11 +2,20 @@ package pipeline
 
 import (
 	"context"
+	"math"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/retry"
 )
+
+// noTime stands for "the clock was not read". The breaker's primitives
+// accept it (see circuitbreaker.Permit.Start): a closed breaker that needs
+// no duration decides without the time.
+const noTime = math.MinInt64
 
 // Config lists the policies of a pipeline, one field per kind; a nil field
 // is absent. The policies are built by their own packages' New and may be
@@ -19,30 +28,64 @@ type Config struct {
 	// Ticker is the clock the pipeline reads (at most twice per attempt) and
 	// hands to its policies. Nil means: the ticker of the policies, which
 	// must then all share one; or rampart.DefaultTicker() when no policy
-	// has one. Every policy must use the pipeline's ticker: readings of
-	// different tickers are not comparable.
+	// has one. Every policy that takes the time must use the pipeline's
+	// ticker: readings of different tickers are not comparable.
 	Ticker rampart.Ticker
 
+	// Retry, outermost, runs the attempts again after a retryable failure,
+	// with its backoff, limits and budget (retry.Policy.Decide). Rejections
+	// by the other policies are not retried. When it gives up on a
+	// retryable error, the error is its *retry.ExhaustedError, which
+	// unwraps to the last error; a non-retryable error comes back as is.
+	Retry *retry.Policy
+
+	// Breaker admits or rejects each attempt and records its outcome
+	// (classified by its own Config.Classify). A rejection's retry-after
+	// hint is its remaining open time.
+	Breaker *circuitbreaker.Breaker
+
 	// RateLimit admits attempts at a rate (one permit each), rejecting at
-	// once with its wait as the retry-after hint. It needs the time before
-	// the call (t0).
+	// once with its wait as the retry-after hint.
 	RateLimit *ratelimit.Limiter
 
-	// Bulkhead caps the calls in flight. When its MaxWait is set, an attempt
-	// waits for a permit (in FIFO order, bounded by MaxWait and the context)
-	// instead of being rejected at once.
+	// Bulkhead caps the attempts in flight. When its MaxWait is set, an
+	// attempt waits for a permit (in FIFO order, bounded by MaxWait and the
+	// context) instead of being rejected at once.
 	Bulkhead *bulkhead.Bulkhead
+
+	// Adaptive caps the attempts in flight with a limit that tunes itself
+	// from their latency and drops. With a queue configured, an attempt
+	// waits in it (adaptive.Limiter.AcquireWait).
+	Adaptive *adaptive.Limiter
+
+	// AdaptiveClassify maps an attempt's error to the adaptive limit's
+	// outcome. Nil means adaptive.DefaultClassify. (The limiter's own
+	// Config.Classify is used by its Do; the pipeline cannot see it, so set
+	// the same function here.) An attempt that panics is released as
+	// adaptive.Ignored.
+	AdaptiveClassify func(ctx context.Context, err error) adaptive.Outcome
 }
 
 // Pipeline runs calls through a fixed sequence of policies. Build it with
 // [New]; it is immutable and safe for concurrent use.
 type Pipeline struct {
+	// Read-only after New, read by every call: the policies (nil = absent)
+	// and the clock flags.
 	tick rampart.Ticker
+	rt   *retry.Policy
+	bud  retry.Budget
+	cb   *circuitbreaker.Breaker
 	rl   *ratelimit.Limiter
 	bh   *bulkhead.Bulkhead
+	al   *adaptive.Limiter
 
-	// needT0 is set when a policy takes the time before the call; needT1
-	// when one records a duration after it. Both false: no clock read.
+	alClassify func(context.Context, error) adaptive.Outcome
+
+	// needT0: a policy takes the time before the call (rate limiter,
+	// adaptive limit, a breaker that times calls). needT1: a policy records
+	// a duration after it (adaptive limit, a breaker that times calls).
+	// Both false: no clock read on a success. The retry reads t0 on the
+	// first attempt (its start) and the current time when it decides.
 	needT0, needT1 bool
 
 	cfg Config
@@ -52,19 +95,52 @@ type Pipeline struct {
 // (matching rampart.ErrInvalidConfig) when the policies use different
 // tickers or the combination is invalid.
 func New(cfg Config) (*Pipeline, error) {
-	p := &Pipeline{rl: cfg.RateLimit, bh: cfg.Bulkhead, cfg: cfg}
-	tick := cfg.Ticker
+	p := &Pipeline{
+		rt:         cfg.Retry,
+		cb:         cfg.Breaker,
+		rl:         cfg.RateLimit,
+		bh:         cfg.Bulkhead,
+		al:         cfg.Adaptive,
+		alClassify: cfg.AdaptiveClassify,
+		cfg:        cfg,
+	}
+	if p.rt != nil {
+		p.bud = p.rt.Budget()
+	}
+	if p.al != nil && p.alClassify == nil {
+		p.alClassify = adaptive.DefaultClassify
+	}
 	type ticked struct {
 		field string
 		t     rampart.Ticker
 	}
-	var clocks [8]ticked
+	var clocks [4]ticked
 	n := 0
-	if cfg.RateLimit != nil {
-		clocks[n] = ticked{"RateLimit", cfg.RateLimit.Ticker()}
+	add := func(field string, t rampart.Ticker) {
+		clocks[n] = ticked{field, t}
 		n++
+	}
+	if cfg.Retry != nil {
+		add("Retry", cfg.Retry.Ticker())
+	}
+	if cfg.Breaker != nil {
+		add("Breaker", cfg.Breaker.Ticker())
+		bc := cfg.Breaker.Config()
+		// The breaker measures calls when it has a slow-call threshold, a
+		// time window or per-call listeners (which take the duration).
+		if bc.SlowCallDuration > 0 || bc.Mode == circuitbreaker.TimeWindow || bc.OnSuccess != nil || bc.OnFailure != nil {
+			p.needT0, p.needT1 = true, true
+		}
+	}
+	if cfg.RateLimit != nil {
+		add("RateLimit", cfg.RateLimit.Ticker())
 		p.needT0 = true
 	}
+	if cfg.Adaptive != nil {
+		add("Adaptive", cfg.Adaptive.Ticker())
+		p.needT0, p.needT1 = true, true
+	}
+	tick := cfg.Ticker
 	for _, c := range clocks[:n] {
 		if c.t == nil {
 			continue
@@ -75,7 +151,7 @@ func New(cfg Config) (*Pipeline, error) {
 		}
 		if c.t != tick {
 			return nil, rampart.NewConfigError("pipeline", c.field,
-				"uses a different Ticker than the pipeline (readings of different tickers are not comparable); build every policy with the pipeline's Ticker")
+				"uses a different Ticker than the pipeline or another policy (readings of different tickers are not comparable); build every policy with the pipeline's Ticker")
 		}
 	}
 	if tick == nil {
@@ -97,11 +173,18 @@ func (p *Pipeline) Ticker() rampart.Ticker { return p.tick }
 // Name returns the configured name.
 func (p *Pipeline) Name() string { return p.cfg.Name }
 
-// Do calls fn through the pipeline's policies and returns fn's error
-// unchanged, or the rejection error of the policy that refused the call, the
-// timeout's error, or the context's error. A panic in fn is re-raised after
-// every permit is released. Do allocates nothing unless a policy does (the
-// timeout's context, a retry's sleep).
+// Do calls fn through the pipeline's policies. It returns nil, fn's error
+// unchanged (or the retry's give-up error wrapping it), the preallocated
+// rejection error of the policy that refused the call, or the context's
+// error. A panic in fn is re-raised after every permit is released. Do
+// allocates nothing unless a policy does (a retry's sleep and give-up
+// error).
+//
+// Do is kept out of line on purpose: inlined, its call to the generic
+// engine would make the compiler assume that fn escapes, and a closure
+// passed to Do would then be allocated on every call.
+//
+//go:noinline
 func (p *Pipeline) Do(ctx context.Context, fn func(context.Context) error) error {
 	_, o := run[struct{}](ctx, p, nil, fn)
 	return o.Err
@@ -109,6 +192,8 @@ func (p *Pipeline) Do(ctx context.Context, fn func(context.Context) error) error
 
 // Try is [Pipeline.Do] returning an [Outcome] instead of an error: a code,
 // the policy that rejected, and a retry-after hint.
+//
+//go:noinline
 func (p *Pipeline) Try(ctx context.Context, fn func(context.Context) error) Outcome {
 	_, o := run[struct{}](ctx, p, nil, fn)
 	return o
@@ -116,7 +201,8 @@ func (p *Pipeline) Try(ctx context.Context, fn func(context.Context) error) Outc
 
 // Call is [Pipeline.Do] for a function that returns a value: it returns
 // fn's result and error unchanged, or T's zero value and the error of the
-// policy that refused the call.
+// policy that refused the call. After retries it returns the last attempt's
+// value.
 func Call[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, error) {
 	v, o := run(ctx, p, fn, nil)
 	return v, o.Err

@@ -170,3 +170,5 @@ func TestTickerMismatchIsConfigError(t *testing.T) {
 	_, err := pipeline.New(pipeline.Config{RateLimit: rl, Ticker: rampart.NewManualTicker(0)})
 	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
 }
+
+func runtimeGoexit() { runtime.Goexit() }

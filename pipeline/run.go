@@ -2,60 +2,139 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+
+	"github.com/rampart-go/rampart/adaptive"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/retry"
 )
 
-// attempt holds what one attempt acquired, so that it can be released
-// exactly once, on the normal path or from a deferred call when fn panics or
+// attempt holds what one attempt acquired, so that it is released exactly
+// once, on the normal path or from the deferred guard when fn panics or
 // calls runtime.Goexit.
 type attempt struct {
-	t0 int64
-	// held records which permits are held, as bits of heldX below.
-	held uint8
+	t0, t1 int64 // clock readings, noTime when not read
+	start  int64 // the first attempt's t0, for the retry budget on a panic
+	permit circuitbreaker.Permit
+	token  adaptive.Token
+	held   uint8 // heldX bits: the permits to release
 }
 
 const (
-	heldBulkhead = 1 << iota
+	heldBreaker = 1 << iota
+	heldBulkhead
+	heldAdaptive
 )
 
 // run is the engine behind Do, Try, Call and TryCall. Exactly one of fnT and
 // fnE is non-nil. It returns the value of the last attempt and its outcome.
+//
+// Per attempt, on a success with every policy present and a closed breaker
+// that needs no duration: one clock read (t0), then the policies' own
+// atomics (breaker: a load; rate limiter: a load and a CAS; bulkhead: an
+// add on entry and one on exit), the call, and the breaker's record.
 func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error) (v T, o Outcome) {
+	rt := p.rt
+	start, prev, deadline := int64(noTime), int64(0), int64(-1)
+	var last error // the previous attempt's error, for a give-up
 	for {
 		o.Attempts++
-		// Load of the context's state: a call whose context is already done
-		// starts nothing.
+		// One interface call: a context that is already done starts
+		// nothing.
 		if err := ctx.Err(); err != nil {
-			o.Code, o.Err = Canceled, err
+			o.Code, o.Policy, o.Err = Canceled, None, err
+			if o.Attempts > 1 {
+				// Ended right after the retry's sleep: give up on the last
+				// error.
+				o.Attempts--
+				o.Err = rt.GiveUp(retry.Canceled, int(o.Attempts), last, err)
+			}
 			return v, o
 		}
-		var a attempt
-		if p.needT0 {
+		a := attempt{t0: noTime, t1: noTime, start: start}
+		if p.needT0 || (rt != nil && o.Attempts == 1) {
 			a.t0 = p.tick.Now() // clock read 1 of at most 2 per attempt
+		}
+		if o.Attempts == 1 && rt != nil {
+			start, a.start = a.t0, a.t0
+			if p.bud != nil {
+				p.bud.OnRequest(start)
+			}
 		}
 		if !p.admit(ctx, &a, &o) {
 			return v, o
 		}
 		var err error
 		v, err = invoke(ctx, p, &a, fnT, fnE)
-		err = p.release(&a, err, &o)
+		err = p.release(ctx, &a, err, &o)
 		if err == nil {
-			o.Code, o.Err = OK, nil
+			if p.bud != nil {
+				p.bud.OnSuccess(a.t0)
+			}
+			o.Code, o.Policy, o.Err = OK, None, nil
 			return v, o
 		}
-		o.Err = err
-		if o.Code == OK {
-			o.Code = Failed
+		if rt == nil || !rt.Retryable(err) {
+			return v, p.failed(ctx, o, err, rt)
 		}
-		if ctx.Err() != nil && o.Code != TimedOut {
+		// Slow path: decide whether to retry.
+		now := a.t1
+		if now == noTime {
+			now = p.tick.Now() // clock read 2, on the failure path only
+		}
+		if deadline < 0 {
+			deadline = rt.Deadline(ctx, now)
+		}
+		delay, stop := rt.Decide(int(o.Attempts), err, start, now, deadline, prev)
+		if stop != retry.Continue {
+			return v, p.failed(ctx, o, rt.GiveUp(stop, int(o.Attempts), err, nil), nil)
+		}
+		if cerr := rt.Sleep(ctx, delay); cerr != nil {
+			o.Code, o.Policy, o.Err = Canceled, None, rt.GiveUp(retry.Canceled, int(o.Attempts), err, cerr)
+			return v, o
+		}
+		prev, last = delay, err
+	}
+}
+
+// failed fills o for a call that ended with err after running fn. With a
+// retry, a non-retryable error goes through GiveUp (which strips a
+// retry.Permanent marker).
+func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.Policy) Outcome {
+	if rt != nil {
+		err = rt.GiveUp(retry.NotRetryable, int(o.Attempts), err, nil)
+	}
+	o.Err = err
+	if o.Code != TimedOut {
+		o.Code, o.Policy = Failed, None
+		if ctx.Err() != nil {
 			o.Code = Canceled
 		}
-		return v, o
 	}
+	if h, ok := errors.AsType[retry.RetryAfterHint](err); ok {
+		o.RetryAfter = durationOf(int64(h.RetryAfter()))
+	}
+	return o
 }
 
 // admit takes the permits of one attempt in the pipeline's order. On a
 // rejection it releases what it took, fills o and returns false.
 func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) bool {
+	if p.cb != nil {
+		// Closed: one atomic load. Without t0 (no policy needed it) a
+		// closed breaker decides alone; any other state needs the time.
+		permit, err := p.cb.Acquire(a.t0)
+		if err != nil && a.t0 == noTime {
+			a.t0 = p.tick.Now() // slow path: an open or half-open breaker
+			permit, err = p.cb.Acquire(a.t0)
+		}
+		if err != nil {
+			p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
+			return false
+		}
+		a.permit = permit
+		a.held |= heldBreaker
+	}
 	if p.rl != nil {
 		// One load and one CAS when admitted, one load when rejected.
 		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
@@ -65,6 +144,8 @@ func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) bool {
 		}
 	}
 	if p.bh != nil {
+		// One load and one add when a permit is free (no clock, no
+		// context); waits only with MaxWait set.
 		if err := p.bh.Enter(ctx); err != nil {
 			p.unwind(a)
 			p.reject(o, Bulkhead, err, 0)
@@ -72,14 +153,31 @@ func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) bool {
 		}
 		a.held |= heldBulkhead
 	}
+	if p.al != nil {
+		// One atomic add when admitted; waits only with a queue.
+		tok, err := p.al.AcquireWait(ctx, a.t0)
+		if err != nil {
+			p.unwind(a)
+			p.reject(o, Adaptive, err, 0)
+			return false
+		}
+		a.token = tok
+		a.held |= heldAdaptive
+	}
 	return true
 }
 
-// unwind releases the permits taken before a rejection, without recording a
-// result.
+// unwind releases the permits taken before a rejection, recording no
+// result. Rejection path.
 func (p *Pipeline) unwind(a *attempt) {
+	if a.held&heldAdaptive != 0 {
+		p.al.Release(a.token, a.t0, adaptive.Ignored)
+	}
 	if a.held&heldBulkhead != 0 {
 		p.bh.Exit()
+	}
+	if a.held&heldBreaker != 0 {
+		p.cb.RecordResult(a.permit, noTime, circuitbreaker.Ignored)
 	}
 	a.held = 0
 }
@@ -87,19 +185,32 @@ func (p *Pipeline) unwind(a *attempt) {
 // reject fills o for a rejection by policy k.
 func (p *Pipeline) reject(o *Outcome, k Kind, err error, retryAfter int64) {
 	o.Code, o.Policy, o.Err, o.RetryAfter = Rejected, k, err, durationOf(retryAfter)
-	if err != nil && !isRejection(err) {
+	if !isRejection(err) {
 		// A wait for a permit ended with the context: not a rejection.
-		o.Code, o.Policy = Canceled, None
+		o.Code, o.Policy, o.RetryAfter = Canceled, None, 0
 	}
 }
 
 // release ends an attempt that ran fn: it reads t1 when a policy needs it,
-// lets the timeout turn a missed deadline into its error, records the
-// outcome and gives back the permits, innermost first. It returns the
-// attempt's error.
-func (p *Pipeline) release(a *attempt, err error, o *Outcome) error {
+// records the outcome and gives back the permits, innermost first. It
+// returns the attempt's error.
+func (p *Pipeline) release(ctx context.Context, a *attempt, err error, o *Outcome) error {
+	if p.needT1 {
+		a.t1 = p.tick.Now() // clock read 2 of at most 2 per attempt
+	}
+	o.Code, o.Policy = OK, None
+	if a.held&heldAdaptive != 0 {
+		oc := adaptive.Success
+		if err != nil {
+			oc = p.alClassify(ctx, err)
+		}
+		p.al.Release(a.token, a.t1, oc)
+	}
 	if a.held&heldBulkhead != 0 {
-		p.bh.Exit()
+		p.bh.Exit() // one atomic add and one load
+	}
+	if a.held&heldBreaker != 0 {
+		p.cb.Record(a.permit, a.t1, err) // closed count window: two or three atomics
 	}
 	a.held = 0
 	return err
@@ -107,7 +218,7 @@ func (p *Pipeline) release(a *attempt, err error, o *Outcome) error {
 
 // invoke calls fn with a deferred guard that releases the attempt if fn
 // panics or calls runtime.Goexit (the panic continues unchanged: nothing is
-// recovered).
+// recovered, so its stack is the original one).
 func invoke[T any](ctx context.Context, p *Pipeline, a *attempt, fnT func(context.Context) (T, error), fnE func(context.Context) error) (v T, err error) {
 	done := false
 	defer func() {
@@ -124,9 +235,24 @@ func invoke[T any](ctx context.Context, p *Pipeline, a *attempt, fnT func(contex
 	return v, err
 }
 
-// abort releases an attempt whose fn panicked or called runtime.Goexit,
-// recording ErrPanicked as its outcome. Slow path.
+// abort releases an attempt whose fn panicked or called runtime.Goexit:
+// the breaker records a failure (ErrPanicked), the adaptive limit frees the
+// slot as Ignored, the retry budget records a failure. Slow path.
 func (p *Pipeline) abort(a *attempt) {
-	var o Outcome
-	p.release(a, ErrPanicked, &o)
+	if p.needT1 {
+		a.t1 = p.tick.Now()
+	}
+	if a.held&heldAdaptive != 0 {
+		p.al.Release(a.token, a.t1, adaptive.Ignored)
+	}
+	if a.held&heldBulkhead != 0 {
+		p.bh.Exit()
+	}
+	if a.held&heldBreaker != 0 {
+		p.cb.Record(a.permit, a.t1, ErrPanicked)
+	}
+	a.held = 0
+	if p.bud != nil {
+		p.bud.OnFailure(a.start)
+	}
 }
