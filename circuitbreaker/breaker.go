@@ -103,6 +103,14 @@ type Breaker struct {
 	trips          atomic.Uint64
 	stale          atomic.Uint64
 	listenerPanics atomic.Uint64
+	// openTimer, with a real-time NanoTicker only, fires when an open
+	// period should be over and stores the Open word it was armed for in
+	// openExpired: until then the shorthands reject an Open breaker without
+	// reading the clock. The hint only decides whether to read the clock;
+	// Acquire still compares with openUntil.
+	openTimer   *time.Timer
+	timerWord   atomic.Uint64 // the Open word the timer is armed for
+	openExpired atomic.Uint64 // the Open word whose period is over (hint)
 
 	// Read-only after New.
 	tw          *timeWindow
@@ -178,6 +186,10 @@ func New(cfg Config) (*Breaker, error) {
 		case Consecutive:
 			b.fast = fastConsec
 		}
+	}
+	if _, ok := cfg.Ticker.(*rampart.NanoTicker); ok {
+		b.openTimer = time.AfterFunc(time.Hour, func() { b.openExpired.Store(b.timerWord.Load()) })
+		b.openTimer.Stop()
 	}
 	b.state.Store(genOne | uint64(Closed)) // generation 1: the zero Permit is stale
 	return b, nil
@@ -485,7 +497,13 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 	}
 	for {
 		nw := (w&genMask + genOne) | uint64(to)
+		if to == Open && b.openTimer != nil {
+			b.timerWord.Store(nw)
+		}
 		if b.state.CompareAndSwap(w, nw) {
+			if to == Open && b.openTimer != nil {
+				b.openTimer.Reset(time.Duration(b.openUntil.Load() - now))
+			}
 			break
 		}
 		w = b.state.Load() // probe counters moved, or Open→HalfOpen won

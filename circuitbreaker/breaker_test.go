@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -503,3 +504,37 @@ type countingTicker struct {
 }
 
 func (c *countingTicker) Now() int64 { c.mu.Lock(); c.n++; c.mu.Unlock(); return 0 }
+
+// TestOpenTimerHint runs a breaker on a real-time NanoTicker inside a
+// synctest bubble: Do rejects an open breaker without reading the clock
+// until the open timer fires, then probes.
+func TestOpenTimerHint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := New(Config{Ticker: rampart.NewNanoTicker(), Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: 1})
+		require.NoError(t, err)
+		ctx := context.Background()
+		require.Same(t, errBoom, b.Do(ctx, func(context.Context) error { return errBoom }))
+		require.ErrorIs(t, b.Do(ctx, func(context.Context) error { return nil }), ErrOpen)
+		time.Sleep(999 * time.Millisecond)
+		require.ErrorIs(t, b.Do(ctx, func(context.Context) error { return nil }), ErrOpen)
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.NoError(t, b.Do(ctx, func(context.Context) error { return nil }))
+		require.Equal(t, Closed, b.State())
+		// A manual open arms the timer too.
+		b.TransitionTo(Open)
+		require.ErrorIs(t, b.Do(ctx, func(context.Context) error { return nil }), ErrOpen)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.NoError(t, b.Do(ctx, func(context.Context) error { return nil }))
+	})
+}
+
+func TestIsCanceled(t *testing.T) {
+	require.True(t, isCanceled(context.Canceled))
+	require.True(t, isCanceled(fmt.Errorf("a: %w", fmt.Errorf("b: %w", context.Canceled))))
+	require.True(t, isCanceled(errors.Join(errBoom, context.Canceled)))
+	require.False(t, isCanceled(errBoom))
+	require.False(t, isCanceled(fmt.Errorf("a: %w", errBoom)))
+	require.False(t, isCanceled(context.DeadlineExceeded))
+}

@@ -79,6 +79,16 @@ const (
 	Consecutive
 )
 
+var modeNames = [...]string{"count", "time", "consecutive"}
+
+// String returns the mode's name, e.g. "count".
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return "invalid"
+}
+
 // Config configures a [Breaker]. The zero value is a count-window breaker
 // over the last 100 calls that opens for 60 s at a 50 % failure rate once 10
 // calls were seen, then lets 5 probes through one at a time... see each
@@ -181,10 +191,32 @@ func DefaultClassify(err error) Result {
 	if err == nil {
 		return Success
 	}
-	if errors.Is(err, context.Canceled) {
+	if isCanceled(err) {
 		return Ignored
 	}
 	return Failure
+}
+
+// isCanceled is errors.Is(err, context.Canceled) without its reflection
+// on the common path: a plain error that wraps nothing is settled by one
+// comparison and two type assertions.
+func isCanceled(err error) bool {
+	for err != nil {
+		if err == context.Canceled {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Is(error) bool }:
+			return errors.Is(err, context.Canceled)
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			return errors.Is(err, context.Canceled)
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 const (

@@ -4,11 +4,15 @@ import "context"
 
 // acquireLazy is Acquire for the shorthands: a closed breaker that needs no
 // duration (no slow-call threshold, no time window, no per-call listener)
-// reads no clock.
+// reads no clock, and neither does an open one whose open timer has not
+// fired (real-time NanoTicker only).
 func (b *Breaker) acquireLazy() (Permit, error) {
 	w := b.state.Load() // atomic 1: the state word
 	if w&stateMask == uint64(Closed) && !b.timed {
 		return Permit{word: w, start: noTime}, nil
+	}
+	if w&stateMask == uint64(Open) && b.openTimer != nil && b.openExpired.Load() != w { // atomic 2: the timer's hint
+		return Permit{}, b.reject(Open, b.errOpen)
 	}
 	return b.Acquire(b.ticker.Now()) // clock read: the decision or the duration needs it
 }

@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/eapache/go-resiliency/breaker"
+	"github.com/failsafe-go/failsafe-go"
+	fscircuitbreaker "github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/circuitbreaker"
+)
+
+// cbKind is what a CircuitBreaker case measures.
+type cbKind int
+
+const (
+	cbSuccess cbKind = iota // a closed breaker, the call succeeds
+	cbFailure               // a closed breaker configured never to trip, the call fails
+	cbOpen                  // a tripped breaker with a long open duration: every call is rejected
+)
+
+var errCBBoom = errors.New("bench: boom")
+
+// cbPeer is one library's breaker, called the way its users call it.
+type cbPeer struct {
+	name string
+	// build returns a goroutine-safe call for the case (cbFailure calls may
+	// keep per-benchmark state: that case is not parallel).
+	build    func(b *testing.B, k cbKind) func() error
+	rejected func(error) bool
+}
+
+func cbOK(context.Context) error   { return nil }
+func cbFail(context.Context) error { return errCBBoom }
+
+func rampartCB(b *testing.B, cfg circuitbreaker.Config, k cbKind) func() error {
+	cb, err := circuitbreaker.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	switch k {
+	case cbSuccess:
+		return func() error { return cb.Do(ctx, cbOK) }
+	case cbFailure:
+		if cfg.Mode == circuitbreaker.Consecutive {
+			return func() error { return cb.Do(ctx, cbFail) }
+		}
+		// A count window at a 100 % threshold trips on 100 failures out
+		// of 100, so one call in 100 succeeds: every failure is recorded
+		// and evaluated, and the rate stays at 99 %.
+		i := 0
+		return func() error {
+			i++
+			if i%100 == 0 {
+				return cb.Do(ctx, cbOK)
+			}
+			return cb.Do(ctx, cbFail)
+		}
+	default:
+		cb.TransitionTo(circuitbreaker.Open)
+		return func() error { return cb.Do(ctx, cbOK) }
+	}
+}
+
+func cbPeers() []cbPeer {
+	rampartRejected := func(err error) bool { return errors.Is(err, rampart.ErrRejected) }
+	return []cbPeer{
+		{"rampart", func(b *testing.B, k cbKind) func() error {
+			cfg := circuitbreaker.Config{OpenDuration: time.Hour}
+			if k == cbFailure {
+				cfg.FailureRateThreshold, cfg.MinimumCalls = 100, 100
+			}
+			return rampartCB(b, cfg, k)
+		}, rampartRejected},
+		{"rampart-consecutive", func(b *testing.B, k cbKind) func() error {
+			cfg := circuitbreaker.Config{Mode: circuitbreaker.Consecutive, OpenDuration: time.Hour}
+			if k == cbFailure {
+				cfg.ConsecutiveFailures = math.MaxInt32
+			}
+			return rampartCB(b, cfg, k)
+		}, rampartRejected},
+		{"gobreaker", func(b *testing.B, k cbKind) func() error {
+			st := gobreaker.Settings{Name: "bench", Timeout: time.Hour}
+			if k == cbFailure {
+				st.ReadyToTrip = func(gobreaker.Counts) bool { return false }
+			}
+			cb := gobreaker.NewCircuitBreaker[any](st)
+			ok := func() (any, error) { return nil, nil }
+			fail := func() (any, error) { return nil, errCBBoom }
+			switch k {
+			case cbSuccess:
+				return func() error { _, err := cb.Execute(ok); return err }
+			case cbFailure:
+				return func() error { _, err := cb.Execute(fail); return err }
+			}
+			for range 6 { // the default ReadyToTrip: more than 5 consecutive failures
+				_, _ = cb.Execute(fail)
+			}
+			return func() error { _, err := cb.Execute(ok); return err }
+		}, func(err error) bool { return errors.Is(err, gobreaker.ErrOpenState) }},
+		{"failsafe", func(b *testing.B, k cbKind) func() error {
+			// Through its executor, built once, as its README shows.
+			bld := fscircuitbreaker.NewBuilder[any]().WithDelay(time.Hour)
+			if k == cbFailure {
+				bld = bld.WithFailureThreshold(math.MaxUint32)
+			}
+			ex := failsafe.With[any](bld.Build())
+			ok := func() error { return nil }
+			fail := func() error { return errCBBoom }
+			switch k {
+			case cbSuccess:
+				return func() error { return ex.Run(ok) }
+			case cbFailure:
+				return func() error { return ex.Run(fail) }
+			}
+			_ = ex.Run(fail) // the default threshold: one failure
+			return func() error { return ex.Run(ok) }
+		}, func(err error) bool { return errors.Is(err, fscircuitbreaker.ErrOpen) }},
+		{"goresiliency", func(b *testing.B, k cbKind) func() error {
+			threshold := 5
+			if k == cbFailure {
+				threshold = math.MaxInt32
+			}
+			cb := breaker.New(threshold, 1, time.Hour)
+			ok := func() error { return nil }
+			fail := func() error { return errCBBoom }
+			switch k {
+			case cbSuccess:
+				return func() error { return cb.Run(ok) }
+			case cbFailure:
+				return func() error { return cb.Run(fail) }
+			}
+			for range threshold {
+				_ = cb.Run(fail)
+			}
+			return func() error { return cb.Run(ok) }
+		}, func(err error) bool { return errors.Is(err, breaker.ErrBreakerOpen) }},
+	}
+}
+
+// BenchmarkCircuitBreaker measures one protected call (the function itself
+// does nothing) through each library's breaker: Success on a closed breaker
+// with the default configuration, Failure on a closed breaker configured
+// never to trip, Open on a tripped one. Each iteration checks that the call
+// was admitted (Success, Failure) or rejected (Open).
+func BenchmarkCircuitBreaker(b *testing.B) {
+	for _, p := range cbPeers() {
+		b.Run("Success/"+p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			call := p.build(b, cbSuccess)
+			for b.Loop() {
+				if err := call(); err != nil {
+					b.Fatalf("not admitted: %v", err)
+				}
+			}
+		})
+		b.Run("SuccessParallel/"+p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			call := p.build(b, cbSuccess)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := call(); err != nil {
+						b.Errorf("not admitted: %v", err)
+						return
+					}
+				}
+			})
+		})
+		b.Run("Failure/"+p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			call := p.build(b, cbFailure)
+			for b.Loop() {
+				if err := call(); err != nil && (p.rejected(err) || err != errCBBoom) {
+					b.Fatalf("not admitted: %v", err)
+				}
+			}
+		})
+		b.Run("Open/"+p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			call := p.build(b, cbOpen)
+			for b.Loop() {
+				if err := call(); !p.rejected(err) {
+					b.Fatalf("not rejected: %v", err)
+				}
+			}
+		})
+		b.Run("OpenParallel/"+p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			call := p.build(b, cbOpen)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := call(); !p.rejected(err) {
+						b.Errorf("not rejected: %v", err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
