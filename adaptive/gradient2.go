@@ -34,14 +34,14 @@ import (
 // is restored. The first probe also rescues a limit that started far too
 // high, whose long-term average was learnt from queued calls.
 //
-// The zero value is valid: Tolerance 1.1, QueueSize 4, Smoothing 0.2,
+// The zero value is valid: Tolerance 1.05, QueueSize 4, Smoothing 0.2,
 // LongWindow 600, ProbeInterval 100, ProbeLimit 1. (Netflix defaults to a
 // Tolerance of 1.5, which lets the RTT rise about 50 % above the long-term
-// average, i.e. a standing queue of about half the capacity; with 1.1 the
-// limit settles within 25 % of the simulated server's capacity.)
+// average, i.e. a standing queue of about half the capacity; with 1.05 the
+// limit settles 10–20 % above the simulated server's capacity.)
 type Gradient2 struct {
 	// Tolerance is the ratio of short- to long-term RTT accepted before the
-	// limit shrinks, at least 1. Default 1.1.
+	// limit shrinks, at least 1. Default 1.05.
 	Tolerance float64
 	// QueueSize is the headroom added every window. Default 4.
 	QueueSize float64
@@ -79,7 +79,7 @@ func (g Gradient2) Validate() error {
 func (g Gradient2) Start(initial, minLimit, maxLimit float64) Controller {
 	c := &gradient2{tolerance: g.Tolerance, queue: g.QueueSize, smoothing: g.Smoothing}
 	if c.tolerance == 0 {
-		c.tolerance = 1.1
+		c.tolerance = 1.05
 	}
 	if c.queue == 0 {
 		c.queue = 4

@@ -326,13 +326,13 @@ func (l *Limiter) Release(t Token, now int64, o Outcome) {
 	if t.part > 0 {
 		l.parts[t.part-1].inflight.Add(-1) // the partition's slot
 	}
+	atomicx.Max(&l.win.maxIn, int64(t.inflight)) // a load; a CAS only for a new maximum
 	switch o {
 	case Success:
 		rtt := max(now-t.start, 0)
-		l.win.sum.Add(rtt)                           // atomic 2: RTT sum
-		l.win.count.Add(1)                           // atomic 3: sample count
-		atomicx.Min(&l.win.min, rtt)                 // a load; a CAS only for a new minimum
-		atomicx.Max(&l.win.maxIn, int64(t.inflight)) // a load; a CAS only for a new maximum
+		l.win.sum.Add(rtt)           // atomic 2: RTT sum
+		l.win.count.Add(1)           // atomic 3: sample count
+		atomicx.Min(&l.win.min, rtt) // a load; a CAS only for a new minimum
 	case Dropped:
 		l.win.drops.Add(1)
 	}

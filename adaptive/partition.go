@@ -45,22 +45,24 @@ func newPartitions(ps []Partition) ([]partition, error) {
 }
 
 // AcquirePriority admits a call of partition p (an index into
-// Config.Partitions) and returns its Token, or (Token{}, false).
+// Config.Partitions) and returns its Token, or (Token{}, false). This is
+// Netflix's partitioned limiter:
 //
-// A partition's share of the limit (floor(limit · Share)) is reserved for
-// it: a call of p is admitted whenever p has fewer than its share in
-// flight, whatever the other partitions do. Beyond its share, p borrows: the
-// call is admitted if the calls in flight plus the still unused shares of the
-// other partitions stay within the limit. So idle capacity is used by
-// whoever needs it, and a busy low priority can never take the share a high
-// priority is entitled to; the total stays within the limit except for
-// races between concurrent admissions (at most one call per concurrent
-// acquirer) and the limit lowering under calls already in flight.
+//   - a call of p is admitted while p has fewer calls in flight than its
+//     share, floor(limit · Share), whatever the other partitions do: the
+//     share is guaranteed;
+//   - beyond its share, p borrows: the call is admitted while the total in
+//     flight is below the limit, so an idle partition's share is used by
+//     whoever needs it.
 //
-// Cost: three atomic adds and one load per partition when borrowing; more
-// than Acquire, so use Acquire when there are no partitions. An out-of-range
-// p is treated as the last partition; on a limiter without partitions
-// AcquirePriority is Acquire.
+// A partition reclaiming its share while others have borrowed it is still
+// admitted, so the total in flight may exceed the limit, by at most the
+// borrowed calls, until they finish; a low priority can therefore delay a
+// high one by no more than one call duration. An out-of-range p is treated
+// as the last partition; on a limiter without partitions AcquirePriority is
+// Acquire.
+//
+// Cost: two atomic adds and two loads when admitted; no allocation.
 func (l *Limiter) AcquirePriority(now int64, p int) (Token, bool) {
 	if len(l.parts) == 0 {
 		return l.Acquire(now)
@@ -69,22 +71,13 @@ func (l *Limiter) AcquirePriority(now int64, p int) (Token, bool) {
 		p = len(l.parts) - 1
 	}
 	pt := &l.parts[p]
-	own := pt.inflight.Add(1)  // atomic 1: the partition's slot
-	total := l.inflight.Add(1) // atomic 2: the total slot
-	if own > pt.share.Load() { // beyond the reserved share: borrowing
-		reserved := int64(0)
-		for i := range l.parts {
-			if i != p {
-				q := &l.parts[i]
-				reserved += max(q.share.Load()-q.inflight.Load(), 0)
-			}
-		}
-		if total+reserved > l.limit.Load() {
-			pt.inflight.Add(-1)
-			l.inflight.Add(-1)
-			l.rejected.Add(1)
-			return Token{}, false
-		}
+	own := pt.inflight.Add(1)                            // atomic 1: the partition's slot
+	total := l.inflight.Add(1)                           // atomic 2: the total slot
+	if own > pt.share.Load() && total > l.limit.Load() { // beyond the share and no room to borrow
+		pt.inflight.Add(-1)
+		l.inflight.Add(-1)
+		l.rejected.Add(1)
+		return Token{}, false
 	}
 	return Token{start: now, inflight: int32(total), part: int16(p + 1), ok: true}, true
 }

@@ -1,0 +1,5 @@
+package adaptive
+
+import "runtime"
+
+func runtimeGoexit() { runtime.Goexit() }

@@ -1,0 +1,385 @@
+package adaptive
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/israce"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func fixed(t testing.TB, n int, extra func(*Config)) (*Limiter, *rampart.ManualTicker) {
+	t.Helper()
+	tk := rampart.NewManualTicker(0)
+	c := Config{Algorithm: AIMD{}, InitialLimit: n, MinLimit: n, MaxLimit: n, Ticker: tk}
+	if extra != nil {
+		extra(&c)
+	}
+	l, err := New(c)
+	require.NoError(t, err)
+	return l, tk
+}
+
+func TestConfigValidation(t *testing.T) {
+	bad := []Config{
+		{MinLimit: -1},
+		{MaxLimit: -1},
+		{InitialLimit: -1},
+		{MinLimit: 10, MaxLimit: 5},
+		{MaxLimit: math.MaxInt32 + 1},
+		{Window: -1},
+		{MinWindowSamples: -1},
+		{Algorithm: AIMD{Backoff: 1.5}},
+		{Algorithm: AIMD{Increase: -1}},
+		{Algorithm: AIMD{Timeout: -1}},
+		{Algorithm: Vegas{Alpha: 5, Beta: 4}},
+		{Algorithm: Vegas{Smoothing: 2}},
+		{Algorithm: Vegas{ProbeLimit: -1}},
+		{Algorithm: Gradient2{Tolerance: 0.5}},
+		{Algorithm: Gradient2{Smoothing: -0.1}},
+		{Algorithm: Gradient2{QueueSize: math.NaN()}},
+		{Algorithm: Gradient2{LongWindow: -1}},
+		{Partitions: []Partition{{Share: 0.7}, {Share: 0.7}}},
+		{Partitions: []Partition{{Share: -0.1}}},
+		{Queue: QueueConfig{MaxLength: -1}},
+		{Queue: QueueConfig{MaxLength: 1, Target: time.Second, Interval: time.Millisecond}},
+		{Queue: QueueConfig{Target: -1}},
+	}
+	for i, c := range bad {
+		_, err := New(c)
+		require.Error(t, err, "case %d", i)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig, "case %d", i)
+	}
+	l, err := New(Config{})
+	require.NoError(t, err)
+	require.Equal(t, 20, l.Limit())
+
+	badT := []ThrottlerConfig{{K: 0.5}, {Window: -1}, {Buckets: -1}, {Buckets: 2000}, {MaxProbability: 1.5}, {Window: 5, Buckets: 10}}
+	for i, c := range badT {
+		_, err := NewThrottler(c)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig, "case %d", i)
+	}
+}
+
+func TestAcquireRelease(t *testing.T) {
+	l, _ := fixed(t, 2, nil)
+	a, ok := l.Acquire(1)
+	require.True(t, ok)
+	require.True(t, a.Valid())
+	require.Equal(t, int64(1), a.Start())
+	b, ok := l.Acquire(2)
+	require.True(t, ok)
+	_, ok = l.Acquire(3)
+	require.False(t, ok)
+	require.Equal(t, 2, l.InFlight())
+	l.Release(a, 10, Success)
+	l.Release(b, 10, Ignored)
+	require.Equal(t, 0, l.InFlight())
+	st := l.Stats()
+	require.Equal(t, uint64(1), st.Rejected)
+	require.Equal(t, 2, st.Peak)
+	err := l.RejectedError()
+	require.ErrorIs(t, err, ErrLimited)
+	require.ErrorIs(t, err, rampart.ErrRejected)
+}
+
+// TestOutcomes: Success feeds RTTs, Dropped is a loss, Ignored is nothing.
+func TestOutcomes(t *testing.T) {
+	var got []Sample
+	alg := algFunc(func(s Sample) float64 { got = append(got, s); return s.Limit })
+	l, err := New(Config{Algorithm: alg, InitialLimit: 10, Window: time.Second, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0)})
+	require.NoError(t, err)
+	for i, o := range []Outcome{Success, Success, Dropped, Ignored, Ignored} {
+		tok, ok := l.Acquire(int64(i))
+		require.True(t, ok)
+		l.Release(tok, int64(i)+int64(10*(i+1)), o)
+	}
+	tok, _ := l.Acquire(int64(time.Second))
+	l.Release(tok, int64(time.Second)+30, Ignored) // closes the window
+	require.Len(t, got, 1)
+	s := got[0]
+	require.Equal(t, int64(2), s.Count)
+	require.Equal(t, int64(1), s.Drops)
+	require.Equal(t, int64(15), s.AvgRTT)
+	require.Equal(t, int64(10), s.MinRTT)
+	st := l.Stats()
+	require.Equal(t, uint64(2), st.Samples)
+	require.Equal(t, uint64(1), st.Drops)
+	require.Equal(t, uint64(1), st.Windows)
+	require.Equal(t, "success dropped ignored unknown", Success.String()+" "+Dropped.String()+" "+Ignored.String()+" "+Outcome(9).String())
+}
+
+type algFunc func(Sample) float64
+
+func (f algFunc) Start(_, _, _ float64) Controller { return f }
+func (f algFunc) Update(s Sample) float64          { return f(s) }
+
+// TestLimitClampAndListener: the algorithm's result is clamped, a NaN keeps
+// the limit, and the listener sees changes (a panicking one is counted).
+func TestLimitClampAndListener(t *testing.T) {
+	next := 1e9
+	var changes [][2]int
+	l, err := New(Config{
+		Algorithm: algFunc(func(Sample) float64 { return next }), InitialLimit: 10, MinLimit: 2, MaxLimit: 50,
+		Window: 10, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0),
+		OnLimitChange: func(o, n int) {
+			changes = append(changes, [2]int{o, n})
+			if n == 2 {
+				panic("boom")
+			}
+		},
+	})
+	require.NoError(t, err)
+	step := func(now int64) {
+		tok, ok := l.Acquire(now)
+		require.True(t, ok)
+		l.Release(tok, now+20, Success)
+	}
+	step(0)
+	require.Equal(t, 50, l.Limit())
+	next = -5
+	step(100)
+	require.Equal(t, 2, l.Limit())
+	next = math.NaN()
+	step(200)
+	require.Equal(t, 2, l.Limit())
+	require.Equal(t, [][2]int{{10, 50}, {50, 2}}, changes)
+	require.Equal(t, uint64(1), l.Stats().ListenerPanics)
+}
+
+// TestControllerPanicKeepsLimiterAlive: a panicking user Controller
+// propagates but leaves the window usable.
+func TestControllerPanicKeepsLimiterAlive(t *testing.T) {
+	boom := true
+	l, err := New(Config{Algorithm: algFunc(func(s Sample) float64 {
+		if boom {
+			panic("controller")
+		}
+		return 7
+	}), Window: 10, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0)})
+	require.NoError(t, err)
+	tok, _ := l.Acquire(0)
+	require.Panics(t, func() { l.Release(tok, 20, Success) })
+	boom = false
+	tok, _ = l.Acquire(100)
+	l.Release(tok, 120, Success)
+	require.Equal(t, 7, l.Limit())
+}
+
+func TestMinSamplesDelaysWindow(t *testing.T) {
+	n := 0
+	l, err := New(Config{Algorithm: algFunc(func(s Sample) float64 { n++; return s.Limit }), Window: 10, MinWindowSamples: 3, Ticker: rampart.NewManualTicker(0)})
+	require.NoError(t, err)
+	for i := range 2 {
+		tok, _ := l.Acquire(int64(100 * i))
+		l.Release(tok, int64(100*i+50), Success)
+	}
+	require.Equal(t, 0, n)
+	tok, _ := l.Acquire(300)
+	l.Release(tok, 350, Success)
+	require.Equal(t, 1, n)
+}
+
+func TestDoAndCall(t *testing.T) {
+	l, tk := fixed(t, 1, func(c *Config) { c.MinWindowSamples = 1 })
+	errUser := errors.New("user")
+	require.ErrorIs(t, l.Do(context.Background(), func(context.Context) error { return errUser }), errUser)
+	v, err := Call(context.Background(), l, func(context.Context) (int, error) { tk.Advance(time.Millisecond); return 42, nil })
+	require.NoError(t, err)
+	require.Equal(t, 42, v)
+	// Rejected while full.
+	tok, _ := l.Acquire(0)
+	require.ErrorIs(t, l.Do(context.Background(), func(context.Context) error { return nil }), ErrLimited)
+	_, err = Call(context.Background(), l, func(context.Context) (int, error) { return 1, nil })
+	require.ErrorIs(t, err, rampart.ErrRejected)
+	l.Release(tok, 0, Ignored)
+	// A panic releases the slot and propagates.
+	require.Panics(t, func() { _ = l.Do(context.Background(), func(context.Context) error { panic("x") }) })
+	require.Panics(t, func() { _, _ = Call(context.Background(), l, func(context.Context) (int, error) { panic("x") }) })
+	require.Equal(t, 0, l.InFlight())
+	// Goexit releases too.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = l.Do(context.Background(), func(context.Context) error { runtimeGoexit(); return nil })
+	}()
+	<-done
+	require.Equal(t, 0, l.InFlight())
+}
+
+func TestDefaultClassify(t *testing.T) {
+	bg := context.Background()
+	cancelled, cancel := context.WithCancel(bg)
+	cancel()
+	require.Equal(t, Success, DefaultClassify(bg, nil))
+	require.Equal(t, Success, DefaultClassify(bg, errors.New("app")))
+	require.Equal(t, Ignored, DefaultClassify(cancelled, context.Canceled))
+	require.Equal(t, Success, DefaultClassify(bg, context.Canceled)) // the callee's own cancellation
+	require.Equal(t, Dropped, DefaultClassify(bg, context.DeadlineExceeded))
+	require.Equal(t, Dropped, DefaultClassify(bg, rampart.NewRejectedError("x", "", errors.New("y"))))
+}
+
+func TestPartitions(t *testing.T) {
+	l, _ := fixed(t, 10, func(c *Config) {
+		c.Partitions = []Partition{{Name: "critical", Share: 0.6}, {Name: "batch", Share: 0.4}}
+	})
+	// Batch borrows the idle critical share: all 10.
+	var batch []Token
+	for {
+		tok, ok := l.AcquirePriority(0, 1)
+		if !ok {
+			break
+		}
+		batch = append(batch, tok)
+	}
+	require.Len(t, batch, 10)
+	// Critical still gets its guaranteed share (the total transiently
+	// exceeds the limit by the borrowed calls), and nothing beyond it.
+	var crit []Token
+	for range 6 {
+		tok, ok := l.AcquirePriority(0, 0)
+		require.True(t, ok)
+		crit = append(crit, tok)
+	}
+	_, ok := l.AcquirePriority(0, 0)
+	require.False(t, ok)
+	require.Equal(t, 16, l.InFlight())
+	require.Equal(t, 6, l.PartitionInFlight(0))
+	require.Equal(t, 0, l.PartitionInFlight(7))
+	_, ok = l.AcquirePriority(0, 5) // out of range: the last partition, over its share, no room
+	require.False(t, ok)
+	for _, tok := range batch {
+		l.Release(tok, 1, Success)
+	}
+	// Now critical may borrow batch's idle share.
+	for range 4 {
+		tok, ok := l.AcquirePriority(0, 0)
+		require.True(t, ok)
+		crit = append(crit, tok)
+	}
+	_, ok = l.AcquirePriority(0, 0)
+	require.False(t, ok)
+	for _, tok := range crit {
+		l.Release(tok, 1, Success)
+	}
+	require.Equal(t, 0, l.InFlight())
+	require.Equal(t, 0, l.PartitionInFlight(0))
+
+	// Without partitions AcquirePriority is Acquire.
+	l2, _ := fixed(t, 1, nil)
+	tok, ok := l2.AcquirePriority(0, 3)
+	require.True(t, ok)
+	l2.Release(tok, 1, Success)
+}
+
+// TestStress: many goroutines admit and release under short windows that
+// an algorithm keeps moving; the calls in flight never exceed the highest
+// limit published, and every slot comes back.
+func TestStress(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	var highest atomic.Int64
+	highest.Store(20)
+	l, err := New(Config{
+		Algorithm: Vegas{ProbeInterval: 5}, InitialLimit: 20, MaxLimit: 64,
+		Window: 1000, MinWindowSamples: 1, Ticker: tk,
+		OnLimitChange: func(_, n int) {
+			for {
+				h := highest.Load()
+				if int64(n) <= h || highest.CompareAndSwap(h, int64(n)) {
+					return
+				}
+			}
+		},
+		Partitions: []Partition{{Share: 0.5}, {Share: 0.5}},
+	})
+	require.NoError(t, err)
+	var active, violations atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 3000 {
+				now := tk.Now()
+				var tok Token
+				var ok bool
+				if g%2 == 0 {
+					tok, ok = l.Acquire(now)
+				} else {
+					tok, ok = l.AcquirePriority(now, g%4/2)
+				}
+				if !ok {
+					continue
+				}
+				if a := active.Add(1); a > 2*highest.Load() { // partitions: limit + borrowed
+					violations.Add(1)
+				}
+				if i%7 == 0 {
+					tk.Advance(time.Duration(100 + i%50))
+				}
+				active.Add(-1)
+				l.Release(tok, tk.Now(), Outcome(i%3))
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, violations.Load())
+	require.Equal(t, 0, l.InFlight())
+	require.Equal(t, 0, l.PartitionInFlight(0)+l.PartitionInFlight(1))
+	st := l.Stats()
+	require.LessOrEqual(t, st.Limit, 64)
+	require.GreaterOrEqual(t, st.Limit, 1)
+	require.NotZero(t, st.Windows)
+}
+
+func TestAllocsAdmit(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	l, err := New(Config{Algorithm: Vegas{}, Window: 1000, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0),
+		Partitions: []Partition{{Share: 0.5}, {Share: 0.5}}})
+	require.NoError(t, err)
+	now := int64(0)
+	require.Zero(t, testing.AllocsPerRun(1000, func() {
+		now += 100
+		tok, ok := l.Acquire(now)
+		if !ok {
+			t.Fatal("rejected")
+		}
+		l.Release(tok, now+50, Success) // closes a window every 10 calls
+	}), "admit + release")
+	require.Zero(t, testing.AllocsPerRun(1000, func() {
+		tok, ok := l.AcquirePriority(now, 1)
+		if !ok {
+			t.Fatal("rejected")
+		}
+		l.Release(tok, now, Dropped)
+	}), "priority")
+	full, _ := fixed(t, 1, nil)
+	tok, _ := full.Acquire(0)
+	require.Zero(t, testing.AllocsPerRun(1000, func() {
+		if _, ok := full.Acquire(0); ok {
+			t.Fatal("admitted")
+		}
+		if err := full.Do(context.Background(), func(context.Context) error { return nil }); err == nil {
+			t.Fatal("admitted")
+		}
+	}), "reject")
+	full.Release(tok, 1, Ignored)
+	fn := func(context.Context) error { return nil }
+	require.Zero(t, testing.AllocsPerRun(1000, func() {
+		if err := full.Do(context.Background(), fn); err != nil {
+			t.Fatal(err)
+		}
+	}), "Do")
+}
