@@ -1,0 +1,173 @@
+package circuitbreaker
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampart-go/rampart"
+)
+
+// TestStressHalfOpenExactlyK: 1000 goroutines arrive together at a breaker
+// whose open period is over; exactly K become probes.
+func TestStressHalfOpenExactlyK(t *testing.T) {
+	const K, G = 7, 1000
+	for round := range 3 {
+		tk := rampart.NewManualTicker(0)
+		b, err := New(Config{Ticker: tk, Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: K})
+		require.NoError(t, err)
+		if round == 2 {
+			b.TransitionTo(HalfOpen) // arrive in half-open rather than at the end of open
+		} else {
+			p, _ := b.Acquire(tk.Now())
+			b.Record(p, tk.Now(), errBoom)
+			tk.Advance(time.Second)
+		}
+		var admitted, rejected atomic.Int64
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range G {
+			wg.Go(func() {
+				<-start
+				if _, err := b.Acquire(tk.Now()); err == nil {
+					admitted.Add(1)
+				} else {
+					require.ErrorIs(t, err, ErrOpen)
+					rejected.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.Equal(t, int64(K), admitted.Load(), "round %d", round)
+		require.Equal(t, int64(G-K), rejected.Load())
+		require.Equal(t, uint64(G-K), b.Stats().Rejections)
+		require.Equal(t, HalfOpen, b.State())
+	}
+}
+
+// TestStressMixed runs goroutines with random outcomes and durations while
+// the clock moves and transitions happen (automatic and manual), and checks
+// afterwards: probes in flight never exceeded the limit in any half-open
+// period, calls + rejections add up, and the window's counters equal the
+// histogram of its slots.
+func TestStressMixed(t *testing.T) {
+	const G, N = 8, 3000
+	for _, mode := range []Mode{CountWindow, TimeWindow, Consecutive} {
+		tk := rampart.NewManualTicker(0)
+		b, err := New(Config{
+			Ticker: tk, Mode: mode, WindowSize: 16, MinimumCalls: 8, TimeWindow: 100 * time.Millisecond,
+			ConsecutiveFailures: 4, SlowCallDuration: 3 * time.Millisecond, OpenDuration: 5 * time.Millisecond,
+			MaxOpenDuration: 20 * time.Millisecond, OpenJitter: 0.3,
+			HalfOpenProbes: 6, HalfOpenMaxConcurrent: 3, HalfOpenSuccesses: 4, MaxHalfOpenDuration: 30 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		var mu sync.Mutex
+		inflight := map[uint64]int{} // half-open generation → probes in flight
+		var admitted, rejected, overLimit atomic.Int64
+		var wg sync.WaitGroup
+		for g := range G {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(g), 1))
+				for i := range N {
+					if r.IntN(50) == 0 {
+						tk.Advance(time.Duration(r.IntN(3)) * time.Millisecond)
+					}
+					if g == 0 && i%500 == 499 {
+						b.TransitionTo(State(r.IntN(6)))
+						if r.IntN(2) == 0 {
+							b.Reset()
+						}
+					}
+					p, err := b.Acquire(tk.Now())
+					if err != nil {
+						rejected.Add(1)
+						continue
+					}
+					admitted.Add(1)
+					probe := State(p.word&stateMask) == HalfOpen
+					gen := p.word >> genShift
+					if probe {
+						mu.Lock()
+						inflight[gen]++
+						if inflight[gen] > 3 {
+							overLimit.Add(1)
+						}
+						mu.Unlock()
+					}
+					var res Result
+					switch x := r.IntN(10); {
+					case x < 2:
+						res = Failure
+					case x < 3:
+						res = Ignored
+					}
+					now := tk.Now() + int64(r.IntN(5))*int64(time.Millisecond)
+					if probe {
+						mu.Lock()
+						inflight[gen]--
+						mu.Unlock()
+					}
+					b.RecordResult(p, now, res)
+				}
+			})
+		}
+		wg.Wait()
+		require.Zero(t, overLimit.Load(), "%v: more probes in flight than the limit", mode)
+		require.Equal(t, int64(G*N), admitted.Load()+rejected.Load())
+		s := b.Stats()
+		require.Equal(t, uint64(rejected.Load()), s.Rejections, "%v", mode)
+		require.Greater(t, s.Transitions, uint64(10), "%v: the stress should move the state", mode)
+		if mode == CountWindow {
+			var total, fails, slows int64
+			for i := range b.count.slots {
+				c := b.count.slots[i].Load()
+				total += int64(c & codeFilled)
+				fails += int64(c & codeFailBit >> 1)
+				slows += int64(c & codeSlowBit >> 2)
+			}
+			require.Equal(t, total, b.count.total.Load())
+			require.Equal(t, fails, b.count.fails.Load())
+			require.Equal(t, slows, b.count.slows.Load())
+		}
+		t.Logf("%v: %+v", mode, s)
+	}
+}
+
+// TestStressStaleNeverCounted: results of permits from the closed era,
+// recorded concurrently with the probes, never decide the half-open period.
+func TestStressStaleNeverCounted(t *testing.T) {
+	const stale, K = 200, 5
+	for range 5 {
+		tk := rampart.NewManualTicker(0)
+		b, err := New(Config{Ticker: tk, Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: K})
+		require.NoError(t, err)
+		old := make([]Permit, stale)
+		for i := range old {
+			old[i], _ = b.Acquire(tk.Now())
+		}
+		p, _ := b.Acquire(tk.Now())
+		b.Record(p, tk.Now(), errBoom) // trip
+		tk.Advance(time.Second)
+		probes := make([]Permit, K)
+		for i := range probes {
+			probes[i], err = b.Acquire(tk.Now())
+			require.NoError(t, err)
+		}
+		var wg sync.WaitGroup
+		for i := range old {
+			wg.Go(func() { b.Record(old[i], tk.Now(), errBoom) })
+		}
+		for i := range probes {
+			wg.Go(func() { b.Record(probes[i], tk.Now(), nil) })
+		}
+		wg.Wait()
+		require.Equal(t, Closed, b.State())
+		require.Equal(t, uint64(stale), b.Stats().StaleResults)
+		require.Zero(t, b.Stats().ConsecutiveFailures)
+	}
+}
