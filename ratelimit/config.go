@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"math"
+	"math/big"
 	"math/bits"
 	"time"
 
@@ -79,7 +80,12 @@ type params struct {
 	k     int64  // units per emission interval, ≥ 1
 	tau   int64  // burst·k: the tolerance, the most a TAT may lead now
 	burst int64  // the most permits one call may take
-	mul   uint64 // ns → units: floor(now·mul / 2⁶³), mul = floor(2⁶³·den·k/num)
+	// ns → units: units(t) = floor(t·c) with c = den·k/num ∈ [1, 2),
+	// computed as floor(t·M / 2¹²⁷) with the 128-bit M = ceil(c·2¹²⁷) =
+	// mulHi·2⁶⁴ + mulLo. Exact for every t < 2⁶³: t·c has a denominator
+	// below 2⁶¹, so it is either an integer or at least 2⁻⁶¹ below the
+	// next one, and the excess of M adds less than t·2⁻¹²⁷ < 2⁻⁶⁴.
+	mulHi, mulLo uint64
 	inv   uint64 // units → ns, approximately: inv = ceil(2⁶³·num/(den·k)) ≤ 2⁶³
 	num   uint64 // interval numerator (ns)
 	den   uint64 // interval denominator
@@ -109,21 +115,31 @@ func newParams(num, den uint64, burst int64, field string) (params, error) {
 	if uint64(burst) > maxTau/k {
 		return params{}, rampart.NewConfigError("ratelimit", "Burst", "%d times an interval of %d ns overflows", burst, k)
 	}
-	// mul = floor(denK·2⁶³ / num); denK < 2·num so the quotient fits.
-	mul, _ := bits.Div64(denK>>1, denK<<63, num)
+	// M = ceil(denK·2¹²⁷ / num) < 2¹²⁸ since denK < 2·num.
+	bm := new(big.Int).Lsh(new(big.Int).SetUint64(denK), 127)
+	bq, br := new(big.Int).QuoRem(bm, new(big.Int).SetUint64(num), new(big.Int))
+	if br.Sign() != 0 {
+		bq.Add(bq, big.NewInt(1))
+	}
+	mulLo := new(big.Int).And(bq, new(big.Int).SetUint64(math.MaxUint64)).Uint64()
+	mulHi := new(big.Int).Rsh(bq, 64).Uint64()
 	// inv = ceil(num·2⁶³ / denK); num ≤ denK so it is at most 2⁶³.
 	inv, rem := bits.Div64(num>>1, num<<63, denK)
 	if rem != 0 {
 		inv++
 	}
-	return params{k: int64(k), tau: burst * int64(k), burst: burst, mul: mul, inv: inv, num: num, den: den, denK: denK}, nil
+	return params{k: int64(k), tau: burst * int64(k), burst: burst, mulHi: mulHi, mulLo: mulLo, inv: inv, num: num, den: den, denK: denK}, nil
 }
 
-// units converts a clock reading to units: floor(now·c) or one less, where
-// c = den·k/num ∈ [1, 2). A negative reading counts as 0. Monotonic in now.
+// units converts a clock reading to units, exactly floor(now·c) where
+// c = den·k/num ∈ [1, 2): two multiplications, no division. A negative
+// reading counts as 0.
 func (p *params) units(now int64) int64 {
-	hi, lo := bits.Mul64(uint64(max(now, 0)), p.mul)
-	return int64(hi<<1 | lo>>63)
+	t := uint64(max(now, 0))
+	h1, l1 := bits.Mul64(t, p.mulHi)
+	h2, _ := bits.Mul64(t, p.mulLo)
+	lo, carry := bits.Add64(l1, h2, 0) // floor(t·M / 2⁶⁴) = (h1+carry)·2⁶⁴ + lo
+	return int64((h1+carry)<<1 | lo>>63)
 }
 
 // earliest returns the least reading t ≥ 0 with units(t) ≥ target: the
