@@ -24,7 +24,7 @@ import (
 //     served low. Otherwise waiters are served first come, first served.
 //   - A call that finds MaxLength waiters is rejected at once.
 //
-// The waiting path takes a mutex and allocates a timer; the admission and
+// The waiting path takes a mutex and allocates a waiter and a timer; the admission and
 // release paths only read one atomic counter of waiters while the queue is
 // empty.
 type QueueConfig struct {
@@ -45,8 +45,6 @@ type waiter struct {
 	enq int64
 	ch  chan Token // buffered 1: the handoff never blocks
 }
-
-var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan Token, 1)} }}
 
 type queue struct {
 	waiting atomic.Int32  // waiters in items; read by every release
@@ -142,7 +140,7 @@ func (q *queue) handoff(l *Limiter, now int64) {
 // now is the current time; the RTT of a call that waited starts when it got
 // its slot.
 //
-// The waiting path allocates (a timer) and takes a mutex; the immediate
+// The waiting path allocates (a waiter and a timer) and takes a mutex; the immediate
 // admission does neither.
 func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 	if t, ok := l.tryAcquire(now); ok {
@@ -166,8 +164,7 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 	if len(q.items) == 0 {
 		q.lastEmpty = now
 	}
-	w := waiterPool.Get().(*waiter)
-	w.enq = now
+	w := &waiter{enq: now, ch: make(chan Token, 1)} // waiting path: allocates
 	q.items = append(q.items, w)
 	q.waiting.Add(1)
 	// A release between the failed tryAcquire and the enqueue saw no
@@ -176,7 +173,6 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 	if t, ok := l.tryAcquire(now); ok {
 		q.removeAt(len(q.items)-1, now)
 		q.mu.Unlock()
-		waiterPool.Put(w)
 		return t, nil
 	}
 	q.mu.Unlock()
@@ -186,7 +182,6 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 	var cause error
 	select {
 	case t := <-w.ch:
-		waiterPool.Put(w)
 		if !t.ok {
 			return Token{}, l.rejErr
 		}
@@ -201,8 +196,7 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 		if x == w {
 			q.removeAt(i, l.ticker.Now())
 			q.mu.Unlock()
-			waiterPool.Put(w)
-			if cause == l.rejErr {
+				if cause == l.rejErr {
 				q.shed.Add(1)
 				l.rejected.Add(1)
 			}
@@ -212,7 +206,6 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 	q.mu.Unlock()
 	// Handed a result just as we gave up: it is in the channel.
 	t := <-w.ch
-	waiterPool.Put(w)
 	if !t.ok {
 		return Token{}, l.rejErr
 	}

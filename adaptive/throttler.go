@@ -17,7 +17,8 @@ import (
 var ErrThrottled = errors.New("throttled locally")
 
 // ThrottlerConfig configures a [Throttler]. The zero value is valid: K 2, a
-// 10 s window of 10 buckets, no cap on the rejection probability.
+// 10 s window of 10 buckets, a cap of 0.9 on the rejection probability, at
+// least 10 requests in the window before rejecting.
 type ThrottlerConfig struct {
 	// Name identifies the throttler in its rejection error.
 	Name string
@@ -31,10 +32,17 @@ type ThrottlerConfig struct {
 	// Buckets is the number of slices the window is divided into; the
 	// window slides by Window/Buckets. 1..1024, default 10.
 	Buckets int
-	// MaxProbability caps the rejection probability, in (0, 1]. Default 1
-	// (the formula alone). A cap below 1 keeps a trickle of calls probing
-	// the backend however badly it fails.
+	// MaxProbability caps the rejection probability, in (0, 1]. Default
+	// 0.9. Without a cap (1) a backend that refused everything is probed
+	// by a trickle of 1/(requests+1) of the calls, and since each window
+	// can at most double that trickle, recovery takes about
+	// log2(requests) windows; the cap keeps at least 10 % of the calls
+	// probing, and recovery takes a few windows.
 	MaxProbability float64
+	// MinRequests is the number of requests the window must hold before
+	// anything is rejected locally (the formula gives 1/2 to the first
+	// request of a cold window). Default 10; negative means 0.
+	MinRequests int
 	// Accepted tells Do and the typed helper whether fn's error means
 	// that the backend accepted the call. Default: nil and application
 	// errors are accepted; context.DeadlineExceeded and rejections
@@ -78,10 +86,14 @@ var (
 //
 //	p = max(0, (requests − K·accepts) / (requests + 1))
 //
-// While the backend accepts everything, requests ≈ accepts and p = 0 (the
-// cost is a CAS and a sum over the buckets). When it refuses everything, p
-// tends to 1 − 1/(requests+1); a trickle still goes through, and as accepts
-// return p falls back to 0 as the bad buckets slide out of the window.
+// capped at MaxProbability (default 0.9), and zero while the window holds
+// fewer than MinRequests requests. While the backend accepts everything,
+// requests ≈ accepts and p = 0 (the cost is a CAS and a sum over the
+// buckets). When it accepts only a rate X of an offered rate R, the client
+// settles at sending 2X (p = 1 − 2X/R): the backend sees twice what it can
+// take, enough to notice when it recovers. When it refuses everything, p
+// reaches the cap; as accepts return, p falls back to 0 within a few
+// windows.
 //
 // Call Allow before each call and Record after each call that Allow
 // admitted. Safe for concurrent use; no lock, no allocation.
@@ -89,6 +101,7 @@ type Throttler struct {
 	buckets   []atomic.Uint64
 	bucketDur int64
 	k, maxP   float64
+	minReq    uint64
 	accepted  func(error) bool
 	rejErr    *rampart.RejectedError
 	ticker    rampart.Ticker
@@ -131,7 +144,13 @@ func NewThrottler(c ThrottlerConfig) (*Throttler, error) {
 		t.k = 2
 	}
 	if t.maxP == 0 {
-		t.maxP = 1
+		t.maxP = 0.9
+	}
+	switch {
+	case c.MinRequests == 0:
+		t.minReq = 10
+	case c.MinRequests > 0:
+		t.minReq = uint64(c.MinRequests)
 	}
 	if t.accepted == nil {
 		t.accepted = defaultAccepted
@@ -190,6 +209,9 @@ func (t *Throttler) totals(now int64) (req, acc uint64) {
 }
 
 func (t *Throttler) probability(req, acc uint64) float64 {
+	if req < t.minReq {
+		return 0
+	}
 	p := (float64(req) - t.k*float64(acc)) / float64(req+1)
 	return min(max(p, 0), t.maxP)
 }
@@ -203,8 +225,8 @@ func (t *Throttler) probability(req, acc uint64) float64 {
 func (t *Throttler) Allow(now int64) bool {
 	t.add(now, 1, 0)
 	req, acc := t.totals(now)
-	if float64(req) <= t.k*float64(acc) {
-		return true // p = 0: the backend keeps up
+	if float64(req) <= t.k*float64(acc) || req < t.minReq {
+		return true // p = 0: the backend keeps up (or too little evidence)
 	}
 	if rand.Float64() < t.probability(req, acc) {
 		t.rejected.Add(1)

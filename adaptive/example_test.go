@@ -1,0 +1,54 @@
+package adaptive_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
+)
+
+func Example() {
+	l, err := adaptive.New(adaptive.Config{
+		Name:         "db",
+		Algorithm:    adaptive.Vegas{},
+		InitialLimit: 2,
+		MinLimit:     1,
+		MaxLimit:     100,
+		Window:       time.Second,
+	})
+	if err != nil {
+		panic(err)
+	}
+	// The convenience form.
+	err = l.Do(context.Background(), func(ctx context.Context) error { return nil })
+	fmt.Println("Do:", err)
+
+	// The primitives, as package pipeline uses them.
+	now := l.Ticker().Now()
+	a, _ := l.Acquire(now)
+	b, _ := l.Acquire(now)
+	if _, ok := l.Acquire(now); !ok {
+		err := l.RejectedError()
+		fmt.Println(err, errors.Is(err, adaptive.ErrLimited), errors.Is(err, rampart.ErrRejected))
+	}
+	l.Release(a, l.Ticker().Now(), adaptive.Success)
+	l.Release(b, l.Ticker().Now(), adaptive.Dropped) // a timeout: a loss
+	fmt.Println("in flight:", l.InFlight(), "limit:", l.Limit())
+
+	// Client-side throttling of a backend that refuses work.
+	th, _ := adaptive.NewThrottler(adaptive.ThrottlerConfig{K: 2})
+	t0 := time.Now()
+	now = int64(time.Since(t0))
+	if th.Allow(now) {
+		th.Record(now, true) // the backend accepted the call
+	}
+	fmt.Println("throttle probability:", th.Probability(now))
+	// Output:
+	// Do: <nil>
+	// adaptive "db": concurrency limit reached true true
+	// in flight: 0 limit: 2
+	// throttle probability: 0
+}

@@ -1,0 +1,126 @@
+package adaptive
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampart-go/rampart"
+)
+
+func queued(t *testing.T, q QueueConfig) *Limiter {
+	l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Queue: q, Ticker: rampart.NewNanoTicker()})
+	require.NoError(t, err)
+	return l
+}
+
+type waitResult struct {
+	id  int
+	tok Token
+	err error
+}
+
+func TestQueueHandoffFIFO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := queued(t, QueueConfig{MaxLength: 4})
+		hold, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+		require.NoError(t, err)
+		res := make(chan waitResult, 4)
+		for i := range 2 {
+			go func() {
+				tok, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+				res <- waitResult{i, tok, err}
+			}()
+			synctest.Wait()
+		}
+		require.Equal(t, 2, l.Stats().Queued)
+		time.Sleep(time.Millisecond)
+		l.Release(hold, l.Ticker().Now(), Success)
+		r := <-res
+		require.NoError(t, r.err)
+		require.Equal(t, 0, r.id) // not overloaded yet: FIFO
+		l.Release(r.tok, l.Ticker().Now(), Success)
+		r = <-res
+		require.Equal(t, 1, r.id)
+		l.Release(r.tok, l.Ticker().Now(), Success)
+		require.Equal(t, 0, l.InFlight())
+	})
+}
+
+// TestQueueCoDelLIFO: once the queue has been non-empty for longer than the
+// interval, waiters older than the target are shed and the newest is served.
+func TestQueueCoDelLIFO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := queued(t, QueueConfig{MaxLength: 10, Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond})
+		hold, _ := l.AcquireWait(context.Background(), l.Ticker().Now())
+		res := make(chan waitResult, 10)
+		start := func(id int) {
+			go func() {
+				tok, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+				res <- waitResult{id, tok, err}
+			}()
+			synctest.Wait()
+		}
+		start(0)
+		time.Sleep(60 * time.Millisecond)
+		start(1)
+		time.Sleep(60 * time.Millisecond) // queue non-empty for 120 ms: overloaded
+		start(2)
+		time.Sleep(time.Millisecond)
+		start(3)
+		l.Release(hold, l.Ticker().Now(), Success)
+		// 0 (120 ms) and 1 (60 ms) are older than the 5 ms target: shed.
+		// Of 2 and 3, the newest (3) is served.
+		got := map[int]waitResult{}
+		for range 3 {
+			r := <-res
+			got[r.id] = r
+		}
+		require.ErrorIs(t, got[0].err, ErrLimited)
+		require.ErrorIs(t, got[1].err, ErrLimited)
+		require.NoError(t, got[3].err)
+		st := l.Stats()
+		require.Equal(t, uint64(2), st.Shed)
+		// Waiter 2 times out on its own after the interval.
+		r := <-res
+		require.Equal(t, 2, r.id)
+		require.ErrorIs(t, r.err, rampart.ErrRejected)
+		l.Release(got[3].tok, l.Ticker().Now(), Success)
+		require.Equal(t, 0, l.InFlight())
+		require.Equal(t, 0, l.Stats().Queued)
+	})
+}
+
+func TestQueueFullCancelAndDo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := queued(t, QueueConfig{MaxLength: 1, FIFO: true})
+		hold, _ := l.AcquireWait(context.Background(), l.Ticker().Now())
+		ctx, cancel := context.WithCancel(context.Background())
+		res := make(chan error, 1)
+		go func() { res <- l.Do(ctx, func(context.Context) error { return nil }) }()
+		synctest.Wait()
+		// Queue full: rejected at once.
+		_, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+		require.ErrorIs(t, err, ErrLimited)
+		cancel()
+		require.True(t, errors.Is(<-res, context.Canceled))
+		_, err = l.AcquireWait(ctx, l.Ticker().Now())
+		require.ErrorIs(t, err, context.Canceled)
+		// Do waits for the slot.
+		go func() { res <- l.Do(context.Background(), func(context.Context) error { return nil }) }()
+		synctest.Wait()
+		l.Release(hold, l.Ticker().Now(), Success)
+		require.NoError(t, <-res)
+		require.Equal(t, 0, l.InFlight())
+	})
+	// Without a queue AcquireWait is a rejecting Acquire.
+	l, _ := fixed(t, 1, nil)
+	tok, _ := l.AcquireWait(context.Background(), 0)
+	_, err := l.AcquireWait(context.Background(), 0)
+	require.ErrorIs(t, err, ErrLimited)
+	l.Release(tok, 1, Success)
+}

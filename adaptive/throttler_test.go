@@ -1,0 +1,197 @@
+package adaptive
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/israce"
+)
+
+// TestThrottlerFormula: a backend that accepts 100 calls/s under an offered
+// 1000 calls/s makes the throttler reject locally with the SRE probability
+// (requests − 2·accepts)/(requests + 1) → 0.8; when the backend accepts
+// everything again, the probability returns to 0 within a window.
+func TestThrottlerFormula(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	th, err := NewThrottler(ThrottlerConfig{Window: 10 * time.Second, Ticker: tk})
+	require.NoError(t, err)
+	const offered = 1000 // per second, one every ms
+	capacity := 100      // accepts per second
+	var sent, local, acceptedThisSecond int
+	run := func(d time.Duration) {
+		sent, local = 0, 0
+		for range int(d / time.Millisecond) {
+			now := tk.Advance(time.Millisecond)
+			if now%int64(time.Second) == 0 {
+				acceptedThisSecond = 0
+			}
+			if !th.Allow(now) {
+				local++
+				continue
+			}
+			sent++
+			ok := acceptedThisSecond < capacity
+			if ok {
+				acceptedThisSecond++
+			}
+			th.Record(now, ok)
+		}
+	}
+	run(20 * time.Second) // fill the window
+	run(20 * time.Second)
+	frac := float64(local) / float64(local+sent)
+	want := (offered - 2.0*float64(capacity)) / offered
+	t.Logf("backend at 10%% of the offered load: local rejections %.3f (formula %.3f), probability now %.3f", frac, want, th.Probability(tk.Now()))
+	require.InDelta(t, want, frac, 0.05)
+	require.Equal(t, ThrottlerStats{}.Rejected, uint64(0)) // (type sanity)
+	st := th.Stats()
+	require.NotZero(t, st.Rejected)
+	require.InDelta(t, want, st.Probability, 0.1)
+
+	// Everything rejected: the probability reaches the cap (0.9).
+	capacity = 0
+	run(20 * time.Second)
+	require.InDelta(t, 0.9, th.Probability(tk.Now()), 1e-9)
+	require.InDelta(t, 0.9, float64(local)/float64(local+sent), 0.03)
+
+	// Recovery: measure how long until no call is rejected locally.
+	capacity = math.MaxInt
+	secs := 0
+	for ; secs < 60; secs++ {
+		run(time.Second)
+		if local == 0 {
+			break
+		}
+	}
+	t.Logf("recovery after total refusal: no local rejection after %d s (window 10 s)", secs)
+	require.Less(t, secs, 30)
+
+	// Without a cap the formula alone: p tends to 1 − 1/(requests+1).
+	th2, err := NewThrottler(ThrottlerConfig{MaxProbability: 1, Ticker: tk})
+	require.NoError(t, err)
+	for range 10000 {
+		now := tk.Advance(time.Millisecond)
+		if th2.Allow(now) {
+			th2.Record(now, false)
+		}
+	}
+	require.Greater(t, th2.Probability(tk.Now()), 0.99)
+}
+
+func TestThrottlerCapAndDo(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	th, err := NewThrottler(ThrottlerConfig{MaxProbability: 0.5, K: 1, Buckets: 4, Window: time.Second, Ticker: tk})
+	require.NoError(t, err)
+	boom := context.DeadlineExceeded
+	for range 1000 {
+		_ = th.Do(context.Background(), func(context.Context) error { return boom })
+	}
+	require.InDelta(t, 0.5, th.Probability(tk.Now()), 1e-9)
+	errUser := errors.New("user")
+	rejected := 0
+	for range 1000 {
+		err := th.Do(context.Background(), func(context.Context) error { return errUser })
+		if errors.Is(err, ErrThrottled) {
+			require.ErrorIs(t, err, rampart.ErrRejected)
+			rejected++
+		} else {
+			require.Same(t, errUser, err)
+		}
+	}
+	require.Greater(t, rejected, 0)
+	v, err := Throttle(context.Background(), th, func(context.Context) (int, error) { return 3, nil })
+	if err == nil {
+		require.Equal(t, 3, v)
+	} else {
+		require.Same(t, th.RejectedError(), err)
+	}
+}
+
+func TestThrottlerConcurrent(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	th, err := NewThrottler(ThrottlerConfig{Ticker: tk, Window: time.Second, Buckets: 10})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5000 {
+				now := tk.Now()
+				if th.Allow(now) {
+					th.Record(now, true)
+				}
+				if g == 0 && i%100 == 0 {
+					tk.Advance(time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := th.Stats()
+	require.Equal(t, st.Requests, st.Accepts) // nothing lost in bucket resets
+	require.Zero(t, st.Rejected)
+}
+
+func TestAllocsThrottler(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	tk := rampart.NewManualTicker(0)
+	th, err := NewThrottler(ThrottlerConfig{Ticker: tk})
+	require.NoError(t, err)
+	require.Zero(t, testing.AllocsPerRun(1000, func() {
+		now := tk.Advance(time.Millisecond)
+		if th.Allow(now) {
+			th.Record(now, false)
+		}
+	}))
+}
+
+func FuzzConfig(f *testing.F) {
+	f.Add(20, 1, 1000, int64(time.Second), 10, 0.5, 3.0, 6.0, 1.5, 2.0, 10)
+	f.Add(-1, 0, 0, int64(0), 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+	f.Fuzz(func(t *testing.T, initial, minL, maxL int, window int64, samples int, share, alpha, beta, tol, k float64, buckets int) {
+		tk := rampart.NewManualTicker(0)
+		for _, alg := range []Algorithm{AIMD{Backoff: share}, Vegas{Alpha: alpha, Beta: beta}, Gradient2{Tolerance: tol}} {
+			l, err := New(Config{Algorithm: alg, InitialLimit: initial, MinLimit: minL, MaxLimit: maxL,
+				Window: time.Duration(window), MinWindowSamples: samples, Partitions: []Partition{{Share: share}}, Ticker: tk})
+			if err != nil {
+				require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+				continue
+			}
+			for i := range 200 {
+				now := int64(i) * 1000
+				tok, ok := l.AcquirePriority(now, i%2)
+				if ok {
+					l.Release(tok, now+int64(i%7)*100, Outcome(i%3))
+				}
+				lim := l.Limit()
+				require.GreaterOrEqual(t, lim, max(minL, 1))
+				if maxL > 0 {
+					require.LessOrEqual(t, lim, maxL)
+				}
+			}
+			require.Zero(t, l.InFlight())
+		}
+		th, err := NewThrottler(ThrottlerConfig{K: k, Window: time.Duration(window), Buckets: buckets, MaxProbability: share, Ticker: tk})
+		if err != nil {
+			require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+			return
+		}
+		for i := range 100 {
+			if th.Allow(int64(i)) {
+				th.Record(int64(i), i%3 == 0)
+			}
+			p := th.Probability(int64(i))
+			require.True(t, p >= 0 && p <= 1)
+		}
+	})
+}
