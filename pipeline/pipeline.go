@@ -10,6 +10,7 @@ import (
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/timeout"
 )
 
 // noTime stands for "the clock was not read". The breaker's primitives
@@ -58,6 +59,19 @@ type Config struct {
 	// waits in it (adaptive.Limiter.AcquireWait).
 	Adaptive *adaptive.Limiter
 
+	// Timeout bounds each attempt (each retry gets a fresh deadline) in
+	// deadline mode (fn gets a context done at the deadline; one
+	// allocation per attempt, the context) or soft mode (classification
+	// only, no allocation). An attempt that ends at or after the deadline
+	// fails with the timeout's error (timeout.ErrTimeout, which also
+	// matches context.DeadlineExceeded), seen by the breaker and the
+	// adaptive limit as a failure and a drop. Package retry's default
+	// classifier does not retry context.DeadlineExceeded: set its
+	// ShouldRetry to retry timed-out attempts. Abandon mode is refused:
+	// it would release the concurrency permit while the abandoned work
+	// still runs (use timeout.DoAbandon with the bulkhead's Exit instead).
+	Timeout *timeout.Timeout
+
 	// AdaptiveClassify maps an attempt's error to the adaptive limit's
 	// outcome. Nil means adaptive.DefaultClassify. (The limiter's own
 	// Config.Classify is used by its Do; the pipeline cannot see it, so set
@@ -78,12 +92,15 @@ type Pipeline struct {
 	rl   *ratelimit.Limiter
 	bh   *bulkhead.Bulkhead
 	al   *adaptive.Limiter
+	to   *timeout.Timeout
+	toErr error // the timeout's preallocated error, to recognise a timeout
 
 	alClassify func(context.Context, error) adaptive.Outcome
 
 	// needT0: a policy takes the time before the call (rate limiter,
-	// adaptive limit, a breaker that times calls). needT1: a policy records
-	// a duration after it (adaptive limit, a breaker that times calls).
+	// adaptive limit, timeout, a breaker that times calls). needT1: a
+	// policy records a duration after it (adaptive limit, timeout, a
+	// breaker that times calls).
 	// Both false: no clock read on a success. The retry reads t0 on the
 	// first attempt (its start) and the current time when it decides.
 	needT0, needT1 bool
@@ -101,6 +118,7 @@ func New(cfg Config) (*Pipeline, error) {
 		rl:         cfg.RateLimit,
 		bh:         cfg.Bulkhead,
 		al:         cfg.Adaptive,
+		to:         cfg.Timeout,
 		alClassify: cfg.AdaptiveClassify,
 		cfg:        cfg,
 	}
@@ -114,7 +132,7 @@ func New(cfg Config) (*Pipeline, error) {
 		field string
 		t     rampart.Ticker
 	}
-	var clocks [4]ticked
+	var clocks [5]ticked
 	n := 0
 	add := func(field string, t rampart.Ticker) {
 		clocks[n] = ticked{field, t}
@@ -138,6 +156,15 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if cfg.Adaptive != nil {
 		add("Adaptive", cfg.Adaptive.Ticker())
+		p.needT0, p.needT1 = true, true
+	}
+	if cfg.Timeout != nil {
+		if cfg.Timeout.Mode() == timeout.ModeAbandon {
+			return nil, rampart.NewConfigError("pipeline", "Timeout",
+				"is in abandon mode, which would release the attempt's permits while the abandoned work still runs; use deadline or soft mode")
+		}
+		add("Timeout", cfg.Timeout.Ticker())
+		p.toErr = cfg.Timeout.Err()
 		p.needT0, p.needT1 = true, true
 	}
 	tick := cfg.Ticker

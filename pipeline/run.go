@@ -7,6 +7,7 @@ import (
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/timeout"
 )
 
 // attempt holds what one attempt acquired, so that it is released exactly
@@ -17,6 +18,7 @@ type attempt struct {
 	start  int64 // the first attempt's t0, for the retry budget on a panic
 	permit circuitbreaker.Permit
 	token  adaptive.Token
+	th     timeout.Handle
 	held   uint8 // heldX bits: the permits to release
 }
 
@@ -24,6 +26,7 @@ const (
 	heldBreaker = 1 << iota
 	heldBulkhead
 	heldAdaptive
+	heldTimeout
 )
 
 // run is the engine behind Do, Try, Call and TryCall. Exactly one of fnT and
@@ -61,11 +64,12 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 				p.bud.OnRequest(start)
 			}
 		}
-		if !p.admit(ctx, &a, &o) {
+		actx, admitted := p.admit(ctx, &a, &o)
+		if !admitted {
 			return v, o
 		}
 		var err error
-		v, err = invoke(ctx, p, &a, fnT, fnE)
+		v, err = invoke(actx, p, &a, fnT, fnE)
 		err = p.release(ctx, &a, err, &o)
 		if err == nil {
 			if p.bud != nil {
@@ -117,9 +121,10 @@ func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.P
 	return o
 }
 
-// admit takes the permits of one attempt in the pipeline's order. On a
-// rejection it releases what it took, fills o and returns false.
-func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) bool {
+// admit takes the permits of one attempt in the pipeline's order and
+// returns the context for fn (the timeout's, or ctx). On a rejection it
+// releases what it took, fills o and returns false.
+func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) (context.Context, bool) {
 	if p.cb != nil {
 		// Closed: one atomic load. Without t0 (no policy needed it) a
 		// closed breaker decides alone; any other state needs the time.
@@ -130,7 +135,7 @@ func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) bool {
 		}
 		if err != nil {
 			p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
-			return false
+			return nil, false
 		}
 		a.permit = permit
 		a.held |= heldBreaker
@@ -140,7 +145,7 @@ func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) bool {
 		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
 			p.unwind(a)
 			p.reject(o, RateLimit, p.rl.RejectedError(), wait)
-			return false
+			return nil, false
 		}
 	}
 	if p.bh != nil {
@@ -149,7 +154,7 @@ func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) bool {
 		if err := p.bh.Enter(ctx); err != nil {
 			p.unwind(a)
 			p.reject(o, Bulkhead, err, 0)
-			return false
+			return nil, false
 		}
 		a.held |= heldBulkhead
 	}
@@ -159,12 +164,18 @@ func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) bool {
 		if err != nil {
 			p.unwind(a)
 			p.reject(o, Adaptive, err, 0)
-			return false
+			return nil, false
 		}
 		a.token = tok
 		a.held |= heldAdaptive
 	}
-	return true
+	if p.to != nil {
+		// Deadline mode: one allocation (the context) and a few CASes to
+		// arm a watchdog slot; soft mode: nothing.
+		ctx, a.th = p.to.Start(ctx, a.t0)
+		a.held |= heldTimeout
+	}
+	return ctx, true
 }
 
 // unwind releases the permits taken before a rejection, recording no
@@ -199,6 +210,13 @@ func (p *Pipeline) release(ctx context.Context, a *attempt, err error, o *Outcom
 		a.t1 = p.tick.Now() // clock read 2 of at most 2 per attempt
 	}
 	o.Code, o.Policy = OK, None
+	if a.held&heldTimeout != 0 {
+		// Disarms the watch and ends the context; turns an overrun into
+		// the timeout's error, which the policies below then record.
+		if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
+			o.Code, o.Policy = TimedOut, Timeout
+		}
+	}
 	if a.held&heldAdaptive != 0 {
 		oc := adaptive.Success
 		if err != nil {
@@ -241,6 +259,9 @@ func invoke[T any](ctx context.Context, p *Pipeline, a *attempt, fnT func(contex
 func (p *Pipeline) abort(a *attempt) {
 	if p.needT1 {
 		a.t1 = p.tick.Now()
+	}
+	if a.held&heldTimeout != 0 {
+		_ = p.to.Finish(a.th, a.t1, ErrPanicked)
 	}
 	if a.held&heldAdaptive != 0 {
 		p.al.Release(a.token, a.t1, adaptive.Ignored)

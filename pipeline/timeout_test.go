@@ -1,0 +1,149 @@
+package pipeline_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/timeout"
+)
+
+func newTimeout(t testing.TB, tick rampart.Ticker, d time.Duration, mode timeout.Mode) *timeout.Timeout {
+	return newTimeoutTick(t, tick, d, mode, 0)
+}
+
+// newTimeoutTick sets the sweep period of the timeout's own watchdog (whose
+// goroutine reads the ticker too).
+func newTimeoutTick(t testing.TB, tick rampart.Ticker, d time.Duration, mode timeout.Mode, sweep time.Duration) *timeout.Timeout {
+	t.Helper()
+	to, err := timeout.New(timeout.Config{Name: "to", Duration: d, Mode: mode, Ticker: tick, Tick: sweep})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = to.Close() })
+	return to
+}
+
+func TestTimeoutOverrunIsTimedOutAndRecorded(t *testing.T) {
+	tick := newCountingTicker()
+	cb := newBreaker(t, tick, nil)
+	bh := newBulkhead(t, 1, tick)
+	// A watchdog that never sweeps during the test, so that the counting
+	// ticker counts the pipeline's reads only.
+	to := newTimeoutTick(t, tick, time.Second, timeout.ModeDeadline, time.Hour)
+	p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh, Timeout: to})
+	require.NoError(t, err)
+	tick.reads.Store(0)
+
+	o := p.Try(context.Background(), func(ctx context.Context) error {
+		before := tick.reads.Load()
+		_, hasDeadline := ctx.Deadline() // reads the ticker to convert to wall time
+		require.True(t, hasDeadline, "fn sees the timeout's deadline")
+		tick.reads.Store(before)
+		tick.Advance(2 * time.Second) // the call overran; it still returns success
+		return nil
+	})
+	require.Equal(t, pipeline.TimedOut, o.Code)
+	require.Equal(t, pipeline.Timeout, o.Policy)
+	require.ErrorIs(t, o.Err, timeout.ErrTimeout)
+	require.ErrorIs(t, o.Err, context.DeadlineExceeded)
+	require.Equal(t, int64(2), tick.reads.Load(), "one pair of reads: t0 and t1")
+	require.Equal(t, int64(1), cb.Stats().ConsecutiveFailures, "the breaker saw a failure")
+	require.Equal(t, int64(0), bh.Stats().InFlight)
+	require.Equal(t, uint64(1), to.Stats().Timeouts)
+
+	require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code)
+	require.Equal(t, int64(4), tick.reads.Load())
+}
+
+func TestTimeoutFiresTheContext(t *testing.T) {
+	tick := newCountingTicker()
+	to := newTimeout(t, tick, time.Second, timeout.ModeDeadline)
+	bh := newBulkhead(t, 1, tick)
+	p, err := pipeline.New(pipeline.Config{Bulkhead: bh, Timeout: to})
+	require.NoError(t, err)
+	o := p.Try(context.Background(), func(ctx context.Context) error {
+		tick.Advance(time.Second)
+		<-ctx.Done() // the watchdog fires the deadline
+		return ctx.Err()
+	})
+	require.Equal(t, pipeline.TimedOut, o.Code)
+	require.ErrorIs(t, o.Err, timeout.ErrTimeout)
+	require.Equal(t, int64(0), bh.Stats().InFlight)
+}
+
+func TestTimeoutRetriedWithFreshDeadlineWhenShouldRetrySaysSo(t *testing.T) {
+	tick := newCountingTicker()
+	to := newTimeout(t, tick, time.Second, timeout.ModeSoft)
+	rt := newRetry(t, tick, func(c *retry.Config) {
+		c.ShouldRetry = func(err error) bool { return true }
+	})
+	p, err := pipeline.New(pipeline.Config{Retry: rt, Timeout: to})
+	require.NoError(t, err)
+	n := 0
+	require.NoError(t, p.Do(context.Background(), func(context.Context) error {
+		n++
+		if n == 1 {
+			tick.Advance(2 * time.Second)
+		}
+		return nil
+	}))
+	require.Equal(t, 2, n)
+}
+
+func TestTimeoutAbandonModeRefused(t *testing.T) {
+	to := newTimeout(t, nil, time.Second, timeout.ModeAbandon)
+	_, err := pipeline.New(pipeline.Config{Timeout: to})
+	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+}
+
+func TestTimeoutPanicReleases(t *testing.T) {
+	tick := newCountingTicker()
+	to := newTimeout(t, tick, time.Second, timeout.ModeDeadline)
+	cb := newBreaker(t, tick, nil)
+	bh := newBulkhead(t, 1, tick)
+	p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh, Timeout: to})
+	require.NoError(t, err)
+	var seen context.Context
+	require.Panics(t, func() {
+		_ = p.Do(context.Background(), func(ctx context.Context) error { seen = ctx; panic("x") })
+	})
+	require.ErrorIs(t, seen.Err(), context.Canceled, "the attempt's context was ended")
+	require.Equal(t, int64(0), bh.Stats().InFlight)
+	require.Equal(t, int64(1), cb.Stats().ConsecutiveFailures)
+}
+
+func TestAllocsWithTimeout(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	ctx := context.Background()
+	tick := rampart.NewManualTicker(1)
+	build := func(mode timeout.Mode) *pipeline.Pipeline {
+		p, err := pipeline.New(pipeline.Config{
+			Retry: newRetry(t, tick, nil), Breaker: newBreaker(t, tick, func(c *circuitbreaker.Config) { c.Mode = circuitbreaker.CountWindow }),
+			RateLimit: newRateLimit(t, 1e9, 1_000_000, tick), Bulkhead: newBulkhead(t, 4, tick),
+			Timeout: newTimeout(t, tick, time.Second, mode),
+		})
+		require.NoError(t, err)
+		return p
+	}
+	deadline, soft := build(timeout.ModeDeadline), build(timeout.ModeSoft)
+	// The timeout's documented count: one allocation (the context) in
+	// deadline mode, none in soft mode.
+	require.Equal(t, 1.0, testing.AllocsPerRun(500, func() {
+		if deadline.Do(ctx, ok) != nil {
+			t.Fatal("not admitted")
+		}
+	}))
+	require.Zero(t, testing.AllocsPerRun(500, func() {
+		if soft.Do(ctx, ok) != nil {
+			t.Fatal("not admitted")
+		}
+	}))
+}
