@@ -85,14 +85,14 @@ type Config struct {
 type Pipeline struct {
 	// Read-only after New, read by every call: the policies (nil = absent)
 	// and the clock flags.
-	tick rampart.Ticker
-	rt   *retry.Policy
-	bud  retry.Budget
-	cb   *circuitbreaker.Breaker
-	rl   *ratelimit.Limiter
-	bh   *bulkhead.Bulkhead
-	al   *adaptive.Limiter
-	to   *timeout.Timeout
+	tick  rampart.Ticker
+	rt    *retry.Policy
+	bud   retry.Budget
+	cb    *circuitbreaker.Breaker
+	rl    *ratelimit.Limiter
+	bh    *bulkhead.Bulkhead
+	al    *adaptive.Limiter
+	to    *timeout.Timeout
 	toErr error // the timeout's preallocated error, to recognise a timeout
 
 	alClassify func(context.Context, error) adaptive.Outcome
