@@ -25,9 +25,11 @@
 // # Error bound
 //
 // [Histogram.Quantile] returns the highest value of the bucket that holds the
-// requested rank (HdrHistogram's "highest equivalent value"). A bucket's
-// width is at most 1/32 of its lowest value, so the returned q and the exact
-// order statistic x (the ceil(p·n)-th smallest recorded value, clamped as
+// requested rank (HdrHistogram's "highest equivalent value"). The rank of
+// quantile p among n values is r = round(p·n), at least 1 (HdrHistogram's
+// rule: with exactly 5 % of slow values, the p95 is the largest fast one). A
+// bucket's width is at most 1/32 of its lowest value, so the returned q and
+// the exact order statistic x (the r-th smallest recorded value, clamped as
 // above) satisfy
 //
 //	x <= q <= x + x*RelativeError,   RelativeError = 1/32 = 3.125 %
@@ -133,8 +135,8 @@ func (h *Histogram) BucketCount(i int) uint64 { return h.counts[i].Load() }
 
 // Quantile returns the value at quantile p (0 <= p <= 1: 0.5 is the median,
 // 0.99 the 99th percentile) and the number n of values it was computed from.
-// The value is the highest value of the bucket that holds the ceil(p·n)-th
-// smallest recorded value (the smallest for p <= 0), so it is within
+// The value is the highest value of the bucket that holds the r-th smallest
+// recorded value, r = round(p·n) clamped to [1, n], so it is within
 // [RelativeError] above the exact order statistic (see the package doc). It
 // returns (0, 0) when the histogram is empty. p outside [0, 1] is clamped; a
 // NaN p counts as 1.
@@ -157,7 +159,7 @@ func rank(p float64, n uint64) uint64 {
 	case p <= 0:
 		return 1
 	}
-	r := uint64(math.Ceil(p * float64(n)))
+	r := uint64(math.Round(p * float64(n)))
 	if r < 1 {
 		r = 1
 	} else if r > n {

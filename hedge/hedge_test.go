@@ -1,0 +1,680 @@
+package hedge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/retry"
+)
+
+// newBubbleHedger builds a hedger for a synctest bubble: a ticker created
+// inside it and the hedger's own watchdog (Tick), closed at the end.
+func newBubbleHedger(t *testing.T, cfg Config) *Hedger {
+	t.Helper()
+	cfg.Ticker = rampart.NewNanoTicker()
+	if cfg.Tick == 0 {
+		cfg.Tick = 50 * time.Microsecond
+	}
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+// sleepCtx waits d or until ctx is done (a callee that honours cancellation).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func p99(lat []time.Duration) time.Duration {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[(len(s)*99+99)/100-1]
+}
+
+// tailScenario runs workers×perWorker calls of a service whose latency is
+// 1 ms, with every 20th attempt (5 %) a straggler at 50 ms, through do, and
+// returns the calls' latencies and the number of attempts.
+func tailScenario(do func(ctx context.Context, fn func(context.Context) error) error) (lat []time.Duration, attempts int64) {
+	const workers, perWorker = 4, 500
+	var seq atomic.Int64
+	service := func(ctx context.Context) error {
+		d := time.Millisecond
+		if seq.Add(1)%20 == 0 {
+			d = 50 * time.Millisecond
+		}
+		return sleepCtx(ctx, d)
+	}
+	lats := make([][]time.Duration, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range perWorker {
+				t0 := time.Now()
+				if err := do(context.Background(), service); err != nil {
+					panic(err)
+				}
+				lats[w] = append(lats[w], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	return slices.Concat(lats...), seq.Load()
+}
+
+// TestTailLatency is the scenario: 1 ms with 5 % stragglers at
+// 50 ms. Unhedged, the p99 is 50 ms; hedged at the live p95, the p99 is at
+// most 3 ms and the extra attempts at most 10 % of the calls.
+func TestTailLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		direct := func(ctx context.Context, fn func(context.Context) error) error { return fn(ctx) }
+		latD, _ := tailScenario(direct)
+		pD := p99(latD)
+
+		h := newBubbleHedger(t, Config{Percentile: 0.95, WarmUp: 100, Refresh: 100 * time.Millisecond})
+		latH, attempts := tailScenario(h.Do)
+		pH := p99(latH)
+		calls := int64(len(latH))
+		extra := attempts - calls
+		st := h.Stats()
+		t.Logf("unhedged p99 = %v; hedged at live p95 (delay %v): p99 = %v, extra attempts %d/%d = %.1f%%, hedges won %d",
+			pD, time.Duration(st.Delay), pH, extra, calls, 100*float64(extra)/float64(calls), st.HedgesWon)
+		if pD < 50*time.Millisecond {
+			t.Errorf("unhedged p99 %v, want ~50ms", pD)
+		}
+		if pH > 3*time.Millisecond {
+			t.Errorf("hedged p99 %v > 3ms", pH)
+		}
+		if extra*10 > calls {
+			t.Errorf("extra attempts %d > 10%% of %d calls", extra, calls)
+		}
+		if uint64(extra) != st.Hedges || st.HedgesWon == 0 {
+			t.Errorf("stats %+v, extra %d", st, extra)
+		}
+	})
+}
+
+// TestLoserCancelled: the first attempt hangs until cancelled, the hedge
+// wins; the first attempt sees context.Canceled, the caller gets the
+// hedge's result, and the listeners and stats say so.
+func TestLoserCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var started, won atomic.Int64
+		h := newBubbleHedger(t, Config{
+			Delay:      10 * time.Millisecond,
+			OnHedge:    func(i int) { started.Add(int64(i)) },
+			OnHedgeWon: func(i int) { won.Add(int64(i)) },
+		})
+		var firstErr error
+		var attempt atomic.Int32
+		t0 := time.Now()
+		v, err := Call(context.Background(), h, func(ctx context.Context) (string, error) {
+			if attempt.Add(1) == 1 {
+				<-ctx.Done()
+				firstErr = ctx.Err()
+				return "", ctx.Err()
+			}
+			return "hedge", sleepCtx(ctx, time.Millisecond)
+		})
+		el := time.Since(t0)
+		if v != "hedge" || err != nil {
+			t.Fatalf("got %q, %v", v, err)
+		}
+		if !errors.Is(firstErr, context.Canceled) {
+			t.Fatalf("first attempt saw %v, want Canceled", firstErr)
+		}
+		if el < 11*time.Millisecond || el > 12*time.Millisecond {
+			t.Fatalf("took %v, want delay + 1ms", el)
+		}
+		st := h.Stats()
+		if st.Hedges != 1 || st.HedgesWon != 1 || started.Load() != 1 || won.Load() != 1 {
+			t.Fatalf("stats %+v, listeners %d %d", st, started.Load(), won.Load())
+		}
+	})
+}
+
+// TestHedgeCancelledWhenFirstWins: the first attempt wins after the delay;
+// the hedge's context is cancelled and its result dropped.
+func TestHedgeCancelledWhenFirstWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: 5 * time.Millisecond})
+		var attempt atomic.Int32
+		hedgeErr := make(chan error, 1)
+		v, err := Call(context.Background(), h, func(ctx context.Context) (int, error) {
+			if attempt.Add(1) == 1 {
+				return 1, sleepCtx(ctx, 8*time.Millisecond)
+			}
+			err := sleepCtx(ctx, time.Hour)
+			hedgeErr <- err
+			return 2, err
+		})
+		if v != 1 || err != nil {
+			t.Fatalf("got %d, %v", v, err)
+		}
+		if err := <-hedgeErr; !errors.Is(err, context.Canceled) {
+			t.Fatalf("hedge saw %v", err)
+		}
+		if st := h.Stats(); st.Hedges != 1 || st.HedgesWon != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
+}
+
+// TestWinnerOnce: many concurrent calls whose attempts all succeed at about
+// the same time; each call returns exactly one attempt's token, no token is
+// returned twice, and every losing attempt saw its context cancelled or
+// finished.
+func TestWinnerOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: time.Millisecond, MaxHedges: 3})
+		var tokens atomic.Int64
+		var attempts atomic.Int64
+		const calls = 200
+		got := make([]int64, calls)
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() {
+				v, err := Call(context.Background(), h, func(ctx context.Context) (int64, error) {
+					attempts.Add(1)
+					tok := tokens.Add(1)
+					// 0.5–3.5 ms: some calls win first, some by a hedge.
+					if err := sleepCtx(ctx, time.Duration(500+int(tok*7919%3000))*time.Microsecond); err != nil {
+						return 0, err
+					}
+					return tok, nil
+				})
+				if err != nil {
+					t.Errorf("call %d: %v", i, err)
+				}
+				got[i] = v
+			})
+		}
+		wg.Wait()
+		slices.Sort(got)
+		if len(slices.Compact(slices.Clone(got))) != calls || got[0] == 0 {
+			t.Fatalf("tokens not unique or missing: %v", got[:10])
+		}
+		st := h.Stats()
+		if int64(st.Hedges)+calls != attempts.Load() {
+			t.Fatalf("hedges %d + calls %d != attempts %d", st.Hedges, calls, attempts.Load())
+		}
+		t.Logf("attempts %d, hedges %d, won by hedges %d", attempts.Load(), st.Hedges, st.HedgesWon)
+	})
+}
+
+var errDown = errors.New("dependency down")
+
+// TestBudgetRefusesHedgesInFailureStorm: every attempt fails slowly with a
+// non-fatal error; the gRPC A6 token bucket shared with retry stops the
+// hedges after a few failures, so the storm is not doubled.
+func TestBudgetRefusesHedgesInFailureStorm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget, err := retry.NewTokenBucket(retry.TokenBucketConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var refusedL atomic.Int64
+		h := newBubbleHedger(t, Config{
+			Delay:           2 * time.Millisecond,
+			Budget:          budget,
+			Fatal:           func(error) bool { return false },
+			OnBudgetRefused: func(int) { refusedL.Add(1) },
+		})
+		var attempts atomic.Int64
+		const calls = 100
+		for range calls {
+			err := h.Do(context.Background(), func(ctx context.Context) error {
+				attempts.Add(1)
+				if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+					return err
+				}
+				return errDown
+			})
+			if !errors.Is(err, errDown) {
+				t.Fatalf("got %v, want the user's error unchanged", err)
+			}
+		}
+		st := h.Stats()
+		t.Logf("failure storm: %d calls, %d attempts, hedges %d, refused %d, tokens %.1f",
+			calls, attempts.Load(), st.Hedges, st.BudgetRefused, budget.Tokens())
+		if st.Hedges > 6 || st.BudgetRefused < calls-6 || refusedL.Load() != int64(st.BudgetRefused) {
+			t.Fatalf("stats %+v", st)
+		}
+		if attempts.Load() != calls+int64(st.Hedges) {
+			t.Fatalf("attempts %d", attempts.Load())
+		}
+	})
+}
+
+// TestRatioBudget: with the SRE ratio budget (10 %), at most ~10 % of the
+// calls are hedged even when every call is slow.
+func TestRatioBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget, err := retry.NewRatioBudget(retry.RatioBudgetConfig{Ratio: 0.1, Window: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newBubbleHedger(t, Config{Delay: time.Millisecond, Budget: budget})
+		const calls = 200
+		for range calls {
+			_ = h.Do(context.Background(), func(ctx context.Context) error { return sleepCtx(ctx, 3*time.Millisecond) })
+		}
+		if st := h.Stats(); st.Hedges > calls/10 || st.Hedges < calls/10-1 || st.BudgetRefused == 0 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
+}
+
+// TestFatalErrorEndsRace: a hedge that fails fatally decides the race; a
+// non-fatal one lets the first attempt win; when all fail non-fatally the
+// last error is returned.
+func TestErrors(t *testing.T) {
+	errFatal, errSoft := errors.New("fatal"), errors.New("soft")
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: time.Millisecond, Fatal: func(err error) bool { return err == errFatal }})
+		var n atomic.Int32
+		// The hedge fails fatally at 2 ms while the first attempt runs to 10 ms.
+		err := h.Do(context.Background(), func(ctx context.Context) error {
+			if n.Add(1) == 1 {
+				return sleepCtx(ctx, 10*time.Millisecond)
+			}
+			_ = sleepCtx(ctx, time.Millisecond)
+			return errFatal
+		})
+		if err != errFatal {
+			t.Fatalf("fatal: %v", err)
+		}
+		// The hedge fails softly; the first attempt's success wins.
+		n.Store(0)
+		err = h.Do(context.Background(), func(ctx context.Context) error {
+			if n.Add(1) == 1 {
+				return sleepCtx(ctx, 5*time.Millisecond)
+			}
+			return errSoft
+		})
+		if err != nil {
+			t.Fatalf("soft: %v", err)
+		}
+		// Both fail softly: the last error comes back.
+		n.Store(0)
+		err = h.Do(context.Background(), func(ctx context.Context) error {
+			if n.Add(1) == 1 {
+				_ = sleepCtx(ctx, 5*time.Millisecond)
+				return errSoft
+			}
+			return fmt.Errorf("hedge: %w", errSoft)
+		})
+		if err != errSoft {
+			t.Fatalf("all soft: %v", err)
+		}
+		// A soft failure before the delay returns at once, unhedged.
+		before := h.Stats().Hedges
+		if err := h.Do(context.Background(), func(context.Context) error { return errSoft }); err != errSoft || h.Stats().Hedges != before {
+			t.Fatalf("early failure: %v", err)
+		}
+	})
+}
+
+// TestParentCancelled: the caller's context ends while both attempts run;
+// the call ends with the context's error.
+func TestParentCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: time.Millisecond, Fatal: func(error) bool { return false }})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		defer cancel()
+		err := h.Do(ctx, func(ctx context.Context) error { return sleepCtx(ctx, time.Hour) })
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// TestPanics: a first attempt's panic propagates and cancels the hedge; a
+// hedge's panic that decides the race is re-raised on the caller.
+func TestPanics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: time.Millisecond})
+		hedgeErr := make(chan error, 1)
+		var n atomic.Int32
+		func() {
+			defer func() {
+				if r := recover(); r != "first" {
+					t.Fatalf("recovered %v", r)
+				}
+			}()
+			_ = h.Do(context.Background(), func(ctx context.Context) error {
+				if n.Add(1) == 1 {
+					_ = sleepCtx(ctx, 2*time.Millisecond)
+					panic("first")
+				}
+				hedgeErr <- sleepCtx(ctx, time.Hour)
+				return nil
+			})
+		}()
+		if err := <-hedgeErr; !errors.Is(err, context.Canceled) {
+			t.Fatalf("hedge after the first attempt's panic: %v", err)
+		}
+		n.Store(0)
+		func() {
+			defer func() {
+				if r := recover(); r != "hedge" {
+					t.Fatalf("recovered %v", r)
+				}
+			}()
+			_ = h.Do(context.Background(), func(ctx context.Context) error {
+				if n.Add(1) == 1 {
+					return sleepCtx(ctx, time.Hour)
+				}
+				panic("hedge")
+			})
+		}()
+		// A panic before the delay disarms the trigger: no hedge later.
+		before := h.Stats().Hedges
+		func() {
+			defer func() { _ = recover() }()
+			_ = h.Do(context.Background(), func(context.Context) error { panic("early") })
+		}()
+		time.Sleep(10 * time.Millisecond)
+		if h.Stats().Hedges != before {
+			t.Fatal("a hedge started after the first attempt panicked")
+		}
+	})
+}
+
+// TestAsyncFirst: a callee that ignores cancellation keeps a sync caller
+// until it returns; with AsyncFirst the caller returns when the hedge wins.
+func TestAsyncFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		run := func(async bool) time.Duration {
+			h := newBubbleHedger(t, Config{Delay: 5 * time.Millisecond, AsyncFirst: async})
+			var n atomic.Int32
+			t0 := time.Now()
+			v, err := Call(context.Background(), h, func(ctx context.Context) (int32, error) {
+				i := n.Add(1)
+				if i == 1 {
+					time.Sleep(50 * time.Millisecond) // ignores ctx
+				} else {
+					time.Sleep(time.Millisecond)
+				}
+				return i, nil
+			})
+			if v != 2 || err != nil {
+				t.Fatalf("async=%v: got %d, %v", async, v, err)
+			}
+			return time.Since(t0)
+		}
+		if d := run(false); d != 50*time.Millisecond {
+			t.Fatalf("sync with a callee that ignores cancellation: %v, want 50ms", d)
+		}
+		if d := run(true); d > 7*time.Millisecond {
+			t.Fatalf("AsyncFirst: %v, want ~6ms", d)
+		}
+		time.Sleep(time.Second) // let the abandoned first attempt end
+	})
+}
+
+// TestContextContract checks the first attempt's context: values and
+// deadline pass through, Err and Done agree once cancelled, Err never goes
+// back to nil, and a child derived from it is cancelled when a hedge wins
+// without a goroutine per child.
+func TestContextContract(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type key struct{}
+		h := newBubbleHedger(t, Config{Delay: time.Millisecond})
+		parent, cancel := context.WithTimeout(context.WithValue(context.Background(), key{}, "v"), time.Hour)
+		defer cancel()
+		var kept context.Context
+		var childErr error
+		var n atomic.Int32
+		_ = h.Do(parent, func(ctx context.Context) error {
+			if n.Add(1) > 1 {
+				return nil // the hedge wins at once
+			}
+			kept = ctx
+			if ctx.Value(key{}) != "v" {
+				t.Error("value lost")
+			}
+			if dl, ok := ctx.Deadline(); !ok || dl.IsZero() {
+				t.Error("deadline lost")
+			}
+			if ctx.Err() != nil {
+				t.Error("Err before cancel")
+			}
+			child, cc := context.WithCancel(ctx)
+			defer cc()
+			<-child.Done()
+			childErr = child.Err()
+			return ctx.Err()
+		})
+		if !errors.Is(childErr, context.Canceled) {
+			t.Fatalf("child: %v", childErr)
+		}
+		for range 3 {
+			if !errors.Is(kept.Err(), context.Canceled) || kept.Value(key{}) != "v" {
+				t.Fatal("kept context changed after the call")
+			}
+			select {
+			case <-kept.Done():
+			default:
+				t.Fatal("Done open while Err is set")
+			}
+		}
+		// Err freezes on the parent's error, and a later hedge win does not change it.
+		pctx, pcancel := context.WithCancel(context.Background())
+		c := h.newCall(pctx)
+		pcancel()
+		if c.Err() != context.Canceled {
+			t.Fatal(c.Err())
+		}
+		c.cancel()
+		if c.Err() != context.Canceled || c.Done() == nil {
+			t.Fatal("after cancel")
+		}
+		// AfterFunc on an already-done context runs f.
+		ran := make(chan struct{})
+		c.AfterFunc(func() { close(ran) })
+		<-ran
+		// stop before the end reports true.
+		c2 := h.newCall(context.Background())
+		stop := c2.AfterFunc(func() { t.Error("stopped AfterFunc ran") })
+		if !stop() || stop() {
+			t.Fatal("stop")
+		}
+		c2.cancel()
+		synctest.Wait()
+	})
+}
+
+// TestStress hedges many concurrent calls with random latencies and
+// failures under -race, and checks the invariants afterwards.
+func TestStress(t *testing.T) {
+	h, err := New(Config{Percentile: 0.9, WarmUp: 20, Refresh: time.Millisecond, MinDelay: 50 * time.Microsecond,
+		MaxHedges: 2, Tick: 100 * time.Microsecond, Fatal: func(err error) bool { return err != errDown }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attempts, results atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 300 {
+				v, err := Call(context.Background(), h, func(ctx context.Context) (int, error) {
+					a := attempts.Add(1)
+					if a%13 == 0 {
+						return 0, errDown
+					}
+					if a%17 == 0 {
+						_ = sleepCtx(ctx, time.Millisecond)
+					}
+					return g*1000 + i, nil
+				})
+				if err == nil {
+					if v != g*1000+i {
+						t.Errorf("wrong result %d", v)
+					}
+					results.Add(1)
+				} else if !errors.Is(err, errDown) {
+					t.Errorf("err %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := h.Stats()
+	if attempts.Load() != 8*300+int64(st.Hedges) || st.HedgesWon > st.Hedges {
+		t.Fatalf("attempts %d, stats %+v", attempts.Load(), st)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, goleak.IgnoreCurrent())
+}
+
+func TestConfig(t *testing.T) {
+	bad := []Config{
+		{},
+		{Delay: -1},
+		{Percentile: 0.3},
+		{Percentile: 1},
+		{Delay: 1, MinDelay: -1},
+		{Delay: 1, MaxDelay: -1},
+		{Percentile: 0.9, MinDelay: 2, MaxDelay: 1},
+		{Delay: 1, WarmUp: -1},
+		{Delay: 1, Refresh: -1},
+		{Delay: 1, MaxHedges: MaxMaxHedges + 1},
+		{Delay: 1, Tick: -1},
+	}
+	for _, c := range bad {
+		if _, err := New(c); !errors.Is(err, rampart.ErrInvalidConfig) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	h, err := New(Config{Percentile: 0.95})
+	if err != nil || h.Delay() != -1 {
+		t.Fatalf("%v %d", err, h.Delay())
+	}
+	// Warming up without Delay: fn runs once with the caller's context.
+	ctx := context.Background()
+	_ = h.Do(ctx, func(c context.Context) error {
+		if c != ctx {
+			t.Error("warm-up call got another context")
+		}
+		return nil
+	})
+}
+
+// TestPercentileRefresh drives the delay with a manual ticker: warm-up,
+// percentile, clamps.
+func TestPercentileRefresh(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	h, err := New(Config{Percentile: 0.5, Delay: 7 * time.Millisecond, WarmUp: 10, Refresh: time.Second,
+		MinDelay: 2 * time.Millisecond, MaxDelay: 40 * time.Millisecond, Ticker: tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for range 5 {
+		h.Observe(int64(10*time.Millisecond), tk.Now())
+	}
+	tk.Advance(time.Second)
+	h.Observe(int64(10*time.Millisecond), tk.Now())
+	if h.Delay() != int64(7*time.Millisecond) {
+		t.Fatalf("warming up: %d", h.Delay())
+	}
+	for range 10 {
+		h.Observe(int64(10*time.Millisecond), tk.Now())
+	}
+	tk.Advance(time.Second)
+	h.Observe(int64(10*time.Millisecond), tk.Now())
+	if d := h.Delay(); d < int64(10*time.Millisecond) || d > int64(10.4*float64(time.Millisecond)) {
+		t.Fatalf("p50: %d", d)
+	}
+	for range 100 {
+		h.Observe(int64(time.Second), tk.Now())
+	}
+	tk.Advance(time.Second)
+	h.Observe(int64(time.Second), tk.Now())
+	if d := h.Delay(); d != int64(40*time.Millisecond) {
+		t.Fatalf("clamped to MaxDelay: %d", d)
+	}
+	for range 1000 {
+		h.Observe(1000, tk.Now())
+	}
+	tk.Advance(time.Second)
+	h.Observe(1000, tk.Now())
+	if d := h.Delay(); d != int64(2*time.Millisecond) {
+		t.Fatalf("clamped to MinDelay: %d", d)
+	}
+	if st := h.Stats(); st.Samples == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestAllocsNoHedge(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	for _, pct := range []float64{0, 0.95} {
+		h, err := New(Config{Delay: time.Second, Percentile: pct})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		fn := func(context.Context) error { return nil }
+		fnT := func(context.Context) (int, error) { return 1, nil }
+		for range 1000 { // warm the pool and the watchdog table
+			_ = h.Do(ctx, fn)
+		}
+		// AllocsPerRun rounds down: the slab (one per 64 calls) shows as 0.
+		if n := testing.AllocsPerRun(10000, func() { _ = h.Do(ctx, fn) }); n != 0 {
+			t.Fatalf("Do (p=%v): %v allocs", pct, n)
+		}
+		if n := testing.AllocsPerRun(10000, func() { _, _ = Call(ctx, h, fnT) }); n != 0 {
+			t.Fatalf("Call (p=%v): %v allocs", pct, n)
+		}
+		if st := h.Stats(); st.Hedges != 0 {
+			t.Fatalf("hedged: %+v", st)
+		}
+	}
+}
+
+func FuzzConfig(f *testing.F) {
+	f.Add(int64(time.Millisecond), 0.0, int64(0), int64(0), 0, 1, false)
+	f.Add(int64(0), 0.95, int64(time.Microsecond), int64(time.Second), 10, 2, true)
+	f.Add(int64(-1), 2.0, int64(-1), int64(-5), -1, 9, false)
+	f.Fuzz(func(t *testing.T, delay int64, pct float64, minD, maxD int64, warm, hedges int, async bool) {
+		h, err := New(Config{Delay: time.Duration(delay), Percentile: pct, MinDelay: time.Duration(minD),
+			MaxDelay: time.Duration(maxD), WarmUp: warm, MaxHedges: hedges, AsyncFirst: async,
+			Ticker: rampart.NewManualTicker(0)})
+		if err != nil {
+			if !errors.Is(err, rampart.ErrInvalidConfig) {
+				t.Fatalf("error %v does not match ErrInvalidConfig", err)
+			}
+			return
+		}
+		defer h.Close()
+		if err := h.Do(context.Background(), func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
