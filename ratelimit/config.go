@@ -74,22 +74,22 @@ const (
 // params is a rate and burst translated to GCRA, in "units": the emission
 // interval T = num/den ns is held as the whole number k of units, so the
 // unit is num/(den·k) ns, between 0.5 and 1 ns. Counting time in units makes
-// every increment exact: nothing is rounded per admission, only each clock
-// reading is converted (non-cumulative error < 1 unit).
+// every increment exact: nothing is rounded per admission, and each clock
+// reading is converted exactly (rounded down to a whole unit).
 type params struct {
-	k     int64  // units per emission interval, ≥ 1
-	tau   int64  // burst·k: the tolerance, the most a TAT may lead now
-	burst int64  // the most permits one call may take
+	k     int64 // units per emission interval, ≥ 1
+	tau   int64 // burst·k: the tolerance, the most a TAT may lead now
+	burst int64 // the most permits one call may take
 	// ns → units: units(t) = floor(t·c) with c = den·k/num ∈ [1, 2),
 	// computed as floor(t·M / 2¹²⁷) with the 128-bit M = ceil(c·2¹²⁷) =
 	// mulHi·2⁶⁴ + mulLo. Exact for every t < 2⁶³: t·c has a denominator
 	// below 2⁶¹, so it is either an integer or at least 2⁻⁶¹ below the
 	// next one, and the excess of M adds less than t·2⁻¹²⁷ < 2⁻⁶⁴.
 	mulHi, mulLo uint64
-	inv   uint64 // units → ns, approximately: inv = ceil(2⁶³·num/(den·k)) ≤ 2⁶³
-	num   uint64 // interval numerator (ns)
-	den   uint64 // interval denominator
-	denK  uint64 // den·k
+	inv          uint64 // units → ns, approximately: inv = ceil(2⁶³·num/(den·k)) ≤ 2⁶³
+	num          uint64 // interval numerator (ns)
+	den          uint64 // interval denominator
+	denK         uint64 // den·k
 }
 
 // newParams builds params for an interval of num/den ns and burst.

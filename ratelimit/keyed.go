@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"hash/maphash"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -14,10 +13,6 @@ import (
 // DefaultMaxKeys is the key bound of a [Keyed] limiter whose MaxKeys is 0.
 const DefaultMaxKeys = 1 << 16
 
-// keyedShards is the number of independently locked parts of a Keyed
-// limiter's table: lookups of different keys rarely touch the same lock.
-const keyedShards = 64
-
 // KeyedConfig configures a [Keyed] limiter: one limit per key (per client,
 // per tenant), every key with the same rate and burst.
 type KeyedConfig struct {
@@ -25,46 +20,46 @@ type KeyedConfig struct {
 	// ticker and rejection listener. CountStats applies to Keyed.Stats.
 	Config
 	// MaxKeys bounds the number of keys held. 0 means DefaultMaxKeys.
-	// Keys that have been idle long enough to be back to a full burst
-	// are evicted when room is needed (or by Sweep); when every slot
-	// holds an active key, a new key is rejected until one goes idle.
+	// Keys idle long enough to be back to a full burst are evicted when
+	// room is needed (or by Sweep); when every slot holds an active key, a
+	// new key is rejected until one goes idle.
 	MaxKeys int
 }
 
-// cell is one key's GCRA state: its theoretical arrival time in units. Not
-// padded: a keyed limiter holds many cells, each touched by one client.
+// cell is one key's GCRA state: its theoretical arrival time in units, or
+// evicted once the key is removed. Not padded: a keyed limiter holds many
+// cells, each usually touched by one client at a time.
 type cell struct {
 	tat atomic.Int64
 }
 
-// keyShard is one part of the key table. The read lock guards lookups and the
-// CAS on a cell (so that a cell is never updated after its eviction); the
-// write lock guards insertion and eviction.
-type keyShard struct {
-	_   pad.Line
-	mu  sync.RWMutex
-	m   map[string]*cell
-	max int
-}
+// evicted marks a cell removed from the table: no admission CAS can succeed
+// on it any more, so an admission never lands on a cell that is gone.
+const evicted = retired
 
 // Keyed is a set of GCRA limiters, one per key, created on first use and
-// evicted when idle. Evicting an idle key loses nothing: a key whose
-// arrival time has passed is in exactly the state of a new one (a full
-// burst). Looking up a key already present allocates nothing; the first use
-// of a key allocates its cell and map entry. Create it with [NewKeyed]; all
-// methods are safe for concurrent use.
+// evicted when idle. Evicting an idle key loses nothing: a key whose arrival
+// time has passed is in exactly the state of a new one (a full burst).
+//
+// A key already present costs a lock-free map lookup (sync.Map, no
+// allocation for a string key), one load and one CAS on the key's own word;
+// the first use of a key allocates its cell and map entry. Create it with
+// [NewKeyed]; all methods are safe for concurrent use.
 type Keyed struct {
 	p          params
-	seed       maphash.Seed
+	m          sync.Map // string → *cell
+	maxKeys    int64
 	tk         rampart.Ticker
 	rejected   *rampart.RejectedError
 	onRejected func(n int, wait int64)
 	countStats bool
-	shards     [keyedShards]keyShard
 
+	sweepMu sync.Mutex // one sweep at a time (slow path)
+
+	keys           pad.Int64 // cells in the table, at most maxKeys; changed on insert and eviction only
 	admitted       pad.Uint64
 	rejectedN      pad.Uint64
-	evicted        atomic.Uint64
+	evictedN       atomic.Uint64
 	listenerPanics atomic.Uint64
 }
 
@@ -83,7 +78,7 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 	}
 	k := &Keyed{
 		p:          p,
-		seed:       maphash.MakeSeed(),
+		maxKeys:    int64(maxKeys),
 		tk:         c.Ticker,
 		rejected:   rampart.NewRejectedError("ratelimit", c.Name, ErrLimited),
 		onRejected: c.OnRejected,
@@ -92,39 +87,31 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 	if k.tk == nil {
 		k.tk = rampart.DefaultTicker()
 	}
-	for i := range k.shards {
-		sh := &k.shards[i]
-		sh.max = maxKeys / keyedShards
-		if i < maxKeys%keyedShards {
-			sh.max++
-		}
-		sh.m = make(map[string]*cell)
-	}
 	return k, nil
 }
 
-// TryAcquire takes n permits of key's limit at time now, with the same
-// contract as [Limiter.TryAcquire]: 0 when admitted, otherwise the ns to
-// wait (read-only), [Never] for n < 1 or n > the burst. When the key is new
-// and the table is full of active keys, the wait is until a slot frees.
+// TryAcquire takes n permits of key's limit at time now, with the contract
+// of [Limiter.TryAcquire]: 0 when admitted, otherwise the ns to wait
+// (read-only), [Never] for n < 1 or n > the burst. When key is new and the
+// table is full of active keys, the wait is until a key goes idle.
 func (k *Keyed) TryAcquire(key string, now int64, n int) (wait int64) {
 	if uint64(n-1) >= uint64(k.p.burst) {
 		return k.reject(n, Never)
 	}
-	sh := &k.shards[maphash.String(k.seed, key)%keyedShards] // hash: no allocation
 	u := k.p.units(now)
 	inc := int64(n) * k.p.k
-	sh.mu.RLock() // one atomic add on this shard's reader count
-	if c := sh.m[key]; c != nil {
+	if v, ok := k.m.Load(key); ok { // lock-free lookup, no allocation
+		c := v.(*cell)
 		for {
 			tat := c.tat.Load()
+			if tat == evicted {
+				break // evicted since the lookup: take the slow path
+			}
 			next := max(tat, u) + inc
 			if next-u > k.p.tau {
-				sh.mu.RUnlock()
 				return k.reject(n, k.p.waitFor(now, next)) // read-only
 			}
-			if c.tat.CompareAndSwap(tat, next) { // the one write to the cell
-				sh.mu.RUnlock()
+			if c.tat.CompareAndSwap(tat, next) { // the one write, on the key's word
 				if k.countStats {
 					k.admitted.Add(1)
 				}
@@ -132,80 +119,99 @@ func (k *Keyed) TryAcquire(key string, now int64, n int) (wait int64) {
 			}
 		}
 	}
-	sh.mu.RUnlock()
-	return k.insertSlow(sh, key, now, u, n)
+	return k.insertSlow(key, now, u, n)
 }
 
-// insertSlow is the slow path of TryAcquire for a key not in the table.
-func (k *Keyed) insertSlow(sh *keyShard, key string, now, u int64, n int) int64 {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	c := sh.m[key]
-	if c == nil {
-		if len(sh.m) >= sh.max {
-			soonest := k.sweepLocked(sh, u)
-			if len(sh.m) >= sh.max {
-				return k.reject(n, max(k.p.earliest(soonest)-now, 1))
+// insertSlow is the slow path of TryAcquire for a key not in the table (or
+// whose cell was just evicted).
+func (k *Keyed) insertSlow(key string, now, u int64, n int) int64 {
+	inc := int64(n) * k.p.k
+	swept := false
+	for {
+		v, ok := k.m.Load(key)
+		if !ok {
+			if k.keys.Add(1) > k.maxKeys { // reserve a slot
+				k.keys.Add(-1)
+				if swept {
+					return k.reject(n, Never)
+				}
+				soonest := k.sweep(u)
+				swept = true
+				if k.keys.Load() >= k.maxKeys {
+					return k.reject(n, max(k.p.earliest(soonest)-now, 1))
+				}
+				continue
+			}
+			c := &cell{}
+			c.tat.Store(math.MinInt64 / 2) // a full burst
+			var loaded bool
+			v, loaded = k.m.LoadOrStore(key, c)
+			if loaded {
+				k.keys.Add(-1) // someone else inserted it first
 			}
 		}
-		c = &cell{}
-		c.tat.Store(math.MinInt64 / 2)
-		sh.m[key] = c
-	}
-	// Under the write lock nobody else updates c.
-	tat := c.tat.Load()
-	next := max(tat, u) + int64(n)*k.p.k
-	if next-u > k.p.tau {
-		return k.reject(n, k.p.waitFor(now, next))
-	}
-	c.tat.Store(next)
-	if k.countStats {
-		k.admitted.Add(1)
-	}
-	return 0
-}
-
-// sweepLocked evicts the idle cells of sh (TAT ≤ u: a full burst, the same as
-// a new cell) and returns the least TAT among the others.
-func (k *Keyed) sweepLocked(sh *keyShard, u int64) (soonest int64) {
-	soonest = math.MaxInt64
-	for key, c := range sh.m {
-		if tat := c.tat.Load(); tat <= u {
-			delete(sh.m, key)
-			k.evicted.Add(1)
-		} else {
-			soonest = min(soonest, tat)
+		c := v.(*cell)
+		for {
+			tat := c.tat.Load()
+			if tat == evicted {
+				k.m.CompareAndDelete(key, c) // help the evictor, then retry
+				break
+			}
+			next := max(tat, u) + inc
+			if next-u > k.p.tau {
+				return k.reject(n, k.p.waitFor(now, next))
+			}
+			if c.tat.CompareAndSwap(tat, next) {
+				if k.countStats {
+					k.admitted.Add(1)
+				}
+				return 0
+			}
 		}
 	}
+}
+
+// sweep evicts every idle cell (TAT ≤ u: a full burst, the same as a new
+// cell) and returns the least TAT among the others.
+func (k *Keyed) sweep(u int64) (soonest int64) {
+	k.sweepMu.Lock()
+	defer k.sweepMu.Unlock()
+	soonest = math.MaxInt64
+	k.m.Range(func(key, v any) bool {
+		c := v.(*cell)
+		for {
+			tat := c.tat.Load()
+			if tat == evicted {
+				return true
+			}
+			if tat > u {
+				soonest = min(soonest, tat)
+				return true
+			}
+			// The CAS fails if an admission updated the cell meanwhile:
+			// a cell is evicted only in a state equal to a new one.
+			if c.tat.CompareAndSwap(tat, evicted) {
+				k.m.CompareAndDelete(key, c)
+				k.keys.Add(-1)
+				k.evictedN.Add(1)
+				return true
+			}
+		}
+	})
 	return soonest
 }
 
-// Sweep evicts every idle key (back to a full burst at time now) and
-// returns how many it evicted. Call it periodically to bound memory by the
-// active keys rather than MaxKeys; it is never required for correctness.
+// Sweep evicts every key idle at time now (back to a full burst) and
+// returns how many it evicted. Calling it periodically bounds memory by the
+// active keys rather than MaxKeys; it is never needed for correctness.
 func (k *Keyed) Sweep(now int64) int {
-	u := k.p.units(now)
-	before := k.evicted.Load()
-	for i := range k.shards {
-		sh := &k.shards[i]
-		sh.mu.Lock()
-		k.sweepLocked(sh, u)
-		sh.mu.Unlock()
-	}
-	return int(k.evicted.Load() - before)
+	before := k.evictedN.Load()
+	k.sweep(k.p.units(now))
+	return int(k.evictedN.Load() - before)
 }
 
 // Len returns the number of keys held.
-func (k *Keyed) Len() int {
-	n := 0
-	for i := range k.shards {
-		sh := &k.shards[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
-	}
-	return n
-}
+func (k *Keyed) Len() int { return int(k.keys.Load()) }
 
 func (k *Keyed) reject(n int, wait int64) int64 {
 	if k.countStats {
@@ -236,16 +242,15 @@ type KeyedStats struct {
 	Rejected       uint64 // only with CountStats
 	Evicted        uint64 // idle keys evicted
 	Keys           int    // keys held now
-	ListenerPanics uint64
+	ListenerPanics uint64 // panics recovered from OnRejected
 }
 
-// Stats returns the counters. It allocates nothing (it takes each shard's
-// read lock to count the keys).
+// Stats returns the counters. It allocates nothing.
 func (k *Keyed) Stats() KeyedStats {
 	return KeyedStats{
 		Admitted:       k.admitted.Load(),
 		Rejected:       k.rejectedN.Load(),
-		Evicted:        k.evicted.Load(),
+		Evicted:        k.evictedN.Load(),
 		Keys:           k.Len(),
 		ListenerPanics: k.listenerPanics.Load(),
 	}

@@ -43,22 +43,22 @@ func TestConfigValidation(t *testing.T) {
 		require.NoError(t, err, "%+v", c)
 	}
 	bad := []Config{
-		{},                                  // no form
-		{Rate: 1, Limit: 1},                 // two forms
-		{Rate: -1},                          // negative
-		{Rate: math.NaN()},                  // NaN
-		{Rate: math.Inf(1)},                 // infinite
-		{Rate: 2e9},                         // interval rounds to 0
-		{Rate: 1e-12},                       // interval overflows
-		{Rate: 1, Burst: -1},                // burst < 1
-		{Limit: 0, Period: time.Second},     // limit < 1
-		{Limit: -3},                         // limit < 1
-		{Limit: 3, Period: -time.Second},    // negative period
-		{Limit: 2e9, Period: time.Second},   // interval rounds to 0
-		{Capacity: 0, RefillRate: 1},        // capacity < 1
-		{Capacity: 5, RefillRate: 0.0},      // no refill... (Capacity alone: RefillRate must be positive)
+		{},                                // no form
+		{Rate: 1, Limit: 1},               // two forms
+		{Rate: -1},                        // negative
+		{Rate: math.NaN()},                // NaN
+		{Rate: math.Inf(1)},               // infinite
+		{Rate: 2e9},                       // interval rounds to 0
+		{Rate: 1e-12},                     // interval overflows
+		{Rate: 1, Burst: -1},              // burst < 1
+		{Limit: 0, Period: time.Second},   // limit < 1
+		{Limit: -3},                       // limit < 1
+		{Limit: 3, Period: -time.Second},  // negative period
+		{Limit: 2e9, Period: time.Second}, // interval rounds to 0
+		{Capacity: 0, RefillRate: 1},      // capacity < 1
+		{Capacity: 5, RefillRate: 0.0},    // no refill... (Capacity alone: RefillRate must be positive)
 		{Capacity: 5, RefillRate: 1, Burst: 3},
-		{Rate: 1e9, Burst: math.MaxInt},     // tau overflows
+		{Rate: 1e9, Burst: math.MaxInt}, // tau overflows
 	}
 	for _, c := range bad {
 		_, err := New(c)
