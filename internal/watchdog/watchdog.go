@@ -59,8 +59,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/pad"
-	"github.com/rampart-go/rampart/internal/ticker"
 )
 
 // Target is what a Watchdog fires. Implement it on a long-lived or per-call
@@ -100,8 +100,8 @@ type Config struct {
 	// Tick is the sweep period, which is also the precision: a target fires
 	// at most one Tick after its deadline. Zero means DefaultTick.
 	Tick time.Duration
-	// Clock reads the time that deadlines are expressed in. Nil means a
-	// process-wide nanosecond clock (the same as rampart.DefaultTicker()).
+	// Clock reads the time that deadlines are expressed in. Nil means
+	// rampart.DefaultTicker().
 	Clock Clock
 	// IdleTicks is the number of consecutive sweeps that found nothing armed
 	// after which the goroutine exits (it restarts on the next Schedule).
@@ -185,14 +185,12 @@ type Watchdog struct {
 	full       atomic.Uint64
 }
 
-var defaultClock = sync.OnceValue(func() Clock { return ticker.NewNano() })
-
 // New returns a Watchdog. Its goroutine starts on the first Schedule (never
 // when Manual is set).
 func New(cfg Config) *Watchdog {
 	w := &Watchdog{clock: cfg.Clock, tick: cfg.Tick, idle: cfg.IdleTicks, manual: cfg.Manual}
 	if w.clock == nil {
-		w.clock = defaultClock()
+		w.clock = rampart.DefaultTicker()
 	}
 	if w.tick <= 0 {
 		w.tick = DefaultTick
@@ -208,15 +206,11 @@ func New(cfg Config) *Watchdog {
 
 var defaultWatchdog = sync.OnceValue(func() *Watchdog { return New(Config{}) })
 
-// Default returns the process-wide Watchdog: DefaultTick, the process-wide
-// nanosecond clock (rampart.DefaultTicker's readings are comparable with it
-// only if they are the same clock: policies pass their own Clock to New when
-// they use another ticker). It is created on first use, its goroutine starts
+// Default returns the process-wide Watchdog: DefaultTick, clocked by
+// rampart.DefaultTicker() (a policy using another ticker creates its own
+// Watchdog with that Clock). It is created on first use, its goroutine starts
 // on the first Schedule and exits after a second without work. Never Close it.
 func Default() *Watchdog { return defaultWatchdog() }
-
-// DefaultClock returns the clock of Default().
-func DefaultClock() Clock { return defaultClock() }
 
 // Tick returns the sweep period (the precision).
 func (w *Watchdog) Tick() time.Duration { return w.tick }
@@ -463,7 +457,9 @@ func (w *Watchdog) loop(stop <-chan struct{}, done chan<- struct{}) {
 			continue
 		}
 		w.mu.Lock()
-		if w.closed {
+		if w.closed || w.done != done {
+			// Closed, or stopped by StopIdle (and maybe replaced by a
+			// newer goroutine, whose state is not ours to touch).
 			w.mu.Unlock()
 			return
 		}
@@ -499,6 +495,32 @@ func (w *Watchdog) Close() error {
 		<-done
 	}
 	return nil
+}
+
+// StopIdle stops the goroutine now if nothing is armed, and waits for it to
+// exit; the next Schedule starts it again (unlike Close). It reports whether
+// the goroutine is stopped on return. Use it where a goroutine must not
+// outlive some work, e.g. before a leak check in a test's TestMain, on
+// Default() too.
+func (w *Watchdog) StopIdle() bool {
+	w.mu.Lock()
+	if w.run.Load() != runRunning {
+		w.mu.Unlock()
+		return true
+	}
+	// Same handshake as the idle exit in loop.
+	w.run.Store(runStopped)
+	if w.countArmed() > 0 {
+		w.run.Store(runRunning)
+		w.mu.Unlock()
+		return false
+	}
+	stop, done := w.stop, w.done
+	w.stop, w.done = nil, nil
+	w.mu.Unlock()
+	close(stop)
+	<-done
+	return true
 }
 
 // Running reports whether the goroutine is running now.

@@ -329,3 +329,32 @@ func BenchmarkScheduleCancel(b *testing.B) {
 		}
 	})
 }
+
+// TestStopIdle: StopIdle refuses while something is armed, stops an idle
+// goroutine, and a later Schedule restarts it.
+func TestStopIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := ticker.NewNano()
+		w := New(Config{Clock: clk})
+		defer w.Close()
+		if !w.StopIdle() {
+			t.Fatal("StopIdle on a never-started watchdog")
+		}
+		c := &counter{}
+		h, _ := w.Schedule(clk.Now()+int64(time.Second), c, 0)
+		if w.StopIdle() || !w.Running() {
+			t.Fatal("StopIdle stopped a watchdog with an armed target")
+		}
+		w.Cancel(h)
+		base := runtime.NumGoroutine()
+		if !w.StopIdle() || w.Running() || runtime.NumGoroutine() != base-1 {
+			t.Fatal("StopIdle did not stop an idle watchdog")
+		}
+		w.Schedule(clk.Now()+int64(time.Millisecond), c, 0)
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		if c.n.Load() != 1 {
+			t.Fatal("not fired after restart")
+		}
+	})
+}
