@@ -8,6 +8,7 @@ import (
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/timeout"
@@ -72,6 +73,23 @@ type Config struct {
 	// still runs (use timeout.DoAbandon with the bulkhead's Exit instead).
 	Timeout *timeout.Timeout
 
+	// Hedge, innermost, starts extra attempts of a slow call (after its
+	// fixed or percentile delay) and keeps the first success; the losers'
+	// contexts are cancelled. Hedging applies to the hedged entry points
+	// only ([Pipeline.DoHedged], [Pipeline.TryHedged], [CallHedged],
+	// [TryCallHedged]); Do, Try, Call and TryCall run fn once per attempt.
+	// The hedged attempts share the attempt's admission (one breaker
+	// permit, one rate-limit permit, one bulkhead slot) and its timeout;
+	// the hedger reads its own ticker (one or two reads per call) and
+	// obeys its own budget (give it the retry's, so that hedges and
+	// retries draw from one budget). Requires Idempotent.
+	Hedge *hedge.Hedger
+
+	// Idempotent is the promise that fn may run more than once, even
+	// concurrently: running it twice, or abandoning one run half way, is
+	// harmless. New refuses a Hedge without it.
+	Idempotent bool
+
 	// AdaptiveClassify maps an attempt's error to the adaptive limit's
 	// outcome. Nil means adaptive.DefaultClassify. (The limiter's own
 	// Config.Classify is used by its Do; the pipeline cannot see it, so set
@@ -93,6 +111,7 @@ type Pipeline struct {
 	bh    *bulkhead.Bulkhead
 	al    *adaptive.Limiter
 	to    *timeout.Timeout
+	hg    *hedge.Hedger
 	toErr error // the timeout's preallocated error, to recognise a timeout
 
 	alClassify func(context.Context, error) adaptive.Outcome
@@ -119,6 +138,7 @@ func New(cfg Config) (*Pipeline, error) {
 		bh:         cfg.Bulkhead,
 		al:         cfg.Adaptive,
 		to:         cfg.Timeout,
+		hg:         cfg.Hedge,
 		alClassify: cfg.AdaptiveClassify,
 		cfg:        cfg,
 	}
@@ -132,7 +152,7 @@ func New(cfg Config) (*Pipeline, error) {
 		field string
 		t     rampart.Ticker
 	}
-	var clocks [5]ticked
+	var clocks [6]ticked
 	n := 0
 	add := func(field string, t rampart.Ticker) {
 		clocks[n] = ticked{field, t}
@@ -166,6 +186,13 @@ func New(cfg Config) (*Pipeline, error) {
 		add("Timeout", cfg.Timeout.Ticker())
 		p.toErr = cfg.Timeout.Err()
 		p.needT0, p.needT1 = true, true
+	}
+	if cfg.Hedge != nil {
+		if !cfg.Idempotent {
+			return nil, rampart.NewConfigError("pipeline", "Idempotent",
+				"must be true when Hedge is set: hedging runs fn more than once, concurrently, and abandons the losers")
+		}
+		add("Hedge", cfg.Hedge.Ticker())
 	}
 	tick := cfg.Ticker
 	for _, c := range clocks[:n] {
@@ -238,4 +265,33 @@ func Call[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, 
 // TryCall is [Call] returning an [Outcome] instead of an error.
 func TryCall[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, Outcome) {
 	return run(ctx, p, fn, nil)
+}
+
+// DoHedged is [Pipeline.Do] with the call hedged by Config.Hedge (plain Do
+// when the pipeline has none). Calling it is the caller's promise that fn is
+// idempotent. fn runs on other goroutines too, so a closure passed to
+// DoHedged escapes to the heap (one allocation per call for a closure that
+// captures variables); the hedger's own costs are in package hedge.
+func (p *Pipeline) DoHedged(ctx context.Context, fn func(context.Context) error) error {
+	_, o := runHedged[struct{}](ctx, p, nil, fn)
+	return o.Err
+}
+
+// TryHedged is [Pipeline.DoHedged] returning an [Outcome].
+func (p *Pipeline) TryHedged(ctx context.Context, fn func(context.Context) error) Outcome {
+	_, o := runHedged[struct{}](ctx, p, nil, fn)
+	return o
+}
+
+// CallHedged is [Call] with the call hedged; see [Pipeline.DoHedged]. The
+// winning attempt's context is not cancelled when it returns, so a result
+// that reads through it (an HTTP response body) stays readable.
+func CallHedged[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, error) {
+	v, o := runHedged(ctx, p, fn, nil)
+	return v, o.Err
+}
+
+// TryCallHedged is [CallHedged] returning an [Outcome].
+func TryCallHedged[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, Outcome) {
+	return runHedged(ctx, p, fn, nil)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/timeout"
 )
@@ -29,6 +30,14 @@ const (
 	heldTimeout
 )
 
+// loop is the per-call state of the retry loop, in the caller's frame.
+type loop struct {
+	start    int64 // the first attempt's t0 (noTime before it)
+	prev     int64 // the previous retry delay
+	deadline int64 // the context's deadline on the ticker; -1: not computed
+	last     error // the previous attempt's error, for a give-up
+}
+
 // run is the engine behind Do, Try, Call and TryCall. Exactly one of fnT and
 // fnE is non-nil. It returns the value of the last attempt and its outcome.
 //
@@ -37,68 +46,107 @@ const (
 // atomics (breaker: a load; rate limiter: a load and a CAS; bulkhead: an
 // add on entry and one on exit), the call, and the breaker's record.
 func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error) (v T, o Outcome) {
-	rt := p.rt
-	start, prev, deadline := int64(noTime), int64(0), int64(-1)
-	var last error // the previous attempt's error, for a give-up
+	l := loop{start: noTime, deadline: -1}
 	for {
-		o.Attempts++
-		// One interface call: a context that is already done starts
-		// nothing.
-		if err := ctx.Err(); err != nil {
-			o.Code, o.Policy, o.Err = Canceled, None, err
-			if o.Attempts > 1 {
-				// Ended right after the retry's sleep: give up on the last
-				// error.
-				o.Attempts--
-				o.Err = rt.GiveUp(retry.Canceled, int(o.Attempts), last, err)
-			}
-			return v, o
-		}
-		a := attempt{t0: noTime, t1: noTime, start: start}
-		if p.needT0 || (rt != nil && o.Attempts == 1) {
-			a.t0 = p.tick.Now() // clock read 1 of at most 2 per attempt
-		}
-		if o.Attempts == 1 && rt != nil {
-			start, a.start = a.t0, a.t0
-			if p.bud != nil {
-				p.bud.OnRequest(start)
-			}
-		}
-		actx, admitted := p.admit(ctx, &a, &o)
+		var a attempt
+		actx, admitted := p.begin(ctx, &l, &a, &o)
 		if !admitted {
 			return v, o
 		}
 		var err error
 		v, err = invoke(actx, p, &a, fnT, fnE)
-		err = p.release(ctx, &a, err, &o)
-		if err == nil {
-			if p.bud != nil {
-				p.bud.OnSuccess(a.t0)
-			}
-			o.Code, o.Policy, o.Err = OK, None, nil
+		if p.end(ctx, &l, &a, err, &o) {
 			return v, o
 		}
-		if rt == nil || !rt.Retryable(err) {
-			return v, p.failed(ctx, o, err, rt)
-		}
-		// Slow path: decide whether to retry.
-		now := a.t1
-		if now == noTime {
-			now = p.tick.Now() // clock read 2, on the failure path only
-		}
-		if deadline < 0 {
-			deadline = rt.Deadline(ctx, now)
-		}
-		delay, stop := rt.Decide(int(o.Attempts), err, start, now, deadline, prev)
-		if stop != retry.Continue {
-			return v, p.failed(ctx, o, rt.GiveUp(stop, int(o.Attempts), err, nil), nil)
-		}
-		if cerr := rt.Sleep(ctx, delay); cerr != nil {
-			o.Code, o.Policy, o.Err = Canceled, None, rt.GiveUp(retry.Canceled, int(o.Attempts), err, cerr)
-			return v, o
-		}
-		prev, last = delay, err
 	}
+}
+
+// runHedged is run with the call hedged (see Pipeline.DoHedged). It is a
+// separate function so that only the hedged entry points hand fn to other
+// goroutines, which makes a closure passed to them escape to the heap.
+func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error) (v T, o Outcome) {
+	l := loop{start: noTime, deadline: -1}
+	for {
+		var a attempt
+		actx, admitted := p.begin(ctx, &l, &a, &o)
+		if !admitted {
+			return v, o
+		}
+		var err error
+		v, err = invokeHedged(actx, p, &a, fnT, fnE)
+		if p.end(ctx, &l, &a, err, &o) {
+			return v, o
+		}
+	}
+}
+
+// begin starts an attempt: it checks the context, reads t0 when a policy
+// needs it, counts the call in the retry budget (first attempt) and takes
+// the permits. It returns the context for fn, or false when the call ends
+// here (o is filled).
+func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (context.Context, bool) {
+	o.Attempts++
+	// One interface call: a context that is already done starts nothing.
+	if err := ctx.Err(); err != nil {
+		o.Code, o.Policy, o.Err = Canceled, None, err
+		if o.Attempts > 1 {
+			// Ended right after the retry's sleep: give up on the last
+			// error.
+			o.Attempts--
+			o.Err = p.rt.GiveUp(retry.Canceled, int(o.Attempts), l.last, err)
+		}
+		return nil, false
+	}
+	*a = attempt{t0: noTime, t1: noTime, start: l.start}
+	rt := p.rt
+	if p.needT0 || (rt != nil && o.Attempts == 1) {
+		a.t0 = p.tick.Now() // clock read 1 of at most 2 per attempt
+	}
+	if o.Attempts == 1 && rt != nil {
+		l.start, a.start = a.t0, a.t0
+		if p.bud != nil {
+			p.bud.OnRequest(a.t0)
+		}
+	}
+	return p.admit(ctx, a, o)
+}
+
+// end ends an attempt that ran fn: it releases the permits and records the
+// outcome, then decides whether the call is over (true, o filled) or is
+// retried (false, after the retry's sleep).
+func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *Outcome) bool {
+	err = p.release(ctx, a, err, o)
+	if err == nil {
+		if p.bud != nil {
+			p.bud.OnSuccess(a.t0)
+		}
+		o.Code, o.Policy, o.Err = OK, None, nil
+		return true
+	}
+	rt := p.rt
+	if rt == nil || !rt.Retryable(err) {
+		*o = p.failed(ctx, *o, err, rt)
+		return true
+	}
+	// Slow path: decide whether to retry.
+	now := a.t1
+	if now == noTime {
+		now = p.tick.Now() // clock read 2, on the failure path only
+	}
+	if l.deadline < 0 {
+		l.deadline = rt.Deadline(ctx, now)
+	}
+	delay, stop := rt.Decide(int(o.Attempts), err, l.start, now, l.deadline, l.prev)
+	if stop != retry.Continue {
+		*o = p.failed(ctx, *o, rt.GiveUp(stop, int(o.Attempts), err, nil), nil)
+		return true
+	}
+	if cerr := rt.Sleep(ctx, delay); cerr != nil {
+		o.Code, o.Policy, o.Err = Canceled, None, rt.GiveUp(retry.Canceled, int(o.Attempts), err, cerr)
+		return true
+	}
+	l.prev, l.last = delay, err
+	return false
 }
 
 // failed fills o for a call that ended with err after running fn. With a
@@ -248,6 +296,30 @@ func invoke[T any](ctx context.Context, p *Pipeline, a *attempt, fnT func(contex
 		err = fnE(ctx)
 	} else {
 		v, err = fnT(ctx)
+	}
+	done = true
+	return v, err
+}
+
+// invokeHedged is invoke with fn run through the pipeline's hedger.
+func invokeHedged[T any](ctx context.Context, p *Pipeline, a *attempt, fnT func(context.Context) (T, error), fnE func(context.Context) error) (v T, err error) {
+	done := false
+	defer func() {
+		if !done {
+			p.abort(a)
+		}
+	}()
+	switch {
+	case p.hg == nil:
+		if fnE != nil {
+			err = fnE(ctx)
+		} else {
+			v, err = fnT(ctx)
+		}
+	case fnE != nil:
+		err = p.hg.Do(ctx, fnE)
+	default:
+		v, err = hedge.Call(ctx, p.hg, fnT)
 	}
 	done = true
 	return v, err
