@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// phase is one stretch of the run at a constant offered rate.
+type phase struct {
+	name     string
+	duration time.Duration
+	slowdown float64 // database visit factor during the phase
+}
+
+// phaseStats counts what the requests sent during one phase became.
+type phaseStats struct {
+	phase   phase
+	offered int64 // iterations scheduled
+	sent    atomic.Int64
+	ok      atomic.Int64
+	shed    atomic.Int64 // 503 with Retry-After: a fast, deliberate rejection
+	failed  atomic.Int64 // anything else: 5xx without Retry-After, timeouts, connection errors
+	errs    atomic.Int64 // the part of failed that got no response (client timeout, connection error)
+	gw      atomic.Int64 // the part of failed answered 504 (the server's deadline passed)
+	dropped atomic.Int64 // iterations not sent: no free VU, or the generator was too late
+	maxLag  atomic.Int64 // worst lateness of the generator (ns)
+
+	mu  sync.Mutex
+	lat []time.Duration // latency of successes
+}
+
+func (p *phaseStats) addLatency(d time.Duration) {
+	p.mu.Lock()
+	p.lat = append(p.lat, d)
+	p.mu.Unlock()
+}
+
+// percentiles returns p50, p99 and max of the successes' latencies.
+func (p *phaseStats) percentiles() (p50, p99, max time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.lat) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(p.lat)
+	at := func(q float64) time.Duration { return p.lat[min(len(p.lat)-1, int(q*float64(len(p.lat))))] }
+	return at(0.50), at(0.99), p.lat[len(p.lat)-1]
+}
+
+// generator is an open-model load generator, like k6's
+// constant-arrival-rate executor: it starts iterations (one HTTP request
+// each) at the offered rate whatever the responses do. An iteration that
+// finds all maxVUs virtual users busy, or that the generator could only
+// start more than maxLag late (its own CPU starved), is dropped and counted,
+// never sent late in a burst.
+type generator struct {
+	client   *http.Client
+	url      string
+	vus      chan struct{}
+	maxLag   time.Duration
+	writes   float64
+	inFlight atomic.Int64
+	wg       sync.WaitGroup
+}
+
+func newGenerator(url string, o options) *generator {
+	tr := &http.Transport{
+		MaxIdleConns:        o.maxVUs,
+		MaxIdleConnsPerHost: o.maxVUs,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	return &generator{
+		client: &http.Client{
+			Transport: tr,
+			Timeout:   o.clientTimeout,
+			// Redirects off: one HTTP request per iteration.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		url:    url,
+		vus:    make(chan struct{}, o.maxVUs),
+		maxLag: o.maxLag,
+		writes: o.writeRate,
+	}
+}
+
+// run offers rate requests per second for p.phase.duration, recording into p.
+// It returns when the phase's time is over; requests still in flight keep
+// recording into p.
+func (g *generator) run(ctx context.Context, rate int, p *phaseStats) {
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	end := start.Add(p.phase.duration)
+	p.offered = int64(p.phase.duration / interval)
+	var issued int64
+	for issued < p.offered {
+		now := time.Now()
+		// Start every iteration that is due; drop those far too late.
+		due := min(int64(now.Sub(start)/interval)+1, p.offered)
+		for ; issued < due; issued++ {
+			lag := now.Sub(start.Add(time.Duration(issued) * interval))
+			if lag > time.Duration(p.maxLag.Load()) {
+				p.maxLag.Store(int64(lag))
+			}
+			if lag > g.maxLag {
+				p.dropped.Add(1)
+				continue
+			}
+			select {
+			case g.vus <- struct{}{}:
+				g.wg.Add(1)
+				go g.iteration(p)
+			default:
+				p.dropped.Add(1) // all VUs busy
+			}
+		}
+		if ctx.Err() != nil || !now.Before(end) {
+			break
+		}
+		// Sleep to the next due iteration, at least a little: the Go timer
+		// wakes in about 1 ms batches at these rates.
+		next := start.Add(time.Duration(issued) * interval)
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+	}
+	p.dropped.Add(p.offered - issued) // not reached before the end of the phase
+}
+
+// iteration sends one request and classifies its outcome.
+func (g *generator) iteration(p *phaseStats) {
+	defer g.wg.Done()
+	defer func() { <-g.vus }()
+	g.inFlight.Add(1)
+	defer g.inFlight.Add(-1)
+	method := http.MethodGet
+	if rand.Float64() < g.writes {
+		method = http.MethodPost
+	}
+	req, err := http.NewRequest(method, g.url, nil)
+	if err != nil {
+		p.failed.Add(1)
+		return
+	}
+	p.sent.Add(1)
+	start := time.Now()
+	resp, err := g.client.Do(req)
+	if err != nil {
+		p.errs.Add(1)
+		p.failed.Add(1)
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	d := time.Since(start)
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		p.ok.Add(1)
+		p.addLatency(d)
+	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+		p.shed.Add(1)
+	case resp.StatusCode == http.StatusGatewayTimeout:
+		p.gw.Add(1)
+		p.failed.Add(1)
+	default:
+		p.failed.Add(1)
+	}
+}
+
+// wait waits for every iteration started so far to end.
+func (g *generator) wait() { g.wg.Wait() }
+
+// close releases the client's idle connections.
+func (g *generator) close() { g.client.CloseIdleConnections() }
