@@ -144,16 +144,27 @@ func BenchmarkRetry(b *testing.B) {
 			}
 		})
 	}
+	// In parallel, the operation counts its runs in a per-goroutine counter
+	// reached through the context (a shared atomic would dominate the cost
+	// of the cheap wrappers with its cache-line contention).
+	type counterKey struct{}
+	localOp := func(ctx context.Context) error { *ctx.Value(counterKey{}).(*int64)++; return nil }
 	for _, p := range retryPeers() {
 		b.Run("FirstTrySuccessParallel/"+p.name, func(b *testing.B) {
-			call := p.build(b, op)
+			call := p.build(b, localOp)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
+				var runs, calls int64
+				ctx := context.WithValue(ctx, counterKey{}, &runs)
 				for pb.Next() {
 					if err := call(ctx); err != nil {
 						b.Error(err)
 						return
 					}
+					calls++
+				}
+				if runs != calls {
+					b.Errorf("%d runs of the operation for %d calls", runs, calls)
 				}
 			})
 		})
