@@ -196,7 +196,7 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 		if x == w {
 			q.removeAt(i, l.ticker.Now())
 			q.mu.Unlock()
-				if cause == l.rejErr {
+			if cause == l.rejErr {
 				q.shed.Add(1)
 				l.rejected.Add(1)
 			}

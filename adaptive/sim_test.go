@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/israce"
 )
 
 // The simulation: a discrete-event model of a client with a Limiter in front
@@ -70,6 +73,14 @@ type sim struct {
 
 func newSim(t testing.TB, c Config, capacity int, base time.Duration, seed uint64) *sim {
 	t.Helper()
+	if israce.Enabled {
+		// The simulation runs on one goroutine and is deterministic: the
+		// race detector has nothing to find and makes it 20× slower.
+		t.Skip("single-goroutine deterministic simulation; run without -race")
+	}
+	if c.Ticker == nil {
+		c.Ticker = rampart.NewManualTicker(0)
+	}
 	l, err := New(c)
 	if err != nil {
 		t.Fatal(err)
@@ -229,6 +240,7 @@ func simConfig(alg Algorithm, initial int) Config {
 		InitialLimit: initial,
 		MaxLimit:     2000,
 		Window:       100 * time.Millisecond,
+		Ticker:       rampart.NewManualTicker(0), // New starts the first window at the ticker's now
 	}
 }
 
