@@ -259,3 +259,67 @@ func TestAllocsBudgets(t *testing.T) {
 		t.Fatalf("budgets allocate %v", n)
 	}
 }
+
+// FuzzTokenBucket applies a sequence of successes and failures and checks
+// the bucket against a float model: count in [0, MaxTokens], AllowRetry iff
+// count > MaxTokens/2.
+func FuzzTokenBucket(f *testing.F) {
+	f.Add(10.0, 0.1, []byte{0, 0, 0, 0, 0, 1, 1, 1})
+	f.Add(3.0, 1.0, []byte{1, 0, 1, 0, 0, 0, 0})
+	f.Add(0.5, 0.001, []byte{0, 1})
+	f.Fuzz(func(t *testing.T, maxTok, ratio float64, ops []byte) {
+		b, err := NewTokenBucket(TokenBucketConfig{MaxTokens: maxTok, TokenRatio: ratio})
+		if err != nil {
+			return
+		}
+		model := b.max // milli-tokens
+		for _, op := range ops {
+			if op&1 == 0 {
+				b.OnFailure(0)
+				model = max(model-milli, 0)
+			} else {
+				b.OnSuccess(0)
+				model = min(model+b.ratio, b.max)
+			}
+			if got := b.tokens.Load(); got != model {
+				t.Fatalf("tokens %d, model %d", got, model)
+			}
+			if b.AllowRetry(0) != (model > b.max/2) {
+				t.Fatalf("AllowRetry at %d of %d", model, b.max)
+			}
+		}
+	})
+}
+
+// FuzzRatioBudget drives a RatioBudget with requests and retry requests at
+// non-decreasing times and checks, sequentially, that every grant kept the
+// window's retries within Ratio × requests + MinRetries.
+func FuzzRatioBudget(f *testing.F) {
+	f.Add(0.1, 4, 3, []byte{0, 0, 0, 1, 1, 2, 1, 0, 1})
+	f.Add(1.0, 1, 0, []byte{0, 1, 1, 3, 0, 1})
+	f.Fuzz(func(t *testing.T, ratio float64, buckets, minRetries int, ops []byte) {
+		b, err := NewRatioBudget(RatioBudgetConfig{Ratio: ratio, Window: time.Second, Buckets: buckets, MinRetries: minRetries})
+		if err != nil {
+			return
+		}
+		now := int64(0)
+		for _, op := range ops {
+			switch op % 4 {
+			case 0:
+				b.OnRequest(now)
+			case 1:
+				req, ret := b.Counts(now)
+				if b.AllowRetry(now) {
+					if float64(ret+1) > ratio*float64(req)+float64(minRetries)+1e-6 {
+						t.Fatalf("granted retry %d with %d requests (ratio %v, min %d)", ret+1, req, ratio, minRetries)
+					}
+					if _, ret2 := b.Counts(now); ret2 != ret+1 {
+						t.Fatalf("grant not counted: %d -> %d", ret, ret2)
+					}
+				}
+			default:
+				now += int64(op) * int64(time.Millisecond) * 7
+			}
+		}
+	})
+}
