@@ -54,7 +54,9 @@ type Config struct {
 	Budget Budget
 
 	// Ticker is the clock for MaxDuration, deadlines and budgets. nil means
-	// [rampart.DefaultTicker]. Share it with the budget's other users.
+	// [rampart.DefaultTicker]. Share it with the budget's other users. The
+	// sleeps between attempts use the runtime's timers (which
+	// testing/synctest fakes), not this clock.
 	Ticker rampart.Ticker
 
 	// Rand, when set, replaces math/rand/v2's per-thread generator for the
