@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"testing"
+
+	fsal "github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	fsat "github.com/failsafe-go/failsafe-go/adaptivethrottler"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
+)
+
+// BenchmarkAdaptive measures the adaptive concurrency limiter's admission
+// plus completion (with the RTT sample recorded) and the SRE client-side
+// throttler's allow plus record, against failsafe-go's adaptivelimiter and
+// adaptivethrottler. rampart reads the nano ticker twice per call (start and
+// end of the RTT), as failsafe reads time.Now.
+func BenchmarkAdaptive(b *testing.B) {
+	newRampart := func(b *testing.B) *adaptive.Limiter {
+		l, err := adaptive.New(adaptive.Config{InitialLimit: 1 << 20, MinLimit: 1 << 20, MaxLimit: 1 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return l
+	}
+	newFailsafe := func() fsal.AdaptiveLimiter[any] {
+		return fsal.NewBuilder[any]().WithLimits(1<<20, 1<<20, 1<<20).Build()
+	}
+	b.Run("Admit/rampart", func(b *testing.B) {
+		b.ReportAllocs()
+		l := newRampart(b)
+		tk := l.Ticker()
+		for b.Loop() {
+			tok, ok := l.Acquire(tk.Now())
+			if !ok {
+				b.Fatal("rejected")
+			}
+			l.Release(tok, tk.Now(), adaptive.Success)
+		}
+		sink.Add(int64(l.Limit()))
+	})
+	b.Run("Admit/failsafe", func(b *testing.B) {
+		b.ReportAllocs()
+		l := newFailsafe()
+		for b.Loop() {
+			p, ok := l.TryAcquirePermit()
+			if !ok {
+				b.Fatal("rejected")
+			}
+			p.Record()
+		}
+		sink.Add(int64(l.Limit()))
+	})
+	b.Run("AdmitParallel/rampart", func(b *testing.B) {
+		b.ReportAllocs()
+		l := newRampart(b)
+		tk := l.Ticker()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				tok, ok := l.Acquire(tk.Now())
+				if !ok {
+					b.Fatal("rejected")
+				}
+				l.Release(tok, tk.Now(), adaptive.Success)
+			}
+		})
+		sink.Add(int64(l.Limit()))
+	})
+	b.Run("AdmitParallel/failsafe", func(b *testing.B) {
+		b.ReportAllocs()
+		l := newFailsafe()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				p, ok := l.TryAcquirePermit()
+				if !ok {
+					b.Fatal("rejected")
+				}
+				p.Record()
+			}
+		})
+		sink.Add(int64(l.Limit()))
+	})
+	b.Run("Throttler/rampart", func(b *testing.B) {
+		b.ReportAllocs()
+		t, err := adaptive.NewThrottler(adaptive.ThrottlerConfig{Ticker: rampart.DefaultTicker()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tk := rampart.DefaultTicker()
+		for b.Loop() {
+			now := tk.Now()
+			if !t.Allow(now) {
+				b.Fatal("throttled")
+			}
+			t.Record(now, true)
+		}
+		sink.Add(int64(t.Stats().Rejected))
+	})
+	b.Run("Throttler/failsafe", func(b *testing.B) {
+		b.ReportAllocs()
+		t := fsat.NewWithDefaults[any]()
+		for b.Loop() {
+			if !t.TryAcquirePermit() {
+				b.Fatal("throttled")
+			}
+			t.RecordSuccess()
+		}
+		sink.Add(int64(t.RejectionRate()))
+	})
+}
