@@ -1,0 +1,38 @@
+// Package httpguard puts rampart's policies in front of net/http, with the
+// standard library only: a server middleware that admits requests through a
+// [pipeline.Pipeline] and answers rejections with 429 or 503 and a
+// Retry-After header, and a client [http.RoundTripper] that retries
+// idempotent requests safely, honours the server's Retry-After, and can
+// hedge idempotent requests and keep a circuit breaker per host.
+//
+// # Server
+//
+// [NewHandler] (or [Middleware]) runs each request through a pipeline
+// (typically a rate limiter, a bulkhead or adaptive limit, a breaker and a
+// timeout; a retry has no use on a server and is ignored there):
+//
+//   - a rate-limit rejection answers 429 Too Many Requests;
+//   - a breaker, bulkhead or adaptive-limit rejection answers 503 Service
+//     Unavailable;
+//   - both carry Retry-After: the policy's hint (the rate limiter's wait, the
+//     breaker's remaining open time) rounded up to whole seconds, or
+//     [ServerConfig.DefaultRetryAfter] when the policy has none;
+//   - when the pipeline's timeout expires and the handler has written
+//     nothing, the answer is 503, or [ServerConfig.TimeoutStatus] (504 for a
+//     gateway). The handler sees the deadline in its request's context and
+//     must honour it: the permit it holds is released when it returns, never
+//     before (seed 003: releasing a permit while the work still runs breaks
+//     the limit);
+//   - the handler's status counts as a failure for the breaker and the
+//     adaptive limit when [ServerConfig.IsFailure] says so (5xx by default).
+//
+// # Client
+//
+// [NewTransport] wraps an [http.RoundTripper]. See [ClientConfig] for the
+// rules; in short, it never retries a non-idempotent request unless told to,
+// replays request bodies through Request.GetBody (a request with a body and
+// no GetBody is sent once), waits at least the server's Retry-After (seconds
+// or HTTP-date) before a retry and gives up when that ends past the
+// context's deadline, closes every response body it discards, and starts no
+// goroutine of its own except the hedged attempts, which end with the call.
+package httpguard

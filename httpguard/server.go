@@ -1,0 +1,201 @@
+package httpguard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/pipeline"
+)
+
+// ErrFailureStatus is the error a [NewHandler] middleware records with its
+// pipeline's breaker and adaptive limit when the handler's status is a
+// failure ([ServerConfig.IsFailure]).
+var ErrFailureStatus = errors.New("httpguard: handler answered a failure status")
+
+// ServerConfig configures the server middleware. The zero value of each
+// field but Pipeline means its documented default.
+type ServerConfig struct {
+	// Pipeline admits the requests. Required. Its retry, if any, is not
+	// used: a server does not retry its own handler.
+	Pipeline *pipeline.Pipeline
+
+	// IsFailure reports whether the handler's status counts as a failure
+	// for the breaker and the adaptive limit. Nil means status >= 500.
+	IsFailure func(status int) bool
+
+	// TimeoutStatus is the status written when the pipeline's timeout
+	// expired and the handler wrote nothing. Zero means 503 Service
+	// Unavailable; a gateway sets 504 Gateway Timeout.
+	TimeoutStatus int
+
+	// DefaultRetryAfter is the Retry-After sent with a rejection whose
+	// policy gives no hint (a bulkhead, an adaptive limit). Zero means one
+	// second.
+	DefaultRetryAfter time.Duration
+
+	// OnReject, when set, writes the rejection response instead of the
+	// default plain-text one. The status and the Retry-After header are
+	// decided already: status is 429 or 503, and w's Retry-After header is
+	// set; OnReject must call w.WriteHeader(status) itself.
+	OnReject func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome)
+}
+
+// server is the middleware's handler.
+type server struct {
+	next              http.Handler
+	p                 *pipeline.Pipeline
+	isFailure         func(int) bool
+	timeoutStatus     int
+	defaultRetryAfter time.Duration
+	onReject          func(http.ResponseWriter, *http.Request, int, pipeline.Outcome)
+}
+
+// NewHandler returns a handler that admits each request through
+// cfg.Pipeline before calling next. See the package doc for the statuses.
+func NewHandler(next http.Handler, cfg ServerConfig) (http.Handler, error) {
+	if next == nil {
+		return nil, rampart.NewConfigError("httpguard", "next", "must not be nil")
+	}
+	if cfg.Pipeline == nil {
+		return nil, rampart.NewConfigError("httpguard", "Pipeline", "must not be nil")
+	}
+	if cfg.TimeoutStatus != 0 && (cfg.TimeoutStatus < 100 || cfg.TimeoutStatus > 999) {
+		return nil, rampart.NewConfigError("httpguard", "TimeoutStatus", "must be an HTTP status code, got %d", cfg.TimeoutStatus)
+	}
+	if cfg.DefaultRetryAfter < 0 {
+		return nil, rampart.NewConfigError("httpguard", "DefaultRetryAfter", "must not be negative, got %v", cfg.DefaultRetryAfter)
+	}
+	p := cfg.Pipeline
+	if pc := p.Config(); pc.Retry != nil {
+		pc.Retry = nil
+		np, err := pipeline.New(pc)
+		if err != nil {
+			return nil, err
+		}
+		p = np
+	}
+	s := &server{
+		next:              next,
+		p:                 p,
+		isFailure:         cfg.IsFailure,
+		timeoutStatus:     cfg.TimeoutStatus,
+		defaultRetryAfter: cfg.DefaultRetryAfter,
+		onReject:          cfg.OnReject,
+	}
+	if s.isFailure == nil {
+		s.isFailure = func(status int) bool { return status >= 500 }
+	}
+	if s.timeoutStatus == 0 {
+		s.timeoutStatus = http.StatusServiceUnavailable
+	}
+	if s.defaultRetryAfter == 0 {
+		s.defaultRetryAfter = time.Second
+	}
+	return s, nil
+}
+
+// Middleware returns NewHandler as a middleware constructor, validating cfg
+// once.
+func Middleware(cfg ServerConfig) (func(http.Handler) http.Handler, error) {
+	if _, err := NewHandler(http.NotFoundHandler(), cfg); err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		h, err := NewHandler(next, cfg)
+		if err != nil {
+			panic(err) // unreachable: cfg was validated above and next is checked by the caller's mux
+		}
+		return h
+	}, nil
+}
+
+// exchange is one request in flight: the status recorder and what the
+// pipeline's call needs, in one allocation.
+type exchange struct {
+	http.ResponseWriter
+	s      *server
+	r      *http.Request
+	status int
+	wrote  bool
+}
+
+// WriteHeader records the status and forwards it.
+func (e *exchange) WriteHeader(status int) {
+	if !e.wrote && status >= 200 {
+		e.status, e.wrote = status, true
+	}
+	e.ResponseWriter.WriteHeader(status)
+}
+
+// Write records an implicit 200 and forwards the bytes.
+func (e *exchange) Write(b []byte) (int, error) {
+	if !e.wrote {
+		e.status, e.wrote = http.StatusOK, true
+	}
+	return e.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer (Flush,
+// Hijack, deadlines).
+func (e *exchange) Unwrap() http.ResponseWriter { return e.ResponseWriter }
+
+// serve is the pipeline's call: the inner handler, its status classified.
+func (e *exchange) serve(ctx context.Context) error {
+	r := e.r
+	if ctx != r.Context() {
+		r = r.WithContext(ctx)
+	}
+	e.s.next.ServeHTTP(e, r)
+	if e.wrote && e.s.isFailure(e.status) {
+		return ErrFailureStatus
+	}
+	if !e.wrote && ctx.Err() != nil {
+		// The handler gave up on its deadline without answering: let the
+		// timeout (or the cancellation) decide the outcome.
+		return ctx.Err()
+	}
+	return nil
+}
+
+// ServeHTTP admits the request through the pipeline and calls the handler.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e := &exchange{ResponseWriter: w, s: s, r: r}
+	o := s.p.Try(r.Context(), e.serve)
+	switch o.Code {
+	case pipeline.Rejected:
+		status := http.StatusServiceUnavailable
+		if o.Policy == pipeline.RateLimit {
+			status = http.StatusTooManyRequests
+		}
+		s.writeReject(w, r, status, o)
+	case pipeline.TimedOut:
+		if !e.wrote {
+			w.Header().Set("Retry-After", retryAfterSeconds(s.defaultRetryAfter))
+			http.Error(w, http.StatusText(s.timeoutStatus), s.timeoutStatus)
+		}
+	}
+}
+
+// writeReject answers a rejection. Slow path.
+func (s *server) writeReject(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
+	ra := o.RetryAfter
+	if ra <= 0 {
+		ra = s.defaultRetryAfter
+	}
+	w.Header().Set("Retry-After", retryAfterSeconds(ra))
+	if s.onReject != nil {
+		s.onReject(w, r, status, o)
+		return
+	}
+	http.Error(w, http.StatusText(status)+": "+o.Err.Error(), status)
+}
+
+// retryAfterSeconds formats d as whole seconds, rounded up, at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(s, 1), 10)
+}
