@@ -422,6 +422,9 @@ func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, er
 			deadline = p.Deadline(ctx, now)
 		}
 		if cerr := ctx.Err(); cerr != nil {
+			if p.budget != nil {
+				p.budget.OnFailure(now) // Decide, which would record it, is skipped
+			}
 			return p.GiveUp(Canceled, attempt, err, cerr)
 		}
 		delay, stop := p.Decide(attempt, err, start, now, deadline, prev)
@@ -519,6 +522,9 @@ func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (
 			deadline = p.Deadline(ctx, now)
 		}
 		if cerr := ctx.Err(); cerr != nil {
+			if p.budget != nil {
+				p.budget.OnFailure(now)
+			}
 			return v, p.GiveUp(Canceled, attempt, err, cerr)
 		}
 		delay, stop := p.Decide(attempt, err, start, now, deadline, prev)
