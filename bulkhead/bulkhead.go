@@ -210,7 +210,26 @@ func New(cfg Config) (*Bulkhead, error) {
 // rejection no write to the in-flight word, only the rejection counter's add
 // (so a rejection is cheaper than an admission, and an overloaded bulkhead's
 // in-flight line stays shared between cores).
-func (b *Bulkhead) TryEnter() bool { return b.tryAcquire(true) }
+func (b *Bulkhead) TryEnter() bool {
+	// tryAcquire(true) written out, so that a rejection by the load costs no
+	// further call: under overload, rejecting is the common case.
+	limit := b.max.Load() // read-mostly: changes only in SetMax
+	// Load 1: refuse without writing the in-flight word when full.
+	if b.inFlight.Load() >= limit {
+		b.rejected.Add(1) // the one atomic add of a rejection
+		if b.onReject != nil {
+			b.notifyReject(0)
+		}
+		return false
+	}
+	// Atomic 1: take the permit.
+	n := b.inFlight.Add(1)
+	// Load 2: peak is read-mostly: written only when a new peak is reached.
+	if n <= limit && n <= b.peak.Load() {
+		return true
+	}
+	return b.acquireSlow(n, limit, true)
+}
 
 // tryAcquire is the fast path of TryEnter and Enter, small enough to inline.
 // countReject tells the slow path whether a refusal is final (TryEnter) or
@@ -263,8 +282,12 @@ func (b *Bulkhead) undo() {
 func (b *Bulkhead) reject(waited int64) {
 	b.rejected.Add(1)
 	if b.onReject != nil {
-		notify.Call2(&b.listenerPanics, b.onReject, b.inFlight.Load(), waited)
+		b.notifyReject(waited)
 	}
+}
+
+func (b *Bulkhead) notifyReject(waited int64) {
+	notify.Call2(&b.listenerPanics, b.onReject, b.inFlight.Load(), waited)
 }
 
 // Exit gives back a permit taken by TryEnter or Enter: one atomic add, plus
