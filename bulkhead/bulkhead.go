@@ -18,10 +18,13 @@
 // add-then-undo pattern is a transient over-count: while a losing caller
 // holds its add for the few nanoseconds before undoing it, another caller
 // may see the limit reached although one permit is free, and be rejected
-// spuriously. This only happens when several callers race for the last
-// permits; TestOverCountRate measures it (see the README for the figure:
-// well under 1 % of the rejections at the limit on 2 cores, zero when no
-// more goroutines than max compete).
+// spuriously. Only callers racing for the last permit can overshoot, and the
+// load before the add keeps most of them from trying: with no more
+// goroutines than max it never happens (TestNoRejectionAtExactlyMax), and
+// with four goroutines fighting for one permit on 2 cores, 0.04–1.5 % of the
+// rejections were decided by an overshooting add (TestOverCountRate; the
+// count is Stats.Overshoots), which bounds the windows in which a spurious
+// rejection can happen.
 //
 // Waiting mode ([Config.MaxWait] > 0, used by [Bulkhead.Enter], [Bulkhead.Do]
 // and [Call]) adds a FIFO queue behind a mutex. Only the waiting path pays
