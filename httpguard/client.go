@@ -104,7 +104,7 @@ type transport struct {
 	retryAll       bool
 	attemptTimeout time.Duration
 
-	def       route    // the routes when there is no breaker per host
+	def       route // the routes when there is no breaker per host
 	newHostCB func(string) (*circuitbreaker.Breaker, error)
 	hostsMu   sync.Mutex // serialises the creation of a host's route
 	hosts     sync.Map   // host -> *route
