@@ -10,28 +10,35 @@ import (
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
 
-// slabSize is the number of per-call objects carved from one allocation.
-const slabSize = 64
+// cellSlab is the number of first-attempt contexts carved from one
+// allocation.
+const cellSlab = 128
 
-// slab is a batch of per-call objects. A slab is held by one goroutine at a
-// time (between the Pool's Get and Put), so next needs no atomic; each call
-// object is handed out once and never reused.
-type slab struct {
-	calls [slabSize]call
-	next  int
+// newCall takes a call state from the pool (a per-P sync.Pool Get) and a
+// fresh context cell from the state's slab (one allocation per cellSlab
+// calls).
+func (h *Hedger) newCall(parent context.Context) *call {
+	c, _ := h.calls.Get().(*call)
+	if c == nil {
+		c = &call{h: h, next: cellSlab}
+	}
+	if c.next == len(c.cells) {
+		c.cells, c.next = new([cellSlab]firstCtx), 0
+	}
+	c.ctx = &c.cells[c.next]
+	c.next++
+	c.ctx.parent = parent
+	return c
 }
 
-// newCall hands out a fresh per-call object: a sync.Pool Get and Put (per-P,
-// no lock), and one allocation per slabSize calls.
-func (h *Hedger) newCall(parent context.Context) *call {
-	s := h.slabs.Get().(*slab)
-	c := &s.calls[s.next]
-	s.next++
-	if s.next < slabSize {
-		h.slabs.Put(s)
-	}
-	c.parent, c.h = parent, h
-	return c
+// release returns a finished call's state to the pool: only when nothing
+// can touch it any more (the trigger was cancelled before it fired, or was
+// never armed).
+func (h *Hedger) release(c *call) {
+	c.fn, c.maker, c.race, c.ctx = nil, nil, nil, nil
+	c.wd = watchdog.Handle{}
+	c.st.Store(stRunning)
+	h.calls.Put(c)
 }
 
 // Race states of a call (call.st).
@@ -41,34 +48,24 @@ const (
 	stFired    = 2 // the trigger fired and handed the call to call.race
 )
 
-// Context states (call.cst), bits.
-const (
-	ctxHasDone  = 1 << iota // a Done channel exists
-	ctxCanceled             // cancelled by the hedger (a hedge won): Err is context.Canceled
-	ctxParent               // the parent ended first: Err is the parent's
-)
-
-// call is one hedged call, and the first attempt's context. It is handed
-// out once (see slab) and never reused, so a callee that keeps the context
-// after the call keeps a valid one: its Err never goes back to nil and its
-// values stay those of the caller's context.
+// call is the reusable state of one hedged call; the watchdog fires it. It
+// returns to the Hedger's pool when the call finished before the delay and
+// its trigger was disarmed before firing; otherwise (a hedge started, or the
+// trigger was firing) it is left to the garbage collector.
 type call struct {
-	parent context.Context
-	h      *Hedger
+	h   *Hedger
+	ctx *firstCtx // the first attempt's context (never reused)
 	// race is written by the trigger (watchdog goroutine) before the
 	// stRunning->stFired CAS that publishes it, and read by the caller only
 	// after it saw stFired.
 	race  racer
 	fn    any                            // the user's function, for the race's goroutines
+	maker interface{ make(*call) racer } // a raceMaker[T]: builds the typed race
 	start int64                          // the first attempt's start (ticker reading)
 	wd    watchdog.Handle                // the armed trigger
-	maker interface{ make(*call) racer } // a raceMaker[T]: builds the typed race
 	st    atomic.Uint32                  // stRunning / stFinished / stFired
-	cst   atomic.Uint32                  // ctxHasDone | ctxCanceled | ctxParent
-	mu    sync.Mutex                     // guards done, closed, stop, afters (slow path)
-	done  chan struct{}                  // created on the first Done
-	stop  func() bool                    // stops the AfterFunc on parent
-	after map[*afterFunc]struct{}
+	cells *[cellSlab]firstCtx            // the slab contexts are carved from
+	next  int                            // the next free cell in cells
 }
 
 // racer is what a call needs from its typed race.
@@ -102,17 +99,43 @@ func (c *call) Fire(uint64) {
 	r.hedge(1, now)
 }
 
-// --- context.Context of the first attempt ---
+// --- the first attempt's context ---
+
+// Context states (firstCtx.cst), bits.
+const (
+	ctxHasDone  = 1 << iota // a Done channel exists
+	ctxCanceled             // cancelled by the hedger (a hedge won): Err is context.Canceled
+	ctxParent               // the parent ended first: Err is the parent's
+)
+
+// firstCtx is the first attempt's context.Context. It is handed out once
+// and never reused, so a callee that keeps it after the call keeps a valid
+// context: its Err never goes back to nil and its values stay those of the
+// caller's context. It is 32 bytes, carved from slabs (see newCall); what
+// Done and AfterFunc need is allocated on their first use.
+type firstCtx struct {
+	parent context.Context
+	cst    atomic.Uint32 // ctxHasDone | ctxCanceled | ctxParent
+	x      atomic.Pointer[ctxExtra]
+}
+
+// ctxExtra is the part of a firstCtx that only Done and AfterFunc need.
+type ctxExtra struct {
+	mu    sync.Mutex
+	done  chan struct{}
+	stop  func() bool // stops the AfterFunc on the parent
+	after map[*afterFunc]struct{}
+}
 
 // Deadline returns the caller's context's deadline.
-func (c *call) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *firstCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 
 // Value returns the caller's context's value.
-func (c *call) Value(key any) any { return c.parent.Value(key) }
+func (c *firstCtx) Value(key any) any { return c.parent.Value(key) }
 
 // Err returns context.Canceled once a hedge won, the caller's context's
 // error once it ended, nil before. Once non-nil, it never changes.
-func (c *call) Err() error {
+func (c *firstCtx) Err() error {
 	s := c.cst.Load()
 	switch {
 	case s&ctxCanceled != 0:
@@ -120,8 +143,7 @@ func (c *call) Err() error {
 	case s&ctxParent != 0:
 		return c.parent.Err()
 	}
-	err := c.parent.Err()
-	if err == nil {
+	if c.parent.Err() == nil {
 		return nil
 	}
 	// Freeze which error this context reports (the hedger may cancel it
@@ -132,7 +154,7 @@ func (c *call) Err() error {
 
 // setErr sets the error bit if no error bit is set yet; it reports whether
 // it did and returns the state word it left.
-func (c *call) setErr(bit uint32) (bool, uint32) {
+func (c *firstCtx) setErr(bit uint32) (bool, uint32) {
 	for {
 		s := c.cst.Load()
 		if s&(ctxCanceled|ctxParent) != 0 {
@@ -145,52 +167,62 @@ func (c *call) setErr(bit uint32) (bool, uint32) {
 }
 
 // String names the context for debugging.
-func (c *call) String() string { return "hedge.firstAttemptContext" }
+func (c *firstCtx) String() string { return "hedge.firstAttemptContext" }
 
 var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
+// extra returns the Done/AfterFunc state, creating it on first use.
+func (c *firstCtx) extra() *ctxExtra {
+	if x := c.x.Load(); x != nil {
+		return x
+	}
+	c.x.CompareAndSwap(nil, new(ctxExtra))
+	return c.x.Load()
+}
+
 // Done returns a channel closed when a hedge wins or the caller's context
-// ends. It is created on the first call (slow path: an allocation, and a
+// ends. It is created on the first call (slow path: allocations, and a
 // context.AfterFunc on the caller's context when that one can end).
-func (c *call) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil {
-		return c.done
+func (c *firstCtx) Done() <-chan struct{} {
+	x := c.extra()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.done != nil {
+		return x.done
 	}
 	if c.cst.Load()&(ctxCanceled|ctxParent) != 0 || c.parent.Err() != nil {
 		c.setErr(ctxParent)
-		c.done = closedChan
-		return c.done
+		x.done = closedChan
+		return x.done
 	}
-	c.done = make(chan struct{})
+	x.done = make(chan struct{})
 	for {
 		s := c.cst.Load()
 		if s&(ctxCanceled|ctxParent) != 0 {
 			// Cancelled after the check above: the canceller saw no
 			// channel, so close it here.
-			close(c.done)
-			return c.done
+			close(x.done)
+			return x.done
 		}
 		if c.cst.CompareAndSwap(s, s|ctxHasDone) {
 			break
 		}
 	}
 	if c.parent.Done() != nil {
-		c.stop = context.AfterFunc(c.parent, c.parentDone)
+		x.stop = context.AfterFunc(c.parent, c.parentDone)
 	}
-	return c.done
+	return x.done
 }
 
 // parentDone runs when the caller's context ends (only registered once Done
 // was called).
-func (c *call) parentDone() {
+func (c *firstCtx) parentDone() {
 	c.setErr(ctxParent)
 	c.closeDone()
 }
 
 // cancel cancels the first attempt's context because a hedge won.
-func (c *call) cancel() {
+func (c *firstCtx) cancel() {
 	if ok, s := c.setErr(ctxCanceled); ok && s&ctxHasDone == 0 {
 		return // no channel and no AfterFunc to release
 	}
@@ -199,22 +231,26 @@ func (c *call) cancel() {
 
 // closeDone closes the Done channel if it exists and is open, stops the
 // AfterFunc on the parent and runs the registered AfterFuncs.
-func (c *call) closeDone() {
-	c.mu.Lock()
-	if c.done == nil || c.done == closedChan {
-		c.mu.Unlock()
+func (c *firstCtx) closeDone() {
+	x := c.x.Load()
+	if x == nil {
+		return
+	}
+	x.mu.Lock()
+	if x.done == nil || x.done == closedChan {
+		x.mu.Unlock()
 		return
 	}
 	select {
-	case <-c.done:
-		c.mu.Unlock()
+	case <-x.done:
+		x.mu.Unlock()
 		return
 	default:
 	}
-	close(c.done)
-	stop, after := c.stop, c.after
-	c.stop, c.after = nil, nil
-	c.mu.Unlock()
+	close(x.done)
+	stop, after := x.stop, x.after
+	x.stop, x.after = nil, nil
+	x.mu.Unlock()
 	if stop != nil {
 		stop()
 	}
@@ -229,29 +265,30 @@ type afterFunc struct{ f func() }
 // AfterFunc arranges for f to run on its own goroutine once the context is
 // done, as context.AfterFunc does. Implementing it lets the context package
 // derive children from this context without a goroutine per child.
-func (c *call) AfterFunc(f func()) (stop func() bool) {
+func (c *firstCtx) AfterFunc(f func()) (stop func() bool) {
 	done := c.Done()
+	x := c.x.Load()
 	a := &afterFunc{f: f}
-	c.mu.Lock()
+	x.mu.Lock()
 	select {
 	case <-done:
-		c.mu.Unlock()
+		x.mu.Unlock()
 		go f()
 		return func() bool { return false }
 	default:
 	}
-	if c.after == nil {
-		c.after = make(map[*afterFunc]struct{})
+	if x.after == nil {
+		x.after = make(map[*afterFunc]struct{})
 	}
-	c.after[a] = struct{}{}
-	c.mu.Unlock()
+	x.after[a] = struct{}{}
+	x.mu.Unlock()
 	return func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if _, ok := c.after[a]; !ok {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if _, ok := x.after[a]; !ok {
 			return false
 		}
-		delete(c.after, a)
+		delete(x.after, a)
 		return true
 	}
 }
@@ -279,16 +316,18 @@ func newRace[T any](c *call) *race[T] {
 			return zero, f(ctx)
 		}
 	}
-	return &race[T]{c: c, h: c.h, fn: fn, running: 1, done: make(chan struct{})}
+	return &race[T]{h: c.h, first: c.ctx, parent: c.ctx.parent, start: c.start, fn: fn, running: 1, done: make(chan struct{})}
 }
 
 // race is the state of a call once a hedge was triggered. Every field but
 // the static ones is guarded by mu; done is closed when the race is decided,
 // after which val, err, panicked and pval are read-only.
 type race[T any] struct {
-	c  *call
-	h  *Hedger
-	fn func(context.Context) (T, error)
+	h      *Hedger
+	first  *firstCtx       // the first attempt's context, cancelled when a hedge wins
+	parent context.Context // the caller's context, parent of the hedges' contexts
+	start  int64           // the first attempt's start
+	fn     func(context.Context) (T, error)
 
 	mu       sync.Mutex
 	running  int  // attempts started and not yet reported
@@ -330,7 +369,7 @@ func (r *race[T]) hedge(i int, now int64) {
 		r.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithCancel(r.c.parent)
+	ctx, cancel := context.WithCancel(r.parent)
 	r.cancels[i] = cancel
 	r.running++
 	r.armLocked(i+1, now)
@@ -374,7 +413,7 @@ func (r *race[T]) run(i int, ctx context.Context) {
 	returned = true
 	if i == 0 { // AsyncFirst: the first attempt's latency feeds the percentile
 		now := r.h.ticker.Now()
-		r.h.Observe(now-r.c.start, now)
+		r.h.Observe(now-r.start, now)
 	}
 	r.report(i, v, err, false, nil)
 }
@@ -391,7 +430,7 @@ func (r *race[T]) report(i int, v T, err error, panicked bool, p any) {
 		return
 	}
 	fatal := err != nil && h.isFatal(err)
-	if !panicked && err != nil && !fatal && r.running > 0 && r.c.parent.Err() == nil {
+	if !panicked && err != nil && !fatal && r.running > 0 && r.parent.Err() == nil {
 		// A non-fatal failure while other attempts run: they may still win.
 		r.mu.Unlock()
 		if h.budget != nil {
@@ -410,7 +449,7 @@ func (r *race[T]) report(i int, v T, err error, panicked bool, p any) {
 	r.mu.Unlock()
 	h.wd.Cancel(next)
 	if i != 0 {
-		r.c.cancel()
+		r.first.cancel()
 	}
 	close(r.done)
 	if h.budget != nil && !panicked {

@@ -60,12 +60,16 @@ func run[T, F any](h *Hedger, ctx context.Context, fn F, invoke func(F, context.
 			abandon(c) // fn panicked or called runtime.Goexit
 		}
 	}()
-	v, err := invoke(fn, c)
+	v, err := invoke(fn, c.ctx)
 	returned = true
 	// One CAS: whoever moves the state out of stRunning (this caller, or
 	// the trigger) owns the call.
 	if c.st.CompareAndSwap(stRunning, stFinished) {
-		h.wd.Cancel(c.wd) // a CAS on the slot and one to free it
+		// A CAS on the slot and one to free it. The state is reused only
+		// when the trigger cannot be running (disarmed, or never armed).
+		if h.wd.Cancel(c.wd) || !c.wd.Valid() {
+			h.release(c)
+		}
 		h.done(start, err)
 		return v, err
 	}
@@ -99,9 +103,12 @@ func (h *Hedger) done(start int64, err error) {
 // joinRace is the slow path of run: the trigger fired, so the first
 // attempt's outcome joins the race and the caller returns its decision.
 func joinRace[T any](h *Hedger, c *call, v T, err error) (T, error) {
-	r := c.race.(*race[T])
+	r, start := c.race.(*race[T]), c.start
+	// The trigger's CAS to stFired was its last access to c, and the race
+	// keeps its own copies: the state (and its slab of contexts) is reused.
+	h.release(c)
 	now := h.ticker.Now()
-	h.Observe(now-c.start, now) // a cancelled loser records a lower bound
+	h.Observe(now-start, now) // a cancelled loser records a lower bound
 	r.report(0, v, err, false, nil)
 	return r.result()
 }
@@ -110,7 +117,9 @@ func joinRace[T any](h *Hedger, c *call, v T, err error) (T, error) {
 // disarmed or the hedges are cancelled; the panic goes on.
 func abandon(c *call) {
 	if c.st.CompareAndSwap(stRunning, stFinished) {
-		c.h.wd.Cancel(c.wd)
+		if c.h.wd.Cancel(c.wd) || !c.wd.Valid() {
+			c.h.release(c)
+		}
 		return
 	}
 	if c.race != nil {
@@ -121,14 +130,12 @@ func abandon(c *call) {
 // runAsync is the AsyncFirst mode: every attempt, the first included, runs
 // on its own goroutine; the caller waits for the decision.
 func runAsync[T, F any](h *Hedger, ctx context.Context, fn F, start int64) (T, error) {
-	c := h.newCall(ctx)
-	c.fn, c.maker, c.start = fn, raceMaker[T]{}, start
-	c.st.Store(stFired) // the call belongs to the race from the start
+	// The state is not pooled here: the race owns it from the start.
+	c := &call{h: h, ctx: &firstCtx{parent: ctx}, fn: fn, start: start}
 	r := newRace[T](c)
-	c.race = r
 	r.mu.Lock()
 	r.armLocked(1, start)
 	r.mu.Unlock()
-	go r.run(0, c)
+	go r.run(0, c.ctx)
 	return r.result()
 }

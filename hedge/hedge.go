@@ -146,7 +146,7 @@ type Hedger struct {
 	refresh    int64
 	maxHedges  int
 	async      bool
-	slabs      sync.Pool // *slab: per-P carving of per-call objects
+	calls      sync.Pool // *call: reusable per-call state
 
 	// delay is the current percentile delay (ns, -1 none): written at each
 	// refresh, loaded by every call.
@@ -241,7 +241,6 @@ func New(cfg Config) (*Hedger, error) {
 		h.wd = watchdog.New(watchdog.Config{Tick: cfg.Tick, Clock: h.ticker})
 		h.ownWD = true
 	}
-	h.slabs.New = func() any { return new(slab) }
 	h.nextRefresh.Store(h.ticker.Now() + h.refresh)
 	return h, nil
 }

@@ -481,7 +481,7 @@ func TestContextContract(t *testing.T) {
 		}
 		// Err freezes on the parent's error, and a later hedge win does not change it.
 		pctx, pcancel := context.WithCancel(context.Background())
-		c := h.newCall(pctx)
+		c := h.newCall(pctx).ctx
 		pcancel()
 		if c.Err() != context.Canceled {
 			t.Fatal(c.Err())
@@ -495,7 +495,7 @@ func TestContextContract(t *testing.T) {
 		c.AfterFunc(func() { close(ran) })
 		<-ran
 		// stop before the end reports true.
-		c2 := h.newCall(context.Background())
+		c2 := h.newCall(context.Background()).ctx
 		stop := c2.AfterFunc(func() { t.Error("stopped AfterFunc ran") })
 		if !stop() || stop() {
 			t.Fatal("stop")

@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/hedgepolicy"
+
+	"github.com/rampart-go/rampart/hedge"
+	"github.com/rampart-go/rampart/internal/histogram"
+)
+
+// BenchmarkHedge measures the path every hedged call pays: the first attempt
+// returns before the delay (1 h), so no hedge starts. rampart runs the first
+// attempt on the caller's goroutine and arms the shared watchdog; failsafe-go
+// runs every attempt, the first included, on a new goroutine. rampart-p95
+// uses the live-percentile delay (one more clock read and a histogram add);
+// rampart-async is the opt-in AsyncFirst mode (first attempt on its own
+// goroutine, like failsafe). HistogramRecord* measure the latency histogram.
+func BenchmarkHedge(b *testing.B) {
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	type lib struct {
+		name string
+		do   func(b *testing.B) func() bool
+	}
+	rampartLib := func(cfg hedge.Config) func(b *testing.B) func() bool {
+		return func(b *testing.B) func() bool {
+			h, err := hedge.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				if st := h.Stats(); st.Hedges != 0 {
+					b.Fatalf("hedged %d times", st.Hedges)
+				}
+			})
+			return func() bool { return h.Do(ctx, fn) == nil }
+		}
+	}
+	libs := []lib{
+		{"rampart", rampartLib(hedge.Config{Delay: time.Hour})},
+		{"rampart-p95", rampartLib(hedge.Config{Percentile: 0.95, Delay: time.Hour, MinDelay: time.Hour})},
+		{"rampart-async", rampartLib(hedge.Config{Delay: time.Hour, AsyncFirst: true})},
+		{"failsafe", func(b *testing.B) func() bool {
+			// failsafe-go's hedge policy through its executor, as users call it.
+			ex := failsafe.With[any](hedgepolicy.NewWithDelay[any](time.Hour))
+			f := func() error { return nil }
+			return func() bool { return ex.Run(f) == nil }
+		}},
+	}
+	for _, l := range libs {
+		b.Run("NoHedge/"+l.name, func(b *testing.B) {
+			do := l.do(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				if !do() {
+					b.Fatal("call failed")
+				}
+			}
+		})
+	}
+	for _, l := range libs {
+		b.Run("NoHedgeParallel/"+l.name, func(b *testing.B) {
+			do := l.do(b)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if !do() {
+						b.Error("call failed")
+						return
+					}
+				}
+			})
+		})
+	}
+	b.Run("HistogramRecord/rampart", func(b *testing.B) {
+		h := new(histogram.Histogram)
+		b.ReportAllocs()
+		v := int64(1_000_000)
+		for b.Loop() {
+			h.Record(v)
+			v = v*5/4 + 977 // spread over the buckets
+			if v > 1<<40 {
+				v = 1_000_000
+			}
+		}
+		if h.Count() == 0 {
+			b.Fatal("nothing recorded")
+		}
+		sink.Add(int64(h.Count()))
+	})
+	b.Run("HistogramRecordParallel/rampart", func(b *testing.B) {
+		h := new(histogram.Histogram)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			v := int64(1_000_000)
+			for pb.Next() {
+				h.Record(v)
+				v = v*5/4 + 977
+				if v > 1<<40 {
+					v = 1_000_000
+				}
+			}
+		})
+		if h.Count() == 0 {
+			b.Fatal("nothing recorded")
+		}
+		sink.Add(int64(h.Count()))
+	})
+}
