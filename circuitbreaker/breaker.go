@@ -219,11 +219,12 @@ func (b *Breaker) Acquire(now int64) (Permit, error) {
 	if w&stateMask == uint64(Closed) {
 		return Permit{word: w, start: now}, nil
 	}
-	return b.acquireSlow(w, now)
+	return b.acquireSlow(now)
 }
 
 // acquireSlow is the slow path of Acquire: every state but Closed.
-func (b *Breaker) acquireSlow(w uint64, now int64) (Permit, error) {
+func (b *Breaker) acquireSlow(now int64) (Permit, error) {
+	w := b.state.Load()
 	for {
 		switch State(w & stateMask) {
 		case Closed, Disabled, MetricsOnly:

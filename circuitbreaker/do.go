@@ -19,6 +19,36 @@ func (b *Breaker) acquireLazy() (Permit, error) {
 
 // finish records err for p, reading the clock only if p started with one.
 func (b *Breaker) finish(p Permit, err error) {
+	if err == nil && p.start == noTime && b.classify == nil {
+		b.successUntimed(p) // closed, no duration needed: b.fast is set
+		return
+	}
+	b.finishSlow(p, err)
+}
+
+// successUntimed is RecordResult(p, noTime, Success) for a permit admitted
+// by acquireLazy's closed, clockless path.
+func (b *Breaker) successUntimed(p Permit) {
+	if b.state.Load() != p.word { // atomic 1: still closed in the same generation?
+		b.RecordResult(p, noTime, Success) // stale: counted there
+		return
+	}
+	if b.fast == fastCount {
+		// Atomics 2–3 (+0–3 counter adds while the window warms); a fast
+		// success in a warm window cannot raise any rate: no evaluation.
+		if b.count.add(codeOK) == codeEmpty {
+			b.evaluateCount(p.word, noTime)
+		}
+		return
+	}
+	if b.consec.Load() != 0 { // atomic 2: a store only after failures
+		b.consec.Store(0)
+	}
+}
+
+// finishSlow is the slow path of finish: errors, timed permits, a custom
+// classifier.
+func (b *Breaker) finishSlow(p Permit, err error) {
 	now := int64(noTime)
 	if p.start != noTime {
 		now = b.ticker.Now() // clock read: the call's duration is judged

@@ -121,7 +121,7 @@ func TestStressMixed(t *testing.T) {
 		require.Equal(t, int64(G*N), admitted.Load()+rejected.Load())
 		s := b.Stats()
 		require.Equal(t, uint64(rejected.Load()), s.Rejections, "%v", mode)
-		require.Greater(t, s.Transitions, uint64(10), "%v: the stress should move the state", mode)
+		require.Greater(t, s.Transitions, uint64(3), "%v: the stress should move the state", mode)
 		if mode == CountWindow {
 			var total, fails, slows int64
 			for i := range b.count.slots {

@@ -1,0 +1,48 @@
+package circuitbreaker
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func benchOK(context.Context) error { return nil }
+
+func BenchmarkDoSuccess(b *testing.B) {
+	for _, mode := range []Mode{CountWindow, Consecutive, TimeWindow} {
+		b.Run(mode.String(), func(b *testing.B) {
+			cb, _ := New(Config{Mode: mode})
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if cb.Do(ctx, benchOK) != nil {
+					b.Fatal("rejected")
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkPrimitiveSuccess(b *testing.B) {
+	cb, _ := New(Config{})
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := cb.Acquire(0)
+		if err != nil {
+			b.Fatal("rejected")
+		}
+		cb.Record(p, 0, nil)
+	}
+}
+
+func BenchmarkDoOpen(b *testing.B) {
+	cb, _ := New(Config{OpenDuration: time.Hour})
+	cb.TransitionTo(Open)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if cb.Do(ctx, benchOK) == nil {
+			b.Fatal("admitted")
+		}
+	}
+}
