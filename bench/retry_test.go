@@ -147,15 +147,23 @@ func BenchmarkRetry(b *testing.B) {
 	// In parallel, the operation counts its runs in a per-goroutine counter
 	// reached through the context (a shared atomic would dominate the cost
 	// of the cheap wrappers with its cache-line contention).
+	// The counter is padded: two goroutines' counters on one cache line
+	// would make the cost depend on where the allocator put them.
 	type counterKey struct{}
-	localOp := func(ctx context.Context) error { *ctx.Value(counterKey{}).(*int64)++; return nil }
+	type paddedCount struct {
+		_ [128]byte
+		n int64
+		_ [128]byte
+	}
+	localOp := func(ctx context.Context) error { ctx.Value(counterKey{}).(*paddedCount).n++; return nil }
 	for _, p := range retryPeers() {
 		b.Run("FirstTrySuccessParallel/"+p.name, func(b *testing.B) {
 			call := p.build(b, localOp)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				var runs, calls int64
-				ctx := context.WithValue(ctx, counterKey{}, &runs)
+				var calls int64
+				runs := new(paddedCount)
+				ctx := context.WithValue(ctx, counterKey{}, runs)
 				for pb.Next() {
 					if err := call(ctx); err != nil {
 						b.Error(err)
@@ -163,8 +171,8 @@ func BenchmarkRetry(b *testing.B) {
 					}
 					calls++
 				}
-				if runs != calls {
-					b.Errorf("%d runs of the operation for %d calls", runs, calls)
+				if runs.n != calls {
+					b.Errorf("%d runs of the operation for %d calls", runs.n, calls)
 				}
 			})
 		})
