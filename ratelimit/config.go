@@ -18,7 +18,7 @@ import (
 //
 // All three are translated to the same GCRA state. Limit/Period is exact for
 // any integers; Rate and RefillRate are floats, converted to the closest
-// fraction p/q with q ≤ 2³² (exact for every integer rate and every rate
+// fraction p/q with q ≤ 2³¹ (exact for every integer rate and every rate
 // with a short decimal expansion, e.g. 0.1 or 2.5 per second).
 type Config struct {
 	// Name identifies the limiter in its rejection error. Optional.
@@ -185,10 +185,10 @@ func gcd(a, b uint64) uint64 {
 	return a
 }
 
-// rational returns p/q ≈ r with q ≤ 2³², the last continued-fraction
+// rational returns p/q ≈ r with q ≤ 2³¹, the last continued-fraction
 // convergent within that bound (exact when r is such a fraction).
 func rational(r float64) (p, q uint64) {
-	const maxQ = 1 << 32
+	const maxQ = 1 << 31 // so that 1e9·q stays below maxNum
 	// Convergents h/k of the continued fraction of r.
 	h0, h1 := uint64(0), uint64(1)
 	k0, k1 := uint64(1), uint64(0)

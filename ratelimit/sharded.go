@@ -1,0 +1,143 @@
+package ratelimit
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/pad"
+)
+
+// ShardedConfig configures a [Sharded] limiter.
+type ShardedConfig struct {
+	// Config is the total limit (any of its three forms), split evenly
+	// between the shards.
+	Config
+	// Shards is the number of sub-limiters K. 0 means GOMAXPROCS (at most
+	// 64). 1 is a plain Limiter behind one more indirection.
+	Shards int
+}
+
+// Sharded is K independent GCRA limiters of rate/K and burst ⌈burst/K⌉ each,
+// for extreme contention on one limit: callers spread over K words instead of
+// CASing one. Each call picks a shard at random (the runtime's per-thread
+// generator, no shared state) and, when that shard rejects, borrows from the
+// next one: two probes at most.
+//
+// The accuracy trade-off: over any window W the total admitted is at most
+// K·⌈burst/K⌉ + rate·W + K (each shard keeps its own bound), against
+// burst + rate·W + 1 for one Limiter; under a load above the rate it admits
+// slightly less than the rate, because a shard that is full while not probed
+// wastes its refill (measured in TestShardedAccuracy at 10× the rate over
+// 10 s: about 99.9 % of the ideal with K = 2, 4 or 8
+// and a burst of 16, but 96 % with K=8 and a burst of 8, i.e. a shard burst
+// of 1: keep burst/K at 2 or more). Use it only when a single Limiter's CAS
+// is measured to be the bottleneck (dozens of cores on one limit).
+type Sharded struct {
+	shards     []*Limiter // each without listener or counters
+	tk         rampart.Ticker
+	rejected   *rampart.RejectedError
+	onRejected func(n int, wait int64)
+	countStats bool
+
+	admitted       pad.Uint64 // only with CountStats
+	rejectedN      pad.Uint64 // only with CountStats
+	listenerPanics atomic.Uint64
+}
+
+// NewSharded validates c and returns a sharded limiter.
+func NewSharded(c ShardedConfig) (*Sharded, error) {
+	p, err := c.Config.build()
+	if err != nil {
+		return nil, err
+	}
+	k := c.Shards
+	if k < 0 {
+		return nil, rampart.NewConfigError("ratelimit", "Shards", "must not be negative, got %d", k)
+	}
+	if k == 0 {
+		k = min(runtime.GOMAXPROCS(0), 64)
+	}
+	burst := (p.burst + int64(k) - 1) / int64(k)
+	sp, err := newParams(p.num*uint64(k), p.den, burst, "Shards")
+	if err != nil {
+		return nil, err
+	}
+	s := &Sharded{shards: make([]*Limiter, k), onRejected: c.OnRejected, countStats: c.CountStats}
+	for i := range s.shards {
+		l, err := New(Config{Rate: 1, Name: c.Name, Ticker: c.Ticker})
+		if err != nil {
+			return nil, err
+		}
+		st := &state{params: sp}
+		st.tat.Store(l.st.Load().tat.Load())
+		l.st.Store(st)
+		s.shards[i] = l
+	}
+	s.tk = s.shards[0].tk
+	s.rejected = s.shards[0].rejected
+	return s, nil
+}
+
+// TryAcquire takes n permits (n at most the shard burst ⌈burst/K⌉) at time
+// now from a random shard, or from the next one if that one rejects; it
+// returns 0 or the shorter of the two waits, with the contract of
+// [Limiter.TryAcquire].
+func (s *Sharded) TryAcquire(now int64, n int) (wait int64) {
+	i := rand.Uint32() % uint32(len(s.shards)) // per-thread generator: no shared write
+	w := s.shards[i].TryAcquire(now, n)
+	if w != 0 && len(s.shards) > 1 {
+		i++
+		if int(i) == len(s.shards) {
+			i = 0
+		}
+		w = min(w, s.shards[i].TryAcquire(now, n))
+	}
+	if w == 0 {
+		if s.countStats {
+			s.admitted.Add(1)
+		}
+		return 0
+	}
+	if s.countStats {
+		s.rejectedN.Add(1)
+	}
+	if s.onRejected != nil {
+		notify.Call2(&s.listenerPanics, s.onRejected, n, w)
+	}
+	return w
+}
+
+// AllowN reports whether n permits were taken at time now.
+func (s *Sharded) AllowN(now int64, n int) bool { return s.TryAcquire(now, n) == 0 }
+
+// Allow takes one permit now if the rate allows it.
+func (s *Sharded) Allow() bool { return s.TryAcquire(s.tk.Now(), 1) == 0 }
+
+// RejectedError returns the preallocated rejection error.
+func (s *Sharded) RejectedError() error { return s.rejected }
+
+// Ticker returns the clock the shorthands read.
+func (s *Sharded) Ticker() rampart.Ticker { return s.tk }
+
+// Shards returns K.
+func (s *Sharded) Shards() int { return len(s.shards) }
+
+// Stats sums the shards' counters; Rate and Burst are the totals.
+func (s *Sharded) Stats() Stats {
+	t := Stats{
+		Admitted:       s.admitted.Load(),
+		Rejected:       s.rejectedN.Load(),
+		ListenerPanics: s.listenerPanics.Load(),
+	}
+	for _, l := range s.shards {
+		st := l.Stats()
+		t.Rate += st.Rate
+		t.Burst += st.Burst
+	}
+	t.Interval = s.shards[0].Stats().Interval / time.Duration(len(s.shards))
+	return t
+}
