@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
 
@@ -385,7 +386,7 @@ func (r *race[T]) armLocked(i int, now int64) {
 	}
 	if d := r.h.Delay(); d > 0 {
 		var ok bool
-		if r.next, ok = r.h.wd.Schedule(now+d, r, uint64(i)); !ok {
+		if r.next, ok = r.h.wd.Schedule(atomicx.SatAdd(now, d), r, uint64(i)); !ok {
 			r.h.full.Add(1)
 		}
 	}

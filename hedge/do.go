@@ -1,6 +1,10 @@
 package hedge
 
-import "context"
+import (
+	"context"
+
+	"github.com/rampart-go/rampart/internal/atomicx"
+)
 
 // Do runs fn, hedged: calling it is the caller's promise that fn is
 // idempotent. The first attempt runs on the caller's goroutine with a
@@ -51,7 +55,7 @@ func run[T, F any](h *Hedger, ctx context.Context, fn F, invoke func(F, context.
 	var ok bool
 	// Atomics: a CAS to pop a slot, a store to arm it, a load of the
 	// watchdog's run state.
-	if c.wd, ok = h.wd.Schedule(start+d, c, 0); !ok {
+	if c.wd, ok = h.wd.Schedule(atomicx.SatAdd(start, d), c, 0); !ok {
 		h.full.Add(1)
 	}
 	returned := false

@@ -114,7 +114,7 @@ type Stats struct {
 	Hedges         uint64 // hedge attempts started
 	HedgesWon      uint64 // races won by a hedge
 	BudgetRefused  uint64 // hedges the budget refused
-	TriggerFull    uint64 // calls that ran unhedged because the watchdog table was full
+	TriggerFull    uint64 // triggers the watchdog refused (table full, or closed by Close): those calls ran unhedged
 	ListenerPanics uint64 // listener panics recovered
 	// Delay is the current hedging delay in nanoseconds (-1: no hedging
 	// yet, a percentile still warming up with Delay 0).

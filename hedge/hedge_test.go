@@ -678,3 +678,15 @@ func FuzzConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestHugeDelay: a delay near the largest Duration never wraps around into
+// an immediate hedge.
+func TestHugeDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: time.Duration(1<<63 - 1)})
+		_ = h.Do(context.Background(), func(ctx context.Context) error { return sleepCtx(ctx, 10*time.Millisecond) })
+		if st := h.Stats(); st.Hedges != 0 {
+			t.Fatalf("hedged: %+v", st)
+		}
+	})
+}
