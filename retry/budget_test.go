@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -322,4 +323,66 @@ func FuzzRatioBudget(f *testing.F) {
 			}
 		}
 	})
+}
+
+// countingBudget records the protocol calls a Policy makes.
+type countingBudget struct {
+	requests, successes, failures, asks atomic.Int64
+	allow                               atomic.Bool
+}
+
+func (c *countingBudget) OnRequest(int64) { c.requests.Add(1) }
+func (c *countingBudget) OnSuccess(int64) { c.successes.Add(1) }
+func (c *countingBudget) OnFailure(int64) { c.failures.Add(1) }
+func (c *countingBudget) AllowRetry(int64) bool {
+	c.asks.Add(1)
+	return c.allow.Load()
+}
+
+func TestBudgetProtocol(t *testing.T) {
+	cb := &countingBudget{}
+	cb.allow.Store(true)
+	p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 3, Budget: cb})
+	ctx := context.Background()
+	check := func(what string, req, succ, fail, asks int64) {
+		t.Helper()
+		if cb.requests.Load() != req || cb.successes.Load() != succ || cb.failures.Load() != fail || cb.asks.Load() != asks {
+			t.Fatalf("%s: requests %d successes %d failures %d asks %d; want %d %d %d %d", what,
+				cb.requests.Load(), cb.successes.Load(), cb.failures.Load(), cb.asks.Load(), req, succ, fail, asks)
+		}
+	}
+	_ = p.Do(ctx, func(context.Context) error { return nil })
+	check("first-try success", 1, 1, 0, 0)
+	n := 0
+	_ = p.Do(ctx, func(context.Context) error {
+		if n++; n < 2 {
+			return errBoom
+		}
+		return nil
+	})
+	check("success on retry", 2, 2, 1, 1)
+	_ = p.Do(ctx, func(context.Context) error { return errBoom })
+	check("exhausted", 3, 2, 4, 3) // 3 failures, 2 retries asked
+	_ = p.Do(ctx, func(context.Context) error { return Permanent(errBoom) })
+	check("permanent", 4, 2, 4, 3) // not a failure of the dependency
+	cb.allow.Store(false)
+	_, err := Call(ctx, p, func(context.Context) (int, error) { return 0, errBoom })
+	if !errors.Is(err, ErrBudget) {
+		t.Fatalf("err %v", err)
+	}
+	check("refused", 5, 2, 5, 4)
+	_, _ = CallIf(ctx, p, func(context.Context) (int, error) { return 1, nil }, func(int) bool { return false })
+	check("typed success", 6, 3, 5, 4)
+	// runtime.Goexit in fn counts as a failure.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = p.Do(ctx, func(context.Context) error { runtime.Goexit(); return nil })
+	}()
+	<-done
+	check("goexit", 7, 3, 6, 4)
+	// A context canceled after a failure records the failure too.
+	cctx, cancel := context.WithCancel(ctx)
+	_ = p.Do(cctx, func(context.Context) error { cancel(); return errBoom })
+	check("canceled", 8, 3, 7, 4)
 }
