@@ -189,6 +189,9 @@ func New(c Config) (*Policy, error) {
 // OnFailure and AllowRetry.
 func (p *Policy) Budget() Budget { return p.budget }
 
+// Name returns the configured name.
+func (p *Policy) Name() string { return p.name }
+
 // Ticker returns the policy's clock.
 func (p *Policy) Ticker() rampart.Ticker { return p.ticker }
 
