@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -46,11 +47,14 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func p99(lat []time.Duration) time.Duration {
+// quantile returns the ceil(q·n)-th smallest latency.
+func quantile(lat []time.Duration, q float64) time.Duration {
 	s := slices.Clone(lat)
 	slices.Sort(s)
-	return s[(len(s)*99+99)/100-1]
+	return s[max(int(math.Ceil(q*float64(len(s))))-1, 0)]
 }
+
+func p99(lat []time.Duration) time.Duration { return quantile(lat, 0.99) }
 
 // tailScenario runs workers×perWorker calls of a service whose latency is
 // 1 ms, with every 20th attempt (5 %) a straggler at 50 ms, through do, and
@@ -92,13 +96,20 @@ func TestTailLatency(t *testing.T) {
 		pD := p99(latD)
 
 		h := newBubbleHedger(t, Config{Percentile: 0.95, WarmUp: 100, Refresh: 100 * time.Millisecond})
-		latH, attempts := tailScenario(h.Do)
+		var mu sync.Mutex
+		delays := map[time.Duration]int{} // the delay each call started with
+		latH, attempts := tailScenario(func(ctx context.Context, fn func(context.Context) error) error {
+			mu.Lock()
+			delays[time.Duration(h.Delay())]++
+			mu.Unlock()
+			return h.Do(ctx, fn)
+		})
 		pH := p99(latH)
 		calls := int64(len(latH))
 		extra := attempts - calls
 		st := h.Stats()
-		t.Logf("unhedged p99 = %v; hedged at live p95 (delay %v): p99 = %v, extra attempts %d/%d = %.1f%%, hedges won %d",
-			pD, time.Duration(st.Delay), pH, extra, calls, 100*float64(extra)/float64(calls), st.HedgesWon)
+		t.Logf("unhedged p99 = %v; hedged at live p95: p99 = %v, extra attempts %d/%d = %.1f%%, hedges won %d; calls per delay %v",
+			pD, pH, extra, calls, 100*float64(extra)/float64(calls), st.HedgesWon, delays)
 		if pD < 50*time.Millisecond {
 			t.Errorf("unhedged p99 %v, want ~50ms", pD)
 		}
@@ -107,6 +118,9 @@ func TestTailLatency(t *testing.T) {
 		}
 		if extra*10 > calls {
 			t.Errorf("extra attempts %d > 10%% of %d calls", extra, calls)
+		}
+		for _, q := range []float64{0.5, 0.9, 0.95, 0.99, 0.999} {
+			t.Logf("p%v: unhedged %v, hedged %v", q*100, quantile(latD, q), quantile(latH, q))
 		}
 		if uint64(extra) != st.Hedges || st.HedgesWon == 0 {
 			t.Errorf("stats %+v, extra %d", st, extra)
