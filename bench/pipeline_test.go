@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	fsbulkhead "github.com/failsafe-go/failsafe-go/bulkhead"
+	fscb "github.com/failsafe-go/failsafe-go/circuitbreaker"
+	fsratelimiter "github.com/failsafe-go/failsafe-go/ratelimiter"
+	fsretry "github.com/failsafe-go/failsafe-go/retrypolicy"
+	fstimeout "github.com/failsafe-go/failsafe-go/timeout"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/timeout"
+)
+
+// errPipelineBench is the only error the benchmarks' retries would retry;
+// the measured calls never return it, so no case sleeps.
+var errPipelineBench = errors.New("bench: retryable")
+
+// BenchmarkPipeline measures the composition of five policies (retry,
+// circuit breaker, rate limiter, bulkhead, timeout) around a call that does
+// nothing: rampart's pipeline (default ticker, and a cached ticker shared by
+// every policy) against failsafe.With over the same five policies.
+//
+//   - Success: every policy admits; the call returns nil.
+//   - SuccessParallel: the same from GOMAXPROCS goroutines.
+//   - Reject: the rate limiter's only permit is spent; every call is refused
+//     there (after the breaker admitted it).
+//   - SuccessNoTimeout: Success without the timeout (rampart: zero
+//     allocations; the timeout's context is its one allocation).
+func BenchmarkPipeline(b *testing.B) {
+	b.Run("Success/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, true, false, false) })
+	b.Run("Success/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), true, false, false) })
+	b.Run("Success/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, false, false) })
+	b.Run("SuccessParallel/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, true, true, false) })
+	b.Run("SuccessParallel/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), true, true, false) })
+	b.Run("SuccessParallel/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, true, false) })
+	b.Run("Reject/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, true, false, true) })
+	b.Run("Reject/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), true, false, true) })
+	b.Run("Reject/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, false, true) })
+	b.Run("SuccessNoTimeout/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, false, false, false) })
+	b.Run("SuccessNoTimeout/failsafe", func(b *testing.B) { benchFailsafePipeline(b, false, false, false) })
+}
+
+// cachedTicker returns a cached ticker closed at the end of the benchmark.
+func cachedTicker(b *testing.B) rampart.Ticker {
+	t := rampart.NewCachedTicker(time.Millisecond)
+	b.Cleanup(func() { _ = t.Close() })
+	return t
+}
+
+func pipelineOK(context.Context) error { return nil }
+
+// rampartPipeline builds the five policies on tick (nil: the default
+// ticker), or four without the timeout. reject spends the rate limiter's
+// only permit so that every call is rejected there.
+func rampartPipeline(b *testing.B, tick rampart.Ticker, withTimeout, reject bool) (*pipeline.Pipeline, error) {
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	rt, err := retry.New(retry.Config{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: time.Second,
+		ShouldRetry: func(err error) bool { return err == errPipelineBench }, Ticker: tick})
+	must(err)
+	cb, err := circuitbreaker.New(circuitbreaker.Config{WindowSize: 100, FailureRateThreshold: 50, OpenDuration: time.Minute, Ticker: tick})
+	must(err)
+	rlCfg := ratelimit.Config{Rate: 1e9, Burst: 1 << 30, Ticker: tick}
+	if reject {
+		rlCfg = ratelimit.Config{Rate: 1e-6, Burst: 1, Ticker: tick}
+	}
+	rl, err := ratelimit.New(rlCfg)
+	must(err)
+	if reject && !rl.Allow() {
+		b.Fatal("could not spend the permit")
+	}
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1 << 20})
+	must(err)
+	cfg := pipeline.Config{Ticker: tick, Retry: rt, Breaker: cb, RateLimit: rl, Bulkhead: bh}
+	if withTimeout {
+		to, err := timeout.New(timeout.Config{Duration: time.Minute, Ticker: tick})
+		must(err)
+		b.Cleanup(func() { _ = to.Close() })
+		cfg.Timeout = to
+	}
+	p, err := pipeline.New(cfg)
+	return p, err
+}
+
+func benchRampartPipeline(b *testing.B, tick rampart.Ticker, withTimeout, parallel, reject bool) {
+	p, err := rampartPipeline(b, tick, withTimeout, reject)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	rejected := p.Config().RateLimit.RejectedError()
+	b.ReportAllocs()
+	switch {
+	case reject:
+		for b.Loop() {
+			if err := p.Do(ctx, pipelineOK); err != rejected {
+				b.Fatalf("not rejected by the rate limiter: %v", err)
+			}
+		}
+	case parallel:
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := p.Do(ctx, pipelineOK); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	default:
+		for b.Loop() {
+			if err := p.Do(ctx, pipelineOK); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// failsafePipeline composes the same policies with failsafe.With,
+// outermost first: retry, breaker, rate limiter, bulkhead, timeout.
+func failsafePipeline(withTimeout, reject bool) failsafe.Executor[any] {
+	rp := fsretry.NewBuilder[any]().
+		HandleErrors(errPipelineBench).
+		WithMaxAttempts(3).
+		WithBackoff(10*time.Millisecond, time.Second).
+		Build()
+	cb := fscb.NewBuilder[any]().
+		HandleErrors(errPipelineBench).
+		WithFailureThresholdRatio(50, 100).
+		WithDelay(time.Minute).
+		Build()
+	var rl fsratelimiter.RateLimiter[any]
+	if reject {
+		rl = fsratelimiter.NewBurstyBuilder[any](1, time.Hour).Build()
+		rl.TryAcquirePermit() // spend the only permit
+	} else {
+		rl = fsratelimiter.NewBurstyBuilder[any](1<<30, time.Second).Build()
+	}
+	bh := fsbulkhead.New[any](1 << 20)
+	if withTimeout {
+		return failsafe.With[any](rp, cb, rl, bh, fstimeout.New[any](time.Minute))
+	}
+	return failsafe.With[any](rp, cb, rl, bh)
+}
+
+func failsafeOK() error { return nil }
+
+func benchFailsafePipeline(b *testing.B, withTimeout, parallel, reject bool) {
+	ex := failsafePipeline(withTimeout, reject)
+	b.ReportAllocs()
+	switch {
+	case reject:
+		for b.Loop() {
+			if err := ex.Run(failsafeOK); !errors.Is(err, fsratelimiter.ErrExceeded) {
+				b.Fatalf("not rejected by the rate limiter: %v", err)
+			}
+		}
+	case parallel:
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := ex.Run(failsafeOK); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	default:
+		for b.Loop() {
+			if err := ex.Run(failsafeOK); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
