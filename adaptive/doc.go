@@ -15,12 +15,14 @@
 //
 // Three algorithms are provided, each documented with its formula:
 //
-//   - [Gradient2] (the default): compares the window's mean RTT with a
-//     long-term average; tracks latency shifts; a good default for RPC
-//     dependencies with a stable latency profile.
-//   - [Vegas]: estimates the dependency's queue as L·(1 − minRTT/RTT) and
-//     keeps it between α and β calls; converges fastest and holds latency
-//     closest to the unloaded latency; needs a trustworthy minimum RTT.
+//   - [Vegas] (the default): estimates the dependency's queue as
+//     L·(1 − baseline/RTT) and keeps it between α and β calls; converges
+//     fastest from a limit too low or too high and holds latency closest to
+//     the unloaded latency; its small absolute queue is proportionally large
+//     for capacities under about 20.
+//   - [Gradient2]: compares the window's mean RTT with a long-term average
+//     and shrinks the limit by their ratio; follows latency shifts of the
+//     dependency, but grows slowly (QueueSize·Smoothing per window).
 //   - [AIMD]: loss-based, reacts to drops and timeouts only; for
 //     dependencies whose latency carries no signal.
 //

@@ -66,12 +66,12 @@ func (t Token) Start() int64 { return t.start }
 // Valid reports whether t is a permit (false for the zero Token).
 func (t Token) Valid() bool { return t.ok }
 
-// Config configures a [Limiter]. The zero value is valid: Gradient2, limits
+// Config configures a [Limiter]. The zero value is valid: Vegas, limits
 // 20 initial / 1 min / 1000 max, 1 s windows of at least 10 samples.
 type Config struct {
 	// Name identifies the limiter in its rejection error.
 	Name string
-	// Algorithm computes the limit once per window. Default Gradient2{}.
+	// Algorithm computes the limit once per window. Default Vegas{}.
 	Algorithm Algorithm
 	// InitialLimit is the limit before the first window ends. Default 20
 	// (clamped to [MinLimit, MaxLimit]).
@@ -225,7 +225,7 @@ func New(c Config) (*Limiter, error) {
 	}
 	alg := c.Algorithm
 	if alg == nil {
-		alg = Gradient2{}
+		alg = Vegas{}
 	}
 	if v, ok := alg.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {

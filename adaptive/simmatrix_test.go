@@ -1,0 +1,38 @@
+package adaptive
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// TestSimMatrix runs the simulation over several capacities and latencies, for
+// the README's table. It takes minutes: set RAMPART_SIM_MATRIX=1 to run it.
+func TestSimMatrix(t *testing.T) {
+	if os.Getenv("RAMPART_SIM_MATRIX") == "" {
+		t.Skip("set RAMPART_SIM_MATRIX=1")
+	}
+	for _, a := range append(delayAlgorithms, struct {
+		name string
+		alg  Algorithm
+	}{"Netflix-Gradient2", Gradient2{Tolerance: 1.5}}, struct {
+		name string
+		alg  Algorithm
+	}{"Netflix-Vegas", Vegas{Alpha: 3, Beta: 6}}) {
+		for _, cd := range []struct {
+			c int
+			d time.Duration
+		}{{10, 2 * time.Millisecond}, {50, 10 * time.Millisecond}, {200, 20 * time.Millisecond}, {500, 5 * time.Millisecond}} {
+			for _, initial := range []int{5, 1000} {
+				s := newSim(t, simConfig(a.alg, initial), cd.c, cd.d, 7)
+				thr := float64(cd.c) / cd.d.Seconds()
+				s.rate = 3 * thr
+				s.run(30 * time.Second)
+				m := s.meanLimit(0.5)
+				in := s.inBand(float64(cd.c), 0.25, 20*time.Second)
+				s.run(10 * time.Second)
+				t.Logf("%s C=%d D=%v init %d: mean %.1f (%.0f%%) inband %.2f | goodput %.3f p99 %v", a.name, cd.c, cd.d, initial, m, 100*(m/float64(cd.c)-1), in, s.goodput(10*time.Second), s.p99())
+			}
+		}
+	}
+}
