@@ -344,6 +344,12 @@ func (b *Bulkhead) unmatchedExit() {
 // granted even to a context that is already done, like a ready case of a
 // select). Only a call that has to wait pays for the queue.
 func (b *Bulkhead) Enter(ctx context.Context) error {
+	if b.maxWait == 0 { // fail-fast configuration: exactly TryEnter
+		if b.TryEnter() {
+			return nil
+		}
+		return b.errFull
+	}
 	// Load 1 (waiters) keeps a new caller behind the queue: FIFO.
 	if b.waiters.Load() == 0 && b.tryAcquire(false) {
 		return nil
@@ -353,10 +359,6 @@ func (b *Bulkhead) Enter(ctx context.Context) error {
 
 // enterSlow queues the caller. Slow path.
 func (b *Bulkhead) enterSlow(ctx context.Context) error {
-	if b.maxWait == 0 {
-		b.reject(0)
-		return b.errFull
-	}
 	if err := ctx.Err(); err != nil {
 		b.canceled.Add(1)
 		b.reject(0)
