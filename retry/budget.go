@@ -115,21 +115,37 @@ func (b *TokenBucket) OnRequest(now int64) {}
 // OnSuccess adds TokenRatio tokens, up to MaxTokens. One load, and one add
 // only when the bucket is not full.
 func (b *TokenBucket) OnSuccess(now int64) {
-	if b.tokens.Load() >= b.max {
+	if b.tokens.Load() == b.max {
 		return // full: the common healthy case writes nothing
 	}
-	if v := b.tokens.Add(b.ratio); v > b.max {
-		b.tokens.CompareAndSwap(v, b.max) // undo our overshoot; a loser leaves it to readers' clamp
-	}
+	b.addSlow(b.ratio)
 }
 
 // OnFailure removes one token, down to 0. One load, and one add only when
 // the bucket is not empty.
 func (b *TokenBucket) OnFailure(now int64) {
-	if b.tokens.Load() <= 0 {
+	if b.tokens.Load() == 0 {
 		return // empty: a dependency that is down writes nothing
 	}
-	if v := b.tokens.Add(-milli); v < 0 {
+	b.addSlow(-milli)
+}
+
+// addSlow is the slow path of OnSuccess (delta > 0) and OnFailure (delta <
+// 0): one add, plus a CAS that undoes an overshoot of [0, max] caused by
+// racing adders. A lost CAS leaves the correction to the readers' clamp and
+// to the next adder.
+func (b *TokenBucket) addSlow(delta int64) {
+	v := b.tokens.Load()
+	if c := min(max(v, 0), b.max); c != v {
+		b.tokens.CompareAndSwap(v, c) // bring a raced overshoot back inside first
+		v = c
+	}
+	if (delta > 0 && v >= b.max) || (delta < 0 && v <= 0) {
+		return // already full (empty)
+	}
+	if v = b.tokens.Add(delta); v > b.max {
+		b.tokens.CompareAndSwap(v, b.max)
+	} else if v < 0 {
 		b.tokens.CompareAndSwap(v, 0)
 	}
 }
