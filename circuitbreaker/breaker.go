@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
 )
@@ -487,7 +488,7 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 		} else if from != Open {
 			b.streak = 0
 		}
-		b.openUntil.Store(now + b.openDuration(b.streak))
+		b.openUntil.Store(atomicx.SatAdd(now, b.openDuration(b.streak)))
 	case HalfOpen:
 		b.openUntil.Store(now) // the half-open period starts now
 	case Closed, MetricsOnly:
@@ -544,6 +545,9 @@ func (b *Breaker) openDuration(streak int) int64 {
 	}
 	if b.jitter > 0 {
 		d -= d * b.jitter * rand.Float64()
+	}
+	if d >= float64(b.maxOpenNs) {
+		return b.maxOpenNs // exact, and no float→int overflow near math.MaxInt64
 	}
 	return int64(d)
 }
