@@ -3,6 +3,9 @@ package adaptive
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -123,4 +126,35 @@ func TestQueueFullCancelAndDo(t *testing.T) {
 	_, err := l.AcquireWait(context.Background(), 0)
 	require.ErrorIs(t, err, ErrLimited)
 	l.Release(tok, 1, Success)
+}
+
+// TestQueueStress: many goroutines through Do with a small limit and a
+// queue; every slot and every waiter comes back.
+func TestQueueStress(t *testing.T) {
+	l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 2, MinLimit: 2, MaxLimit: 2,
+		Queue: QueueConfig{MaxLength: 4}})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var over atomic.Int64
+	var active atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 300 {
+				_ = l.Do(context.Background(), func(context.Context) error {
+					if active.Add(1) > 2 {
+						over.Add(1)
+					}
+					runtime.Gosched()
+					active.Add(-1)
+					return nil
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, over.Load())
+	require.Equal(t, 0, l.InFlight())
+	require.Equal(t, 0, l.Stats().Queued)
 }

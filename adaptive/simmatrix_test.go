@@ -15,10 +15,10 @@ func TestSimMatrix(t *testing.T) {
 	for _, a := range append(delayAlgorithms, struct {
 		name string
 		alg  Algorithm
-	}{"Netflix-Gradient2", Gradient2{Tolerance: 1.5}}, struct {
+	}{"Gradient2{Tolerance: 1.5}", Gradient2{Tolerance: 1.5}}, struct {
 		name string
 		alg  Algorithm
-	}{"Netflix-Vegas", Vegas{Alpha: 3, Beta: 6}}) {
+	}{"Vegas{Alpha: 3, Beta: 6}", Vegas{Alpha: 3, Beta: 6}}) {
 		for _, cd := range []struct {
 			c int
 			d time.Duration

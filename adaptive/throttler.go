@@ -252,6 +252,9 @@ func (t *Throttler) Probability(now int64) float64 {
 // [ErrThrottled] and [rampart.ErrRejected].
 func (t *Throttler) RejectedError() error { return t.rejErr }
 
+// Ticker returns the clock of Do and Stats.
+func (t *Throttler) Ticker() rampart.Ticker { return t.ticker }
+
 // Stats returns a snapshot (the window as of the ticker's now).
 func (t *Throttler) Stats() ThrottlerStats {
 	req, acc := t.totals(t.ticker.Now())
