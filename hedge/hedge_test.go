@@ -704,3 +704,35 @@ func TestHugeDelay(t *testing.T) {
 		}
 	})
 }
+
+// TestMaxHedges: hedges start one delay apart, up to MaxHedges; the third
+// hedge wins and the others are cancelled; a panicking listener is counted.
+func TestMaxHedges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: 2 * time.Millisecond, MaxHedges: 3,
+			OnHedge: func(int) { panic("listener") }})
+		var n atomic.Int32
+		var cancelled atomic.Int32
+		t0 := time.Now()
+		v, err := Call(context.Background(), h, func(ctx context.Context) (int32, error) {
+			i := n.Add(1)
+			if i < 4 {
+				err := sleepCtx(ctx, time.Hour)
+				cancelled.Add(1)
+				return 0, err
+			}
+			return i, sleepCtx(ctx, time.Millisecond)
+		})
+		el := time.Since(t0)
+		synctest.Wait()
+		if v != 4 || err != nil || cancelled.Load() != 3 {
+			t.Fatalf("got %d, %v; cancelled %d", v, err, cancelled.Load())
+		}
+		if el < 7*time.Millisecond || el > 8*time.Millisecond {
+			t.Fatalf("took %v, want 3 delays + 1ms", el)
+		}
+		if st := h.Stats(); st.Hedges != 3 || st.HedgesWon != 1 || st.ListenerPanics != 3 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
+}
