@@ -214,6 +214,14 @@ func (t *transport) routeFor(req *http.Request) (*route, error) {
 	return &r, nil
 }
 
+// CloseIdleConnections closes the idle connections of the base transport
+// when it has such a method (http.Client.CloseIdleConnections calls it).
+func (t *transport) CloseIdleConnections() {
+	if ci, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
+}
+
 // idempotent reports whether req may be sent more than once.
 func idempotent(req *http.Request) bool {
 	switch req.Method {
