@@ -92,10 +92,10 @@ type Config struct {
 
 	// Tick, when positive, gives the hedger its own watchdog goroutine that
 	// sweeps every Tick (the precision of the hedge trigger); Close stops
-	// it. Zero shares one library-wide watchdog per ticker with a 1 ms
-	// sweep (internal/watchdog.DefaultTick). A custom Ticker with Tick 0
-	// also gets its own watchdog, with the default tick. Must not be
-	// negative.
+	// it. Zero uses the library's shared watchdog (one goroutine, a 1 ms
+	// sweep: internal/watchdog.Default) when the ticker is
+	// rampart.DefaultTicker(); a hedger with another Ticker gets its own
+	// watchdog on that clock, with the 1 ms sweep. Must not be negative.
 	Tick time.Duration
 
 	// OnHedge is called when hedge number attempt (1..MaxHedges) starts,
@@ -230,27 +230,18 @@ func New(cfg Config) (*Hedger, error) {
 	} else {
 		h.fixed = int64(cfg.Delay)
 	}
-	switch {
-	case h.ticker == nil && cfg.Tick == 0:
+	if h.ticker == nil {
 		h.ticker = rampart.DefaultTicker()
-		h.wd = defaultWatchdog()
-	default:
-		if h.ticker == nil {
-			h.ticker = rampart.DefaultTicker()
-		}
+	}
+	if cfg.Tick == 0 && h.ticker == rampart.DefaultTicker() {
+		h.wd = watchdog.Default() // the library's shared watchdog, on the same clock
+	} else {
 		h.wd = watchdog.New(watchdog.Config{Tick: cfg.Tick, Clock: h.ticker})
 		h.ownWD = true
 	}
 	h.nextRefresh.Store(h.ticker.Now() + h.refresh)
 	return h, nil
 }
-
-// defaultWatchdog is the library-wide watchdog on rampart.DefaultTicker()
-// (watchdog.Default() reads another clock, whose readings are not
-// comparable with the ticker's).
-var defaultWatchdog = sync.OnceValue(func() *watchdog.Watchdog {
-	return watchdog.New(watchdog.Config{Clock: rampart.DefaultTicker()})
-})
 
 // Close stops the hedger's own watchdog goroutine (Config.Tick > 0 or a
 // custom Ticker) and waits for it to exit; later calls run unhedged. It is
