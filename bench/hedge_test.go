@@ -8,6 +8,7 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/hedgepolicy"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/internal/histogram"
 )
@@ -18,7 +19,8 @@ import (
 // runs every attempt, the first included, on a new goroutine. rampart-p95
 // uses the live-percentile delay (one more clock read and a histogram add);
 // rampart-async is the opt-in AsyncFirst mode (first attempt on its own
-// goroutine, like failsafe). HistogramRecord* measure the latency histogram.
+// goroutine, like failsafe); rampart-cached reads a rampart.CachedTicker
+// instead of the clock. HistogramRecord* measure the latency histogram.
 func BenchmarkHedge(b *testing.B) {
 	ctx := context.Background()
 	fn := func(context.Context) error { return nil }
@@ -42,6 +44,13 @@ func BenchmarkHedge(b *testing.B) {
 	}
 	libs := []lib{
 		{"rampart", rampartLib(hedge.Config{Delay: time.Hour})},
+		{"rampart-cached", func(b *testing.B) func() bool {
+			// The fixed delay on a cached clock (an atomic load, refreshed
+			// every millisecond): no clock read per call.
+			tk := rampart.NewCachedTicker(time.Millisecond)
+			b.Cleanup(func() { _ = tk.Close() })
+			return rampartLib(hedge.Config{Delay: time.Hour, Ticker: tk})(b)
+		}},
 		{"rampart-p95", rampartLib(hedge.Config{Percentile: 0.95, Delay: time.Hour, MinDelay: time.Hour})},
 		{"rampart-async", rampartLib(hedge.Config{Delay: time.Hour, AsyncFirst: true})},
 		{"failsafe", func(b *testing.B) func() bool {
