@@ -48,6 +48,7 @@ func BenchmarkPipeline(b *testing.B) {
 	b.Run("Reject/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), true, false, true) })
 	b.Run("Reject/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, false, true) })
 	b.Run("SuccessNoTimeout/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, false, false, false) })
+	b.Run("SuccessNoTimeout/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), false, false, false) })
 	b.Run("SuccessNoTimeout/failsafe", func(b *testing.B) { benchFailsafePipeline(b, false, false, false) })
 }
 
