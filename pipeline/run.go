@@ -118,7 +118,11 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 	err = p.release(ctx, a, err, o)
 	if err == nil {
 		if p.bud != nil {
-			p.bud.OnSuccess(a.t0)
+			now := a.t0
+			if now == noTime {
+				now = l.start // a retry with no policy reading t0: the call's start
+			}
+			p.bud.OnSuccess(now)
 		}
 		o.Code, o.Policy, o.Err = OK, None, nil
 		return true
