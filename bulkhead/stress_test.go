@@ -17,8 +17,8 @@ import (
 
 func runtimeGoexit() { runtime.Goexit() }
 
-// TestStress: 64 goroutines × 20,000 calls (about 16 s under -race on 2
-// cores, so the count is not scaled down; -short runs 1,000 each) mixing successes, errors, panics,
+// TestStress: 64 goroutines × 20,000 calls (4,000 under -race; -short runs
+// 1,000 each) mixing successes, errors, panics,
 // runtime.Goexit, contexts canceled before or during the wait, and fail-fast
 // TryEnter calls, against a waiting bulkhead. The callee measures the real
 // concurrency itself. Afterwards nothing is in flight or queued, admitted +
@@ -30,6 +30,12 @@ func TestStress(t *testing.T) {
 		max        = 8
 	)
 	per := 20000
+	if israce.Enabled {
+		// Under the race detector the full count took 16 s on an idle
+		// 2-core machine and over 3 minutes on the shared one CI uses:
+		// scaled down, as the issue allows past 30 s.
+		per = 4000
+	}
 	if testing.Short() {
 		per = 1000
 	}
