@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/internal/atomicx"
+	"github.com/rampart-go/rampart/internal/pad"
 )
 
 // ErrThrottled is the sentinel of a [Throttler]'s local rejections. The
@@ -60,21 +60,16 @@ type ThrottlerStats struct {
 	Rejected    uint64  // local rejections since creation
 }
 
-// Bucket word layout (one atomic word per bucket, updated by CAS, so a
-// bucket's reset and its counts can never tear apart):
+// Bucket word layout (one atomic word per bucket, so one Add counts a
+// request or an accept):
 //
-//	63           40 39           20 19            0
-//	+--------------+---------------+--------------+
-//	| epoch (24 b) | requests (20) | accepts (20) |
-//	+--------------+---------------+--------------+
-//
-// epoch is now/bucketDuration modulo 2^24; a bucket whose epoch is not
-// within the last Buckets epochs is stale and counts as zero. The counts
-// saturate at 2^20 − 1 per bucket.
-var (
-	fEpoch = atomicx.Field{Shift: 40, Width: 24}
-	fReq   = atomicx.Field{Shift: 20, Width: 20}
-	fAcc   = atomicx.Field{Shift: 0, Width: 20}
+//	63              32 31               0
+//	+-----------------+-----------------+
+//	|  requests (32)  |   accepts (32)  |
+//	+-----------------+-----------------+
+const (
+	oneRequest = 1 << 32
+	oneAccept  = 1
 )
 
 // Throttler is the SRE book's client-side adaptive throttling ("Handling
@@ -88,8 +83,7 @@ var (
 //
 // capped at MaxProbability (default 0.9), and zero while the window holds
 // fewer than MinRequests requests. While the backend accepts everything,
-// requests ≈ accepts and p = 0 (the cost is a CAS and a sum over the
-// buckets). When it accepts only a rate X of an offered rate R, the client
+// requests ≈ accepts and p = 0. When it accepts only a rate X of an offered rate R, the client
 // settles at sending 2X (p = 1 − 2X/R): the backend sees twice what it can
 // take, enough to notice when it recovers. When it refuses everything, p
 // reaches the cap; as accepts return, p falls back to 0 within a few
@@ -98,10 +92,21 @@ var (
 // Call Allow before each call and Record after each call that Allow
 // admitted. Safe for concurrent use; no lock, no allocation.
 type Throttler struct {
-	buckets   []atomic.Uint64
+	// The window's totals, kept equal to the sum of the live buckets: each
+	// count is added to its bucket and to the total, and a bucket that
+	// expires is swapped to zero and subtracted. Written by every call:
+	// alone on their line (written together, so sharing it is fine).
+	_      pad.Line
+	reqSum atomic.Int64
+	accSum atomic.Int64
+	_      pad.Line
+	cur    atomic.Int64 // the newest bucket epoch (now / bucketDur); read by every call
+	_      pad.Line
+
+	buckets   []atomic.Uint64 // written by every call (the current one)
 	bucketDur int64
 	k, maxP   float64
-	minReq    uint64
+	minReq    int64
 	accepted  func(error) bool
 	rejErr    *rampart.RejectedError
 	ticker    rampart.Ticker
@@ -150,7 +155,7 @@ func NewThrottler(c ThrottlerConfig) (*Throttler, error) {
 	case c.MinRequests == 0:
 		t.minReq = 10
 	case c.MinRequests > 0:
-		t.minReq = uint64(c.MinRequests)
+		t.minReq = int64(c.MinRequests)
 	}
 	if t.accepted == nil {
 		t.accepted = defaultAccepted
@@ -158,11 +163,7 @@ func NewThrottler(c ThrottlerConfig) (*Throttler, error) {
 	if t.ticker == nil {
 		t.ticker = rampart.DefaultTicker()
 	}
-	// Mark every bucket stale for the current epoch.
-	e := t.epoch(t.ticker.Now())
-	for i := range t.buckets {
-		t.buckets[i].Store(fEpoch.Set(0, e-uint64(len(t.buckets))))
-	}
+	t.cur.Store(max(t.ticker.Now(), 0) / t.bucketDur)
 	return t, nil
 }
 
@@ -170,45 +171,40 @@ func defaultAccepted(err error) bool {
 	return err == nil || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rampart.ErrRejected))
 }
 
-func (t *Throttler) epoch(now int64) uint64 {
-	return uint64(max(now, 0)/t.bucketDur) & fEpoch.Mask()
+// bucket returns the bucket of now, first expiring the buckets that now's
+// epoch pushes out of the window, or nil when now is older than the window
+// (a reading taken long before the call reached here).
+func (t *Throttler) bucket(now int64) *atomic.Uint64 {
+	e := max(now, 0) / t.bucketDur // the only division on the path
+	if c := t.cur.Load(); e > c {
+		t.advance(c, e)
+	} else if e <= c-int64(len(t.buckets)) {
+		return nil
+	}
+	return &t.buckets[e%int64(len(t.buckets))]
 }
 
-// add counts dr requests and da accepts in the bucket of now: a CAS loop
-// that also resets the bucket when it belongs to an older epoch.
-func (t *Throttler) add(now int64, dr, da uint64) {
-	e := t.epoch(now)
-	b := &t.buckets[e%uint64(len(t.buckets))]
-	for {
-		w := b.Load()
-		var next uint64
-		if fEpoch.Get(w) == e {
-			next = fReq.Set(w, min(fReq.Get(w)+dr, fReq.Mask()))
-			next = fAcc.Set(next, min(fAcc.Get(w)+da, fAcc.Mask()))
-		} else {
-			next = fAcc.Set(fReq.Set(fEpoch.Set(0, e), dr), da)
-		}
-		if b.CompareAndSwap(w, next) {
-			return
+// advance moves the window from epoch c to e: the goroutine whose CAS wins
+// empties the buckets of the epochs in (c, e] (they hold counts from a
+// previous turn of the ring) and subtracts their counts from the totals.
+// Slow path: once per bucket duration. A count added to a bucket just before
+// it is emptied is lost from both the bucket and the totals, so they stay
+// consistent.
+func (t *Throttler) advance(c, e int64) {
+	if !t.cur.CompareAndSwap(c, e) {
+		return // another goroutine advanced it (to e or further)
+	}
+	n := int64(len(t.buckets))
+	for k := max(c+1, e-n+1); k <= e; k++ {
+		old := t.buckets[k%n].Swap(0)
+		if old != 0 {
+			t.reqSum.Add(-int64(old >> 32))
+			t.accSum.Add(-int64(old & (oneRequest - 1)))
 		}
 	}
 }
 
-// totals sums the buckets that belong to the window ending at now.
-func (t *Throttler) totals(now int64) (req, acc uint64) {
-	e := t.epoch(now)
-	n := uint64(len(t.buckets))
-	for i := range t.buckets {
-		w := t.buckets[i].Load()
-		if age := (e - fEpoch.Get(w)) & fEpoch.Mask(); age < n {
-			req += fReq.Get(w)
-			acc += fAcc.Get(w)
-		}
-	}
-	return req, acc
-}
-
-func (t *Throttler) probability(req, acc uint64) float64 {
+func (t *Throttler) probability(req, acc int64) float64 {
 	if req < t.minReq {
 		return 0
 	}
@@ -220,11 +216,18 @@ func (t *Throttler) probability(req, acc uint64) float64 {
 // means reject it locally (return [Throttler.RejectedError]). A call that
 // Allow admitted must be followed by [Throttler.Record].
 //
-// Cost: one CAS on the current bucket and one load per bucket; a random
-// draw only while the rejection probability is positive. No allocation.
+// Cost: a load and a division to find the bucket, two atomic adds (the
+// bucket and the window total) and a load; a random draw only while the
+// rejection probability is positive. No allocation.
 func (t *Throttler) Allow(now int64) bool {
-	t.add(now, 1, 0)
-	req, acc := t.totals(now)
+	var req int64
+	if b := t.bucket(now); b != nil {
+		b.Add(oneRequest)     // atomic 1: the bucket
+		req = t.reqSum.Add(1) // atomic 2: the window total
+	} else {
+		req = t.reqSum.Load()
+	}
+	acc := t.accSum.Load() // same line as reqSum
 	if float64(req) <= t.k*float64(acc) || req < t.minReq {
 		return true // p = 0: the backend keeps up (or too little evidence)
 	}
@@ -236,16 +239,26 @@ func (t *Throttler) Allow(now int64) bool {
 }
 
 // Record reports at time now whether the backend accepted a call that
-// Allow admitted. Cost: one CAS when accepted, nothing otherwise.
+// Allow admitted. Cost: two atomic adds when accepted, nothing otherwise.
 func (t *Throttler) Record(now int64, accepted bool) {
 	if accepted {
-		t.add(now, 0, 1)
+		if b := t.bucket(now); b != nil {
+			b.Add(oneAccept)
+			t.accSum.Add(1)
+		}
 	}
 }
 
 // Probability returns the rejection probability at time now.
 func (t *Throttler) Probability(now int64) float64 {
-	return t.probability(t.totals(now))
+	req, acc := t.totals(now)
+	return t.probability(req, acc)
+}
+
+// totals returns the window's counts as of now (expiring old buckets).
+func (t *Throttler) totals(now int64) (req, acc int64) {
+	t.bucket(now)
+	return max(t.reqSum.Load(), 0), max(t.accSum.Load(), 0)
 }
 
 // RejectedError returns the preallocated local rejection, matching
@@ -258,7 +271,7 @@ func (t *Throttler) Ticker() rampart.Ticker { return t.ticker }
 // Stats returns a snapshot (the window as of the ticker's now).
 func (t *Throttler) Stats() ThrottlerStats {
 	req, acc := t.totals(t.ticker.Now())
-	return ThrottlerStats{Requests: req, Accepts: acc, Probability: t.probability(req, acc), Rejected: t.rejected.Load()}
+	return ThrottlerStats{Requests: uint64(req), Accepts: uint64(acc), Probability: t.probability(req, acc), Rejected: t.rejected.Load()}
 }
 
 // Do runs fn unless the throttler rejects it locally, and records whether
