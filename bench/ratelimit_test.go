@@ -147,6 +147,27 @@ func BenchmarkRateLimit(b *testing.B) {
 				}
 			})
 		})
+		b.Run(name+"Parallel/rampart-sharded", func(b *testing.B) {
+			b.ReportAllocs()
+			c := ratelimit.Config{Limit: 1e9, Period: time.Second, Burst: rlAdmitBurst}
+			if !admit {
+				c = ratelimit.Config{Limit: 4, Period: 4000 * time.Second}
+			}
+			l, err := ratelimit.NewSharded(ratelimit.ShardedConfig{Config: c, Shards: 4})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !admit {
+				for range 1000 { // random probes: spend every shard's permit
+					l.Allow()
+				}
+			}
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					rlCheck(b, l.Allow(), admit)
+				}
+			})
+		})
 		b.Run(name+"Parallel/xtimerate", func(b *testing.B) {
 			b.ReportAllocs()
 			l := rlXTime(b, admit)
