@@ -46,3 +46,19 @@ func BenchmarkDoOpen(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkDoFailure(b *testing.B) {
+	cb, _ := New(Config{FailureRateThreshold: 100, MinimumCalls: 100})
+	ctx := context.Background()
+	fail := func(context.Context) error { return errBoom }
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		if i%100 == 0 {
+			_ = cb.Do(ctx, benchOK)
+		} else if cb.Do(ctx, fail) != errBoom {
+			b.Fatal("rejected")
+		}
+	}
+}

@@ -265,12 +265,18 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 	}
 }
 
+// reject counts a rejection (the one atomic add of a rejection) and
+// returns err.
 func (b *Breaker) reject(s State, err *rampart.RejectedError) error {
 	b.rejections.Add(1)
 	if b.onRejected != nil {
-		notify.Call1(&b.listenerPanics, b.onRejected, s)
+		b.notifyRejected(s)
 	}
 	return err
+}
+
+func (b *Breaker) notifyRejected(s State) {
+	notify.Call1(&b.listenerPanics, b.onRejected, s)
 }
 
 // Record records the outcome of the call admitted by p, which ended at now

@@ -2,32 +2,8 @@ package circuitbreaker
 
 import "context"
 
-// acquireLazy is Acquire for the shorthands: a closed breaker that needs no
-// duration (no slow-call threshold, no time window, no per-call listener)
-// reads no clock, and neither does an open one whose open timer has not
-// fired (real-time NanoTicker only).
-func (b *Breaker) acquireLazy() (Permit, error) {
-	w := b.state.Load() // atomic 1: the state word
-	if w&stateMask == uint64(Closed) && !b.timed {
-		return Permit{word: w, start: noTime}, nil
-	}
-	if w&stateMask == uint64(Open) && b.openTimer != nil && b.openExpired.Load() != w { // atomic 2: the timer's hint
-		return Permit{}, b.reject(Open, b.errOpen)
-	}
-	return b.Acquire(b.ticker.Now()) // clock read: the decision or the duration needs it
-}
-
-// finish records err for p, reading the clock only if p started with one.
-func (b *Breaker) finish(p Permit, err error) {
-	if err == nil && p.start == noTime && b.classify == nil {
-		b.successUntimed(p) // closed, no duration needed: b.fast is set
-		return
-	}
-	b.finishSlow(p, err)
-}
-
-// successUntimed is RecordResult(p, noTime, Success) for a permit admitted
-// by acquireLazy's closed, clockless path.
+// successUntimed is RecordResult(p, noTime, Success) for a permit that Do
+// or Call admitted on their closed, clockless path.
 func (b *Breaker) successUntimed(p Permit) {
 	if b.state.Load() != p.word { // atomic 1: still closed in the same generation?
 		b.RecordResult(p, noTime, Success) // stale: counted there
@@ -46,8 +22,8 @@ func (b *Breaker) successUntimed(p Permit) {
 	}
 }
 
-// finishSlow is the slow path of finish: errors, timed permits, a custom
-// classifier.
+// finishSlow records the outcome of a Do or Call that is not an untimed
+// success: errors, timed permits, a custom classifier.
 func (b *Breaker) finishSlow(p Permit, err error) {
 	now := int64(noTime)
 	if p.start != noTime {
@@ -79,9 +55,27 @@ func (b *Breaker) finishAbnormal(p Permit, r any) {
 // On a closed count-window or consecutive breaker with no slow-call
 // threshold and no per-call listener, Do reads no clock.
 func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error {
-	p, err := b.acquireLazy()
-	if err != nil {
-		return err
+	// The lazy acquire: a closed breaker that needs no duration (no
+	// slow-call threshold, no time window, no per-call listener) reads no
+	// clock, and neither does an open one whose open timer has not fired
+	// (real-time NanoTicker only). Do cannot be inlined (defer), so its
+	// own body is the cheapest place for these two fast paths.
+	var p Permit
+	w := b.state.Load() // atomic 1: the state word
+	switch {
+	case w&stateMask == uint64(Closed) && !b.timed:
+		p = Permit{word: w, start: noTime}
+	case w&stateMask == uint64(Open) && b.openTimer != nil && b.openExpired.Load() != w: // atomic 2: the timer's hint
+		b.rejections.Add(1) // atomic 3: count the rejection
+		if b.onRejected != nil {
+			b.notifyRejected(Open)
+		}
+		return b.errOpen
+	default:
+		var err error
+		if p, err = b.Acquire(b.ticker.Now()); err != nil { // clock read: the decision or the duration needs it
+			return err
+		}
 	}
 	returned := false
 	defer func() {
@@ -89,19 +83,37 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 			b.finishAbnormal(p, recover())
 		}
 	}()
-	err = fn(ctx)
+	err := fn(ctx)
 	returned = true
-	b.finish(p, err)
+	if err == nil && p.start == noTime && b.classify == nil {
+		b.successUntimed(p) // closed, no duration needed: b.fast is set
+	} else {
+		b.finishSlow(p, err)
+	}
 	return err
 }
 
 // Call is Do for a function that returns a value: it returns fn's result and
 // error unchanged, or the zero T and the breaker's rejection.
 func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error)) (T, error) {
-	p, err := b.acquireLazy()
-	if err != nil {
+	var p Permit
+	w := b.state.Load() // atomic 1: the state word (as in Do)
+	switch {
+	case w&stateMask == uint64(Closed) && !b.timed:
+		p = Permit{word: w, start: noTime}
+	case w&stateMask == uint64(Open) && b.openTimer != nil && b.openExpired.Load() != w:
+		b.rejections.Add(1)
+		if b.onRejected != nil {
+			b.notifyRejected(Open)
+		}
 		var zero T
-		return zero, err
+		return zero, b.errOpen
+	default:
+		var err error
+		if p, err = b.Acquire(b.ticker.Now()); err != nil {
+			var zero T
+			return zero, err
+		}
 	}
 	returned := false
 	defer func() {
@@ -111,6 +123,10 @@ func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, e
 	}()
 	v, err := fn(ctx)
 	returned = true
-	b.finish(p, err)
+	if err == nil && p.start == noTime && b.classify == nil {
+		b.successUntimed(p)
+	} else {
+		b.finishSlow(p, err)
+	}
 	return v, err
 }
