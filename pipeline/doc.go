@@ -13,6 +13,7 @@
 //	rate limiter             TryAcquire(now, 1): admitted or a wait hint
 //	bulkhead, adaptive limit a concurrency permit held until the call ends
 //	timeout                  a deadline context around the call
+//	hedge                    extra attempts of a slow call (hedged entry points)
 //	the call                 fn(ctx)
 //
 // Why this order:
@@ -42,6 +43,14 @@
 //     attempt is recorded as a failure by the breaker and the adaptive limit,
 //     and each retry gets a fresh deadline; the caller's context bounds the
 //     whole call, retries and sleeps included.
+//
+//   - The hedge is innermost: its extra attempts are copies of one admitted
+//     attempt, under its permits and its deadline. Hedging applies only to
+//     [Pipeline.DoHedged], [Pipeline.TryHedged], [CallHedged] and
+//     [TryCallHedged]: calling them is the caller's promise that fn is
+//     idempotent, and they hand fn to other goroutines, which makes a
+//     closure escape to the heap; Do, Try, Call and TryCall never do, so
+//     they allocate nothing even for a closure that captures variables.
 //
 // Because the order is fixed and each field has one concrete type, every
 // call site in the pipeline calls one known method: nothing is dispatched
