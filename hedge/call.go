@@ -36,7 +36,9 @@ func (h *Hedger) newCall(parent context.Context) *call {
 // can touch it any more (the trigger was cancelled before it fired, or was
 // never armed).
 func (h *Hedger) release(c *call) {
-	c.fn, c.maker, c.race, c.ctx = nil, nil, nil, nil
+	// fn and race are cleared so that the pool does not keep the user's
+	// closure or a race alive; ctx and maker are overwritten by newCall.
+	c.fn, c.race = nil, nil
 	c.wd = watchdog.Handle{}
 	c.st.Store(stRunning)
 	h.calls.Put(c)
@@ -375,7 +377,6 @@ func (r *race[T]) hedge(i int, now int64) {
 	r.running++
 	r.armLocked(i+1, now)
 	r.mu.Unlock()
-	r.h.hedges.Add(1)
 	go r.run(i, ctx)
 }
 
@@ -395,6 +396,14 @@ func (r *race[T]) armLocked(i int, now int64) {
 // run runs attempt i on its goroutine and reports it, panics included.
 func (r *race[T]) run(i int, ctx context.Context) {
 	if i > 0 {
+		if err := ctx.Err(); err != nil {
+			// The race was decided (or the caller's context ended) before
+			// this goroutine ran: do not call fn at all.
+			var zero T
+			r.report(i, zero, err, false, nil)
+			return
+		}
+		r.h.hedges.Add(1)
 		r.h.notifyHedge(i)
 	}
 	var v T
@@ -449,10 +458,8 @@ func (r *race[T]) report(i int, v T, err error, panicked bool, p any) {
 	next := r.next
 	r.mu.Unlock()
 	h.wd.Cancel(next)
-	if i != 0 {
-		r.first.cancel()
-	}
-	close(r.done)
+	// Stats, budget and listener before the caller is released, so that
+	// they are up to date when the call returns.
 	if h.budget != nil && !panicked {
 		switch {
 		case err == nil:
@@ -465,6 +472,10 @@ func (r *race[T]) report(i int, v T, err error, panicked bool, p any) {
 		h.won.Add(1)
 		h.notifyWon(i)
 	}
+	if i != 0 {
+		r.first.cancel()
+	}
+	close(r.done)
 }
 
 // abort ends the race without a result: the first attempt panicked on the

@@ -111,7 +111,7 @@ type Config struct {
 
 // Stats are a Hedger's counters since New. Reading them allocates nothing.
 type Stats struct {
-	Hedges         uint64 // hedge attempts started
+	Hedges         uint64 // hedge attempts that ran fn (a hedge whose race was decided before its goroutine ran is skipped)
 	HedgesWon      uint64 // races won by a hedge
 	BudgetRefused  uint64 // hedges the budget refused
 	TriggerFull    uint64 // triggers the watchdog refused (table full, or closed by Close): those calls ran unhedged

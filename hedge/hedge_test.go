@@ -224,6 +224,7 @@ func TestWinnerOnce(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		synctest.Wait() // the losers' goroutines have ended
 		slices.Sort(got)
 		if len(slices.Compact(slices.Clone(got))) != calls || got[0] == 0 {
 			t.Fatalf("tokens not unique or missing: %v", got[:10])
@@ -522,8 +523,15 @@ func TestContextContract(t *testing.T) {
 // TestStress hedges many concurrent calls with random latencies and
 // failures under -race, and checks the invariants afterwards.
 func TestStress(t *testing.T) {
+	// In a bubble so that synctest.Wait can wait for the losers; the
+	// goroutines still run in parallel.
+	synctest.Test(t, stress)
+	goleak.VerifyNone(t, goleak.IgnoreCurrent())
+}
+
+func stress(t *testing.T) {
 	h, err := New(Config{Percentile: 0.9, WarmUp: 20, Refresh: time.Millisecond, MinDelay: 50 * time.Microsecond,
-		MaxHedges: 2, Tick: 100 * time.Microsecond, Fatal: func(err error) bool { return err != errDown }})
+		MaxHedges: 2, Tick: 100 * time.Microsecond, Ticker: rampart.NewNanoTicker(), Fatal: func(err error) bool { return err != errDown }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,6 +562,7 @@ func TestStress(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	synctest.Wait()
 	st := h.Stats()
 	if attempts.Load() != 8*300+int64(st.Hedges) || st.HedgesWon > st.Hedges {
 		t.Fatalf("attempts %d, stats %+v", attempts.Load(), st)
@@ -561,7 +570,6 @@ func TestStress(t *testing.T) {
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	goleak.VerifyNone(t, goleak.IgnoreCurrent())
 }
 
 func TestConfig(t *testing.T) {
