@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -90,21 +91,51 @@ func newGenerator(url string, o options) *generator {
 	}
 }
 
-// run offers rate requests per second for p.phase.duration, recording into p.
-// It returns when the phase's time is over; requests still in flight keep
-// recording into p.
-func (g *generator) run(ctx context.Context, rate int, p *phaseStats) {
-	interval := time.Second / time.Duration(rate)
+// schedule maps the iteration number to the time it is due after the start
+// of a phase of length T offering rate req/s: constant, or (ramp) rising
+// linearly from a tenth of rate to rate, as a warm-up that does not open
+// every connection at once.
+type schedule struct {
+	rate float64 // req/s at full rate
+	t    float64 // phase length, s
+	ramp bool
+}
+
+// count is the number of iterations due by elapsed seconds e (e ≤ t).
+func (s schedule) count(e float64) int64 {
+	if !s.ramp {
+		return int64(e*s.rate) + 1
+	}
+	// rate(e) = rate × (0.1 + 0.9 e/t); its integral:
+	return int64(s.rate*(0.1*e+0.45*e*e/s.t)) + 1
+}
+
+// due is when iteration i (0-based) is due, in seconds after the start.
+func (s schedule) due(i int64) float64 {
+	n := float64(i)
+	if !s.ramp {
+		return n / s.rate
+	}
+	a, b := 0.45*s.rate/s.t, 0.1*s.rate
+	return (-b + math.Sqrt(b*b+4*a*n)) / (2 * a)
+}
+
+// run offers rate requests per second (ramping up when ramp is set) for
+// p.phase.duration, recording into p. It returns when the phase's time is
+// over; requests still in flight keep recording into p.
+func (g *generator) run(ctx context.Context, rate int, ramp bool, p *phaseStats) {
+	sc := schedule{rate: float64(rate), t: p.phase.duration.Seconds(), ramp: ramp}
 	start := time.Now()
 	end := start.Add(p.phase.duration)
-	p.offered = int64(p.phase.duration / interval)
+	p.offered = sc.count(sc.t) - 1
+	seconds := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 	var issued int64
 	for issued < p.offered {
 		now := time.Now()
 		// Start every iteration that is due; drop those far too late.
-		due := min(int64(now.Sub(start)/interval)+1, p.offered)
+		due := min(sc.count(now.Sub(start).Seconds()), p.offered)
 		for ; issued < due; issued++ {
-			lag := now.Sub(start.Add(time.Duration(issued) * interval))
+			lag := now.Sub(start.Add(seconds(sc.due(issued))))
 			if lag > time.Duration(p.maxLag.Load()) {
 				p.maxLag.Store(int64(lag))
 			}
@@ -123,10 +154,9 @@ func (g *generator) run(ctx context.Context, rate int, p *phaseStats) {
 		if ctx.Err() != nil || !now.Before(end) {
 			break
 		}
-		// Sleep to the next due iteration, at least a little: the Go timer
-		// wakes in about 1 ms batches at these rates.
-		next := start.Add(time.Duration(issued) * interval)
-		if d := time.Until(next); d > 0 {
+		// Sleep to the next due iteration (the Go timer wakes in batches
+		// of about 1 ms at these rates).
+		if d := time.Until(start.Add(seconds(sc.due(issued)))); d > 0 {
 			time.Sleep(d)
 		}
 	}

@@ -25,8 +25,8 @@ func printTable(w io.Writer, o options, results []result) {
 			if sent > 0 {
 				failedPct = 100 * float64(p.failed.Load()) / float64(sent)
 			}
-			fmt.Fprintf(w, "| %s | %s | %d | %.0f | %.0f | %.0f | %d | %.2f | %s | %s | %s | %d |\n",
-				r.mode, p.phase.name, o.rate,
+			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.0f | %.0f | %d | %.2f | %s | %s | %s | %d |\n",
+				r.mode, p.phase.name, float64(p.offered)/secs,
 				float64(sent)/secs, float64(p.ok.Load())/secs, float64(p.shed.Load())/secs,
 				p.failed.Load(), failedPct, ms(p50), ms(p99), ms(mx), p.dropped.Load())
 			if p.offered > 0 && float64(sent) < 0.95*float64(p.offered) {
@@ -43,6 +43,7 @@ func printTable(w io.Writer, o options, results []result) {
 	} else {
 		fmt.Fprintf(w, "The generator reached the offered rate of %d req/s in every phase (at least 95 %% of the iterations sent).\n", o.rate)
 	}
+	fmt.Fprintln(w, "The warm-up ramps the offered rate from a tenth of it to all of it.")
 	fmt.Fprintln(w, "ok/s counts 200s; shed: 503 with Retry-After (a deliberate fast rejection); failed: any other outcome")
 	fmt.Fprintln(w, "(5xx, client timeout, connection error); latencies are the successes' own, from send to last byte.")
 }
