@@ -237,7 +237,7 @@ func (r *Reservation) N() int { return r.n }
 
 // Cancel gives the permits back if they can be given back exactly, and
 // reports whether it did. The rule: the permits return only when their time
-// has not come yet (now < TimeToAct) and the reservation is still the
+// has not passed (now ≤ TimeToAct) and the reservation is still the
 // latest commitment of the limiter (no admission or reservation was made
 // after it, or all those were cancelled first). Cancel then restores the
 // state the limiter had just before Reserve, so nobody can ever use more
@@ -252,7 +252,7 @@ func (r *Reservation) Cancel(now int64) bool {
 	}
 	l, s := r.l, r.s
 	r.l = nil
-	if now >= r.at || l.st.Load() != s {
+	if now > r.at || l.st.Load() != s {
 		return false
 	}
 	return s.tat.CompareAndSwap(r.end, r.start)

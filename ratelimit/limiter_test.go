@@ -299,10 +299,17 @@ func TestReserveCancel(t *testing.T) {
 	r3, err := l.Reserve(100*ms, 1, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 100*time.Millisecond, r3.Delay()) // r1 took 100 ms
-	require.False(t, r3.Cancel(200*ms))
+	require.False(t, r3.Cancel(200*ms+1))
 
 	_, err = l.Reserve(0, 2, time.Hour)
 	require.ErrorIs(t, err, ErrInvalidN)
+	// An immediate reservation can be given back at the same instant.
+	r4, err := l.Reserve(500*ms, 1, 0)
+	require.NoError(t, err)
+	require.Zero(t, r4.Delay())
+	require.True(t, r4.Cancel(500*ms))
+	require.True(t, l.AllowN(500*ms, 1))
+
 	var zero Reservation
 	require.False(t, zero.Cancel(0))
 	require.Equal(t, 1, r3.N())
