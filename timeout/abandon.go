@@ -1,0 +1,225 @@
+package timeout
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/rampart-go/rampart/internal/atomicx"
+	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/watchdog"
+)
+
+// job is one abandon-mode call, pooled: its channels are reused, its
+// context never is (a fresh ctx per call).
+//
+// Ownership protocol. state starts running; exactly one CAS moves it out:
+//
+//	running --worker returns (CAS)--> done:   the caller owns the job again
+//	running --caller leaves  (CAS)--> left:   the worker owns it (recycles it
+//	                                          and runs onDone when fn returns)
+//
+// Tokens. finished receives one token from the worker when it wins the CAS
+// to done. wake receives one token from the watchdog when the deadline
+// fires. Before the job is recycled, every token that will be sent has been
+// received: the caller drains wake whenever unwatch reports that the watch
+// fired, before giving the job away.
+type job struct {
+	t        *Timeout
+	fn       func(context.Context) error
+	c        *ctx
+	wh       watchdog.Handle
+	onDone   func()
+	state    atomic.Uint32
+	err      error
+	panicVal any
+	outcome  uint8 // outNormal / outPanic / outGoexit, written by the worker
+	finished chan struct{}
+	wake     chan struct{}
+}
+
+const (
+	jobRunning = 0
+	jobDone    = 1
+	jobLeft    = 2
+)
+
+const (
+	outNormal = iota
+	outPanic
+	outGoexit
+)
+
+// getJob takes a job from t's pool. The pool is per Timeout (not
+// package-wide) so that a Timeout created inside a testing/synctest bubble
+// never receives channels made in another bubble.
+func (t *Timeout) getJob() *job {
+	if j, ok := t.jobs.Get().(*job); ok {
+		return j
+	}
+	return &job{finished: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+}
+
+// Fire is the watchdog's callback for an abandon-mode call: end the
+// callee's context and wake the caller.
+func (j *job) Fire(uint64) {
+	j.c.cancel(firedBox)
+	j.wake <- struct{}{}
+}
+
+// run is the worker goroutine.
+func (j *job) run() {
+	normal := false
+	defer func() {
+		if normal {
+			return
+		}
+		if r := recover(); r != nil {
+			j.end(nil, outPanic, r)
+		} else {
+			j.end(nil, outGoexit, nil)
+		}
+	}()
+	err := j.fn(j.c)
+	normal = true
+	j.end(err, outNormal, nil)
+}
+
+// end reports the worker's result: to the caller if it still waits, else it
+// cleans up the abandoned call itself (and re-raises a panic: an abandoned
+// function that panics crashes the program, as any goroutine's panic does).
+func (j *job) end(err error, out uint8, pv any) {
+	j.err, j.outcome, j.panicVal = err, out, pv
+	if j.state.CompareAndSwap(jobRunning, jobDone) {
+		j.finished <- struct{}{}
+		return
+	}
+	t, onDone := j.t, j.onDone
+	j.recycle()
+	t.abandoned.Add(-1)
+	if onDone != nil {
+		onDone()
+	}
+	if out == outPanic {
+		panic(pv)
+	}
+}
+
+func (j *job) recycle() {
+	t := j.t
+	j.t, j.fn, j.c, j.onDone, j.err, j.panicVal, j.outcome = nil, nil, nil, nil, nil, nil, outNormal
+	j.wh = watchdog.Handle{}
+	j.state.Store(jobRunning)
+	t.jobs.Put(j)
+}
+
+// DoAbandon calls fn in a goroutine of its own with a deadline context and
+// returns when fn returns, at the deadline (within one watchdog tick), or
+// when ctx is done, whichever comes first, whatever t's Mode. When it
+// returns before fn, fn is abandoned: it keeps running with its context
+// done, and onDone (if not nil) runs on fn's goroutine when fn returns.
+// Otherwise onDone runs before DoAbandon returns. So onDone runs exactly
+// once, after fn has truly ended (or at once, when the call is rejected
+// and fn never starts): release a bulkhead permit there, never earlier.
+//
+// It returns fn's error unchanged; t.Err() when the call overran (fn
+// abandoned at the deadline, or fn returned after it); ctx's error when ctx
+// was done first (fn abandoned); or, without starting fn, the rejection
+// (matching ErrTooManyAbandoned and rampart.ErrRejected) when MaxAbandoned
+// functions are abandoned and still running. The bound is strict: a call
+// that cannot take an abandon slot when its deadline comes waits for fn
+// instead.
+//
+// A panic in fn is re-raised on the caller's goroutine when the caller is
+// still waiting, and on fn's goroutine (crashing the program, like any
+// goroutine's panic) when fn was abandoned; runtime.Goexit in fn ends the
+// caller's goroutine too, or only fn's when abandoned.
+//
+// Costs: the context, a goroutine (with its closure), a pooled job, a
+// watchdog slot; see the package documentation for measured figures.
+func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) error, onDone func()) error {
+	if n := t.abandoned.Load(); n >= t.maxAband {
+		return t.reject(n, onDone)
+	}
+	now := t.tk.Now()
+	deadline := now + t.d
+	j := t.getJob()
+	c := &ctx{parent: parent, t: t, deadline: deadline}
+	j.t, j.fn, j.c, j.onDone = t, fn, c, onDone
+	wh := t.watch(c, j, deadline, now)
+	j.wh = wh
+	go j.run()
+
+	woke := false // a wake token was received
+	select {
+	case <-j.finished:
+		return t.collect(j, false)
+	case <-j.wake:
+		woke = true
+	case <-parent.Done():
+	}
+	// The deadline fired or the parent is done: try to leave.
+	if !woke && !t.unwatch(c, wh) {
+		<-j.wake // the watch fired meanwhile: take its token
+		woke = true
+	}
+	if !atomicx.AddBelow(&t.abandoned.Int64, 1, t.maxAband) {
+		// No abandon slot: wait for fn (its context is done or will be).
+		c.cancel(box(parent.Err()))
+		<-j.finished
+		return t.collect(j, true)
+	}
+	if !j.state.CompareAndSwap(jobRunning, jobLeft) {
+		// fn returned just now: it is ours again.
+		t.abandoned.Add(-1)
+		<-j.finished
+		return t.collect(j, true)
+	}
+	// Abandoned: from here on the worker owns j.
+	t.abandonedTotal.Add(1)
+	n := t.abandoned.Load()
+	if t.onAbandon != nil {
+		notify.Call1(&t.listenerPanics, t.onAbandon, n)
+	}
+	if woke {
+		return t.timedOut(t.tk.Now() - (deadline - t.d))
+	}
+	e := box(parent.Err())
+	c.cancel(e)
+	return *e
+}
+
+// collect finishes a call whose worker returned while the caller waited:
+// classify, release, run onDone, re-raise a panic or Goexit. settled says
+// the watch was already disarmed or its token received.
+func (t *Timeout) collect(j *job, settled bool) error {
+	c := j.c
+	if !settled && !t.unwatch(c, j.wh) {
+		<-j.wake
+	}
+	err := t.classify(c, c.deadline, t.tk.Now(), j.err)
+	out, pv, onDone := j.outcome, j.panicVal, j.onDone
+	j.recycle()
+	if onDone != nil {
+		onDone()
+	}
+	switch out {
+	case outPanic:
+		panic(pv)
+	case outGoexit:
+		runtime.Goexit()
+	}
+	return err
+}
+
+// reject is the slow path of DoAbandon when MaxAbandoned is reached.
+func (t *Timeout) reject(n int64, onDone func()) error {
+	t.rejected.Add(1)
+	if t.onRejected != nil {
+		notify.Call1(&t.listenerPanics, t.onRejected, n)
+	}
+	if onDone != nil {
+		onDone()
+	}
+	return t.rej
+}

@@ -1,0 +1,86 @@
+// Package timeout bounds the duration of calls, at a fraction of the cost of
+// context.WithTimeout.
+//
+// Go cannot pre-empt a goroutine, so a timeout is either a deadline that the
+// callee honours (it watches its context) or work that the caller abandons.
+// A [Timeout] offers three modes ([Config].Mode):
+//
+//   - [ModeDeadline] (default): the function runs on the caller's goroutine
+//     with a context that is done at the deadline, when the parent is done,
+//     or when the call finishes. The call returns when the function does;
+//     the result is [ErrTimeout] if it ended after the deadline. One
+//     allocation per call (the context object), no goroutine, no runtime
+//     timer.
+//   - [ModeSoft]: classification only. The function gets the parent context
+//     unchanged, nothing is cancelled, and the call returns [ErrTimeout] if
+//     it ended after the deadline. Zero allocations.
+//   - [ModeAbandon] (opt-in): the function runs in a goroutine of its own;
+//     the caller returns at the deadline even if the function does not, and
+//     the function keeps running, abandoned, with its context done. The
+//     number of abandoned functions is bounded (MaxAbandoned); the onDone
+//     hook of [Timeout.DoAbandon] runs only when the abandoned function has
+//     truly ended, which is when a bulkhead permit may be released.
+//
+// # The watchdog
+//
+// Deadlines are fired by a shared watchdog ([Watchdog]): one goroutine that
+// sweeps a table of armed slots every tick (1 ms by default) and fires the
+// due ones. Arming a deadline pops a slot from a lock-free free list and
+// stores the deadline; disarming it is one CAS and a push; neither
+// allocates. The goroutine starts on first use (never at package
+// initialisation) and exits after a second without armed deadlines. By
+// default all Timeouts on rampart.DefaultTicker() share the process-wide
+// watchdog; a Timeout with its own Tick or Ticker gets its own, stopped by
+// [Timeout.Close]; a pipeline can share one ([NewWatchdog], Config.Watchdog).
+//
+// Precision: a deadline fires no earlier than the deadline and no later than
+// one tick after it (plus the watchdog goroutine's scheduling delay on a
+// saturated machine). The classification of a call (Finish) uses the
+// caller's own clock reading, so it is exact: a call that ended at or after
+// its deadline is a timeout even if the watchdog had not fired yet.
+//
+// # The context contract
+//
+// The context handed to the callee in deadline and abandon modes is a fresh
+// object per call, never reused, so a callee that keeps it sees it stay done
+// with the same error forever. Deadline returns the wall-clock deadline (or
+// the parent's, if earlier); Done is created on first use; Err is
+// context.DeadlineExceeded once the deadline fired, the parent's error if
+// the parent was done first, context.Canceled once the call finished first
+// (as with the cancel func of context.WithTimeout); Value is the parent's.
+// The context implements the AfterFunc method that the context package
+// looks for on a custom parent, so children derived with context.WithCancel,
+// WithTimeout or AfterFunc cost no goroutine. context.Cause on it reports
+// its Err.
+//
+// # A result after the deadline
+//
+// A call that ends after its deadline is a timeout whatever the function
+// returned: [Timeout.Finish] and [Timeout.Do] return the instance's
+// [*Error] (matching [ErrTimeout] and context.DeadlineExceeded), and
+// [Call] returns the function's value next to it. Upstream policies (a
+// breaker counting failures, a retry) thus see one consistent outcome for a
+// call that overran, whether or not the callee noticed its context.
+//
+// # Which method to use
+//
+// [Timeout.Do] and [Call] read the ticker at the start and at the end of the
+// call. Package pipeline uses the primitives instead, with its own clock
+// readings:
+//
+//	ctx, h := t.Start(parent, now)   // deadline = now + Duration
+//	err := fn(ctx)
+//	err = t.Finish(h, end, err)      // exactly once, on every path
+//
+// and [Timeout.DoAbandon] for abandon mode, with the bulkhead's release as
+// onDone.
+//
+// # Concurrency
+//
+// A Timeout is safe for concurrent use. The success path takes no lock:
+// in deadline mode it is one allocation, a CAS to pop a watchdog slot, a
+// store to arm it, a CAS to disarm it, a CAS to push it back and a CAS to
+// end the context; in soft mode it is a comparison. Listeners run
+// synchronously on the caller's goroutine (OnTimeout, OnAbandon,
+// OnRejected); a panicking listener is recovered and counted.
+package timeout

@@ -1,0 +1,500 @@
+package timeout
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/watchdog"
+)
+
+// ErrTimeout matches, through errors.Is, every error a Timeout returns
+// because a call overran its deadline. It also matches
+// context.DeadlineExceeded, so code that checks for the standard error keeps
+// working.
+var ErrTimeout error = &sentinelError{"timeout: deadline exceeded"}
+
+// ErrTooManyAbandoned is the reason of the rejection returned in abandon mode
+// when MaxAbandoned goroutines are already abandoned and still running. The
+// rejection matches it and rampart.ErrRejected.
+var ErrTooManyAbandoned = errors.New("too many abandoned calls")
+
+type sentinelError struct{ msg string }
+
+func (e *sentinelError) Error() string { return e.msg }
+
+// Is makes ErrTimeout match context.DeadlineExceeded.
+func (e *sentinelError) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// Timeout reports true (the net.Error convention).
+func (e *sentinelError) Timeout() bool { return true }
+
+// Error is the error a Timeout instance returns when a call overran its
+// deadline. Each instance builds one at construction and returns that same
+// pointer: a timeout allocates and formats nothing. It matches ErrTimeout
+// and context.DeadlineExceeded through errors.Is.
+type Error struct {
+	name string
+	d    time.Duration
+	msg  string
+}
+
+// Error returns e.g. `timeout "db": deadline exceeded (100ms)`.
+func (e *Error) Error() string { return e.msg }
+
+// Unwrap returns ErrTimeout.
+func (e *Error) Unwrap() error { return ErrTimeout }
+
+// Timeout reports true (the net.Error convention).
+func (e *Error) Timeout() bool { return true }
+
+// Name returns the configured name of the Timeout.
+func (e *Error) Name() string { return e.name }
+
+// Duration returns the configured timeout.
+func (e *Error) Duration() time.Duration { return e.d }
+
+// Mode selects how a Timeout enforces its deadline.
+type Mode uint8
+
+const (
+	// ModeDeadline (the default) hands the function a context that is done
+	// at the deadline (or when the parent is done) and returns ErrTimeout
+	// when the call ended after the deadline. The function runs on the
+	// caller's goroutine; the caller returns when the function does, so the
+	// function must honour the context. Costs one allocation per call (the
+	// context; a second one, the Done channel, only if the function asks for
+	// it) and no goroutine.
+	ModeDeadline Mode = iota
+	// ModeSoft only classifies: the function gets the parent context
+	// unchanged and nothing cancels it; the call returns ErrTimeout when it
+	// ended after the deadline. Zero allocations, no watchdog.
+	ModeSoft
+	// ModeAbandon runs the function in a goroutine of its own with a
+	// deadline context, and returns at the deadline (or when the parent is
+	// done) even if the function has not: the function is abandoned and
+	// keeps running until it returns. At most MaxAbandoned functions are
+	// abandoned at once; further calls are rejected. The onDone hook of
+	// DoAbandon runs only when the function has truly ended (release a
+	// bulkhead permit there). Costs a goroutine and a few allocations per
+	// call.
+	ModeAbandon
+)
+
+// String returns "deadline", "soft" or "abandon".
+func (m Mode) String() string {
+	switch m {
+	case ModeDeadline:
+		return "deadline"
+	case ModeSoft:
+		return "soft"
+	case ModeAbandon:
+		return "abandon"
+	}
+	return "Mode(invalid)"
+}
+
+// DefaultMaxAbandoned is the bound on abandoned goroutines when
+// Config.MaxAbandoned is zero.
+const DefaultMaxAbandoned = 1000
+
+// Watchdog is the shared deadline timer: one goroutine that sweeps a table
+// of armed deadlines every tick and fires the due ones. Timeouts (and hedges)
+// that use the same ticker can share one. See NewWatchdog.
+type Watchdog = watchdog.Watchdog
+
+// NewWatchdog returns a Watchdog sweeping every tick (1 ms when tick <= 0)
+// against tk (rampart.DefaultTicker() when nil), to share between the
+// policies of a pipeline. Its goroutine starts on first use and exits when
+// idle for a second; Close it when done (tests under testing/synctest must,
+// before the bubble ends).
+func NewWatchdog(tick time.Duration, tk rampart.Ticker) *Watchdog {
+	var clk watchdog.Clock
+	if tk != nil {
+		clk = tk
+	}
+	return watchdog.New(watchdog.Config{Tick: tick, Clock: clk})
+}
+
+// Config configures a Timeout. Only Duration is required.
+type Config struct {
+	// Duration is the timeout, measured from the start of the call. It must
+	// be positive.
+	Duration time.Duration
+	// Mode is ModeDeadline (zero value), ModeSoft or ModeAbandon.
+	Mode Mode
+	// Name names the instance in its errors.
+	Name string
+	// Ticker is the clock (nil: rampart.DefaultTicker()). With a Watchdog it
+	// must be the Watchdog's clock (nil then means the Watchdog's clock).
+	Ticker rampart.Ticker
+	// Watchdog fires the deadlines. Nil means: the process-wide watchdog
+	// (1 ms tick) when Tick is zero and Ticker is nil or
+	// rampart.DefaultTicker(); otherwise a watchdog of this Timeout's own,
+	// stopped by Close.
+	Watchdog *Watchdog
+	// Tick is the sweep period of the Timeout's own watchdog, and so the
+	// precision of the deadline: a deadline fires at most one Tick after it
+	// passed. Zero means 1 ms. Must be zero, or equal to Watchdog.Tick(),
+	// when Watchdog is set.
+	Tick time.Duration
+	// MaxAbandoned bounds, in abandon mode, the functions abandoned and still
+	// running; while it is reached, calls are rejected without starting
+	// anything. Zero means DefaultMaxAbandoned.
+	MaxAbandoned int
+	// OnTimeout is called when a call is classified as timed out, with its
+	// duration up to the moment it was classified (nil: not called).
+	OnTimeout func(elapsed time.Duration)
+	// OnAbandon is called when a call is abandoned, with the number of
+	// abandoned functions still running, this one included.
+	OnAbandon func(abandoned int64)
+	// OnRejected is called when a call is rejected because MaxAbandoned
+	// functions are abandoned, with that number.
+	OnRejected func(abandoned int64)
+}
+
+// Timeout bounds the duration of calls. Create it with New; it is safe for
+// concurrent use. See the package documentation for the modes.
+type Timeout struct {
+	// Read-only after New.
+	d        int64
+	mode     Mode
+	name     string
+	tk       rampart.Ticker
+	wd       *watchdog.Watchdog
+	ownWd    bool
+	err      *Error
+	rej      *rampart.RejectedError
+	maxAband int64
+	// epoch is the instant at which the ticker read 0 (time.Now() minus a
+	// reading, taken in New): converts ticker deadlines to time.Time.
+	epoch time.Time
+
+	onTimeout  func(time.Duration)
+	onAbandon  func(int64)
+	onRejected func(int64)
+
+	jobs sync.Pool // *job, abandon mode
+
+	// abandoned is written when a call is abandoned and when an abandoned
+	// function returns, read by every abandon-mode call.
+	abandoned pad.Int64
+
+	// Counters of rare events (timeouts, abandons, rejections): not on the
+	// success path.
+	timeouts       atomic.Uint64
+	abandonedTotal atomic.Uint64
+	rejected       atomic.Uint64
+	fallbacks      atomic.Uint64
+	listenerPanics atomic.Uint64
+}
+
+// New validates cfg and returns a Timeout.
+func New(cfg Config) (*Timeout, error) {
+	if cfg.Duration <= 0 {
+		return nil, rampart.NewConfigError("timeout", "Duration", "must be positive, got %v", cfg.Duration)
+	}
+	if cfg.Mode > ModeAbandon {
+		return nil, rampart.NewConfigError("timeout", "Mode", "must be ModeDeadline, ModeSoft or ModeAbandon, got %d", cfg.Mode)
+	}
+	if cfg.Tick < 0 {
+		return nil, rampart.NewConfigError("timeout", "Tick", "must not be negative, got %v", cfg.Tick)
+	}
+	if cfg.MaxAbandoned < 0 {
+		return nil, rampart.NewConfigError("timeout", "MaxAbandoned", "must not be negative, got %d", cfg.MaxAbandoned)
+	}
+	t := &Timeout{
+		d:          int64(cfg.Duration),
+		mode:       cfg.Mode,
+		name:       cfg.Name,
+		tk:         cfg.Ticker,
+		wd:         cfg.Watchdog,
+		maxAband:   int64(cfg.MaxAbandoned),
+		onTimeout:  cfg.OnTimeout,
+		onAbandon:  cfg.OnAbandon,
+		onRejected: cfg.OnRejected,
+	}
+	if t.maxAband == 0 {
+		t.maxAband = DefaultMaxAbandoned
+	}
+	switch {
+	case t.wd != nil:
+		if cfg.Tick != 0 && cfg.Tick != t.wd.Tick() {
+			return nil, rampart.NewConfigError("timeout", "Tick", "is %v but the Watchdog ticks every %v", cfg.Tick, t.wd.Tick())
+		}
+		if t.tk == nil {
+			t.tk = t.wd.Clock()
+		} else if watchdog.Clock(t.tk) != t.wd.Clock() {
+			return nil, rampart.NewConfigError("timeout", "Ticker", "must be the Watchdog's clock (readings of two clocks are not comparable)")
+		}
+	case cfg.Tick == 0 && (t.tk == nil || t.tk == rampart.DefaultTicker()):
+		t.tk = rampart.DefaultTicker()
+		if t.mode != ModeSoft {
+			t.wd = watchdog.Default()
+		}
+	default:
+		if t.tk == nil {
+			t.tk = rampart.DefaultTicker()
+		}
+		if t.mode != ModeSoft {
+			t.wd = watchdog.New(watchdog.Config{Tick: cfg.Tick, Clock: t.tk})
+			t.ownWd = true
+		}
+	}
+	t.epoch = time.Now().Add(-time.Duration(t.tk.Now()))
+	msg := "timeout"
+	if cfg.Name != "" {
+		msg += " " + quote(cfg.Name)
+	}
+	t.err = &Error{name: cfg.Name, d: cfg.Duration, msg: msg + ": deadline exceeded (" + cfg.Duration.String() + ")"}
+	t.rej = rampart.NewRejectedError("timeout", cfg.Name, ErrTooManyAbandoned)
+	return t, nil
+}
+
+func quote(s string) string {
+	return `"` + s + `"`
+}
+
+// Close stops the Timeout's own watchdog, if it has one (see
+// Config.Watchdog), and waits for its goroutine to exit. Calls made after
+// Close still time out, each with a runtime timer. Close is idempotent and
+// does nothing for a Timeout on a shared watchdog.
+func (t *Timeout) Close() error {
+	if t.ownWd {
+		return t.wd.Close()
+	}
+	return nil
+}
+
+// Duration returns the configured timeout.
+func (t *Timeout) Duration() time.Duration { return time.Duration(t.d) }
+
+// Mode returns the configured mode.
+func (t *Timeout) Mode() Mode { return t.mode }
+
+// Name returns the configured name.
+func (t *Timeout) Name() string { return t.name }
+
+// Ticker returns the clock the primitive methods' now arguments come from.
+func (t *Timeout) Ticker() rampart.Ticker { return t.tk }
+
+// Err returns the instance's timeout error (the value Finish returns for a
+// call that overran).
+func (t *Timeout) Err() *Error { return t.err }
+
+// Handle is one call in progress between Start and Finish. It is a small
+// value; pass it back to Finish exactly once.
+type Handle struct {
+	c        *ctx            // nil in soft mode
+	deadline int64           // ticker reading
+	wh       watchdog.Handle // the watch (zero when a fallback timer is used)
+}
+
+// Deadline returns the call's deadline as a ticker reading.
+func (h Handle) Deadline() int64 { return h.deadline }
+
+// Start begins a call at now (a reading of t.Ticker()) and returns the
+// context to hand to the callee and the Handle to pass to Finish.
+//
+// In ModeDeadline (and ModeAbandon, where Start behaves like ModeDeadline:
+// use DoAbandon to abandon) the context is a fresh object, done at
+// now+Duration (within one watchdog tick), when parent is done, or at
+// Finish; it costs one allocation, a slot in the watchdog (no allocation)
+// and no goroutine. In ModeSoft the context is parent itself: nothing is
+// allocated or scheduled.
+//
+// Every Start must be followed by exactly one Finish, on every path (a
+// panic included), or the watch slot stays armed until the deadline.
+func (t *Timeout) Start(parent context.Context, now int64) (context.Context, Handle) {
+	deadline := now + t.d
+	if t.mode == ModeSoft {
+		return parent, Handle{deadline: deadline}
+	}
+	c := &ctx{parent: parent, t: t, deadline: deadline}
+	return c, Handle{c: c, deadline: deadline, wh: t.watch(c, c, deadline, now)}
+}
+
+// watch arms the watchdog for c (firing target), falling back to a runtime
+// timer when the watchdog refuses (closed, or its table is full).
+func (t *Timeout) watch(c *ctx, target watchdog.Target, deadline, now int64) watchdog.Handle {
+	if h, ok := t.wd.Schedule(deadline, target, 0); ok {
+		return h
+	}
+	t.watchSlow(c, target, deadline, now)
+	return watchdog.Handle{}
+}
+
+// watchSlow is the slow path of watch: one runtime timer for this call.
+func (t *Timeout) watchSlow(c *ctx, target watchdog.Target, deadline, now int64) {
+	t.fallbacks.Add(1)
+	s := c.getSlow()
+	s.mu.Lock()
+	s.timer = time.AfterFunc(time.Duration(deadline-now), func() { target.Fire(0) })
+	s.mu.Unlock()
+}
+
+// unwatch disarms c's watch. It reports whether the watch had not fired.
+func (t *Timeout) unwatch(c *ctx, wh watchdog.Handle) bool {
+	if wh.Valid() {
+		return t.wd.Cancel(wh)
+	}
+	if s := c.slow.Load(); s != nil {
+		s.mu.Lock()
+		tm := s.timer
+		s.mu.Unlock()
+		if tm != nil {
+			return tm.Stop()
+		}
+	}
+	return false
+}
+
+// Finish ends the call started with h at now (a reading of t.Ticker()) and
+// classifies it. It returns t.Err() (matching ErrTimeout and
+// context.DeadlineExceeded) when the call overran: now is at or past the
+// deadline, or the deadline fired before Finish. Otherwise it returns err
+// unchanged, including when the parent context's own deadline or
+// cancellation ended the call (that is not this Timeout's doing).
+//
+// A call that overran is a timeout whatever the function returned: a
+// result (even a success) that arrives after the deadline is discarded by
+// Finish (Call still hands the value back next to the error), so that the
+// caller's budget and the upstream policies (a breaker's failure rate, a
+// retry) see one consistent outcome. A callee that wants its late success
+// kept must finish before the deadline.
+//
+// In deadline mode Finish also releases the watch slot and ends the context
+// with context.Canceled if it is still live (like the cancel func of
+// context.WithTimeout); a context the callee kept stays done with that error
+// forever. Costs: one CAS to disarm the watch and one CAS to end the
+// context; soft mode costs a comparison.
+func (t *Timeout) Finish(h Handle, now int64, err error) error {
+	c := h.c
+	if c == nil {
+		if now >= h.deadline {
+			return t.timedOut(now - (h.deadline - t.d))
+		}
+		return err
+	}
+	t.unwatch(c, h.wh)
+	return t.classify(c, h.deadline, now, err)
+}
+
+// classify ends c (Canceled if still live) and classifies the call: a
+// timeout if our deadline fired (firedBox) or the clock says it passed.
+func (t *Timeout) classify(c *ctx, deadline, now int64, err error) error {
+	c.cancel(canceledBox)
+	if now >= deadline || c.err.Load() == firedBox {
+		return t.timedOut(now - (deadline - t.d))
+	}
+	return err
+}
+
+// timedOut is the slow path of Finish: count, notify, return the
+// preallocated error.
+func (t *Timeout) timedOut(elapsed int64) error {
+	t.timeouts.Add(1)
+	if t.onTimeout != nil {
+		notify.Call1(&t.listenerPanics, t.onTimeout, time.Duration(elapsed))
+	}
+	return t.err
+}
+
+// abort ends a call whose function panicked or called runtime.Goexit:
+// release the watch and end the context, classify nothing.
+func (t *Timeout) abort(h Handle) {
+	if c := h.c; c != nil {
+		t.unwatch(c, h.wh)
+		c.cancel(canceledBox)
+	}
+}
+
+// Do calls fn under the timeout, in the configured mode, reading the ticker
+// at the start and at the end. It returns fn's error unchanged, t.Err()
+// when the call overran (see Finish), or, in abandon mode, the rejection
+// (ErrTooManyAbandoned) or the parent's error when the parent was done
+// first. A panic in fn releases the watch and is re-raised; so does
+// runtime.Goexit.
+func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error {
+	if t.mode == ModeAbandon {
+		return t.DoAbandon(ctx, fn, nil)
+	}
+	c, h := t.Start(ctx, t.tk.Now())
+	ok := false
+	defer func() {
+		if !ok {
+			t.abort(h)
+		}
+	}()
+	err := fn(c)
+	ok = true
+	return t.Finish(h, t.tk.Now(), err)
+}
+
+// Call is the typed form of Do: it returns fn's value with fn's error, or
+// with t.Err() when the call overran (the value is whatever fn returned,
+// usually to be ignored). In abandon mode the value of an abandoned call is
+// lost (the zero T comes back with the error), and the call allocates one
+// more closure and result box.
+func Call[T any](ctx context.Context, t *Timeout, fn func(context.Context) (T, error)) (T, error) {
+	if t.mode == ModeAbandon {
+		var r callResult[T]
+		err := t.DoAbandon(ctx, r.wrap(fn), nil)
+		if r.ok.Load() {
+			return r.v, err
+		}
+		var zero T
+		return zero, err
+	}
+	c, h := t.Start(ctx, t.tk.Now())
+	ok := false
+	defer func() {
+		if !ok {
+			t.abort(h)
+		}
+	}()
+	v, err := fn(c)
+	ok = true
+	return v, t.Finish(h, t.tk.Now(), err)
+}
+
+type callResult[T any] struct {
+	v  T
+	ok atomic.Bool // v was written before DoAbandon returned
+}
+
+func (r *callResult[T]) wrap(fn func(context.Context) (T, error)) func(context.Context) error {
+	return func(c context.Context) error {
+		v, err := fn(c)
+		r.v = v
+		r.ok.Store(true)
+		return err
+	}
+}
+
+// Stats are the counters of a Timeout.
+type Stats struct {
+	Timeouts       uint64 // calls classified as timed out
+	Abandoned      int64  // functions abandoned and still running (abandon mode)
+	AbandonedTotal uint64 // functions ever abandoned
+	Rejected       uint64 // calls rejected because MaxAbandoned was reached
+	Fallbacks      uint64 // calls timed by a runtime timer because the watchdog refused
+	ListenerPanics uint64 // listener calls that panicked (recovered)
+}
+
+// Stats returns the counters. It allocates nothing.
+func (t *Timeout) Stats() Stats {
+	return Stats{
+		Timeouts:       t.timeouts.Load(),
+		Abandoned:      t.abandoned.Load(),
+		AbandonedTotal: t.abandonedTotal.Load(),
+		Rejected:       t.rejected.Load(),
+		Fallbacks:      t.fallbacks.Load(),
+		ListenerPanics: t.listenerPanics.Load(),
+	}
+}

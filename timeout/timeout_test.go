@@ -1,0 +1,650 @@
+package timeout
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/watchdog"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	// Tests that use the process-wide watchdog leave its goroutine idling;
+	// stop it before the leak check (every deadline has been released).
+	if !watchdog.Default().StopIdle() {
+		println("default watchdog still has armed deadlines")
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			println(err.Error())
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// newT builds a Timeout whose watchdog lives and dies with the test (inside
+// a synctest bubble when called from one).
+func newT(t *testing.T, cfg Config) *Timeout {
+	t.Helper()
+	if cfg.Ticker == nil {
+		cfg.Ticker = rampart.NewNanoTicker()
+	}
+	if cfg.Tick == 0 && cfg.Watchdog == nil {
+		cfg.Tick = time.Millisecond
+	}
+	tm, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { tm.Close() })
+	return tm
+}
+
+func TestNewValidates(t *testing.T) {
+	wd := NewWatchdog(time.Millisecond, nil)
+	defer wd.Close()
+	for name, cfg := range map[string]Config{
+		"zero duration":     {},
+		"negative duration": {Duration: -time.Second},
+		"bad mode":          {Duration: time.Second, Mode: 7},
+		"negative tick":     {Duration: time.Second, Tick: -1},
+		"negative max":      {Duration: time.Second, MaxAbandoned: -1},
+		"tick vs watchdog":  {Duration: time.Second, Watchdog: wd, Tick: 2 * time.Millisecond},
+		"ticker vs wd":      {Duration: time.Second, Watchdog: wd, Ticker: rampart.NewManualTicker(0)},
+	} {
+		_, err := New(cfg)
+		require.Error(t, err, name)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig, name)
+	}
+	tm, err := New(Config{Duration: time.Second, Watchdog: wd})
+	require.NoError(t, err)
+	require.Equal(t, Ticker(wd.Clock()), tm.Ticker())
+	require.Equal(t, time.Second, tm.Duration())
+	require.Equal(t, ModeDeadline, tm.Mode())
+	require.Equal(t, "deadline", tm.Mode().String())
+	require.Equal(t, "soft", ModeSoft.String())
+	require.Equal(t, "abandon", ModeAbandon.String())
+	require.Equal(t, "Mode(invalid)", Mode(9).String())
+}
+
+// bubbleGoroutines counts the goroutines of the calling goroutine's
+// testing/synctest bubble (runtime.NumGoroutine counts those of other tests
+// too, which come and go on their own schedule).
+func bubbleGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	lines := strings.Split(string(buf), "\n")
+	// The first header is the calling goroutine's: "goroutine N [running, synctest bubble K]:".
+	_, tag, ok := strings.Cut(lines[0], "synctest bubble ")
+	if !ok {
+		panic("bubbleGoroutines called outside a bubble")
+	}
+	tag = "synctest bubble " + tag
+	n := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "goroutine ") && strings.HasSuffix(l, tag) {
+			n++
+		}
+	}
+	return n
+}
+
+// Ticker aliases rampart.Ticker for the comparison above.
+type Ticker = rampart.Ticker
+
+func TestErrors(t *testing.T) {
+	require.ErrorIs(t, ErrTimeout, context.DeadlineExceeded)
+	tm := newT(t, Config{Duration: time.Second, Name: "db"})
+	err := error(tm.Err())
+	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, rampart.ErrRejected)
+	require.Equal(t, `timeout "db": deadline exceeded (1s)`, err.Error())
+	require.Equal(t, "db", tm.Err().Name())
+	require.Equal(t, time.Second, tm.Err().Duration())
+	var te interface{ Timeout() bool }
+	require.ErrorAs(t, err, &te)
+	require.True(t, te.Timeout())
+	require.Equal(t, "timeout: deadline exceeded", ErrTimeout.Error())
+}
+
+func TestDeadlineModeOutcomes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: 10 * time.Millisecond})
+		boom := errors.New("boom")
+		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil }))
+		require.Same(t, boom, tm.Do(t.Context(), func(context.Context) error { return boom }))
+
+		// The callee honours its context: ErrTimeout at the deadline.
+		start := time.Now()
+		err := tm.Do(t.Context(), func(c context.Context) error {
+			<-c.Done()
+			return c.Err()
+		})
+		require.Same(t, tm.Err(), err)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.GreaterOrEqual(t, time.Since(start), 10*time.Millisecond)
+		require.LessOrEqual(t, time.Since(start), 11*time.Millisecond)
+
+		// A success after the deadline is a timeout too (documented).
+		err = tm.Do(t.Context(), func(c context.Context) error {
+			time.Sleep(20 * time.Millisecond)
+			return nil
+		})
+		require.Same(t, tm.Err(), err)
+
+		// Call hands the late value back next to the error.
+		v, err := Call(t.Context(), tm, func(c context.Context) (int, error) {
+			time.Sleep(20 * time.Millisecond)
+			return 7, nil
+		})
+		require.Equal(t, 7, v)
+		require.ErrorIs(t, err, ErrTimeout)
+		v, err = Call(t.Context(), tm, func(c context.Context) (int, error) { return 8, nil })
+		require.Equal(t, 8, v)
+		require.NoError(t, err)
+		require.Equal(t, uint64(3), tm.Stats().Timeouts)
+	})
+}
+
+// TestPrecision: the context is done no earlier than the deadline and no
+// later than one tick after it, for several ticks and durations.
+func TestPrecision(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, tick := range []time.Duration{time.Millisecond, 5 * time.Millisecond} {
+			for _, d := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 50 * time.Millisecond, 1234 * time.Microsecond} {
+				tm := newT(t, Config{Duration: d, Tick: tick})
+				// Start at an odd offset from the watchdog's ticks.
+				time.Sleep(333 * time.Microsecond)
+				start := time.Now()
+				var fired time.Duration
+				err := tm.Do(t.Context(), func(c context.Context) error {
+					<-c.Done()
+					fired = time.Since(start)
+					return c.Err()
+				})
+				require.ErrorIs(t, err, ErrTimeout)
+				require.GreaterOrEqual(t, fired, d, "tick %v d %v", tick, d)
+				require.LessOrEqual(t, fired, d+tick, "tick %v d %v", tick, d)
+				tm.Close()
+			}
+		}
+	})
+}
+
+func TestSoftMode(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	tm, err := New(Config{Duration: 10, Mode: ModeSoft, Ticker: tk})
+	require.NoError(t, err)
+	defer tm.Close()
+	parent := context.WithValue(context.Background(), ctxKey{}, 1)
+	c, h := tm.Start(parent, 100)
+	require.Equal(t, parent, c, "soft mode hands the parent through")
+	require.Equal(t, int64(110), h.Deadline())
+	boom := errors.New("boom")
+	require.Same(t, boom, tm.Finish(h, 109, boom))
+	require.Same(t, tm.Err(), tm.Finish(h, 110, boom))
+	require.Same(t, tm.Err(), tm.Finish(h, 110, nil))
+
+	err = tm.Do(context.Background(), func(context.Context) error { tk.Advance(10); return nil })
+	require.ErrorIs(t, err, ErrTimeout)
+	require.NoError(t, tm.Do(context.Background(), func(context.Context) error { tk.Advance(9); return nil }))
+}
+
+// TestPrimitivesManual drives Start/Finish with a manual ticker and a
+// manual sweep: classification is exact, firing happens on Sweep.
+func TestPrimitivesManual(t *testing.T) {
+	tk := rampart.NewManualTicker(1000)
+	wd := watchdog.New(watchdog.Config{Clock: tk, Manual: true})
+	defer wd.Close()
+	tm, err := New(Config{Duration: 100, Watchdog: wd})
+	require.NoError(t, err)
+
+	// Finishes in time.
+	c, h := tm.Start(context.Background(), tk.Now())
+	require.NoError(t, c.Err())
+	require.NoError(t, tm.Finish(h, 1099, nil))
+	require.ErrorIs(t, c.Err(), context.Canceled, "a finished context is cancelled, like WithTimeout's cancel")
+
+	// Overruns without the watchdog having fired: still a timeout.
+	c, h = tm.Start(context.Background(), tk.Now())
+	require.Same(t, tm.Err(), tm.Finish(h, 1100, nil))
+	require.ErrorIs(t, c.Err(), context.Canceled)
+
+	// The watchdog fires first: the context says DeadlineExceeded forever.
+	c, h = tm.Start(context.Background(), tk.Now())
+	tk.Set(1100)
+	require.Equal(t, 1, wd.Sweep())
+	require.ErrorIs(t, c.Err(), context.DeadlineExceeded)
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("Done not closed after fire")
+	}
+	// A stale clock reading (a cached ticker) is still classified by the fire.
+	require.Same(t, tm.Err(), tm.Finish(h, 1050, nil))
+	require.Equal(t, context.DeadlineExceeded, c.Err())
+	require.Equal(t, 0, wd.Stats().Armed)
+}
+
+type ctxKey struct{}
+
+// TestContextContract checks Deadline, Done, Err, Value, Cause and the
+// permanence of a retained context.
+func TestContextContract(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: 10 * time.Millisecond})
+		parent := context.WithValue(t.Context(), ctxKey{}, "v")
+		var kept context.Context
+		start := time.Now()
+		err := tm.Do(parent, func(c context.Context) error {
+			kept = c
+			dl, ok := c.Deadline()
+			require.True(t, ok)
+			require.Equal(t, start.Add(10*time.Millisecond), dl)
+			dl2, _ := c.Deadline()
+			require.Equal(t, dl, dl2, "Deadline is stable")
+			require.Equal(t, "v", c.Value(ctxKey{}))
+			require.Nil(t, c.Value("other"))
+			require.NoError(t, c.Err())
+			require.Nil(t, context.Cause(c))
+			d := c.Done()
+			require.Equal(t, d, c.Done(), "Done is stable")
+			select {
+			case <-d:
+				t.Fatal("done early")
+			default:
+			}
+			<-d
+			require.Equal(t, context.DeadlineExceeded, c.Err())
+			require.Equal(t, context.DeadlineExceeded, context.Cause(c))
+			return c.Err()
+		})
+		require.ErrorIs(t, err, ErrTimeout)
+		require.Contains(t, kept.(interface{ String() string }).String(), "timeout.Context")
+		// Retained: same error forever, whatever happens later.
+		time.Sleep(time.Hour)
+		require.Equal(t, context.DeadlineExceeded, kept.Err())
+		<-kept.Done()
+
+		// A retained context of a call that finished in time: Canceled forever.
+		err = tm.Do(parent, func(c context.Context) error { kept = c; return nil })
+		require.NoError(t, err)
+		require.Equal(t, context.Canceled, kept.Err())
+		<-kept.Done()
+		time.Sleep(time.Hour)
+		require.Equal(t, context.Canceled, kept.Err())
+	})
+}
+
+func TestParentDeadlineEarlier(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: time.Second})
+		parent, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+		defer cancel()
+		pdl, _ := parent.Deadline()
+		err := tm.Do(parent, func(c context.Context) error {
+			dl, _ := c.Deadline()
+			require.Equal(t, pdl, dl, "the parent's earlier deadline wins")
+			<-c.Done()
+			return c.Err()
+		})
+		// The parent's deadline, not ours: the error comes back unchanged.
+		require.Equal(t, context.DeadlineExceeded, err)
+		require.NotErrorIs(t, err, ErrTimeout)
+		require.Equal(t, uint64(0), tm.Stats().Timeouts)
+	})
+}
+
+func TestParentCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: time.Hour})
+
+		// Err sees the parent's cancellation at once, without Done.
+		parent, cancel := context.WithCancel(t.Context())
+		c, h := tm.Start(parent, tm.Ticker().Now())
+		cancel()
+		require.Equal(t, context.Canceled, c.Err())
+		require.Equal(t, context.Canceled, tm.Finish(h, tm.Ticker().Now(), c.Err()))
+
+		// Done is closed when the parent is cancelled later.
+		parent, cancelCause := context.WithCancelCause(t.Context())
+		c, h = tm.Start(parent, tm.Ticker().Now())
+		d := c.Done()
+		boom := errors.New("boom")
+		cancelCause(boom)
+		<-d
+		require.Equal(t, context.Canceled, c.Err())
+		tm.Finish(h, tm.Ticker().Now(), nil)
+		require.Equal(t, context.Canceled, c.Err())
+
+		// A parent cancelled before Start.
+		parent, cancel = context.WithCancel(t.Context())
+		cancel()
+		c, h = tm.Start(parent, tm.Ticker().Now())
+		<-c.Done()
+		require.Equal(t, context.Canceled, c.Err())
+		tm.Finish(h, tm.Ticker().Now(), nil)
+
+		// A custom parent without AfterFunc: one goroutine (context.AfterFunc's), cleaned up at Finish.
+		cp := &customCtx{Context: t.Context(), done: make(chan struct{})}
+		c, h = tm.Start(cp, tm.Ticker().Now())
+		<-doneSoon(c.Done(), cp)
+		require.Equal(t, context.Canceled, c.Err())
+		tm.Finish(h, tm.Ticker().Now(), nil)
+		synctest.Wait()
+	})
+}
+
+// customCtx is a parent without an AfterFunc method.
+type customCtx struct {
+	context.Context
+	done chan struct{}
+	err  atomic.Value
+}
+
+func (c *customCtx) Done() <-chan struct{} { return c.done }
+func (c *customCtx) Err() error {
+	if e, ok := c.err.Load().(error); ok {
+		return e
+	}
+	return nil
+}
+func (c *customCtx) cancel() { c.err.Store(context.Canceled); close(c.done) }
+
+// doneSoon cancels cp once d has been requested, and returns d.
+func doneSoon(d <-chan struct{}, cp *customCtx) <-chan struct{} {
+	cp.cancel()
+	return d
+}
+
+// TestChildrenCostNoGoroutine derives many children from a timeout
+// context (and from a timeout context whose parent is a *context.cancelCtx,
+// and from a nested timeout) and checks that no goroutine appears, and that
+// every child ends when the deadline fires.
+func TestChildrenCostNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inner := newT(t, Config{Duration: 10 * time.Millisecond})
+		outer := newT(t, Config{Duration: time.Hour})
+		parent, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		// Warm up: start the watchdogs so their goroutines are counted.
+		outer.Do(parent, func(context.Context) error { return nil })
+		inner.Do(parent, func(context.Context) error { return nil })
+		synctest.Wait()
+		base := bubbleGoroutines()
+
+		err := outer.Do(parent, func(oc context.Context) error {
+			return inner.Do(oc, func(c context.Context) error {
+				const n = 50
+				var children []context.Context
+				var afterRan atomic.Int32
+				for range n {
+					cc, ccancel := context.WithCancel(c)
+					defer ccancel()
+					tc, tcancel := context.WithTimeout(c, time.Hour)
+					defer tcancel()
+					gc, gcancel := context.WithCancel(cc) // a grandchild
+					defer gcancel()
+					stop := context.AfterFunc(c, func() { afterRan.Add(1) })
+					_ = stop
+					children = append(children, cc, tc, gc)
+				}
+				// A stopped AfterFunc does not run.
+				stop := context.AfterFunc(c, func() { afterRan.Add(1000) })
+				require.True(t, stop())
+				require.False(t, stop())
+				require.Equal(t, base, bubbleGoroutines(), "children must not cost goroutines")
+				<-c.Done()
+				for _, ch := range children {
+					<-ch.Done()
+					require.Equal(t, context.DeadlineExceeded, ch.Err())
+				}
+				synctest.Wait() // context.AfterFunc runs f in a goroutine
+				require.Equal(t, int32(n), afterRan.Load())
+				return c.Err()
+			})
+		})
+		require.ErrorIs(t, err, ErrTimeout)
+		synctest.Wait()
+		require.Equal(t, base, bubbleGoroutines())
+	})
+}
+
+// TestAfterFuncMethod exercises the AfterFunc method directly.
+func TestAfterFuncMethod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: 10 * time.Millisecond})
+		c, h := tm.Start(t.Context(), tm.Ticker().Now())
+		af := c.(interface{ AfterFunc(func()) func() bool })
+		var ran atomic.Int32
+		stop1 := af.AfterFunc(func() { ran.Add(1) })
+		stop2 := af.AfterFunc(func() { ran.Add(10) })
+		require.True(t, stop2())
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, int32(1), ran.Load(), "runs synchronously at the fire")
+		require.False(t, stop1())
+		// Registered after the end: runs at once, in its own goroutine.
+		stop3 := af.AfterFunc(func() { ran.Add(100) })
+		synctest.Wait()
+		require.Equal(t, int32(101), ran.Load())
+		require.False(t, stop3())
+		require.ErrorIs(t, tm.Finish(h, tm.Ticker().Now(), nil), ErrTimeout)
+	})
+}
+
+func TestPanicAndGoexitRelease(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	wd := watchdog.New(watchdog.Config{Clock: tk, Manual: true})
+	defer wd.Close()
+	tm, err := New(Config{Duration: 100, Watchdog: wd})
+	require.NoError(t, err)
+	var kept context.Context
+	require.PanicsWithValue(t, "boom", func() {
+		tm.Do(context.Background(), func(c context.Context) error { kept = c; panic("boom") })
+	})
+	require.Equal(t, 0, wd.Stats().Armed)
+	require.Equal(t, context.Canceled, kept.Err())
+	require.PanicsWithValue(t, "boom2", func() {
+		Call(context.Background(), tm, func(c context.Context) (int, error) { panic("boom2") })
+	})
+	require.Equal(t, 0, wd.Stats().Armed)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tm.Do(context.Background(), func(c context.Context) error { kept = c; runtime.Goexit(); return nil })
+	}()
+	wg.Wait()
+	require.Equal(t, 0, wd.Stats().Armed)
+	require.Equal(t, context.Canceled, kept.Err())
+}
+
+func TestListeners(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	var got []time.Duration
+	tm, err := New(Config{Duration: 100, Mode: ModeSoft, Ticker: tk, OnTimeout: func(e time.Duration) { got = append(got, e) }})
+	require.NoError(t, err)
+	_, h := tm.Start(context.Background(), 10)
+	require.ErrorIs(t, tm.Finish(h, 150, nil), ErrTimeout)
+	require.Equal(t, []time.Duration{140}, got)
+	tm2, err := New(Config{Duration: 100, Mode: ModeSoft, Ticker: tk, OnTimeout: func(time.Duration) { panic("x") }})
+	require.NoError(t, err)
+	_, h = tm2.Start(context.Background(), 10)
+	require.ErrorIs(t, tm2.Finish(h, 150, nil), ErrTimeout)
+	require.Equal(t, uint64(1), tm2.Stats().ListenerPanics)
+}
+
+// TestDefaultWatchdog uses the process-wide watchdog (real time, a 1 ms tick).
+func TestDefaultWatchdog(t *testing.T) {
+	// runtime.NumGoroutine counts every goroutine: do not let the default
+	// watchdog idle out in the middle of another test's count.
+	t.Cleanup(func() { require.True(t, watchdog.Default().StopIdle()) })
+	tm, err := New(Config{Duration: time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, tm.Close())
+	err = tm.Do(context.Background(), func(c context.Context) error { <-c.Done(); return c.Err() })
+	require.ErrorIs(t, err, ErrTimeout)
+	require.NoError(t, tm.Do(context.Background(), func(context.Context) error { return nil }))
+}
+
+// TestFallbackTimer: a closed watchdog refuses; calls still time out with a
+// runtime timer each.
+func TestFallbackTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: 10 * time.Millisecond})
+		require.NoError(t, tm.Close())
+		err := tm.Do(t.Context(), func(c context.Context) error { <-c.Done(); return c.Err() })
+		require.ErrorIs(t, err, ErrTimeout)
+		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil }))
+		require.Equal(t, uint64(2), tm.Stats().Fallbacks)
+	})
+}
+
+// TestStress runs many concurrent calls, some honouring short deadlines,
+// and checks every outcome and that no watch slot stays armed.
+func TestStress(t *testing.T) {
+	wd := NewWatchdog(100*time.Microsecond, nil)
+	defer wd.Close()
+	tm, err := New(Config{Duration: 200 * time.Microsecond, Watchdog: wd})
+	require.NoError(t, err)
+	boom := errors.New("boom")
+	var wg sync.WaitGroup
+	var timeouts, oks, booms atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				var kept context.Context
+				err := tm.Do(context.Background(), func(c context.Context) error {
+					kept = c
+					switch (g + i) % 4 {
+					case 0:
+						<-c.Done()
+						return c.Err()
+					case 1:
+						cc, cancel := context.WithCancel(c)
+						defer cancel()
+						_ = cc.Err()
+						return boom
+					case 2:
+						_ = c.Done()
+						return nil
+					}
+					return nil
+				})
+				switch {
+				case errors.Is(err, ErrTimeout):
+					timeouts.Add(1)
+				case err == nil:
+					oks.Add(1)
+				case err == boom:
+					booms.Add(1)
+				default:
+					t.Errorf("unexpected %v", err)
+				}
+				if kept.Err() == nil {
+					t.Error("a finished context is live")
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(8*300), timeouts.Load()+oks.Load()+booms.Load())
+	require.GreaterOrEqual(t, timeouts.Load(), int64(8*300/4))
+	require.Equal(t, 0, wd.Stats().Armed)
+}
+
+func FuzzConfig(f *testing.F) {
+	f.Add(int64(time.Millisecond), uint8(0), int64(0), 0)
+	f.Add(int64(-1), uint8(1), int64(5), 3)
+	f.Add(int64(1), uint8(2), int64(-1), -1)
+	f.Add(int64(0), uint8(9), int64(0), 0)
+	f.Fuzz(func(t *testing.T, d int64, mode uint8, tick int64, maxAb int) {
+		tk := rampart.NewManualTicker(0)
+		tm, err := New(Config{Duration: time.Duration(d), Mode: Mode(mode), Tick: time.Duration(tick), MaxAbandoned: maxAb, Ticker: tk})
+		if err != nil {
+			require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+			return
+		}
+		defer tm.Close()
+		c, h := tm.Start(context.Background(), 0)
+		_ = c.Err()
+		err = tm.Finish(h, d, nil)
+		require.ErrorIs(t, err, ErrTimeout, "finishing at the deadline is a timeout")
+		_, h = tm.Start(context.Background(), 0)
+		require.NoError(t, tm.Finish(h, d-1, nil))
+	})
+}
+
+func TestAllocsDeadline(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	tm := newT(t, Config{Duration: time.Hour})
+	fn := func(context.Context) error { return nil }
+	tm.Do(context.Background(), fn) // grow the watchdog table
+	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() { tm.Do(context.Background(), fn) }), "Do")
+	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() {
+		_, h := tm.Start(context.Background(), 1)
+		tm.Finish(h, 2, nil)
+	}), "Start+Finish")
+	cfn := func(context.Context) (int, error) { return 1, nil }
+	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() { Call(context.Background(), tm, cfn) }), "Call")
+	// A callee that polls Err or reads Deadline/Value pays nothing more.
+	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() {
+		tm.Do(context.Background(), func(c context.Context) error { c.Deadline(); c.Value(1); return c.Err() })
+	}), "Do + Err/Deadline/Value")
+	// Done costs the slow part and the channel (and its parent watch when
+	// the parent can be cancelled).
+	require.Equal(t, 3.0, testing.AllocsPerRun(1000, func() {
+		tm.Do(context.Background(), func(c context.Context) error { _ = c.Done(); return nil })
+	}), "Do + Done")
+	// The timeout path allocates nothing more.
+	tk := rampart.NewManualTicker(0)
+	wd := watchdog.New(watchdog.Config{Clock: tk, Manual: true})
+	defer wd.Close()
+	tm2, _ := New(Config{Duration: 10, Watchdog: wd})
+	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() {
+		_, h := tm2.Start(context.Background(), 0)
+		if tm2.Finish(h, 10, nil) == nil {
+			t.Fatal("not a timeout")
+		}
+	}), "timeout")
+}
+
+func TestAllocsSoft(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	tm := newT(t, Config{Duration: time.Hour, Mode: ModeSoft})
+	fn := func(context.Context) error { return nil }
+	require.Equal(t, 0.0, testing.AllocsPerRun(1000, func() { tm.Do(context.Background(), fn) }), "Do")
+	require.Equal(t, 0.0, testing.AllocsPerRun(1000, func() {
+		_, h := tm.Start(context.Background(), 1)
+		tm.Finish(h, 2, nil)
+	}), "Start+Finish")
+	cfn := func(context.Context) (int, error) { return 1, nil }
+	require.Equal(t, 0.0, testing.AllocsPerRun(1000, func() { Call(context.Background(), tm, cfn) }), "Call")
+	require.Equal(t, 0.0, testing.AllocsPerRun(1000, func() {
+		_, h := tm.Start(context.Background(), 1)
+		if tm.Finish(h, int64(time.Hour)+1, nil) == nil {
+			t.Fatal("not a timeout")
+		}
+	}), "timeout")
+}
