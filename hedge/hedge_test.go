@@ -83,6 +83,7 @@ func tailScenario(do func(ctx context.Context, fn func(context.Context) error) e
 		})
 	}
 	wg.Wait()
+	synctest.Wait() // cancelled losers have ended
 	return slices.Concat(lats...), seq.Load()
 }
 
