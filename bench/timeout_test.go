@@ -1,0 +1,106 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/eapache/go-resiliency/deadline"
+	"github.com/failsafe-go/failsafe-go"
+	fstimeout "github.com/failsafe-go/failsafe-go/timeout"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/timeout"
+)
+
+// BenchmarkTimeout measures the path every call under a timeout pays: the
+// call succeeds well before its deadline (1 h), so nothing fires.
+//
+//   - rampart: ModeDeadline (default): a fresh 48-byte context per call,
+//     armed on the shared watchdog, two clock reads (start, end).
+//   - rampart-soft: ModeSoft, classification only: two clock reads.
+//   - rampart-abandon: ModeAbandon: the function runs on a new goroutine.
+//   - rampart-cached: ModeDeadline on a rampart.CachedTicker (clock reads
+//     become atomic loads; the Timeout gets its own watchdog).
+//   - failsafe: failsafe-go's timeout policy through an executor (a runtime
+//     timer and a cancellable execution per call).
+//   - goresiliency: go-resiliency's deadline (a goroutine, a channel and a
+//     timer per call).
+//   - direct: context.WithTimeout + cancel around the call, the floor to
+//     beat (no classification, no clock read at the end).
+func BenchmarkTimeout(b *testing.B) {
+	ctx := context.Background()
+	const limit = time.Hour
+	fn := func(context.Context) error { return nil }
+
+	type lib struct {
+		name string
+		do   func(b *testing.B) func() error
+	}
+	rampartLib := func(cfg timeout.Config) func(b *testing.B) func() error {
+		return func(b *testing.B) func() error {
+			cfg.Duration = limit
+			t, err := timeout.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				t.Close()
+				if st := t.Stats(); st.Timeouts != 0 || st.Rejected != 0 {
+					b.Fatalf("stats %+v", st)
+				}
+			})
+			return func() error { return t.Do(ctx, fn) }
+		}
+	}
+	libs := []lib{
+		{"rampart", rampartLib(timeout.Config{})},
+		{"rampart-soft", rampartLib(timeout.Config{Mode: timeout.ModeSoft})},
+		{"rampart-abandon", rampartLib(timeout.Config{Mode: timeout.ModeAbandon})},
+		{"rampart-cached", func(b *testing.B) func() error {
+			tk := rampart.NewCachedTicker(0)
+			b.Cleanup(func() { tk.Close() })
+			return rampartLib(timeout.Config{Ticker: tk})(b)
+		}},
+		{"failsafe", func(b *testing.B) func() error {
+			ex := failsafe.With[any](fstimeout.New[any](limit)).WithContext(ctx)
+			return func() error { return ex.Run(func() error { return nil }) }
+		}},
+		{"goresiliency", func(b *testing.B) func() error {
+			d := deadline.New(limit)
+			return func() error { return d.Run(func(<-chan struct{}) error { return nil }) }
+		}},
+		{"direct", func(b *testing.B) func() error {
+			return func() error {
+				c, cancel := context.WithTimeout(ctx, limit)
+				err := fn(c)
+				cancel()
+				return err
+			}
+		}},
+	}
+	for _, l := range libs {
+		b.Run("Success/"+l.name, func(b *testing.B) {
+			call := l.do(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	for _, l := range libs {
+		b.Run("SuccessParallel/"+l.name, func(b *testing.B) {
+			call := l.do(b)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := call(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
