@@ -48,9 +48,10 @@ type countWindow struct {
 	fails pad.Int64  // slots holding a failure
 	slows pad.Int64  // slots holding a slow call
 	// read-mostly
-	slots []atomic.Uint32
-	n     uint64
-	mask  uint64 // n-1 when n is a power of two, else 0
+	slots  []atomic.Uint32
+	n      uint64
+	mask   uint64 // n-1 when n is a power of two, else 0
+	stride uint64 // coprime with n: consecutive calls write slots on different cache lines
 }
 
 func (w *countWindow) init(n int) {
@@ -59,11 +60,33 @@ func (w *countWindow) init(n int) {
 	if n&(n-1) == 0 {
 		w.mask = uint64(n - 1)
 	}
+	// Slot of sequence s: s*stride mod n. With stride coprime with n this
+	// is a permutation of each run of n sequence numbers, and s and s-n
+	// still share a slot (the ring holds the last n calls), but calls that
+	// follow each other (often on different cores) write slots at least a
+	// cache line apart. s*stride wraps after 2^64/stride calls: never.
+	w.stride = 1
+	if w.n > 2*lineSlots {
+		w.stride = lineSlots + 1
+		for gcd(w.stride, w.n) != 1 {
+			w.stride++
+		}
+	}
+}
+
+// lineSlots is the number of slots on one cache line.
+const lineSlots = uint64(pad.LineSize / 4)
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // add records an outcome code and returns the code it replaced.
 func (w *countWindow) add(code uint32) uint32 {
-	s := w.seq.Add(1) - 1 // atomic 1: claim a slot
+	s := (w.seq.Add(1) - 1) * w.stride // atomic 1: claim a slot
 	var i uint64
 	if w.mask != 0 || w.n == 1 {
 		i = s & w.mask
