@@ -12,9 +12,10 @@
 // slower) and recovery. One progress line per second; a table at the end.
 //
 // Unprotected, every request is admitted and waits for a connection as long
-// as its client does. Protected, rampart adds an admission bulkhead at the
-// entry, an end-to-end deadline, and in front of the database bounded
-// retries with a budget, a circuit breaker and a per-dependency bulkhead;
+// as its client does. Protected (guard.go), rampart adds an admission
+// bulkhead and an end-to-end deadline at the entry (package pipeline served
+// through httpguard), and in front of the database bounded retries with a
+// budget, a circuit breaker and a per-dependency bulkhead (another pipeline);
 // every rejection is a fast 503 with Retry-After.
 //
 // Usage:
@@ -227,19 +228,29 @@ func phaseList(ps []phase) string {
 // for the last responses and stops the server.
 func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, error) {
 	db := newDatabase(o.pool(), o.dbVisit, o.dbErrors)
-	var g *guard
+	svc := newService(o, db)
+	var h http.Handler = svc
 	if mode == "protected" {
-		var err error
-		if g, err = newGuard(o); err != nil {
+		g, err := newGuard(o)
+		if err != nil {
+			return result{}, err
+		}
+		defer g.close()
+		if h, err = g.handler(svc); err != nil {
 			return result{}, err
 		}
 	}
-	svc := newService(o, db, g)
+	inner := h
+	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		svc.inFlight.Add(1)
+		defer svc.inFlight.Add(-1)
+		inner.ServeHTTP(w, r)
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return result{}, err
 	}
-	srv := &http.Server{Handler: svc, ReadHeaderTimeout: 5 * time.Second, ErrorLog: nil}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 

@@ -5,14 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/bulkhead"
-	"github.com/rampart-go/rampart/circuitbreaker"
-	"github.com/rampart-go/rampart/retry"
 )
 
 // errTransient is a database error worth retrying (a dropped connection, a
@@ -89,12 +83,9 @@ type service struct {
 	other    time.Duration // mean time outside the database
 	hitRate  float64
 	inFlight atomic.Int64
-
-	// protection, nil in the unprotected mode
-	guard *guard
 }
 
-func newService(o options, db *database, g *guard) *service {
+func newService(o options, db *database) *service {
 	// Mean time outside the database: apiTime minus the mean database time
 	// per request (28 % of requests visit it at 90 % reads × 20 % misses +
 	// 10 % writes).
@@ -103,7 +94,7 @@ func newService(o options, db *database, g *guard) *service {
 	if other < 0 {
 		other = 0
 	}
-	return &service{db: db, other: other, hitRate: o.hitRate, guard: g}
+	return &service{db: db, other: other, hitRate: o.hitRate}
 }
 
 // work is the request's business logic, the same in both modes: half of the
@@ -124,165 +115,15 @@ func (s *service) work(ctx context.Context, write bool, query func(ctx context.C
 	return sleep(ctx, after)
 }
 
-// ServeHTTP answers 200 on success. Unprotected, every request is admitted
-// and waits for the database as long as its client stays connected.
-// Protected, see guard.serve.
+// ServeHTTP is the unprotected handler: every request is admitted and waits
+// for the database as long as its client stays connected. It answers 200 on
+// success. (The protected handler is guard.handler.)
 func (s *service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.inFlight.Add(1)
-	defer s.inFlight.Add(-1)
 	write := r.Method == http.MethodPost
-	if s.guard != nil {
-		s.guard.serve(w, r, s, write)
-		return
-	}
 	query := func(ctx context.Context, _ time.Duration) error { return s.db.query(ctx) }
 	if err := s.work(r.Context(), write, query); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
-}
-
-// guard is the protected mode, built from rampart's policies:
-//
-//   - admission: a fail-fast bulkhead at the entry (about twice the
-//     concurrency Little's law predicts at the offered rate);
-//   - an end-to-end deadline on every request (context.WithTimeout);
-//   - in front of the database, in the order package pipeline uses: bounded
-//     retries sharing an A6 token-bucket budget, a circuit breaker, and a
-//     per-dependency bulkhead as large as the connection pool that waits at
-//     most dbMaxWait for a permit (so nobody queues on the pool itself);
-//   - every rejection answers a fast 503 with Retry-After.
-type guard struct {
-	admission *bulkhead.Bulkhead
-	dbLimit   *bulkhead.Bulkhead
-	breaker   *circuitbreaker.Breaker
-	retry     *retry.Policy
-	ticker    rampart.Ticker
-	deadline  time.Duration
-	visitAvg  atomic.Int64 // moving average of a database visit (ns)
-}
-
-func newGuard(o options) (*guard, error) {
-	tk := rampart.DefaultTicker()
-	admission, err := bulkhead.New(bulkhead.Config{Name: "api", Max: o.admission()})
-	if err != nil {
-		return nil, err
-	}
-	dbLimit, err := bulkhead.New(bulkhead.Config{Name: "db", Max: o.pool(), MaxWait: o.dbMaxWait, Ticker: tk})
-	if err != nil {
-		return nil, err
-	}
-	breaker, err := circuitbreaker.New(circuitbreaker.Config{
-		Name:                 "db",
-		Ticker:               tk,
-		WindowSize:           200,
-		MinimumCalls:         50,
-		FailureRateThreshold: 20,
-		OpenDuration:         time.Second,
-		HalfOpenProbes:       10,
-		HalfOpenSuccesses:    8,
-	})
-	if err != nil {
-		return nil, err
-	}
-	budget, err := retry.NewTokenBucket(retry.TokenBucketConfig{MaxTokens: 100, TokenRatio: 0.1})
-	if err != nil {
-		return nil, err
-	}
-	rp, err := retry.New(retry.Config{
-		Name:        "db",
-		MaxAttempts: 3,
-		BaseDelay:   time.Millisecond,
-		MaxDelay:    5 * time.Millisecond,
-		ShouldRetry: func(err error) bool { return errors.Is(err, errTransient) },
-		Budget:      budget,
-		Ticker:      tk,
-	})
-	if err != nil {
-		return nil, err
-	}
-	g := &guard{admission: admission, dbLimit: dbLimit, breaker: breaker, retry: rp, ticker: tk, deadline: o.deadline}
-	g.visitAvg.Store(int64(o.dbVisit))
-	return g, nil
-}
-
-// serve runs one request under the guard.
-func (g *guard) serve(w http.ResponseWriter, r *http.Request, s *service, write bool) {
-	if !g.admission.TryEnter() {
-		shed(w, time.Second)
-		return
-	}
-	defer g.admission.Exit()
-	ctx, cancel := context.WithTimeout(r.Context(), g.deadline)
-	defer cancel()
-	err := s.work(ctx, write, func(ctx context.Context, after time.Duration) error { return g.query(ctx, s.db, after) })
-	switch {
-	case err == nil:
-		w.WriteHeader(http.StatusOK)
-	case errors.Is(err, rampart.ErrRejected):
-		retryAfter := time.Second
-		if d := g.breaker.RemainingOpen(g.ticker.Now()); d > retryAfter {
-			retryAfter = d
-		}
-		shed(w, retryAfter)
-	case errors.Is(err, context.DeadlineExceeded):
-		http.Error(w, "deadline exceeded", http.StatusGatewayTimeout)
-	default:
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-	}
-}
-
-// query is one database call through retry, breaker and bulkhead. after is
-// the time the request still needs once the database has answered: a visit
-// that cannot end in time for it is not started (seed 003: give each stage
-// the remaining budget), so a slow database turns into fast 503s rather than
-// into requests that fail at their deadline after holding a connection.
-func (g *guard) query(ctx context.Context, db *database, after time.Duration) error {
-	return g.retry.Do(ctx, func(ctx context.Context) error {
-		start := g.ticker.Now()
-		permit, err := g.breaker.Acquire(start)
-		if err != nil {
-			return err // open: shed, never retried
-		}
-		if err := g.dbLimit.Enter(ctx); err != nil {
-			// Full for dbMaxWait, or the deadline came first: nothing was
-			// started, so it is a shed, and it says nothing of the
-			// database's health.
-			g.breaker.RecordResult(permit, start, circuitbreaker.Ignored)
-			return g.dbLimit.RejectedError()
-		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl)-after < g.visitEstimate() {
-			g.dbLimit.Exit()
-			g.breaker.RecordResult(permit, start, circuitbreaker.Ignored)
-			return g.dbLimit.RejectedError()
-		}
-		visit := g.ticker.Now()
-		err = db.query(ctx)
-		g.dbLimit.Exit()
-		end := g.ticker.Now()
-		g.observeVisit(end - visit)
-		g.breaker.Record(permit, end, err)
-		return err
-	})
-}
-
-// visitEstimate is a pessimistic guess of the next visit's duration: 1.3 ×
-// the moving average of recent visits.
-func (g *guard) visitEstimate() time.Duration {
-	return time.Duration(g.visitAvg.Load() * 13 / 10)
-}
-
-// observeVisit folds one visit's duration into the moving average (weight
-// 1/16). Concurrent updates may lose one another's sample: an estimate.
-func (g *guard) observeVisit(d int64) {
-	avg := g.visitAvg.Load()
-	g.visitAvg.Store(avg + (d-avg)/16)
-}
-
-// shed answers a fast 503 with Retry-After (whole seconds, rounded up).
-func shed(w http.ResponseWriter, retryAfter time.Duration) {
-	secs := int((retryAfter + time.Second - 1) / time.Second)
-	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	w.WriteHeader(http.StatusServiceUnavailable)
 }

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/httpguard"
+	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/timeout"
+)
+
+// errNoTime: the request's remaining budget cannot cover a database visit
+// and what follows it, so the visit is not started (a shed, not a failure).
+var errNoTime = errors.New("not enough time left for a database visit")
+
+// guard is the protected mode, built from rampart's policies and composed
+// by package pipeline, served through httpguard:
+//
+//   - entry (httpguard + pipeline): a fail-fast admission bulkhead (about
+//     twice the concurrency Little's law predicts at the offered rate) and an
+//     end-to-end deadline (timeout, deadline mode); a rejection is a fast 503
+//     with Retry-After, a request still running at its deadline a 504;
+//   - database (pipeline): bounded retries of transient errors sharing an A6
+//     token-bucket budget, a circuit breaker, and a per-dependency bulkhead
+//     as large as the connection pool that waits at most dbMaxWait for a
+//     permit, so nobody queues on the pool itself; a visit that cannot end
+//     within the request's remaining budget is not started. A database
+//     rejection is a fast 503 with Retry-After too.
+type guard struct {
+	entry     *pipeline.Pipeline
+	db        *pipeline.Pipeline
+	admission *bulkhead.Bulkhead
+	dbLimit   *bulkhead.Bulkhead
+	breaker   *circuitbreaker.Breaker
+	deadline  *timeout.Timeout
+	visitAvg  atomic.Int64 // moving average of a database visit (ns)
+}
+
+func newGuard(o options) (*guard, error) {
+	tk := rampart.DefaultTicker()
+	admission, err := bulkhead.New(bulkhead.Config{Name: "api", Max: o.admission()})
+	if err != nil {
+		return nil, err
+	}
+	// Tick set: a watchdog of its own, stopped by close (no goroutine outlives the run).
+	deadline, err := timeout.New(timeout.Config{Name: "api", Duration: o.deadline, Tick: time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	entry, err := pipeline.New(pipeline.Config{Name: "api", Ticker: tk, Bulkhead: admission, Timeout: deadline})
+	if err != nil {
+		return nil, err
+	}
+	dbLimit, err := bulkhead.New(bulkhead.Config{Name: "db", Max: o.pool(), MaxWait: o.dbMaxWait, Ticker: tk})
+	if err != nil {
+		return nil, err
+	}
+	breaker, err := circuitbreaker.New(circuitbreaker.Config{
+		Name:                 "db",
+		Ticker:               tk,
+		WindowSize:           200,
+		MinimumCalls:         50,
+		FailureRateThreshold: 20,
+		OpenDuration:         time.Second,
+		HalfOpenProbes:       10,
+		HalfOpenSuccesses:    8,
+		Classify: func(err error) circuitbreaker.Result {
+			if errors.Is(err, errNoTime) {
+				return circuitbreaker.Ignored // nothing was asked of the database
+			}
+			return circuitbreaker.DefaultClassify(err)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	budget, err := retry.NewTokenBucket(retry.TokenBucketConfig{MaxTokens: 100, TokenRatio: 0.1})
+	if err != nil {
+		return nil, err
+	}
+	rp, err := retry.New(retry.Config{
+		Name:        "db",
+		MaxAttempts: 3,
+		BaseDelay:   time.Millisecond,
+		MaxDelay:    5 * time.Millisecond,
+		ShouldRetry: func(err error) bool { return errors.Is(err, errTransient) },
+		Budget:      budget,
+		Ticker:      tk,
+	})
+	if err != nil {
+		return nil, err
+	}
+	db, err := pipeline.New(pipeline.Config{Name: "db", Ticker: tk, Retry: rp, Breaker: breaker, Bulkhead: dbLimit})
+	if err != nil {
+		return nil, err
+	}
+	g := &guard{entry: entry, db: db, admission: admission, dbLimit: dbLimit, breaker: breaker, deadline: deadline}
+	g.visitAvg.Store(int64(o.dbVisit))
+	return g, nil
+}
+
+// handler wraps the service's protected handler in httpguard's middleware.
+func (g *guard) handler(s *service) (http.Handler, error) {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		write := r.Method == http.MethodPost
+		var hint time.Duration
+		err := s.work(r.Context(), write, func(ctx context.Context, after time.Duration) error {
+			o := g.db.Try(ctx, func(ctx context.Context) error { return g.visit(ctx, s.db, after) })
+			if o.Code == pipeline.Rejected || errors.Is(o.Err, errNoTime) {
+				hint = o.RetryAfter
+				return g.dbLimit.RejectedError()
+			}
+			return o.Err
+		})
+		switch {
+		case err == nil:
+			w.WriteHeader(http.StatusOK)
+		case errors.Is(err, rampart.ErrRejected):
+			shed(w, max(hint, time.Second))
+		case errors.Is(err, context.DeadlineExceeded):
+			http.Error(w, "deadline exceeded", http.StatusGatewayTimeout)
+		default:
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
+	return httpguard.NewHandler(inner, httpguard.ServerConfig{
+		Pipeline:      g.entry,
+		TimeoutStatus: http.StatusGatewayTimeout,
+		// The database's sheds are 503s written by the handler: they are
+		// not failures of the entry.
+		IsFailure: func(status int) bool { return status >= 500 && status != http.StatusServiceUnavailable },
+	})
+}
+
+// visit is one database attempt inside the pipeline: it refuses to start a
+// visit that cannot end within the request's remaining budget (seed 003:
+// give each stage the remaining budget), so a slow database turns into fast
+// 503s rather than into requests that fail at their deadline after holding a
+// connection.
+func (g *guard) visit(ctx context.Context, db *database, after time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-after < g.visitEstimate() {
+		return errNoTime
+	}
+	start := time.Now()
+	err := db.query(ctx)
+	g.observeVisit(int64(time.Since(start)))
+	return err
+}
+
+// visitEstimate is a pessimistic guess of the next visit's duration: 1.3 ×
+// the moving average of recent visits.
+func (g *guard) visitEstimate() time.Duration {
+	return time.Duration(g.visitAvg.Load() * 13 / 10)
+}
+
+// observeVisit folds one visit's duration into the moving average (weight
+// 1/16). Concurrent updates may lose one another's sample: an estimate.
+func (g *guard) observeVisit(d int64) {
+	avg := g.visitAvg.Load()
+	g.visitAvg.Store(avg + (d-avg)/16)
+}
+
+// close stops the timeout's own watchdog.
+func (g *guard) close() { g.deadline.Close() }
+
+// shed answers a fast 503 with Retry-After (whole seconds, rounded up).
+func shed(w http.ResponseWriter, retryAfter time.Duration) {
+	secs := int((retryAfter + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	w.WriteHeader(http.StatusServiceUnavailable)
+}
