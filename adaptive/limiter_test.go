@@ -383,3 +383,60 @@ func TestAllocsAdmit(t *testing.T) {
 		}
 	}), "Do")
 }
+
+// TestStressStrict: without partitions, the calls admitted and not yet
+// released never exceed the highest limit published so far (a lowered limit
+// lets calls already in flight finish, so the highest is the bound), and
+// Stats().Peak agrees.
+func TestStressStrict(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	var highest atomic.Int64
+	highest.Store(4)
+	l, err := New(Config{
+		Algorithm: AIMD{}, InitialLimit: 4, MinLimit: 2, MaxLimit: 6,
+		Window: 500, MinWindowSamples: 1, Ticker: tk,
+		OnLimitChange: func(_, n int) {
+			for {
+				h := highest.Load()
+				if int64(n) <= h || highest.CompareAndSwap(h, int64(n)) {
+					return
+				}
+			}
+		},
+	})
+	require.NoError(t, err)
+	var active, worst atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 4000 {
+				tok, ok := l.Acquire(tk.Now())
+				if !ok {
+					continue
+				}
+				a := active.Add(1)
+				if a > highest.Load() {
+					worst.Store(a)
+				}
+				if (i+g)%5 == 0 {
+					tk.Advance(100)
+				}
+				active.Add(-1)
+				o := Success
+				if (i+g)%97 == 0 {
+					o = Dropped
+				}
+				l.Release(tok, tk.Now(), o)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, worst.Load(), "admitted beyond the highest limit")
+	require.Equal(t, 0, l.InFlight())
+	st := l.Stats()
+	require.LessOrEqual(t, int64(st.Peak), highest.Load())
+	require.NotZero(t, st.Windows)
+	require.NotZero(t, st.Rejected)
+}
