@@ -318,9 +318,14 @@ func (l *Limiter) tryAcquire(now int64) (Token, bool) {
 // end of the window, the caller closes it: it swaps the aggregates out and
 // runs the algorithm (a few hundred nanoseconds, once per window).
 //
-// Cost on Success: four atomic adds (slot, sum, count; nothing else written
-// unless this RTT is the window's least or its in-flight count the
-// greatest) and three loads. No allocation, no lock, no clock read.
+// Cost on Success: three atomic adds (slot, RTT sum, count; sum and count
+// share a line) and three loads (least RTT, most in flight, window end;
+// nothing else is written unless this RTT is the window's least or its
+// in-flight count the greatest). A Dropped release adds to the drop count
+// instead of sum and count; an Ignored one only frees the slot. Plus one
+// add on a partition's counter for a token from AcquirePriority, and one
+// load of the waiter count when a queue is configured. No allocation, no
+// lock, no clock read.
 func (l *Limiter) Release(t Token, now int64, o Outcome) {
 	l.inflight.Add(-1) // atomic 1: free the slot
 	if t.part > 0 {
