@@ -37,6 +37,14 @@ func printTable(w io.Writer, o options, results []result) {
 		}
 	}
 	fmt.Fprintln(w)
+	for _, r := range results {
+		for _, p := range r.phases {
+			if f := p.failed.Load(); f > 0 {
+				fmt.Fprintf(w, "failed in %s/%s: %d no response (client timeout %s or connection error), %d 504 (server deadline), %d other\n",
+					r.mode, p.phase.name, p.errs.Load(), o.clientTimeout, p.gw.Load(), f-p.errs.Load()-p.gw.Load())
+			}
+		}
+	}
 	if len(short) > 0 {
 		fmt.Fprintf(w, "WARNING: the offered rate of %d req/s was NOT reached in %d phase(s); those rows do not measure the server at that rate:\n  %s\n",
 			o.rate, len(short), strings.Join(short, "\n  "))
