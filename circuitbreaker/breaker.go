@@ -22,7 +22,7 @@ var ErrOpen = errors.New("open")
 // ErrHalfOpenFull is the sentinel of a rejection in half-open because every
 // probe of the period is taken or in flight. It wraps ErrOpen, so
 // errors.Is(err, ErrOpen) holds for it too.
-var ErrHalfOpenFull = &halfOpenFull{}
+var ErrHalfOpenFull error = &halfOpenFull{}
 
 type halfOpenFull struct{}
 

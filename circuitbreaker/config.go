@@ -89,10 +89,10 @@ func (m Mode) String() string {
 	return "invalid"
 }
 
-// Config configures a [Breaker]. The zero value is a count-window breaker
-// over the last 100 calls that opens for 60 s at a 50 % failure rate once 10
-// calls were seen, then lets 5 probes through one at a time... see each
-// field for its default.
+// Config configures a [Breaker]. Every zero field means its documented
+// default: the zero Config is a count-window breaker over the last 100
+// calls that opens for 60 s when at least 10 calls were seen and half of
+// them failed, then admits 5 probes, all of which must succeed to close.
 type Config struct {
 	// Name appears in the rejection error's message. Optional.
 	Name string
