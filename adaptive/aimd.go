@@ -69,7 +69,7 @@ func (c *aimd) Update(s Sample) float64 {
 	if s.Drops > 0 || (c.timeout > 0 && s.Count > 0 && s.AvgRTT > c.timeout) {
 		return s.Limit * c.backoff
 	}
-	if s.appLimited() {
+	if s.AppLimited() {
 		return s.Limit
 	}
 	return s.Limit + c.increase

@@ -45,10 +45,10 @@ type Sample struct {
 	InFlight    int64   // calls in flight when the window closed
 }
 
-// appLimited reports whether the window never used half of the limit: then
+// AppLimited reports whether the window never used half of the limit: then
 // latency says nothing about whether the limit is too low, and growing it
 // would only inflate it without evidence (Netflix's rule inflight*2 < limit).
-func (s Sample) appLimited() bool { return float64(s.MaxInFlight)*2 < s.Limit }
+func (s Sample) AppLimited() bool { return float64(s.MaxInFlight)*2 < s.Limit }
 
 // log10 returns log10(x), at least 1, so that additive steps never vanish at
 // small limits: with a plain log10 a limit of 1 grows by log10(1) = 0 and
@@ -102,7 +102,7 @@ func (p *prober) step(s Sample) (limit float64, handled, measured bool) {
 	if p.probes == 0 {
 		due = min(due, 10)
 	}
-	if p.count >= due && !s.appLimited() && s.Limit > p.limit {
+	if p.count >= due && !s.AppLimited() && s.Limit > p.limit {
 		p.phase, p.drain = 1, 0
 		p.probes++
 		p.saved = s.Limit

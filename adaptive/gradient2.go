@@ -130,7 +130,7 @@ func (c *gradient2) Update(s Sample) float64 {
 	}
 	if s.Drops > 0 {
 		gradient = 0.5
-	} else if s.appLimited() || s.Count == 0 {
+	} else if s.AppLimited() || s.Count == 0 {
 		return l
 	}
 	next := l*gradient + c.queue

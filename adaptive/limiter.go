@@ -84,8 +84,10 @@ type Config struct {
 	// Pick several times the dependency's typical latency.
 	Window time.Duration
 	// MinWindowSamples is the least number of successful calls a window
-	// must hold before it ends (a window with a drop ends regardless).
-	// Default 10.
+	// must hold before it ends (a window with a drop ends regardless; a
+	// limit below MinWindowSamples lowers the requirement to the limit, so
+	// that windows at a low limit, such as a baseline probe's, do not
+	// stretch for many call durations). Default 10.
 	MinWindowSamples int
 	// Partitions, when set, divide the limit between priorities: see
 	// [Limiter.AcquirePriority]. Shares must sum to at most 1.
@@ -357,7 +359,7 @@ func (l *Limiter) closeWindow(now int64) {
 	if now < end {
 		return // another goroutine closed it, or is closing it (end == lockedWindow)
 	}
-	if l.win.count.Load() < l.minSamples && l.win.drops.Load() == 0 {
+	if l.win.count.Load() < min(l.minSamples, l.limit.Load()) && l.win.drops.Load() == 0 {
 		return // not enough evidence yet: keep aggregating
 	}
 	if !l.windowEnd.CompareAndSwap(end, lockedWindow) { // the window epoch CAS: one winner

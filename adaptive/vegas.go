@@ -122,7 +122,7 @@ func (c *vegas) Update(s Sample) float64 {
 	switch {
 	case s.Drops > 0:
 		next = l - lg
-	case s.appLimited() || s.Count == 0 || c.baseline == 0:
+	case s.AppLimited() || s.Count == 0 || c.baseline == 0:
 		return l
 	default:
 		queue := l * (1 - float64(c.baseline)/float64(max(s.AvgRTT, 1)))
