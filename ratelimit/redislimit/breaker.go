@@ -1,0 +1,56 @@
+package redislimit
+
+import (
+	"errors"
+	"time"
+
+	"github.com/rampart-go/rampart/circuitbreaker"
+)
+
+// breaker is the rampart circuit breaker in front of Redis: consecutive
+// failures open it; while open, decisions go straight to the Failure mode
+// without a network call or a timeout; after BreakerOpen one probe tests
+// Redis again.
+type breaker struct {
+	cb *circuitbreaker.Breaker
+}
+
+// errRedis is what the breaker records for a failed Redis call (the cause
+// itself goes to the listener and the fallback).
+var errRedis = errors.New("redis call failed")
+
+func newBreaker(cfg Config) (*breaker, error) {
+	cb, err := circuitbreaker.New(circuitbreaker.Config{
+		Name:                "redislimit",
+		Ticker:              cfg.Ticker,
+		Mode:                circuitbreaker.Consecutive,
+		ConsecutiveFailures: cfg.BreakerFailures,
+		OpenDuration:        cfg.BreakerOpen,
+		HalfOpenProbes:      1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &breaker{cb: cb}, nil
+}
+
+// acquire asks the breaker for a permit to call Redis.
+func (b *breaker) acquire(now int64) (circuitbreaker.Permit, bool) {
+	p, err := b.cb.Acquire(now)
+	return p, err == nil
+}
+
+// record reports the Redis call's outcome.
+func (b *breaker) record(p circuitbreaker.Permit, now int64, ok bool) {
+	var err error
+	if !ok {
+		err = errRedis
+	}
+	b.cb.Record(p, now, err)
+}
+
+// remaining is how long the breaker stays open (0 when closed).
+func (b *breaker) remaining(now int64) time.Duration { return b.cb.RemainingOpen(now) }
+
+// open reports whether the breaker rejects calls now.
+func (b *breaker) open() bool { return b.cb.State() != circuitbreaker.Closed }

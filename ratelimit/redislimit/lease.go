@@ -1,0 +1,63 @@
+package redislimit
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/rampart-go/rampart/internal/atomicx"
+)
+
+// lease is one key's locally held capacity.
+//
+// tokens is the number of events left to spend; expires is the local ticker
+// reading after which they may no longer be spent (they were granted by
+// Redis no earlier than expires - LeaseTTL). refilling lets one caller at a
+// time take a new lease; the others make their own round trip meanwhile.
+type lease struct {
+	tokens    atomic.Int64
+	expires   atomic.Int64
+	refilling atomic.Bool
+}
+
+// allowLeased is AllowN in lease mode. The fast path is two loads and one
+// CAS on the key's lease, with no round trip.
+func (l *Limiter) allowLeased(ctx context.Context, key, full string, n int) (Result, error) {
+	now := l.cfg.Ticker.Now() // the lease's age decides whether it may be spent
+	v, ok := l.leases.Load(full)
+	if !ok {
+		v, _ = l.leases.LoadOrStore(full, new(lease))
+	}
+	ls := v.(*lease)
+	if now < ls.expires.Load() && atomicx.SubAbove(&ls.tokens, int64(n), 0) {
+		l.leaseHits.Add(1)
+		l.allowed.Add(1)
+		return Result{Allowed: true, Remaining: int(ls.tokens.Load()), Source: SourceLease}, nil
+	}
+	return l.refillLease(ctx, key, full, ls, n, now)
+}
+
+// refillLease is the slow path of lease mode: take a new lease of up to
+// Lease events (at least n, spent at once) in one round trip.
+func (l *Limiter) refillLease(ctx context.Context, key, full string, ls *lease, n int, now int64) (Result, error) {
+	if !ls.refilling.CompareAndSwap(false, true) {
+		// Another caller is taking the lease: decide this one directly.
+		return l.decide(ctx, key, full, l.ivArg, l.burstArg, n, n, l.cfg.Limit)
+	}
+	defer ls.refilling.Store(false)
+	want := max(l.cfg.Lease, n)
+	granted, res, err := l.run(ctx, full, l.ivArg, l.burstArg, want, n)
+	if err != nil {
+		return l.fallback(key, n, l.cfg.Limit, err)
+	}
+	if res.Allowed {
+		l.leasesTaken.Add(1)
+		l.leaseEvents.Add(uint64(granted))
+		// Publish the tokens before the expiry that makes them spendable;
+		// events left from the previous lease are dropped (never returned).
+		ls.tokens.Store(int64(granted - n))
+		ls.expires.Store(now + l.leaseNs)
+		res.Remaining = granted - n
+	}
+	l.count(res.Allowed)
+	return res, nil
+}

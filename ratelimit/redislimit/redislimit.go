@@ -1,0 +1,398 @@
+// Package redislimit is a rate limiter whose limit holds across processes:
+// GCRA run as one Lua script on Redis, with Redis' own clock, one round trip
+// per decision, and an optional local lease that keeps most calls off the
+// network.
+//
+// It is its own module (github.com/rampart-go/rampart/ratelimit/redislimit)
+// so that the core rampart module gains no dependency on go-redis.
+//
+// # Semantics
+//
+// Each key is a GCRA cell exactly like the in-process ratelimit.Limiter: a
+// limit of Rate events per Period with a Burst admits at most
+// Burst + Rate·T/Period events in any window of length T, across every
+// process that shares the key. Times come from the Redis server's TIME, so
+// replicas' clocks do not matter. A decision is one EVALSHA (the script is
+// loaded again on NOSCRIPT). Keys are Prefix + "{" + key + "}": the hash tag
+// keeps each limit's key in one Cluster slot. An idle key expires exactly when
+// its state becomes identical to a missing key, so nothing is lost.
+//
+// # Lease mode
+//
+// With Config.Lease = L > 0, a process takes up to L events of a key's
+// capacity in one round trip and spends them locally (one atomic CAS per
+// call), asking Redis again only when its lease is spent or older than
+// LeaseTTL. Leased events count against the shared limit when they are
+// taken, not when they are spent, so the bound above shifts by at most one
+// LeaseTTL: any window of length T admits at most
+// Burst + Rate·(T + LeaseTTL)/Period events across all replicas. Events left
+// in an expired lease are dropped, never returned: leases can only
+// under-admit, by at most L per replica per LeaseTTL.
+//
+// # Failures
+//
+// Every Redis call runs under Config.Timeout. A rampart circuit breaker sits
+// in front of Redis: after consecutive failures it opens, and while it is
+// open a decision costs no network call. When Redis cannot answer, the
+// Failure mode decides: FailOpen admits, FailClosed rejects (with
+// ErrUnavailable), FailLocal admits through an in-process limiter with this
+// replica's share of the limit (Limit / Replicas).
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rampart-go/rampart"
+)
+
+// ErrUnavailable is returned, wrapping the cause, when Redis cannot decide
+// and the Failure mode is FailClosed.
+var ErrUnavailable = errors.New("redislimit: redis unavailable")
+
+// ErrExceedsBurst is returned when n is larger than the burst: such a request
+// can never be admitted.
+var ErrExceedsBurst = errors.New("redislimit: n exceeds the burst")
+
+// FailureMode is what a decision does when Redis cannot answer.
+type FailureMode uint8
+
+const (
+	// FailOpen admits every call while Redis is unavailable (the default):
+	// the limit is not enforced, but the service keeps serving.
+	FailOpen FailureMode = iota
+	// FailClosed rejects every call while Redis is unavailable, with an
+	// error matching ErrUnavailable.
+	FailClosed
+	// FailLocal admits through an in-process GCRA per key with this
+	// replica's share of the limit: Rate/Replicas per Period, burst
+	// max(1, Burst/Replicas).
+	FailLocal
+)
+
+// Source tells where a decision was made.
+type Source uint8
+
+const (
+	SourceRedis    Source = iota // a round trip to Redis decided
+	SourceLease                  // a local lease decided, no round trip
+	SourceFallback               // Redis was unavailable; the Failure mode decided
+)
+
+// Limit is Rate events per Period with a burst of Burst.
+type Limit struct {
+	Rate   int           // events per Period, >= 1
+	Period time.Duration // default one second
+	Burst  int           // events admitted at once, default 1
+}
+
+// interval returns the emission interval in microseconds (possibly
+// fractional) after validating the limit.
+func (lim Limit) normalize() (Limit, error) {
+	if lim.Period == 0 {
+		lim.Period = time.Second
+	}
+	if lim.Burst == 0 {
+		lim.Burst = 1
+	}
+	switch {
+	case lim.Rate < 1:
+		return lim, rampart.NewConfigError("redislimit", "Limit.Rate", "must be at least 1, got %d", lim.Rate)
+	case lim.Period < 0:
+		return lim, rampart.NewConfigError("redislimit", "Limit.Period", "must be positive, got %v", lim.Period)
+	case lim.Burst < 1:
+		return lim, rampart.NewConfigError("redislimit", "Limit.Burst", "must be at least 1, got %d", lim.Burst)
+	case float64(lim.Period)/1e3/float64(lim.Rate) < 1e-3:
+		return lim, rampart.NewConfigError("redislimit", "Limit",
+			"%d per %v is finer than the script's resolution of 1 ns per event", lim.Rate, lim.Period)
+	}
+	return lim, nil
+}
+
+func (lim Limit) intervalMicros() float64 { return float64(lim.Period) / 1e3 / float64(lim.Rate) }
+
+// Config configures a Limiter. Zero fields mean the documented defaults.
+type Config struct {
+	// Client is the Redis client: a single node, Sentinel or Cluster
+	// client. Required.
+	Client redis.UniversalClient
+	// Limit is the default limit of every key (AllowLimitN overrides it per
+	// call). Required: Rate >= 1.
+	Limit Limit
+	// Prefix starts every Redis key. Default "rampart:rl:".
+	Prefix string
+	// Timeout bounds every Redis call. Default 100 ms.
+	Timeout time.Duration
+	// Failure is what a decision does when Redis cannot answer. Default
+	// FailOpen.
+	Failure FailureMode
+	// Replicas is the number of processes sharing the limit, for FailLocal's
+	// share. Default 1.
+	Replicas int
+	// Lease, when > 0, is how many events a process takes from a key per
+	// round trip and spends locally. It must not exceed the burst. Default 0
+	// (every decision is a round trip).
+	Lease int
+	// LeaseTTL is how long a lease may be spent. Default 50 ms.
+	LeaseTTL time.Duration
+	// BreakerFailures is how many consecutive Redis failures open the
+	// breaker in front of Redis. Default 5.
+	BreakerFailures int
+	// BreakerOpen is how long the breaker stays open before a probe.
+	// Default 1 s.
+	BreakerOpen time.Duration
+	// Ticker is the local clock for leases and the breaker. Default
+	// rampart.DefaultTicker().
+	Ticker rampart.Ticker
+	// OnRedisError, if set, is called with every error from Redis (a
+	// panicking listener is recovered and counted).
+	OnRedisError func(err error)
+}
+
+// Result is a decision.
+type Result struct {
+	Allowed    bool          // whether the n events were admitted
+	RetryAfter time.Duration // when rejected: the wait until n could be admitted
+	Remaining  int           // events that could still be admitted at once (-1: unknown)
+	Source     Source        // who decided
+}
+
+// Stats is a snapshot of a Limiter's counters.
+type Stats struct {
+	Allowed, Rejected     uint64 // decisions
+	RoundTrips            uint64 // script runs that reached Redis
+	LeaseHits             uint64 // decisions served by a local lease
+	RedisErrors           uint64 // failed Redis calls (timeouts, connection errors)
+	Fallbacks             uint64 // decisions made by the Failure mode
+	BreakerOpen           bool   // whether the breaker in front of Redis is open now
+	ListenerPanics        uint64 // listener panics recovered
+	Leases, LeaseEventsIn uint64 // leases taken and events they carried
+}
+
+// Limiter decides admissions against limits kept in Redis. It is safe for
+// concurrent use.
+type Limiter struct {
+	cfg      Config
+	interval float64 // default limit's emission interval, microseconds
+	burstArg string
+	ivArg    string
+
+	brk     *breaker
+	leases  sync.Map // full key -> *lease
+	local   *localLimits
+	leaseNs int64
+
+	allowed, rejected, roundTrips, leaseHits atomic.Uint64
+	redisErrors, fallbacks, listenerPanics   atomic.Uint64
+	leasesTaken, leaseEvents                 atomic.Uint64
+}
+
+// New validates cfg and returns a Limiter.
+func New(cfg Config) (*Limiter, error) {
+	if cfg.Client == nil {
+		return nil, rampart.NewConfigError("redislimit", "Client", "is required")
+	}
+	lim, err := cfg.Limit.normalize()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Limit = lim
+	if cfg.Prefix == "" {
+		cfg.Prefix = "rampart:rl:"
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 100 * time.Millisecond
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 50 * time.Millisecond
+	}
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = 5
+	}
+	if cfg.BreakerOpen == 0 {
+		cfg.BreakerOpen = time.Second
+	}
+	if cfg.Ticker == nil {
+		cfg.Ticker = rampart.DefaultTicker()
+	}
+	switch {
+	case cfg.Timeout < 0:
+		return nil, rampart.NewConfigError("redislimit", "Timeout", "must be positive, got %v", cfg.Timeout)
+	case cfg.Failure > FailLocal:
+		return nil, rampart.NewConfigError("redislimit", "Failure", "unknown mode %d", cfg.Failure)
+	case cfg.Replicas < 1:
+		return nil, rampart.NewConfigError("redislimit", "Replicas", "must be at least 1, got %d", cfg.Replicas)
+	case cfg.Lease < 0 || cfg.Lease > lim.Burst:
+		return nil, rampart.NewConfigError("redislimit", "Lease", "must be between 0 and the burst %d, got %d", lim.Burst, cfg.Lease)
+	case cfg.LeaseTTL < 0:
+		return nil, rampart.NewConfigError("redislimit", "LeaseTTL", "must be positive, got %v", cfg.LeaseTTL)
+	case cfg.BreakerFailures < 0:
+		return nil, rampart.NewConfigError("redislimit", "BreakerFailures", "must be at least 1, got %d", cfg.BreakerFailures)
+	case cfg.BreakerOpen < 0:
+		return nil, rampart.NewConfigError("redislimit", "BreakerOpen", "must be positive, got %v", cfg.BreakerOpen)
+	}
+	l := &Limiter{cfg: cfg, interval: lim.intervalMicros(), leaseNs: int64(cfg.LeaseTTL)}
+	l.ivArg = strconv.FormatFloat(l.interval, 'f', -1, 64)
+	l.burstArg = strconv.Itoa(lim.Burst)
+	l.brk, err = newBreaker(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Failure == FailLocal {
+		l.local, err = newLocalLimits(cfg)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Allow decides one event for key under the default limit.
+func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN decides n events for key under the default limit, using a local
+// lease when Lease mode is on.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
+	if n < 1 {
+		return Result{}, fmt.Errorf("redislimit: n must be at least 1, got %d", n)
+	}
+	if n > l.cfg.Limit.Burst {
+		return Result{Remaining: -1}, ErrExceedsBurst
+	}
+	full := l.cfg.Prefix + "{" + key + "}"
+	if l.cfg.Lease > 0 {
+		return l.allowLeased(ctx, key, full, n)
+	}
+	return l.decide(ctx, key, full, l.ivArg, l.burstArg, n, n, l.cfg.Limit)
+}
+
+// AllowLimitN decides n events for key under lim instead of the default
+// limit (per-client tiers, say). It always makes a round trip. Keys used with
+// different limits must differ.
+func (l *Limiter) AllowLimitN(ctx context.Context, key string, lim Limit, n int) (Result, error) {
+	lim, err := lim.normalize()
+	if err != nil {
+		return Result{}, err
+	}
+	if n < 1 {
+		return Result{}, fmt.Errorf("redislimit: n must be at least 1, got %d", n)
+	}
+	if n > lim.Burst {
+		return Result{Remaining: -1}, ErrExceedsBurst
+	}
+	iv := strconv.FormatFloat(lim.intervalMicros(), 'f', -1, 64)
+	return l.decide(ctx, key, l.cfg.Prefix+"{"+key+"}", iv, strconv.Itoa(lim.Burst), n, n, lim)
+}
+
+// decide runs the script for [need, want] events, or the failure mode.
+func (l *Limiter) decide(ctx context.Context, key, full, iv, burst string, want, need int, lim Limit) (Result, error) {
+	granted, res, err := l.run(ctx, full, iv, burst, want, need)
+	if err != nil {
+		return l.fallback(key, need, lim, err)
+	}
+	_ = granted
+	l.count(res.Allowed)
+	return res, nil
+}
+
+// run makes the round trip through the breaker. It returns how many events
+// were granted.
+func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need int) (int, Result, error) {
+	now := l.cfg.Ticker.Now() // the breaker's open state is judged against it
+	permit, ok := l.brk.acquire(now)
+	if !ok {
+		return 0, Result{}, errBreakerOpen
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	vals, err := gcraScript.Run(ctx, l.cfg.Client, []string{full}, iv, burst, want, need).Int64Slice()
+	if err == nil && len(vals) != 3 {
+		err = fmt.Errorf("redislimit: script returned %d values", len(vals))
+	}
+	if err != nil {
+		l.redisErrors.Add(1)
+		l.brk.record(permit, l.cfg.Ticker.Now(), false)
+		if f := l.cfg.OnRedisError; f != nil {
+			l.notify(f, err)
+		}
+		return 0, Result{}, err
+	}
+	l.brk.record(permit, now, true)
+	l.roundTrips.Add(1)
+	g, wait, rem := vals[0], vals[1], vals[2]
+	res := Result{Allowed: g > 0, Remaining: int(rem), Source: SourceRedis}
+	if !res.Allowed {
+		if wait < 0 {
+			res.RetryAfter = math.MaxInt64
+		} else {
+			res.RetryAfter = time.Duration(wait) * time.Microsecond
+		}
+	}
+	return int(g), res, nil
+}
+
+var errBreakerOpen = errors.New("redislimit: breaker in front of redis is open")
+
+// fallback applies the Failure mode after Redis could not decide.
+func (l *Limiter) fallback(key string, n int, lim Limit, cause error) (Result, error) {
+	l.fallbacks.Add(1)
+	switch l.cfg.Failure {
+	case FailClosed:
+		l.rejected.Add(1)
+		return Result{RetryAfter: l.brk.remaining(l.cfg.Ticker.Now()), Remaining: -1, Source: SourceFallback},
+			fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	case FailLocal:
+		res := l.local.allow(key, n, lim, l.cfg.Ticker.Now())
+		l.count(res.Allowed)
+		return res, nil
+	default:
+		l.allowed.Add(1)
+		return Result{Allowed: true, Remaining: -1, Source: SourceFallback}, nil
+	}
+}
+
+func (l *Limiter) count(allowed bool) {
+	if allowed {
+		l.allowed.Add(1)
+	} else {
+		l.rejected.Add(1)
+	}
+}
+
+func (l *Limiter) notify(f func(error), err error) {
+	defer func() {
+		if recover() != nil {
+			l.listenerPanics.Add(1)
+		}
+	}()
+	f(err)
+}
+
+// Stats returns a snapshot of the counters.
+func (l *Limiter) Stats() Stats {
+	return Stats{
+		Allowed:        l.allowed.Load(),
+		Rejected:       l.rejected.Load(),
+		RoundTrips:     l.roundTrips.Load(),
+		LeaseHits:      l.leaseHits.Load(),
+		RedisErrors:    l.redisErrors.Load(),
+		Fallbacks:      l.fallbacks.Load(),
+		BreakerOpen:    l.brk.open(),
+		ListenerPanics: l.listenerPanics.Load(),
+		Leases:         l.leasesTaken.Load(),
+		LeaseEventsIn:  l.leaseEvents.Load(),
+	}
+}
