@@ -35,9 +35,13 @@
 //
 // Precision: a deadline fires no earlier than the deadline and no later than
 // one tick after it (plus the watchdog goroutine's scheduling delay on a
-// saturated machine). The classification of a call (Finish) uses the
-// caller's own clock reading, so it is exact: a call that ended at or after
-// its deadline is a timeout even if the watchdog had not fired yet.
+// saturated machine). [Timeout.Finish] classifies with the caller's own end
+// reading, so it is exact: a call that ended at or after its deadline is a
+// timeout even if the watchdog had not fired yet. [Timeout.Do] and [Call]
+// in deadline mode read the clock only at the start (a clock read costs as
+// much as the rest of the call) and classify a call as timed out when its
+// deadline fired before it returned: they agree with what the callee's
+// context said, with the watchdog's precision.
 //
 // # The context contract
 //
@@ -64,9 +68,8 @@
 //
 // # Which method to use
 //
-// [Timeout.Do] and [Call] read the ticker at the start and at the end of the
-// call. Package pipeline uses the primitives instead, with its own clock
-// readings:
+// [Timeout.Do] and [Call] read the ticker themselves. Package pipeline uses
+// the primitives instead, with its own clock readings:
 //
 //	ctx, h := t.Start(parent, now)   // deadline = now + Duration
 //	err := fn(ctx)

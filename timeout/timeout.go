@@ -405,6 +405,23 @@ func (t *Timeout) timedOut(elapsed int64) error {
 	return t.err
 }
 
+// end is Finish for Do and Call, which read the clock only at the start: in
+// deadline mode the call is a timeout when the watchdog fired before it
+// returned (so the classification agrees with what the callee's context
+// said, and is as precise as the watchdog: one tick); soft mode has no
+// watchdog and reads the clock.
+func (t *Timeout) end(h Handle, err error) error {
+	c := h.c
+	if c == nil {
+		return t.Finish(h, t.tk.Now(), err)
+	}
+	t.unwatch(c, h.wh)
+	if !c.cancel(canceledBox) && c.err.Load() == firedBox {
+		return t.timedOut(t.tk.Now() - (h.deadline - t.d))
+	}
+	return err
+}
+
 // abort ends a call whose function panicked or called runtime.Goexit:
 // release the watch and end the context, classify nothing.
 func (t *Timeout) abort(h Handle) {
@@ -414,12 +431,20 @@ func (t *Timeout) abort(h Handle) {
 	}
 }
 
-// Do calls fn under the timeout, in the configured mode, reading the ticker
-// at the start and at the end. It returns fn's error unchanged, t.Err()
-// when the call overran (see Finish), or, in abandon mode, the rejection
+// Do calls fn under the timeout, in the configured mode. It returns fn's
+// error unchanged, t.Err() when the call overran, or, in abandon mode, the
+// rejection
 // (ErrTooManyAbandoned) or the parent's error when the parent was done
 // first. A panic in fn releases the watch and is re-raised; so does
 // runtime.Goexit.
+//
+// In deadline mode Do reads the ticker once, at the start, and the call
+// overran when the watchdog fired its deadline before fn returned: the
+// classification agrees with what fn's context said, and is as precise as
+// the watchdog (a call that returns less than one tick after its deadline,
+// before the sweep, counts as in time). Soft mode reads the ticker at the
+// start and at the end and compares (exact). Use Start/Finish with your own
+// end reading for an exact classification in deadline mode.
 func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error {
 	if t.mode == ModeAbandon {
 		return t.DoAbandon(ctx, fn, nil)
@@ -433,10 +458,10 @@ func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error 
 	}()
 	err := fn(c)
 	ok = true
-	return t.Finish(h, t.tk.Now(), err)
+	return t.end(h, err)
 }
 
-// Call is the typed form of Do: it returns fn's value with fn's error, or
+// Call is the typed form of Do (same clock reads and classification): it returns fn's value with fn's error, or
 // with t.Err() when the call overran (the value is whatever fn returned,
 // usually to be ignored). In abandon mode the value of an abandoned call is
 // lost (the zero T comes back with the error), and the call allocates one
@@ -460,7 +485,7 @@ func Call[T any](ctx context.Context, t *Timeout, fn func(context.Context) (T, e
 	}()
 	v, err := fn(c)
 	ok = true
-	return v, t.Finish(h, t.tk.Now(), err)
+	return v, t.end(h, err)
 }
 
 type callResult[T any] struct {
