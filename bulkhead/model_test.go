@@ -4,8 +4,11 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rampart-go/rampart"
 )
 
 // model is the sequential specification of a bulkhead: a count and a limit.
@@ -103,4 +106,31 @@ func FuzzModel(f *testing.F) {
 	f.Add([]byte{0, 1, 5 | 1<<3, 0, 3, 0, 6, 7, 3, 3, 5 | 5<<3, 2, 2, 2})
 	f.Add([]byte{5, 5 | 3<<3, 0, 0, 0, 0, 5 | 1<<3, 3, 0, 3, 3, 0})
 	f.Fuzz(checkModel)
+}
+
+// FuzzNew: New accepts exactly Max ≥ 1 and MaxWait ≥ 0, and an accepted
+// bulkhead admits exactly Max fail-fast calls (checked up to 64).
+func FuzzNew(f *testing.F) {
+	f.Add(1, int64(0))
+	f.Add(0, int64(0))
+	f.Add(3, int64(-1))
+	f.Add(64, int64(1e9))
+	f.Fuzz(func(t *testing.T, max int, wait int64) {
+		b, err := New(Config{Max: max, MaxWait: time.Duration(wait)})
+		if max < 1 || wait < 0 {
+			require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+			return
+		}
+		require.NoError(t, err)
+		n := min(max, 64)
+		for range n {
+			require.True(t, b.TryEnter())
+		}
+		require.Equal(t, max > 64, b.TryEnter())
+		s := b.Stats()
+		for range s.InFlight {
+			b.Exit()
+		}
+		require.Zero(t, b.Stats().InFlight)
+	})
 }
