@@ -234,7 +234,7 @@ func (b *Bulkhead) TryEnter() bool {
 	return b.acquireSlow(n, limit, true)
 }
 
-// tryAcquire is the fast path of TryEnter and Enter, small enough to inline.
+// tryAcquire is the fast path of Enter (TryEnter writes it out).
 // countReject tells the slow path whether a refusal is final (TryEnter) or
 // will be followed by queueing (Enter).
 func (b *Bulkhead) tryAcquire(countReject bool) bool {
