@@ -32,8 +32,28 @@ type phaseStats struct {
 	dropped atomic.Int64 // iterations not sent: no free VU, or the generator was too late
 	maxLag  atomic.Int64 // worst lateness of the generator (ns)
 
-	mu  sync.Mutex
-	lat []time.Duration // latency of successes
+	index int // position in the run, sent to the server in the X-Phase header
+
+	mu     sync.Mutex
+	lat    []time.Duration // latency of successes, as the client saw it
+	srvLat []time.Duration // time the server spent on them
+}
+
+func (p *phaseStats) addServerLatency(d time.Duration) {
+	p.mu.Lock()
+	p.srvLat = append(p.srvLat, d)
+	p.mu.Unlock()
+}
+
+// serverP99 returns the p99 of the time the server spent on successes.
+func (p *phaseStats) serverP99() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.srvLat) == 0 {
+		return 0
+	}
+	slices.Sort(p.srvLat)
+	return p.srvLat[min(len(p.srvLat)-1, int(0.99*float64(len(p.srvLat))))]
 }
 
 func (p *phaseStats) addLatency(d time.Duration) {
@@ -163,6 +183,9 @@ func (g *generator) run(ctx context.Context, rate int, ramp bool, p *phaseStats)
 	p.dropped.Add(p.offered - issued) // not reached before the end of the phase
 }
 
+// phaseHeader holds the X-Phase header values, preallocated.
+var phaseHeader = [][]string{{"0"}, {"1"}, {"2"}, {"3"}}
+
 // iteration sends one request and classifies its outcome.
 func (g *generator) iteration(p *phaseStats) {
 	defer g.wg.Done()
@@ -178,6 +201,7 @@ func (g *generator) iteration(p *phaseStats) {
 		p.failed.Add(1)
 		return
 	}
+	req.Header["X-Phase"] = phaseHeader[p.index]
 	p.sent.Add(1)
 	start := time.Now()
 	resp, err := g.client.Do(req)

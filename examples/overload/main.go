@@ -38,6 +38,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -240,11 +241,22 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, 
 			return result{}, err
 		}
 	}
+	res := result{mode: mode}
+	for i, p := range o.phases() {
+		res.phases = append(res.phases, &phaseStats{phase: p, index: i})
+	}
+	// Outermost: count the requests in the server and time the successes
+	// on the server's side, filed under the phase that sent them.
 	inner := h
 	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
 		svc.inFlight.Add(1)
 		defer svc.inFlight.Add(-1)
-		inner.ServeHTTP(w, r)
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		inner.ServeHTTP(sw, r)
+		if i, err := strconv.Atoi(r.Header.Get("X-Phase")); err == nil && i >= 0 && i < len(res.phases) && sw.status == http.StatusOK {
+			res.phases[i].addServerLatency(time.Since(start))
+		}
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -256,11 +268,6 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, 
 
 	gen := newGenerator("http://"+ln.Addr().String()+"/item", o)
 	defer gen.close()
-
-	res := result{mode: mode}
-	for _, p := range o.phases() {
-		res.phases = append(res.phases, &phaseStats{phase: p})
-	}
 
 	// One progress line per second.
 	var cur sync.Mutex
@@ -316,3 +323,16 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, 
 	<-progressDone
 	return res, nil
 }
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

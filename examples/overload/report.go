@@ -13,8 +13,8 @@ import (
 // reach the offered rate.
 func printTable(w io.Writer, o options, results []result) {
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| mode | phase | offered/s | sent/s | ok/s | shed 503/s | failed | failed % | p50 ms | p99 ms | max ms | dropped |")
-	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| mode | phase | offered/s | sent/s | ok/s | shed 503/s | failed | failed % | p50 ms | p99 ms | max ms | server p99 ms | dropped |")
+	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	var short []string
 	for _, r := range results {
 		for _, p := range r.phases {
@@ -25,10 +25,10 @@ func printTable(w io.Writer, o options, results []result) {
 			if sent > 0 {
 				failedPct = 100 * float64(p.failed.Load()) / float64(sent)
 			}
-			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.0f | %.0f | %d | %.2f | %s | %s | %s | %d |\n",
+			fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.0f | %.0f | %d | %.2f | %s | %s | %s | %s | %d |\n",
 				r.mode, p.phase.name, float64(p.offered)/secs,
 				float64(sent)/secs, float64(p.ok.Load())/secs, float64(p.shed.Load())/secs,
-				p.failed.Load(), failedPct, ms(p50), ms(p99), ms(mx), p.dropped.Load())
+				p.failed.Load(), failedPct, ms(p50), ms(p99), ms(mx), ms(p.serverP99()), p.dropped.Load())
 			if p.offered > 0 && float64(sent) < 0.95*float64(p.offered) {
 				short = append(short, fmt.Sprintf("%s/%s sent %d of %d (%.0f %%; %d dropped, worst generator lag %s)",
 					r.mode, p.phase.name, sent, p.offered, 100*float64(sent)/float64(p.offered),
@@ -53,7 +53,9 @@ func printTable(w io.Writer, o options, results []result) {
 	}
 	fmt.Fprintln(w, "The warm-up ramps the offered rate from a tenth of it to all of it.")
 	fmt.Fprintln(w, "ok/s counts 200s; shed: 503 with Retry-After (a deliberate fast rejection); failed: any other outcome")
-	fmt.Fprintln(w, "(5xx, client timeout, connection error); latencies are the successes' own, from send to last byte.")
+	fmt.Fprintln(w, "(5xx, client timeout, connection error); latencies are the successes' own, from send to last byte as")
+	fmt.Fprintln(w, "the client saw them; server p99 is the time the server spent on them (the difference is the generator's")
+	fmt.Fprintln(w, "and the network stack's share, which grows when the CPU is short).")
 }
 
 func ms(d time.Duration) string {
