@@ -1,11 +1,9 @@
 package httpguard_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -233,5 +231,3 @@ func TestServerPanicReleasesPermit(t *testing.T) {
 	require.Equal(t, int64(0), bh.Stats().InFlight)
 }
 
-var _ = context.Background
-var _ = strings.NewReader

@@ -2,7 +2,6 @@ package pipeline_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -436,4 +435,3 @@ func TestAllocsAdaptive(t *testing.T) {
 	require.ErrorIs(t, rejected.Err, adaptive.ErrLimited)
 }
 
-var _ = errors.New
