@@ -262,9 +262,8 @@ func (c *ctx) closeLocked(s *ctxSlow) (afters map[*afterEntry]struct{}, stop fun
 	}
 	afters, s.afters = s.afters, nil
 	stop, s.stopWatch = s.stopWatch, nil
-	if s.timer != nil {
-		s.timer.Stop()
-	}
+	// A fallback timer is stopped by unwatch (Finish), never here: its
+	// Stop result tells abandon mode whether a wake token is coming.
 	return afters, stop
 }
 

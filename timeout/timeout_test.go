@@ -512,6 +512,22 @@ func TestFallbackTimer(t *testing.T) {
 		require.ErrorIs(t, err, ErrTimeout)
 		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil }))
 		require.Equal(t, uint64(2), tm.Stats().Fallbacks)
+
+		// Abandon mode on timers too, including a parent cancelled while
+		// the callee watches its context.
+		ta := newT(t, Config{Duration: 10 * time.Millisecond, Mode: ModeAbandon})
+		require.NoError(t, ta.Close())
+		hang := make(chan struct{})
+		err = ta.Do(t.Context(), func(context.Context) error { <-hang; return nil })
+		require.ErrorIs(t, err, ErrTimeout)
+		parent, cancel := context.WithCancel(t.Context())
+		go func() { time.Sleep(time.Millisecond); cancel() }()
+		err = ta.Do(parent, func(c context.Context) error { <-c.Done(); <-hang; return nil })
+		require.Equal(t, context.Canceled, err)
+		require.NoError(t, ta.Do(t.Context(), func(context.Context) error { return nil }))
+		close(hang)
+		synctest.Wait()
+		require.Equal(t, int64(0), ta.Stats().Abandoned)
 	})
 }
 
