@@ -230,4 +230,3 @@ func TestServerPanicReleasesPermit(t *testing.T) {
 	require.Panics(t, func() { h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil)) })
 	require.Equal(t, int64(0), bh.Stats().InFlight)
 }
-

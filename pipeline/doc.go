@@ -26,15 +26,19 @@
 //     local rejection is this process shedding load, and retrying it in
 //     process would turn shedding back into waiting. They come back at once
 //     with a hint of when to come back ([Outcome.RetryAfter]).
+//
 //   - The breaker comes before the rate limiter so that calls an open breaker
 //     refuses spend no rate-limit quota, and because a closed breaker's check
 //     is the cheapest (one atomic load).
+//
 //   - The rate limiter comes before the concurrency limits: it decides in time
 //     and holds nothing, while a bulkhead or adaptive permit is held for the
 //     whole call; taking the held permit last keeps it held the shortest time,
 //     and a call refused for rate never occupies a slot.
+//
 //   - The bulkhead (a fixed cap) comes before the adaptive limit (a moving
 //     cap) when both are set; most pipelines set one of them.
+//
 //   - The timeout is inside the concurrency limits so that its deadline covers
 //     the call only, not admission, and so that the concurrency permit is
 //     released only when the call has really returned: a timeout here is a

@@ -434,4 +434,3 @@ func TestAllocsAdaptive(t *testing.T) {
 	require.Equal(t, pipeline.Adaptive, rejected.Policy)
 	require.ErrorIs(t, rejected.Err, adaptive.ErrLimited)
 }
-
