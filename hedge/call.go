@@ -340,7 +340,7 @@ type race[T any] struct {
 	err      error
 	panicked bool
 	pval     any
-	cancels  [MaxMaxHedges + 1]context.CancelFunc // hedges' contexts
+	cancels  [MaxHedgesLimit + 1]context.CancelFunc // hedges' contexts
 	next     watchdog.Handle                      // the next hedge's trigger
 	done     chan struct{}
 }

@@ -24,16 +24,22 @@ import (
 // both count the logical call in OnRequest; for retry.RatioBudget that
 // doubles the request count (the ratio is then relative to twice the calls).
 type Budget interface {
+	// OnRequest records the start of a logical call.
 	OnRequest(now int64)
+	// OnSuccess records an attempt that succeeded.
 	OnSuccess(now int64)
+	// OnFailure records an attempt that failed with a non-fatal error.
 	OnFailure(now int64)
+	// AllowRetry reports whether one more hedge may start now, and counts
+	// it when it may.
 	AllowRetry(now int64) bool
 }
 
 // Limits of the configuration.
 const (
-	// MaxMaxHedges is the largest MaxHedges (gRPC A6 allows 5 attempts).
-	MaxMaxHedges = 4
+	// MaxHedgesLimit is the largest Config.MaxHedges (gRPC A6 allows 5
+	// attempts in all).
+	MaxHedgesLimit = 4
 	// DefaultWarmUp is the number of samples before a percentile delay is
 	// trusted, when Config.WarmUp is zero.
 	DefaultWarmUp = 100
@@ -68,7 +74,7 @@ type Config struct {
 	Refresh time.Duration
 
 	// MaxHedges is the largest number of hedges per call, started one Delay
-	// apart. 0 means 1. Must be in [0, MaxMaxHedges].
+	// apart. 0 means 1. Must be in [0, MaxHedgesLimit].
 	MaxHedges int
 
 	// Budget, when set, must grant every hedge (see [Budget]). Nil means
@@ -186,8 +192,8 @@ func New(cfg Config) (*Hedger, error) {
 		return nil, bad("WarmUp", "must not be negative, got %d", cfg.WarmUp)
 	case cfg.Refresh < 0:
 		return nil, bad("Refresh", "must not be negative, got %v", cfg.Refresh)
-	case cfg.MaxHedges < 0 || cfg.MaxHedges > MaxMaxHedges:
-		return nil, bad("MaxHedges", "must be in [0, %d], got %d", MaxMaxHedges, cfg.MaxHedges)
+	case cfg.MaxHedges < 0 || cfg.MaxHedges > MaxHedgesLimit:
+		return nil, bad("MaxHedges", "must be in [0, %d], got %d", MaxHedgesLimit, cfg.MaxHedges)
 	case cfg.Tick < 0:
 		return nil, bad("Tick", "must not be negative, got %v", cfg.Tick)
 	}

@@ -584,7 +584,7 @@ func TestConfig(t *testing.T) {
 		{Percentile: 0.9, MinDelay: 2, MaxDelay: 1},
 		{Delay: 1, WarmUp: -1},
 		{Delay: 1, Refresh: -1},
-		{Delay: 1, MaxHedges: MaxMaxHedges + 1},
+		{Delay: 1, MaxHedges: MaxHedgesLimit + 1},
 		{Delay: 1, Tick: -1},
 	}
 	for _, c := range bad {
