@@ -341,7 +341,7 @@ type race[T any] struct {
 	panicked bool
 	pval     any
 	cancels  [MaxHedgesLimit + 1]context.CancelFunc // hedges' contexts
-	next     watchdog.Handle                      // the next hedge's trigger
+	next     watchdog.Handle                        // the next hedge's trigger
 	done     chan struct{}
 }
 
