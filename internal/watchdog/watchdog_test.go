@@ -358,3 +358,84 @@ func TestStopIdle(t *testing.T) {
 		}
 	})
 }
+
+// FuzzOps drives a manual watchdog with a byte-coded sequence of Schedule,
+// Cancel, Advance and Sweep against a model: every schedule ends exactly
+// once (cancelled or fired), never fires early, and fires by the first
+// sweep at or after its deadline.
+func FuzzOps(f *testing.F) {
+	f.Add([]byte{0, 5, 0, 9, 1, 0, 2, 7, 3, 2, 20, 3})
+	f.Add([]byte{0, 1, 0, 1, 0, 1, 3, 1, 1, 1, 2, 1, 3})
+	f.Add([]byte{0, 255, 2, 255, 3, 0, 0, 1, 0, 2, 3})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		clk := ticker.NewManual(0)
+		w := New(Config{Clock: clk, Manual: true})
+		defer w.Close()
+		type entry struct {
+			h        Handle
+			deadline int64
+			ended    bool
+		}
+		var es []*entry
+		fired := map[uint64]int{}
+		var rec recorder
+		rec.fired = fired
+		for i := 0; i+1 < len(ops); i += 2 {
+			op, arg := ops[i]%4, int64(ops[i+1])
+			switch op {
+			case 0: // schedule at now+arg
+				e := &entry{deadline: clk.Now() + arg}
+				h, ok := w.Schedule(e.deadline, &rec, uint64(len(es)))
+				if !ok {
+					t.Fatal("refused")
+				}
+				e.h = h
+				es = append(es, e)
+			case 1: // cancel entry arg
+				if len(es) == 0 {
+					continue
+				}
+				k := int(arg) % len(es)
+				e := es[k]
+				got := w.Cancel(e.h)
+				if got == e.ended {
+					t.Fatalf("cancel of entry %d returned %v, ended %v", k, got, e.ended)
+				}
+				e.ended = true
+			case 2: // advance
+				clk.Advance(time.Duration(arg))
+			case 3: // sweep
+				w.Sweep()
+				now := clk.Now()
+				for k, e := range es {
+					n := fired[uint64(k)]
+					if n > 1 {
+						t.Fatalf("entry %d fired %d times", k, n)
+					}
+					if n == 1 && !e.ended {
+						if e.deadline > now {
+							t.Fatalf("entry %d fired early", k)
+						}
+						e.ended = true
+					}
+					if !e.ended && e.deadline <= now {
+						t.Fatalf("entry %d not fired at its deadline", k)
+					}
+				}
+			}
+		}
+		armed := 0
+		for _, e := range es {
+			if !e.ended {
+				armed++
+			}
+		}
+		if st := w.Stats(); st.Armed != armed {
+			t.Fatalf("armed %d, model %d", st.Armed, armed)
+		}
+	})
+}
+
+type recorder struct{ fired map[uint64]int }
+
+func (r *recorder) Fire(arg uint64) { r.fired[arg]++ }
