@@ -123,7 +123,8 @@ func (j *job) recycle() {
 // and fn never starts): release a bulkhead permit there, never earlier.
 //
 // It returns fn's error unchanged; t.Err() when the call overran (fn
-// abandoned at the deadline, or fn returned after it); ctx's error when ctx
+// abandoned at the deadline, or fn returned after the deadline fired: like
+// Do, DoAbandon reads the clock once, at the start); ctx's error when ctx
 // was done first (fn abandoned); or, without starting fn, the rejection
 // (matching ErrTooManyAbandoned and rampart.ErrRejected) when MaxAbandoned
 // functions are abandoned and still running. The bound is strict: a call
@@ -197,7 +198,7 @@ func (t *Timeout) collect(j *job, settled bool) error {
 	if !settled && !t.unwatch(c, j.wh) {
 		<-j.wake
 	}
-	err := t.classify(c, c.deadline, t.tk.Now(), j.err)
+	err := t.endFired(c, c.deadline, j.err)
 	out, pv, onDone := j.outcome, j.panicVal, j.onDone
 	j.recycle()
 	if onDone != nil {

@@ -416,8 +416,14 @@ func (t *Timeout) end(h Handle, err error) error {
 		return t.Finish(h, t.tk.Now(), err)
 	}
 	t.unwatch(c, h.wh)
+	return t.endFired(c, h.deadline, err)
+}
+
+// endFired ends c (Canceled if still live) and classifies the call by the
+// fire alone: a timeout when the deadline fired first.
+func (t *Timeout) endFired(c *ctx, deadline int64, err error) error {
 	if !c.cancel(canceledBox) && c.err.Load() == firedBox {
-		return t.timedOut(t.tk.Now() - (h.deadline - t.d))
+		return t.timedOut(t.tk.Now() - (deadline - t.d))
 	}
 	return err
 }
