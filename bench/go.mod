@@ -17,6 +17,8 @@ require (
 
 require (
 	github.com/benbjohnson/clock v1.3.0 // indirect
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/influxdata/tdigest v0.0.1 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 )
 
