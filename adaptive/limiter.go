@@ -425,6 +425,11 @@ func (l *Limiter) InFlight() int { return int(max(l.inflight.Load(), 0)) }
 // return when it refuses.
 func (l *Limiter) RejectedError() error { return l.rejErr }
 
+// Classify returns the outcome Config.Classify (default [DefaultClassify])
+// gives err, for callers of the primitives (package pipeline) that release
+// with the same classification as Do.
+func (l *Limiter) Classify(ctx context.Context, err error) Outcome { return l.classify(ctx, err) }
+
 // Ticker returns the clock of the limiter's shorthands.
 func (l *Limiter) Ticker() rampart.Ticker { return l.ticker }
 

@@ -227,6 +227,9 @@ func TestDefaultClassify(t *testing.T) {
 	require.Equal(t, Success, DefaultClassify(bg, context.Canceled)) // the callee's own cancellation
 	require.Equal(t, Dropped, DefaultClassify(bg, context.DeadlineExceeded))
 	require.Equal(t, Dropped, DefaultClassify(bg, rampart.NewRejectedError("x", "", errors.New("y"))))
+	l, err := New(Config{Classify: func(context.Context, error) Outcome { return Dropped }})
+	require.NoError(t, err)
+	require.Equal(t, Dropped, l.Classify(bg, nil))
 }
 
 func TestPartitions(t *testing.T) {
