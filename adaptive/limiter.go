@@ -129,7 +129,7 @@ func DefaultClassify(ctx context.Context, err error) Outcome {
 type Stats struct {
 	Limit          int    // the published limit
 	InFlight       int    // calls admitted and not yet released
-	Peak           int    // the most calls in flight seen at an admission
+	Peak           int    // the most calls in flight seen at an admission (recorded when that call is released)
 	Rejected       uint64 // calls refused (including those shed from the queue)
 	Samples        uint64 // Success releases counted in closed windows
 	Drops          uint64 // Dropped releases counted in closed windows
