@@ -21,7 +21,10 @@ const (
 	Failed
 	// Rejected: a policy refused the attempt before fn ran. Outcome.Policy
 	// says which one, Outcome.Err is its preallocated rejection error and
-	// Outcome.RetryAfter hints when to come back.
+	// Outcome.RetryAfter hints when to come back. Also: the retry budget
+	// refused a retry (Policy Retry; Err is the retry's give-up error,
+	// matching retry.ErrBudget and rampart.ErrRejected and wrapping fn's
+	// last error).
 	Rejected
 	// TimedOut: the pipeline's timeout expired during the last attempt.
 	// Outcome.Err is the timeout's error.

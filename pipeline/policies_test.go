@@ -434,3 +434,21 @@ func TestAllocsAdaptive(t *testing.T) {
 	require.Equal(t, pipeline.Adaptive, rejected.Policy)
 	require.ErrorIs(t, rejected.Err, adaptive.ErrLimited)
 }
+
+func TestRetryBudgetRefusalIsARejectionByRetry(t *testing.T) {
+	tick := newCountingTicker()
+	budget, err := retry.NewTokenBucket(retry.TokenBucketConfig{MaxTokens: 2, TokenRatio: 0.1})
+	require.NoError(t, err)
+	rt := newRetry(t, tick, func(c *retry.Config) { c.Budget = budget; c.MaxAttempts = 10 })
+	p, err := pipeline.New(pipeline.Config{Retry: rt})
+	require.NoError(t, err)
+	var o pipeline.Outcome
+	for range 5 {
+		o = p.Try(context.Background(), fail)
+	}
+	require.Equal(t, pipeline.Rejected, o.Code)
+	require.Equal(t, pipeline.Retry, o.Policy)
+	require.ErrorIs(t, o.Err, retry.ErrBudget)
+	require.ErrorIs(t, o.Err, rampart.ErrRejected)
+	require.ErrorIs(t, o.Err, errBoom)
+}

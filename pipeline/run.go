@@ -143,6 +143,11 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 	delay, stop := rt.Decide(int(o.Attempts), err, l.start, now, l.deadline, l.prev)
 	if stop != retry.Continue {
 		*o = p.failed(ctx, *o, rt.GiveUp(stop, int(o.Attempts), err, nil), nil)
+		if stop == retry.BudgetRefused {
+			// The budget shed the retry: a rejection by the retry policy
+			// (the error matches retry.ErrBudget and rampart.ErrRejected).
+			o.Code, o.Policy = Rejected, Retry
+		}
 		return true
 	}
 	if cerr := rt.Sleep(ctx, delay); cerr != nil {
