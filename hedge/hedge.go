@@ -9,7 +9,6 @@ import (
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/histogram"
 	"github.com/rampart-go/rampart/internal/notify"
-	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
 
@@ -158,9 +157,8 @@ type Hedger struct {
 	// refresh, loaded by every call.
 	delay atomic.Int64
 	// nextRefresh is loaded by every call's end (percentile mode) and CASed
-	// once per Refresh: alone on its line, apart from delay which is read
-	// by the same calls but written rarely.
-	nextRefresh pad.Int64
+	// once per Refresh: read-mostly, so it is not padded.
+	nextRefresh atomic.Int64
 	samples     atomic.Uint64
 
 	// hist is the latency histogram: each call adds to one of its counters.
