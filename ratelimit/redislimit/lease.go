@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/rampart-go/rampart/internal/atomicx"
@@ -11,12 +12,14 @@ import (
 //
 // tokens is the number of events left to spend; expires is the local ticker
 // reading after which they may no longer be spent (they were granted by
-// Redis no earlier than expires - LeaseTTL). refilling lets one caller at a
-// time take a new lease; the others make their own round trip meanwhile.
+// Redis no earlier than expires - LeaseTTL). refill serialises the slow path:
+// one caller takes a new lease while the others wait for it and then spend
+// from it, instead of each making a round trip of its own. It is never taken
+// while a lease has tokens left.
 type lease struct {
-	tokens    atomic.Int64
-	expires   atomic.Int64
-	refilling atomic.Bool
+	tokens  atomic.Int64
+	expires atomic.Int64
+	refill  sync.Mutex
 }
 
 // allowLeased is AllowN in lease mode. The fast path is two loads and one
@@ -39,11 +42,14 @@ func (l *Limiter) allowLeased(ctx context.Context, key, full string, n int) (Res
 // refillLease is the slow path of lease mode: take a new lease of up to
 // Lease events (at least n, spent at once) in one round trip.
 func (l *Limiter) refillLease(ctx context.Context, key, full string, ls *lease, n int, now int64) (Result, error) {
-	if !ls.refilling.CompareAndSwap(false, true) {
-		// Another caller is taking the lease: decide this one directly.
-		return l.decide(ctx, key, full, l.ivArg, l.burstArg, n, n, l.cfg.Limit)
+	ls.refill.Lock()
+	defer ls.refill.Unlock()
+	// Whoever held the lock before may have taken a fresh lease: spend from it.
+	if now < ls.expires.Load() && atomicx.SubAbove(&ls.tokens, int64(n), 0) {
+		l.leaseHits.Add(1)
+		l.allowed.Add(1)
+		return Result{Allowed: true, Remaining: int(ls.tokens.Load()), Source: SourceLease}, nil
 	}
-	defer ls.refilling.Store(false)
 	want := max(l.cfg.Lease, n)
 	granted, res, err := l.run(ctx, full, l.ivArg, l.burstArg, want, n)
 	if err != nil {

@@ -22,7 +22,8 @@
 // With Config.Lease = L > 0, a process takes up to L events of a key's
 // capacity in one round trip and spends them locally (one atomic CAS per
 // call), asking Redis again only when its lease is spent or older than
-// LeaseTTL. Leased events count against the shared limit when they are
+// LeaseTTL (callers that find the lease empty while another is refilling it
+// wait for that one round trip rather than making their own). Leased events count against the shared limit when they are
 // taken, not when they are spent, so the bound above shifts by at most one
 // LeaseTTL: any window of length T admits at most
 // Burst + Rate·(T + LeaseTTL)/Period events across all replicas. Events left
