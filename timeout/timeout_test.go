@@ -664,3 +664,58 @@ func TestAllocsSoft(t *testing.T) {
 		}
 	}), "timeout")
 }
+
+// TestContextConcurrent hammers one context from many goroutines (Done,
+// Err, AfterFunc and its stop, derived children) while the deadline fires,
+// the parent is cancelled and Finish runs, and checks the end state.
+func TestContextConcurrent(t *testing.T) {
+	wd := NewWatchdog(20*time.Microsecond, nil)
+	defer wd.Close()
+	tm, err := New(Config{Duration: 50 * time.Microsecond, Watchdog: wd})
+	require.NoError(t, err)
+	for round := range 200 {
+		parent, cancel := context.WithCancel(context.Background())
+		c, h := tm.Start(parent, tm.Ticker().Now())
+		var ran, stopped atomic.Int32
+		var wg sync.WaitGroup
+		for g := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				switch g % 3 {
+				case 0:
+					<-c.Done()
+				case 1:
+					stop := context.AfterFunc(c, func() { ran.Add(1) })
+					if g%2 == 0 && stop() {
+						stopped.Add(1)
+					}
+				case 2:
+					cc, ccancel := context.WithCancel(c)
+					defer ccancel()
+					<-cc.Done()
+				}
+				_ = c.Err()
+			}()
+		}
+		switch round % 3 {
+		case 0:
+			cancel()
+		case 1:
+			tm.Finish(h, tm.Ticker().Now(), nil)
+		}
+		wg.Wait()
+		tm.Finish(h, tm.Ticker().Now(), nil)
+		cancel()
+		e := c.Err()
+		require.Error(t, e)
+		for range 3 {
+			require.Equal(t, e, c.Err(), "the error never changes")
+		}
+		// context.AfterFunc runs f in a goroutine: wait for it.
+		for ran.Load()+stopped.Load() != 2 {
+			runtime.Gosched()
+		}
+	}
+	require.Equal(t, 0, wd.Stats().Armed)
+}
