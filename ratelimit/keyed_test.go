@@ -78,7 +78,7 @@ func TestKeyedStress(t *testing.T) {
 	var mu sync.Mutex
 	times := map[string][]int64{}
 	var wg sync.WaitGroup
-	for g := range 8 {
+	for g := range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

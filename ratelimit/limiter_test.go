@@ -219,7 +219,7 @@ func TestStressConcurrent(t *testing.T) {
 	const perSecond, burst = 100_000, 20
 	tk := rampart.NewManualTicker(int64(time.Millisecond))
 	l := mustNew(t, Config{Rate: perSecond, Burst: burst, Ticker: tk, CountStats: true})
-	const goroutines, calls = 8, 3000
+	const goroutines, calls = 16, 3000
 	var wg sync.WaitGroup
 	results := make([][]int64, goroutines)
 	var attempts atomic.Int64
