@@ -100,12 +100,14 @@ func (o options) admission() int {
 
 // pool is the database pool size: -db-pool, or seed 003's budget of 40
 // connections for 10k req/s (28 busy on average) scaled to the offered rate,
-// so that the pool is as loaded at the demo's rate as in the seed.
+// but at least 8: a very small pool queues even at moderate utilization
+// (fewer servers, less smoothing), which would overload the steady phase
+// instead of only the slowdown.
 func (o options) pool() int {
 	if o.dbPool > 0 {
 		return o.dbPool
 	}
-	return max(2, int(math.Ceil(40*float64(o.rate)/10000)))
+	return max(8, int(math.Ceil(40*float64(o.rate)/10000)))
 }
 
 func (o options) phases() []phase {
@@ -137,7 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.slowFactor, "slow-factor", o.slowFactor, "database visit time multiplier during the slowdown")
 	fs.DurationVar(&o.apiTime, "api-time", o.apiTime, "mean time a request spends in the API")
 	fs.DurationVar(&o.dbVisit, "db-visit", o.dbVisit, "mean time a database visit holds a connection")
-	fs.IntVar(&o.dbPool, "db-pool", o.dbPool, "database connection pool size (0: seed 003's 40 at 10k req/s, scaled to -rate)")
+	fs.IntVar(&o.dbPool, "db-pool", o.dbPool, "database connection pool size (0: seed 003's 40 at 10k req/s, scaled to -rate, at least 8)")
 	fs.Float64Var(&o.hitRate, "cache-hits", o.hitRate, "share of reads served from cache")
 	fs.Float64Var(&o.writeRate, "writes", o.writeRate, "share of requests that are writes")
 	fs.Float64Var(&o.dbErrors, "db-errors", o.dbErrors, "share of database visits that fail transiently")

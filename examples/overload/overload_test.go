@@ -71,7 +71,7 @@ func TestFlags(t *testing.T) {
 	if err != nil || o.rate != 123 || o.mode != "protected" || o.steady != 3*time.Second {
 		t.Fatalf("%+v %v", o, err)
 	}
-	if o.pool() != 2 || o.admission() != 64 {
+	if o.pool() != 8 || o.admission() != 64 {
 		t.Fatalf("pool %d admission %d", o.pool(), o.admission())
 	}
 	o, _ = parseFlags([]string{"-rate", "10000"}, &errOut)
