@@ -61,6 +61,9 @@ func NewSharded(c ShardedConfig) (*Sharded, error) {
 	if k == 0 {
 		k = min(runtime.GOMAXPROCS(0), 64)
 	}
+	if p.num > maxNum/uint64(k) {
+		return nil, rampart.NewConfigError("ratelimit", "Shards", "%d shards of an interval of %d/%d ns overflow", k, p.num, p.den)
+	}
 	burst := (p.burst + int64(k) - 1) / int64(k)
 	sp, err := newParams(p.num*uint64(k), p.den, burst, "Shards")
 	if err != nil {

@@ -44,6 +44,13 @@ func TestShardedAccuracy(t *testing.T) {
 	}
 	_, err := NewSharded(ShardedConfig{Config: Config{Rate: 1}, Shards: -1})
 	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	_, err = NewSharded(ShardedConfig{Config: Config{Rate: 1e-9}, Shards: 64})
+	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	d, err := NewSharded(ShardedConfig{Config: Config{Rate: 1}})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, d.Shards(), 1)
+	require.Same(t, d.shards[0].rejected, d.RejectedError())
+	require.Equal(t, rampart.DefaultTicker(), d.Ticker())
 }
 
 func TestShardedConcurrent(t *testing.T) {
