@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -742,6 +743,29 @@ func TestMaxHedges(t *testing.T) {
 		}
 		if st := h.Stats(); st.Hedges != 3 || st.HedgesWon != 1 || st.ListenerPanics != 3 {
 			t.Fatalf("stats %+v", st)
+		}
+	})
+}
+
+// TestNoGoroutineNoHedge: calls that finish before the delay start no
+// goroutine (the hedger's own watchdog goroutine aside).
+func TestNoGoroutineNoHedge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: time.Millisecond})
+		var maxG int
+		fn := func(context.Context) error {
+			maxG = max(maxG, runtime.NumGoroutine())
+			return nil
+		}
+		_ = h.Do(context.Background(), fn) // starts the watchdog goroutine
+		base := runtime.NumGoroutine()
+		for range 1000 {
+			if err := h.Do(context.Background(), fn); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if maxG > base || h.Stats().Hedges != 0 {
+			t.Fatalf("goroutines %d > %d, stats %+v", maxG, base, h.Stats())
 		}
 	})
 }
