@@ -19,11 +19,13 @@ import (
 //	running --caller leaves  (CAS)--> left:   the worker owns it (recycles it
 //	                                          and runs onDone when fn returns)
 //
-// Tokens. finished receives one token from the worker when it wins the CAS
-// to done. wake receives one token from the watchdog when the deadline
-// fires. Before the job is recycled, every token that will be sent has been
-// received: the caller drains wake whenever unwatch reports that the watch
-// fired, before giving the job away.
+// Tokens, on one channel (so that the caller can wait with a plain receive,
+// without a select, when the parent is never cancelled): tokFinished from
+// the worker when it wins the CAS to done, tokWake from the watchdog when
+// the deadline fires. Before the job is recycled, every token that will be
+// sent has been received: the caller receives tokWake whenever unwatch
+// reports that the watch fired, and tokFinished whenever it lost (or did not
+// try) the CAS to left.
 type job struct {
 	t        *Timeout
 	fn       func(context.Context) error
@@ -33,10 +35,14 @@ type job struct {
 	state    atomic.Uint32
 	err      error
 	panicVal any
-	outcome  uint8 // outNormal / outPanic / outGoexit, written by the worker
-	finished chan struct{}
-	wake     chan struct{}
+	outcome  uint8      // outNormal / outPanic / outGoexit, written by the worker
+	sig      chan uint8 // tokFinished / tokWake; capacity 2
 }
+
+const (
+	tokFinished = 1
+	tokWake     = 2
+)
 
 const (
 	jobRunning = 0
@@ -57,14 +63,14 @@ func (t *Timeout) getJob() *job {
 	if j, ok := t.jobs.Get().(*job); ok {
 		return j
 	}
-	return &job{finished: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	return &job{sig: make(chan uint8, 2)}
 }
 
 // Fire is the watchdog's callback for an abandon-mode call: end the
 // callee's context and wake the caller.
 func (j *job) Fire(uint64) {
 	j.c.cancel(firedBox)
-	j.wake <- struct{}{}
+	j.sig <- tokWake
 }
 
 // run is the worker goroutine.
@@ -91,7 +97,7 @@ func (j *job) run() {
 func (j *job) end(err error, out uint8, pv any) {
 	j.err, j.outcome, j.panicVal = err, out, pv
 	if j.state.CompareAndSwap(jobRunning, jobDone) {
-		j.finished <- struct{}{}
+		j.sig <- tokFinished
 		return
 	}
 	t, onDone := j.t, j.onDone
@@ -151,30 +157,48 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	j.wh = wh
 	go j.run()
 
-	woke := false // a wake token was received
-	select {
-	case <-j.finished:
-		return t.collect(j, false)
-	case <-j.wake:
-		woke = true
-	case <-parent.Done():
+	var finished, woke bool // the tokens received
+	recv := func() {
+		if <-j.sig == tokFinished {
+			finished = true
+		} else {
+			woke = true
+		}
+	}
+	if pd := parent.Done(); pd == nil {
+		recv()
+	} else {
+		select {
+		case v := <-j.sig:
+			finished, woke = v == tokFinished, v == tokWake
+		case <-pd:
+		}
+	}
+	// Settle the watch: disarmed, or its token received.
+	if !woke && !t.unwatch(c, wh) {
+		for !woke {
+			recv()
+		}
+	}
+	if finished {
+		return t.collect(j)
 	}
 	// The deadline fired or the parent is done: try to leave.
-	if !woke && !t.unwatch(c, wh) {
-		<-j.wake // the watch fired meanwhile: take its token
-		woke = true
-	}
 	if !atomicx.AddBelow(&t.abandoned.Int64, 1, t.maxAband) {
 		// No abandon slot: wait for fn (its context is done or will be).
 		c.cancel(box(parent.Err()))
-		<-j.finished
-		return t.collect(j, true)
+		for !finished {
+			recv()
+		}
+		return t.collect(j)
 	}
 	if !j.state.CompareAndSwap(jobRunning, jobLeft) {
 		// fn returned just now: it is ours again.
 		t.abandoned.Add(-1)
-		<-j.finished
-		return t.collect(j, true)
+		for !finished {
+			recv()
+		}
+		return t.collect(j)
 	}
 	// Abandoned: from here on the worker owns j.
 	t.abandonedTotal.Add(1)
@@ -190,14 +214,11 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	return *e
 }
 
-// collect finishes a call whose worker returned while the caller waited:
-// classify, release, run onDone, re-raise a panic or Goexit. settled says
-// the watch was already disarmed or its token received.
-func (t *Timeout) collect(j *job, settled bool) error {
+// collect finishes a call whose worker returned while the caller waited
+// (the watch is settled): classify, release, run onDone, re-raise a panic
+// or Goexit.
+func (t *Timeout) collect(j *job) error {
 	c := j.c
-	if !settled && !t.unwatch(c, j.wh) {
-		<-j.wake
-	}
 	err := t.endFired(c, c.deadline, j.err)
 	out, pv, onDone := j.outcome, j.panicVal, j.onDone
 	j.recycle()
