@@ -16,7 +16,16 @@ import (
 // Fast path (the first attempt returns before the delay): no goroutine, no
 // timer, no allocation; one or two clock reads and a handful of atomics.
 func (h *Hedger) Do(ctx context.Context, fn func(context.Context) error) error {
-	_, err := run(h, ctx, fn, invokeDo)
+	// Clock read 1: the trigger's deadline and the latency's start.
+	_, err := run(h, ctx, h.ticker.Now(), fn, invokeDo)
+	return err
+}
+
+// DoAt is [Hedger.Do] for a caller that has just read the hedger's ticker:
+// now is that reading, the start of the first attempt (a pipeline passes
+// its own reading), so the call reads the clock once less.
+func (h *Hedger) DoAt(ctx context.Context, now int64, fn func(context.Context) error) error {
+	_, err := run(h, ctx, now, fn, invokeDo)
 	return err
 }
 
@@ -25,7 +34,13 @@ func (h *Hedger) Do(ctx context.Context, fn func(context.Context) error) error {
 // idempotent. The winner's context is not cancelled when Call returns, so a
 // result that reads through it (an HTTP response body) stays readable.
 func Call[T any](ctx context.Context, h *Hedger, fn func(context.Context) (T, error)) (T, error) {
-	return run(h, ctx, fn, invokeCall[T])
+	return run(h, ctx, h.ticker.Now(), fn, invokeCall[T])
+}
+
+// CallAt is [Call] for a caller that has just read the hedger's ticker (see
+// [Hedger.DoAt]).
+func CallAt[T any](ctx context.Context, h *Hedger, now int64, fn func(context.Context) (T, error)) (T, error) {
+	return run(h, ctx, now, fn, invokeCall[T])
 }
 
 func invokeDo(fn func(context.Context) error, ctx context.Context) (struct{}, error) {
@@ -37,9 +52,7 @@ func invokeCall[T any](fn func(context.Context) (T, error), ctx context.Context)
 }
 
 // run is Do and Call: F is the user's function type, invoke calls it.
-func run[T, F any](h *Hedger, ctx context.Context, fn F, invoke func(F, context.Context) (T, error)) (T, error) {
-	// Clock read 1: the trigger's deadline and the latency's start.
-	start := h.ticker.Now()
+func run[T, F any](h *Hedger, ctx context.Context, start int64, fn F, invoke func(F, context.Context) (T, error)) (T, error) {
 	if h.budget != nil {
 		h.budget.OnRequest(start)
 	}

@@ -676,6 +676,13 @@ func TestAllocsNoHedge(t *testing.T) {
 		if n := testing.AllocsPerRun(10000, func() { _, _ = Call(ctx, h, fnT) }); n != 0 {
 			t.Fatalf("Call (p=%v): %v allocs", pct, n)
 		}
+		tk := h.Ticker()
+		if n := testing.AllocsPerRun(10000, func() { _ = h.DoAt(ctx, tk.Now(), fn) }); n != 0 {
+			t.Fatalf("DoAt (p=%v): %v allocs", pct, n)
+		}
+		if n := testing.AllocsPerRun(10000, func() { _, _ = CallAt(ctx, h, tk.Now(), fnT) }); n != 0 {
+			t.Fatalf("CallAt (p=%v): %v allocs", pct, n)
+		}
 		if st := h.Stats(); st.Hedges != 0 {
 			t.Fatalf("hedged: %+v", st)
 		}
@@ -766,6 +773,35 @@ func TestNoGoroutineNoHedge(t *testing.T) {
 		}
 		if maxG > base || h.Stats().Hedges != 0 {
 			t.Fatalf("goroutines %d > %d, stats %+v", maxG, base, h.Stats())
+		}
+	})
+}
+
+// TestAt: DoAt and CallAt take the start from the caller; a start in the
+// past brings the hedge forward.
+func TestAt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: 10 * time.Millisecond})
+		var n atomic.Int32
+		slowFirst := func(ctx context.Context) (int32, error) {
+			i := n.Add(1)
+			if i == 1 {
+				return i, sleepCtx(ctx, time.Hour)
+			}
+			return i, nil
+		}
+		t0 := time.Now()
+		// Started 8 ms ago by the caller's reading: the hedge fires 2 ms from now.
+		v, err := CallAt(context.Background(), h, h.Ticker().Now()-int64(8*time.Millisecond), slowFirst)
+		if el := time.Since(t0); v != 2 || err != nil || el < 2*time.Millisecond || el > 2*time.Millisecond+100*time.Microsecond {
+			t.Fatalf("CallAt: %d, %v after %v", v, err, time.Since(t0))
+		}
+		n.Store(0)
+		if err := h.DoAt(context.Background(), h.Ticker().Now(), func(ctx context.Context) error {
+			_, err := slowFirst(ctx)
+			return err
+		}); err != nil {
+			t.Fatal(err)
 		}
 	})
 }
