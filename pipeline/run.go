@@ -48,7 +48,7 @@ type loop struct {
 func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error) (v T, o Outcome) {
 	l := loop{start: noTime, deadline: -1}
 	for {
-		var a attempt
+		a := attempt{t0: noTime, t1: noTime, start: l.start}
 		actx, admitted := p.begin(ctx, &l, &a, &o)
 		if !admitted {
 			return v, o
@@ -67,7 +67,7 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error) (v T, o Outcome) {
 	l := loop{start: noTime, deadline: -1}
 	for {
-		var a attempt
+		a := attempt{t0: noTime, t1: noTime, start: l.start}
 		actx, admitted := p.begin(ctx, &l, &a, &o)
 		if !admitted {
 			return v, o
@@ -97,7 +97,6 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 		}
 		return nil, false
 	}
-	*a = attempt{t0: noTime, t1: noTime, start: l.start}
 	rt := p.rt
 	if p.needT0 || (rt != nil && o.Attempts == 1) {
 		a.t0 = p.tick.Now() // clock read 1 of at most 2 per attempt
@@ -108,14 +107,92 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 			p.bud.OnRequest(a.t0)
 		}
 	}
-	return p.admit(ctx, a, o)
+	// Admission, in the pipeline's order. On a rejection the permits taken
+	// so far are released and o is filled.
+	if p.cb != nil {
+		// Closed: one atomic load. Without t0 (no policy needed it) a
+		// closed breaker decides alone; any other state needs the time.
+		permit, err := p.cb.Acquire(a.t0)
+		if err != nil && a.t0 == noTime {
+			a.t0 = p.tick.Now() // slow path: an open or half-open breaker
+			permit, err = p.cb.Acquire(a.t0)
+		}
+		if err != nil {
+			p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
+			return nil, false
+		}
+		a.permit = permit
+		a.held |= heldBreaker
+	}
+	if p.rl != nil {
+		// One load and one CAS when admitted, one load when rejected.
+		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
+			p.unwind(a)
+			p.reject(o, RateLimit, p.rl.RejectedError(), wait)
+			return nil, false
+		}
+	}
+	if p.bh != nil {
+		// One load and one add when a permit is free (no clock, no
+		// context); waits only with MaxWait set.
+		if err := p.bh.Enter(ctx); err != nil {
+			p.unwind(a)
+			p.reject(o, Bulkhead, err, 0)
+			return nil, false
+		}
+		a.held |= heldBulkhead
+	}
+	if p.al != nil {
+		// One atomic add when admitted; waits only with a queue.
+		tok, err := p.al.AcquireWait(ctx, a.t0)
+		if err != nil {
+			p.unwind(a)
+			p.reject(o, Adaptive, err, 0)
+			return nil, false
+		}
+		a.token = tok
+		a.held |= heldAdaptive
+	}
+	if p.to != nil {
+		// Deadline mode: one allocation (the context) and a few CASes to
+		// arm a watchdog slot; soft mode: nothing.
+		ctx, a.th = p.to.Start(ctx, a.t0)
+		a.held |= heldTimeout
+	}
+	return ctx, true
 }
 
 // end ends an attempt that ran fn: it releases the permits and records the
 // outcome, then decides whether the call is over (true, o filled) or is
 // retried (false, after the retry's sleep).
 func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *Outcome) bool {
-	err = p.release(ctx, a, err, o)
+	// Release, innermost first: t1 when a policy needs it, the timeout's
+	// verdict, then the outcome recorded and the permits given back.
+	if p.needT1 {
+		a.t1 = p.tick.Now() // clock read 2 of at most 2 per attempt
+	}
+	o.Code, o.Policy = OK, None
+	if a.held&heldTimeout != 0 {
+		// Disarms the watch and ends the context; turns an overrun into
+		// the timeout's error, which the policies below then record.
+		if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
+			o.Code, o.Policy = TimedOut, Timeout
+		}
+	}
+	if a.held&heldAdaptive != 0 {
+		oc := adaptive.Success
+		if err != nil {
+			oc = p.alClassify(ctx, err)
+		}
+		p.al.Release(a.token, a.t1, oc)
+	}
+	if a.held&heldBulkhead != 0 {
+		p.bh.Exit() // one atomic add and one load
+	}
+	if a.held&heldBreaker != 0 {
+		p.cb.Record(a.permit, a.t1, err) // closed count window: two or three atomics
+	}
+	a.held = 0
 	if err == nil {
 		if p.bud != nil {
 			now := a.t0
@@ -178,63 +255,6 @@ func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.P
 	return o
 }
 
-// admit takes the permits of one attempt in the pipeline's order and
-// returns the context for fn (the timeout's, or ctx). On a rejection it
-// releases what it took, fills o and returns false.
-func (p *Pipeline) admit(ctx context.Context, a *attempt, o *Outcome) (context.Context, bool) {
-	if p.cb != nil {
-		// Closed: one atomic load. Without t0 (no policy needed it) a
-		// closed breaker decides alone; any other state needs the time.
-		permit, err := p.cb.Acquire(a.t0)
-		if err != nil && a.t0 == noTime {
-			a.t0 = p.tick.Now() // slow path: an open or half-open breaker
-			permit, err = p.cb.Acquire(a.t0)
-		}
-		if err != nil {
-			p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
-			return nil, false
-		}
-		a.permit = permit
-		a.held |= heldBreaker
-	}
-	if p.rl != nil {
-		// One load and one CAS when admitted, one load when rejected.
-		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
-			p.unwind(a)
-			p.reject(o, RateLimit, p.rl.RejectedError(), wait)
-			return nil, false
-		}
-	}
-	if p.bh != nil {
-		// One load and one add when a permit is free (no clock, no
-		// context); waits only with MaxWait set.
-		if err := p.bh.Enter(ctx); err != nil {
-			p.unwind(a)
-			p.reject(o, Bulkhead, err, 0)
-			return nil, false
-		}
-		a.held |= heldBulkhead
-	}
-	if p.al != nil {
-		// One atomic add when admitted; waits only with a queue.
-		tok, err := p.al.AcquireWait(ctx, a.t0)
-		if err != nil {
-			p.unwind(a)
-			p.reject(o, Adaptive, err, 0)
-			return nil, false
-		}
-		a.token = tok
-		a.held |= heldAdaptive
-	}
-	if p.to != nil {
-		// Deadline mode: one allocation (the context) and a few CASes to
-		// arm a watchdog slot; soft mode: nothing.
-		ctx, a.th = p.to.Start(ctx, a.t0)
-		a.held |= heldTimeout
-	}
-	return ctx, true
-}
-
 // unwind releases the permits taken before a rejection, recording no
 // result. Rejection path.
 func (p *Pipeline) unwind(a *attempt) {
@@ -257,38 +277,6 @@ func (p *Pipeline) reject(o *Outcome, k Kind, err error, retryAfter int64) {
 		// A wait for a permit ended with the context: not a rejection.
 		o.Code, o.Policy, o.RetryAfter = Canceled, None, 0
 	}
-}
-
-// release ends an attempt that ran fn: it reads t1 when a policy needs it,
-// records the outcome and gives back the permits, innermost first. It
-// returns the attempt's error.
-func (p *Pipeline) release(ctx context.Context, a *attempt, err error, o *Outcome) error {
-	if p.needT1 {
-		a.t1 = p.tick.Now() // clock read 2 of at most 2 per attempt
-	}
-	o.Code, o.Policy = OK, None
-	if a.held&heldTimeout != 0 {
-		// Disarms the watch and ends the context; turns an overrun into
-		// the timeout's error, which the policies below then record.
-		if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
-			o.Code, o.Policy = TimedOut, Timeout
-		}
-	}
-	if a.held&heldAdaptive != 0 {
-		oc := adaptive.Success
-		if err != nil {
-			oc = p.alClassify(ctx, err)
-		}
-		p.al.Release(a.token, a.t1, oc)
-	}
-	if a.held&heldBulkhead != 0 {
-		p.bh.Exit() // one atomic add and one load
-	}
-	if a.held&heldBreaker != 0 {
-		p.cb.Record(a.permit, a.t1, err) // closed count window: two or three atomics
-	}
-	a.held = 0
-	return err
 }
 
 // invoke calls fn with a deferred guard that releases the attempt if fn
