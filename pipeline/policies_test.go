@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/adaptive"
+	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/pipeline"
@@ -451,4 +453,28 @@ func TestRetryBudgetRefusalIsARejectionByRetry(t *testing.T) {
 	require.ErrorIs(t, o.Err, retry.ErrBudget)
 	require.ErrorIs(t, o.Err, rampart.ErrRejected)
 	require.ErrorIs(t, o.Err, errBoom)
+}
+
+func TestCancelWhileWaitingForBulkheadUnwindsBreaker(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	cb := newBreaker(t, tick, nil)
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1, MaxWait: time.Hour, Ticker: tick})
+	require.NoError(t, err)
+	p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh})
+	require.NoError(t, err)
+	require.True(t, bh.TryEnter()) // full
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan pipeline.Outcome)
+	go func() { done <- p.Try(ctx, ok) }()
+	for bh.Stats().Waiting == 0 {
+		runtime.Gosched()
+	}
+	cancel()
+	o := <-done
+	require.Equal(t, pipeline.Canceled, o.Code)
+	require.Equal(t, pipeline.None, o.Policy)
+	require.ErrorIs(t, o.Err, context.Canceled)
+	bh.Exit()
+	require.Equal(t, int64(0), bh.Stats().InFlight)
+	require.Zero(t, cb.Stats().Failures, "the unwound permit recorded nothing")
 }
