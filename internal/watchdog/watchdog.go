@@ -6,7 +6,8 @@
 //
 // A Watchdog owns a table of slots, grown in fixed segments of [SegmentSize]
 // slots and never shrunk. [Watchdog.Schedule] pops a free slot from a
-// lock-free stack (a Treiber stack whose head packs an ABA tag), writes the
+// lock-free stack (a Treiber stack whose head packs an ABA tag; one stack
+// per shard, see pop, so that cores do not share one), writes the
 // target, its argument and the deadline, and publishes the slot as armed.
 // [Watchdog.Cancel] disarms it with one CAS and pushes it back. Every tick the
 // watchdog goroutine sweeps the table and fires each armed slot whose
@@ -58,6 +59,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/pad"
@@ -159,9 +161,9 @@ const (
 // Watchdog fires targets at their deadlines. Create it with New (or use
 // Default); the zero value is not usable.
 type Watchdog struct {
-	// head is the free-stack head: tag<<32 | (index+1). Popped and pushed by
-	// every Schedule/Cancel, hence alone on its line.
-	head pad.Uint64
+	// heads are the free stacks, one per shard: tag<<32 | (index+1). Popped
+	// and pushed by every Schedule/Cancel, hence each alone on its line.
+	heads [nShards]pad.Uint64
 
 	// run is runStopped/runRunning/runClosed. Read by every Schedule (a load
 	// of a line that is written only when the goroutine starts or stops).
@@ -233,7 +235,7 @@ func (w *Watchdog) slotAt(i uint32) *slot {
 // Atomics: one CAS to pop a slot (retried under contention), one store to
 // arm it, one load of the run state.
 func (w *Watchdog) Schedule(deadline int64, t Target, arg uint64) (Handle, bool) {
-	i, ok := w.pop()
+	i, ok := w.pop(shardOf(t))
 	if !ok {
 		return Handle{}, false
 	}
@@ -293,48 +295,84 @@ func (w *Watchdog) Cancel(h Handle) bool {
 	return true
 }
 
-// pop takes a free slot index, growing the table when the stack is empty.
-func (w *Watchdog) pop() (uint32, bool) {
+// Sharding. Slot i belongs to shard i%nShards and always goes back to
+// that shard's free stack. Schedule pops from the shard chosen by the
+// target's address divided by the allocator's span size: the objects one P
+// allocates in a row (a fresh context per call, a pooled request) come from
+// the same span, so a goroutine keeps popping and pushing the same few
+// slots, which stay in its core's cache, while another core works another
+// shard. Without it every Schedule/Cancel bounces one head and the top
+// slots' lines between cores. An empty shard steals from the others before
+// the table grows.
+const (
+	shardBits = 3
+	nShards   = 1 << shardBits
+)
+
+// shardOf picks the shard for target t (see Sharding): a hash of the
+// address its interface points to, in units of 8 KiB.
+func shardOf(t Target) uint32 {
+	p := uintptr((*[2]unsafe.Pointer)(unsafe.Pointer(&t))[1])
+	return uint32((uint64(p>>13) * 0x9E3779B97F4A7C15) >> (64 - shardBits))
+}
+
+// pop takes a free slot index, preferably from shard sh.
+func (w *Watchdog) pop(sh uint32) (uint32, bool) {
+	if i, ok := w.popFrom(sh); ok {
+		return i, true
+	}
+	return w.popSlow(sh)
+}
+
+// popFrom pops from one shard's stack; false when it is empty.
+func (w *Watchdog) popFrom(sh uint32) (uint32, bool) {
+	head := &w.heads[sh]
 	for {
-		old := w.head.Load()
+		old := head.Load()
 		top := uint32(old)
 		if top == 0 {
-			return w.grow()
+			return 0, false
 		}
 		next := w.slotAt(top - 1).next.Load()
-		if w.head.CompareAndSwap(old, (old>>32+1)<<32|uint64(next)) {
+		if head.CompareAndSwap(old, (old>>32+1)<<32|uint64(next)) {
 			return top - 1, true
 		}
 	}
 }
 
-// push returns slot i to the free stack.
+// popSlow is the slow path of pop: steal from another shard, else grow.
+func (w *Watchdog) popSlow(sh uint32) (uint32, bool) {
+	for k := uint32(1); k < nShards; k++ {
+		if i, ok := w.popFrom((sh + k) % nShards); ok {
+			return i, true
+		}
+	}
+	return w.grow(sh)
+}
+
+// push returns slot i to its shard's free stack.
 func (w *Watchdog) push(i uint32) {
 	s := w.slotAt(i)
+	head := &w.heads[i%nShards]
 	for {
-		old := w.head.Load()
+		old := head.Load()
 		s.next.Store(uint32(old))
-		if w.head.CompareAndSwap(old, (old>>32+1)<<32|uint64(i+1)) {
+		if head.CompareAndSwap(old, (old>>32+1)<<32|uint64(i+1)) {
 			return
 		}
 	}
 }
 
-// grow is the slow path of pop: under the lock, pop again (another
-// goroutine may have grown the table while we waited), else publish a new
-// segment, keep its first slot and push the others as one chain.
-func (w *Watchdog) grow() (uint32, bool) {
+// grow is the slow path of pop: under the lock, try every shard again
+// (another goroutine may have grown the table while we waited), else
+// publish a new segment, keep its first slot of shard sh and push the
+// others onto their shards, one chain per shard.
+func (w *Watchdog) grow(sh uint32) (uint32, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for {
-		old := w.head.Load()
-		top := uint32(old)
-		if top == 0 {
-			break
-		}
-		next := w.slotAt(top - 1).next.Load()
-		if w.head.CompareAndSwap(old, (old>>32+1)<<32|uint64(next)) {
-			return top - 1, true
+	for k := uint32(0); k < nShards; k++ {
+		if i, ok := w.popFrom((sh + k) % nShards); ok {
+			return i, true
 		}
 	}
 	n := w.nsegs.Load()
@@ -344,22 +382,32 @@ func (w *Watchdog) grow() (uint32, bool) {
 	}
 	seg := new(segment)
 	base := uint32(n) * SegmentSize
-	// Chain slots base+1 .. base+SegmentSize-1 (links are index+1).
-	for k := uint32(1); k < SegmentSize-1; k++ {
-		seg[k].next.Store(base + k + 2)
+	// Shard h's slots in the segment are base+h, base+h+nShards, ...; link
+	// each to the next one of its shard (links are index+1).
+	for k := uint32(0); k+nShards < SegmentSize; k++ {
+		seg[k].next.Store(base + k + nShards + 1)
 	}
 	w.segs[n].Store(seg)
 	w.nsegs.Store(n + 1)
-	// Splice the chain onto the stack.
-	last := &seg[SegmentSize-1]
-	for {
-		old := w.head.Load()
-		last.next.Store(uint32(old))
-		if w.head.CompareAndSwap(old, (old>>32+1)<<32|uint64(base+2)) {
-			break
+	for h := uint32(0); h < nShards; h++ {
+		first := h // the chain's first slot (offset in the segment)
+		if h == sh {
+			first += nShards // slot base+sh is the caller's
+		}
+		last := h + (SegmentSize/nShards-1)*nShards
+		if first > last {
+			continue
+		}
+		head := &w.heads[h]
+		for {
+			old := head.Load()
+			seg[last].next.Store(uint32(old))
+			if head.CompareAndSwap(old, (old>>32+1)<<32|uint64(base+first+1)) {
+				break
+			}
 		}
 	}
-	return base, true
+	return base + sh, true
 }
 
 // Sweep fires every armed target whose deadline is at or before the clock's

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/rampart-go/rampart/internal/israce"
@@ -320,11 +321,11 @@ func (nopTarget) Fire(uint64) {}
 func BenchmarkScheduleCancel(b *testing.B) {
 	w := New(Config{})
 	defer w.Close()
-	var c counter
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
+		c := new(counter) // allocated by this goroutine's P, like a per-call context
 		for pb.Next() {
-			h, _ := w.Schedule(1<<62, &c, 0)
+			h, _ := w.Schedule(1<<62, c, 0)
 			w.Cancel(h)
 		}
 	})
@@ -439,3 +440,53 @@ func FuzzOps(f *testing.F) {
 type recorder struct{ fired map[uint64]int }
 
 func (r *recorder) Fire(arg uint64) { r.fired[arg]++ }
+
+// freeCount walks every shard's free stack (test only: not concurrent-safe).
+func (w *Watchdog) freeCount() int {
+	n := 0
+	for sh := range w.heads {
+		for top := uint32(w.heads[sh].Load()); top != 0; top = w.slotAt(top - 1).next.Load() {
+			if (top-1)%nShards != uint32(sh) {
+				panic("slot on a foreign shard")
+			}
+			n++
+		}
+	}
+	return n
+}
+
+// TestShardsAndStealing schedules targets spread over many addresses (so
+// over every shard) and from one address (one shard, which must steal and
+// then grow), and checks that every slot ends on its own shard's stack.
+func TestShardsAndStealing(t *testing.T) {
+	clk := ticker.NewManual(0)
+	w := New(Config{Clock: clk, Manual: true})
+	defer w.Close()
+	var hs []Handle
+	targets := make([]*counter, 3000)
+	for i := range targets {
+		targets[i] = new(counter)
+		_ = make([]byte, 4096) // spread the addresses over spans
+		h, ok := w.Schedule(int64(i%7), targets[i], uint64(i))
+		require.True(t, ok)
+		hs = append(hs, h)
+	}
+	var one counter
+	for i := range 600 {
+		h, ok := w.Schedule(1000, &one, uint64(i))
+		require.True(t, ok)
+		hs = append(hs, h)
+	}
+	st := w.Stats()
+	require.Equal(t, 3600, st.Armed)
+	require.Equal(t, st.Slots-3600, w.freeCount())
+	for i, h := range hs {
+		if i%2 == 0 {
+			w.Cancel(h)
+		}
+	}
+	clk.Set(1000)
+	require.Equal(t, 1800, w.Sweep())
+	require.Equal(t, 0, w.Stats().Armed)
+	require.Equal(t, w.Stats().Slots, w.freeCount())
+}
