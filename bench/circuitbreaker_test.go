@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/eapache/go-resiliency/breaker"
-	"github.com/failsafe-go/failsafe-go"
-	fscircuitbreaker "github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/rampart-go/rampart"
@@ -72,7 +70,17 @@ func rampartCB(b *testing.B, cfg circuitbreaker.Config, k cbKind) func() error {
 	}
 }
 
+// cbFailsafe is failsafe-go's breaker, added by circuitbreaker_failsafe_test.go
+// (build tag failsafecb until bench/go.mod lists the dependencies its
+// circuitbreaker package pulls in: bits-and-blooms/bitset).
+var cbFailsafe []cbPeer
+
 func cbPeers() []cbPeer {
+	peers := cbBasePeers()
+	return append(peers[:len(peers):len(peers)], cbFailsafe...)
+}
+
+func cbBasePeers() []cbPeer {
 	// The checks cost the same for every library: one type assertion or
 	// comparison (errors.Is would charge rampart for a method call).
 	rampartRejected := func(err error) bool { _, ok := err.(*rampart.RejectedError); return ok }
@@ -110,24 +118,6 @@ func cbPeers() []cbPeer {
 			}
 			return func() error { _, err := cb.Execute(ok); return err }
 		}, func(err error) bool { return err == gobreaker.ErrOpenState }},
-		{"failsafe", func(b *testing.B, k cbKind) func() error {
-			// Through its executor, built once, as its README shows.
-			bld := fscircuitbreaker.NewBuilder[any]().WithDelay(time.Hour)
-			if k == cbFailure {
-				bld = bld.WithFailureThreshold(math.MaxUint32)
-			}
-			ex := failsafe.With[any](bld.Build())
-			ok := func() error { return nil }
-			fail := func() error { return errCBBoom }
-			switch k {
-			case cbSuccess:
-				return func() error { return ex.Run(ok) }
-			case cbFailure:
-				return func() error { return ex.Run(fail) }
-			}
-			_ = ex.Run(fail) // the default threshold: one failure
-			return func() error { return ex.Run(ok) }
-		}, func(err error) bool { return err == fscircuitbreaker.ErrOpen }},
 		{"goresiliency", func(b *testing.B, k cbKind) func() error {
 			threshold := 5
 			if k == cbFailure {
