@@ -215,6 +215,11 @@ func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
 // Closed: one atomic load and a branch. Open: one more load (the end of the
 // open period); the first caller after it wins a CAS to HalfOpen and becomes
 // the first probe. HalfOpen: a CAS that takes a probe slot.
+//
+// now may be math.MinInt64, meaning "the clock was not read": a closed
+// breaker then admits (the permit's duration is unknown, so it is never
+// judged slow) and an open one rejects; a caller that gets a rejection this
+// way should read the clock and ask again.
 func (b *Breaker) Acquire(now int64) (Permit, error) {
 	w := b.state.Load() // atomic 1: the state word
 	if w&stateMask == uint64(Closed) {
@@ -246,7 +251,7 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 			}
 		case HalfOpen:
 			if field(w, admShift) >= b.probes || field(w, inflShift) >= b.maxConc {
-				if b.maxHalfNs > 0 && now-b.openUntil.Load() >= b.maxHalfNs {
+				if b.maxHalfNs > 0 && now != noTime && now-b.openUntil.Load() >= b.maxHalfNs {
 					// A probe is stuck: start a fresh half-open period and
 					// compete for its first slot.
 					b.transition(w, true, HalfOpen, now)
@@ -283,7 +288,9 @@ func (b *Breaker) notifyRejected(s State) {
 // with err. err is classified by Config.Classify (default: nil success,
 // context.Canceled ignored, anything else failure). A permit from an older
 // generation is ignored (counted in Stats().StaleResults). The duration
-// now-p.Start() is judged against SlowCallDuration.
+// now-p.Start() is judged against SlowCallDuration; now (or the permit's
+// start) may be math.MinInt64, "not read", and the call is then not judged
+// slow; the breaker reads its Ticker itself if a transition needs the time.
 func (b *Breaker) Record(p Permit, now int64, err error) {
 	r := Success
 	if err != nil || b.classify != nil {

@@ -538,3 +538,27 @@ func TestIsCanceled(t *testing.T) {
 	require.False(t, isCanceled(fmt.Errorf("a: %w", errBoom)))
 	require.False(t, isCanceled(context.DeadlineExceeded))
 }
+
+// TestNoTimeArgument: the pipeline passes math.MinInt64 when it did not read
+// the clock.
+func TestNoTimeArgument(t *testing.T) {
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second,
+		HalfOpenProbes: 1, MaxHalfOpenDuration: time.Second, SlowCallDuration: time.Millisecond})
+	p, err := b.Acquire(noTime)
+	require.NoError(t, err)
+	tk.Advance(time.Hour)
+	b.Record(p, tk.Now(), nil) // unknown start: not slow
+	require.Equal(t, Closed, b.State())
+	p, _ = b.Acquire(noTime)
+	b.Record(p, noTime, errBoom) // the trip reads the ticker
+	require.Equal(t, Open, b.State())
+	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()))
+	_, err = b.Acquire(noTime)
+	require.ErrorIs(t, err, ErrOpen)
+	tk.Advance(time.Second)
+	_, err = b.Acquire(tk.Now())
+	require.NoError(t, err)
+	_, err = b.Acquire(noTime) // probes taken; the unknown time must not restart half-open
+	require.ErrorIs(t, err, ErrHalfOpenFull)
+	require.Equal(t, uint64(2), b.Stats().Transitions)
+}
