@@ -204,6 +204,9 @@ func run(ctx context.Context, o options, w io.Writer) ([]result, error) {
 	}
 	fmt.Fprintf(w, "overload: %d req/s offered, phases %s (%s per mode), database pool %d, GOMAXPROCS %d\n",
 		o.rate, phaseList(o.phases()), total, o.pool(), runtime.GOMAXPROCS(0))
+	if o.rate < 10000 {
+		fmt.Fprintf(w, "(seed 003 offers 10000 req/s; one 2-core machine cannot generate and serve that many, so the default is %d: try -rate 10000 to see the generator say so)\n", defaultRate)
+	}
 	var results []result
 	for _, m := range modes {
 		r, err := runMode(ctx, o, m, w)
