@@ -199,6 +199,12 @@ func New(cfg Config) (*Breaker, error) {
 // Config returns the configuration with its defaults filled in.
 func (b *Breaker) Config() Config { return b.cfg }
 
+// MeasuresCalls reports whether results need real start and end times: a
+// slow-call threshold, a time window or a per-call listener. When it is
+// false, a caller may pass math.MinInt64 ("not read") to Acquire on a
+// closed breaker and to Record, as Do does, and read no clock.
+func (b *Breaker) MeasuresCalls() bool { return b.timed }
+
 // Ticker returns the clock the shorthands read; pass its readings to the
 // primitive methods.
 func (b *Breaker) Ticker() rampart.Ticker { return b.ticker }

@@ -562,3 +562,21 @@ func TestNoTimeArgument(t *testing.T) {
 	require.ErrorIs(t, err, ErrHalfOpenFull)
 	require.Equal(t, uint64(2), b.Stats().Transitions)
 }
+
+func TestMeasuresCalls(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want bool
+	}{
+		{Config{}, false},
+		{Config{Mode: Consecutive, OnRejected: func(State) {}, OnStateChange: func(State, State) {}}, false},
+		{Config{SlowCallDuration: time.Second}, true},
+		{Config{Mode: TimeWindow}, true},
+		{Config{OnSuccess: func(time.Duration) {}}, true},
+		{Config{OnFailure: func(time.Duration) {}}, true},
+	} {
+		b, err := New(c.cfg)
+		require.NoError(t, err)
+		require.Equal(t, c.want, b.MeasuresCalls())
+	}
+}
