@@ -69,7 +69,7 @@ func (t *Timeout) getJob() *job {
 // Fire is the watchdog's callback for an abandon-mode call: end the
 // callee's context and wake the caller.
 func (j *job) Fire(uint64) {
-	j.c.cancel(firedBox)
+	j.c.cancel(endFired)
 	j.sig <- tokWake
 }
 
@@ -186,7 +186,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	// The deadline fired or the parent is done: try to leave.
 	if !atomicx.AddBelow(&t.abandoned.Int64, 1, t.maxAband) {
 		// No abandon slot: wait for fn (its context is done or will be).
-		c.cancel(box(parent.Err()))
+		c.cancel(endParent) // no-op when the deadline fired
 		for !finished {
 			recv()
 		}
@@ -209,9 +209,8 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	if woke {
 		return t.timedOut(t.tk.Now() - (deadline - t.d))
 	}
-	e := box(parent.Err())
-	c.cancel(e)
-	return *e
+	c.cancel(endParent)
+	return c.Err()
 }
 
 // collect finishes a call whose worker returned while the caller waited

@@ -7,17 +7,15 @@ import (
 	"time"
 )
 
-// Errors stored in a context's err word: pointers made once, so storing
-// them allocates nothing (a parent's other errors are boxed, rarely).
-// firedBox (our deadline) and parentDeadlineBox (the parent's) hold the same
-// error but are distinct pointers, so Finish can tell whose deadline it was.
-var (
-	firedBox          = newBox(context.DeadlineExceeded)
-	parentDeadlineBox = newBox(context.DeadlineExceeded)
-	canceledBox       = newBox(context.Canceled)
+// Why a context ended (ctx.state). The error itself is derived from the
+// code, so ending a context is a CAS on a 32-bit word (no pointer store,
+// hence no GC write barrier on the hot path).
+const (
+	endLive     = 0 // not ended: Err is nil
+	endFired    = 1 // our deadline fired: context.DeadlineExceeded
+	endFinished = 2 // the call finished first: context.Canceled
+	endParent   = 3 // the parent was done first: the parent's Err (stable once non-nil)
 )
-
-func newBox(e error) *error { return &e }
 
 // closedchan is a reusable closed channel, returned by Done when the
 // context was already done before anyone asked for its channel.
@@ -69,15 +67,16 @@ type afterFuncer interface {
 // allocated on first use, so a callee that only passes the context along or
 // polls Err pays for nothing more.
 //
-// Layout: 48 bytes (parent 16, t 8, deadline 8, err 8, slow 8); the watch
-// handle travels in the Handle, not here.
+// Layout: 48 bytes (parent 16, t 8, deadline 8, state 4+4, slow 8); the
+// watch handle travels in the Handle, not here.
 type ctx struct {
 	parent   context.Context
 	t        *Timeout
 	deadline int64 // ticker reading
-	// err is nil while the context is live; set once (CAS), never reset.
-	err  atomic.Pointer[error]
-	slow atomic.Pointer[ctxSlow]
+	// state is endLive while the context is live; set once (CAS from
+	// endLive), never reset.
+	state atomic.Uint32
+	slow  atomic.Pointer[ctxSlow]
 }
 
 // ctxSlow is the lazily allocated part of a ctx. Its fields are guarded by
@@ -136,7 +135,7 @@ func (c *ctx) doneSlow() <-chan struct{} {
 	s.mu.Lock()
 	d, _ := s.done.Load().(chan struct{})
 	if d == nil {
-		if s.closed || c.err.Load() != nil {
+		if s.closed || c.state.Load() != endLive {
 			d = closedchan
 		} else {
 			d = make(chan struct{})
@@ -155,16 +154,31 @@ func (c *ctx) doneSlow() <-chan struct{} {
 // the parent was done first, context.Canceled when the call finished first.
 // One atomic load, plus the parent's Err while live.
 func (c *ctx) Err() error {
-	if p := c.err.Load(); p != nil {
-		return *p
+	switch c.state.Load() {
+	case endLive:
+	case endFired:
+		return context.DeadlineExceeded
+	case endFinished:
+		return context.Canceled
+	default:
+		return c.parentErr()
 	}
 	// The parent may be done without having told us (we register with it
 	// only when Done or AfterFunc is used).
 	if e := c.parent.Err(); e != nil {
-		c.cancel(box(e))
-		return *c.err.Load()
+		c.cancel(endParent)
+		return c.Err()
 	}
 	return nil
+}
+
+// parentErr is the error of a context ended by its parent: the parent's
+// Err, which the context contract keeps stable once non-nil.
+func (c *ctx) parentErr() error {
+	if e := c.parent.Err(); e != nil {
+		return e
+	}
+	return context.Canceled // a parent that broke the contract: be safe
 }
 
 // Value returns the parent's value for key.
@@ -221,12 +235,12 @@ func (c *ctx) AfterFunc(f func()) (stop func() bool) {
 }
 
 // Fire is the watchdog's callback: the deadline passed.
-func (c *ctx) Fire(uint64) { c.cancel(firedBox) }
+func (c *ctx) Fire(uint64) { c.cancel(endFired) }
 
-// cancel ends the context with *e unless it has already ended. It reports
-// whether this call ended it. Fast path: one CAS and one load.
-func (c *ctx) cancel(e *error) bool {
-	if !c.err.CompareAndSwap(nil, e) {
+// cancel ends the context with code unless it has already ended. It
+// reports whether this call ended it. Fast path: one CAS and one load.
+func (c *ctx) cancel(code uint32) bool {
+	if !c.state.CompareAndSwap(endLive, code) {
 		return false
 	}
 	// Dekker pairing with getSlow+closeLocked: whoever comes second sees the
@@ -249,7 +263,7 @@ func (c *ctx) cancelSlow(s *ctxSlow) {
 // closeLocked, with s.mu held: if the context has ended and s is not yet
 // closed, close it and return what must run outside the lock.
 func (c *ctx) closeLocked(s *ctxSlow) (afters map[*afterEntry]struct{}, stop func() bool) {
-	if s.closed || c.err.Load() == nil {
+	if s.closed || c.state.Load() == endLive {
 		return nil, nil
 	}
 	s.closed = true
@@ -307,17 +321,4 @@ func (c *ctx) watchParent(s *ctxSlow) {
 	s.mu.Unlock()
 }
 
-func (c *ctx) parentDone() { c.cancel(box(c.parent.Err())) }
-
-// box returns a pointer to e, without allocating for the two context errors.
-func box(e error) *error {
-	switch e {
-	case context.Canceled:
-		return canceledBox
-	case context.DeadlineExceeded:
-		return parentDeadlineBox
-	case nil:
-		return canceledBox // a parent that closed Done without an Err: be safe
-	}
-	return &e
-}
+func (c *ctx) parentDone() { c.cancel(endParent) }

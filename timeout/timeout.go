@@ -386,10 +386,10 @@ func (t *Timeout) Finish(h Handle, now int64, err error) error {
 }
 
 // classify ends c (Canceled if still live) and classifies the call: a
-// timeout if our deadline fired (firedBox) or the clock says it passed.
+// timeout if our deadline fired or the clock says it passed.
 func (t *Timeout) classify(c *ctx, deadline, now int64, err error) error {
-	c.cancel(canceledBox)
-	if now >= deadline || c.err.Load() == firedBox {
+	c.cancel(endFinished)
+	if now >= deadline || c.state.Load() == endFired {
 		return t.timedOut(now - (deadline - t.d))
 	}
 	return err
@@ -422,7 +422,7 @@ func (t *Timeout) end(h Handle, err error) error {
 // endFired ends c (Canceled if still live) and classifies the call by the
 // fire alone: a timeout when the deadline fired first.
 func (t *Timeout) endFired(c *ctx, deadline int64, err error) error {
-	if !c.cancel(canceledBox) && c.err.Load() == firedBox {
+	if !c.cancel(endFinished) && c.state.Load() == endFired {
 		return t.timedOut(t.tk.Now() - (deadline - t.d))
 	}
 	return err
@@ -433,7 +433,7 @@ func (t *Timeout) endFired(c *ctx, deadline int64, err error) error {
 func (t *Timeout) abort(h Handle) {
 	if c := h.c; c != nil {
 		t.unwatch(c, h.wh)
-		c.cancel(canceledBox)
+		c.cancel(endFinished)
 	}
 }
 
