@@ -149,7 +149,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 		return t.reject(n, onDone)
 	}
 	now := t.tk.Now()
-	deadline := now + t.d
+	deadline := atomicx.SatAdd(now, t.d) // a huge Duration must not wrap into the past
 	j := t.getJob()
 	c := &ctx{parent: parent, t: t, deadline: deadline}
 	j.t, j.fn, j.c, j.onDone = t, fn, c, onDone

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/watchdog"
@@ -311,7 +312,7 @@ func (h Handle) Deadline() int64 { return h.deadline }
 // Every Start must be followed by exactly one Finish, on every path (a
 // panic included), or the watch slot stays armed until the deadline.
 func (t *Timeout) Start(parent context.Context, now int64) (context.Context, Handle) {
-	deadline := now + t.d
+	deadline := atomicx.SatAdd(now, t.d) // a huge Duration must not wrap into the past
 	if t.mode == ModeSoft {
 		return parent, Handle{deadline: deadline}
 	}

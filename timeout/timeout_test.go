@@ -3,6 +3,7 @@ package timeout
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"runtime"
 	"strings"
@@ -591,6 +592,7 @@ func FuzzConfig(f *testing.F) {
 	f.Add(int64(-1), uint8(1), int64(5), 3)
 	f.Add(int64(1), uint8(2), int64(-1), -1)
 	f.Add(int64(0), uint8(9), int64(0), 0)
+	f.Add(int64(math.MaxInt64), uint8(0), int64(0), 0)
 	f.Fuzz(func(t *testing.T, d int64, mode uint8, tick int64, maxAb int) {
 		tk := rampart.NewManualTicker(0)
 		tm, err := New(Config{Duration: time.Duration(d), Mode: Mode(mode), Tick: time.Duration(tick), MaxAbandoned: maxAb, Ticker: tk})
@@ -599,6 +601,10 @@ func FuzzConfig(f *testing.F) {
 			return
 		}
 		defer tm.Close()
+		// A huge Duration saturates instead of wrapping into the past.
+		_, h := tm.Start(context.Background(), 1000)
+		require.GreaterOrEqual(t, h.Deadline(), int64(1000))
+		tm.Finish(h, 1000, nil)
 		c, h := tm.Start(context.Background(), 0)
 		_ = c.Err()
 		err = tm.Finish(h, d, nil)
