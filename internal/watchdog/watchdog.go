@@ -133,7 +133,14 @@ const (
 // slot is one entry of the table, alone on its cache line so that callers
 // arming neighbouring slots do not bounce each other's lines.
 type slot struct {
-	// state is gen<<8 | stFree/stArmed/stFiring. Written by Schedule
+	// state packs the generation and the state:
+	//
+	//	 63                          8 7        0
+	//	+-----------------------------+----------+
+	//	| gen (low 32 bits used)      | st       |  st: stFree, stArmed, stFiring
+	//	+-----------------------------+----------+
+	//
+	// Written by Schedule
 	// (store), Cancel (CAS), the sweeper (CAS, store).
 	state atomic.Uint64
 	// deadline is read by the sweeper while the slot is armed.
@@ -161,7 +168,14 @@ const (
 // Watchdog fires targets at their deadlines. Create it with New (or use
 // Default); the zero value is not usable.
 type Watchdog struct {
-	// heads are the free stacks, one per shard: tag<<32 | (index+1). Popped
+	// heads are the free stacks, one per shard, each word packing
+	//
+	//	 63              32 31               0
+	//	+------------------+------------------+
+	//	| ABA tag          | top index + 1    |  0 = empty stack
+	//	+------------------+------------------+
+	//
+	// The tag grows on every successful pop and push. Popped
 	// and pushed by every Schedule/Cancel, hence each alone on its line.
 	heads [nShards]pad.Uint64
 
