@@ -86,6 +86,7 @@ type params struct {
 	// below 2⁶¹, so it is either an integer or at least 2⁻⁶¹ below the
 	// next one, and the excess of M adds less than t·2⁻¹²⁷ < 2⁻⁶⁴.
 	mulHi, mulLo uint64
+	unitIsNs     bool   // c = 1 (a whole-ns interval): units(t) = t, no multiplication
 	inv          uint64 // units → ns, approximately: inv = ceil(2⁶³·num/(den·k)) ≤ 2⁶³
 	num          uint64 // interval numerator (ns)
 	den          uint64 // interval denominator
@@ -128,13 +129,17 @@ func newParams(num, den uint64, burst int64, field string) (params, error) {
 	if rem != 0 {
 		inv++
 	}
-	return params{k: int64(k), tau: burst * int64(k), burst: burst, mulHi: mulHi, mulLo: mulLo, inv: inv, num: num, den: den, denK: denK}, nil
+	return params{k: int64(k), tau: burst * int64(k), burst: burst, mulHi: mulHi, mulLo: mulLo, unitIsNs: denK == num,
+		inv: inv, num: num, den: den, denK: denK}, nil
 }
 
 // units converts a clock reading to units, exactly floor(now·c) where
 // c = den·k/num ∈ [1, 2): two multiplications, no division. A negative
 // reading counts as 0.
 func (p *params) units(now int64) int64 {
+	if p.unitIsNs { // predictable branch: the common whole-ns intervals
+		return max(now, 0)
+	}
 	t := uint64(max(now, 0))
 	h1, l1 := bits.Mul64(t, p.mulHi)
 	h2, _ := bits.Mul64(t, p.mulLo)

@@ -107,11 +107,15 @@ func (l *Limiter) TryAcquire(now int64, n int) (wait int64) {
 	tat := s.tat.Load()                // the hot word: one load
 	if uint64(n-1) < uint64(s.burst) { // 1 ≤ n ≤ burst, so n·k cannot overflow
 		next := max(tat, u) + int64(n)*s.k
-		if next-u <= s.tau && s.tat.CompareAndSwap(tat, next) { // the one write
-			if l.countStats {
-				l.admitted.Add(1)
+		if next-u <= s.tau {
+			if s.tat.CompareAndSwap(tat, next) { // the one write
+				if l.countStats {
+					l.admitted.Add(1)
+				}
+				return 0
 			}
-			return 0
+		} else if tat < retired && !l.countStats && l.onRejected == nil {
+			return s.waitFor(now, next) // read-only rejection, nothing to count
 		}
 	}
 	return l.acquireSlow(now, n, true)
@@ -125,11 +129,15 @@ func (l *Limiter) AllowN(now int64, n int) bool {
 	tat := s.tat.Load()
 	if uint64(n-1) < uint64(s.burst) {
 		next := max(tat, u) + int64(n)*s.k
-		if next-u <= s.tau && s.tat.CompareAndSwap(tat, next) {
-			if l.countStats {
-				l.admitted.Add(1)
+		if next-u <= s.tau {
+			if s.tat.CompareAndSwap(tat, next) {
+				if l.countStats {
+					l.admitted.Add(1)
+				}
+				return true
 			}
-			return true
+		} else if tat < retired && !l.countStats && l.onRejected == nil {
+			return false // read-only rejection, nothing to count
 		}
 	}
 	return l.acquireSlow(now, n, false) == 0
