@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -60,4 +61,23 @@ func ExampleTimeout_DoAbandon() {
 	// Output:
 	// timeout: deadline exceeded (10ms) - abandoned: 1 - permit back: 0
 	// permit back: 1
+}
+
+// The primitives, as package pipeline uses them: the caller reads the clock
+// and hands the readings in; Finish classifies with the end reading.
+func ExampleTimeout_Start() {
+	clock := rampart.NewManualTicker(0) // a test clock; use the pipeline's ticker
+	t, _ := timeout.New(timeout.Config{Duration: 100 * time.Millisecond, Ticker: clock})
+	defer t.Close()
+
+	ctx, h := t.Start(context.Background(), clock.Now())
+	clock.Advance(30 * time.Millisecond) // the call takes 30 ms
+	fmt.Println(t.Finish(h, clock.Now(), nil), ctx.Err())
+
+	_, h = t.Start(context.Background(), clock.Now())
+	clock.Advance(150 * time.Millisecond) // this one takes 150 ms
+	fmt.Println(t.Finish(h, clock.Now(), nil))
+	// Output:
+	// <nil> context canceled
+	// timeout: deadline exceeded (100ms)
 }
