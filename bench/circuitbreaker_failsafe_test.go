@@ -1,4 +1,3 @@
-//go:build failsafecb
 
 package bench
 
