@@ -1,4 +1,3 @@
-
 package bench
 
 import (
@@ -10,10 +9,7 @@ import (
 	fscircuitbreaker "github.com/failsafe-go/failsafe-go/circuitbreaker"
 )
 
-// failsafe-go's circuitbreaker package needs github.com/bits-and-blooms/bitset,
-// which bench/go.mod does not list yet; this file joins the CircuitBreaker
-// scenario with -tags failsafecb (and a go.mod that lists it). Once
-// `go mod tidy` has added it, drop the build tag.
+// failsafe-go's breaker joins the CircuitBreaker scenario from this file.
 func init() {
 	cbFailsafe = append(cbFailsafe, cbPeer{"failsafe", func(b *testing.B, k cbKind) func() error {
 		// Through its executor, built once, as its README shows.

@@ -70,9 +70,7 @@ func rampartCB(b *testing.B, cfg circuitbreaker.Config, k cbKind) func() error {
 	}
 }
 
-// cbFailsafe is failsafe-go's breaker, added by circuitbreaker_failsafe_test.go
-// (build tag failsafecb until bench/go.mod lists the dependencies its
-// circuitbreaker package pulls in: bits-and-blooms/bitset).
+// cbFailsafe is failsafe-go's breaker, added by circuitbreaker_failsafe_test.go.
 var cbFailsafe []cbPeer
 
 func cbPeers() []cbPeer {
