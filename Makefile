@@ -4,6 +4,7 @@ GO ?= go
 GOFILES = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 FUZZTIME ?= 10s
 BENCHCOUNT ?= 5
+BENCHTIME ?= 1s
 STATICCHECK_VERSION ?= v0.8.2
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
@@ -50,7 +51,7 @@ bench-redis: ## the Redis limiter against throttled/v2 on a local server, -count
 	cd ratelimit/redislimit && REQUIRE_REDIS=1 $(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./...
 
 bench-report: ## -count=$(BENCHCOUNT) run, benchstat summary, README table regenerated
-	BENCHCOUNT=$(BENCHCOUNT) BENCHSTAT_VERSION=$(BENCHSTAT_VERSION) ./scripts/bench-report.sh
+	BENCHCOUNT=$(BENCHCOUNT) BENCHTIME=$(BENCHTIME) BENCHSTAT_VERSION=$(BENCHSTAT_VERSION) ./scripts/bench-report.sh
 
 demo: ## the overload demo of seed 003: unprotected vs protected by rampart
 	$(GO) run ./examples/overload
