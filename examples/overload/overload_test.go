@@ -20,10 +20,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestDemoShort(t *testing.T) {
 	o := defaultOptions()
 	o.rate = 200
-	o.warmup, o.steady, o.slowdown, o.recovery = 300*time.Millisecond, 700*time.Millisecond, 1500*time.Millisecond, 500*time.Millisecond
+	o.warmup, o.steady, o.slowdown, o.recovery = 500*time.Millisecond, 700*time.Millisecond, 1500*time.Millisecond, 500*time.Millisecond
 	o.dbPool = 2 // 200 req/s × 28 % × 10 ms = 0.56 busy; ×8 = 4.5 busy: overloaded
 	o.slowFactor = 8
-	o.clientTimeout = time.Second
+	o.clientTimeout = 4 * time.Second // generous: CI runs packages side by side on 2 cores
 	var out bytes.Buffer
 	results, err := run(context.Background(), o, &out)
 	if err != nil {
