@@ -12,17 +12,17 @@ import (
 // breaker with the same semantics, which evaluates every rate on every
 // record (the real one skips evaluations that cannot trip).
 type refBreaker struct {
-	c                                                             Config
-	state                                                         State
-	gen                                                           uint64
-	ring                                                          []uint32
-	seq                                                           uint64
-	ticks                                                         map[int64]*[3]int64
-	consec                                                        int64
-	openUntil                                                     int64
-	streak                                                        int
-	adm, infl, succ, fail                                         int
-	rejections, stale, transitions, trips, failures, slows, calls uint64
+	c                                                      Config
+	state                                                  State
+	gen                                                    uint64
+	ring                                                   []uint32
+	seq                                                    uint64
+	ticks                                                  map[int64]*[3]int64
+	consec                                                 int64
+	openUntil                                              int64
+	streak                                                 int
+	adm, infl, succ, fail                                  int
+	rejections, stale, transitions, trips, failures, slows uint64
 }
 
 type refPermit struct {

@@ -185,11 +185,12 @@ func TestRatioBudgetMinRetriesAndSliding(t *testing.T) {
 		b.OnRequest(3 * s)
 	}
 	// 4 requests × 0.5 + 2 = 4 retries in the window; 2 used.
-	if !b.AllowRetry(3*s) || !b.AllowRetry(3*s) || b.AllowRetry(3*s) {
+	// AllowRetry spends a retry when it allows one, so the three calls differ.
+	if first, second, third := b.AllowRetry(3*s), b.AllowRetry(3*s), b.AllowRetry(3*s); !first || !second || third {
 		t.Fatal("ratio not applied")
 	}
 	// At 10.5 s, bucket 0 (the first two retries) has left the window.
-	if !b.AllowRetry(10*s+s/2) || !b.AllowRetry(10*s+s/2) || b.AllowRetry(10*s+s/2) {
+	if first, second, third := b.AllowRetry(10*s+s/2), b.AllowRetry(10*s+s/2), b.AllowRetry(10*s+s/2); !first || !second || third {
 		t.Fatal("window did not slide")
 	}
 	// At 13.5 s the requests of bucket 3 are gone too.
