@@ -90,11 +90,14 @@ type Config struct {
 	// harmless. New refuses a Hedge without it.
 	Idempotent bool
 
-	// AdaptiveClassify maps an attempt's error to the adaptive limit's
-	// outcome. Nil means adaptive.DefaultClassify. (The limiter's own
-	// Config.Classify is used by its Do; the pipeline cannot see it, so set
-	// the same function here.) An attempt that panics is released as
-	// adaptive.Ignored.
+	// AdaptiveClassify, when set, overrides the adaptive limit's own
+	// classification of an attempt's error for this pipeline. Nil means
+	// the limiter's (adaptive.Limiter.Classify: its Config.Classify,
+	// default adaptive.DefaultClassify, which releases a timeout or a
+	// rejection as Dropped and the caller's cancellation as Ignored), the
+	// same classification as its Do. A success is always released as
+	// adaptive.Success without calling either; an attempt that panics is
+	// released as adaptive.Ignored.
 	AdaptiveClassify func(ctx context.Context, err error) adaptive.Outcome
 }
 
@@ -114,7 +117,7 @@ type Pipeline struct {
 	hg    *hedge.Hedger
 	toErr error // the timeout's preallocated error, to recognise a timeout
 
-	alClassify func(context.Context, error) adaptive.Outcome
+	alClassify func(context.Context, error) adaptive.Outcome // Config.AdaptiveClassify; nil: al.Classify
 
 	// needT0: a policy takes the time before the call (rate limiter,
 	// adaptive limit, timeout, a breaker that times calls). needT1: a
@@ -144,9 +147,6 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if p.rt != nil {
 		p.bud = p.rt.Budget()
-	}
-	if p.al != nil && p.alClassify == nil {
-		p.alClassify = adaptive.DefaultClassify
 	}
 	type ticked struct {
 		field string

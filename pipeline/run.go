@@ -182,7 +182,7 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 	if a.held&heldAdaptive != 0 {
 		oc := adaptive.Success
 		if err != nil {
-			oc = p.alClassify(ctx, err)
+			oc = p.classifyAdaptive(ctx, err)
 		}
 		p.al.Release(a.token, a.t1, oc)
 	}
@@ -233,6 +233,16 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 	}
 	l.prev, l.last = delay, err
 	return false
+}
+
+// classifyAdaptive gives a failed attempt's outcome for the adaptive limit:
+// Config.AdaptiveClassify when set, else the limiter's own classification.
+// Failure path only.
+func (p *Pipeline) classifyAdaptive(ctx context.Context, err error) adaptive.Outcome {
+	if p.alClassify != nil {
+		return p.alClassify(ctx, err)
+	}
+	return p.al.Classify(ctx, err)
 }
 
 // failed fills o for a call that ended with err after running fn. With a

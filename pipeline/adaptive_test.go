@@ -1,0 +1,109 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
+	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/timeout"
+)
+
+// classifyLog records the outcomes a limiter's classifier returned.
+type classifyLog struct {
+	mu  sync.Mutex
+	out []adaptive.Outcome
+}
+
+func (c *classifyLog) wrap(f func(context.Context, error) adaptive.Outcome) func(context.Context, error) adaptive.Outcome {
+	return func(ctx context.Context, err error) adaptive.Outcome {
+		o := f(ctx, err)
+		c.mu.Lock()
+		c.out = append(c.out, o)
+		c.mu.Unlock()
+		return o
+	}
+}
+
+func (c *classifyLog) take() []adaptive.Outcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o := c.out
+	c.out = nil
+	return o
+}
+
+// newClassifiedAdaptive is a fixed-limit adaptive limiter whose Config.Classify
+// is adaptive.DefaultClassify, except that errBoom is a drop, and whose
+// verdicts are logged.
+func newClassifiedAdaptive(t *testing.T, tick rampart.Ticker) (*adaptive.Limiter, *classifyLog) {
+	t.Helper()
+	log := &classifyLog{}
+	l, err := adaptive.New(adaptive.Config{
+		Name: "al", Ticker: tick, InitialLimit: 2, MinLimit: 2, MaxLimit: 2,
+		Classify: log.wrap(func(ctx context.Context, err error) adaptive.Outcome {
+			if errors.Is(err, errBoom) {
+				return adaptive.Dropped
+			}
+			return adaptive.DefaultClassify(ctx, err)
+		}),
+	})
+	require.NoError(t, err)
+	return l, log
+}
+
+func TestAdaptiveUsesTheLimitersClassify(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	al, log := newClassifiedAdaptive(t, tick)
+	to := newTimeout(t, tick, time.Second, timeout.ModeSoft)
+	p, err := pipeline.New(pipeline.Config{Adaptive: al, Timeout: to})
+	require.NoError(t, err)
+
+	// A success is released as Success without asking the classifier.
+	require.NoError(t, p.Do(context.Background(), ok))
+	require.Empty(t, log.take())
+
+	// An error from fn that the limiter's Classify calls a drop.
+	require.ErrorIs(t, p.Do(context.Background(), fail), errBoom)
+	require.Equal(t, []adaptive.Outcome{adaptive.Dropped}, log.take())
+
+	// An attempt that overran the timeout: the timeout's error, a drop.
+	o := p.Try(context.Background(), func(context.Context) error {
+		tick.Advance(2 * time.Second)
+		return nil
+	})
+	require.Equal(t, pipeline.TimedOut, o.Code)
+	require.Equal(t, []adaptive.Outcome{adaptive.Dropped}, log.take())
+
+	// The caller cancelled: ignored (it says nothing about the dependency).
+	ctx, cancel := context.WithCancel(context.Background())
+	o = p.Try(ctx, func(ctx context.Context) error {
+		cancel()
+		return ctx.Err()
+	})
+	require.Equal(t, pipeline.Canceled, o.Code)
+	require.Equal(t, []adaptive.Outcome{adaptive.Ignored}, log.take())
+	require.Zero(t, al.InFlight(), "every token released")
+}
+
+func TestAdaptiveClassifyOverridesTheLimiters(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	al, log := newClassifiedAdaptive(t, tick)
+	var got []adaptive.Outcome
+	p, err := pipeline.New(pipeline.Config{Adaptive: al,
+		AdaptiveClassify: func(ctx context.Context, err error) adaptive.Outcome {
+			got = append(got, adaptive.Ignored)
+			return adaptive.Ignored
+		}})
+	require.NoError(t, err)
+	require.ErrorIs(t, p.Do(context.Background(), fail), errBoom)
+	require.Empty(t, log.take(), "the override replaces the limiter's classifier")
+	require.Equal(t, []adaptive.Outcome{adaptive.Ignored}, got)
+	require.Zero(t, al.InFlight())
+}
