@@ -163,10 +163,10 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if cfg.Breaker != nil {
 		add("Breaker", cfg.Breaker.Ticker())
-		bc := cfg.Breaker.Config()
-		// The breaker measures calls when it has a slow-call threshold, a
-		// time window or per-call listeners (which take the duration).
-		if bc.SlowCallDuration > 0 || bc.Mode == circuitbreaker.TimeWindow || bc.OnSuccess != nil || bc.OnFailure != nil {
+		// A breaker that measures calls (a slow-call threshold, a time
+		// window, per-call listeners) needs both readings; one that does
+		// not decides without the time while closed.
+		if cfg.Breaker.MeasuresCalls() {
 			p.needT0, p.needT1 = true, true
 		}
 	}

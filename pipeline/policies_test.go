@@ -97,6 +97,14 @@ func TestClockReadsPerAttempt(t *testing.T) {
 		{"slow-call breaker", func(tk rampart.Ticker) pipeline.Config {
 			return pipeline.Config{Breaker: newBreaker(t, tk, func(c *circuitbreaker.Config) { c.SlowCallDuration = time.Second })}
 		}, 2},
+		{"time-window breaker", func(tk rampart.Ticker) pipeline.Config {
+			return pipeline.Config{Breaker: newBreaker(t, tk, func(c *circuitbreaker.Config) {
+				c.Mode, c.TimeWindow = circuitbreaker.TimeWindow, 10*time.Second
+			})}
+		}, 2},
+		{"breaker with a per-call listener", func(tk rampart.Ticker) pipeline.Config {
+			return pipeline.Config{Breaker: newBreaker(t, tk, func(c *circuitbreaker.Config) { c.OnSuccess = func(time.Duration) {} })}
+		}, 2},
 		{"adaptive", func(tk rampart.Ticker) pipeline.Config {
 			return pipeline.Config{Adaptive: newAdaptive(t, tk, 4)}
 		}, 2},
