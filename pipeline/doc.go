@@ -72,6 +72,12 @@
 // pipeline's ticker (New checks it), since readings of different tickers are
 // not comparable. A [rampart.CachedTicker] makes each read one atomic load.
 //
+// The hedged entry points hand the hedger the attempt's start: t0 itself
+// when it was read and no policy could make the attempt wait after it (no
+// bulkhead, no adaptive limit), so the hedger reads no clock of its own for
+// the start; otherwise one fresh reading. With a percentile delay the
+// hedger also reads the end of the call, for its latency sample.
+//
 // # Results
 //
 // [Pipeline.Do] and [Call] return the user's error unchanged, or a policy's

@@ -73,3 +73,45 @@ func TestUnhedgedEntryPointsIgnoreTheHedger(t *testing.T) {
 	require.Zero(t, h.Stats().Hedges)
 	require.NoError(t, p.DoHedged(context.Background(), ok))
 }
+
+func TestHedgedClockReads(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		build func(tk rampart.Ticker, h *hedge.Hedger) pipeline.Config
+		reads int64 // per successful hedged call that decides alone
+	}{
+		// No policy reads t0: the pipeline reads the start for the hedger.
+		{"hedge", func(tk rampart.Ticker, h *hedge.Hedger) pipeline.Config {
+			return pipeline.Config{Hedge: h, Idempotent: true}
+		}, 1},
+		// The rate limiter's t0 is the hedger's start: one read in all.
+		{"ratelimit+hedge", func(tk rampart.Ticker, h *hedge.Hedger) pipeline.Config {
+			return pipeline.Config{RateLimit: newRateLimit(t, 1e6, 100, tk), Hedge: h, Idempotent: true}
+		}, 1},
+		// A bulkhead may make the attempt wait after t0: a fresh start.
+		{"ratelimit+bulkhead+hedge", func(tk rampart.Ticker, h *hedge.Hedger) pipeline.Config {
+			return pipeline.Config{RateLimit: newRateLimit(t, 1e6, 100, tk), Bulkhead: newBulkhead(t, 2, tk), Hedge: h, Idempotent: true}
+		}, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tick := newCountingTicker()
+			// A watchdog that never sweeps during the test, so that the
+			// counting ticker counts the calls' reads only.
+			h, err := hedge.New(hedge.Config{Name: "hg", Delay: time.Second, Ticker: tick, Tick: time.Hour})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = h.Close() })
+			p, err := pipeline.New(c.build(tick, h))
+			require.NoError(t, err)
+			tick.reads.Store(0) // constructors may read the clock
+			for range 10 {
+				require.NoError(t, p.DoHedged(ctx, ok))
+				_, err := pipeline.CallHedged(ctx, p, func(context.Context) (int, error) { return 1, nil })
+				require.NoError(t, err)
+			}
+			require.Equal(t, 20*c.reads, tick.reads.Load())
+			require.Zero(t, h.Stats().Hedges)
+		})
+	}
+}

@@ -79,9 +79,11 @@ type Config struct {
 	// only ([Pipeline.DoHedged], [Pipeline.TryHedged], [CallHedged],
 	// [TryCallHedged]); Do, Try, Call and TryCall run fn once per attempt.
 	// The hedged attempts share the attempt's admission (one breaker
-	// permit, one rate-limit permit, one bulkhead slot) and its timeout;
-	// the hedger reads its own ticker (one or two reads per call) and
-	// obeys its own budget (give it the retry's, so that hedges and
+	// permit, one rate-limit permit, one bulkhead slot) and its timeout.
+	// The hedger counts from the attempt's t0 when the pipeline read it
+	// and has no bulkhead and no adaptive limit (whose admission may
+	// wait), else from a fresh reading; with a percentile delay it reads
+	// the end itself. It obeys its own budget (give it the retry's, so that hedges and
 	// retries draw from one budget). Requires Idempotent.
 	Hedge *hedge.Hedger
 
@@ -126,6 +128,12 @@ type Pipeline struct {
 	// Both false: no clock read on a success. The retry reads t0 on the
 	// first attempt (its start) and the current time when it decides.
 	needT0, needT1 bool
+
+	// hedgeAtT0: the hedger may take t0 as the attempt's start, since no
+	// policy between the reading and the call can wait (no bulkhead, no
+	// adaptive limit, whose admission may queue; the pipeline cannot ask
+	// them whether it would).
+	hedgeAtT0 bool
 
 	cfg Config
 }
@@ -193,6 +201,7 @@ func New(cfg Config) (*Pipeline, error) {
 				"must be true when Hedge is set: hedging runs fn more than once, concurrently, and abandons the losers")
 		}
 		add("Hedge", cfg.Hedge.Ticker())
+		p.hedgeAtT0 = cfg.Bulkhead == nil && cfg.Adaptive == nil
 	}
 	tick := cfg.Ticker
 	for _, c := range clocks[:n] {

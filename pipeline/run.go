@@ -324,12 +324,24 @@ func invokeHedged[T any](ctx context.Context, p *Pipeline, a *attempt, fnT func(
 			v, err = fnT(ctx)
 		}
 	case fnE != nil:
-		err = p.hg.Do(ctx, fnE)
+		err = p.hg.DoAt(ctx, p.hedgeStart(a), fnE)
 	default:
-		v, err = hedge.Call(ctx, p.hg, fnT)
+		v, err = hedge.CallAt(ctx, p.hg, p.hedgeStart(a), fnT)
 	}
 	done = true
 	return v, err
+}
+
+// hedgeStart is the start of a hedged attempt, handed to the hedger (its
+// hedge delay and latency sample count from it): t0 when it was read and no
+// policy could have waited since (a bulkhead with MaxWait, an adaptive
+// queue), which saves the hedger its own read; otherwise a fresh reading
+// (the read the hedger would make itself).
+func (p *Pipeline) hedgeStart(a *attempt) int64 {
+	if a.t0 != noTime && p.hedgeAtT0 {
+		return a.t0
+	}
+	return p.tick.Now() // the hedger's clock (New checks it is the pipeline's)
 }
 
 // abort releases an attempt whose fn panicked or called runtime.Goexit:
