@@ -50,7 +50,8 @@
 //   - [Policy.Do] and [Call] / [CallIf]: run a function with retries.
 //   - [Policy.Decide] (and the yes/no shorthand [Policy.Next]), [Policy.Sleep]
 //     and [Policy.GiveUp]: the primitives package pipeline is built on; the
-//     caller keeps the attempt count, the start time and the previous delay.
+//     caller keeps the attempt count, the start time and the previous delay,
+//     and reads the start only when [Policy.NeedsTime] says it is used.
 //
 // # Zero value and concurrency
 //

@@ -192,6 +192,19 @@ func New(c Config) (*Policy, error) {
 // OnFailure and AllowRetry.
 func (p *Policy) Budget() Budget { return p.budget }
 
+// NeedsTime reports whether the policy uses the start of a call: true when
+// Config.MaxDuration is set or the budget keeps time (a [RatioBudget]'s
+// window, or any Budget other than a [*TokenBucket], whose use of the time
+// is unknown). [Policy.Do] reads the clock before the first attempt only
+// when it is true.
+//
+// When it is false, a caller of the primitives may skip that read: the
+// start passed to [Policy.Decide] and the now passed to the budget's
+// OnRequest, OnSuccess and OnFailure are ignored, so any value (0) will do.
+// Decide's now is used whatever NeedsTime says (the delay is checked
+// against the deadline): pass a real reading there.
+func (p *Policy) NeedsTime() bool { return p.needStart }
+
 // Name returns the configured name.
 func (p *Policy) Name() string { return p.name }
 
