@@ -66,9 +66,12 @@
 // before admission, handed to the breaker, the rate limiter, the adaptive
 // limit and the timeout, and t1 after the call, handed to whichever policy
 // records a duration (a breaker with a slow-call threshold or a time window,
-// the adaptive limit, the timeout) and to the retry decision. A pipeline
-// whose policies need no time reads no clock at all; t1 is read only when a
-// policy needs it or a retry decision is made. The policies must use the
+// the adaptive limit, the timeout) and to the retry decision. The retry
+// takes the first attempt's t0 as the call's start only when it uses it
+// (retry.Policy.NeedsTime: a MaxDuration, or a budget that keeps time such
+// as a RatioBudget; a TokenBucket does not). A pipeline whose policies need
+// no time reads no clock at all on a success; t1 is read only when a policy
+// needs it or a retry decision is made. The policies must use the
 // pipeline's ticker (New checks it), since readings of different tickers are
 // not comparable. A [rampart.CachedTicker] makes each read one atomic load.
 //

@@ -125,9 +125,13 @@ type Pipeline struct {
 	// adaptive limit, timeout, a breaker that times calls). needT1: a
 	// policy records a duration after it (adaptive limit, timeout, a
 	// breaker that times calls).
-	// Both false: no clock read on a success. The retry reads t0 on the
-	// first attempt (its start) and the current time when it decides.
+	// Both false: no clock read on a success.
 	needT0, needT1 bool
+
+	// rtNeedsStart: the retry uses the call's start (retry.Policy.NeedsTime:
+	// MaxDuration, or a budget that keeps time), so the first attempt reads
+	// t0. The retry reads the current time when it decides, on failures.
+	rtNeedsStart bool
 
 	// hedgeAtT0: the hedger may take t0 as the attempt's start, since no
 	// policy between the reading and the call can wait (no bulkhead, no
@@ -168,6 +172,7 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if cfg.Retry != nil {
 		add("Retry", cfg.Retry.Ticker())
+		p.rtNeedsStart = cfg.Retry.NeedsTime()
 	}
 	if cfg.Breaker != nil {
 		add("Breaker", cfg.Breaker.Ticker())

@@ -87,8 +87,19 @@ func TestClockReadsPerAttempt(t *testing.T) {
 		{"count-window breaker", func(tk rampart.Ticker) pipeline.Config {
 			return pipeline.Config{Breaker: newBreaker(t, tk, func(c *circuitbreaker.Config) { c.Mode = circuitbreaker.CountWindow })}
 		}, 0},
+		// A retry needs its start only for MaxDuration or a budget that
+		// keeps time (retry.Policy.NeedsTime).
 		{"retry", func(tk rampart.Ticker) pipeline.Config {
 			return pipeline.Config{Retry: newRetry(t, tk, nil)}
+		}, 0},
+		{"retry+token bucket", func(tk rampart.Ticker) pipeline.Config {
+			return pipeline.Config{Retry: newRetry(t, tk, func(c *retry.Config) { c.Budget = newTokenBucket(t) })}
+		}, 0},
+		{"retry+ratio budget", func(tk rampart.Ticker) pipeline.Config {
+			return pipeline.Config{Retry: newRetry(t, tk, func(c *retry.Config) { c.Budget = newRatioBudget(t) })}
+		}, 1},
+		{"retry with MaxDuration", func(tk rampart.Ticker) pipeline.Config {
+			return pipeline.Config{Retry: newRetry(t, tk, func(c *retry.Config) { c.MaxDuration = time.Minute })}
 		}, 1},
 		{"retry+breaker+ratelimit+bulkhead", func(tk rampart.Ticker) pipeline.Config {
 			return pipeline.Config{Retry: newRetry(t, tk, nil), Breaker: newBreaker(t, tk, nil),
@@ -140,6 +151,49 @@ func TestClockReadsOnRetries(t *testing.T) {
 	require.EqualValues(t, 3, o.Attempts)
 	// Each attempt: t0 for the rate limiter, and t1 for the decision.
 	require.Equal(t, int64(6), tick.reads.Load())
+}
+
+func newTokenBucket(t testing.TB) *retry.TokenBucket {
+	t.Helper()
+	b, err := retry.NewTokenBucket(retry.TokenBucketConfig{})
+	require.NoError(t, err)
+	return b
+}
+
+func newRatioBudget(t testing.TB) *retry.RatioBudget {
+	t.Helper()
+	b, err := retry.NewRatioBudget(retry.RatioBudgetConfig{})
+	require.NoError(t, err)
+	return b
+}
+
+// A retry-only pipeline with a token bucket reads no start: the retries
+// still work, each decision reads the clock once, and the bucket sees every
+// outcome.
+func TestRetryWithoutStartTime(t *testing.T) {
+	tick := newCountingTicker()
+	tb := newTokenBucket(t)
+	full := tb.Tokens()
+	rt := newRetry(t, tick, func(c *retry.Config) { c.Budget = tb })
+	p, err := pipeline.New(pipeline.Config{Retry: rt})
+	require.NoError(t, err)
+	tick.reads.Store(0)
+	var n int
+	o := p.Try(context.Background(), func(context.Context) error {
+		if n++; n < 3 {
+			return errBoom
+		}
+		return nil
+	})
+	require.Equal(t, pipeline.OK, o.Code, "%v", o.Err)
+	require.EqualValues(t, 3, o.Attempts)
+	require.Equal(t, int64(2), tick.reads.Load(), "one read per retry decision, none for the start")
+	require.Equal(t, uint64(2), rt.Stats().Retries)
+	require.Less(t, tb.Tokens(), full, "the bucket saw the failures")
+
+	tick.reads.Store(0)
+	require.NoError(t, p.Do(context.Background(), ok))
+	require.Zero(t, tick.reads.Load())
 }
 
 func TestBreakerRejectsWithRemainingOpenTimeAndSpendsNoQuota(t *testing.T) {

@@ -98,10 +98,13 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 		return nil, false
 	}
 	rt := p.rt
-	if p.needT0 || (rt != nil && o.Attempts == 1) {
+	if p.needT0 || (p.rtNeedsStart && o.Attempts == 1) {
 		a.t0 = p.tick.Now() // clock read 1 of at most 2 per attempt
 	}
 	if o.Attempts == 1 && rt != nil {
+		// The call's start: noTime when neither the retry
+		// (rt.NeedsTime) nor another policy needed it, and then ignored
+		// by the retry and its budget.
 		l.start, a.start = a.t0, a.t0
 		if p.bud != nil {
 			p.bud.OnRequest(a.t0)
@@ -197,7 +200,9 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 		if p.bud != nil {
 			now := a.t0
 			if now == noTime {
-				now = l.start // a retry with no policy reading t0: the call's start
+				// A retry with no policy reading t0: the call's start
+				// (noTime when the retry does not use it).
+				now = l.start
 			}
 			p.bud.OnSuccess(now)
 		}
