@@ -17,11 +17,11 @@
 // configurations are the same thing in other words (see [Config]).
 //
 // Exactness: the emission interval is kept as an exact fraction (period/limit
-// nanoseconds, counted as a whole number of sub-nanosecond units), so over
-// any window of length W a limiter admits at most burst + rate·W + 1
-// permits and a saturated limiter's n-th admission comes within a
-// nanosecond of n·period/limit for every n, with no drift however long it
-// runs. Time never moves backwards: the TAT only grows, so a caller whose
+// nanoseconds, counted as a whole number of sub-nanosecond units, clock
+// readings converted exactly), so rounding never accumulates: over any window
+// of length W a limiter admits at most burst + rate·W + 1 permits, and the
+// n-th slot of a saturated limiter is n·period/limit rounded up to the
+// nanosecond for any n, however long it runs. Time never moves backwards: the TAT only grows, so a caller whose
 // now is older than other callers' cannot create credit (x/time/rate's
 // golang/go#71360); a stale now counts as an early arrival.
 //
