@@ -417,6 +417,11 @@ func (l *Limiter) publish(n int64) {
 // Limit returns the current limit.
 func (l *Limiter) Limit() int { return int(l.limit.Load()) }
 
+// MayWait reports whether AcquireWait can queue (Config.Queue is set). A
+// pipeline uses it to re-read the clock after admission, so that a deadline
+// does not count the time spent queueing.
+func (l *Limiter) MayWait() bool { return l.queue != nil }
+
 // InFlight returns the number of calls admitted and not yet released.
 func (l *Limiter) InFlight() int { return int(max(l.inflight.Load(), 0)) }
 

@@ -498,6 +498,11 @@ func (b *Bulkhead) SetMax(n int) error {
 // Max returns the current limit.
 func (b *Bulkhead) Max() int { return int(b.max.Load()) }
 
+// MayWait reports whether Enter can wait for a permit (Config.MaxWait > 0).
+// A pipeline uses it to re-read the clock after admission, so that a
+// deadline does not count the time spent queueing.
+func (b *Bulkhead) MayWait() bool { return b.maxWait > 0 }
+
 // RejectedError returns the bulkhead's preallocated rejection error, the one
 // Enter, Do and Call return when full. It matches [ErrFull] and
 // rampart.ErrRejected; pipelines return it after a false TryEnter.

@@ -75,10 +75,14 @@
 // pipeline's ticker (New checks it), since readings of different tickers are
 // not comparable. A [rampart.CachedTicker] makes each read one atomic load.
 //
+// One exception to the two reads: when the bulkhead can wait (MaxWait > 0)
+// or the adaptive limit has a queue, t0 is read again once the attempt is
+// admitted, so that the timeout's deadline and the hedger's delay count from
+// admission and not from the start of the queueing.
+//
 // The hedged entry points hand the hedger the attempt's start: t0 itself
-// when it was read and no policy could make the attempt wait after it (no
-// bulkhead, no adaptive limit), so the hedger reads no clock of its own for
-// the start; otherwise one fresh reading. With a percentile delay the
+// when it was read, so the hedger reads no clock of its own for the start;
+// otherwise one fresh reading. With a percentile delay the
 // hedger also reads the end of the call, for its latency sample.
 //
 // # Results

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/pipeline"
 )
@@ -89,9 +90,15 @@ func TestHedgedClockReads(t *testing.T) {
 		{"ratelimit+hedge", func(tk rampart.Ticker, h *hedge.Hedger) pipeline.Config {
 			return pipeline.Config{RateLimit: newRateLimit(t, 1e6, 100, tk), Hedge: h, Idempotent: true}
 		}, 1},
-		// A bulkhead may make the attempt wait after t0: a fresh start.
+		// A fail-fast bulkhead cannot make the attempt wait: t0 still serves.
 		{"ratelimit+bulkhead+hedge", func(tk rampart.Ticker, h *hedge.Hedger) pipeline.Config {
 			return pipeline.Config{RateLimit: newRateLimit(t, 1e6, 100, tk), Bulkhead: newBulkhead(t, 2, tk), Hedge: h, Idempotent: true}
+		}, 1},
+		// A waiting bulkhead may: t0 is read again at admission.
+		{"ratelimit+waitingbulkhead+hedge", func(tk rampart.Ticker, h *hedge.Hedger) pipeline.Config {
+			b, err := bulkhead.New(bulkhead.Config{Max: 2, MaxWait: time.Second, Name: "bh", Ticker: tk})
+			require.NoError(t, err)
+			return pipeline.Config{RateLimit: newRateLimit(t, 1e6, 100, tk), Bulkhead: b, Hedge: h, Idempotent: true}
 		}, 2},
 	}
 	for _, c := range cases {

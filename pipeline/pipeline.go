@@ -133,11 +133,11 @@ type Pipeline struct {
 	// t0. The retry reads the current time when it decides, on failures.
 	rtNeedsStart bool
 
-	// hedgeAtT0: the hedger may take t0 as the attempt's start, since no
-	// policy between the reading and the call can wait (no bulkhead, no
-	// adaptive limit, whose admission may queue; the pipeline cannot ask
-	// them whether it would).
-	hedgeAtT0 bool
+	// mayWait: the bulkhead (MaxWait) or the adaptive limit (a queue) can
+	// make an attempt wait after t0, so t0 is read again after admission:
+	// the timeout's deadline and the hedger's delay count from admission,
+	// not from the start of the queueing.
+	mayWait bool
 
 	cfg Config
 }
@@ -191,6 +191,7 @@ func New(cfg Config) (*Pipeline, error) {
 		add("Adaptive", cfg.Adaptive.Ticker())
 		p.needT0, p.needT1 = true, true
 	}
+	p.mayWait = (cfg.Bulkhead != nil && cfg.Bulkhead.MayWait()) || (cfg.Adaptive != nil && cfg.Adaptive.MayWait())
 	if cfg.Timeout != nil {
 		if cfg.Timeout.Mode() == timeout.ModeAbandon {
 			return nil, rampart.NewConfigError("pipeline", "Timeout",
@@ -206,7 +207,6 @@ func New(cfg Config) (*Pipeline, error) {
 				"must be true when Hedge is set: hedging runs fn more than once, concurrently, and abandons the losers")
 		}
 		add("Hedge", cfg.Hedge.Ticker())
-		p.hedgeAtT0 = cfg.Bulkhead == nil && cfg.Adaptive == nil
 	}
 	tick := cfg.Ticker
 	for _, c := range clocks[:n] {

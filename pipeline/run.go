@@ -156,6 +156,12 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 		a.token = tok
 		a.held |= heldAdaptive
 	}
+	if p.mayWait && a.t0 != noTime {
+		// Only when a bulkhead or adaptive queue can wait: the attempt may
+		// have queued since t0, so the timeout's deadline and the hedger's
+		// delay start from a fresh reading taken at admission.
+		a.t0 = p.tick.Now()
+	}
 	if p.to != nil {
 		// Deadline mode: one allocation (the context) and a few CASes to
 		// arm a watchdog slot; soft mode: nothing.
@@ -338,12 +344,11 @@ func invokeHedged[T any](ctx context.Context, p *Pipeline, a *attempt, fnT func(
 }
 
 // hedgeStart is the start of a hedged attempt, handed to the hedger (its
-// hedge delay and latency sample count from it): t0 when it was read and no
-// policy could have waited since (a bulkhead with MaxWait, an adaptive
-// queue), which saves the hedger its own read; otherwise a fresh reading
-// (the read the hedger would make itself).
+// hedge delay and latency sample count from it): t0 when it was read (after
+// admission, when a policy could have queued), which saves the hedger its
+// own read; otherwise a fresh reading (the read the hedger would make itself).
 func (p *Pipeline) hedgeStart(a *attempt) int64 {
-	if a.t0 != noTime && p.hedgeAtT0 {
+	if a.t0 != noTime {
 		return a.t0
 	}
 	return p.tick.Now() // the hedger's clock (New checks it is the pipeline's)

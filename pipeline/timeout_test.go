@@ -3,11 +3,13 @@ package pipeline_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/pipeline"
@@ -146,4 +148,34 @@ func TestAllocsWithTimeout(t *testing.T) {
 			t.Fatal("not admitted")
 		}
 	}))
+}
+
+// TestDeadlineCountsFromAdmission: with a waiting bulkhead, an attempt that
+// queued for a permit still gets the whole timeout for fn.
+func TestDeadlineCountsFromAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewNanoTicker() // inside the bubble: follows its fake clock
+		bh, err := bulkhead.New(bulkhead.Config{Max: 1, MaxWait: time.Second, Name: "bh", Ticker: tick})
+		require.NoError(t, err)
+		to, err := timeout.New(timeout.Config{Name: "to", Duration: 100 * time.Millisecond, Ticker: tick, Tick: time.Millisecond})
+		require.NoError(t, err)
+		defer to.Close()
+		p, err := pipeline.New(pipeline.Config{Bulkhead: bh, Timeout: to})
+		require.NoError(t, err)
+
+		require.True(t, bh.TryEnter()) // another caller holds the only permit for 500 ms
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			bh.Exit()
+		}()
+		var left time.Duration
+		err = p.Do(context.Background(), func(ctx context.Context) error {
+			d, ok := ctx.Deadline()
+			require.True(t, ok)
+			left = time.Until(d)
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 100*time.Millisecond, left, "the 500 ms spent queueing came out of the deadline")
+	})
 }
