@@ -225,6 +225,16 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 	if now == noTime {
 		now = p.tick.Now() // clock read 2, on the failure path only
 	}
+	if cerr := ctx.Err(); cerr != nil {
+		// The caller is gone: no retry is granted (Decide would count one
+		// in the budget and call OnRetry), as in retry.Do; the failure
+		// Decide would have recorded is recorded here.
+		if p.bud != nil {
+			p.bud.OnFailure(now)
+		}
+		o.Code, o.Policy, o.Err = Canceled, None, rt.GiveUp(retry.Canceled, int(o.Attempts), err, cerr)
+		return true
+	}
 	if l.deadline < 0 {
 		l.deadline = rt.Deadline(ctx, now)
 	}
