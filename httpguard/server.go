@@ -196,6 +196,9 @@ func (s *server) writeReject(w http.ResponseWriter, r *http.Request, status int,
 
 // retryAfterSeconds formats d as whole seconds, rounded up, at least 1.
 func retryAfterSeconds(d time.Duration) string {
-	s := int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++ // rounded up without adding to d, which could overflow
+	}
 	return strconv.FormatInt(max(s, 1), 10)
 }
