@@ -89,7 +89,7 @@ type Breaker struct {
 	// Hot words, each alone on its cache line.
 	state      pad.Uint64 // the state word (layout above); loaded by every call
 	consec     pad.Int64  // Consecutive mode: failures in a row
-	openUntil  pad.Int64  // end of the open period = start of the half-open one
+	openUntil  pad.Int64  // end of the open period; in HalfOpen, the start of the half-open period
 	rejections pad.Uint64 // rejected calls since New
 	failures   pad.Uint64 // failures recorded in the current generation since New
 	slowCalls  pad.Uint64 // slow calls recorded since New
@@ -244,8 +244,17 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 		case ForcedOpen:
 			return Permit{}, b.reject(ForcedOpen, b.errOpen)
 		case Open:
-			if now < b.openUntil.Load() {
+			until := b.openUntil.Load()
+			if now < until {
 				return Permit{}, b.reject(Open, b.errOpen)
+			}
+			// The half-open period starts now, not when the open period
+			// ended (possibly long ago): MaxHalfOpenDuration counts from
+			// here. Moved before the state CAS so that no caller sees the
+			// new HalfOpen word with the old start; a CAS so that it never
+			// overwrites the deadline of a concurrent transition.
+			if now > until {
+				b.openUntil.CompareAndSwap(until, now)
 			}
 			// The open period is over: the first CAS moves to HalfOpen and
 			// takes the first probe.

@@ -108,6 +108,7 @@ func (m *refBreaker) acquire(now int64) (refPermit, int) {
 				return refPermit{}, 1
 			}
 			m.state, m.gen = HalfOpen, m.gen+1
+			m.openUntil = now // the half-open period starts at its first probe
 			m.adm, m.infl, m.succ, m.fail = 1, 1, 0, 0
 			m.transitions++
 			return refPermit{m.gen, m.state, now}, 0

@@ -1,0 +1,30 @@
+package circuitbreaker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestMaxHalfOpenDurationCountsFromHalfOpenEntry: the half-open period
+// starts when the first caller after the open period moves the breaker to
+// HalfOpen, not when the open period ended. A breaker left alone long after
+// its open period must not treat its first, just-admitted probe as stuck.
+func TestMaxHalfOpenDurationCountsFromHalfOpenEntry(t *testing.T) {
+	b, tk := newTest(t, Config{
+		Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second,
+		HalfOpenProbes: 1, MaxHalfOpenDuration: 5 * time.Second,
+	})
+	require.NoError(t, call(t, b, tk, 0, errBoom))
+	tk.Advance(time.Hour) // nobody calls for an hour after the open period
+	probe, err := b.Acquire(tk.Now())
+	require.NoError(t, err)
+	require.Equal(t, HalfOpen, b.State())
+	tk.Advance(time.Millisecond)
+	_, err = b.Acquire(tk.Now())
+	require.ErrorIs(t, err, ErrHalfOpenFull, "the probe admitted 1 ms ago is not stuck")
+	b.Record(probe, tk.Now(), nil)
+	require.Equal(t, Closed, b.State(), "the probe's success closes the breaker")
+	require.Zero(t, b.Stats().StaleResults)
+}
