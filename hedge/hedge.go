@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/histogram"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/watchdog"
@@ -243,7 +244,7 @@ func New(cfg Config) (*Hedger, error) {
 		h.wd = watchdog.New(watchdog.Config{Tick: cfg.Tick, Clock: h.ticker})
 		h.ownWD = true
 	}
-	h.nextRefresh.Store(h.ticker.Now() + h.refresh)
+	h.nextRefresh.Store(atomicx.SatAdd(h.ticker.Now(), h.refresh)) // a huge Refresh must not wrap into the past
 	return h, nil
 }
 
@@ -293,7 +294,7 @@ func (h *Hedger) Observe(latency, now int64) {
 // nextRefresh recomputes the percentile and decays the histogram.
 func (h *Hedger) refreshSlow(now int64) {
 	next := h.nextRefresh.Load()
-	if now < next || !h.nextRefresh.CompareAndSwap(next, now+h.refresh) {
+	if now < next || !h.nextRefresh.CompareAndSwap(next, atomicx.SatAdd(now, h.refresh)) {
 		return
 	}
 	v, n := h.hist.Quantile(h.q)
