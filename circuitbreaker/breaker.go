@@ -42,7 +42,8 @@ func (*halfOpenFull) Unwrap() error { return ErrOpen }
 // they are zero in every other state. Every transition adds one to the
 // generation and clears the counters, so a permit (which carries the word it
 // was admitted under) is current exactly when its generation and state
-// still match (keyMask). The generation wraps after 2^29 transitions; a
+// still match (keyMask). The generation wraps after 2^29 transitions,
+// skipping 0 so that the zero Permit is never current; a
 // permit would have to be held across a multiple of that to be mistaken.
 const (
 	stateBits  = 3
@@ -66,6 +67,15 @@ const (
 	fastCount  = 1
 	fastConsec = 2
 )
+
+// nextGen returns the generation bits after w's, skipping generation 0 when
+// they wrap so that the zero Permit stays stale. Transitions only.
+func nextGen(w uint64) uint64 {
+	if g := w&genMask + genOne; g != 0 {
+		return g
+	}
+	return genOne
+}
 
 func field(w uint64, shift uint) int { return int(w >> shift & fieldMax) }
 
@@ -258,7 +268,7 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 			}
 			// The open period is over: the first CAS moves to HalfOpen and
 			// takes the first probe.
-			nw := (w&genMask + genOne) | uint64(HalfOpen) | admOne | inflOne
+			nw := nextGen(w) | uint64(HalfOpen) | admOne | inflOne
 			if b.state.CompareAndSwap(w, nw) {
 				b.transitions.Add(1)
 				b.notifyState(Open, HalfOpen)
@@ -526,7 +536,7 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 		}
 	}
 	for {
-		nw := (w&genMask + genOne) | uint64(to)
+		nw := nextGen(w) | uint64(to)
 		if to == Open && b.openTimer != nil {
 			b.timerWord.Store(nw)
 		}

@@ -28,3 +28,24 @@ func TestMaxHalfOpenDurationCountsFromHalfOpenEntry(t *testing.T) {
 	require.Equal(t, Closed, b.State(), "the probe's success closes the breaker")
 	require.Zero(t, b.Stats().StaleResults)
 }
+
+// TestZeroPermitStaleAfterGenerationWrap: the generation wraps after 2^29
+// transitions; the documented "the zero Permit is never current" must hold
+// after the wrap too (generation 0 is skipped).
+func TestZeroPermitStaleAfterGenerationWrap(t *testing.T) {
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1})
+	b.state.Store(genMask | uint64(Closed)) // the last generation before the wrap
+	require.True(t, b.TransitionTo(Open))
+	require.True(t, b.TransitionTo(Closed))
+	require.NotZero(t, b.Stats().Generation)
+	b.Record(Permit{}, tk.Now(), errBoom)
+	require.Equal(t, Closed, b.State(), "a zero Permit must not trip the breaker")
+	require.Equal(t, uint64(1), b.Stats().StaleResults)
+
+	// The same through Open → HalfOpen, the transition Acquire makes.
+	b.state.Store(genMask | uint64(Open))
+	b.openUntil.Store(tk.Now())
+	p, err := b.Acquire(tk.Now())
+	require.NoError(t, err)
+	require.NotZero(t, p.word>>genShift)
+}
