@@ -423,6 +423,8 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 			return time.Duration(1<<63 - 1)
 		}
 		return time.Duration(s) * time.Second
+	} else if s > 0 && errors.Is(err, strconv.ErrRange) {
+		return time.Duration(1<<63 - 1) // more seconds than an int64 holds: the longest hint
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		return max(t.Sub(now), 0)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/httpguard"
 	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/retry"
 )
 
 // A huge DefaultRetryAfter (which NewHandler accepts) must not wrap around
@@ -30,4 +32,27 @@ func TestServerHugeRetryAfterDoesNotWrap(t *testing.T) {
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
 	require.Equal(t, http.StatusServiceUnavailable, w.Code)
 	require.Equal(t, "9223372037", w.Header().Get("Retry-After"))
+}
+
+// A delay-seconds Retry-After too large for int64 is the longest hint (the
+// retry then stops with HintTooLong), not an invalid one that the retry
+// ignores and answers with its short backoff.
+func TestClientRetryAfterBeyondInt64IsHuge(t *testing.T) {
+	var hits atomic.Int32
+	rp, err := retry.New(retry.Config{MaxAttempts: 3, Backoff: retry.Constant, BaseDelay: time.Microsecond})
+	require.NoError(t, err)
+	rt, err := httpguard.NewTransport(httpguard.ClientConfig{
+		Pipeline: mustPipeline(t, pipeline.Config{Retry: rp}),
+		Base: memTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			w.Header().Set("Retry-After", "99999999999999999999")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		})},
+	})
+	require.NoError(t, err)
+	resp, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.EqualValues(t, 1, hits.Load(), "retried despite a Retry-After of ~3e12 years")
 }
