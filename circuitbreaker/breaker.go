@@ -636,7 +636,7 @@ func (b *Breaker) Reset() {
 // Stats is a snapshot of a breaker's state and counters.
 type Stats struct {
 	State      State
-	Generation uint64 // transitions since New, modulo 2^29, plus 1
+	Generation uint64 // transitions since New plus 1, modulo 2^29 (0 is skipped when it wraps)
 
 	// The current window (CountWindow, TimeWindow; also in MetricsOnly).
 	WindowCalls     int64
