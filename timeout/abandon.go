@@ -153,7 +153,12 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	j := t.getJob()
 	c := &ctx{parent: parent, t: t, deadline: deadline}
 	j.t, j.fn, j.c, j.onDone = t, fn, c, onDone
-	wh := t.watch(c, j, deadline, now)
+	var wh watchdog.Handle
+	if t.wd != nil {
+		wh = t.watch(c, j, deadline, now)
+	} else {
+		t.watchSlow(c, j, deadline, now) // soft mode has no watchdog: a runtime timer
+	}
 	j.wh = wh
 	go j.run()
 

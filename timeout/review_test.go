@@ -1,0 +1,50 @@
+package timeout_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/timeout"
+)
+
+// DoAbandon works "whatever t's Mode": a soft-mode Timeout (which has no
+// watchdog of its own) must not panic on it.
+func TestDoAbandonInSoftMode(t *testing.T) {
+	to, err := timeout.New(timeout.Config{Duration: time.Hour, Mode: timeout.ModeSoft})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	if err := to.DoAbandon(context.Background(), func(context.Context) error { ran = true; return nil }, nil); err != nil || !ran {
+		t.Fatalf("err %v, ran %v", err, ran)
+	}
+}
+
+// ... and the deadline still abandons fn (a runtime timer stands in for the
+// watchdog).
+func TestDoAbandonInSoftModeTimesOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		to, err := timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeSoft, Ticker: rampart.NewNanoTicker()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := make(chan struct{})
+		start := time.Now()
+		err = to.DoAbandon(context.Background(), func(ctx context.Context) error {
+			<-release
+			return ctx.Err()
+		}, nil)
+		if !errors.Is(err, timeout.ErrTimeout) || time.Since(start) != time.Second {
+			t.Fatalf("err %v after %v", err, time.Since(start))
+		}
+		close(release)
+		synctest.Wait()
+		if n := to.Stats().Abandoned; n != 0 {
+			t.Fatalf("%d still abandoned", n)
+		}
+	})
+}
