@@ -32,8 +32,9 @@ func (b *Breaker) finishSlow(p Permit, err error) {
 	b.Record(p, now, err)
 }
 
-// finishAbnormal runs when fn did not return: a panic is recorded as a
-// failure and re-raised; runtime.Goexit releases the permit as Ignored.
+// finishAbnormal runs when fn did not return, or Config.Classify panicked
+// on its result: a panic is recorded as a failure and re-raised;
+// runtime.Goexit releases the permit as Ignored.
 func (b *Breaker) finishAbnormal(p Permit, r any) {
 	if r != nil {
 		now := int64(noTime)
@@ -48,9 +49,9 @@ func (b *Breaker) finishAbnormal(p Permit, r any) {
 
 // Do runs fn if the breaker admits it and records its outcome. It returns
 // fn's error unchanged, or the breaker's preallocated rejection (matching
-// ErrOpen and rampart.ErrRejected) without running fn. A panic in fn is
-// recorded as a failure and re-raised; runtime.Goexit in fn releases the
-// permit. ctx is passed to fn; Do itself does not check it.
+// ErrOpen and rampart.ErrRejected) without running fn. A panic in fn (or in
+// Config.Classify on fn's error) is recorded as a failure and re-raised;
+// runtime.Goexit in fn releases the permit. ctx is passed to fn; Do itself does not check it.
 //
 // On a closed count-window or consecutive breaker with no slow-call
 // threshold and no per-call listener, Do reads no clock.
@@ -84,12 +85,14 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 		}
 	}()
 	err := fn(ctx)
-	returned = true
 	if err == nil && p.start == noTime && b.classify == nil {
 		b.successUntimed(p) // closed, no duration needed: b.fast is set
 	} else {
 		b.finishSlow(p, err)
 	}
+	// Set only after recording: a panicking Classify (called before
+	// anything is recorded) then still releases the permit, as a failure.
+	returned = true
 	return err
 }
 
@@ -122,11 +125,11 @@ func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, e
 		}
 	}()
 	v, err := fn(ctx)
-	returned = true
 	if err == nil && p.start == noTime && b.classify == nil {
 		b.successUntimed(p)
 	} else {
 		b.finishSlow(p, err)
 	}
+	returned = true // after recording, as in Do
 	return v, err
 }

@@ -1,6 +1,8 @@
 package circuitbreaker
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -48,4 +50,36 @@ func TestZeroPermitStaleAfterGenerationWrap(t *testing.T) {
 	p, err := b.Acquire(tk.Now())
 	require.NoError(t, err)
 	require.NotZero(t, p.word>>genShift)
+}
+
+// TestDoReleasesProbeWhenClassifyPanics: a panicking Config.Classify must
+// not leak the half-open probe slot (which would keep the breaker
+// rejecting in HalfOpen for ever): Do records a failure and re-raises.
+func TestDoReleasesProbeWhenClassifyPanics(t *testing.T) {
+	errOdd := errors.New("odd")
+	for _, name := range []string{"Do", "Call"} {
+		t.Run(name, func(t *testing.T) {
+			b, tk := newTest(t, Config{
+				Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: 1,
+				Classify: func(err error) Result {
+					if err == errOdd {
+						panic("classifier bug")
+					}
+					return DefaultClassify(err)
+				},
+			})
+			require.NoError(t, call(t, b, tk, 0, errBoom))
+			tk.Advance(time.Second)
+			require.PanicsWithValue(t, "classifier bug", func() {
+				if name == "Do" {
+					_ = b.Do(context.Background(), func(context.Context) error { return errOdd })
+				} else {
+					_, _ = Call(context.Background(), b, func(context.Context) (int, error) { return 0, errOdd })
+				}
+			})
+			s := b.Stats()
+			require.Zero(t, s.HalfOpenInFlight, "the probe slot was released")
+			require.Equal(t, Open, s.State, "recorded as a failure")
+		})
+	}
 }
