@@ -56,3 +56,23 @@ func TestClientRetryAfterBeyondInt64IsHuge(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.EqualValues(t, 1, hits.Load(), "retried despite a Retry-After of ~3e12 years")
 }
+
+// A streaming handler behind the middleware still finds an http.Flusher (the
+// usual `w.(http.Flusher)` check), and a flush before any write counts as
+// the implicit 200.
+func TestServerHandlerCanFlush(t *testing.T) {
+	var flushed bool
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, ok := w.(http.Flusher)
+		if ok {
+			f.Flush()
+			flushed = true
+		}
+	}), httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{})})
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.True(t, flushed, "the handler saw no http.Flusher")
+	require.True(t, w.Flushed)
+	require.Equal(t, http.StatusOK, w.Code)
+}

@@ -139,6 +139,16 @@ func (e *exchange) Write(b []byte) (int, error) {
 	return e.ResponseWriter.Write(b)
 }
 
+// Flush records an implicit 200 and flushes the underlying writer, for
+// streaming handlers that check w.(http.Flusher) rather than use
+// http.ResponseController.
+func (e *exchange) Flush() {
+	if !e.wrote {
+		e.status, e.wrote = http.StatusOK, true
+	}
+	_ = http.NewResponseController(e.ResponseWriter).Flush()
+}
+
 // Unwrap lets http.ResponseController reach the underlying writer (Flush,
 // Hijack, deadlines).
 func (e *exchange) Unwrap() http.ResponseWriter { return e.ResponseWriter }
