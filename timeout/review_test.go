@@ -48,3 +48,43 @@ func TestDoAbandonInSoftModeTimesOut(t *testing.T) {
 		}
 	})
 }
+
+// Closing a Timeout's own watchdog does not strand the calls in flight: their
+// contexts still end at the deadline, and an abandon-mode call still leaves.
+func TestCloseKeepsInFlightDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tk := rampart.NewNanoTicker()
+		to, err := timeout.New(timeout.Config{Duration: time.Second, Tick: time.Millisecond, Ticker: tk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, h := to.Start(context.Background(), tk.Now())
+		done := ctx.Done()
+		aband := make(chan error, 1)
+		release := make(chan struct{})
+		go func() {
+			aband <- to.DoAbandon(context.Background(), func(context.Context) error { <-release; return nil }, nil)
+		}()
+		synctest.Wait()
+		if err := to.Close(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		select {
+		case <-done:
+		default:
+			t.Fatal("the context in flight at Close never reached its deadline")
+		}
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatalf("ctx.Err() = %v", ctx.Err())
+		}
+		if err := to.Finish(h, tk.Now(), nil); !errors.Is(err, timeout.ErrTimeout) {
+			t.Fatalf("Finish = %v", err)
+		}
+		if err := <-aband; !errors.Is(err, timeout.ErrTimeout) {
+			t.Fatalf("DoAbandon = %v", err)
+		}
+		close(release)
+		synctest.Wait()
+	})
+}

@@ -262,12 +262,13 @@ func quote(s string) string {
 }
 
 // Close stops the Timeout's own watchdog, if it has one (see
-// Config.Watchdog), and waits for its goroutine to exit. Calls made after
-// Close still time out, each with a runtime timer. Close is idempotent and
+// Config.Watchdog), and waits for its goroutine to exit. Calls in flight
+// and calls made after Close still time out, each with a runtime timer. Close is idempotent and
 // does nothing for a Timeout on a shared watchdog.
 func (t *Timeout) Close() error {
 	if t.ownWd {
-		return t.wd.Close()
+		// The calls in flight keep their deadlines (runtime timers).
+		return t.wd.CloseHandOff()
 	}
 	return nil
 }

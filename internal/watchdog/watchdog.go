@@ -559,6 +559,53 @@ func (w *Watchdog) Close() error {
 	return nil
 }
 
+// CloseHandOff is Close, except that the targets still armed are not
+// dropped: each fires at its deadline on a runtime timer (time.AfterFunc for
+// the deadline minus the clock's reading now), unless Cancel disarms it
+// first; Cancel keeps its meaning (true: it will not fire). A Timeout uses
+// it, so that a context in flight when its watchdog is closed still ends at
+// its deadline. A manual watchdog only closes.
+func (w *Watchdog) CloseHandOff() error {
+	w.mu.Lock()
+	already := w.closed
+	w.mu.Unlock()
+	err := w.Close()
+	if already || w.manual {
+		return err
+	}
+	now := w.clock.Now()
+	n := w.nsegs.Load()
+	for si := int32(0); si < n; si++ {
+		seg := w.segs[si].Load()
+		for k := range seg {
+			st := seg[k].state.Load()
+			if st&0xff != stArmed {
+				continue
+			}
+			i := uint32(si)*SegmentSize + uint32(k)
+			d := max(seg[k].deadline.Load()-now, 0)
+			time.AfterFunc(time.Duration(d), func() { w.fireSlot(i, st) })
+		}
+	}
+	return err
+}
+
+// fireSlot fires slot i if it is still armed with the state word st, as a
+// sweep would (a slot cancelled or re-armed since is left alone).
+func (w *Watchdog) fireSlot(i uint32, st uint64) {
+	s := w.slotAt(i)
+	gen := st &^ 0xff
+	if !s.state.CompareAndSwap(st, gen|stFiring) {
+		return
+	}
+	t, arg := s.target, s.arg
+	s.target = nil
+	w.fire(t, arg)
+	w.fired.Add(1)
+	s.state.Store(gen | stFree)
+	w.push(i)
+}
+
 // StopIdle stops the goroutine now if nothing is armed, and waits for it to
 // exit; the next Schedule starts it again (unlike Close). It reports whether
 // the goroutine is stopped on return. Use it where a goroutine must not

@@ -490,3 +490,27 @@ func TestShardsAndStealing(t *testing.T) {
 	require.Equal(t, 0, w.Stats().Armed)
 	require.Equal(t, w.Stats().Slots, w.freeCount())
 }
+
+// CloseHandOff: a target armed at Close fires at its deadline on a runtime
+// timer; one cancelled after Close reports true and never fires.
+func TestCloseHandOffKeepsArmedTargets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := ticker.NewNano()
+		w := New(Config{Clock: clk})
+		fired, cancelled := &counter{clk: clk}, &counter{}
+		start := clk.Now()
+		_, ok1 := w.Schedule(start+int64(time.Hour), fired, 0)
+		h2, ok2 := w.Schedule(start+int64(time.Hour), cancelled, 0)
+		require.True(t, ok1 && ok2)
+		require.NoError(t, w.CloseHandOff())
+		require.NoError(t, w.CloseHandOff()) // idempotent
+		require.True(t, w.Cancel(h2))
+		time.Sleep(2 * time.Hour)
+		synctest.Wait()
+		require.EqualValues(t, 1, fired.n.Load())
+		require.Equal(t, start+int64(time.Hour), fired.at.Load())
+		require.Zero(t, cancelled.n.Load())
+		_, ok := w.Schedule(clk.Now(), fired, 0)
+		require.False(t, ok)
+	})
+}
