@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/httpguard"
 	"github.com/rampart-go/rampart/pipeline"
@@ -75,4 +76,15 @@ func TestServerHandlerCanFlush(t *testing.T) {
 	require.True(t, flushed, "the handler saw no http.Flusher")
 	require.True(t, w.Flushed)
 	require.Equal(t, http.StatusOK, w.Code)
+}
+
+// A 1xx TimeoutStatus cannot be a final response (net/http would send it as
+// an informational header followed by an implicit 200): NewHandler refuses
+// it.
+func TestServerRefusesInformationalTimeoutStatus(t *testing.T) {
+	_, err := httpguard.NewHandler(http.NotFoundHandler(), httpguard.ServerConfig{
+		Pipeline:      mustPipeline(t, pipeline.Config{}),
+		TimeoutStatus: http.StatusEarlyHints,
+	})
+	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
 }

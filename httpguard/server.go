@@ -63,8 +63,8 @@ func NewHandler(next http.Handler, cfg ServerConfig) (http.Handler, error) {
 	if cfg.Pipeline == nil {
 		return nil, rampart.NewConfigError("httpguard", "Pipeline", "must not be nil")
 	}
-	if cfg.TimeoutStatus != 0 && (cfg.TimeoutStatus < 100 || cfg.TimeoutStatus > 999) {
-		return nil, rampart.NewConfigError("httpguard", "TimeoutStatus", "must be an HTTP status code, got %d", cfg.TimeoutStatus)
+	if cfg.TimeoutStatus != 0 && (cfg.TimeoutStatus < 200 || cfg.TimeoutStatus > 999) {
+		return nil, rampart.NewConfigError("httpguard", "TimeoutStatus", "must be a final HTTP status code (200-999), got %d", cfg.TimeoutStatus)
 	}
 	if cfg.DefaultRetryAfter < 0 {
 		return nil, rampart.NewConfigError("httpguard", "DefaultRetryAfter", "must not be negative, got %v", cfg.DefaultRetryAfter)
