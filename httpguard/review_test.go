@@ -1,6 +1,7 @@
 package httpguard_test
 
 import (
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -87,4 +88,32 @@ func TestServerRefusesInformationalTimeoutStatus(t *testing.T) {
 		TimeoutStatus: http.StatusEarlyHints,
 	})
 	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+}
+
+// A handler that takes over the connection (a WebSocket upgrade) through the
+// usual `w.(http.Hijacker)` check still can behind the middleware.
+func TestServerHandlerCanHijack(t *testing.T) {
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			http.Error(w, "no hijacker", http.StatusInternalServerError)
+			return
+		}
+		conn, buf, err := hj.Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
+		_ = buf.Flush()
+	}), httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{})})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "hijacked", string(body))
 }

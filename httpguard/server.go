@@ -1,8 +1,10 @@
 package httpguard
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -147,6 +149,18 @@ func (e *exchange) Flush() {
 		e.status, e.wrote = http.StatusOK, true
 	}
 	_ = http.NewResponseController(e.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler (a WebSocket upgrade) for
+// handlers that check w.(http.Hijacker); it fails with
+// http.ErrNotSupported where the underlying writer cannot (HTTP/2). A
+// hijacked exchange counts as answered: nothing more is written on it.
+func (e *exchange) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, buf, err := http.NewResponseController(e.ResponseWriter).Hijack()
+	if err == nil && !e.wrote {
+		e.status, e.wrote = http.StatusSwitchingProtocols, true
+	}
+	return conn, buf, err
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer (Flush,
