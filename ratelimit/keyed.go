@@ -136,14 +136,14 @@ func (k *Keyed) insertSlow(key string, now, u int64, n int) int64 {
 		if !ok {
 			if k.keys.Add(1) > k.maxKeys { // reserve a slot
 				k.keys.Add(-1)
-				if swept {
-					return k.reject(n, Never)
-				}
 				soonest := k.sweep(u)
-				swept = true
-				if k.keys.Load() >= k.maxKeys {
-					return k.reject(n, max(k.p.earliest(soonest)-now, 1))
+				if swept || k.keys.Load() >= k.maxKeys {
+					// Full of active keys, or a racing insert took the
+					// slot our first sweep freed: a finite wait, never
+					// Never (which means the n can never be admitted).
+					return k.reject(n, k.fullWait(soonest, now))
 				}
+				swept = true
 				continue
 			}
 			c := &cell{}
@@ -203,6 +203,16 @@ func (k *Keyed) sweep(u int64) (soonest int64) {
 		}
 	})
 	return soonest
+}
+
+// fullWait is the wait of a new key refused because the table is full:
+// until the soonest held key goes idle, or 1 ns when the sweep found none
+// active (slots are being freed and taken concurrently: retry at once).
+func (k *Keyed) fullWait(soonest, now int64) int64 {
+	if soonest == math.MaxInt64 {
+		return 1
+	}
+	return max(k.p.earliest(soonest)-now, 1)
 }
 
 // Sweep evicts every key idle at time now (back to a full burst) and
