@@ -1,6 +1,7 @@
 package circuitbreaker
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/rampart-go/rampart/internal/pad"
@@ -136,16 +137,24 @@ type bucket struct {
 }
 
 // timeWindow is a ring of buckets, each tagged with the tick it counts. A
-// record that finds its bucket holding an older tick resets it by CAS on the
-// epoch, then zeroes the counters; increments racing with that reset can be
-// lost or land in the fresh bucket, an error bounded by the records in
-// flight at a bucket boundary, accepted for a statistical policy.
+// record that finds its bucket holding an older tick claims it by CAS of the
+// epoch to recycling, zeroes the counters, then publishes the new tick;
+// records racing with that (for the old or the new slice) can be dropped or
+// land in the fresh bucket, an error bounded by the records in flight at a
+// bucket boundary, accepted for a statistical policy. A snapshot re-reads a
+// bucket's epoch after its counters, so it never counts one slice's calls
+// under another slice's tick (which could add a whole old bucket to the
+// window and trip the breaker spuriously).
 type timeWindow struct {
 	_       pad.Line
 	buckets []bucket
 	res     int64 // bucket resolution in ns
 	n       int64
 }
+
+// recycling is the epoch of a bucket being reset: it is below every real
+// tick and outside every window.
+const recycling = math.MinInt64
 
 func newTimeWindow(span int64, n int) *timeWindow {
 	w := &timeWindow{buckets: make([]bucket, n), res: span / int64(n), n: int64(n)}
@@ -170,14 +179,22 @@ func (w *timeWindow) add(now int64, failed, slow bool) (slid bool) {
 	tick := now / w.res
 	b := w.bucketFor(tick)
 	if e := b.epoch.Load(); e != tick {
-		if e > tick {
-			return false // a late record for a slice already recycled: drop it
+		if e > tick || e == recycling {
+			// A late record for a slice already recycled, or one racing
+			// with the recycling: drop it.
+			return false
 		}
-		if b.epoch.CompareAndSwap(e, tick) { // rare: once per bucket per slice
+		// Rare: once per bucket per slice. The epoch is published only
+		// after the counters are zeroed, so no snapshot counts the old
+		// slice's calls as the new one's.
+		if b.epoch.CompareAndSwap(e, recycling) {
 			b.total.Store(0)
 			b.fails.Store(0)
 			b.slows.Store(0)
+			b.epoch.Store(tick)
 			slid = true
+		} else if b.epoch.Load() != tick {
+			return false // another record is recycling it: racing, dropped
 		}
 	}
 	b.total.Add(1)
@@ -194,10 +211,19 @@ func (w *timeWindow) snapshot(now int64) (total, fails, slows int64) {
 	tick := now / w.res
 	for i := range w.buckets {
 		b := &w.buckets[i]
-		if e := b.epoch.Load(); e <= tick && e > tick-w.n {
-			total += b.total.Load()
-			fails += b.fails.Load()
-			slows += b.slows.Load()
+		for {
+			e := b.epoch.Load()
+			if e > tick || e <= tick-w.n { // also excludes recycling
+				break
+			}
+			t, f, sl := b.total.Load(), b.fails.Load(), b.slows.Load()
+			if b.epoch.Load() != e {
+				continue // recycled while read: the counts may be another slice's
+			}
+			total += t
+			fails += f
+			slows += sl
+			break
 		}
 	}
 	return max(total, 0), max(fails, 0), max(slows, 0)
