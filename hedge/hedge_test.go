@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rampart-go/rampart/internal/bubble"
 	"math"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -761,11 +761,11 @@ func TestNoGoroutineNoHedge(t *testing.T) {
 		h := newBubbleHedger(t, Config{Delay: time.Millisecond})
 		var maxG int
 		fn := func(context.Context) error {
-			maxG = max(maxG, runtime.NumGoroutine())
+			maxG = max(maxG, bubble.Goroutines())
 			return nil
 		}
 		_ = h.Do(context.Background(), fn) // starts the watchdog goroutine
-		base := runtime.NumGoroutine()
+		base := bubble.Goroutines()
 		for range 1000 {
 			if err := h.Do(context.Background(), fn); err != nil {
 				t.Fatal(err)

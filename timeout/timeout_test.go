@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/bubble"
 	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
@@ -82,26 +82,8 @@ func TestNewValidates(t *testing.T) {
 }
 
 // bubbleGoroutines counts the goroutines of the calling goroutine's
-// testing/synctest bubble (runtime.NumGoroutine counts those of other tests
-// too, which come and go on their own schedule).
-func bubbleGoroutines() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	lines := strings.Split(string(buf), "\n")
-	// The first header is the calling goroutine's: "goroutine N [running, synctest bubble K]:".
-	_, tag, ok := strings.Cut(lines[0], "synctest bubble ")
-	if !ok {
-		panic("bubbleGoroutines called outside a bubble")
-	}
-	tag = "synctest bubble " + tag
-	n := 0
-	for _, l := range lines {
-		if strings.HasPrefix(l, "goroutine ") && strings.HasSuffix(l, tag) {
-			n++
-		}
-	}
-	return n
-}
+// testing/synctest bubble.
+func bubbleGoroutines() int { return bubble.Goroutines() }
 
 // Ticker aliases rampart.Ticker for the comparison above.
 type Ticker = rampart.Ticker

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/rampart-go/rampart/internal/bubble"
 	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/internal/ticker"
 )
@@ -200,10 +201,10 @@ func TestIdleExitAndRestart(t *testing.T) {
 		clk := ticker.NewNano()
 		w := New(Config{Clock: clk, Tick: time.Millisecond, IdleTicks: 10})
 		defer w.Close()
-		base := runtime.NumGoroutine()
+		base := bubble.Goroutines()
 		c := &counter{}
 		w.Schedule(clk.Now()+int64(time.Millisecond), c, 0)
-		if !w.Running() || runtime.NumGoroutine() != base+1 {
+		if !w.Running() || bubble.Goroutines() != base+1 {
 			t.Fatal("goroutine not started by Schedule")
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -211,7 +212,7 @@ func TestIdleExitAndRestart(t *testing.T) {
 		if c.n.Load() != 1 {
 			t.Fatal("not fired")
 		}
-		if w.Running() || runtime.NumGoroutine() != base {
+		if w.Running() || bubble.Goroutines() != base {
 			t.Fatalf("goroutine still running after idling (running=%v)", w.Running())
 		}
 		w.Schedule(clk.Now()+int64(time.Millisecond), c, 0)
@@ -347,8 +348,8 @@ func TestStopIdle(t *testing.T) {
 			t.Fatal("StopIdle stopped a watchdog with an armed target")
 		}
 		w.Cancel(h)
-		base := runtime.NumGoroutine()
-		if !w.StopIdle() || w.Running() || runtime.NumGoroutine() != base-1 {
+		base := bubble.Goroutines()
+		if !w.StopIdle() || w.Running() || bubble.Goroutines() != base-1 {
 			t.Fatal("StopIdle did not stop an idle watchdog")
 		}
 		w.Schedule(clk.Now()+int64(time.Millisecond), c, 0)
