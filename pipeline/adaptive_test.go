@@ -11,6 +11,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/adaptive"
+	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/timeout"
 )
@@ -106,4 +107,43 @@ func TestAdaptiveClassifyOverridesTheLimiters(t *testing.T) {
 	require.Empty(t, log.take(), "the override replaces the limiter's classifier")
 	require.Equal(t, []adaptive.Outcome{adaptive.Ignored}, got)
 	require.Zero(t, al.InFlight())
+}
+
+// TestPanickingClassifierReleasesEverything: a classifier is user code; if
+// the adaptive or the breaker classifier panics while an attempt is being
+// released, every permit still comes back and the panic reaches the caller.
+func TestPanickingClassifierReleasesEverything(t *testing.T) {
+	for _, which := range []string{"adaptive", "breaker"} {
+		t.Run(which, func(t *testing.T) {
+			tick := rampart.NewManualTicker(1)
+			panicky := func(ctx context.Context, err error) adaptive.Outcome { panic("classifier bug") }
+			cfg := pipeline.Config{Bulkhead: newBulkhead(t, 1, tick)}
+			al, err := adaptive.New(adaptive.Config{Name: "al", Ticker: tick, InitialLimit: 1, MinLimit: 1, MaxLimit: 1})
+			require.NoError(t, err)
+			cfg.Adaptive = al
+			if which == "adaptive" {
+				cfg.AdaptiveClassify = panicky
+				cfg.Breaker = newBreaker(t, tick, nil)
+			} else {
+				cfg.Breaker = newBreaker(t, tick, func(c *circuitbreaker.Config) {
+					c.Classify = func(err error) circuitbreaker.Result {
+						if err != nil {
+							panic("classifier bug")
+						}
+						return circuitbreaker.Success
+					}
+				})
+			}
+			p, err := pipeline.New(cfg)
+			require.NoError(t, err)
+			require.PanicsWithValue(t, "classifier bug", func() {
+				_ = p.Do(context.Background(), func(context.Context) error { return errBoom })
+			})
+			require.Zero(t, cfg.Bulkhead.Stats().InFlight, "bulkhead permit leaked")
+			require.Zero(t, al.InFlight(), "adaptive token leaked")
+			require.EqualValues(t, 1, cfg.Breaker.Stats().Failures, "the failure was not recorded")
+			// The pipeline still admits: nothing is stuck.
+			require.NoError(t, p.Do(context.Background(), func(context.Context) error { return nil }))
+		})
+	}
 }

@@ -175,8 +175,14 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 // outcome, then decides whether the call is over (true, o filled) or is
 // retried (false, after the retry's sleep).
 func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *Outcome) bool {
+	// A classifier is user code (Config.AdaptiveClassify, the limiter's or
+	// the breaker's Classify): if one panics mid-release, whatever is still
+	// held is released as after a panicking fn, and the panic goes on. An
+	// open-coded defer: about a nanosecond when nothing panics.
+	defer p.releaseHeld(a)
 	// Release, innermost first: t1 when a policy needs it, the timeout's
-	// verdict, then the outcome recorded and the permits given back.
+	// verdict, then the outcome recorded and the permits given back. Each
+	// bit of a.held is cleared as its permit is given back.
 	if p.needT1 {
 		a.t1 = p.tick.Now() // clock read 2 of at most 2 per attempt
 	}
@@ -184,6 +190,7 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 	if a.held&heldTimeout != 0 {
 		// Disarms the watch and ends the context; turns an overrun into
 		// the timeout's error, which the policies below then record.
+		a.held &^= heldTimeout
 		if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
 			o.Code, o.Policy = TimedOut, Timeout
 		}
@@ -194,14 +201,16 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 			oc = p.classifyAdaptive(ctx, err)
 		}
 		p.al.Release(a.token, a.t1, oc)
+		a.held &^= heldAdaptive // after: a panicking classifier leaves it for abort
 	}
 	if a.held&heldBulkhead != 0 {
+		a.held &^= heldBulkhead
 		p.bh.Exit() // one atomic add and one load
 	}
 	if a.held&heldBreaker != 0 {
 		p.cb.Record(a.permit, a.t1, err) // closed count window: two or three atomics
+		a.held &^= heldBreaker // after: a panicking Classify leaves it for abort
 	}
-	a.held = 0
 	if err == nil {
 		if p.bud != nil {
 			now := a.t0
@@ -364,8 +373,16 @@ func (p *Pipeline) hedgeStart(a *attempt) int64 {
 	return p.tick.Now() // the hedger's clock (New checks it is the pipeline's)
 }
 
+// releaseHeld releases what a panicking classifier left held in end (see
+// abort); it does nothing when end released everything.
+func (p *Pipeline) releaseHeld(a *attempt) {
+	if a.held != 0 {
+		p.abort(a)
+	}
+}
+
 // abort releases an attempt whose fn panicked or called runtime.Goexit:
-// the breaker records a failure (ErrPanicked), the adaptive limit frees the
+// the breaker records a failure (without its Classify), the adaptive limit frees the
 // slot as Ignored, the retry budget records a failure. Slow path.
 func (p *Pipeline) abort(a *attempt) {
 	if p.needT1 {
@@ -381,7 +398,9 @@ func (p *Pipeline) abort(a *attempt) {
 		p.bh.Exit()
 	}
 	if a.held&heldBreaker != 0 {
-		p.cb.Record(a.permit, a.t1, ErrPanicked)
+		// A failure, without the breaker's Classify: this may run because
+		// Classify itself panicked.
+		p.cb.RecordResult(a.permit, a.t1, circuitbreaker.Failure)
 	}
 	a.held = 0
 	if p.bud != nil {
