@@ -100,8 +100,9 @@
 // outcome recorded exactly once, on every path: success, error, rejection at
 // any stage (the permits taken before the rejecting stage are released, the
 // breaker's permit without a result), timeout, context cancellation, a panic
-// in fn (recorded as a failure with [ErrPanicked], then re-raised unchanged,
-// with its original stack), and runtime.Goexit in fn (released the same way).
+// in fn (recorded as a breaker failure, then re-raised unchanged, with its
+// original stack), runtime.Goexit in fn (released the same way), and a
+// panicking classifier (the same release, then the panic goes on).
 //
 // # Concurrency
 //

@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// ErrPanicked is the error a pipeline records with its breaker and adaptive
-// limit (and hands to its timeout) when fn panics or calls runtime.Goexit.
-// The panic itself is re-raised unchanged; ErrPanicked is never returned.
+// ErrPanicked is the error a pipeline hands to its timeout when fn panics or
+// calls runtime.Goexit; the breaker records a Failure (without consulting its
+// Classify) and the adaptive limit frees the slot as Ignored. The panic
+// itself is re-raised unchanged; ErrPanicked is never returned.
 var ErrPanicked = errors.New("pipeline: fn panicked or called runtime.Goexit")
 
 // Code says how a call through a pipeline ended.
