@@ -209,7 +209,7 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 	}
 	if a.held&heldBreaker != 0 {
 		p.cb.Record(a.permit, a.t1, err) // closed count window: two or three atomics
-		a.held &^= heldBreaker // after: a panicking Classify leaves it for abort
+		a.held &^= heldBreaker           // after: a panicking Classify leaves it for abort
 	}
 	if err == nil {
 		if p.bud != nil {
