@@ -17,9 +17,14 @@ type ShardedConfig struct {
 	// between the shards.
 	Config
 	// Shards is the number of sub-limiters K. 0 means GOMAXPROCS (at most
-	// 64). 1 is a plain Limiter behind one more indirection.
+	// 64). 1 is a plain Limiter behind one more indirection. At most
+	// MaxShards.
 	Shards int
 }
+
+// MaxShards bounds ShardedConfig.Shards: each shard is a padded limiter of a
+// few cache lines, and more shards than cores only lose accuracy.
+const MaxShards = 4096
 
 // Sharded is K independent GCRA limiters of rate/K and burst ⌈burst/K⌉ each,
 // for extreme contention on one limit: callers spread over K words instead of
@@ -55,8 +60,8 @@ func NewSharded(c ShardedConfig) (*Sharded, error) {
 		return nil, err
 	}
 	k := c.Shards
-	if k < 0 {
-		return nil, rampart.NewConfigError("ratelimit", "Shards", "must not be negative, got %d", k)
+	if k < 0 || k > MaxShards {
+		return nil, rampart.NewConfigError("ratelimit", "Shards", "must be between 0 and %d, got %d", MaxShards, k)
 	}
 	if k == 0 {
 		k = min(runtime.GOMAXPROCS(0), 64)

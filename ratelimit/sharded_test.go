@@ -44,6 +44,11 @@ func TestShardedAccuracy(t *testing.T) {
 	}
 	_, err := NewSharded(ShardedConfig{Config: Config{Rate: 1}, Shards: -1})
 	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	// A huge K is refused at construction rather than exhausting memory in it.
+	_, err = NewSharded(ShardedConfig{Config: Config{Rate: 1e6}, Shards: 1 << 30})
+	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	_, err = NewSharded(ShardedConfig{Config: Config{Rate: 1e6}, Shards: MaxShards})
+	require.NoError(t, err)
 	_, err = NewSharded(ShardedConfig{Config: Config{Rate: 1e-9}, Shards: 64})
 	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
 	d, err := NewSharded(ShardedConfig{Config: Config{Rate: 1}})
