@@ -127,7 +127,7 @@ type Config struct {
 type Stats struct {
 	Max            int64  // the current limit
 	InFlight       int64  // permits held now (may read one above the truth while a racing rejection undoes its add)
-	PeakInFlight   int64  // highest in-flight count ever admitted; never above the Max in force at the time
+	PeakInFlight   int64  // highest in-flight count ever admitted; never above the Max in force at the time (or, for a call racing a shrinking SetMax, the Max it read)
 	Rejected       uint64 // calls refused a permit, for any reason (includes TimedOut and Canceled)
 	TimedOut       uint64 // waiting calls whose MaxWait expired
 	Canceled       uint64 // waiting calls whose context ended first (or was done before they queued)
@@ -483,7 +483,10 @@ func (b *Bulkhead) remove(w *waiter) {
 
 // SetMax changes the limit. Growing it grants permits to queued callers at
 // once; shrinking it never evicts running calls: new calls are refused until
-// enough of them have exited. It returns a *rampart.ConfigError when n < 1.
+// enough of them have exited. A TryEnter that read the old limit just before
+// a shrink may still be admitted against it, as if it had come first (at
+// most one such call per racing goroutine). It returns a *rampart.ConfigError
+// when n < 1.
 func (b *Bulkhead) SetMax(n int) error {
 	if n < 1 {
 		return rampart.NewConfigError("bulkhead", "Max", "must be at least 1, got %d", n)
