@@ -298,8 +298,12 @@ func (p *Pipeline) TryHedged(ctx context.Context, fn func(context.Context) error
 }
 
 // CallHedged is [Call] with the call hedged; see [Pipeline.DoHedged]. The
-// winning attempt's context is not cancelled when it returns, so a result
-// that reads through it (an HTTP response body) stays readable.
+// hedger does not cancel the winning attempt's context when it returns, so
+// a result that reads through it (an HTTP response body) stays readable —
+// unless the pipeline has a deadline-mode Timeout, whose context (the
+// winner's parent) ends when the attempt is released, as
+// context.WithTimeout's cancel would. For such results use a soft-mode
+// Timeout, or bound the attempt inside fn.
 func CallHedged[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, error) {
 	v, o := runHedged(ctx, p, fn, nil)
 	return v, o.Err
