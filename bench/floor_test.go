@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	//lint:ignore SA1019 measured on purpose: the README explains why jitter does not use it
 	exprand "golang.org/x/exp/rand"
 
 	"github.com/rampart-go/rampart"

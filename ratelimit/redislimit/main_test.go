@@ -102,13 +102,6 @@ func uniqueKey(t testing.TB) string {
 	return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
 }
 
-func flush(t testing.TB, c redis.UniversalClient) {
-	t.Helper()
-	if err := c.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
