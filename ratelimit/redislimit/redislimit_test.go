@@ -323,3 +323,35 @@ func parseField(line, p string) (int64, bool) {
 	v, err := strconv.ParseInt(line[len(p):], 10, 64)
 	return v, err == nil
 }
+
+// TestScriptSubMicrosecondInterval: emission intervals below a microsecond
+// (rates above a million per second per key, which New accepts down to 1 ns
+// per event) must be enforced. A double holding microseconds since 1970 has
+// a resolution of 0.25 µs, so adding a 0.1 µs interval to it changed nothing
+// and such a key admitted every call. The reference runs on small times,
+// where a double is exact enough.
+func TestScriptSubMicrosecondInterval(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	const base = 1.7e15
+	for trial, interval := range []float64{0.001, 0.1, 0.3, 1.1, 7.3} {
+		burst := 10
+		key := uniqueKey(t) + strconv.Itoa(trial)
+		ref := &refGCRA{interval: interval, burst: float64(burst)}
+		now := 0.0
+		admitted := 0
+		for step := range 300 {
+			if step%50 == 0 {
+				now++
+			}
+			vals, err := gcraScript.Run(ctx, c, []string{key},
+				strconv.FormatFloat(interval, 'f', -1, 64), burst, 1, 1,
+				strconv.FormatFloat(base+now, 'f', -1, 64)).Int64Slice()
+			require.NoError(t, err)
+			g, _ := ref.take(now, 1, 1)
+			require.Equal(t, int64(g), vals[0], "interval %v step %d vals %v", interval, step, vals)
+			admitted += g
+		}
+		t.Logf("interval %v: %d of 300 admitted", interval, admitted)
+	}
+}

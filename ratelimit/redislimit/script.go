@@ -6,9 +6,11 @@ import "github.com/redis/go-redis/v9"
 // server's clock, in one round trip.
 //
 // The key holds the theoretical arrival time (TAT) in microseconds of the
-// server's TIME, as a decimal with three fractional digits: Lua numbers are
-// doubles, and microseconds since 1970 (~1.8e15) keep sub-microsecond
-// precision in a double where nanoseconds (~1.8e18) would not.
+// server's TIME, as a decimal with three fractional digits (1 ns). Lua
+// numbers are doubles, which resolve only 0.25 us at ~1.8e15 us since 1970,
+// so the script computes relative to floor(now): it parses the stored TAT's
+// integer and fractional parts separately, subtracts the integer parts
+// exactly, and writes the result back the same way.
 //
 //	KEYS[1]  the key
 //	ARGV[1]  emission interval T in microseconds (may be fractional)
@@ -36,7 +38,18 @@ local burst = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local need = tonumber(ARGV[4])
 local tol = burst * interval
-local tat = tonumber(redis.call('GET', KEYS[1]) or now) or now
+-- Times are computed relative to base = floor(now): near 1.8e15 a double
+-- only resolves 0.25 us, so a sub-microsecond interval added to an absolute
+-- time vanished. The stored TAT is split at its decimal point so that the
+-- integer part is subtracted exactly.
+local base = math.floor(now)
+now = now - base
+local tat = now
+local s = redis.call('GET', KEYS[1])
+if s then
+  local ip, fp = string.match(s, '^(%d+)(%.?%d*)$')
+  if ip then tat = (tonumber(ip) - base) + tonumber('0' .. fp) end
+end
 if tat < now then tat = now end
 local avail = math.floor((now + tol - tat) / interval + 1e-9)
 if need > burst then
@@ -52,6 +65,9 @@ local newtat = tat + g * interval
 local ttl = math.ceil((newtat - now) / 1000)
 if ttl < 1 then ttl = 1 end
 if ARGV[5] then ttl = 3600000 end
-redis.call('SET', KEYS[1], string.format('%.3f', newtat), 'PX', ttl)
+local ipart = math.floor(newtat)
+local frac = math.floor((newtat - ipart) * 1000 + 0.5)
+if frac >= 1000 then ipart = ipart + 1; frac = 0 end
+redis.call('SET', KEYS[1], string.format('%.0f.%03d', base + ipart, frac), 'PX', ttl)
 return {g, 0, avail - g}
 `)
