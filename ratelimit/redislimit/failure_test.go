@@ -81,3 +81,29 @@ func TestRedisStoppedMidRun(t *testing.T) {
 		})
 	}
 }
+
+// TestCallerCancelDoesNotOpenBreaker: a caller whose context is already
+// cancelled or past its deadline says nothing about Redis. Such calls used
+// to count as Redis failures, so a handful of impatient callers opened the
+// breaker and sent every caller to the Failure mode with Redis healthy.
+func TestCallerCancelDoesNotOpenBreaker(t *testing.T) {
+	l, err := New(Config{Client: newClient(t), Limit: Limit{Rate: 1000, Burst: 100},
+		Failure: FailClosed, BreakerFailures: 2, Ticker: rampart.NewManualTicker(1)})
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Unix(1, 0))
+	defer cancel2()
+	for range 3 {
+		_, _ = l.Allow(cancelled, key)
+		_, _ = l.Allow(expired, key)
+	}
+	st := l.Stats()
+	require.False(t, st.BreakerOpen)
+	require.Zero(t, st.RedisErrors)
+	r, err := l.Allow(context.Background(), key)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	require.Equal(t, SourceRedis, r.Source)
+}

@@ -53,6 +53,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/circuitbreaker"
 )
 
 // ErrUnavailable is returned, wrapping the cause, when Redis cannot decide
@@ -312,16 +313,26 @@ func (l *Limiter) decide(ctx context.Context, key, full, iv, burst string, want,
 // run makes the round trip through the breaker. It returns how many events
 // were granted.
 func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need int) (int, Result, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, Result{}, err // the caller is gone: no round trip, nothing learnt about Redis
+	}
 	now := l.cfg.Ticker.Now() // the breaker's open state is judged against it
 	permit, ok := l.brk.acquire(now)
 	if !ok {
 		return 0, Result{}, errBreakerOpen
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
 	vals, err := gcraScript.Run(ctx, l.cfg.Client, []string{full}, iv, burst, want, need).Int64Slice()
 	if err == nil && len(vals) != 3 {
 		err = fmt.Errorf("redislimit: script returned %d values", len(vals))
+	}
+	if err != nil && errors.Is(parent.Err(), context.Canceled) {
+		// The caller cancelled mid-call: not a Redis failure (a deadline
+		// of the caller's still counts, as a hung Redis would cause it).
+		l.brk.cb.RecordResult(permit, l.cfg.Ticker.Now(), circuitbreaker.Ignored)
+		return 0, Result{}, err
 	}
 	if err != nil {
 		l.redisErrors.Add(1)
