@@ -343,11 +343,11 @@ func (l *Limiter) Release(t Token, now int64, o Outcome) {
 	case Dropped:
 		l.win.drops.Add(1)
 	}
-	if l.queue != nil && l.queue.waiting.Load() > 0 {
-		l.queue.handoff(l, now) // slow path: a waiter may take the freed slot
-	}
 	if now >= l.windowEnd.Load() { // a load of the read-mostly line
 		l.closeWindow(now)
+	}
+	if l.queue != nil && l.queue.waiting.Load() > 0 { // after closeWindow: a raised limit frees more slots
+		l.queue.handoff(l, now) // slow path: waiters may take the freed slots
 	}
 }
 

@@ -102,8 +102,8 @@ func (q *queue) removeAt(i int, now int64) {
 	}
 }
 
-// handoff sheds waiters past their bound and gives a free slot, if any, to
-// the next waiter. Slow path: runs in Release only while someone waits.
+// handoff sheds waiters past their bound and gives the free slots, if any,
+// to the next waiters. Slow path: runs in Release only while someone waits.
 func (q *queue) handoff(l *Limiter, now int64) {
 	q.mu.Lock()
 	bound := q.interval
@@ -118,16 +118,20 @@ func (q *queue) handoff(l *Limiter, now int64) {
 		l.rejected.Add(1)
 		w.ch <- Token{}
 	}
-	if len(q.items) > 0 {
+	// Give out every free slot, not just the one this release freed: a
+	// window closed by the release may have raised the limit.
+	for len(q.items) > 0 {
 		i := 0
 		if over && q.lifo {
 			i = len(q.items) - 1
 		}
-		if t, ok := l.tryAcquire(now); ok {
-			w := q.items[i]
-			q.removeAt(i, now)
-			w.ch <- t
+		t, ok := l.tryAcquire(now)
+		if !ok {
+			break
 		}
+		w := q.items[i]
+		q.removeAt(i, now)
+		w.ch <- t
 	}
 	q.mu.Unlock()
 }

@@ -158,3 +158,46 @@ func TestQueueStress(t *testing.T) {
 	require.Equal(t, 0, l.InFlight())
 	require.Equal(t, 0, l.Stats().Queued)
 }
+
+// TestQueueRaisedLimitServesAllWaiters: when a release frees one slot and
+// the window it closes raises the limit, every waiter that now fits must be
+// admitted. The handoff used to give out one slot per release, before the
+// window closed, so the other waiters sat next to free slots until a later
+// release or their own timer shed them.
+func TestQueueRaisedLimitServesAllWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := rampart.NewManualTicker(1)
+		l, err := New(Config{Algorithm: algFunc(func(Sample) float64 { return 3 }), InitialLimit: 1, MaxLimit: 10,
+			MinWindowSamples: 1, Window: time.Second, Queue: QueueConfig{MaxLength: 4, Interval: time.Minute}, Ticker: clock})
+		require.NoError(t, err)
+		hold, ok := l.Acquire(clock.Now())
+		require.True(t, ok)
+		res := make(chan waitResult, 2)
+		for i := range 2 {
+			go func() {
+				tok, err := l.AcquireWait(context.Background(), clock.Now())
+				res <- waitResult{i, tok, err}
+			}()
+		}
+		synctest.Wait()
+		require.Equal(t, 2, l.Stats().Queued)
+		clock.Advance(2 * time.Second)
+		l.Release(hold, clock.Now(), Success) // closes the window: limit 1 -> 3
+		synctest.Wait()
+		require.Equal(t, 3, l.Limit())
+		var toks []Token
+		for range 2 {
+			select {
+			case r := <-res:
+				require.NoError(t, r.err)
+				toks = append(toks, r.tok)
+			default:
+				t.Fatalf("a waiter still waits with %d of %d slots in flight", l.InFlight(), l.Limit())
+			}
+		}
+		for _, tok := range toks {
+			l.Release(tok, clock.Now(), Ignored)
+		}
+		require.Zero(t, l.InFlight())
+	})
+}
