@@ -61,7 +61,7 @@ func (l *Limiter) refillLease(ctx context.Context, key, full string, ls *lease, 
 		// Publish the tokens before the expiry that makes them spendable;
 		// events left from the previous lease are dropped (never returned).
 		ls.tokens.Store(int64(granted - n))
-		ls.expires.Store(now + l.leaseNs)
+		ls.expires.Store(atomicx.SatAdd(now, l.leaseNs)) // saturating: a huge LeaseTTL must not wrap
 		res.Remaining = granted - n
 	}
 	l.count(res.Allowed)

@@ -355,3 +355,22 @@ func TestScriptSubMicrosecondInterval(t *testing.T) {
 		t.Logf("interval %v: %d of 300 admitted", interval, admitted)
 	}
 }
+
+// TestHugeLeaseTTL: a LeaseTTL near the Duration maximum (meaning "never
+// expire") overflowed the lease's expiry, so no lease was ever spendable
+// and every call took, and threw away, a whole new lease.
+func TestHugeLeaseTTL(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	clock := rampart.NewManualTicker(time.Now().UnixNano())
+	l, err := New(Config{Client: c, Limit: Limit{Rate: 1000, Burst: 10}, Lease: 5,
+		LeaseTTL: time.Duration(math.MaxInt64), Ticker: clock})
+	require.NoError(t, err)
+	key := uniqueKey(t)
+	r, err := l.Allow(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, SourceRedis, r.Source)
+	r, err = l.Allow(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, SourceLease, r.Source)
+}
