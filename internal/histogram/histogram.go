@@ -199,23 +199,25 @@ func (h *Histogram) valueAtRank(r uint64) int64 {
 // Decay divides every count by 2^shift (shift >= 1), rounding down, so old
 // samples weigh less than new ones: calling Decay(1) every period gives an
 // exponentially decaying histogram with a half-life of one period, where a
-// bucket that saw nothing for a few periods empties. It subtracts with an
-// atomic add, so values recorded during the Decay are never lost (a
-// concurrent record may or may not be divided). shift >= 64 empties the
+// bucket that saw nothing for a few periods empties. It replaces each count
+// with a compare-and-swap, so values recorded during the Decay are never
+// lost (a concurrent record may or may not be divided) and concurrent Decays
+// compose (two Decay(1) quarter the counts). shift >= 64 empties the
 // histogram like Reset.
 func (h *Histogram) Decay(shift uint) {
 	if shift == 0 {
 		return
 	}
 	for i := range h.counts {
-		c := h.counts[i].Load()
-		if c == 0 {
-			continue
-		}
-		// Remove the part that decays; the counter keeps c>>shift plus
-		// whatever was recorded since the load.
-		if d := c - c>>shift; d != 0 {
-			h.counts[i].Add(^(d - 1)) // subtract d
+		// A CAS, not a subtraction of what the load saw: two concurrent
+		// Decays (or a Decay and a Reset) would both subtract from the
+		// same count and wrap it around. A record that lands between the
+		// load and the CAS makes the CAS fail and is kept by the retry.
+		for {
+			c := h.counts[i].Load()
+			if c == 0 || h.counts[i].CompareAndSwap(c, c>>shift) {
+				break
+			}
 		}
 	}
 }

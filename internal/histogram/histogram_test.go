@@ -262,3 +262,33 @@ func BenchmarkQuantile(b *testing.B) {
 		h.Quantile(0.95)
 	}
 }
+
+// TestConcurrentDecay: Decay is documented safe for concurrent use, but it
+// subtracted what it computed from its own load, so two Decays (or a Decay
+// and a Reset) that loaded the same count both subtracted, and a counter of
+// 1 wrapped around to 2^64-1, ruining every later quantile.
+func TestConcurrentDecay(t *testing.T) {
+	var h Histogram
+	for round := range 100 {
+		for i := range NumBuckets {
+			lo, _ := Bounds(i)
+			h.Record(lo)
+		}
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if g == 3 && round%2 == 0 {
+					h.Reset()
+					return
+				}
+				h.Decay(1)
+			}()
+		}
+		wg.Wait()
+		if n := h.Count(); n != 0 {
+			t.Fatalf("round %d: %d values left after decaying counts of 1", round, n)
+		}
+	}
+}
