@@ -22,13 +22,30 @@ type lease struct {
 	refill  sync.Mutex
 }
 
+// maxLeaseKeys bounds the memory of the lease map: one entry per key ever
+// seen would grow without end with per-client keys. Past it the map starts
+// over; the leases dropped only lose their unspent events (under-admission,
+// never over-admission: every event spent was granted by Redis). A var so
+// that a test can lower it.
+var maxLeaseKeys int64 = 1 << 16
+
+// dropLeases empties the lease map. Slow path: once per maxLeaseKeys new keys.
+func (l *Limiter) dropLeases() {
+	l.leases.Clear()
+	l.leaseKeys.Store(0)
+}
+
 // allowLeased is AllowN in lease mode. The fast path is two loads and one
 // CAS on the key's lease, with no round trip.
 func (l *Limiter) allowLeased(ctx context.Context, key, full string, n int) (Result, error) {
 	now := l.cfg.Ticker.Now() // the lease's age decides whether it may be spent
 	v, ok := l.leases.Load(full)
 	if !ok {
-		v, _ = l.leases.LoadOrStore(full, new(lease))
+		var loaded bool
+		v, loaded = l.leases.LoadOrStore(full, new(lease))
+		if !loaded && l.leaseKeys.Add(1) > maxLeaseKeys {
+			l.dropLeases()
+		}
 	}
 	ls := v.(*lease)
 	if now < ls.expires.Load() && atomicx.SubAbove(&ls.tokens, int64(n), 0) {

@@ -187,10 +187,13 @@ type Limiter struct {
 	burstArg string
 	ivArg    string
 
-	brk     *breaker
-	leases  sync.Map // full key -> *lease
-	local   *localLimits
-	leaseNs int64
+	brk    *breaker
+	leases sync.Map // full key -> *lease
+	// leaseKeys counts the entries added to leases since it was last
+	// emptied (see maxLeaseKeys).
+	leaseKeys atomic.Int64
+	local     *localLimits
+	leaseNs   int64
 
 	allowed, rejected, roundTrips, leaseHits atomic.Uint64
 	redisErrors, fallbacks, listenerPanics   atomic.Uint64

@@ -374,3 +374,22 @@ func TestHugeLeaseTTL(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, SourceLease, r.Source)
 }
+
+// TestLeaseMapBounded: lease mode kept one entry per key ever seen, so
+// per-client keys grew the map (and the process) without end.
+func TestLeaseMapBounded(t *testing.T) {
+	old := maxLeaseKeys
+	maxLeaseKeys = 8
+	t.Cleanup(func() { maxLeaseKeys = old })
+	l, err := New(Config{Client: newClient(t), Limit: Limit{Rate: 1000, Burst: 10}, Lease: 5})
+	require.NoError(t, err)
+	prefix := uniqueKey(t)
+	for i := range 50 {
+		r, err := l.Allow(context.Background(), prefix+strconv.Itoa(i))
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+	}
+	n := 0
+	l.leases.Range(func(any, any) bool { n++; return true })
+	require.LessOrEqual(t, n, 8)
+}
