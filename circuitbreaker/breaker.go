@@ -343,9 +343,10 @@ func (b *Breaker) RecordResult(p Permit, now int64, r Result) {
 	if w&stateMask == uint64(Closed) && r == Success {
 		switch b.fast {
 		case fastCount:
-			// Atomics 2–3 (+0–3 counter adds while the window warms). A
-			// fast success in a warm window cannot raise any rate: no
-			// evaluation.
+			// Atomic 2 (the sequence add) and a load of the slot; a swap
+			// only when the slot held another outcome (+0–3 counter adds
+			// while the window warms). A fast success in a warm window
+			// cannot raise any rate: no evaluation.
 			if b.count.add(codeOK) != codeEmpty {
 				return
 			}

@@ -34,7 +34,7 @@ func outcomeCode(failed, slow bool) uint32 {
 // countWindow is the last n outcomes in a ring of slots, wait-free:
 //
 //	s   := seq.Add(1) - 1          // one atomic add on the one globally hot word
-//	old := slots[s % n].Swap(code) // one atomic swap
+//	old := slots[s % n].Swap(code) // one atomic swap, skipped (a load) when the slot holds code
 //	counters += delta(old, code)   // 0 adds when old == code (a success over a success)
 //
 // The counters mirror the slots' contents: every change of a slot is made by
@@ -93,6 +93,13 @@ func (w *countWindow) add(code uint32) uint32 {
 		i = s & w.mask
 	} else {
 		i = s % w.n
+	}
+	if w.slots[i].Load() == code {
+		// The common healthy case, a success over a success: the slot
+		// would not change, so nothing is written (a plain load instead of
+		// a locked swap, and the line stays shared between cores). This is
+		// the swap linearised just before a concurrent writer's.
+		return code
 	}
 	old := w.slots[i].Swap(code) // atomic 2: publish the outcome
 	if old != code {
