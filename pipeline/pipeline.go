@@ -254,7 +254,8 @@ func (p *Pipeline) Name() string { return p.cfg.Name }
 //
 //go:noinline
 func (p *Pipeline) Do(ctx context.Context, fn func(context.Context) error) error {
-	_, o := run[struct{}](ctx, p, nil, fn)
+	var o Outcome
+	run[struct{}](ctx, p, nil, fn, &o)
 	return o.Err
 }
 
@@ -263,7 +264,8 @@ func (p *Pipeline) Do(ctx context.Context, fn func(context.Context) error) error
 //
 //go:noinline
 func (p *Pipeline) Try(ctx context.Context, fn func(context.Context) error) Outcome {
-	_, o := run[struct{}](ctx, p, nil, fn)
+	var o Outcome
+	run[struct{}](ctx, p, nil, fn, &o)
 	return o
 }
 
@@ -272,13 +274,16 @@ func (p *Pipeline) Try(ctx context.Context, fn func(context.Context) error) Outc
 // policy that refused the call. After retries it returns the last attempt's
 // value.
 func Call[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, error) {
-	v, o := run(ctx, p, fn, nil)
+	var o Outcome
+	v := run(ctx, p, fn, nil, &o)
 	return v, o.Err
 }
 
 // TryCall is [Call] returning an [Outcome] instead of an error.
 func TryCall[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, Outcome) {
-	return run(ctx, p, fn, nil)
+	var o Outcome
+	v := run(ctx, p, fn, nil, &o)
+	return v, o
 }
 
 // DoHedged is [Pipeline.Do] with the call hedged by Config.Hedge (plain Do
@@ -287,13 +292,15 @@ func TryCall[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (
 // DoHedged escapes to the heap (one allocation per call for a closure that
 // captures variables); the hedger's own costs are in package hedge.
 func (p *Pipeline) DoHedged(ctx context.Context, fn func(context.Context) error) error {
-	_, o := runHedged[struct{}](ctx, p, nil, fn)
+	var o Outcome
+	runHedged[struct{}](ctx, p, nil, fn, &o)
 	return o.Err
 }
 
 // TryHedged is [Pipeline.DoHedged] returning an [Outcome].
 func (p *Pipeline) TryHedged(ctx context.Context, fn func(context.Context) error) Outcome {
-	_, o := runHedged[struct{}](ctx, p, nil, fn)
+	var o Outcome
+	runHedged[struct{}](ctx, p, nil, fn, &o)
 	return o
 }
 
@@ -305,11 +312,14 @@ func (p *Pipeline) TryHedged(ctx context.Context, fn func(context.Context) error
 // context.WithTimeout's cancel would. For such results use a soft-mode
 // Timeout, or bound the attempt inside fn.
 func CallHedged[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, error) {
-	v, o := runHedged(ctx, p, fn, nil)
+	var o Outcome
+	v := runHedged(ctx, p, fn, nil, &o)
 	return v, o.Err
 }
 
 // TryCallHedged is [CallHedged] returning an [Outcome].
 func TryCallHedged[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, Outcome) {
-	return runHedged(ctx, p, fn, nil)
+	var o Outcome
+	v := runHedged(ctx, p, fn, nil, &o)
+	return v, o
 }
