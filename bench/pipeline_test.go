@@ -38,23 +38,32 @@ var errPipelineBench = errors.New("bench: retryable")
 //     there (after the breaker admitted it).
 //   - SuccessNoTimeout: Success without the timeout (rampart: zero
 //     allocations; the timeout's context is its one allocation).
+//   - SuccessSoftTimeout: Success with rampart's timeout in soft mode (the
+//     call keeps the caller's context and is only classified as timed out
+//     when it returns late: zero allocations). failsafe has no such mode;
+//     its row is its (cancelling) timeout, as in Success.
 //   - TimeNow/direct: one time.Now(), the yardstick of the cached ticker.
 //
 // Besides ns/op, each case reports cpu-ns/op, the process's CPU time per
 // operation, which the waits of an oversubscribed machine do not inflate.
 func BenchmarkPipeline(b *testing.B) {
-	b.Run("Success/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, true, false, false) })
-	b.Run("Success/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), true, false, false) })
+	b.Run("Success/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, deadlineTimeout, false, false) })
+	b.Run("Success/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), deadlineTimeout, false, false) })
 	b.Run("Success/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, false, false) })
-	b.Run("SuccessParallel/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, true, true, false) })
-	b.Run("SuccessParallel/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), true, true, false) })
+	b.Run("SuccessParallel/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, deadlineTimeout, true, false) })
+	b.Run("SuccessParallel/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), deadlineTimeout, true, false) })
 	b.Run("SuccessParallel/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, true, false) })
-	b.Run("Reject/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, true, false, true) })
-	b.Run("Reject/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), true, false, true) })
+	b.Run("Reject/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, deadlineTimeout, false, true) })
+	b.Run("Reject/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), deadlineTimeout, false, true) })
 	b.Run("Reject/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, false, true) })
-	b.Run("SuccessNoTimeout/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, false, false, false) })
-	b.Run("SuccessNoTimeout/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), false, false, false) })
+	b.Run("SuccessNoTimeout/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, noTimeout, false, false) })
+	b.Run("SuccessNoTimeout/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), noTimeout, false, false) })
 	b.Run("SuccessNoTimeout/failsafe", func(b *testing.B) { benchFailsafePipeline(b, false, false, false) })
+	b.Run("SuccessSoftTimeout/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, softTimeout, false, false) })
+	b.Run("SuccessSoftTimeout/rampart-cached", func(b *testing.B) {
+		benchRampartPipeline(b, cachedTicker(b), softTimeout, false, false)
+	})
+	b.Run("SuccessSoftTimeout/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, false, false) })
 	// The reference of the cached-ticker target: one time.Now(), measured
 	// the same way (wall and CPU time per operation) in the same run.
 	b.Run("TimeNow/direct", func(b *testing.B) {
@@ -101,7 +110,7 @@ func reportCPU(b *testing.B, start time.Duration) {
 // rampartPipeline builds the five policies on tick (nil: the default
 // ticker), or four without the timeout. reject spends the rate limiter's
 // only permit so that every call is rejected there.
-func rampartPipeline(b *testing.B, tick rampart.Ticker, withTimeout, reject bool) (*pipeline.Pipeline, error) {
+func rampartPipeline(b *testing.B, tick rampart.Ticker, to timeoutKind, reject bool) (*pipeline.Pipeline, error) {
 	must := func(err error) {
 		if err != nil {
 			b.Fatal(err)
@@ -124,18 +133,31 @@ func rampartPipeline(b *testing.B, tick rampart.Ticker, withTimeout, reject bool
 	bh, err := bulkhead.New(bulkhead.Config{Max: 1 << 20})
 	must(err)
 	cfg := pipeline.Config{Ticker: tick, Retry: rt, Breaker: cb, RateLimit: rl, Bulkhead: bh}
-	if withTimeout {
-		to, err := timeout.New(timeout.Config{Duration: time.Minute, Ticker: tick})
+	if to != noTimeout {
+		mode := timeout.ModeDeadline
+		if to == softTimeout {
+			mode = timeout.ModeSoft
+		}
+		t, err := timeout.New(timeout.Config{Duration: time.Minute, Mode: mode, Ticker: tick})
 		must(err)
-		b.Cleanup(func() { _ = to.Close() })
-		cfg.Timeout = to
+		b.Cleanup(func() { _ = t.Close() })
+		cfg.Timeout = t
 	}
 	p, err := pipeline.New(cfg)
 	return p, err
 }
 
-func benchRampartPipeline(b *testing.B, tick rampart.Ticker, withTimeout, parallel, reject bool) {
-	p, err := rampartPipeline(b, tick, withTimeout, reject)
+// timeoutKind selects the timeout of a benchmarked rampart pipeline.
+type timeoutKind uint8
+
+const (
+	noTimeout       timeoutKind = iota
+	deadlineTimeout             // timeout.ModeDeadline (the default)
+	softTimeout                 // timeout.ModeSoft
+)
+
+func benchRampartPipeline(b *testing.B, tick rampart.Ticker, to timeoutKind, parallel, reject bool) {
+	p, err := rampartPipeline(b, tick, to, reject)
 	if err != nil {
 		b.Fatal(err)
 	}
