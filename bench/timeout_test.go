@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +21,8 @@ import (
 //   - rampart: ModeDeadline (default): a fresh 48-byte context per call,
 //     armed on the shared watchdog, two clock reads (start, end).
 //   - rampart-soft: ModeSoft, classification only: two clock reads.
-//   - rampart-abandon: ModeAbandon: the function runs on a new goroutine.
+//   - rampart-abandon: ModeAbandon: the function runs on a parked worker
+//     goroutine (handed over and back: two wake-ups, as in handoff-floor).
 //   - rampart-cached: ModeDeadline on a rampart.CachedTicker (clock reads
 //     become atomic loads; the Timeout gets its own watchdog).
 //   - failsafe: failsafe-go's timeout policy through an executor (a runtime
@@ -28,6 +31,11 @@ import (
 //     timer per call).
 //   - direct: context.WithTimeout + cancel around the call, the floor to
 //     beat (no classification, no clock read at the end).
+//   - handoff-floor: not a timeout at all: one round trip over unbuffered
+//     channels between the caller and a parked goroutine (hand the call
+//     over, wake the other goroutine, wait for its answer), the least that
+//     any mode running the function on another goroutine can cost (see
+//     benchHandoffFloor).
 func BenchmarkTimeout(b *testing.B) {
 	ctx := context.Background()
 	const limit = time.Hour
@@ -90,6 +98,7 @@ func BenchmarkTimeout(b *testing.B) {
 			}
 		})
 	}
+	b.Run("Success/handoff-floor", func(b *testing.B) { benchHandoffFloor(b, false) })
 	for _, l := range libs {
 		b.Run("SuccessParallel/"+l.name, func(b *testing.B) {
 			call := l.do(b)
@@ -103,4 +112,48 @@ func BenchmarkTimeout(b *testing.B) {
 			})
 		})
 	}
+	b.Run("SuccessParallel/handoff-floor", func(b *testing.B) { benchHandoffFloor(b, true) })
+}
+
+// benchHandoffFloor measures a bare two-goroutine round trip: the caller
+// sends a request on an unbuffered channel to a parked server goroutine and
+// blocks on its own reply channel until the server answers. That is two
+// goroutine wake-ups and two parks per call, with nothing else (no context,
+// no deadline, no job state): the physical floor of any timeout that runs
+// the function on another goroutine. Parallel: one server per GOMAXPROCS,
+// each caller with its own reply channel.
+func benchHandoffFloor(b *testing.B, parallel bool) {
+	req := make(chan chan struct{})
+	servers := 1
+	if parallel {
+		servers = runtime.GOMAXPROCS(0)
+	}
+	var wg sync.WaitGroup
+	for range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for reply := range req {
+				reply <- struct{}{}
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer close(req)
+	b.ReportAllocs()
+	if !parallel {
+		reply := make(chan struct{})
+		for b.Loop() {
+			req <- reply
+			<-reply
+		}
+		return
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		reply := make(chan struct{})
+		for pb.Next() {
+			req <- reply
+			<-reply
+		}
+	})
 }

@@ -10,14 +10,23 @@ import (
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
 
-// job is one abandon-mode call, pooled: its channels are reused, its
-// context never is (a fresh ctx per call).
+// job is the state of one abandon-mode call. Most jobs live in a worker
+// slot of the Timeout's pool (see workerPool) and are reused by the next
+// call that takes the slot; a call that finds no slot uses a job from
+// t.jobs (a sync.Pool) and a goroutine of its own. The job's channels are
+// reused, its context never is (a fresh ctx per call).
 //
 // Ownership protocol. state starts running; exactly one CAS moves it out:
 //
 //	running --worker returns (CAS)--> done:   the caller owns the job again
 //	running --caller leaves  (CAS)--> left:   the worker owns it (recycles it
 //	                                          and runs onDone when fn returns)
+//
+// Whoever owns the job when the call is over recycles it: it clears the
+// fields that reference user state, then parks the worker slot on the idle
+// stack (or puts the job back in t.jobs). A job handed to the next call is
+// therefore never one that an abandoned fn is still running: the slot is
+// recycled only after fn returned.
 //
 // Tokens, on one channel (so that the caller can wait with a plain receive,
 // without a select, when the parent is never cancelled): tokFinished from
@@ -37,6 +46,7 @@ type job struct {
 	panicVal any
 	outcome  uint8      // outNormal / outPanic / outGoexit, written by the worker
 	sig      chan uint8 // tokFinished / tokWake; capacity 2
+	w        *worker    // the slot this job lives in; nil for a job of t.jobs
 }
 
 const (
@@ -56,9 +66,10 @@ const (
 	outGoexit
 )
 
-// getJob takes a job from t's pool. The pool is per Timeout (not
-// package-wide) so that a Timeout created inside a testing/synctest bubble
-// never receives channels made in another bubble.
+// getJob takes a job from t's pool, for a call that found no worker slot.
+// The pool is per Timeout (not package-wide) so that a Timeout created
+// inside a testing/synctest bubble never receives channels made in another
+// bubble.
 func (t *Timeout) getJob() *job {
 	if j, ok := t.jobs.Get().(*job); ok {
 		return j
@@ -73,7 +84,13 @@ func (j *job) Fire(uint64) {
 	j.sig <- tokWake
 }
 
-// run is the worker goroutine.
+// runAlone is the goroutine of a call that found no worker slot: one job,
+// then exit.
+func (j *job) runAlone() { j.run() }
+
+// run calls fn and reports its end (see end). A panic in fn is recovered
+// here and reported (the caller re-raises it); so is runtime.Goexit, which
+// then goes on ending the goroutine.
 func (j *job) run() {
 	normal := false
 	defer func() {
@@ -94,32 +111,44 @@ func (j *job) run() {
 // end reports the worker's result: to the caller if it still waits, else it
 // cleans up the abandoned call itself (and re-raises a panic: an abandoned
 // function that panics crashes the program, as any goroutine's panic does).
+// After sending tokFinished, end touches nothing of j: the caller owns it.
 func (j *job) end(err error, out uint8, pv any) {
 	j.err, j.outcome, j.panicVal = err, out, pv
 	if j.state.CompareAndSwap(jobRunning, jobDone) {
 		j.sig <- tokFinished
 		return
 	}
-	t, onDone := j.t, j.onDone
-	j.recycle()
+	// Abandoned, and fn has truly ended: the job is ours.
+	t, onDone, w := j.t, j.onDone, j.w
+	j.clear()
 	t.abandoned.Add(-1)
+	if w == nil {
+		t.jobs.Put(j)
+	} else if out == outGoexit {
+		w.p.toFree(w) // this goroutine is ending; the slot has none now
+	}
 	if onDone != nil {
 		onDone()
 	}
 	if out == outPanic {
 		panic(pv)
 	}
+	if w != nil && out == outNormal {
+		// Parked only now, after onDone: the slot is handed to another
+		// call only once this call's permit is back.
+		w.p.park(w)
+	}
 }
 
-func (j *job) recycle() {
-	t := j.t
+// clear drops the references to user state and readies j for the next
+// call. The caller owns j.
+func (j *job) clear() {
 	j.t, j.fn, j.c, j.onDone, j.err, j.panicVal, j.outcome = nil, nil, nil, nil, nil, nil, outNormal
 	j.wh = watchdog.Handle{}
 	j.state.Store(jobRunning)
-	t.jobs.Put(j)
 }
 
-// DoAbandon calls fn in a goroutine of its own with a deadline context and
+// DoAbandon calls fn on another goroutine with a deadline context and
 // returns when fn returns, at the deadline (within one watchdog tick), or
 // when ctx is done, whichever comes first, whatever t's Mode. When it
 // returns before fn, fn is abandoned: it keeps running with its context
@@ -142,15 +171,36 @@ func (j *job) recycle() {
 // goroutine's panic) when fn was abandoned; runtime.Goexit in fn ends the
 // caller's goroutine too, or only fn's when abandoned.
 //
-// Costs: the context, a goroutine (with its closure), a pooled job, a
-// watchdog slot; see the package documentation for measured figures.
+// fn runs on a worker goroutine that the Timeout keeps parked between
+// calls (see Config.Workers): a call hands its job to an idle worker and
+// wakes it, instead of starting a goroutine. A worker that ran an
+// abandoned fn is reused only after fn returned and onDone ran. fn must not
+// leave its goroutine in a state that the next call would inherit
+// (runtime.LockOSThread without UnlockOSThread, pprof goroutine labels).
+// When every worker slot is busy, or after Close, the call starts a
+// goroutine of its own, as before.
+//
+// Costs, with an idle worker: the context (the only allocation), a pop and
+// a push on the idle stack (a CAS each), a watchdog slot, one channel send
+// to wake the worker and one to wake the caller back. See the package
+// documentation for measured figures.
 func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) error, onDone func()) error {
 	if n := t.abandoned.Load(); n >= t.maxAband {
 		return t.reject(n, onDone)
 	}
 	now := t.tk.Now()
 	deadline := atomicx.SatAdd(now, t.d) // a huge Duration must not wrap into the past
-	j := t.getJob()
+	p := t.workers.Load()
+	if p == nil {
+		p = t.initWorkers()
+	}
+	w, running := p.get()
+	var j *job
+	if w != nil {
+		j = &w.job
+	} else {
+		j = t.getJob()
+	}
 	c := &ctx{parent: parent, t: t, deadline: deadline}
 	j.t, j.fn, j.c, j.onDone = t, fn, c, onDone
 	var wh watchdog.Handle
@@ -160,7 +210,14 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 		t.watchSlow(c, j, deadline, now) // soft mode has no watchdog: a runtime timer
 	}
 	j.wh = wh
-	go j.run()
+	switch {
+	case running:
+		w.ch <- wakeRun // an idle worker: wake it (never blocks: capacity 1)
+	case w != nil:
+		p.spawn(w) // a free slot: its first goroutine
+	default:
+		go j.runAlone()
+	}
 
 	var finished, woke bool // the tokens received
 	recv := func() {
@@ -219,13 +276,21 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 }
 
 // collect finishes a call whose worker returned while the caller waited
-// (the watch is settled): classify, release, run onDone, re-raise a panic
-// or Goexit.
+// (the watch is settled): classify, recycle the job (park its worker), run
+// onDone, re-raise a panic or Goexit.
 func (t *Timeout) collect(j *job) error {
 	c := j.c
 	err := t.endFired(c, c.deadline, j.err)
-	out, pv, onDone := j.outcome, j.panicVal, j.onDone
-	j.recycle()
+	out, pv, onDone, w := j.outcome, j.panicVal, j.onDone, j.w
+	j.clear()
+	switch {
+	case w == nil:
+		t.jobs.Put(j)
+	case out == outGoexit:
+		w.p.toFree(w) // its goroutine is ending
+	default:
+		w.p.park(w)
+	}
 	if onDone != nil {
 		onDone()
 	}

@@ -111,13 +111,15 @@ func TestAbandonBounded(t *testing.T) {
 		hang := make(chan struct{})
 		var released atomic.Int32
 		onDone := func() { released.Add(1) }
-		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil })) // starts the watchdog
+		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil })) // starts the watchdog and a worker
 		synctest.Wait()
-		base := bubbleGoroutines()
+		require.Equal(t, int64(1), tm.Stats().Workers, "the worker is parked for the next call")
+		base := bubbleGoroutines() - 1 // without the idle worker
 		for range 3 {
 			require.ErrorIs(t, tm.DoAbandon(t.Context(), func(context.Context) error { <-hang; return nil }, onDone), ErrTimeout)
 		}
-		require.Equal(t, base+3, bubbleGoroutines())
+		require.Equal(t, base+3, bubbleGoroutines(), "the first abandoned call reused the idle worker")
+		require.Equal(t, int64(3), tm.Stats().Workers)
 		started := false
 		err := tm.DoAbandon(t.Context(), func(context.Context) error { started = true; return nil }, onDone)
 		require.ErrorIs(t, err, ErrTooManyAbandoned)
@@ -131,8 +133,17 @@ func TestAbandonBounded(t *testing.T) {
 		close(hang)
 		synctest.Wait()
 		require.Equal(t, int32(4), released.Load())
-		require.Equal(t, base, bubbleGoroutines())
+		require.Equal(t, base+3, bubbleGoroutines(), "the workers of the ended calls are parked")
 		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil }))
+		synctest.Wait()
+		require.Equal(t, base+3, bubbleGoroutines(), "and reused")
+		// Idle workers exit after one to two idle periods.
+		time.Sleep(2*workerIdle + time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, int64(0), tm.Stats().Workers)
+		require.Equal(t, base-1, bubbleGoroutines(), "the workers and the idle watchdog exited")
+		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil }))
+		require.Equal(t, int64(1), tm.Stats().Workers, "a call after the idle exit starts a worker again")
 	})
 }
 
@@ -192,8 +203,13 @@ func TestAbandonPanicAndGoexit(t *testing.T) {
 func TestAbandonStress(t *testing.T) {
 	wd := NewWatchdog(50*time.Microsecond, nil)
 	defer wd.Close()
-	tm, err := New(Config{Duration: 100 * time.Microsecond, Mode: ModeAbandon, Watchdog: wd, MaxAbandoned: 16})
+	// Few workers (calls beyond them start goroutines of their own) and a
+	// short idle period, so that the reaper runs amid the calls.
+	defer func(d time.Duration) { workerIdle = d }(workerIdle)
+	workerIdle = 200 * time.Microsecond
+	tm, err := New(Config{Duration: 100 * time.Microsecond, Mode: ModeAbandon, Watchdog: wd, MaxAbandoned: 16, Workers: 4})
 	require.NoError(t, err)
+	defer tm.Close()
 	var started, ended atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 6 {
@@ -231,6 +247,7 @@ func TestAbandonStress(t *testing.T) {
 	}
 	require.Equal(t, started.Load(), ended.Load(), "onDone ran exactly once per call")
 	require.Equal(t, 0, wd.Stats().Armed)
+	require.LessOrEqual(t, tm.Stats().Workers, int64(4))
 }
 
 func TestAllocsAbandon(t *testing.T) {
@@ -241,5 +258,218 @@ func TestAllocsAbandon(t *testing.T) {
 	fn := func(context.Context) error { return nil }
 	tm.Do(context.Background(), fn)
 	n := testing.AllocsPerRun(1000, func() { tm.Do(context.Background(), fn) })
-	require.Equal(t, 2.0, n, "abandon mode: the context and the goroutine's closure")
+	require.Equal(t, 1.0, n, "abandon mode: the context (the worker and its job are reused)")
+	// A call that finds every worker busy starts a goroutine (its closure)
+	// with a pooled job: two.
+	t1 := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon, Workers: 1})
+	hang := make(chan struct{})
+	done := make(chan struct{})
+	go func() { t1.Do(context.Background(), func(context.Context) error { <-hang; return nil }); close(done) }()
+	for t1.Stats().Workers != 1 {
+		runtime.Gosched()
+	}
+	t1.Do(context.Background(), fn)
+	n = testing.AllocsPerRun(1000, func() { t1.Do(context.Background(), fn) })
+	close(hang)
+	<-done
+	require.Equal(t, 2.0, n, "abandon mode, every worker busy: the context and the goroutine's closure")
+}
+
+// TestWorkersReused: sequential calls hand their function to the same
+// parked worker; no goroutine is started per call.
+func TestWorkersReused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon})
+		fn := func(context.Context) error { return nil }
+		require.NoError(t, tm.Do(t.Context(), fn))
+		synctest.Wait()
+		base := bubbleGoroutines()
+		var gids []uint64
+		for range 20 {
+			require.NoError(t, tm.Do(t.Context(), func(context.Context) error { gids = append(gids, goid()); return nil }))
+			require.Equal(t, base, bubbleGoroutines())
+		}
+		for _, g := range gids {
+			require.Equal(t, gids[0], g, "every call ran on the same worker")
+		}
+		require.Equal(t, int64(1), tm.Stats().Workers)
+	})
+}
+
+// goid returns the calling goroutine's id (test only), from its stack
+// header "goroutine N [...".
+func goid() uint64 {
+	var buf [32]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	var id uint64
+	for _, c := range b[len("goroutine "):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		id = id*10 + uint64(c-'0')
+	}
+	return id
+}
+
+// TestWorkersAbandonedSlotNotReused: a worker whose function was abandoned
+// is handed no other call until that function returned and its onDone ran;
+// meanwhile calls use another worker, or a goroutine of their own when
+// every worker is busy.
+func TestWorkersAbandonedSlotNotReused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: 10 * time.Millisecond, Mode: ModeAbandon, Workers: 1})
+		hang := make(chan struct{})
+		var order []string
+		keptCh := make(chan context.Context, 1)
+		abandonedGid := make(chan uint64, 1)
+		err := tm.DoAbandon(t.Context(), func(c context.Context) error {
+			keptCh <- c
+			abandonedGid <- goid()
+			<-hang
+			order = append(order, "abandoned fn returns")
+			return nil
+		}, func() { order = append(order, "abandoned onDone") })
+		require.ErrorIs(t, err, ErrTimeout)
+		kept := <-keptCh
+		require.Equal(t, int64(1), tm.Stats().Workers)
+		// The only slot is busy: this call runs on a goroutine of its own.
+		require.NoError(t, tm.DoAbandon(t.Context(), func(c context.Context) error {
+			require.NotSame(t, kept, c)
+			require.NoError(t, c.Err())
+			return nil
+		}, nil))
+		synctest.Wait()
+		require.Equal(t, int64(1), tm.Stats().Workers)
+		require.Equal(t, context.DeadlineExceeded, kept.Err(), "the abandoned call's context stays done")
+		close(hang)
+		synctest.Wait()
+		require.Equal(t, []string{"abandoned fn returns", "abandoned onDone"}, order)
+		// Now the slot is idle and reused; the abandoned context is untouched.
+		var reusedGid uint64
+		require.NoError(t, tm.DoAbandon(t.Context(), func(c context.Context) error {
+			reusedGid = goid()
+			require.NoError(t, c.Err())
+			return nil
+		}, nil))
+		require.Equal(t, <-abandonedGid, reusedGid, "the worker of the abandoned call, reused")
+		require.Equal(t, context.DeadlineExceeded, kept.Err())
+		require.Equal(t, int64(1), tm.Stats().Workers)
+	})
+}
+
+// TestWorkersBound: the pool never holds more than Workers goroutines;
+// calls beyond it start goroutines of their own, which exit with their
+// call.
+func TestWorkersBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon, Workers: 2})
+		hang := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				require.NoError(t, tm.Do(t.Context(), func(context.Context) error { <-hang; return nil }))
+			}()
+		}
+		synctest.Wait()
+		require.Equal(t, int64(2), tm.Stats().Workers)
+		close(hang)
+		wg.Wait()
+		synctest.Wait()
+		require.Equal(t, int64(2), tm.Stats().Workers)
+	})
+}
+
+// TestWorkersClose: Close stops the idle workers at once and waits for
+// them; a worker busy with an abandoned call exits when the call ends; calls
+// after Close still work (a goroutine each).
+func TestWorkersClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: 10 * time.Millisecond, Mode: ModeAbandon})
+		fn := func(context.Context) error { return nil }
+		var wg sync.WaitGroup
+		for range 3 { // three idle workers
+			wg.Add(1)
+			go func() { defer wg.Done(); require.NoError(t, tm.Do(t.Context(), fn)) }()
+		}
+		wg.Wait()
+		synctest.Wait()
+		hang := make(chan struct{})
+		require.ErrorIs(t, tm.Do(t.Context(), func(context.Context) error { <-hang; return nil }), ErrTimeout)
+		n := tm.Stats().Workers
+		require.GreaterOrEqual(t, n, int64(1))
+		base := bubbleGoroutines() - int(n) - 1 // without the workers and the watchdog
+		require.NoError(t, tm.Close())          // stops its own watchdog too
+		require.Equal(t, int64(1), tm.Stats().Workers, "only the busy worker is left")
+		require.Equal(t, base+1, bubbleGoroutines())
+		require.NoError(t, tm.Close()) // idempotent
+		close(hang)
+		synctest.Wait()
+		require.Equal(t, int64(0), tm.Stats().Workers, "the busy worker exits when its call ends")
+		require.Equal(t, base, bubbleGoroutines())
+		require.NoError(t, tm.Do(t.Context(), fn))
+		synctest.Wait()
+		require.Equal(t, base, bubbleGoroutines(), "after Close a call's goroutine exits with it")
+		require.Equal(t, int64(0), tm.Stats().Workers)
+
+		// Close before any DoAbandon: calls still work, on goroutines of
+		// their own.
+		t2 := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon})
+		require.NoError(t, t2.Close())
+		require.NoError(t, t2.Do(t.Context(), fn))
+		synctest.Wait()
+		require.Equal(t, int64(0), t2.Stats().Workers)
+	})
+}
+
+// TestWorkersPanicAndGoexit: a worker survives a panic in fn (re-raised on
+// the waiting caller) and is reused; a Goexit ends its goroutine, and the
+// slot gets a new one.
+func TestWorkersPanicAndGoexit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon, Workers: 1})
+		fn := func(context.Context) error { return nil }
+		require.NoError(t, tm.Do(t.Context(), fn))
+		synctest.Wait()
+		base := bubbleGoroutines()
+		require.PanicsWithValue(t, "boom", func() {
+			tm.Do(t.Context(), func(context.Context) error { panic("boom") })
+		})
+		synctest.Wait()
+		require.Equal(t, base, bubbleGoroutines(), "the worker survived the panic")
+		require.NoError(t, tm.Do(t.Context(), fn))
+		require.Equal(t, int64(1), tm.Stats().Workers)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tm.Do(t.Context(), func(context.Context) error { runtime.Goexit(); return nil })
+		}()
+		<-done
+		synctest.Wait()
+		require.Equal(t, base-1, bubbleGoroutines(), "the worker ended with its Goexit")
+		require.Equal(t, int64(0), tm.Stats().Workers)
+		require.NoError(t, tm.Do(t.Context(), fn))
+		synctest.Wait()
+		require.Equal(t, base, bubbleGoroutines(), "the slot got a new goroutine")
+		require.Equal(t, int64(1), tm.Stats().Workers)
+	})
+}
+
+// TestWorkersIdleExitRealTime: without synctest and without Close, idle
+// workers exit by themselves (a dropped Timeout leaks no goroutine).
+func TestWorkersIdleExitRealTime(t *testing.T) {
+	defer func(d time.Duration) { workerIdle = d }(workerIdle)
+	workerIdle = time.Millisecond
+	tm, err := New(Config{Duration: time.Hour, Mode: ModeAbandon, Tick: time.Millisecond})
+	require.NoError(t, err)
+	defer tm.Close() // its own watchdog only
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); tm.Do(context.Background(), func(context.Context) error { return nil }) }()
+	}
+	wg.Wait()
+	require.GreaterOrEqual(t, tm.Stats().Workers, int64(1))
+	require.Eventually(t, func() bool { return tm.Stats().Workers == 0 }, 5*time.Second, time.Millisecond)
 }

@@ -14,12 +14,16 @@
 //   - [ModeSoft]: classification only. The function gets the parent context
 //     unchanged, nothing is cancelled, and the call returns [ErrTimeout] if
 //     it ended after the deadline. Zero allocations.
-//   - [ModeAbandon] (opt-in): the function runs in a goroutine of its own;
+//   - [ModeAbandon] (opt-in): the function runs on another goroutine, a
+//     worker that the Timeout keeps parked between calls (Config.Workers);
 //     the caller returns at the deadline even if the function does not, and
 //     the function keeps running, abandoned, with its context done. The
 //     number of abandoned functions is bounded (MaxAbandoned); the onDone
 //     hook of [Timeout.DoAbandon] runs only when the abandoned function has
-//     truly ended, which is when a bulkhead permit may be released.
+//     truly ended, which is when a bulkhead permit may be released, and
+//     the worker is reused only after that. One allocation per call (the
+//     context) and a hand-off to the worker and back (two goroutine
+//     wake-ups: the floor of any timeout that runs the function elsewhere).
 //
 // # The watchdog
 //
@@ -79,6 +83,15 @@
 // onDone.
 //
 // # Concurrency
+//
+// Abandon mode's workers: a fixed table of Config.Workers slots (allocated
+// by the first DoAbandon), each a goroutine's home with its reused job
+// state, on two lock-free stacks (idle workers, slots without goroutine). A
+// call pops an idle worker and wakes it; a worker idle for one to two
+// seconds exits; Close stops the idle ones and waits for them. A call that
+// finds every worker busy (or comes after Close) starts a goroutine of its
+// own. Tests under testing/synctest must Close an abandon-mode Timeout
+// before the bubble ends (its idle workers are goroutines of the bubble).
 //
 // A Timeout is safe for concurrent use. The success path takes no lock:
 // in deadline mode it is one allocation, a CAS to pop a watchdog slot, a

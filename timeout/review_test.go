@@ -18,6 +18,7 @@ func TestDoAbandonInSoftMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer to.Close() // stops the worker DoAbandon parked
 	ran := false
 	if err := to.DoAbandon(context.Background(), func(context.Context) error { ran = true; return nil }, nil); err != nil || !ran {
 		t.Fatalf("err %v, ran %v", err, ran)
@@ -32,6 +33,7 @@ func TestDoAbandonInSoftModeTimesOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer to.Close() // before the bubble ends: the pool's idle worker
 		release := make(chan struct{})
 		start := time.Now()
 		err = to.DoAbandon(context.Background(), func(ctx context.Context) error {

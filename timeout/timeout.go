@@ -76,14 +76,14 @@ const (
 	// unchanged and nothing cancels it; the call returns ErrTimeout when it
 	// ended after the deadline. Zero allocations, no watchdog.
 	ModeSoft
-	// ModeAbandon runs the function in a goroutine of its own with a
-	// deadline context, and returns at the deadline (or when the parent is
-	// done) even if the function has not: the function is abandoned and
-	// keeps running until it returns. At most MaxAbandoned functions are
-	// abandoned at once; further calls are rejected. The onDone hook of
-	// DoAbandon runs only when the function has truly ended (release a
-	// bulkhead permit there). Costs a goroutine and a few allocations per
-	// call.
+	// ModeAbandon runs the function on another goroutine (a pooled worker,
+	// see Config.Workers) with a deadline context, and returns at the
+	// deadline (or when the parent is done) even if the function has not:
+	// the function is abandoned and keeps running until it returns. At most
+	// MaxAbandoned functions are abandoned at once; further calls are
+	// rejected. The onDone hook of DoAbandon runs only when the function has
+	// truly ended (release a bulkhead permit there). Costs one allocation
+	// (the context) and a hand-off to a parked worker and back per call.
 	ModeAbandon
 )
 
@@ -148,6 +148,14 @@ type Config struct {
 	// running; while it is reached, calls are rejected without starting
 	// anything. Zero means DefaultMaxAbandoned.
 	MaxAbandoned int
+	// Workers bounds, for abandon mode (DoAbandon), the worker goroutines
+	// the Timeout keeps for reuse: busy, abandoned and idle ones together.
+	// A call hands its function to an idle worker instead of starting a
+	// goroutine; a call that finds every worker busy starts a goroutine of
+	// its own. An idle worker exits after one to two seconds without a
+	// call, and at Close. The table of workers (about 192 bytes each) is
+	// allocated on the first DoAbandon. Zero means DefaultWorkers.
+	Workers int
 	// OnTimeout is called when a call is classified as timed out, with its
 	// duration up to the moment it was classified (nil: not called).
 	OnTimeout func(elapsed time.Duration)
@@ -180,7 +188,9 @@ type Timeout struct {
 	onAbandon  func(int64)
 	onRejected func(int64)
 
-	jobs sync.Pool // *job, abandon mode
+	jobs     sync.Pool                  // *job, abandon-mode calls that found no worker
+	workers  atomic.Pointer[workerPool] // abandon mode; created by the first DoAbandon
+	nWorkers int
 
 	// abandoned is written when a call is abandoned and when an abandoned
 	// function returns, read by every abandon-mode call.
@@ -209,6 +219,9 @@ func New(cfg Config) (*Timeout, error) {
 	if cfg.MaxAbandoned < 0 {
 		return nil, rampart.NewConfigError("timeout", "MaxAbandoned", "must not be negative, got %d", cfg.MaxAbandoned)
 	}
+	if cfg.Workers < 0 || cfg.Workers > maxWorkers {
+		return nil, rampart.NewConfigError("timeout", "Workers", "must be in [0, %d], got %d", maxWorkers, cfg.Workers)
+	}
 	t := &Timeout{
 		d:          int64(cfg.Duration),
 		mode:       cfg.Mode,
@@ -222,6 +235,10 @@ func New(cfg Config) (*Timeout, error) {
 	}
 	if t.maxAband == 0 {
 		t.maxAband = DefaultMaxAbandoned
+	}
+	t.nWorkers = cfg.Workers
+	if t.nWorkers == 0 {
+		t.nWorkers = DefaultWorkers
 	}
 	switch {
 	case t.wd != nil:
@@ -261,11 +278,24 @@ func quote(s string) string {
 	return `"` + s + `"`
 }
 
-// Close stops the Timeout's own watchdog, if it has one (see
-// Config.Watchdog), and waits for its goroutine to exit. Calls in flight
-// and calls made after Close still time out, each with a runtime timer. Close is idempotent and
-// does nothing for a Timeout on a shared watchdog.
+// Close stops the Timeout's abandon-mode workers and its own watchdog, if
+// it has one (see Config.Watchdog), and waits for their goroutines to exit:
+// the idle workers and the watchdog's goroutine; a worker busy with a call
+// (abandoned or not) exits as soon as its function returns. Calls in flight
+// and calls made after Close still time out, each with a runtime timer
+// when the watchdog was the Timeout's own; abandon-mode calls after Close
+// start a goroutine each. Close is idempotent; on a Timeout on a shared
+// watchdog that never ran DoAbandon it does nothing.
 func (t *Timeout) Close() error {
+	for {
+		if p := t.workers.Load(); p != nil {
+			p.close()
+			break
+		}
+		if t.workers.CompareAndSwap(nil, closedWorkers()) {
+			break
+		}
+	}
 	if t.ownWd {
 		// The calls in flight keep their deadlines (runtime timers).
 		return t.wd.CloseHandOff()
@@ -518,6 +548,7 @@ type Stats struct {
 	Rejected       uint64 // calls rejected because MaxAbandoned was reached
 	Fallbacks      uint64 // calls timed by a runtime timer because the watchdog refused
 	ListenerPanics uint64 // listener calls that panicked (recovered)
+	Workers        int64  // abandon-mode worker goroutines alive now (busy, abandoned or idle)
 }
 
 // Stats returns the counters. It allocates nothing.
@@ -529,5 +560,13 @@ func (t *Timeout) Stats() Stats {
 		Rejected:       t.rejected.Load(),
 		Fallbacks:      t.fallbacks.Load(),
 		ListenerPanics: t.listenerPanics.Load(),
+		Workers:        t.liveWorkers(),
 	}
+}
+
+func (t *Timeout) liveWorkers() int64 {
+	if p := t.workers.Load(); p != nil {
+		return p.live.Load()
+	}
+	return 0
 }
