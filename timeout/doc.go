@@ -94,9 +94,10 @@
 // before the bubble ends (its idle workers are goroutines of the bubble).
 //
 // A Timeout is safe for concurrent use. The success path takes no lock:
-// in deadline mode it is one allocation, a CAS to pop a watchdog slot, a
-// store to arm it, a CAS to disarm it, a CAS to push it back and a CAS to
-// end the context; in soft mode it is a comparison. Listeners run
+// in deadline mode it is one allocation, a CAS to take a watchdog slot (the
+// one the previous call on this shard freed), two stores to arm it (its
+// deadline, its state), a CAS to disarm it, a CAS to cache it back for the
+// next call and a CAS to end the context; in soft mode it is a comparison. Listeners run
 // synchronously on the caller's goroutine (OnTimeout, OnAbandon,
 // OnRejected); a panicking listener is recovered and counted.
 package timeout

@@ -403,8 +403,8 @@ func (t *Timeout) unwatch(c *ctx, wh watchdog.Handle) bool {
 // In deadline mode Finish also releases the watch slot and ends the context
 // with context.Canceled if it is still live (like the cancel func of
 // context.WithTimeout); a context the callee kept stays done with that error
-// forever. Costs: one CAS to disarm the watch and one CAS to end the
-// context; soft mode costs a comparison.
+// forever. Costs: one CAS to disarm the watch, one to cache its slot for
+// the next call and one to end the context; soft mode costs a comparison.
 func (t *Timeout) Finish(h Handle, now int64, err error) error {
 	c := h.c
 	if c == nil {

@@ -5,11 +5,13 @@
 // # Algorithm: slot sweep (seed 000 §6.3)
 //
 // A Watchdog owns a table of slots, grown in fixed segments of [SegmentSize]
-// slots and never shrunk. [Watchdog.Schedule] pops a free slot from a
-// lock-free stack (a Treiber stack whose head packs an ABA tag; one stack
-// per shard, see pop, so that cores do not share one), writes the
-// target, its argument and the deadline, and publishes the slot as armed.
-// [Watchdog.Cancel] disarms it with one CAS and pushes it back. Every tick the
+// slots and never shrunk. [Watchdog.Schedule] takes a free slot (its
+// shard's one-slot cache, else a pop from a lock-free stack: a Treiber stack
+// whose head packs an ABA tag; one stack and one cache per shard, see
+// shard, so that cores do not share one), writes the target, its argument
+// and the deadline, and publishes the slot as armed. [Watchdog.Cancel]
+// disarms it with one CAS and parks it in the shard's cache (or pushes it
+// back on the stack when the cache is taken). Every tick the
 // watchdog goroutine sweeps the table and fires each armed slot whose
 // deadline is at or before the clock's reading: O(slots) per tick, O(1) and
 // allocation-free per Schedule/Cancel. Sweeps are cheap when the concurrency
@@ -158,6 +160,23 @@ type slot struct {
 
 type segment [SegmentSize]slot
 
+// shard is one shard's free stack and its one-slot cache, alone on a cache
+// line (the stack's head and the cache are used by the same calls).
+//
+// The cache holds (index+1 of) one free slot of the shard, or 0. Cancel
+// parks the slot it frees there when the cache is empty, and Schedule takes
+// it from there first: a goroutine that arms and disarms in turn (a call
+// under a timeout) reuses one slot with a CAS on each side, instead of a
+// pop and a push on the stack (a CAS each, plus the link store and the
+// loads). A cached slot keeps its last target (cleared when the slot goes
+// back on the stack): at most nShards stale targets are kept alive, until
+// the slot's next use.
+type shard struct {
+	head  atomic.Uint64
+	cache atomic.Uint32
+	_     [pad.LineSize - 12]byte
+}
+
 // Run states of the goroutine (Watchdog.run).
 const (
 	runStopped = 0 // no goroutine; the next Schedule starts one
@@ -168,16 +187,17 @@ const (
 // Watchdog fires targets at their deadlines. Create it with New (or use
 // Default); the zero value is not usable.
 type Watchdog struct {
-	// heads are the free stacks, one per shard, each word packing
+	// shards are the free stacks, one per shard, each head packing
 	//
 	//	 63              32 31               0
 	//	+------------------+------------------+
 	//	| ABA tag          | top index + 1    |  0 = empty stack
 	//	+------------------+------------------+
 	//
-	// The tag grows on every successful pop and push. Popped
-	// and pushed by every Schedule/Cancel, hence each alone on its line.
-	heads [nShards]pad.Uint64
+	// The tag grows on every successful pop and push. Each shard's head
+	// shares its line with the shard's one-slot cache (see shard), and with
+	// nothing else.
+	shards [nShards]shard
 
 	// run is runStopped/runRunning/runClosed. Read by every Schedule (a load
 	// of a line that is written only when the goroutine starts or stops).
@@ -246,10 +266,12 @@ func (w *Watchdog) slotAt(i uint32) *slot {
 // (MaxSegments*SegmentSize armed targets): the caller falls back to a runtime
 // timer. A deadline already passed fires on the next sweep.
 //
-// Atomics: one CAS to pop a slot (retried under contention), one store to
-// arm it, one load of the run state.
+// Atomics: a load and a CAS to take the shard's cached slot (when the cache
+// is empty: two loads and a CAS to pop one, retried under contention), a
+// load of the slot's generation, two stores (the deadline, then the state
+// that publishes it and the target), one load of the run state.
 func (w *Watchdog) Schedule(deadline int64, t Target, arg uint64) (Handle, bool) {
-	i, ok := w.pop(shardOf(t))
+	i, ok := w.take(shardOf(t))
 	if !ok {
 		return Handle{}, false
 	}
@@ -294,7 +316,9 @@ func (w *Watchdog) scheduleSlow() bool {
 // the watchdog goroutine), or when h was already cancelled or is the zero
 // Handle. Cancelling is optional after a fire, and idempotent.
 //
-// Atomics: one CAS on the slot, one CAS to push it back on the free stack.
+// Atomics: one CAS on the slot, then a load and a CAS to park it in its
+// shard's cache (when the cache is taken: a load, a store of the link and a
+// CAS to push it on the stack).
 func (w *Watchdog) Cancel(h Handle) bool {
 	if h.idx == 0 {
 		return false
@@ -304,9 +328,30 @@ func (w *Watchdog) Cancel(h Handle) bool {
 	if !s.state.CompareAndSwap(uint64(h.gen)<<8|stArmed, uint64(h.gen)<<8|stFree) {
 		return false
 	}
+	w.release(i, s)
+	return true
+}
+
+// take takes a free slot for shard sh: the shard's cached slot (a load and
+// a CAS), else a pop.
+func (w *Watchdog) take(sh uint32) (uint32, bool) {
+	c := &w.shards[sh].cache
+	if i := c.Load(); i != 0 && c.CompareAndSwap(i, 0) {
+		return i - 1, true
+	}
+	return w.pop(sh)
+}
+
+// release frees slot i (s), disarmed by Cancel: into its shard's cache when
+// that is empty (a load and a CAS; the stale target stays until the slot's
+// next use), else onto the stack with its target cleared.
+func (w *Watchdog) release(i uint32, s *slot) {
+	c := &w.shards[i%nShards].cache
+	if c.Load() == 0 && c.CompareAndSwap(0, i+1) {
+		return
+	}
 	s.target = nil
 	w.push(i)
-	return true
 }
 
 // Sharding. Slot i belongs to shard i%nShards and always goes back to
@@ -340,7 +385,7 @@ func (w *Watchdog) pop(sh uint32) (uint32, bool) {
 
 // popFrom pops from one shard's stack; false when it is empty.
 func (w *Watchdog) popFrom(sh uint32) (uint32, bool) {
-	head := &w.heads[sh]
+	head := &w.shards[sh].head
 	for {
 		old := head.Load()
 		top := uint32(old)
@@ -367,7 +412,7 @@ func (w *Watchdog) popSlow(sh uint32) (uint32, bool) {
 // push returns slot i to its shard's free stack.
 func (w *Watchdog) push(i uint32) {
 	s := w.slotAt(i)
-	head := &w.heads[i%nShards]
+	head := &w.shards[i%nShards].head
 	for {
 		old := head.Load()
 		s.next.Store(uint32(old))
@@ -391,6 +436,13 @@ func (w *Watchdog) grow(sh uint32) (uint32, bool) {
 	}
 	n := w.nsegs.Load()
 	if n >= MaxSegments {
+		// The last free slots may sit in other shards' caches.
+		for k := uint32(0); k < nShards; k++ {
+			c := &w.shards[k].cache
+			if i := c.Load(); i != 0 && c.CompareAndSwap(i, 0) {
+				return i - 1, true
+			}
+		}
 		w.full.Add(1)
 		return 0, false
 	}
@@ -412,7 +464,7 @@ func (w *Watchdog) grow(sh uint32) (uint32, bool) {
 		if first > last {
 			continue
 		}
-		head := &w.heads[h]
+		head := &w.shards[h].head
 		for {
 			old := head.Load()
 			seg[last].next.Store(uint32(old))

@@ -442,11 +442,18 @@ type recorder struct{ fired map[uint64]int }
 
 func (r *recorder) Fire(arg uint64) { r.fired[arg]++ }
 
-// freeCount walks every shard's free stack (test only: not concurrent-safe).
+// freeCount walks every shard's free stack and counts its cached slot
+// (test only: not concurrent-safe).
 func (w *Watchdog) freeCount() int {
 	n := 0
-	for sh := range w.heads {
-		for top := uint32(w.heads[sh].Load()); top != 0; top = w.slotAt(top - 1).next.Load() {
+	for sh := range w.shards {
+		if c := w.shards[sh].cache.Load(); c != 0 {
+			if (c-1)%nShards != uint32(sh) {
+				panic("cached slot on a foreign shard")
+			}
+			n++
+		}
+		for top := uint32(w.shards[sh].head.Load()); top != 0; top = w.slotAt(top - 1).next.Load() {
 			if (top-1)%nShards != uint32(sh) {
 				panic("slot on a foreign shard")
 			}
@@ -514,4 +521,78 @@ func TestCloseHandOffKeepsArmedTargets(t *testing.T) {
 		_, ok := w.Schedule(clk.Now(), fired, 0)
 		require.False(t, ok)
 	})
+}
+
+// BenchmarkScheduleCancelSeq is one goroutine arming and disarming, with a
+// fresh target per call like a timeout's context.
+func BenchmarkScheduleCancelSeq(b *testing.B) {
+	w := New(Config{})
+	defer w.Close()
+	b.ReportAllocs()
+	ts := make([]counter, 64)
+	i := 0
+	for b.Loop() {
+		h, _ := w.Schedule(1<<62, &ts[i%len(ts)], 0)
+		w.Cancel(h)
+		i++
+	}
+}
+
+// TestCacheReusesSlot: a goroutine that arms and disarms in turn reuses one
+// slot through its shard's cache, with a new generation each time; a slot
+// that fires goes back on the stack, not in the cache.
+func TestCacheReusesSlot(t *testing.T) {
+	clk := ticker.NewManual(0)
+	w := New(Config{Clock: clk, Manual: true})
+	defer w.Close()
+	var c counter
+	h0, _ := w.Schedule(10, &c, 0)
+	require.True(t, w.Cancel(h0))
+	prev := h0
+	for i := range 100 {
+		h, ok := w.Schedule(10, &c, uint64(i))
+		require.True(t, ok)
+		require.Equal(t, h0.idx, h.idx, "the cached slot")
+		require.NotEqual(t, prev.gen, h.gen)
+		require.False(t, w.Cancel(prev), "a stale handle")
+		require.True(t, w.Cancel(h))
+		require.False(t, w.Cancel(h), "twice")
+		prev = h
+	}
+	require.Equal(t, w.Stats().Slots, w.freeCount())
+	h, _ := w.Schedule(10, &c, 0)
+	clk.Set(10)
+	require.Equal(t, 1, w.Sweep())
+	require.False(t, w.Cancel(h))
+	require.Equal(t, w.Stats().Slots, w.freeCount())
+	require.Zero(t, w.shards[(h.idx-1)%nShards].cache.Load(), "a fired slot is pushed, not cached")
+}
+
+// TestFullTakesCachedSlots: the table reports full only when every slot is
+// armed, the last ones taken from other shards' caches.
+func TestFullTakesCachedSlots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("arms every slot of a full table")
+	}
+	clk := ticker.NewManual(0)
+	w := New(Config{Clock: clk, Manual: true})
+	defer w.Close()
+	a := new(counter)
+	var b *counter
+	for b == nil || shardOf(b) == shardOf(a) {
+		b = new(counter)
+		_ = make([]byte, 8192)
+	}
+	h, _ := w.Schedule(1, a, 0)
+	require.True(t, w.Cancel(h)) // parked in a's shard cache
+	n := 0
+	for {
+		if _, ok := w.Schedule(1, b, 0); !ok {
+			break
+		}
+		n++
+	}
+	require.Equal(t, MaxSegments*SegmentSize, n)
+	require.Equal(t, uint64(1), w.Stats().Full)
+	require.Equal(t, 0, w.freeCount())
 }
