@@ -32,15 +32,25 @@ type Controller interface {
 // Sample is what one window observed, handed to [Controller.Update].
 //
 // RTTs are in nanoseconds, measured from [Limiter.Acquire] to
-// [Limiter.Release] of calls released with [Success]. Calls released with
-// [Dropped] count in Drops only; calls released with [Ignored] appear nowhere.
+// [Limiter.Release] (or from [Limiter.Begin] to [Limiter.End]) of calls
+// released with [Success]. Calls released with [Dropped] count in Drops
+// only; calls released with [Ignored] appear nowhere.
+//
+// With Begin/End (and Do, Call) only a sample of the calls is timed (see
+// [Limiter.Begin]): a call timed at stride s stands for s calls, so Count
+// and AvgRTT are estimates over every success of the window (weighted by
+// stride, unbiased even when the stride changes within the window), Samples
+// is the number of timed calls behind them, and MinRTT is the least of the
+// timed calls, at or above the true least. With Acquire/Release every
+// success is timed and Count equals Samples.
 type Sample struct {
 	Now         int64   // the time of the release that closed the window
 	Limit       float64 // the current (unclamped-fraction) limit
-	Count       int64   // successful calls completed in the window
-	Drops       int64   // calls released as Dropped (timeouts, overload errors)
-	AvgRTT      int64   // mean RTT of the successful calls (0 when Count is 0)
-	MinRTT      int64   // least RTT of the successful calls (0 when Count is 0)
+	Count       int64   // successful calls completed in the window (estimated under sampling: Σ stride of the timed ones)
+	Samples     int64   // timed successes behind AvgRTT and MinRTT
+	Drops       int64   // calls released as Dropped (timeouts, overload errors), every one
+	AvgRTT      int64   // mean RTT of the successful calls, stride-weighted (0 when Count is 0)
+	MinRTT      int64   // least RTT of the timed successful calls (0 when Count is 0)
 	MaxInFlight int64   // the most calls in flight seen by any call of the window, itself included
 	InFlight    int64   // calls in flight when the window closed
 }

@@ -13,6 +13,36 @@
 // aggregates out, and asks the [Algorithm] for a new limit. There is no
 // background goroutine and no lock on the admission or release path.
 //
+// # RTT sampling
+//
+// Timing a call takes two clock reads, which cost more than the limiter
+// itself. [Limiter.Begin] and [Limiter.End] (and Do and Call, which use
+// them) read the clock only for the calls they pick as RTT samples, as
+// high-rate systems do: about one call in a stride, picked by a hash of the
+// admission's sequence number (which the slot's atomic add returns, so
+// picking writes nothing shared). The stride adapts per window so that each
+// window still carries T samples, T the least power of two at or above
+// max(8·MinWindowSamples, 4·MaxInFlight) (128 at the defaults): at a window's
+// close it becomes the greatest power of two at or below calls/T, capped by
+// Config.MaxSampleStride (default 64; 1 times every call); it doubles within
+// a window each time the window's samples reach another multiple of T beyond
+// 2T; it drops to 1 when a window is due but short of samples. A slow or
+// low-rate dependency (fewer than 2T calls per window) has every call timed;
+// only high-rate ones are sampled.
+//
+// Drops are never sampled away (an unsampled Dropped release counts the loss
+// and reads the clock to close a due window), and the most calls in flight
+// comes from every release. A sample taken at stride s weighs s calls, so
+// Sample.AvgRTT and Sample.Count are unbiased estimates over every success of
+// the window even when the stride changes while latency trends (without the
+// weights, a window whose stride rose while its latency climbed read about
+// half its true mean in the simulation); Sample.Samples says how many calls
+// were timed. Sample.MinRTT, the least of the timed calls, is at or above the
+// true least (no built-in algorithm uses it). In the simulation with 1 s
+// windows (stride 8–16, TestSimSampling) the sampled window means stayed
+// within 0.1 % of the mean of every call on average (s.d. 0.3 % per window)
+// and the limits within 1 % of those of timing every call.
+//
 // Three algorithms are provided, each documented with its formula:
 //
 //   - [Vegas] (the default): estimates the dependency's queue as
@@ -30,11 +60,16 @@
 // [Dropped] call (timeout, overload error) is a loss that lowers the limit,
 // and an [Ignored] call (the caller cancelled) only frees its slot.
 //
-// Which method to use: [Limiter.Acquire] and [Limiter.Release] are the
-// primitives (they take the current time as an argument and allocate
-// nothing; package pipeline uses them); [Limiter.Do] and [Call] wrap a
-// function; [Limiter.AcquirePriority] admits by priority partition
-// (Config.Partitions); [Limiter.AcquireWait] waits in the optional CoDel /
+// Which method to use: [Limiter.Begin] and [Limiter.End] admit and release
+// a call, reading the limiter's ticker for sampled calls only (the
+// recommended form when the caller has no clock readings of its own);
+// [Limiter.Do] and [Call] wrap a function the same way;
+// [Limiter.BeginPriority] admits by priority partition
+// (Config.Partitions). [Limiter.Acquire] and [Limiter.Release] are the
+// primitives for callers that already read the clock (they take the current
+// time as an argument, time every call and allocate nothing; package
+// pipeline uses them with its own readings), with [Limiter.AcquirePriority]
+// and [Limiter.AcquireWait], which waits in the optional CoDel /
 // adaptive-LIFO queue (Config.Queue).
 //
 // # Throttler

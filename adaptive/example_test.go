@@ -26,7 +26,15 @@ func Example() {
 	err = l.Do(context.Background(), func(ctx context.Context) error { return nil })
 	fmt.Println("Do:", err)
 
-	// The primitives, as package pipeline uses them.
+	// Begin and End: the limiter reads its clock itself, only for the
+	// calls it samples for their RTT (every call while the rate is low).
+	if tok, ok := l.Begin(); ok {
+		// ... call the dependency ...
+		l.End(tok, adaptive.Success)
+	}
+
+	// The primitives, for a caller that reads the clock anyway (package
+	// pipeline): every call is timed with the caller's readings.
 	now := l.Ticker().Now()
 	a, _ := l.Acquire(now)
 	b, _ := l.Acquire(now)

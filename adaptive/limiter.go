@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -49,19 +50,28 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// Token is an admitted call's permit, returned by [Limiter.Acquire] and
-// handed back to [Limiter.Release] exactly once. It is a small value (no
-// pointer, nothing escapes) carrying the admission time. The zero Token is
-// not a permit: never release it.
+// Token is an admitted call's permit, returned by [Limiter.Acquire] (or
+// [Limiter.Begin]) and handed back exactly once to [Limiter.Release] (or
+// [Limiter.End]). It is a small value (no pointer, nothing escapes) carrying
+// the admission time. The zero Token is not a permit: never release it.
 type Token struct {
-	start    int64 // the now given to Acquire
+	start    int64 // the now given to Acquire, or read by Begin for a sampled call
 	inflight int32 // calls in flight right after this one was admitted
 	part     int16 // 1 + the priority partition; 0 when none
 	ok       bool  // a real permit
+	wt       uint8 // 0: no RTT sample (start unset); else 1 + log2 of the sample's weight (the stride it was picked at)
 }
 
-// Start returns the time the call was admitted (the now given to Acquire).
+// Start returns the time the call was admitted: the now given to Acquire,
+// or the clock reading Begin took for a call it picked as an RTT sample (0
+// for a call Begin did not pick: see [Token.Sampled]).
 func (t Token) Start() int64 { return t.start }
+
+// Sampled reports whether the call's RTT is measured: always for a Token
+// from Acquire, AcquirePriority and AcquireWait; for one from Begin or
+// BeginPriority, only when it was picked as an RTT sample (see
+// [Limiter.Begin]).
+func (t Token) Sampled() bool { return t.wt != 0 }
 
 // Valid reports whether t is a permit (false for the zero Token).
 func (t Token) Valid() bool { return t.ok }
@@ -84,7 +94,7 @@ type Config struct {
 	// Pick several times the dependency's typical latency.
 	Window time.Duration
 	// MinWindowSamples is the least number of successful calls a window
-	// must hold before it ends (a window with a drop ends regardless; a
+	// must hold (timed ones: RTT samples, see [Limiter.Begin]) before it ends (a window with a drop ends regardless; a
 	// limit below MinWindowSamples lowers the requirement to the limit, so
 	// that windows at a low limit, such as a baseline probe's, do not
 	// stretch for many call durations). Default 10.
@@ -103,9 +113,17 @@ type Config struct {
 	// changes the published limit. It runs on the goroutine that closed
 	// the window.
 	OnLimitChange func(oldLimit, newLimit int)
-	// Ticker is the clock of Do, Call and AcquireWait. Default
-	// rampart.DefaultTicker().
+	// Ticker is the clock of Begin, End, Do and Call, and of the first
+	// window. Default rampart.DefaultTicker().
 	Ticker rampart.Ticker
+	// MaxSampleStride bounds the RTT sampling of Begin/End, Do and Call
+	// (see [Limiter.Begin]): the stride adapts so that each window carries
+	// enough samples, but never exceeds MaxSampleStride, so at least one
+	// call in MaxSampleStride is timed. 1 times every call (two clock reads
+	// per call, as Acquire/Release with the caller's readings). A power of
+	// two from 1 to 1024; default (0) 64. Acquire, AcquirePriority and
+	// AcquireWait take the time as an argument and are always samples.
+	MaxSampleStride int
 }
 
 // DefaultClassify is the default Config.Classify: nil is a [Success];
@@ -131,9 +149,10 @@ type Stats struct {
 	InFlight       int    // calls admitted and not yet released
 	Peak           int    // the most calls in flight seen at an admission (recorded when that call is released)
 	Rejected       uint64 // calls refused (including those shed from the queue)
-	Samples        uint64 // Success releases counted in closed windows
+	Samples        uint64 // RTT samples (timed Success releases) counted in closed windows
 	Drops          uint64 // Dropped releases counted in closed windows
 	Windows        uint64 // windows closed (limit recomputations)
+	Stride         int    // Begin's RTT sampling stride now: about one call in Stride is timed (1 to MaxSampleStride; Acquire's calls are all timed, and their samples count toward raising it)
 	Queued         int    // calls waiting in the queue now
 	Shed           uint64 // waiting calls shed by CoDel or a full queue
 	ListenerPanics uint64 // listener panics recovered
@@ -142,26 +161,54 @@ type Stats struct {
 // window holds the aggregates of the current window, written lock-free by
 // every release and swapped out by the goroutine that closes the window.
 type window struct {
-	_     pad.Line
-	sum   atomic.Int64 // Σ RTT of Success releases; written by each success
-	count atomic.Int64 // number of Success releases; same line as sum: written together
-	_     pad.Line
-	min   atomic.Int64 // least RTT; read by each success, written only when lower
-	maxIn atomic.Int64 // most in flight; read by each success, written only when higher
-	drops atomic.Int64 // Dropped releases; written only on losses
-	_     pad.Line
+	_      pad.Line
+	sum    atomic.Int64 // Σ weight·RTT of sampled Success releases; written by each
+	counts atomic.Int64 // samples (high 32 bits) and Σ weight (low 32: see oneSample); same line as sum: written together
+	_      pad.Line
+	min    atomic.Int64 // least RTT; read by each success, written only when lower
+	maxIn  atomic.Int64 // most in flight; read by each success, written only when higher
+	drops  atomic.Int64 // Dropped releases; written only on losses
+	_      pad.Line
 }
+
+// Slot word layout (l.slots): one atomic add both takes a slot and numbers
+// the admission, so Begin gets a sequence number for its sampling decision
+// without a second shared counter.
+//
+//	63                   32 31                    0
+//	+----------------------+----------------------+
+//	| admissions (wrapping)|  calls in flight (s) |
+//	+----------------------+----------------------+
+//
+// The low half is a signed 32-bit count (MaxLimit ≤ 2^31−1; Token keeps it in
+// an int32 too); a release subtracts 1 from it only, an undone admission
+// subtracts admitOne, so the high half counts admissions net of rejections.
+const admitOne = 1<<32 | 1
+
+// oneSample is one RTT sample in window.counts, whose high half counts the
+// samples (for MinWindowSamples and the stride) and whose low half sums
+// their weights (the estimated successes, Sample.Count): one atomic add
+// records both. A window holds at most 2^32−1 successes.
+const oneSample = 1 << 32
+
+// inFlightOf returns the calls in flight held in a slot word.
+func inFlightOf(w int64) int64 { return int64(int32(w)) }
+
+// seqOf returns the admission sequence number held in a slot word.
+func seqOf(w int64) uint32 { return uint32(uint64(w) >> 32) }
 
 // Limiter is an adaptive concurrency limiter: a counter of calls in flight
 // checked against a limit that an [Algorithm] recomputes once per window
 // from the RTTs and losses the calls report. See the package documentation.
 type Limiter struct {
-	inflight pad.Int64 // +1 by every admission, −1 by every release and undone admission
+	slots pad.Int64 // in flight (low 32 bits) and admissions (high 32): see admitOne
 
-	// Read by every call, written once per window: grouped on one line.
+	// Read by every call, written about once per window: grouped on one line.
 	_         pad.Line
-	limit     atomic.Int64 // the published limit
-	windowEnd atomic.Int64 // time the current window may end; lockedWindow while it is being closed
+	limit     atomic.Int64  // the published limit
+	windowEnd atomic.Int64  // time the current window may end; lockedWindow while it is being closed
+	stride    atomic.Uint32 // sampling stride − 1 (a mask): Begin times a call when mix(seq) & stride == 0
+	target    atomic.Uint32 // sample target − 1 (a power of two − 1): see sampling.go
 	_         pad.Line
 
 	win      window
@@ -177,11 +224,14 @@ type Limiter struct {
 	classify           func(context.Context, error) Outcome
 	onLimit            func(int, int)
 	queue              *queue // nil without Config.Queue
+	maxStride          uint32 // Config.MaxSampleStride − 1 (a mask)
+	seed               uint32 // per-limiter key of the sampling hash
 
 	// Owned by the goroutine that holds the window lock (windowEnd ==
 	// lockedWindow); published through the CAS and Store on windowEnd.
-	ctrl Controller
-	est  float64
+	ctrl    Controller
+	est     float64
+	lastSeq uint32 // admission sequence number when the previous window closed
 
 	// Totals of closed windows and other rare counters.
 	samples, drops, windows, panics atomic.Uint64
@@ -225,6 +275,13 @@ func New(c Config) (*Limiter, error) {
 	if c.MinWindowSamples < 0 {
 		return nil, rampart.NewConfigError(policy, "MinWindowSamples", "must not be negative, got %d", c.MinWindowSamples)
 	}
+	maxStride := c.MaxSampleStride
+	if maxStride == 0 {
+		maxStride = defaultMaxStride
+	}
+	if maxStride < 1 || maxStride > maxMaxStride || maxStride&(maxStride-1) != 0 {
+		return nil, rampart.NewConfigError(policy, "MaxSampleStride", "must be a power of two from 1 to %d (0: default %d), got %d", maxMaxStride, defaultMaxStride, c.MaxSampleStride)
+	}
 	alg := c.Algorithm
 	if alg == nil {
 		alg = Vegas{}
@@ -253,6 +310,8 @@ func New(c Config) (*Limiter, error) {
 		classify:   c.Classify,
 		onLimit:    c.OnLimitChange,
 		queue:      q,
+		maxStride:  uint32(maxStride - 1),
+		seed:       rand.Uint32(),
 		est:        float64(initL),
 	}
 	if l.minSamples == 0 {
@@ -269,6 +328,7 @@ func New(c Config) (*Limiter, error) {
 		return nil, rampart.NewConfigError(policy, "Algorithm", "Start returned a nil Controller")
 	}
 	l.win.min.Store(math.MaxInt64)
+	l.target.Store(sampleTarget(l.minSamples, 0) - 1) // stride 1: the first window times every call until it has plenty
 	l.publish(int64(initL))
 	l.windowEnd.Store(atomicx.SatAdd(l.ticker.Now(), l.window))
 	return l, nil
@@ -278,7 +338,9 @@ func New(c Config) (*Limiter, error) {
 // returns its Token; otherwise it returns (Token{}, false) and counts a
 // rejection. now is the current time from the limiter's ticker (it becomes
 // the start of the call's RTT). An admitted call must be released exactly
-// once with [Limiter.Release].
+// once with [Limiter.Release]. Every call admitted by Acquire is an RTT
+// sample; callers that read the clock only for the limiter's sake should
+// use [Limiter.Begin] and [Limiter.End], which time a sample of the calls.
 //
 // Cost: one atomic add when admitted; a rejection adds one more (undo) and a
 // counter increment. No allocation, no lock, no clock read. Acquire does not
@@ -290,55 +352,69 @@ func New(c Config) (*Limiter, error) {
 // window lowers the limit, the calls already in flight above it finish
 // normally.
 func (l *Limiter) Acquire(now int64) (Token, bool) {
-	n := l.inflight.Add(1) // atomic 1: take a slot
+	n := inFlightOf(l.slots.Add(admitOne)) // atomic 1: take a slot
 	if n > l.limit.Load() {
 		return l.reject()
 	}
-	return Token{start: now, inflight: int32(n), ok: true}, true
+	return Token{start: now, inflight: int32(n), ok: true, wt: 1}, true
 }
 
 // reject undoes an admission attempt. Slow path.
 func (l *Limiter) reject() (Token, bool) {
-	l.inflight.Add(-1) // atomic 2: give the slot back
-	l.rejected.Add(1)  // atomic 3: stats
+	l.slots.Add(-admitOne) // atomic 2: give the slot (and the sequence number) back
+	l.rejected.Add(1)      // atomic 3: stats
 	return Token{}, false
 }
 
 // tryAcquire is Acquire without counting a rejection (the waiting path).
 func (l *Limiter) tryAcquire(now int64) (Token, bool) {
-	n := l.inflight.Add(1)
+	n := inFlightOf(l.slots.Add(admitOne))
 	if n > l.limit.Load() {
-		l.inflight.Add(-1)
+		l.slots.Add(-admitOne)
 		return Token{}, false
 	}
-	return Token{start: now, inflight: int32(n), ok: true}, true
+	return Token{start: now, inflight: int32(n), ok: true, wt: 1}, true
 }
 
 // Release ends the call of t at time now with outcome o, freeing its slot.
 // A Success contributes the RTT now − t.Start() to the window; a Dropped call
 // counts as a loss; an Ignored one only frees the slot. If now is past the
 // end of the window, the caller closes it: it swaps the aggregates out and
-// runs the algorithm (a few hundred nanoseconds, once per window).
+// runs the algorithm (a few hundred nanoseconds, once per window). A Token
+// from Begin that was not picked as a sample ([Token.Sampled] false)
+// contributes no RTT: its Success only frees the slot.
 //
-// Cost on Success: three atomic adds (slot, RTT sum, count; sum and count
-// share a line) and three loads (least RTT, most in flight, window end;
-// nothing else is written unless this RTT is the window's least or its
-// in-flight count the greatest). A Dropped release adds to the drop count
-// instead of sum and count; an Ignored one only frees the slot. Plus one
-// add on a partition's counter for a token from AcquirePriority, and one
-// load of the waiter count when a queue is configured. No allocation, no
-// lock, no clock read.
+// Cost on Success: three atomic adds (slot, weighted RTT sum, samples and
+// weights in one word; the last two share a line) and four loads (least RTT, most in flight, window end,
+// sample target; nothing else is written unless this RTT is the window's
+// least or its in-flight count the greatest). A Dropped release adds to the
+// drop count instead of sum and count; an Ignored one only frees the slot.
+// Plus one add on a partition's counter for a token from AcquirePriority,
+// and one load of the waiter count when a queue is configured. No
+// allocation, no lock, no clock read.
 func (l *Limiter) Release(t Token, now int64, o Outcome) {
-	l.inflight.Add(-1) // atomic 1: free the slot
+	l.slots.Add(-1) // atomic 1: free the slot
 	if t.part > 0 {
 		l.parts[t.part-1].inflight.Add(-1) // the partition's slot
 	}
 	atomicx.Max(&l.win.maxIn, int64(t.inflight)) // a load; a CAS only for a new maximum
 	switch o {
 	case Success:
+		if t.wt == 0 {
+			break // a Begin token not picked as a sample: no RTT
+		}
+		// A sample picked at stride s stands for s calls (weight s; 1
+		// for Acquire's): the window mean stays unbiased when the stride
+		// changes while latency trends (Horvitz–Thompson).
+		sh := t.wt - 1
 		rtt := max(now-t.start, 0)
-		l.win.sum.Add(rtt)           // atomic 2: RTT sum
-		l.win.count.Add(1)           // atomic 3: sample count
+		l.win.sum.Add(rtt << sh)                     // atomic 2: weighted RTT sum
+		n := l.win.counts.Add(oneSample|1<<sh) >> 32 // atomic 3: samples and weights, one word
+		// One load of the read-mostly line: has the window's sample count
+		// reached another multiple of the target beyond the second?
+		if m := int64(l.target.Load()); n&m == 0 && n > m+1 {
+			l.grow() // slow path: Begin's stride doubles (sampling.go)
+		}
 		atomicx.Min(&l.win.min, rtt) // a load; a CAS only for a new minimum
 	case Dropped:
 		l.win.drops.Add(1)
@@ -359,8 +435,15 @@ func (l *Limiter) closeWindow(now int64) {
 	if now < end {
 		return // another goroutine closed it, or is closing it (end == lockedWindow)
 	}
-	if l.win.count.Load() < min(l.minSamples, l.limit.Load()) && l.win.drops.Load() == 0 {
-		return // not enough evidence yet: keep aggregating
+	if l.win.counts.Load()>>32 < min(l.minSamples, l.limit.Load()) && l.win.drops.Load() == 0 {
+		// Not enough evidence yet: keep aggregating, and time every call
+		// of Begin until the window closes (the rate fell since the
+		// stride was set; without this a window at stride 64 would wait
+		// for 64 × MinWindowSamples calls).
+		if l.stride.Load() != 0 {
+			l.stride.Store(0)
+		}
+		return
 	}
 	if !l.windowEnd.CompareAndSwap(end, lockedWindow) { // the window epoch CAS: one winner
 		return
@@ -376,11 +459,16 @@ func (l *Limiter) closeWindow(now int64) {
 	// its sum in one window and its count in the next: a sample's worth of
 	// error, accepted to keep releases lock-free.
 	sum := l.win.sum.Swap(0)
-	count := l.win.count.Swap(0)
+	counts := l.win.counts.Swap(0)
+	samples, count := counts>>32, int64(uint32(counts))
 	mn := l.win.min.Swap(math.MaxInt64)
 	maxIn := l.win.maxIn.Swap(0)
 	drops := l.win.drops.Swap(0)
-	s := Sample{Now: now, Limit: l.est, Count: count, Drops: drops, MaxInFlight: maxIn, InFlight: l.inflight.Load()}
+	w := l.slots.Load()
+	seq := seqOf(w)
+	l.setStride(int64(seq-l.lastSeq), maxIn) // sampling.go: the stride of the next window
+	l.lastSeq = seq
+	s := Sample{Now: now, Limit: l.est, Count: count, Samples: samples, Drops: drops, MaxInFlight: maxIn, InFlight: inFlightOf(w)}
 	if count > 0 {
 		s.AvgRTT = sum / count
 		s.MinRTT = mn
@@ -391,7 +479,7 @@ func (l *Limiter) closeWindow(now int64) {
 	}
 	est = min(max(est, l.minLimit), l.maxLimit)
 	l.est = est
-	l.samples.Add(uint64(count))
+	l.samples.Add(uint64(samples))
 	l.drops.Add(uint64(drops))
 	l.windows.Add(1)
 	atomicx.Max(&l.peak, maxIn)
@@ -423,7 +511,7 @@ func (l *Limiter) Limit() int { return int(l.limit.Load()) }
 func (l *Limiter) MayWait() bool { return l.queue != nil }
 
 // InFlight returns the number of calls admitted and not yet released.
-func (l *Limiter) InFlight() int { return int(max(l.inflight.Load(), 0)) }
+func (l *Limiter) InFlight() int { return int(max(inFlightOf(l.slots.Load()), 0)) }
 
 // RejectedError returns the limiter's preallocated rejection error, which
 // matches [ErrLimited] and [rampart.ErrRejected]: what callers of Acquire
@@ -450,6 +538,7 @@ func (l *Limiter) Stats() Stats {
 		Samples:        l.samples.Load(),
 		Drops:          l.drops.Load(),
 		Windows:        l.windows.Load(),
+		Stride:         int(l.stride.Load()) + 1,
 		ListenerPanics: l.panics.Load(),
 	}
 	if l.queue != nil {
@@ -459,11 +548,13 @@ func (l *Limiter) Stats() Stats {
 	return s
 }
 
-// Do runs fn under the limiter: it acquires (waiting in the queue when one
-// is configured, else rejecting at once with [Limiter.RejectedError]), runs
-// fn, and releases with the outcome Config.Classify gives fn's error. fn's
-// error is returned unchanged. If fn panics or calls runtime.Goexit the slot
-// is released as [Ignored] and the panic continues.
+// Do runs fn under the limiter: it admits with [Limiter.Begin] (waiting in
+// the queue when one is configured and the limit is reached, else rejecting
+// at once with [Limiter.RejectedError]), runs fn, and releases with
+// [Limiter.End] and the outcome Config.Classify gives fn's error, so it reads
+// the clock only for the calls sampled for their RTT (and for losses and
+// waits). fn's error is returned unchanged. If fn panics or calls
+// runtime.Goexit the slot is released as [Ignored] and the panic continues.
 func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error {
 	t, err := l.admit(ctx)
 	if err != nil {
@@ -472,12 +563,12 @@ func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error 
 	done := false
 	defer func() {
 		if !done { // fn panicked or called Goexit
-			l.Release(t, l.ticker.Now(), Ignored)
+			l.End(t, Ignored)
 		}
 	}()
 	err = fn(ctx)
 	done = true
-	l.Release(t, l.ticker.Now(), l.classify(ctx, err))
+	l.End(t, l.classify(ctx, err))
 	return err
 }
 
@@ -492,23 +583,27 @@ func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, e
 	done := false
 	defer func() {
 		if !done {
-			l.Release(t, l.ticker.Now(), Ignored)
+			l.End(t, Ignored)
 		}
 	}()
 	v, err := fn(ctx)
 	done = true
-	l.Release(t, l.ticker.Now(), l.classify(ctx, err))
+	l.End(t, l.classify(ctx, err))
 	return v, err
 }
 
-// admit is the acquisition of Do and Call.
+// admit is the acquisition of Do and Call: Begin, or, when the limit is
+// reached and a queue is configured, AcquireWait (which reads the clock and
+// returns a sampled Token).
 func (l *Limiter) admit(ctx context.Context) (Token, error) {
-	now := l.ticker.Now()
-	if l.queue != nil {
-		return l.AcquireWait(ctx, now)
+	if l.queue == nil {
+		if t, ok := l.Begin(); ok {
+			return t, nil
+		}
+		return Token{}, l.rejErr
 	}
-	if t, ok := l.Acquire(now); ok {
+	if t, ok := l.tryBegin(); ok {
 		return t, nil
 	}
-	return Token{}, l.rejErr
+	return l.AcquireWait(ctx, l.ticker.Now()) // slow path: may wait
 }

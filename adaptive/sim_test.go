@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/israce"
 )
@@ -20,7 +22,10 @@ import (
 // Capacity, its throughput Capacity/Base, and latency grows linearly with
 // the queue beyond Capacity. Time is virtual (int64 ns): the event loop hands
 // each event's time to Acquire/Release, so a run is deterministic and takes
-// milliseconds of real time per simulated second.
+// milliseconds of real time per simulated second. In sampled mode the loop
+// sets the limiter's manual ticker to the event's time and calls Begin/End
+// (BeginPriority), the clock-reading forms that time only a sample of the
+// calls.
 
 type simEvent struct {
 	at   int64
@@ -47,23 +52,27 @@ func (h *eventHeap) Pop() any {
 }
 
 type simReq struct {
-	tok Token
+	tok    Token
+	arrive int64 // the admission time (a Begin token carries none unless sampled)
 }
 
 type sim struct {
-	l        *Limiter
-	rng      *rand.Rand
-	now      int64
-	events   eventHeap
-	capacity int
-	base     int64   // mean service time, ns
-	rate     float64 // arrivals per second
-	timeout  int64   // client timeout: an RTT above it is released as Dropped (0: none)
-	critical float64 // fraction of arrivals of priority 0 (AcquirePriority); 0: plain Acquire
-	busy     int
-	queue    []int // request indexes waiting at the server
-	reqs     []simReq
-	free     []int
+	l          *Limiter
+	tk         *rampart.ManualTicker
+	sampled    bool // Begin/End instead of Acquire/Release
+	onComplete func(rtt int64)
+	rng        *rand.Rand
+	now        int64
+	events     eventHeap
+	capacity   int
+	base       int64   // mean service time, ns
+	rate       float64 // arrivals per second
+	timeout    int64   // client timeout: an RTT above it is released as Dropped (0: none)
+	critical   float64 // fraction of arrivals of priority 0 (AcquirePriority); 0: plain Acquire
+	busy       int
+	queue      []int // request indexes waiting at the server
+	reqs       []simReq
+	free       []int
 
 	// measurements of the current phase
 	arrivals, rejected, completed, dropped int
@@ -87,7 +96,8 @@ func newSim(t testing.TB, c Config, capacity int, base time.Duration, seed uint6
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &sim{l: l, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), capacity: capacity, base: int64(base)}
+	tk, _ := c.Ticker.(*rampart.ManualTicker)
+	s := &sim{l: l, tk: tk, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), capacity: capacity, base: int64(base)}
 	heap.Push(&s.events, simEvent{at: 0, kind: 0})
 	return s
 }
@@ -121,16 +131,25 @@ func (s *sim) run(d time.Duration) {
 			s.arrivals++
 			var tok Token
 			var ok bool
+			if s.sampled {
+				s.tk.Set(s.now)
+			}
 			if s.critical > 0 {
 				p := 1
 				if s.rng.Float64() < s.critical {
 					p = 0
 					s.critArrivals++
 				}
-				tok, ok = s.l.AcquirePriority(s.now, p)
+				if s.sampled {
+					tok, ok = s.l.BeginPriority(p)
+				} else {
+					tok, ok = s.l.AcquirePriority(s.now, p)
+				}
 				if !ok && p == 0 {
 					s.critRejected++
 				}
+			} else if s.sampled {
+				tok, ok = s.l.Begin()
 			} else {
 				tok, ok = s.l.Acquire(s.now)
 			}
@@ -143,7 +162,7 @@ func (s *sim) run(d time.Duration) {
 					i = len(s.reqs)
 					s.reqs = append(s.reqs, simReq{})
 				}
-				s.reqs[i].tok = tok
+				s.reqs[i] = simReq{tok: tok, arrive: s.now}
 				if s.busy < s.capacity {
 					s.start(i)
 				} else {
@@ -156,16 +175,25 @@ func (s *sim) run(d time.Duration) {
 			heap.Push(&s.events, simEvent{at: s.now + max(gap, 1), kind: 0})
 		case 1:
 			s.busy--
-			tok := s.reqs[ev.req].tok
+			r := s.reqs[ev.req]
 			s.free = append(s.free, ev.req)
-			rtt := s.now - tok.Start()
+			rtt := s.now - r.arrive
+			o := Success
 			if s.timeout > 0 && rtt > s.timeout {
 				s.dropped++
-				s.l.Release(tok, s.now, Dropped)
+				o = Dropped
 			} else {
 				s.completed++
 				s.rtts = append(s.rtts, rtt)
-				s.l.Release(tok, s.now, Success)
+				if s.onComplete != nil {
+					s.onComplete(rtt)
+				}
+			}
+			if s.sampled {
+				s.tk.Set(s.now)
+				s.l.End(r.tok, o)
+			} else {
+				s.l.Release(r.tok, s.now, o)
 			}
 			for s.busy < s.capacity && len(s.queue) > 0 {
 				i := s.queue[0]
@@ -271,6 +299,20 @@ func unloadedP99(t *testing.T) time.Duration {
 	return s.p99()
 }
 
+// simModes runs f as two subtests of name: "every" (Acquire/Release with the
+// event's time: every call timed) and "sampled" (Begin/End on the manual
+// ticker: the limiter's RTT sampling; with the 100 ms windows of simConfig
+// and a few hundred calls per window the stride mostly stays 1, so both
+// modes agree closely: TestSimSampling covers long windows).
+func simModes(t *testing.T, name string, f func(t *testing.T, sampled bool)) {
+	for _, m := range []struct {
+		name    string
+		sampled bool
+	}{{"every", false}, {"sampled", true}} {
+		t.Run(name+"/"+m.name, func(t *testing.T) { f(t, m.sampled) })
+	}
+}
+
 var delayAlgorithms = []struct {
 	name string
 	alg  Algorithm
@@ -284,8 +326,9 @@ var delayAlgorithms = []struct {
 func TestSimConvergence(t *testing.T) {
 	for _, a := range delayAlgorithms {
 		for _, initial := range []int{5, 500} {
-			t.Run(a.name+"/"+itoa(initial), func(t *testing.T) {
+			simModes(t, a.name+"/"+itoa(initial), func(t *testing.T, sampled bool) {
 				s := newSim(t, simConfig(a.alg, initial), simCap, simBase, 2)
+				s.sampled = sampled
 				s.rate = 3 * simThroughput
 				const d = 30 * time.Second
 				s.run(d)
@@ -310,8 +353,9 @@ func TestSimConvergence(t *testing.T) {
 func TestSimOverload(t *testing.T) {
 	unloaded := unloadedP99(t)
 	for _, a := range delayAlgorithms {
-		t.Run(a.name, func(t *testing.T) {
+		simModes(t, a.name, func(t *testing.T, sampled bool) {
 			s := newSim(t, simConfig(a.alg, 20), simCap, simBase, 3)
+			s.sampled = sampled
 			s.rate = 3 * simThroughput
 			s.run(10 * time.Second) // warm up
 			const d = 30 * time.Second
@@ -333,8 +377,9 @@ func TestSimOverload(t *testing.T) {
 // follows it.
 func TestSimCapacityDoubles(t *testing.T) {
 	for _, a := range delayAlgorithms {
-		t.Run(a.name, func(t *testing.T) {
+		simModes(t, a.name, func(t *testing.T, sampled bool) {
 			s := newSim(t, simConfig(a.alg, 20), simCap, simBase, 4)
+			s.sampled = sampled
 			s.rate = 6 * simThroughput // 3× the doubled capacity
 			s.run(20 * time.Second)
 			before := s.meanLimit(0.5)
@@ -360,8 +405,9 @@ func TestSimRecoversAfterOverload(t *testing.T) {
 		name string
 		alg  Algorithm
 	}{"AIMD", AIMD{Timeout: 2 * simBase}}) {
-		t.Run(a.name, func(t *testing.T) {
+		simModes(t, a.name, func(t *testing.T, sampled bool) {
 			s := newSim(t, simConfig(a.alg, 20), simCap, simBase, 5)
+			s.sampled = sampled
 			s.rate = 3 * simThroughput
 			s.run(15 * time.Second)
 			s.base = 20 * int64(simBase)
@@ -389,7 +435,12 @@ func TestSimRecoversAfterOverload(t *testing.T) {
 // the limit until calls time out (queueing delay ≈ the timeout, i.e. a limit
 // of about 2·capacity) and then oscillates below it in its documented band.
 func TestSimAIMDBand(t *testing.T) {
+	simModes(t, "AIMD", testSimAIMDBand)
+}
+
+func testSimAIMDBand(t *testing.T, sampled bool) {
 	s := newSim(t, simConfig(AIMD{}, 20), simCap, simBase, 6)
+	s.sampled = sampled
 	s.timeout = int64(2 * simBase)
 	s.rate = 3 * simThroughput
 	s.run(30 * time.Second)
@@ -430,10 +481,11 @@ func TestSimPriority(t *testing.T) {
 		{"Vegas/no-probe", Vegas{ProbeInterval: -1}, 0.01},
 		{"Gradient2/no-probe", Gradient2{ProbeInterval: -1}, 0.01},
 	} {
-		t.Run(a.name, func(t *testing.T) {
+		simModes(t, a.name, func(t *testing.T, sampled bool) {
 			c := simConfig(a.alg, 20)
 			c.Partitions = []Partition{{Name: "critical", Share: 0.9}, {Name: "batch", Share: 0.1}}
 			s := newSim(t, c, simCap, simBase, 8)
+			s.sampled = sampled
 			s.rate = 3 * simThroughput
 			s.critical = 0.2 // 0.2 × 3 = 60 % of capacity
 			s.run(10 * time.Second)
@@ -449,6 +501,79 @@ func TestSimPriority(t *testing.T) {
 			if g := s.goodput(d); g < 0.85 {
 				t.Errorf("goodput %.3f < 0.85", g)
 			}
+		})
+	}
+}
+
+// meanProbe wraps an Algorithm and records, for every window, the ratio of
+// the window's AvgRTT to the true mean RTT of every success the simulation
+// completed in it (fed by sim.onComplete).
+type meanProbe struct {
+	alg      Algorithm
+	inner    Controller
+	sum, n   float64
+	ratios   []float64
+	minCount int64 // ratios are kept for windows of at least this many successes
+}
+
+func (p *meanProbe) Start(initial, lo, hi float64) Controller {
+	p.inner = p.alg.Start(initial, lo, hi)
+	return p
+}
+
+func (p *meanProbe) Update(s Sample) float64 {
+	if p.n >= float64(p.minCount) && s.Count > 0 {
+		p.ratios = append(p.ratios, float64(s.AvgRTT)/(p.sum/p.n))
+	}
+	p.sum, p.n = 0, 0
+	return p.inner.Update(s)
+}
+
+func (p *meanProbe) complete(rtt int64) { p.sum += float64(rtt); p.n++ }
+
+// TestSimSampling: with 1 s windows (5000 calls per window at C = 50, D =
+// 10 ms) Begin/End time about one call in 8–16; the stride-weighted window
+// mean stays within a fraction of a percent of the mean of every call, and
+// the limit lands where timing every call puts it.
+func TestSimSampling(t *testing.T) {
+	for _, a := range []struct {
+		name    string
+		alg     Algorithm
+		initial int
+	}{{"Vegas", Vegas{}, 5}, {"Gradient2", Gradient2{}, 1000}} {
+		t.Run(a.name, func(t *testing.T) {
+			var limits [2]float64
+			for i, sampled := range []bool{false, true} {
+				p := &meanProbe{alg: a.alg, minCount: 1000}
+				c := simConfig(p, a.initial)
+				c.Window = time.Second
+				s := newSim(t, c, simCap, simBase, 11)
+				s.sampled = sampled
+				s.onComplete = p.complete
+				s.rate = 3 * simThroughput
+				s.run(60 * time.Second)
+				limits[i] = s.meanLimit(0.5)
+				st := s.l.Stats()
+				mean, sd := 0.0, 0.0
+				for _, r := range p.ratios {
+					mean += r
+				}
+				mean /= float64(len(p.ratios))
+				for _, r := range p.ratios {
+					sd += (r - mean) * (r - mean)
+				}
+				sd = math.Sqrt(sd / float64(len(p.ratios)))
+				t.Logf("sampled %v: mean limit %.1f, %d windows, %.0f samples/window, final stride %d, AvgRTT / true mean %.4f (s.d. %.4f over %d windows)",
+					sampled, limits[i], st.Windows, float64(st.Samples)/float64(st.Windows), st.Stride, mean, sd, len(p.ratios))
+				if !sampled {
+					require.InDelta(t, 1, mean, 1e-6) // integer division only
+					continue
+				}
+				require.GreaterOrEqual(t, st.Stride, 8, "sampling is active")
+				require.InDelta(t, 1, mean, 0.01, "the weighted mean is unbiased")
+				require.Less(t, sd, 0.02)
+			}
+			require.InDelta(t, limits[0], limits[1], 0.1*limits[0], "sampled and every-call limits agree")
 		})
 	}
 }
