@@ -58,9 +58,16 @@ type Token struct {
 	start    int64 // the now given to Acquire, or read by Begin for a sampled call
 	inflight int32 // calls in flight right after this one was admitted
 	part     int16 // 1 + the priority partition; 0 when none
-	ok       bool  // a real permit
-	wt       uint8 // 0: no RTT sample (start unset); else 1 + log2 of the sample's weight (the stride it was picked at)
+	state    uint8 // 0: not a permit; 1: a permit, no RTT sample (start unset); k ≥ 2: an RTT sample of weight 2^(k−2) (the stride it was picked at)
 }
+
+// Token states. Token has at most four fields, so that the compiler keeps it
+// in registers (a fifth made callers spill it field by field and reload it
+// in one wide load, a store-forwarding stall that cost ~10 ns per call).
+const (
+	unsampled = 1 // Token.state of a permit whose RTT is not measured
+	weight1   = 2 // Token.state of an RTT sample of weight 1 (Acquire's); +k: weight 2^k
+)
 
 // Start returns the time the call was admitted: the now given to Acquire,
 // or the clock reading Begin took for a call it picked as an RTT sample (0
@@ -71,10 +78,10 @@ func (t Token) Start() int64 { return t.start }
 // from Acquire, AcquirePriority and AcquireWait; for one from Begin or
 // BeginPriority, only when it was picked as an RTT sample (see
 // [Limiter.Begin]).
-func (t Token) Sampled() bool { return t.wt != 0 }
+func (t Token) Sampled() bool { return t.state >= weight1 }
 
 // Valid reports whether t is a permit (false for the zero Token).
-func (t Token) Valid() bool { return t.ok }
+func (t Token) Valid() bool { return t.state != 0 }
 
 // Config configures a [Limiter]. The zero value is valid: Vegas, limits
 // 20 initial / 1 min / 1000 max, 1 s windows of at least 10 samples.
@@ -356,7 +363,7 @@ func (l *Limiter) Acquire(now int64) (Token, bool) {
 	if n > l.limit.Load() {
 		return l.reject()
 	}
-	return Token{start: now, inflight: int32(n), ok: true, wt: 1}, true
+	return Token{start: now, inflight: int32(n), state: weight1}, true
 }
 
 // reject undoes an admission attempt. Slow path.
@@ -373,7 +380,7 @@ func (l *Limiter) tryAcquire(now int64) (Token, bool) {
 		l.slots.Add(-admitOne)
 		return Token{}, false
 	}
-	return Token{start: now, inflight: int32(n), ok: true, wt: 1}, true
+	return Token{start: now, inflight: int32(n), state: weight1}, true
 }
 
 // Release ends the call of t at time now with outcome o, freeing its slot.
@@ -400,13 +407,13 @@ func (l *Limiter) Release(t Token, now int64, o Outcome) {
 	atomicx.Max(&l.win.maxIn, int64(t.inflight)) // a load; a CAS only for a new maximum
 	switch o {
 	case Success:
-		if t.wt == 0 {
+		if t.state < weight1 {
 			break // a Begin token not picked as a sample: no RTT
 		}
 		// A sample picked at stride s stands for s calls (weight s; 1
 		// for Acquire's): the window mean stays unbiased when the stride
 		// changes while latency trends (Horvitz–Thompson).
-		sh := t.wt - 1
+		sh := t.state - weight1
 		rtt := max(now-t.start, 0)
 		l.win.sum.Add(rtt << sh)                     // atomic 2: weighted RTT sum
 		n := l.win.counts.Add(oneSample|1<<sh) >> 32 // atomic 3: samples and weights, one word

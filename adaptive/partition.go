@@ -74,7 +74,7 @@ func (l *Limiter) AcquirePriority(now int64, p int) (Token, bool) {
 	if !ok {
 		return Token{}, false
 	}
-	return Token{start: now, inflight: n, part: int16(p + 1), ok: true, wt: 1}, true
+	return Token{start: now, inflight: n, part: int16(p + 1), state: weight1}, true
 }
 
 // admitPriority takes a slot of partition p (already in range) and of the

@@ -186,7 +186,7 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 	var cause error
 	select {
 	case t := <-w.ch:
-		if !t.ok {
+		if !t.Valid() {
 			return Token{}, l.rejErr
 		}
 		return t, nil
@@ -210,7 +210,7 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 	q.mu.Unlock()
 	// Handed a result just as we gave up: it is in the channel.
 	t := <-w.ch
-	if !t.ok {
+	if !t.Valid() {
 		return Token{}, l.rejErr
 	}
 	if cause != l.rejErr { // the caller is gone: give the slot back

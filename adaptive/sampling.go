@@ -95,9 +95,9 @@ func mix32(x uint32) uint32 {
 	return x
 }
 
-// weight returns Token.wt for a sample picked under stride mask m: 1 +
-// log2(stride), the sample standing for stride calls.
-func weight(m uint32) uint8 { return uint8(bits.Len32(m)) + 1 }
+// weight returns Token.state for a sample picked under stride mask m: the
+// sample stands for stride = m+1 calls.
+func weight(m uint32) uint8 { return weight1 + uint8(bits.Len32(m)) }
 
 // Begin admits a call like [Limiter.Acquire] but takes no time argument: it
 // reads the limiter's ticker itself, and only for the calls it picks as RTT
@@ -127,9 +127,9 @@ func (l *Limiter) Begin() (Token, bool) {
 		return l.reject()
 	}
 	if m := l.stride.Load(); mix32(seqOf(w)^l.seed)&m == 0 { // a load of the limit's line, a hash
-		return Token{start: l.ticker.Now(), inflight: int32(n), ok: true, wt: weight(m)}, true // clock read: sampled calls only
+		return Token{start: l.ticker.Now(), inflight: int32(n), state: weight(m)}, true // clock read: sampled calls only
 	}
-	return Token{inflight: int32(n), ok: true}, true
+	return Token{inflight: int32(n), state: unsampled}, true
 }
 
 // tryBegin is Begin without counting a rejection (Do with a queue).
@@ -141,9 +141,9 @@ func (l *Limiter) tryBegin() (Token, bool) {
 		return Token{}, false
 	}
 	if m := l.stride.Load(); mix32(seqOf(w)^l.seed)&m == 0 {
-		return Token{start: l.ticker.Now(), inflight: int32(n), ok: true, wt: weight(m)}, true
+		return Token{start: l.ticker.Now(), inflight: int32(n), state: weight(m)}, true
 	}
-	return Token{inflight: int32(n), ok: true}, true
+	return Token{inflight: int32(n), state: unsampled}, true
 }
 
 // BeginPriority is [Limiter.AcquirePriority] with Begin's sampled clock
@@ -165,9 +165,9 @@ func (l *Limiter) BeginPriority(p int) (Token, bool) {
 		return Token{}, false
 	}
 	if m := l.stride.Load(); mix32(seq^l.seed)&m == 0 {
-		return Token{start: l.ticker.Now(), inflight: n, part: int16(p + 1), ok: true, wt: weight(m)}, true // clock read: sampled calls only
+		return Token{start: l.ticker.Now(), inflight: n, part: int16(p + 1), state: weight(m)}, true // clock read: sampled calls only
 	}
-	return Token{inflight: n, part: int16(p + 1), ok: true}, true
+	return Token{inflight: n, part: int16(p + 1), state: unsampled}, true
 }
 
 // End releases a call admitted by [Limiter.Begin] or BeginPriority (any
@@ -185,7 +185,7 @@ func (l *Limiter) BeginPriority(p int) (Token, bool) {
 // waiter count when a queue is configured. No clock read, no allocation, no
 // lock. A sampled call costs a clock read plus Release.
 func (l *Limiter) End(t Token, o Outcome) {
-	if t.wt != 0 {
+	if t.state >= weight1 {
 		l.Release(t, l.ticker.Now(), o) // clock read: a sampled call
 		return
 	}
