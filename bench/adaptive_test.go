@@ -12,13 +12,24 @@ import (
 )
 
 // BenchmarkAdaptive measures the adaptive concurrency limiter's admission
-// plus completion (with the RTT sample recorded) and the SRE client-side
-// throttler's allow plus record, against failsafe-go's adaptivelimiter and
-// adaptivethrottler. rampart reads the nano ticker twice per call (start and
-// end of the RTT), as failsafe reads time.Now.
+// plus completion and the SRE client-side throttler's allow plus record,
+// against failsafe-go's adaptivelimiter and adaptivethrottler.
+//
+// rampart's cases:
+//   - rampart: Begin/End on the default (nano) ticker, the form a user
+//     calls (Do and Call use it too): the clock is read only for the calls
+//     sampled for their RTT (about one in 64 here, once the first window's
+//     samples have raised the stride: see adaptive.Limiter.Begin).
+//   - rampart-every: the same with Config.MaxSampleStride = 1, every call
+//     timed (two nano-ticker reads per call, as failsafe reads time.Now
+//     twice per call).
+//   - rampart-cached: Acquire/Release with a cached ticker's readings: the
+//     limiter itself, every call a sample.
+//
+// failsafe times every call.
 func BenchmarkAdaptive(b *testing.B) {
-	newRampart := func(b *testing.B) *adaptive.Limiter {
-		l, err := adaptive.New(adaptive.Config{InitialLimit: 1 << 20, MinLimit: 1 << 20, MaxLimit: 1 << 20})
+	newRampart := func(b *testing.B, maxStride int) *adaptive.Limiter {
+		l, err := adaptive.New(adaptive.Config{InitialLimit: 1 << 20, MinLimit: 1 << 20, MaxLimit: 1 << 20, MaxSampleStride: maxStride})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -29,14 +40,26 @@ func BenchmarkAdaptive(b *testing.B) {
 	}
 	b.Run("Admit/rampart", func(b *testing.B) {
 		b.ReportAllocs()
-		l := newRampart(b)
-		tk := l.Ticker()
+		l := newRampart(b, 0)
 		for b.Loop() {
-			tok, ok := l.Acquire(tk.Now())
+			tok, ok := l.Begin()
 			if !ok {
 				b.Fatal("rejected")
 			}
-			l.Release(tok, tk.Now(), adaptive.Success)
+			l.End(tok, adaptive.Success)
+		}
+		sink.Add(int64(l.Limit()))
+		b.ReportMetric(float64(l.Stats().Stride), "stride")
+	})
+	b.Run("Admit/rampart-every", func(b *testing.B) {
+		b.ReportAllocs()
+		l := newRampart(b, 1)
+		for b.Loop() {
+			tok, ok := l.Begin()
+			if !ok {
+				b.Fatal("rejected")
+			}
+			l.End(tok, adaptive.Success)
 		}
 		sink.Add(int64(l.Limit()))
 	})
@@ -74,15 +97,29 @@ func BenchmarkAdaptive(b *testing.B) {
 	})
 	b.Run("AdmitParallel/rampart", func(b *testing.B) {
 		b.ReportAllocs()
-		l := newRampart(b)
-		tk := l.Ticker()
+		l := newRampart(b, 0)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				tok, ok := l.Acquire(tk.Now())
+				tok, ok := l.Begin()
 				if !ok {
 					b.Fatal("rejected")
 				}
-				l.Release(tok, tk.Now(), adaptive.Success)
+				l.End(tok, adaptive.Success)
+			}
+		})
+		sink.Add(int64(l.Limit()))
+		b.ReportMetric(float64(l.Stats().Stride), "stride")
+	})
+	b.Run("AdmitParallel/rampart-every", func(b *testing.B) {
+		b.ReportAllocs()
+		l := newRampart(b, 1)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				tok, ok := l.Begin()
+				if !ok {
+					b.Fatal("rejected")
+				}
+				l.End(tok, adaptive.Success)
 			}
 		})
 		sink.Add(int64(l.Limit()))
