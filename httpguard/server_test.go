@@ -15,6 +15,7 @@ import (
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/httpguard"
+	"github.com/rampart-go/rampart/internal/watchdog"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/timeout"
@@ -155,13 +156,18 @@ func TestServerClassifierConfigurable(t *testing.T) {
 func TestServerTimeoutStatus(t *testing.T) {
 	for _, status := range []int{0, http.StatusGatewayTimeout} {
 		tick := rampart.NewManualTicker(1)
-		to, err := timeout.New(timeout.Config{Duration: time.Second, Ticker: tick, Tick: time.Hour})
+		// A watchdog swept by the test: the pipeline's verdict in deadline
+		// mode is the watchdog's.
+		wd := watchdog.New(watchdog.Config{Clock: tick, Manual: true})
+		to, err := timeout.New(timeout.Config{Duration: time.Second, Watchdog: wd})
 		require.NoError(t, err)
 		// The handler overruns its deadline and gives up without writing.
 		overrun := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, ok := r.Context().Deadline()
 			require.True(t, ok)
 			tick.Advance(2 * time.Second)
+			wd.Sweep()
+			<-r.Context().Done()
 		})
 		h, err := httpguard.NewHandler(overrun, httpguard.ServerConfig{
 			Pipeline: mustPipeline(t, pipeline.Config{Timeout: to}), TimeoutStatus: status,
@@ -175,6 +181,7 @@ func TestServerTimeoutStatus(t *testing.T) {
 		}
 		require.Equal(t, want, rec.Code)
 		require.NoError(t, to.Close())
+		require.NoError(t, wd.Close())
 	}
 }
 

@@ -66,7 +66,11 @@
 // before admission, handed to the breaker, the rate limiter, the adaptive
 // limit and the timeout, and t1 after the call, handed to whichever policy
 // records a duration (a breaker with a slow-call threshold or a time window,
-// the adaptive limit, the timeout) and to the retry decision. The retry
+// the adaptive limit, a soft-mode timeout) and to the retry decision. A
+// deadline-mode timeout needs only t0: at the end it takes the watchdog's
+// verdict (timeout.NotRead), as timeout.Do does, so an attempt is timed out
+// when its deadline fired before fn returned; a return after the deadline
+// that the watchdog has not yet seen (it fires within one tick) is in time. The retry
 // takes the first attempt's t0 as the call's start only when it uses it
 // (retry.Policy.NeedsTime: a MaxDuration, or a budget that keeps time such
 // as a RatioBudget; a TokenBucket does not). A pipeline whose policies need

@@ -123,8 +123,8 @@ type Pipeline struct {
 
 	// needT0: a policy takes the time before the call (rate limiter,
 	// adaptive limit, timeout, a breaker that times calls). needT1: a
-	// policy records a duration after it (adaptive limit, timeout, a
-	// breaker that times calls).
+	// policy records a duration after it (adaptive limit, a soft-mode
+	// timeout, a breaker that times calls).
 	// Both false: no clock read on a success.
 	needT0, needT1 bool
 
@@ -199,7 +199,15 @@ func New(cfg Config) (*Pipeline, error) {
 		}
 		add("Timeout", cfg.Timeout.Ticker())
 		p.toErr = cfg.Timeout.Err()
-		p.needT0, p.needT1 = true, true
+		p.needT0 = true // the deadline counts from t0
+		// Soft mode classifies with the end reading. Deadline mode takes
+		// the watchdog's verdict when no other policy reads t1 (Finish
+		// with timeout.NotRead, as Timeout.Do does): a return after the
+		// deadline that the watchdog has not yet seen (at most one tick)
+		// is in time, which saves a clock read per attempt.
+		if cfg.Timeout.Mode() == timeout.ModeSoft {
+			p.needT1 = true
+		}
 	}
 	if cfg.Hedge != nil {
 		if !cfg.Idempotent {

@@ -12,6 +12,7 @@ import (
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/watchdog"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/timeout"
@@ -31,13 +32,20 @@ func newTimeoutTick(t testing.TB, tick rampart.Ticker, d time.Duration, mode tim
 	return to
 }
 
+// TestTimeoutOverrunIsTimedOutAndRecorded: in deadline mode the pipeline
+// reads the clock once (t0) and takes the watchdog's verdict at the end: an
+// attempt is timed out when its deadline fired before fn returned, whatever
+// fn returned.
 func TestTimeoutOverrunIsTimedOutAndRecorded(t *testing.T) {
 	tick := newCountingTicker()
 	cb := newBreaker(t, tick, nil)
 	bh := newBulkhead(t, 1, tick)
-	// A watchdog that never sweeps during the test, so that the counting
-	// ticker counts the pipeline's reads only.
-	to := newTimeoutTick(t, tick, time.Second, timeout.ModeDeadline, time.Hour)
+	// A manual watchdog: it fires only when the test sweeps it, and does
+	// not read the counting ticker by itself.
+	wd := watchdog.New(watchdog.Config{Clock: tick, Manual: true})
+	t.Cleanup(func() { _ = wd.Close() })
+	to, err := timeout.New(timeout.Config{Name: "to", Duration: time.Second, Watchdog: wd})
+	require.NoError(t, err)
 	p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh, Timeout: to})
 	require.NoError(t, err)
 	tick.reads.Store(0)
@@ -46,21 +54,51 @@ func TestTimeoutOverrunIsTimedOutAndRecorded(t *testing.T) {
 		before := tick.reads.Load()
 		_, hasDeadline := ctx.Deadline() // reads the ticker to convert to wall time
 		require.True(t, hasDeadline, "fn sees the timeout's deadline")
+		tick.Advance(2 * time.Second) // the call overran
+		wd.Sweep()                    // the watchdog fires its deadline
 		tick.reads.Store(before)
-		tick.Advance(2 * time.Second) // the call overran; it still returns success
-		return nil
+		return nil // it still returns success
 	})
 	require.Equal(t, pipeline.TimedOut, o.Code)
 	require.Equal(t, pipeline.Timeout, o.Policy)
 	require.ErrorIs(t, o.Err, timeout.ErrTimeout)
 	require.ErrorIs(t, o.Err, context.DeadlineExceeded)
-	require.Equal(t, int64(2), tick.reads.Load(), "one pair of reads: t0 and t1")
+	require.Equal(t, int64(1), tick.reads.Load(), "one read: t0 (the verdict is the watchdog's)")
 	require.Equal(t, int64(1), cb.Stats().ConsecutiveFailures, "the breaker saw a failure")
 	require.Equal(t, int64(0), bh.Stats().InFlight)
 	require.Equal(t, uint64(1), to.Stats().Timeouts)
 
 	require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code)
-	require.Equal(t, int64(4), tick.reads.Load())
+	require.Equal(t, int64(2), tick.reads.Load())
+
+	// An overrun the watchdog has not seen yet (it fires within one tick of
+	// the deadline) is in time, as in timeout.Do.
+	o = p.Try(context.Background(), func(ctx context.Context) error {
+		tick.Advance(2 * time.Second)
+		return nil
+	})
+	require.Equal(t, pipeline.OK, o.Code)
+	require.Equal(t, uint64(1), to.Stats().Timeouts)
+	require.Equal(t, 0, wd.Stats().Armed)
+}
+
+// TestSoftTimeoutOverrunReadsTheEnd: soft mode has no watchdog; the
+// pipeline reads t1 and classifies exactly.
+func TestSoftTimeoutOverrunReadsTheEnd(t *testing.T) {
+	tick := newCountingTicker()
+	cb := newBreaker(t, tick, nil)
+	to := newTimeout(t, tick, time.Second, timeout.ModeSoft)
+	p, err := pipeline.New(pipeline.Config{Breaker: cb, Timeout: to})
+	require.NoError(t, err)
+	tick.reads.Store(0)
+	o := p.Try(context.Background(), func(ctx context.Context) error {
+		tick.Advance(time.Second) // ends at the deadline: late
+		return nil
+	})
+	require.Equal(t, pipeline.TimedOut, o.Code)
+	require.ErrorIs(t, o.Err, timeout.ErrTimeout)
+	require.Equal(t, int64(2), tick.reads.Load(), "one pair of reads: t0 and t1")
+	require.Equal(t, int64(1), cb.Stats().ConsecutiveFailures)
 }
 
 func TestTimeoutFiresTheContext(t *testing.T) {

@@ -45,7 +45,9 @@
 // in deadline mode read the clock only at the start (a clock read costs as
 // much as the rest of the call) and classify a call as timed out when its
 // deadline fired before it returned: they agree with what the callee's
-// context said, with the watchdog's precision.
+// context said, with the watchdog's precision. Finish with [NotRead] as the
+// end reading does the same (package pipeline uses it when no other policy
+// needs the end time).
 //
 // # The context contract
 //

@@ -3,6 +3,7 @@ package timeout
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -319,6 +320,11 @@ func (t *Timeout) Ticker() rampart.Ticker { return t.tk }
 // call that overran).
 func (t *Timeout) Err() *Error { return t.err }
 
+// NotRead, passed to [Timeout.Finish] as now, says that the caller did not
+// read the clock at the end of the call (math.MinInt64, the value package
+// circuitbreaker's primitives take for the same meaning).
+const NotRead int64 = math.MinInt64
+
 // Handle is one call in progress between Start and Finish. It is a small
 // value; pass it back to Finish exactly once.
 type Handle struct {
@@ -405,7 +411,18 @@ func (t *Timeout) unwatch(c *ctx, wh watchdog.Handle) bool {
 // context.WithTimeout); a context the callee kept stays done with that error
 // forever. Costs: one CAS to disarm the watch, one to cache its slot for
 // the next call and one to end the context; soft mode costs a comparison.
+//
+// now may be [NotRead] when the caller has no end reading and needs none
+// for itself (package pipeline, when no other policy takes the end time):
+// deadline mode then classifies as [Timeout.Do] does, by the watchdog alone
+// (a timeout when the deadline fired before Finish: the verdict agrees with
+// what the callee's context said, and is as precise as the watchdog, one
+// tick), which saves a clock read; soft mode, which has no watchdog, reads
+// the ticker.
 func (t *Timeout) Finish(h Handle, now int64, err error) error {
+	if now == NotRead {
+		return t.end(h, err)
+	}
 	c := h.c
 	if c == nil {
 		if now >= h.deadline {
@@ -455,7 +472,11 @@ func (t *Timeout) end(h Handle, err error) error {
 // fire alone: a timeout when the deadline fired first.
 func (t *Timeout) endFired(c *ctx, deadline int64, err error) error {
 	if !c.cancel(endFinished) && c.state.Load() == endFired {
-		return t.timedOut(t.tk.Now() - (deadline - t.d))
+		elapsed := t.d // at least the duration; the clock tells how much more
+		if t.onTimeout != nil {
+			elapsed = t.tk.Now() - (deadline - t.d) // only a listener needs it
+		}
+		return t.timedOut(elapsed)
 	}
 	return err
 }

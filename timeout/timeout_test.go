@@ -223,6 +223,41 @@ func TestPrimitivesManual(t *testing.T) {
 	require.Equal(t, 0, wd.Stats().Armed)
 }
 
+// TestFinishNotRead: without an end reading, deadline mode classifies by
+// the watchdog's fire (a late return the watchdog has not seen yet is in
+// time, as in Do), and soft mode reads the ticker.
+func TestFinishNotRead(t *testing.T) {
+	tk := rampart.NewManualTicker(1000)
+	wd := watchdog.New(watchdog.Config{Clock: tk, Manual: true})
+	defer wd.Close()
+	tm, err := New(Config{Duration: 100, Watchdog: wd})
+	require.NoError(t, err)
+	boom := errors.New("boom")
+
+	c, h := tm.Start(context.Background(), tk.Now())
+	tk.Set(1100) // past the deadline, but the watchdog has not swept
+	require.Same(t, boom, tm.Finish(h, NotRead, boom), "not fired: the call's own result")
+	require.ErrorIs(t, c.Err(), context.Canceled)
+	require.Equal(t, uint64(0), tm.Stats().Timeouts)
+
+	c, h = tm.Start(context.Background(), tk.Now())
+	tk.Set(1200)
+	require.Equal(t, 1, wd.Sweep())
+	require.Same(t, tm.Err(), tm.Finish(h, NotRead, nil), "fired first: a timeout")
+	require.Equal(t, context.DeadlineExceeded, c.Err())
+	require.Equal(t, uint64(1), tm.Stats().Timeouts)
+	require.Equal(t, 0, wd.Stats().Armed)
+
+	soft, err := New(Config{Duration: 100, Mode: ModeSoft, Ticker: tk})
+	require.NoError(t, err)
+	defer soft.Close()
+	_, h = soft.Start(context.Background(), tk.Now())
+	require.NoError(t, soft.Finish(h, NotRead, nil), "soft mode reads the ticker: in time")
+	_, h = soft.Start(context.Background(), tk.Now())
+	tk.Advance(100)
+	require.Same(t, soft.Err(), soft.Finish(h, NotRead, nil), "soft mode reads the ticker: late")
+}
+
 type ctxKey struct{}
 
 // TestContextContract checks Deadline, Done, Err, Value, Cause and the
