@@ -96,6 +96,7 @@ func newSim(t testing.TB, c Config, capacity int, base time.Duration, seed uint6
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.seed = uint32(seed) // Begin's sampling picks: deterministic too
 	tk, _ := c.Ticker.(*rampart.ManualTicker)
 	s := &sim{l: l, tk: tk, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), capacity: capacity, base: int64(base)}
 	heap.Push(&s.events, simEvent{at: 0, kind: 0})
