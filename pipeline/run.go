@@ -51,8 +51,13 @@ type loop struct {
 // atomics (breaker: a load; rate limiter: a load and a CAS; bulkhead: an
 // add on entry and one on exit), the call, and the breaker's record.
 func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome) (v T) {
-	l := loop{start: noTime, deadline: -1}
-	a := attempt{t0: noTime, t1: noTime, start: noTime}
+	// Zeroed, then the few non-zero fields stored: a composite literal
+	// with non-zero fields is copied from a static template, a load of a
+	// line outside the stack on every call.
+	var l loop
+	l.start, l.deadline = noTime, -1
+	var a attempt
+	a.t0, a.t1, a.start = noTime, noTime, noTime
 	// The one guard of the call: when fn panics or calls runtime.Goexit
 	// (heldCall still set), or a classifier panics while end releases the
 	// permits, whatever a.held still names is released and the panic goes
@@ -83,8 +88,10 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 // separate function so that only the hedged entry points hand fn to other
 // goroutines, which makes a closure passed to them escape to the heap.
 func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome) (v T) {
-	l := loop{start: noTime, deadline: -1}
-	a := attempt{t0: noTime, t1: noTime, start: noTime}
+	var l loop // as in run
+	l.start, l.deadline = noTime, -1
+	var a attempt
+	a.t0, a.t1, a.start = noTime, noTime, noTime
 	defer p.releaseHeld(&a) // as in run
 	for {
 		actx, admitted := p.begin(ctx, &l, &a, o)
