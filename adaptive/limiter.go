@@ -101,10 +101,11 @@ type Config struct {
 	// Pick several times the dependency's typical latency.
 	Window time.Duration
 	// MinWindowSamples is the least number of successful calls a window
-	// must hold (timed ones: RTT samples, see [Limiter.Begin]) before it ends (a window with a drop ends regardless; a
-	// limit below MinWindowSamples lowers the requirement to the limit, so
-	// that windows at a low limit, such as a baseline probe's, do not
-	// stretch for many call durations). Default 10.
+	// must hold before it ends, counting the timed ones (RTT samples: see
+	// [Limiter.Begin]); a window with a drop ends regardless, and a limit
+	// below MinWindowSamples lowers the requirement to the limit, so that
+	// windows at a low limit, such as a baseline probe's, do not stretch
+	// for many call durations. Default 10.
 	MinWindowSamples int
 	// Partitions, when set, divide the limit between priorities: see
 	// [Limiter.AcquirePriority]. Shares must sum to at most 1.

@@ -9,7 +9,8 @@ import (
 // RTT sampling of the clock-reading forms (Begin/End, Do, Call).
 //
 // Timing a call costs two clock reads (about 20–40 ns each with the nano
-// ticker, more on a loaded VM), twice what the limiter itself costs. High-rate
+// ticker, more on a loaded VM), several times what the limiter itself costs
+// (about 15 ns for an admission and a release). High-rate
 // systems time a subset of the calls; so do Begin and End, with the rule:
 //
 //   - Every admission gets a sequence number from the same atomic add that
@@ -40,12 +41,17 @@ import (
 //     drop and reads the clock to close a due window (a loss is the failure
 //     path). The most calls in flight is taken from every release.
 //
-// Effect on the algorithms: AvgRTT is the mean of a pseudo-random subset of at
-// least T calls (unbiased; its standard error grows by √stride over timing
-// every call, and stays at most σ/√T). MinRTT is the least of the subset,
-// at or above the true least (no built-in algorithm uses it: Vegas's
-// baseline is the least window mean). Count and Stats.Samples count timed
-// successes. Drops, MaxInFlight and InFlight are exact.
+// Effect on the algorithms: a sample picked at stride s weighs s calls
+// (Token.state carries log2 s), so AvgRTT is the stride-weighted mean of a
+// pseudo-random subset of at least about T calls and Count the weighted
+// count: unbiased estimates over every success of the window even when the
+// stride changed within it while latency trended (unweighted, such a window
+// read about half its true mean in the simulation). The standard error of
+// AvgRTT grows by about √stride over timing every call and stays near σ/√T.
+// Sample.Samples and Stats.Samples count the timed successes. MinRTT is the
+// least of the subset, at or above the true least (no built-in algorithm
+// uses it: Vegas's baseline is the least window mean). Drops, MaxInFlight
+// and InFlight are exact.
 const (
 	defaultMaxStride = 64   // Config.MaxSampleStride default
 	maxMaxStride     = 1024 // Config.MaxSampleStride bound
