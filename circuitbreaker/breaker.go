@@ -343,10 +343,11 @@ func (b *Breaker) RecordResult(p Permit, now int64, r Result) {
 	if w&stateMask == uint64(Closed) && r == Success {
 		switch b.fast {
 		case fastCount:
-			// Atomic 2 (the sequence add) and a load of the slot; a swap
-			// only when the slot held another outcome (+0–3 counter adds
-			// while the window warms). A fast success in a warm window
-			// cannot raise any rate: no evaluation.
+			// Healthy (the window full of successes): three loads, no
+			// write. Otherwise atomic 2 (the sequence add) and a load of
+			// the slot; a swap only when the slot held another outcome
+			// (+0–3 counter adds). A success cannot raise any rate: no
+			// evaluation once the window is warm.
 			if b.count.add(codeOK) != codeEmpty {
 				return
 			}
@@ -655,9 +656,11 @@ type Stats struct {
 	HalfOpenSucceeded int
 	HalfOpenFailed    int
 
-	// Since New. Calls is the number of results recorded into a
-	// CountWindow (exact, free: the window's sequence number); other modes
-	// count no successes on the hot path and report 0.
+	// Since New. Calls is the number of results that entered a
+	// CountWindow (its sequence number): every result except a success
+	// that found the window full of successes (which changes nothing and
+	// is not written, so that a healthy breaker writes nothing). Other
+	// modes count no successes on the hot path and report 0.
 	Calls          uint64
 	Failures       uint64 // failures recorded (closed, half-open, metrics-only)
 	SlowCalls      uint64

@@ -16,8 +16,10 @@
 //
 //   - CountWindow (default): failure and slow-call rates over the last
 //     WindowSize calls, kept in a wait-free ring: one atomic add on a
-//     sequence number, one atomic swap of a slot, and 0–3 counter adds
-//     (none for a success that replaces a success).
+//     sequence number, an atomic swap of a slot only when its outcome
+//     changes, and 0–3 counter adds. A success that finds the window full
+//     of successes writes nothing at all (three loads), so a healthy
+//     breaker is read-only and scales across cores.
 //   - TimeWindow: the same rates over the last TimeWindow, kept in Buckets
 //     buckets tagged with their tick and reset by CAS.
 //   - Consecutive: ConsecutiveFailures failures in a row. No time decay, so

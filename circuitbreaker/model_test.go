@@ -168,8 +168,12 @@ func (m *refBreaker) record(p refPermit, now int64, r Result) {
 		judge := m.state == Closed
 		switch m.c.Mode {
 		case CountWindow:
-			m.ring[m.seq%uint64(len(m.ring))] = outcomeCode(failed, slow)
-			m.seq++
+			// A success over a ring full of successes changes nothing and
+			// is not written (nor counted in seq), as in countWindow.add.
+			if code := outcomeCode(failed, slow); code != codeOK || !m.ringAllOK() {
+				m.ring[m.seq%uint64(len(m.ring))] = code
+				m.seq++
+			}
 		case TimeWindow:
 			tick := now / m.res()
 			v := m.ticks[tick]
@@ -325,4 +329,15 @@ func FuzzReference(f *testing.F) {
 			}
 		}
 	})
+}
+
+// ringAllOK reports whether every slot of the reference ring holds a plain
+// success.
+func (m *refBreaker) ringAllOK() bool {
+	for _, c := range m.ring {
+		if c != codeOK {
+			return false
+		}
+	}
+	return true
 }
