@@ -402,6 +402,7 @@ func TestWorkersClose(t *testing.T) {
 		base := bubbleGoroutines() - int(n) - 1 // without the workers and the watchdog
 		require.NoError(t, tm.Close())          // stops its own watchdog too
 		require.Equal(t, int64(1), tm.Stats().Workers, "only the busy worker is left")
+		synctest.Wait() // the drained workers have confirmed; let their goroutines end
 		require.Equal(t, base+1, bubbleGoroutines())
 		require.NoError(t, tm.Close()) // idempotent
 		close(hang)
@@ -421,6 +422,27 @@ func TestWorkersClose(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, int64(0), t2.Stats().Workers)
 	})
+}
+
+// TestWorkersCloseCountsOut: when Close returns, the idle workers it
+// drained are no longer counted (they used to confirm before counting
+// themselves out, so Stats().Workers could still include them).
+func TestWorkersCloseCountsOut(t *testing.T) {
+	for range 200 {
+		synctest.Test(t, func(t *testing.T) {
+			tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon, Workers: 8})
+			fn := func(context.Context) error { return nil }
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Add(1)
+				go func() { defer wg.Done(); require.NoError(t, tm.Do(t.Context(), fn)) }()
+			}
+			wg.Wait()
+			synctest.Wait()
+			require.NoError(t, tm.Close())
+			require.Equal(t, int64(0), tm.Stats().Workers)
+		})
+	}
 }
 
 // TestWorkersPanicAndGoexit: a worker survives a panic in fn (re-raised on

@@ -1,6 +1,7 @@
 package timeout
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -92,6 +93,7 @@ type workerPool struct {
 	closed atomic.Bool
 	live   atomic.Int64  // goroutines of the pool
 	timer  *time.Timer   // the reaper; nil in the closed placeholder
+	reapMu sync.Mutex    // held by a reap and by close: close waits out a reap in progress
 	period time.Duration // workerIdle when created
 	bye    chan struct{}
 }
@@ -168,7 +170,12 @@ func (p *workerPool) spawn(w *worker) {
 // the free stack there or in collect).
 func (w *worker) loop() {
 	p := w.p
-	defer p.live.Add(-1)
+	counted := true
+	defer func() {
+		if counted { // a Goexit in fn, or wakeExit
+			p.live.Add(-1)
+		}
+	}()
 	for {
 		w.job.run()
 		switch <-w.ch {
@@ -178,6 +185,10 @@ func (w *worker) loop() {
 			return
 		default: // wakeConfirm
 			p.toFree(w)
+			// Counted out before the confirmation, so that Stats().Workers
+			// no longer includes this worker when Close returns.
+			counted = false
+			p.live.Add(-1)
 			p.bye <- struct{}{}
 			return
 		}
@@ -208,6 +219,11 @@ func (p *workerPool) toFree(w *worker) { p.push(&p.free.Uint64, w.idx) }
 // previous run exit, the others go back on the idle stack. It re-arms
 // itself while the idle stack is not empty.
 func (p *workerPool) reap() {
+	// Close takes reapMu after setting closed: a reap it races with
+	// finishes first (and may hold part of the idle stack meanwhile), so
+	// Close then finds every idle worker on the stack.
+	p.reapMu.Lock()
+	defer p.reapMu.Unlock()
 	if p.closed.Load() {
 		return
 	}
@@ -226,10 +242,8 @@ func (p *workerPool) reap() {
 	if uint32(p.idle.Load()) != 0 && p.armed.CompareAndSwap(false, true) {
 		p.timer.Reset(p.period)
 	}
-	// Close may have drained the stack while we held part of it.
-	if p.closed.Load() {
-		p.drain(wakeExit)
-	}
+	// A Close that started meanwhile waits for reapMu, then drains what we
+	// pushed back (with confirmation).
 }
 
 // drain tells every idle worker to exit with token tok; it returns how many.
@@ -252,6 +266,8 @@ func (p *workerPool) close() {
 	if p.timer != nil {
 		p.timer.Stop()
 	}
+	p.reapMu.Lock() // wait out a reap in progress (it may hold idle workers)
+	defer p.reapMu.Unlock()
 	for n := p.drain(wakeConfirm); n > 0; n-- {
 		<-p.bye
 	}
