@@ -147,3 +147,49 @@ func TestPanickingClassifierReleasesEverything(t *testing.T) {
 		})
 	}
 }
+
+// panicAlgorithm's controller panics whenever a window closes.
+type panicAlgorithm struct{}
+
+func (panicAlgorithm) Start(initial, lo, hi float64) adaptive.Controller { return panicController{} }
+
+type panicController struct{}
+
+func (panicController) Update(adaptive.Sample) float64 { panic("controller bug") }
+
+// TestPanickingControllerReleasesOnce: a user Controller that panics when a
+// release closes the adaptive window (in end after a success, in abort
+// after a panicking fn) neither releases the adaptive token twice (which
+// would let one call too many in) nor leaks the other permits.
+func TestPanickingControllerReleasesOnce(t *testing.T) {
+	for _, path := range []string{"end", "abort"} {
+		t.Run(path, func(t *testing.T) {
+			tick := rampart.NewManualTicker(1)
+			al, err := adaptive.New(adaptive.Config{Name: "al", Algorithm: panicAlgorithm{}, Ticker: tick,
+				InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Window: time.Second, MinWindowSamples: 1})
+			require.NoError(t, err)
+			bh := newBulkhead(t, 1, tick)
+			p, err := pipeline.New(pipeline.Config{Breaker: newBreaker(t, tick, nil), Bulkhead: bh, Adaptive: al})
+			require.NoError(t, err)
+			// One recorded success, so that the next release finds a due
+			// window with enough samples.
+			require.NoError(t, p.Do(context.Background(), func(context.Context) error { return nil }))
+			if path == "end" {
+				require.PanicsWithValue(t, "controller bug", func() {
+					_ = p.Do(context.Background(), func(context.Context) error { tick.Advance(2 * time.Second); return nil })
+				})
+			} else {
+				require.Panics(t, func() {
+					_ = p.Do(context.Background(), func(context.Context) error { tick.Advance(2 * time.Second); panic("fn") })
+				})
+			}
+			require.Zero(t, bh.Stats().InFlight, "bulkhead permit leaked")
+			require.Zero(t, al.InFlight(), "adaptive slot")
+			// Exactly one slot at limit 1: one admission, not two.
+			_, ok1 := al.Acquire(tick.Now())
+			_, ok2 := al.Acquire(tick.Now())
+			require.True(t, ok1)
+			require.False(t, ok2, "the token was released twice: two admitted at limit 1")
+		})
+	}
+}

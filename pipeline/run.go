@@ -238,10 +238,13 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 	if a.held&heldAdaptive != 0 {
 		oc := adaptive.Success
 		if err != nil {
-			oc = p.classifyAdaptive(ctx, err)
+			oc = p.classifyAdaptive(ctx, err) // a panic here leaves the token to abort
 		}
+		// Cleared before Release: Release frees the slot first and may
+		// then run the user's Controller (closing a window), which may
+		// panic; abort must not release the token a second time.
+		a.held &^= heldAdaptive
 		p.al.Release(a.token, a.t1, oc)
-		a.held &^= heldAdaptive // after: a panicking classifier leaves it for abort
 	}
 	if a.held&heldBulkhead != 0 {
 		a.held &^= heldBulkhead
@@ -338,16 +341,19 @@ func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.P
 // unwind releases the permits taken before a rejection, recording no
 // result. Rejection path.
 func (p *Pipeline) unwind(a *attempt) {
-	if a.held&heldAdaptive != 0 {
-		p.al.Release(a.token, a.t0, adaptive.Ignored)
-	}
-	if a.held&heldBulkhead != 0 {
+	held := a.held
+	a.held = 0
+	if held&heldBulkhead != 0 {
 		p.bh.Exit()
 	}
-	if a.held&heldBreaker != 0 {
+	if held&heldBreaker != 0 {
 		p.cb.RecordResult(a.permit, noTime, circuitbreaker.Ignored)
 	}
-	a.held = 0
+	if held&heldAdaptive != 0 {
+		// Last: closing a due window may run the user's Controller, which
+		// may panic; everything else is released by then.
+		p.al.Release(a.token, a.t0, adaptive.Ignored)
+	}
 }
 
 // reject fills o for a rejection by policy k.
@@ -387,22 +393,27 @@ func (p *Pipeline) abort(a *attempt) {
 	if p.needT1 {
 		a.t1 = p.tick.Now()
 	}
-	if a.held&heldTimeout != 0 {
+	// Every bit is cleared before its release, and the releases that run
+	// no user code that may panic come first, so that a panic in one (a
+	// user Controller closing the adaptive window) neither releases a
+	// permit twice nor leaks the others.
+	held := a.held
+	a.held = 0
+	if held&heldTimeout != 0 {
 		_ = p.to.Finish(a.th, a.t1, ErrPanicked)
 	}
-	if a.held&heldAdaptive != 0 {
-		p.al.Release(a.token, a.t1, adaptive.Ignored)
-	}
-	if a.held&heldBulkhead != 0 {
+	if held&heldBulkhead != 0 {
 		p.bh.Exit()
 	}
-	if a.held&heldBreaker != 0 {
+	if held&heldBreaker != 0 {
 		// A failure, without the breaker's Classify: this may run because
 		// Classify itself panicked.
 		p.cb.RecordResult(a.permit, a.t1, circuitbreaker.Failure)
 	}
-	a.held = 0
 	if p.bud != nil {
 		p.bud.OnFailure(a.start)
+	}
+	if held&heldAdaptive != 0 {
+		p.al.Release(a.token, a.t1, adaptive.Ignored) // last: it may run the user's Controller
 	}
 }
