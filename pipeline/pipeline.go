@@ -63,10 +63,13 @@ type Config struct {
 	// Timeout bounds each attempt (each retry gets a fresh deadline) in
 	// deadline mode (fn gets a context done at the deadline; one
 	// allocation per attempt, the context) or soft mode (classification
-	// only, no allocation). An attempt that ends at or after the deadline
-	// fails with the timeout's error (timeout.ErrTimeout, which also
-	// matches context.DeadlineExceeded), seen by the breaker and the
-	// adaptive limit as a failure and a drop. Package retry's default
+	// only, no allocation). An attempt that overran fails with the
+	// timeout's error (timeout.ErrTimeout, which also matches
+	// context.DeadlineExceeded), seen by the breaker and the adaptive limit
+	// as a failure and a drop. Overran means: in soft mode (and in deadline
+	// mode when another policy reads the end time) it ended at or after the
+	// deadline; in deadline mode otherwise, its deadline fired before it
+	// returned (the watchdog's verdict, within one tick: see package doc). Package retry's default
 	// classifier does not retry context.DeadlineExceeded: set its
 	// ShouldRetry to retry timed-out attempts. Abandon mode is refused:
 	// it would release the concurrency permit while the abandoned work
