@@ -38,31 +38,8 @@ func BenchmarkAdaptive(b *testing.B) {
 	newFailsafe := func() fsal.AdaptiveLimiter[any] {
 		return fsal.NewBuilder[any]().WithLimits(1<<20, 1<<20, 1<<20).Build()
 	}
-	b.Run("Admit/rampart", func(b *testing.B) {
-		b.ReportAllocs()
-		l := newRampart(b, 0)
-		for b.Loop() {
-			tok, ok := l.Begin()
-			if !ok {
-				b.Fatal("rejected")
-			}
-			l.End(tok, adaptive.Success)
-		}
-		sink.Add(int64(l.Limit()))
-		b.ReportMetric(float64(l.Stats().Stride), "stride")
-	})
-	b.Run("Admit/rampart-every", func(b *testing.B) {
-		b.ReportAllocs()
-		l := newRampart(b, 1)
-		for b.Loop() {
-			tok, ok := l.Begin()
-			if !ok {
-				b.Fatal("rejected")
-			}
-			l.End(tok, adaptive.Success)
-		}
-		sink.Add(int64(l.Limit()))
-	})
+	b.Run("Admit/rampart", func(b *testing.B) { benchBeginEnd(b, newRampart(b, 0), false) })
+	b.Run("Admit/rampart-every", func(b *testing.B) { benchBeginEnd(b, newRampart(b, 1), false) })
 	b.Run("Admit/rampart-cached", func(b *testing.B) {
 		// The cached ticker (1 ms resolution, one atomic load per reading):
 		// adequate RTTs for dependencies slower than ~10 ms, and the cost of
@@ -95,35 +72,8 @@ func BenchmarkAdaptive(b *testing.B) {
 		}
 		sink.Add(int64(l.Limit()))
 	})
-	b.Run("AdmitParallel/rampart", func(b *testing.B) {
-		b.ReportAllocs()
-		l := newRampart(b, 0)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				tok, ok := l.Begin()
-				if !ok {
-					b.Fatal("rejected")
-				}
-				l.End(tok, adaptive.Success)
-			}
-		})
-		sink.Add(int64(l.Limit()))
-		b.ReportMetric(float64(l.Stats().Stride), "stride")
-	})
-	b.Run("AdmitParallel/rampart-every", func(b *testing.B) {
-		b.ReportAllocs()
-		l := newRampart(b, 1)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				tok, ok := l.Begin()
-				if !ok {
-					b.Fatal("rejected")
-				}
-				l.End(tok, adaptive.Success)
-			}
-		})
-		sink.Add(int64(l.Limit()))
-	})
+	b.Run("AdmitParallel/rampart", func(b *testing.B) { benchBeginEnd(b, newRampart(b, 0), true) })
+	b.Run("AdmitParallel/rampart-every", func(b *testing.B) { benchBeginEnd(b, newRampart(b, 1), true) })
 	b.Run("AdmitParallel/failsafe", func(b *testing.B) {
 		b.ReportAllocs()
 		l := newFailsafe()
@@ -165,4 +115,30 @@ func BenchmarkAdaptive(b *testing.B) {
 		}
 		sink.Add(int64(t.RejectionRate()))
 	})
+}
+
+// benchBeginEnd measures Begin + End(Success) on l, from one goroutine or
+// from GOMAXPROCS, and reports the sampling stride the limiter reached.
+func benchBeginEnd(b *testing.B, l *adaptive.Limiter, parallel bool) {
+	b.ReportAllocs()
+	one := func() {
+		tok, ok := l.Begin()
+		if !ok {
+			b.Fatal("rejected")
+		}
+		l.End(tok, adaptive.Success)
+	}
+	if parallel {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				one()
+			}
+		})
+	} else {
+		for b.Loop() {
+			one()
+		}
+	}
+	sink.Add(int64(l.Limit()))
+	b.ReportMetric(float64(l.Stats().Stride), "stride")
 }
