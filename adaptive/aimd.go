@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -39,8 +40,8 @@ func (a AIMD) Validate() error {
 	if a.Backoff != 0 && !(a.Backoff > 0 && a.Backoff < 1) {
 		return fmt.Errorf("AIMD.Backoff must be in (0, 1), got %v", a.Backoff)
 	}
-	if a.Increase < 0 || a.Increase != a.Increase {
-		return fmt.Errorf("AIMD.Increase must not be negative, got %v", a.Increase)
+	if !(a.Increase >= 0) || math.IsInf(a.Increase, 0) {
+		return fmt.Errorf("AIMD.Increase must be finite and not negative, got %v", a.Increase)
 	}
 	if a.Timeout < 0 {
 		return fmt.Errorf("AIMD.Timeout must not be negative, got %v", a.Timeout)

@@ -64,10 +64,11 @@ type Vegas struct {
 func (v Vegas) Validate() error {
 	a, b := v.defaults()
 	switch {
-	case v.Alpha < 0 || math.IsNaN(v.Alpha):
-		return fmt.Errorf("Vegas.Alpha must not be negative, got %v", v.Alpha)
-	case v.Beta < 0 || math.IsNaN(v.Beta):
-		return fmt.Errorf("Vegas.Beta must not be negative, got %v", v.Beta)
+	case !(v.Alpha >= 0) || math.IsInf(v.Alpha, 0):
+		return fmt.Errorf("Vegas.Alpha must be finite and not negative, got %v", v.Alpha)
+	case !(v.Beta >= 0) || math.IsInf(v.Beta, 0):
+		// +Inf would never see a queue: a limit that only grows.
+		return fmt.Errorf("Vegas.Beta must be finite and not negative, got %v", v.Beta)
 	case b <= a:
 		return fmt.Errorf("Vegas.Beta (%v) must exceed Alpha (%v)", b, a)
 	case v.Smoothing != 0 && !(v.Smoothing > 0 && v.Smoothing <= 1):
