@@ -42,6 +42,10 @@ var errPipelineBench = errors.New("bench: retryable")
 //     call keeps the caller's context and is only classified as timed out
 //     when it returns late: zero allocations). failsafe has no such mode;
 //     its row is its (cancelling) timeout, as in Success.
+//   - SuccessSoftTimeout/rampart-primitives: the same policies on the cached
+//     ticker called by hand through their primitives, in the pipeline's
+//     order (no retry loop, no outcome, no panic guard): what the policies
+//     themselves cost, and so the pipeline's own share by difference.
 //   - TimeNow/direct: one time.Now(), the yardstick of the cached ticker.
 //
 // Besides ns/op, each case reports cpu-ns/op, the process's CPU time per
@@ -64,6 +68,7 @@ func BenchmarkPipeline(b *testing.B) {
 		benchRampartPipeline(b, cachedTicker(b), softTimeout, false, false)
 	})
 	b.Run("SuccessSoftTimeout/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, false, false) })
+	b.Run("SuccessSoftTimeout/rampart-primitives", func(b *testing.B) { benchRampartPrimitives(b, cachedTicker(b)) })
 	// The reference of the cached-ticker target: one time.Now(), measured
 	// the same way (wall and CPU time per operation) in the same run.
 	b.Run("TimeNow/direct", func(b *testing.B) {
@@ -242,6 +247,46 @@ func benchFailsafePipeline(b *testing.B, withTimeout, parallel, reject bool) {
 			if err := ex.Run(failsafeOK); err != nil {
 				b.Fatal(err)
 			}
+		}
+	}
+}
+
+// benchRampartPrimitives calls the breaker, rate limiter, bulkhead and a
+// soft-mode timeout of the benchmark's pipeline directly, with two readings
+// of tick per call, as the pipeline does for this configuration.
+func benchRampartPrimitives(b *testing.B, tick rampart.Ticker) {
+	p, err := rampartPipeline(b, tick, softTimeout, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := p.Config()
+	cb, rl, bh, to := c.Breaker, c.RateLimit, c.Bulkhead, c.Timeout
+	ctx := context.Background()
+	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
+	for b.Loop() {
+		if ctx.Err() != nil {
+			b.Fatal("context done")
+		}
+		t0 := tick.Now()
+		permit, err := cb.Acquire(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rl.TryAcquire(t0, 1) != 0 {
+			b.Fatal("rate limited")
+		}
+		if !bh.TryEnter() {
+			b.Fatal("bulkhead full")
+		}
+		fctx, h := to.Start(ctx, t0)
+		err = pipelineOK(fctx)
+		t1 := tick.Now()
+		err = to.Finish(h, t1, err)
+		bh.Exit()
+		cb.Record(permit, t1, err)
+		if err != nil {
+			b.Fatal(err)
 		}
 	}
 }
