@@ -135,6 +135,7 @@ type Breaker struct {
 	errHalfOpen *rampart.RejectedError
 	mode        Mode
 	fast        uint8 // fastCount, fastConsec: the closed success path needs no evaluation
+	healthyOK   bool  // fast == fastCount and no Classify: Record's inlined fast path applies
 	timed       bool  // the shorthands must read the clock before and after every call
 	slowNs      int64
 	minCalls    int64
@@ -198,6 +199,7 @@ func New(cfg Config) (*Breaker, error) {
 			b.fast = fastConsec
 		}
 	}
+	b.healthyOK = b.fast == fastCount && b.classify == nil
 	if _, ok := cfg.Ticker.(*rampart.NanoTicker); ok {
 		b.openTimer = time.AfterFunc(time.Hour, func() { b.openExpired.Store(b.timerWord.Load()) })
 		b.openTimer.Stop()
@@ -317,6 +319,18 @@ func (b *Breaker) notifyRejected(s State) {
 // start) may be math.MinInt64, "not read", and the call is then not judged
 // slow; the breaker reads its Ticker itself if a transition needs the time.
 func (b *Breaker) Record(p Permit, now int64, err error) {
+	// Fast path, small enough to be inlined into the caller: a success
+	// (with no Classify to consult) in a closed count-window breaker, in
+	// the permit's generation, whose window is full of successes changes
+	// nothing: four loads, no write (see RecordResult).
+	if err == nil && b.healthyOK && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK() {
+		return
+	}
+	b.record(p, now, err)
+}
+
+// record is Record after its fast path.
+func (b *Breaker) record(p Permit, now int64, err error) {
 	r := Success
 	if err != nil || b.classify != nil {
 		r = b.classifyErr(err)

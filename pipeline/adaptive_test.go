@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,10 +114,16 @@ func TestAdaptiveClassifyOverridesTheLimiters(t *testing.T) {
 // the adaptive or the breaker classifier panics while an attempt is being
 // released, every permit still comes back and the panic reaches the caller.
 func TestPanickingClassifierReleasesEverything(t *testing.T) {
-	for _, which := range []string{"adaptive", "breaker"} {
+	for _, which := range []string{"adaptive", "breaker", "breaker-on-success"} {
 		t.Run(which, func(t *testing.T) {
 			tick := rampart.NewManualTicker(1)
-			panicky := func(ctx context.Context, err error) adaptive.Outcome { panic("classifier bug") }
+			var healed atomic.Bool // set: the classifiers stop panicking
+			panicky := func(ctx context.Context, err error) adaptive.Outcome {
+				if !healed.Load() {
+					panic("classifier bug")
+				}
+				return adaptive.DefaultClassify(ctx, err)
+			}
 			cfg := pipeline.Config{Bulkhead: newBulkhead(t, 1, tick)}
 			al, err := adaptive.New(adaptive.Config{Name: "al", Ticker: tick, InitialLimit: 1, MinLimit: 1, MaxLimit: 1})
 			require.NoError(t, err)
@@ -125,20 +132,28 @@ func TestPanickingClassifierReleasesEverything(t *testing.T) {
 				cfg.AdaptiveClassify = panicky
 				cfg.Breaker = newBreaker(t, tick, nil)
 			} else {
+				// breaker-on-success: the breaker's Classify is consulted
+				// on a success too, released by run's fast first attempt.
+				onSuccess := which == "breaker-on-success"
 				cfg.Breaker = newBreaker(t, tick, func(c *circuitbreaker.Config) {
 					c.Classify = func(err error) circuitbreaker.Result {
-						if err != nil {
+						if (err != nil) != onSuccess && !healed.Load() {
 							panic("classifier bug")
 						}
-						return circuitbreaker.Success
+						return circuitbreaker.DefaultClassify(err)
 					}
 				})
 			}
 			p, err := pipeline.New(cfg)
 			require.NoError(t, err)
+			fnErr := errBoom
+			if which == "breaker-on-success" {
+				fnErr = nil
+			}
 			require.PanicsWithValue(t, "classifier bug", func() {
-				_ = p.Do(context.Background(), func(context.Context) error { return errBoom })
+				_ = p.Do(context.Background(), func(context.Context) error { return fnErr })
 			})
+			healed.Store(true) // the classifier behaves from now on
 			require.Zero(t, cfg.Bulkhead.Stats().InFlight, "bulkhead permit leaked")
 			require.Zero(t, al.InFlight(), "adaptive token leaked")
 			require.EqualValues(t, 1, cfg.Breaker.Stats().Failures, "the failure was not recorded")

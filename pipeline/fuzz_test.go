@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/retry"
@@ -17,11 +18,15 @@ import (
 // limiter, bulkhead, adaptive limit, soft timeout) with a sequence of
 // attempt behaviours and clock moves read from the input, and checks after
 // every call that the outcome is consistent and that no permit is held.
+// With queue set the bulkhead may wait (MaxWait), which sends every attempt
+// through the pipeline's general loop instead of its fast first attempt.
 func FuzzReleaseExactlyOnce(f *testing.F) {
-	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7})
-	f.Add([]byte{1, 1, 1, 1, 7, 7, 7, 0, 0})
-	f.Add([]byte{2, 2, 2, 5, 5, 6, 0, 3, 3, 1})
-	f.Fuzz(func(t *testing.T, ops []byte) {
+	for _, queue := range []bool{false, true} {
+		f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7}, queue)
+		f.Add([]byte{1, 1, 1, 1, 7, 7, 7, 0, 0}, queue)
+		f.Add([]byte{2, 2, 2, 5, 5, 6, 0, 3, 3, 1}, queue)
+	}
+	f.Fuzz(func(t *testing.T, ops []byte, queue bool) {
 		tick := rampart.NewManualTicker(1)
 		rt := newRetry(t, tick, func(c *retry.Config) {
 			c.MaxAttempts = 2
@@ -31,6 +36,16 @@ func FuzzReleaseExactlyOnce(f *testing.F) {
 		cb := newBreaker(t, tick, func(c *circuitbreaker.Config) { c.HalfOpenProbes = 2 })
 		rl := newRateLimit(t, 100, 3, tick)
 		bh := newBulkhead(t, 2, tick)
+		if queue {
+			// Never full here (a call and one nested call at most), so
+			// nothing waits; MaxWait only makes the pipeline take its
+			// general loop.
+			var err error
+			bh, err = bulkhead.New(bulkhead.Config{Max: 2, MaxWait: time.Second, Ticker: tick})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		al := newAdaptive(t, tick, 2)
 		to := newTimeout(t, tick, time.Second, timeout.ModeSoft)
 		p, err := pipeline.New(pipeline.Config{Retry: rt, Breaker: cb, RateLimit: rl, Bulkhead: bh, Adaptive: al, Timeout: to})

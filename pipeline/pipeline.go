@@ -3,12 +3,14 @@ package pipeline
 import (
 	"context"
 	"math"
+	"sync/atomic"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/hedge"
+	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/timeout"
@@ -142,6 +144,17 @@ type Pipeline struct {
 	// not from the start of the queueing.
 	mayWait bool
 
+	// fast: run's fast first attempt applies (no policy can queue, see
+	// mayWait). held: the heldX bits of the policies present, which the
+	// fast path stores at once.
+	fast bool
+	held uint8
+
+	// cached is the reading of tick when it is a *rampart.CachedTicker,
+	// loaded directly instead of through the interface (see now); else
+	// &notCached.
+	cached *atomic.Int64
+
 	cfg Config
 }
 
@@ -238,8 +251,34 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	p.tick = tick
 	p.cfg.Ticker = tick
+	p.cached = &notCached
+	if c, ok := tick.(*ticker.Cached); ok {
+		p.cached = ticker.Reading(c)
+	}
+	p.fast = !p.mayWait
+	for _, h := range [...]struct {
+		present bool
+		bit     uint8
+	}{{p.cb != nil, heldBreaker}, {p.bh != nil, heldBulkhead}, {p.al != nil, heldAdaptive}, {p.to != nil, heldTimeout}} {
+		if h.present {
+			p.held |= h.bit
+		}
+	}
 	return p, nil
 }
+
+// now reads the pipeline's clock. A running cached ticker is read directly,
+// one atomic load inlined here instead of an interface call.
+func (p *Pipeline) now() int64 {
+	if v := p.cached.Load(); v > 0 {
+		return v
+	}
+	return p.tick.Now()
+}
+
+// notCached stands in for p.cached when the ticker is not a cached one: it
+// stays 0, so now falls back to the ticker.
+var notCached atomic.Int64
 
 // Config returns the configuration the pipeline was built with, its Ticker
 // filled in. Change a field and pass it to [New] to derive a pipeline (the

@@ -46,6 +46,15 @@ type loop struct {
 // stored one by one and reloaded as two 16-byte words, which defeats store
 // forwarding, about 10 ns per call.)
 //
+// The first attempt takes a fast path written out here (begin and end
+// inlined by hand, held bits stored once instead of set and cleared per
+// policy, the success released without the retry's bookkeeping), because
+// a call that succeeds at once is the common case and Go's calling
+// convention, which keeps no register across a call, makes each extra
+// call level spill and reload the engine's state. Anything else (a queue
+// that may wait, a context already done, a failure) goes through begin,
+// settle and end, the general loop.
+//
 // Per attempt, on a success with every policy present and a closed breaker
 // that needs no duration: one clock read (t0), then the policies' own
 // atomics (breaker: a load; rate limiter: a load and a CAS; bulkhead: an
@@ -54,22 +63,140 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	// Zeroed, then the few non-zero fields stored: a composite literal
 	// with non-zero fields is copied from a static template, a load of a
 	// line outside the stack on every call.
-	var l loop
-	l.start, l.deadline = noTime, -1
 	var a attempt
 	a.t0, a.t1, a.start = noTime, noTime, noTime
 	// The one guard of the call: when fn panics or calls runtime.Goexit
-	// (heldCall still set), or a classifier panics while end releases the
-	// permits, whatever a.held still names is released and the panic goes
+	// (heldCall still set), or a classifier panics while the permits are
+	// released, whatever a.held still names is released and the panic goes
 	// on unchanged (nothing is recovered). An open-coded defer: a
 	// nanosecond or two when nothing panics.
 	defer p.releaseHeld(&a)
+	if !p.fast || ctx.Err() != nil {
+		// A queue may wait, or the context is done: the general loop
+		// (begin reports the context's error).
+		return runLoop(ctx, p, fnT, fnE, o, &a, v, nil, false)
+	}
+	{
+		// Fast first attempt. Admission, in the pipeline's order, as in
+		// begin; a rejection releases what was taken and fills o.
+		o.Attempts = 1
+		if p.needT0 || p.rtNeedsStart {
+			a.t0 = p.now() // clock read 1 of at most 2
+		}
+		if p.rt != nil {
+			a.start = a.t0 // the call's start (see begin)
+			if p.bud != nil {
+				p.bud.OnRequest(a.t0)
+			}
+		}
+		if p.cb != nil {
+			// Closed: one atomic load.
+			permit, err := p.cb.Acquire(a.t0)
+			if err != nil {
+				p.breakerRejected(&a, o, err)
+				if o.Code != OK {
+					return v
+				}
+				permit = a.permit // admitted after reading the clock
+			}
+			a.permit = permit
+		}
+		if p.rl != nil {
+			// One load and one CAS when admitted.
+			if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
+				a.held = p.held & heldBreaker
+				p.rejectAt(&a, o, RateLimit, p.rl.RejectedError(), wait)
+				return v
+			}
+		}
+		if p.bh != nil {
+			// One load and one add (no queue: p.fast).
+			if !p.bh.TryEnter() {
+				a.held = p.held & heldBreaker
+				p.rejectAt(&a, o, Bulkhead, p.bh.RejectedError(), 0)
+				return v
+			}
+		}
+		if p.al != nil {
+			// One atomic add (no queue: p.fast).
+			tok, err := p.al.AcquireWait(ctx, a.t0)
+			if err != nil {
+				a.held = p.held & (heldBreaker | heldBulkhead)
+				p.rejectAt(&a, o, Adaptive, err, 0)
+				return v
+			}
+			a.token = tok
+		}
+		actx := ctx
+		if p.to != nil {
+			// Deadline mode: the context (one allocation) and a watchdog
+			// slot; soft mode: nothing.
+			actx, a.th = p.to.Start(ctx, a.t0)
+		}
+		// Every permit taken, one store: the guard's list if fn panics.
+		a.held = p.held | heldCall
+		var err error
+		if fnE != nil {
+			err = fnE(actx)
+		} else {
+			v, err = fnT(actx)
+		}
+		if p.needT1 {
+			a.t1 = p.now() // clock read 2 of at most 2
+		}
+		if p.to != nil {
+			a.held = p.held &^ heldTimeout
+			if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
+				o.Code, o.Policy = TimedOut, Timeout
+			}
+		}
+		if err == nil {
+			// Released innermost first, like end. The bulkhead runs no
+			// user code; the breaker's Classify and the adaptive
+			// Controller may panic, so the guard still names what they
+			// release until they are called.
+			a.held = p.held & (heldBreaker | heldAdaptive)
+			if p.bh != nil {
+				p.bh.Exit() // one atomic add and one load
+			}
+			if p.cb != nil {
+				p.cb.Record(a.permit, a.t1, nil) // healthy count window: three loads
+			}
+			a.held = 0
+			if p.al != nil {
+				p.al.Release(a.token, a.t1, adaptive.Success) // last: it may run the Controller
+			}
+			if p.bud != nil {
+				p.bud.OnSuccess(a.t0) // noTime when the retry does not use it
+			}
+			return v // o: Attempts 1, the rest zero (OK)
+		}
+		// Failed: the general path records it and decides on a retry.
+		a.held = p.held &^ heldTimeout
+		return runLoop(ctx, p, fnT, fnE, o, &a, v, err, true)
+	}
+}
+
+// runLoop is run's general path, a loop of attempts through begin and end,
+// on run's attempt a (which run's guard watches). With failed set, run's
+// fast first attempt has run fn and failed with err (a.held names the
+// permits it still holds): the failure is recorded and the retry decides
+// first. v is the value of that attempt.
+func runLoop[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome, a *attempt, v T, err error, failed bool) T {
+	var l loop
+	l.start, l.deadline = noTime, -1
+	if failed {
+		l.start = a.start
+		if p.settle(ctx, &l, a, err, o) {
+			return v
+		}
+		*a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
+	}
 	for {
-		actx, admitted := p.begin(ctx, &l, &a, o)
+		actx, admitted := p.begin(ctx, &l, a, o)
 		if !admitted {
 			return v
 		}
-		var err error
 		a.held |= heldCall
 		if fnE != nil {
 			err = fnE(actx)
@@ -77,10 +204,10 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 			v, err = fnT(actx)
 		}
 		a.held &^= heldCall
-		if p.end(ctx, &l, &a, err, o) {
+		if p.end(ctx, &l, a, err, o) {
 			return v
 		}
-		a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
+		*a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
 	}
 }
 
@@ -235,6 +362,13 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 			o.Code, o.Policy = TimedOut, Timeout
 		}
 	}
+	return p.settle(ctx, l, a, err, o)
+}
+
+// settle is the rest of end, after the timeout's verdict: the outcome
+// recorded and the permits given back, then the retry's decision. run's
+// fast first attempt calls it when the attempt failed.
+func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o *Outcome) bool {
 	if a.held&heldAdaptive != 0 {
 		oc := adaptive.Success
 		if err != nil {
@@ -336,6 +470,27 @@ func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.P
 		o.RetryAfter = durationOf(int64(h.RetryAfter()))
 	}
 	return o
+}
+
+// breakerRejected is the slow path of the fast first attempt's breaker
+// check, as in begin: a breaker that refused a call whose clock was not read
+// (an open or half-open breaker needs the time) is asked again with a
+// reading; it fills o when the breaker still refuses, else a.permit.
+func (p *Pipeline) breakerRejected(a *attempt, o *Outcome, err error) {
+	if a.t0 == noTime {
+		a.t0 = p.now()
+		if a.permit, err = p.cb.Acquire(a.t0); err == nil {
+			return
+		}
+	}
+	p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
+}
+
+// rejectAt releases the permits a.held names (taken before the rejection)
+// and fills o for a rejection by policy k. Rejection path.
+func (p *Pipeline) rejectAt(a *attempt, o *Outcome, k Kind, err error, retryAfter int64) {
+	p.unwind(a)
+	p.reject(o, k, err, retryAfter)
 }
 
 // unwind releases the permits taken before a rejection, recording no

@@ -92,6 +92,13 @@ func (c *Cached) Now() int64 {
 	return c.nowSlow()
 }
 
+// Reading returns the word that holds c's cached reading: positive once its
+// goroutine runs, 0 before the first Now and -1 after Close (then call Now).
+// Loading it is Now's fast path, for callers that inline it (package
+// pipeline); a function rather than a method so that it stays off the
+// public rampart.CachedTicker. Callers only load it.
+func Reading(c *Cached) *atomic.Int64 { return &c.now.Int64 }
+
 // Interval returns the refresh period.
 func (c *Cached) Interval() time.Duration { return c.interval }
 
