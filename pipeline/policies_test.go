@@ -451,6 +451,20 @@ func TestAllocsSuccessAndRejections(t *testing.T) {
 			t.Fatal("not admitted")
 		}
 	}), "success, Call")
+	// A closure that captures a variable stays on the caller's stack: fn
+	// does not escape through Do or Call.
+	calls := 0
+	require.Zero(t, testing.AllocsPerRun(200, func() {
+		tick.Advance(time.Second)
+		if p.Do(ctx, func(context.Context) error { calls++; return nil }) != nil {
+			t.Fatal("not admitted")
+		}
+		tick.Advance(time.Second)
+		if _, err := pipeline.Call(ctx, p, func(context.Context) (int, error) { calls++; return calls, nil }); err != nil {
+			t.Fatal("not admitted")
+		}
+	}), "success, capturing closures")
+	require.Equal(t, 2*201, calls) // AllocsPerRun runs the function once more to warm up
 	require.Zero(t, testing.AllocsPerRun(200, func() {
 		if p.Try(ctx, ok).Policy != pipeline.RateLimit {
 			t.Fatal("not rejected by the rate limiter")

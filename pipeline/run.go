@@ -52,8 +52,9 @@ type loop struct {
 // a call that succeeds at once is the common case and Go's calling
 // convention, which keeps no register across a call, makes each extra
 // call level spill and reload the engine's state. Anything else (a queue
-// that may wait, a context already done, a failure) goes through begin,
-// settle and end, the general loop.
+// that may wait, a context already done, a failure) goes to runLoop, the
+// general loop through begin, settle and end. (runHedged has only the
+// general loop: a hedged call costs goroutines anyway.)
 //
 // Per attempt, on a success with every policy present and a closed breaker
 // that needs no duration: one clock read (t0), then the policies' own
@@ -76,105 +77,112 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 		// (begin reports the context's error).
 		return runLoop(ctx, p, fnT, fnE, o, &a, v, nil, false)
 	}
-	{
-		// Fast first attempt. Admission, in the pipeline's order, as in
-		// begin; a rejection releases what was taken and fills o.
-		o.Attempts = 1
-		if p.needT0 || p.rtNeedsStart {
-			a.t0 = p.now() // clock read 1 of at most 2
+	// The arguments stay in memory (their address is taken), so the
+	// compiler loads each where it is used instead of reloading every one
+	// of them into registers after each policy call.
+	inMemory(&ctx, &fnT, &fnE, &o)
+	// The fast first attempt. Admission, in the pipeline's order, as in
+	// begin; a rejection releases what was taken and fills o.
+	o.Attempts = 1
+	if p.needT0 || p.rtNeedsStart {
+		a.t0 = p.now() // clock read 1 of at most 2
+	}
+	if p.rt != nil {
+		a.start = a.t0 // the call's start (see begin)
+		if p.bud != nil {
+			p.bud.OnRequest(a.t0)
 		}
-		if p.rt != nil {
-			a.start = a.t0 // the call's start (see begin)
-			if p.bud != nil {
-				p.bud.OnRequest(a.t0)
+	}
+	if p.cb != nil {
+		// Closed: one atomic load.
+		permit, err := p.cb.Acquire(a.t0)
+		if err != nil {
+			p.breakerRejected(&a, o, err)
+			if o.Code != OK {
+				return v
 			}
+			permit = a.permit // admitted after reading the clock
+		}
+		a.permit = permit
+	}
+	if p.rl != nil {
+		// One load and one CAS when admitted.
+		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
+			a.held = p.held & heldBreaker
+			p.rejectAt(&a, o, RateLimit, p.rl.RejectedError(), wait)
+			return v
+		}
+	}
+	if p.bh != nil {
+		// One load and one add (no queue: p.fast).
+		if !p.bh.TryEnter() {
+			a.held = p.held & heldBreaker
+			p.rejectAt(&a, o, Bulkhead, p.bh.RejectedError(), 0)
+			return v
+		}
+	}
+	if p.al != nil {
+		// One atomic add (no queue: p.fast).
+		tok, err := p.al.AcquireWait(ctx, a.t0)
+		if err != nil {
+			a.held = p.held & (heldBreaker | heldBulkhead)
+			p.rejectAt(&a, o, Adaptive, err, 0)
+			return v
+		}
+		a.token = tok
+	}
+	actx := ctx
+	if p.to != nil {
+		// Deadline mode: the context (one allocation) and a watchdog
+		// slot; soft mode: nothing.
+		actx, a.th = p.to.Start(ctx, a.t0)
+	}
+	// Every permit taken, one store: the guard's list if fn panics.
+	a.held = p.held | heldCall
+	var err error
+	if fnE != nil {
+		err = fnE(actx)
+	} else {
+		v, err = fnT(actx)
+	}
+	if p.needT1 {
+		a.t1 = p.now() // clock read 2 of at most 2
+	}
+	if p.to != nil {
+		a.held = p.held &^ heldTimeout
+		if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
+			o.Code, o.Policy = TimedOut, Timeout
+		}
+	}
+	if err == nil {
+		// Released innermost first, like end. The bulkhead runs no
+		// user code; the breaker's Classify and the adaptive
+		// Controller may panic, so the guard still names what they
+		// release until they are called.
+		a.held = p.held & (heldBreaker | heldAdaptive)
+		if p.bh != nil {
+			p.bh.Exit() // one atomic add and one load
 		}
 		if p.cb != nil {
-			// Closed: one atomic load.
-			permit, err := p.cb.Acquire(a.t0)
-			if err != nil {
-				p.breakerRejected(&a, o, err)
-				if o.Code != OK {
-					return v
-				}
-				permit = a.permit // admitted after reading the clock
-			}
-			a.permit = permit
+			p.cb.Record(a.permit, a.t1, nil) // healthy count window: three loads
 		}
-		if p.rl != nil {
-			// One load and one CAS when admitted.
-			if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
-				a.held = p.held & heldBreaker
-				p.rejectAt(&a, o, RateLimit, p.rl.RejectedError(), wait)
-				return v
-			}
-		}
-		if p.bh != nil {
-			// One load and one add (no queue: p.fast).
-			if !p.bh.TryEnter() {
-				a.held = p.held & heldBreaker
-				p.rejectAt(&a, o, Bulkhead, p.bh.RejectedError(), 0)
-				return v
-			}
-		}
+		a.held = 0
 		if p.al != nil {
-			// One atomic add (no queue: p.fast).
-			tok, err := p.al.AcquireWait(ctx, a.t0)
-			if err != nil {
-				a.held = p.held & (heldBreaker | heldBulkhead)
-				p.rejectAt(&a, o, Adaptive, err, 0)
-				return v
-			}
-			a.token = tok
+			p.al.Release(a.token, a.t1, adaptive.Success) // last: it may run the Controller
 		}
-		actx := ctx
-		if p.to != nil {
-			// Deadline mode: the context (one allocation) and a watchdog
-			// slot; soft mode: nothing.
-			actx, a.th = p.to.Start(ctx, a.t0)
+		if p.bud != nil {
+			p.bud.OnSuccess(a.t0) // noTime when the retry does not use it
 		}
-		// Every permit taken, one store: the guard's list if fn panics.
-		a.held = p.held | heldCall
-		var err error
-		if fnE != nil {
-			err = fnE(actx)
-		} else {
-			v, err = fnT(actx)
-		}
-		if p.needT1 {
-			a.t1 = p.now() // clock read 2 of at most 2
-		}
-		if p.to != nil {
-			a.held = p.held &^ heldTimeout
-			if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
-				o.Code, o.Policy = TimedOut, Timeout
-			}
-		}
-		if err == nil {
-			// Released innermost first, like end. The bulkhead runs no
-			// user code; the breaker's Classify and the adaptive
-			// Controller may panic, so the guard still names what they
-			// release until they are called.
-			a.held = p.held & (heldBreaker | heldAdaptive)
-			if p.bh != nil {
-				p.bh.Exit() // one atomic add and one load
-			}
-			if p.cb != nil {
-				p.cb.Record(a.permit, a.t1, nil) // healthy count window: three loads
-			}
-			a.held = 0
-			if p.al != nil {
-				p.al.Release(a.token, a.t1, adaptive.Success) // last: it may run the Controller
-			}
-			if p.bud != nil {
-				p.bud.OnSuccess(a.t0) // noTime when the retry does not use it
-			}
-			return v // o: Attempts 1, the rest zero (OK)
-		}
-		// Failed: the general path records it and decides on a retry.
-		a.held = p.held &^ heldTimeout
-		return runLoop(ctx, p, fnT, fnE, o, &a, v, err, true)
+		return v // o: Attempts 1, the rest zero (OK)
 	}
+	// Failed: the general path records it and decides on a retry.
+	a.held = p.held &^ heldTimeout
+	return runLoop(ctx, p, fnT, fnE, o, &a, v, err, true)
+}
+
+// inMemory does nothing; taking its arguments' addresses keeps the
+// variables out of registers.
+func inMemory[T any](*context.Context, *func(context.Context) (T, error), *func(context.Context) error, **Outcome) {
 }
 
 // runLoop is run's general path, a loop of attempts through begin and end,

@@ -420,6 +420,15 @@ func (t *Timeout) unwatch(c *ctx, wh watchdog.Handle) bool {
 // tick), which saves a clock read; soft mode, which has no watchdog, reads
 // the ticker.
 func (t *Timeout) Finish(h Handle, now int64, err error) error {
+	if h.c == nil && now != NotRead && now < h.deadline {
+		// Soft mode, in time: small enough to be inlined into the caller.
+		return err
+	}
+	return t.finish(h, now, err)
+}
+
+// finish is Finish after its soft-mode fast path.
+func (t *Timeout) finish(h Handle, now int64, err error) error {
 	if now == NotRead {
 		return t.end(h, err)
 	}
