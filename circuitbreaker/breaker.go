@@ -237,7 +237,8 @@ func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
 // now may be math.MinInt64, meaning "the clock was not read": a closed
 // breaker then admits (the permit's duration is unknown, so it is never
 // judged slow) and an open one rejects; a caller that gets a rejection this
-// way should read the clock and ask again.
+// way should read the clock and ask again. Such a rejection is not counted
+// in Stats nor passed to OnRejected: the second answer is.
 func (b *Breaker) Acquire(now int64) (Permit, error) {
 	w := b.state.Load() // atomic 1: the state word
 	if w&stateMask == uint64(Closed) {
@@ -254,11 +255,11 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 		case Closed, Disabled, MetricsOnly:
 			return Permit{word: w, start: now}, nil
 		case ForcedOpen:
-			return Permit{}, b.reject(ForcedOpen, b.errOpen)
+			return Permit{}, b.reject(now, ForcedOpen, b.errOpen)
 		case Open:
 			until := b.openUntil.Load()
 			if now < until {
-				return Permit{}, b.reject(Open, b.errOpen)
+				return Permit{}, b.reject(now, Open, b.errOpen)
 			}
 			// The half-open period starts now, not when the open period
 			// ended (possibly long ago): MaxHalfOpenDuration counts from
@@ -284,22 +285,27 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 					b.transition(w, true, HalfOpen, now)
 					break
 				}
-				return Permit{}, b.reject(HalfOpen, b.errHalfOpen)
+				return Permit{}, b.reject(now, HalfOpen, b.errHalfOpen)
 			}
 			nw := w + admOne + inflOne
 			if b.state.CompareAndSwap(w, nw) {
 				return Permit{word: nw, start: now}, nil
 			}
 		default:
-			return Permit{}, b.reject(ForcedOpen, b.errOpen)
+			return Permit{}, b.reject(now, ForcedOpen, b.errOpen)
 		}
 		w = b.state.Load()
 	}
 }
 
 // reject counts a rejection (the one atomic add of a rejection) and
-// returns err.
-func (b *Breaker) reject(s State, err *rampart.RejectedError) error {
+// returns err. A rejection of a call made without the time (now is
+// math.MinInt64) is neither counted nor notified: its caller asks again with
+// a reading (see Acquire), and that answer is the one counted.
+func (b *Breaker) reject(now int64, s State, err *rampart.RejectedError) error {
+	if now == noTime {
+		return err
+	}
 	b.rejections.Add(1)
 	if b.onRejected != nil {
 		b.notifyRejected(s)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -606,8 +605,6 @@ func FuzzFastPathMatchesGeneralPath(f *testing.F) {
 // token as a Success before calling the breaker, the fast path releases it
 // after (as Ignored, from abort): the adaptive limit's samples differ.
 func TestFastPathClassifyPanicOnSuccessMatchesGeneralPath(t *testing.T) {
-	fpBug(t, "on a success the fast first attempt releases bulkhead, breaker, adaptive; settle releases adaptive, bulkhead, breaker: "+
-		"a breaker Classify panicking on a success leaves the adaptive token to abort (Ignored) on the fast path, released as Success on the general one")
 	cfg := fpConfig{name: "classify-adaptive", retry: 1, breaker: 2, bulkhead: 2, adaptive: 2}
 	for _, ref := range []fpRef{fpHedged, fpWait} {
 		t.Run(ref.String(), func(t *testing.T) {
@@ -629,8 +626,6 @@ func TestFastPathClassifyPanicOnSuccessMatchesGeneralPath(t *testing.T) {
 // nothing left for abort: the breaker counts a success instead of a failure
 // and the budget gets neither OnSuccess nor OnFailure.
 func TestFastPathControllerPanicOnSuccessMatchesGeneralPath(t *testing.T) {
-	fpBug(t, "an adaptive Controller panicking on a success: the general path records a breaker Failure and budget OnFailure (abort), "+
-		"the fast path a breaker success and no budget outcome (release order differs between run's fast attempt and settle)")
 	cfg := fpConfig{name: "controller", retry: 1, breaker: 3, bulkhead: 2, adaptive: 2}
 	for _, ref := range []fpRef{fpHedged, fpWait} {
 		t.Run(ref.String(), func(t *testing.T) {
@@ -652,8 +647,6 @@ func TestFastPathControllerPanicOnSuccessMatchesGeneralPath(t *testing.T) {
 // until every permit is taken (a.held is 0), so a half-open probe slot
 // leaks and the breaker rejects every later call as half-open-full.
 func TestFastPathGoexitInRejectionListenerReleasesBreakerPermit(t *testing.T) {
-	fpBug(t, "run's fast first attempt holds the breaker permit with a.held == 0 while TryAcquire/TryEnter run their rejection listeners: "+
-		"a Goexit there leaks a half-open probe (begin sets heldBreaker right after Acquire)")
 	for _, which := range []string{"ratelimit", "bulkhead"} {
 		for _, ref := range []fpRef{fpFast, fpHedged} {
 			t.Run(which+"/"+ref.String(), func(t *testing.T) {
@@ -980,8 +973,6 @@ func TestCachedTickerReadDirectly(t *testing.T) {
 // rejected once is counted twice (Stats.Rejections, OnRejected), and a call
 // admitted as a half-open probe is counted as rejected.
 func TestBreakerRejectionWithoutClockCountsOnce(t *testing.T) {
-	fpBug(t, "(both paths, not the fast path's) circuitbreaker.Acquire(noTime) on a non-closed breaker counts a rejection and calls OnRejected "+
-		"before the pipeline asks again with a reading")
 	for _, ref := range []fpRef{fpFast, fpHedged} {
 		t.Run(ref.String(), func(t *testing.T) {
 			tick := rampart.NewManualTicker(1)
@@ -1015,17 +1006,48 @@ func TestBreakerRejectionWithoutClockCountsOnce(t *testing.T) {
 // configuration mistake) must not make New panic (before the cached-read
 // change New accepted it; a rampart.ConfigError would be better still).
 func TestNewWithNilCachedTickerDoesNotPanic(t *testing.T) {
-	fpBug(t, "pipeline.New calls ticker.Reading on a typed-nil *rampart.CachedTicker Config.Ticker: nil dereference at New")
-	require.NotPanics(t, func() {
-		_, _ = pipeline.New(pipeline.Config{Ticker: (*rampart.CachedTicker)(nil)})
-	})
+	for _, tick := range []rampart.Ticker{(*rampart.CachedTicker)(nil), (*rampart.NanoTicker)(nil), (*rampart.ManualTicker)(nil)} {
+		require.NotPanics(t, func() {
+			_, err := pipeline.New(pipeline.Config{Ticker: tick})
+			require.ErrorIs(t, err, rampart.ErrInvalidConfig, "%T", tick)
+		})
+	}
 }
 
-// fpBug skips a test that reproduces a known bug (it fails until the bug is
-// fixed); RAMPART_BUGS=1 runs it.
-func fpBug(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv("RAMPART_BUGS") == "" {
-		t.Skip("BUG: " + msg)
+// panickyTicker panics on every read once armed: a user Ticker with a bug.
+type panickyTicker struct {
+	*rampart.ManualTicker
+	armed atomic.Bool
+}
+
+func (p *panickyTicker) Now() int64 {
+	if p.armed.Load() {
+		panic("ticker bug")
 	}
+	return p.ManualTicker.Now()
+}
+
+// TestPanickingTickerAfterPanicReleasesEverything: after fn panics, the
+// guard reads the end time for the policies that take it; a Ticker that
+// panics there too must not leave the permits held, and the caller sees
+// fn's panic.
+func TestPanickingTickerAfterPanicReleasesEverything(t *testing.T) {
+	tick := &panickyTicker{ManualTicker: rampart.NewManualTicker(1)}
+	bh := newBulkhead(t, 1, tick)
+	al := newAdaptive(t, tick, 1)
+	to := newTimeout(t, tick, time.Second, timeout.ModeSoft)
+	cb := newBreaker(t, tick, nil)
+	p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh, Adaptive: al, Timeout: to})
+	require.NoError(t, err)
+	require.PanicsWithValue(t, "fn", func() {
+		_ = p.Do(context.Background(), func(context.Context) error {
+			tick.armed.Store(true)
+			panic("fn")
+		})
+	})
+	tick.armed.Store(false)
+	require.Zero(t, bh.Stats().InFlight, "bulkhead permit leaked")
+	require.Zero(t, al.InFlight(), "adaptive token leaked")
+	require.EqualValues(t, 1, cb.Stats().Failures, "the panic was not recorded")
+	require.NoError(t, p.Do(context.Background(), ok), "nothing is stuck")
 }

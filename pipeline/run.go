@@ -104,11 +104,13 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 			permit = a.permit // admitted after reading the clock
 		}
 		a.permit = permit
+		// Held from here: the next stages' rejection listeners are user
+		// code, which may call runtime.Goexit (a test's FailNow).
+		a.held = heldBreaker
 	}
 	if p.rl != nil {
 		// One load and one CAS when admitted.
 		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
-			a.held = p.held & heldBreaker
 			p.rejectAt(&a, o, RateLimit, p.rl.RejectedError(), wait)
 			return v
 		}
@@ -116,16 +118,15 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	if p.bh != nil {
 		// One load and one add (no queue: p.fast).
 		if !p.bh.TryEnter() {
-			a.held = p.held & heldBreaker
 			p.rejectAt(&a, o, Bulkhead, p.bh.RejectedError(), 0)
 			return v
 		}
+		a.held |= heldBulkhead
 	}
 	if p.al != nil {
 		// One atomic add (no queue: p.fast).
 		tok, err := p.al.AcquireWait(ctx, a.t0)
 		if err != nil {
-			a.held = p.held & (heldBreaker | heldBulkhead)
 			p.rejectAt(&a, o, Adaptive, err, 0)
 			return v
 		}
@@ -155,23 +156,22 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 		}
 	}
 	if err == nil {
-		// Released innermost first, like end. The bulkhead runs no
-		// user code; the breaker's Classify and the adaptive
-		// Controller may panic, so the guard still names what they
-		// release until they are called.
+		// Released in settle's order. The bulkhead runs no user code;
+		// the breaker's Classify and the adaptive Controller may panic,
+		// so the guard still names what they release until they run.
 		a.held = p.held & (heldBreaker | heldAdaptive)
 		if p.bh != nil {
 			p.bh.Exit() // one atomic add and one load
 		}
 		if p.cb != nil {
-			p.cb.Record(a.permit, a.t1, nil) // healthy count window: three loads
+			p.cb.Record(a.permit, a.t1, nil) // healthy count window: four loads
+		}
+		if p.bud != nil {
+			p.bud.OnSuccess(a.t0) // noTime when the retry does not use it
 		}
 		a.held = 0
 		if p.al != nil {
 			p.al.Release(a.token, a.t1, adaptive.Success) // last: it may run the Controller
-		}
-		if p.bud != nil {
-			p.bud.OnSuccess(a.t0) // noTime when the retry does not use it
 		}
 		return v // o: Attempts 1, the rest zero (OK)
 	}
@@ -377,35 +377,41 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 // recorded and the permits given back, then the retry's decision. run's
 // fast first attempt calls it when the attempt failed.
 func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o *Outcome) bool {
-	if a.held&heldAdaptive != 0 {
-		oc := adaptive.Success
-		if err != nil {
-			oc = p.classifyAdaptive(ctx, err) // a panic here leaves the token to abort
-		}
-		// Cleared before Release: Release frees the slot first and may
-		// then run the user's Controller (closing a window), which may
-		// panic; abort must not release the token a second time.
-		a.held &^= heldAdaptive
-		p.al.Release(a.token, a.t1, oc)
+	// The same order as run's fast first attempt: the adaptive outcome
+	// classified while every permit is held (a panicking classifier
+	// leaves them all to abort), then the releases that run no user code
+	// but the breaker's Classify, and the adaptive token last, since its
+	// Release may run the user's Controller: if that panics, everything
+	// else is already released and recorded.
+	oc := adaptive.Success
+	if err != nil && a.held&heldAdaptive != 0 {
+		oc = p.classifyAdaptive(ctx, err)
 	}
 	if a.held&heldBulkhead != 0 {
 		a.held &^= heldBulkhead
 		p.bh.Exit() // one atomic add and one load
 	}
 	if a.held&heldBreaker != 0 {
-		p.cb.Record(a.permit, a.t1, err) // closed count window: a load, an add and a load
+		p.cb.Record(a.permit, a.t1, err) // healthy count window: four loads
 		a.held &^= heldBreaker           // after: a panicking Classify leaves it for abort
 	}
-	if err == nil {
-		if p.bud != nil {
-			now := a.t0
-			if now == noTime {
-				// A retry with no policy reading t0: the call's start
-				// (noTime when the retry does not use it).
-				now = l.start
-			}
-			p.bud.OnSuccess(now)
+	if err == nil && p.bud != nil {
+		now := a.t0
+		if now == noTime {
+			// A retry with no policy reading t0: the call's start
+			// (noTime when the retry does not use it).
+			now = l.start
 		}
+		p.bud.OnSuccess(now)
+	}
+	if a.held&heldAdaptive != 0 {
+		// Cleared before Release: Release frees the slot first and may
+		// then run the user's Controller (closing a window), which may
+		// panic; abort must not release the token a second time.
+		a.held &^= heldAdaptive
+		p.al.Release(a.token, a.t1, oc)
+	}
+	if err == nil {
 		o.Code, o.Policy, o.Err = OK, None, nil
 		return true
 	}
@@ -549,21 +555,40 @@ func (p *Pipeline) releaseHeld(a *attempt) {
 	}
 }
 
+// readAfterPanic is abort's end reading. The Ticker may be user code: if it
+// panics here, abort goes on without the reading (noTime) rather than
+// leaving the permits held; the panic that ran abort goes on unchanged.
+func (p *Pipeline) readAfterPanic() (now int64) {
+	defer func() {
+		if recover() != nil {
+			now = noTime
+		}
+	}()
+	return p.now()
+}
+
 // abort releases an attempt whose fn panicked or called runtime.Goexit:
 // the breaker records a failure (without its Classify), the adaptive limit frees the
 // slot as Ignored, the retry budget records a failure. Slow path.
 func (p *Pipeline) abort(a *attempt) {
-	if p.needT1 {
-		a.t1 = p.tick.Now()
-	}
 	// Every bit is cleared before its release, and the releases that run
 	// no user code that may panic come first, so that a panic in one (a
 	// user Controller closing the adaptive window) neither releases a
 	// permit twice nor leaks the others.
 	held := a.held
 	a.held = 0
+	if p.needT1 && a.t1 == noTime {
+		a.t1 = p.readAfterPanic()
+	}
 	if held&heldTimeout != 0 {
-		_ = p.to.Finish(a.th, a.t1, ErrPanicked)
+		// The verdict is discarded. Without an end reading (a deadline
+		// mode that needs none, or a Ticker that panicked) t0 stands in:
+		// NotRead would make a soft-mode Finish read the ticker itself.
+		end := a.t1
+		if end == noTime {
+			end = a.t0
+		}
+		_ = p.to.Finish(a.th, end, ErrPanicked)
 	}
 	if held&heldBulkhead != 0 {
 		p.bh.Exit()
