@@ -12,6 +12,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/ticker"
 )
 
 // ErrLimited is the sentinel of every rejection by a [Limiter]: the calls in
@@ -324,6 +325,9 @@ func New(c Config) (*Limiter, error) {
 	}
 	if l.minSamples == 0 {
 		l.minSamples = 10
+	}
+	if ticker.IsNil(l.ticker) {
+		return nil, rampart.NewConfigError("adaptive", "Ticker", ticker.NilReason, l.ticker)
 	}
 	if l.ticker == nil {
 		l.ticker = rampart.DefaultTicker()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/ticker"
 )
 
 // ErrThrottled is the sentinel of a [Throttler]'s local rejections. The
@@ -159,6 +160,9 @@ func NewThrottler(c ThrottlerConfig) (*Throttler, error) {
 	}
 	if t.accepted == nil {
 		t.accepted = defaultAccepted
+	}
+	if ticker.IsNil(t.ticker) {
+		return nil, rampart.NewConfigError("adaptive", "Ticker", ticker.NilReason, t.ticker)
 	}
 	if t.ticker == nil {
 		t.ticker = rampart.DefaultTicker()

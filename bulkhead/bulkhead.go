@@ -78,6 +78,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/ticker"
 )
 
 // ErrFull is the sentinel of a bulkhead's rejection: the bulkhead was full
@@ -197,6 +198,9 @@ func New(cfg Config) (*Bulkhead, error) {
 		onReject:    cfg.OnReject,
 		onWaitAdmit: cfg.OnWaitAdmit,
 		errFull:     rampart.NewRejectedError("bulkhead", cfg.Name, ErrFull),
+	}
+	if ticker.IsNil(b.ticker) {
+		return nil, rampart.NewConfigError("bulkhead", "Ticker", ticker.NilReason, b.ticker)
 	}
 	if b.ticker == nil {
 		b.ticker = rampart.DefaultTicker()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/ticker"
 )
 
 // State is a breaker state. The first three are the automatic states; the
@@ -241,6 +242,9 @@ func cfgErr(field, format string, args ...any) error {
 
 // normalize fills the defaults into c and validates it.
 func (c *Config) normalize() error {
+	if ticker.IsNil(c.Ticker) {
+		return rampart.NewConfigError("circuitbreaker", "Ticker", ticker.NilReason, c.Ticker)
+	}
 	if c.Ticker == nil {
 		c.Ticker = rampart.DefaultTicker()
 	}

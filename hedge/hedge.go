@@ -10,6 +10,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/histogram"
 	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
 
@@ -234,6 +235,9 @@ func New(cfg Config) (*Hedger, error) {
 		}
 	} else {
 		h.fixed = int64(cfg.Delay)
+	}
+	if ticker.IsNil(h.ticker) {
+		return nil, rampart.NewConfigError("hedge", "Ticker", ticker.NilReason, h.ticker)
 	}
 	if h.ticker == nil {
 		h.ticker = rampart.DefaultTicker()

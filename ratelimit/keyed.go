@@ -8,6 +8,7 @@ import (
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/ticker"
 )
 
 // DefaultMaxKeys is the key bound of a [Keyed] limiter whose MaxKeys is 0.
@@ -87,6 +88,9 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 		rejected:   rampart.NewRejectedError("ratelimit", c.Name, ErrLimited),
 		onRejected: c.OnRejected,
 		countStats: c.CountStats,
+	}
+	if ticker.IsNil(k.tk) {
+		return nil, rampart.NewConfigError("ratelimit", "Ticker", ticker.NilReason, k.tk)
 	}
 	if k.tk == nil {
 		k.tk = rampart.DefaultTicker()

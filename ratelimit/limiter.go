@@ -13,6 +13,7 @@ import (
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/ticker"
 )
 
 // ErrLimited is the sentinel of every rejection by a rate limiter. The
@@ -82,6 +83,9 @@ func New(c Config) (*Limiter, error) {
 		rejected:   rampart.NewRejectedError("ratelimit", c.Name, ErrLimited),
 		onRejected: c.OnRejected,
 		countStats: c.CountStats,
+	}
+	if ticker.IsNil(l.tk) {
+		return nil, rampart.NewConfigError("ratelimit", "Ticker", ticker.NilReason, l.tk)
 	}
 	if l.tk == nil {
 		l.tk = rampart.DefaultTicker()

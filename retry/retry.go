@@ -11,6 +11,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/ticker"
 )
 
 // Config configures a [Policy]. The zero value is valid: 3 attempts, full
@@ -148,6 +149,9 @@ func New(c Config) (*Policy, error) {
 	}
 	if p.maxAttempts == 0 {
 		p.maxAttempts = 3
+	}
+	if ticker.IsNil(p.ticker) {
+		return nil, rampart.NewConfigError("retry", "Ticker", ticker.NilReason, p.ticker)
 	}
 	if p.ticker == nil {
 		p.ticker = rampart.DefaultTicker()

@@ -12,6 +12,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
 
@@ -111,13 +112,14 @@ const DefaultMaxAbandoned = 1000
 type Watchdog = watchdog.Watchdog
 
 // NewWatchdog returns a Watchdog sweeping every tick (1 ms when tick <= 0)
-// against tk (rampart.DefaultTicker() when nil), to share between the
+// against tk (rampart.DefaultTicker() when nil, or a nil pointer of one of
+// rampart's ticker types, which could not be read), to share between the
 // policies of a pipeline. Its goroutine starts on first use and exits when
 // idle for a second; Close it when done (tests under testing/synctest must,
 // before the bubble ends).
 func NewWatchdog(tick time.Duration, tk rampart.Ticker) *Watchdog {
 	var clk watchdog.Clock
-	if tk != nil {
+	if tk != nil && !ticker.IsNil(tk) {
 		clk = tk
 	}
 	return watchdog.New(watchdog.Config{Tick: tick, Clock: clk})
@@ -240,6 +242,9 @@ func New(cfg Config) (*Timeout, error) {
 	t.nWorkers = cfg.Workers
 	if t.nWorkers == 0 {
 		t.nWorkers = DefaultWorkers
+	}
+	if ticker.IsNil(t.tk) {
+		return nil, rampart.NewConfigError("timeout", "Ticker", ticker.NilReason, t.tk)
 	}
 	switch {
 	case t.wd != nil:

@@ -197,3 +197,22 @@ func (m *Manual) Advance(d time.Duration) int64 {
 	}
 	return m.now.Add(int64(d))
 }
+
+// IsNil reports whether t is a nil pointer of one of this package's clock
+// types: a non-nil rampart.Ticker interface whose Now would panic in the
+// middle of a call. Policies refuse it at New (NilReason).
+func IsNil(t any) bool {
+	switch t := t.(type) {
+	case *Cached:
+		return t == nil
+	case *Nano:
+		return t == nil
+	case *Manual:
+		return t == nil
+	}
+	return false
+}
+
+// NilReason is the ConfigError reason for a Ticker that IsNil; its verb
+// takes the ticker.
+const NilReason = "is a nil %T: leave it nil for rampart.DefaultTicker(), or pass a ticker made by rampart.NewNanoTicker, NewCachedTicker or NewManualTicker"
