@@ -249,9 +249,8 @@ func New(cfg Config) (*Pipeline, error) {
 	if tick == nil {
 		tick = rampart.DefaultTicker()
 	}
-	if nilTicker(tick) {
-		return nil, rampart.NewConfigError("pipeline", "Ticker",
-			"is a nil pointer of type %T: pass a ticker made by rampart.NewNanoTicker, NewCachedTicker or NewManualTicker, or leave it nil for the default", tick)
+	if ticker.IsNil(tick) {
+		return nil, rampart.NewConfigError("pipeline", "Ticker", ticker.NilReason, tick)
 	}
 	p.tick = tick
 	p.cfg.Ticker = tick
@@ -269,21 +268,6 @@ func New(cfg Config) (*Pipeline, error) {
 		}
 	}
 	return p, nil
-}
-
-// nilTicker reports whether t is a nil pointer of one of rampart's ticker
-// types (a non-nil interface holding a nil pointer, whose Now would panic in
-// the middle of a call).
-func nilTicker(t rampart.Ticker) bool {
-	switch t := t.(type) {
-	case *ticker.Cached:
-		return t == nil
-	case *ticker.Nano:
-		return t == nil
-	case *ticker.Manual:
-		return t == nil
-	}
-	return false
 }
 
 // now reads the pipeline's clock. A running cached ticker is read directly,
