@@ -247,9 +247,16 @@ type Limiter struct {
 	peak                            atomic.Int64
 }
 
-// lockedWindow in windowEnd marks a window being closed: no time reaches it,
-// so no other goroutine tries to close the window meanwhile.
+// lockedWindow in windowEnd marks a window being closed: no time reaches it
+// (window ends are capped below it by windowAfter, and closeWindow never
+// takes it for an end), so no other goroutine closes the window meanwhile.
 const lockedWindow = math.MaxInt64
+
+// windowAfter is the end of a window that starts at now: saturated, and
+// below lockedWindow even for a reading at the end of the int64 range.
+func (l *Limiter) windowAfter(now int64) int64 {
+	return min(atomicx.SatAdd(now, l.window), lockedWindow-1)
+}
 
 // New validates c and returns a Limiter. An invalid field gives a
 // *rampart.ConfigError (matching rampart.ErrInvalidConfig).
@@ -342,7 +349,7 @@ func New(c Config) (*Limiter, error) {
 	l.win.min.Store(math.MaxInt64)
 	l.target.Store(sampleTarget(l.minSamples, 0) - 1) // stride 1: the first window times every call until it has plenty
 	l.publish(int64(initL))
-	l.windowEnd.Store(atomicx.SatAdd(l.ticker.Now(), l.window))
+	l.windowEnd.Store(l.windowAfter(l.ticker.Now()))
 	return l, nil
 }
 
@@ -444,7 +451,7 @@ func (l *Limiter) Release(t Token, now int64, o Outcome) {
 // release while a due window waits for samples).
 func (l *Limiter) closeWindow(now int64) {
 	end := l.windowEnd.Load()
-	if now < end {
+	if now < end || end == lockedWindow {
 		return // another goroutine closed it, or is closing it (end == lockedWindow)
 	}
 	if l.win.counts.Load()>>32 < min(l.minSamples, l.limit.Load()) && l.win.drops.Load() == 0 {
@@ -460,11 +467,19 @@ func (l *Limiter) closeWindow(now int64) {
 	if !l.windowEnd.CompareAndSwap(end, lockedWindow) { // the window epoch CAS: one winner
 		return
 	}
-	next := atomicx.SatAdd(now, l.window)
+	next := l.windowAfter(now)
+	closed := false
 	defer func() {
-		if r := recover(); r != nil { // a user Controller panicked: keep the limiter alive
+		if !closed {
+			// The user's Controller panicked or called runtime.Goexit,
+			// which goes on from here: keep the limiter alive. The window
+			// reopens, and a slot freed by the release that got here
+			// still reaches a queued waiter (the caller's handoff does
+			// not run).
 			l.windowEnd.Store(next)
-			panic(r)
+			if l.queue != nil && l.queue.waiting.Load() > 0 {
+				l.queue.handoff(l, now)
+			}
 		}
 	}()
 	// Swap the aggregates out. A release racing with these swaps may put
@@ -500,6 +515,7 @@ func (l *Limiter) closeWindow(now int64) {
 	if nl != old {
 		l.publish(nl)
 	}
+	closed = true
 	l.windowEnd.Store(next) // releases the window lock
 	if nl != old && l.onLimit != nil {
 		notify.Call2(&l.panics, l.onLimit, int(old), int(nl))
@@ -579,8 +595,9 @@ func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error 
 		}
 	}()
 	err = fn(ctx)
-	done = true
-	l.End(t, l.classify(ctx, err))
+	o := l.classify(ctx, err) // user code: a panic or Goexit here releases as Ignored
+	done = true               // before End: a panicking Controller must not release twice
+	l.End(t, o)
 	return err
 }
 
@@ -599,8 +616,9 @@ func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, e
 		}
 	}()
 	v, err := fn(ctx)
+	o := l.classify(ctx, err) // as in Do
 	done = true
-	l.End(t, l.classify(ctx, err))
+	l.End(t, o)
 	return v, err
 }
 

@@ -195,10 +195,11 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 	case <-timer.C:
 		cause = l.rejErr
 	}
+	now = l.ticker.Now() // before the lock: a user Ticker that panics must not leave q.mu held
 	q.mu.Lock()
 	for i, x := range q.items {
 		if x == w {
-			q.removeAt(i, l.ticker.Now())
+			q.removeAt(i, now)
 			q.mu.Unlock()
 			if cause == l.rejErr {
 				q.shed.Add(1)

@@ -39,7 +39,6 @@ func (k *r3Ticker) Now() int64 {
 // Ignored release: the slot is leaked for ever and the limiter shrinks by
 // one call per occurrence.
 func TestReview3ClassifyPanicLeaksSlot(t *testing.T) {
-	t.Skip("BUG: Do/Call mark the call done before Config.Classify runs; a panicking (or Goexit-ing) Classify leaks the slot")
 	errBoom := errors.New("boom")
 	for _, kind := range []string{"panic", "goexit"} {
 		t.Run(kind, func(t *testing.T) {
@@ -81,7 +80,6 @@ func TestReview3ClassifyPanicLeaksSlot(t *testing.T) {
 // never adapts. README: "a panicking user Controller propagates and leaves
 // the limiter usable"; the Controller contract says nothing against Goexit.
 func TestReview3ControllerGoexitWedgesWindows(t *testing.T) {
-	t.Skip("BUG: a Controller that calls runtime.Goexit leaves windowEnd == lockedWindow (closeWindow restores it only when recover() != nil): no window ever closes again")
 	var exit atomic.Bool
 	exit.Store(true)
 	updates := 0
@@ -110,7 +108,8 @@ func TestReview3ControllerGoexitWedgesWindows(t *testing.T) {
 		require.True(t, ok)
 		l.Release(tok, now+20, Success)
 	}
-	require.Equal(t, 2, updates, "no window closed after the Goexit")
+	// Window is 10 ns: each of the five releases closes one window.
+	require.Equal(t, 6, updates, "no window closed after the Goexit")
 	require.Equal(t, 7, l.Limit())
 }
 
@@ -125,7 +124,6 @@ func TestReview3ControllerGoexitWedgesWindows(t *testing.T) {
 // unsynchronised state). Reproduced deterministically with a Controller
 // that releases another call from inside Update.
 func TestReview3WindowLockAtMaxInt64(t *testing.T) {
-	t.Skip("BUG: at now == math.MaxInt64 closeWindow takes the window lock while another goroutine holds it (lockedWindow == MaxInt64 == the reading): overlapping Controller.Update calls")
 	tk := rampart.NewManualTicker(math.MaxInt64 - 10)
 	var l *Limiter
 	var depth, maxDepth int
@@ -158,7 +156,6 @@ func TestReview3WindowLockAtMaxInt64(t *testing.T) {
 // leaves the mutex locked: every later waiter, and every Release made while
 // someone waits (handoff), blocks for ever.
 func TestReview3QueueTickerPanicUnderLock(t *testing.T) {
-	t.Skip("BUG: AcquireWait reads the user's Ticker while holding the queue mutex; a panicking Ticker leaves it locked and the next handoff deadlocks")
 	synctest.Test(t, func(t *testing.T) {
 		tk := &r3Ticker{}
 		l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 1, MinLimit: 1, MaxLimit: 1,
@@ -191,7 +188,6 @@ func TestReview3QueueTickerPanicUnderLock(t *testing.T) {
 // and is shed as a rejection although a slot was free the whole time. The
 // README promises that a panicking Controller leaves the limiter usable.
 func TestReview3ControllerPanicSkipsHandoff(t *testing.T) {
-	t.Skip("BUG: a panicking Controller skips the queue handoff of the release that closed the window; the waiter is shed at its timer with a slot free")
 	synctest.Test(t, func(t *testing.T) {
 		var boom atomic.Bool
 		boom.Store(true)
@@ -321,7 +317,6 @@ func TestReview3ThrottlerExtremeReadings(t *testing.T) {
 // t.buckets[k%n] indexes with a negative number, a runtime panic inside
 // Allow (and Record, Probability, Stats).
 func TestReview3ThrottlerOneNanoBucketAtMaxInt64(t *testing.T) {
-	t.Skip("BUG: Throttler.advance loops k <= e with k++; at epoch math.MaxInt64 (1 ns buckets, reading MaxInt64) k overflows and indexes buckets[-1023]: panic in Allow")
 	tk := rampart.NewManualTicker(math.MaxInt64 - 5)
 	th, err := NewThrottler(ThrottlerConfig{Window: 1024, Buckets: 1024, Ticker: tk})
 	require.NoError(t, err)

@@ -199,7 +199,11 @@ func (t *Throttler) advance(c, e int64) {
 		return // another goroutine advanced it (to e or further)
 	}
 	n := int64(len(t.buckets))
-	for k := max(c+1, e-n+1); k <= e; k++ {
+	// Counted by i, not by k <= e: e may be math.MaxInt64 (a reading at the
+	// end of the range with 1 ns buckets), where k++ would wrap.
+	lo := max(c+1, e-n+1)
+	for i := int64(0); i <= e-lo; i++ {
+		k := lo + i
 		old := t.buckets[k%n].Swap(0)
 		if old != 0 {
 			t.reqSum.Add(-int64(old >> 32))

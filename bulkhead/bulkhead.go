@@ -389,12 +389,23 @@ func (b *Bulkhead) enterSlow(ctx context.Context) error {
 	var cause error
 	select {
 	case <-w.ready:
+		// The permit is granted; it becomes the caller's when Enter
+		// returns. Until then a user Ticker that panics or an OnWaitAdmit
+		// that calls runtime.Goexit (notify recovers panics only) must
+		// not take it away with them.
+		admitted := false
+		defer func() {
+			if !admitted {
+				b.Exit()
+			}
+		}()
 		waited := b.ticker.Now() - start
 		b.waited.Add(1)
 		b.waitedNanos.Add(waited)
 		if b.onWaitAdmit != nil {
 			notify.Call1(&b.listenerPanics, b.onWaitAdmit, waited)
 		}
+		admitted = true
 		return nil
 	case <-ctx.Done():
 		cause = ctx.Err()

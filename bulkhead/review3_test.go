@@ -41,7 +41,6 @@ func (k *r3Ticker) Now() int64 {
 // grant). Do documents that the permit is released on every path, Goexit
 // included.
 func TestReview3WaitAdmitListenerGoexitLeaksPermit(t *testing.T) {
-	t.Skip("BUG: a Goexit in OnWaitAdmit (or a panicking Ticker after the grant) leaks the granted permit: enterSlow holds it while calling user code, and Do has not deferred Exit yet")
 	for _, tc := range []string{"goexit-listener", "panicking-ticker"} {
 		t.Run(tc, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
