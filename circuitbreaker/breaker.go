@@ -274,7 +274,9 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 			nw := nextGen(w) | uint64(HalfOpen) | admOne | inflOne
 			if b.state.CompareAndSwap(w, nw) {
 				b.transitions.Add(1)
-				b.notifyState(Open, HalfOpen)
+				if b.onState != nil {
+					b.notifyProbeStart(nw, now)
+				}
 				return Permit{word: nw, start: now}, nil
 			}
 		case HalfOpen:
@@ -296,6 +298,21 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 		}
 		w = b.state.Load()
 	}
+}
+
+// notifyProbeStart runs OnStateChange(Open, HalfOpen) for the caller that
+// took the first probe inside Acquire. notify recovers a panic, so only
+// runtime.Goexit leaves ok false: the probe, whose permit nobody will ever
+// hold, is then given back.
+func (b *Breaker) notifyProbeStart(nw uint64, now int64) {
+	ok := false
+	defer func() {
+		if !ok {
+			b.recordProbe(nw, now, Ignored)
+		}
+	}()
+	b.notifyState(Open, HalfOpen)
+	ok = true
 }
 
 // reject counts a rejection (the one atomic add of a rejection) and
@@ -406,11 +423,13 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r Result) {
 	failed := r == Failure
 	if failed {
 		b.failures.Add(1)
-		if b.onFailure != nil {
-			notify.Call1(&b.listenerPanics, b.onFailure, time.Duration(d))
-		}
-	} else if b.onSuccess != nil {
-		notify.Call1(&b.listenerPanics, b.onSuccess, time.Duration(d))
+	}
+	// The per-call listeners run after the outcome is applied: a Goexit in
+	// one must not lose it.
+	if failed && b.onFailure != nil {
+		defer notify.Call1(&b.listenerPanics, b.onFailure, time.Duration(d))
+	} else if !failed && b.onSuccess != nil {
+		defer notify.Call1(&b.listenerPanics, b.onSuccess, time.Duration(d))
 	}
 	if slow {
 		b.slowCalls.Add(1)

@@ -174,12 +174,14 @@ type Config struct {
 	// made it. Optional.
 	OnStateChange func(from, to State)
 	// OnSuccess is called for every success recorded in the current
-	// generation, with the call's duration. Setting it makes the shorthands
+	// generation, with the call's duration, after the success is applied
+	// (so after any transition it caused). Setting it makes the shorthands
 	// read the clock twice per call. Optional.
 	OnSuccess func(d time.Duration)
 	// OnFailure is called for every failure recorded in the current
-	// generation, with the call's duration. Setting it makes the shorthands
-	// read the clock twice per call. Optional.
+	// generation, with the call's duration, after the failure is applied
+	// (so after the OnStateChange of a trip it caused). Setting it makes
+	// the shorthands read the clock twice per call. Optional.
 	OnFailure func(d time.Duration)
 	// OnRejected is called for every rejected call with the state that
 	// rejected it (Open, HalfOpen or ForcedOpen). Optional.

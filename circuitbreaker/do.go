@@ -24,12 +24,20 @@ func (b *Breaker) successUntimed(p Permit) {
 
 // finishSlow records the outcome of a Do or Call that is not an untimed
 // success: errors, timed permits, a custom classifier.
-func (b *Breaker) finishSlow(p Permit, err error) {
+func (b *Breaker) finishSlow(p Permit, err error, returned *bool) {
 	now := int64(noTime)
 	if p.start != noTime {
 		now = b.ticker.Now() // clock read: the call's duration is judged
 	}
-	b.Record(p, now, err)
+	// Classify first: a panic in it still finds *returned false, and the
+	// deferred release records a failure. From here the permit is
+	// recorded exactly once, whatever a listener does.
+	r := Success
+	if err != nil || b.classify != nil {
+		r = b.classifyErr(err)
+	}
+	*returned = true
+	b.RecordResult(p, now, r)
 }
 
 // finishAbnormal runs when fn did not return, or Config.Classify panicked
@@ -86,13 +94,11 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 	}()
 	err := fn(ctx)
 	if err == nil && p.start == noTime && b.classify == nil {
+		returned = true
 		b.successUntimed(p) // closed, no duration needed: b.fast is set
 	} else {
-		b.finishSlow(p, err)
+		b.finishSlow(p, err, &returned)
 	}
-	// Set only after recording: a panicking Classify (called before
-	// anything is recorded) then still releases the permit, as a failure.
-	returned = true
 	return err
 }
 
@@ -126,10 +132,10 @@ func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, e
 	}()
 	v, err := fn(ctx)
 	if err == nil && p.start == noTime && b.classify == nil {
+		returned = true
 		b.successUntimed(p)
 	} else {
-		b.finishSlow(p, err)
+		b.finishSlow(p, err, &returned)
 	}
-	returned = true // after recording, as in Do
 	return v, err
 }

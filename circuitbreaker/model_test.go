@@ -46,7 +46,7 @@ func (m *refBreaker) window(now int64) (total, fails, slows int64) {
 			slows += int64(c & codeSlowBit >> 2)
 		}
 	case TimeWindow:
-		tick := now / m.res()
+		tick := floorDiv(now, m.res())
 		for t, v := range m.ticks {
 			if t <= tick && t > tick-int64(m.c.Buckets) {
 				total, fails, slows = total+v[0], fails+v[1], slows+v[2]
@@ -175,7 +175,7 @@ func (m *refBreaker) record(p refPermit, now int64, r Result) {
 				m.seq++
 			}
 		case TimeWindow:
-			tick := now / m.res()
+			tick := floorDiv(now, m.res())
 			v := m.ticks[tick]
 			if v == nil {
 				v = &[3]int64{}
@@ -340,4 +340,14 @@ func (m *refBreaker) ringAllOK() bool {
 		}
 	}
 	return true
+}
+
+// floorDiv is floor(a / b) for b > 0, as the time window buckets readings
+// (which may be negative).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a < 0 && q*b != a {
+		q--
+	}
+	return q
 }

@@ -49,7 +49,6 @@ func r3Tripped(t *testing.T, cfg Config) (*Breaker, *rampart.ManualTicker) {
 // held only after Acquire returns). With one probe and no
 // MaxHalfOpenDuration the breaker then rejects in HalfOpen for ever.
 func TestReview3GoexitInStateListenerOnProbeAdmission(t *testing.T) {
-	t.Skip("BUG: Goexit in OnStateChange(Open, HalfOpen) inside Acquire leaks the first probe's slot; the breaker stays half-open and full for ever")
 	exit := true
 	b, _ := r3Tripped(t, Config{OnStateChange: func(_, to State) {
 		if to == HalfOpen && exit {
@@ -76,7 +75,6 @@ func TestReview3GoexitInStateListenerOnProbeAdmission(t *testing.T) {
 // the primitive caller cannot release it (Record did not return, and a
 // second Record would be a double record).
 func TestReview3GoexitInOutcomeListenerLeaksProbe(t *testing.T) {
-	t.Skip("BUG: Goexit in OnFailure/OnSuccess inside Record runs before the probe result is applied: the probe stays in flight for ever")
 	exit := false
 	b, tk := r3Tripped(t, Config{OnFailure: func(time.Duration) {
 		if exit {
@@ -101,7 +99,6 @@ func TestReview3GoexitInOutcomeListenerLeaksProbe(t *testing.T) {
 // OnStateChange after the result was applied makes Do record the permit a
 // second time (as Ignored: a spurious StaleResults).
 func TestReview3GoexitInOutcomeListenerLosesResultInDo(t *testing.T) {
-	t.Skip("BUG: Goexit in a listener during Do's recording: a known probe outcome becomes Ignored (lost), or an applied one is recorded twice (stale)")
 	for _, name := range []string{"OnSuccess", "OnFailure", "OnStateChange"} {
 		t.Run(name, func(t *testing.T) {
 			exit := false
@@ -153,7 +150,6 @@ func TestReview3GoexitInOutcomeListenerLosesResultInDo(t *testing.T) {
 // at -0.9 s is still in the window 10.4 s later with a 10 s TimeWindow,
 // where it trips the breaker.
 func TestReview3TimeWindowNegativeReadings(t *testing.T) {
-	t.Skip("BUG: TimeWindow tick = now/res truncates toward zero: with negative readings bucket 0 spans 2 slices and old failures trip the breaker")
 	tk := rampart.NewManualTicker(int64(-900 * time.Millisecond))
 	b, err := New(Config{
 		Ticker: tk, Mode: TimeWindow, TimeWindow: 10 * time.Second, Buckets: 10, MinimumCalls: 10,

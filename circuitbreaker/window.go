@@ -187,6 +187,16 @@ func newTimeWindow(span int64, n int) *timeWindow {
 	return w
 }
 
+// tick is floor(now / res): readings are from an arbitrary epoch and may be
+// negative, where Go's division would round toward zero (two slices in tick 0).
+func (w *timeWindow) tick(now int64) int64 {
+	t := now / w.res
+	if now < 0 && t*w.res != now {
+		t--
+	}
+	return t
+}
+
 func (w *timeWindow) bucketFor(tick int64) *bucket {
 	i := tick % w.n
 	if i < 0 {
@@ -199,7 +209,7 @@ func (w *timeWindow) bucketFor(tick int64) *bucket {
 // (recycled the bucket): the window slid, so older calls left it and the
 // rates may have risen without any new failure.
 func (w *timeWindow) add(now int64, failed, slow bool) (slid bool) {
-	tick := now / w.res
+	tick := w.tick(now)
 	b := w.bucketFor(tick)
 	if e := b.epoch.Load(); e != tick {
 		if e > tick || e == recycling {
@@ -231,7 +241,7 @@ func (w *timeWindow) add(now int64, failed, slow bool) (slid bool) {
 }
 
 func (w *timeWindow) snapshot(now int64) (total, fails, slows int64) {
-	tick := now / w.res
+	tick := w.tick(now)
 	for i := range w.buckets {
 		b := &w.buckets[i]
 		for {
