@@ -393,19 +393,11 @@ func (r *race[T]) armLocked(i int, now int64) {
 	}
 }
 
-// run runs attempt i on its goroutine and reports it, panics included.
+// run runs attempt i on its goroutine and reports it, panics included. The
+// user code after fn (the Fatal classifier, a user Ticker) runs under the
+// same guard: a panic there is the attempt's panic, re-raised on the
+// caller's goroutine, not a crash of the hedge's.
 func (r *race[T]) run(i int, ctx context.Context) {
-	if i > 0 {
-		if err := ctx.Err(); err != nil {
-			// The race was decided (or the caller's context ended) before
-			// this goroutine ran: do not call fn at all.
-			var zero T
-			r.report(i, zero, err, false, nil)
-			return
-		}
-		r.h.hedges.Add(1)
-		r.h.notifyHedge(i)
-	}
 	var v T
 	var err error
 	returned := false
@@ -414,24 +406,38 @@ func (r *race[T]) run(i int, ctx context.Context) {
 			return
 		}
 		if p := recover(); p != nil {
-			r.report(i, v, nil, true, p)
+			r.report(i, v, nil, false, true, p)
 		} else {
-			r.report(i, v, errGoexit, false, nil)
+			r.report(i, v, errGoexit, false, false, nil)
 		}
 	}()
+	if i > 0 {
+		if err = ctx.Err(); err != nil {
+			// The race was decided (or the caller's context ended) before
+			// this goroutine ran: do not call fn at all.
+			fatal := r.h.isFatal(err)
+			returned = true
+			r.report(i, v, err, fatal, false, nil)
+			return
+		}
+		r.h.hedges.Add(1)
+		r.h.notifyHedge(i)
+	}
 	v, err = r.fn(ctx)
-	returned = true
+	fatal := err != nil && r.h.isFatal(err)
 	if i == 0 { // AsyncFirst: the first attempt's latency feeds the percentile
 		now := r.h.ticker.Now()
 		r.h.Observe(now-r.start, now)
 	}
-	r.report(i, v, err, false, nil)
+	returned = true
+	r.report(i, v, err, fatal, false, nil)
 }
 
 // report hands attempt i's outcome to the race: it decides the race when
-// the attempt succeeded, panicked, failed fatally, the caller's context
+// the attempt succeeded, panicked, failed fatally (fatal: the caller ran
+// Config.Fatal on err, outside the race's lock), the caller's context
 // ended, or it was the last attempt running. A loser's outcome is dropped.
-func (r *race[T]) report(i int, v T, err error, panicked bool, p any) {
+func (r *race[T]) report(i int, v T, err error, fatal, panicked bool, p any) {
 	h := r.h
 	r.mu.Lock()
 	r.running--
@@ -439,7 +445,6 @@ func (r *race[T]) report(i int, v T, err error, panicked bool, p any) {
 		r.mu.Unlock()
 		return
 	}
-	fatal := err != nil && h.isFatal(err)
 	if !panicked && err != nil && !fatal && r.running > 0 && r.parent.Err() == nil {
 		// A non-fatal failure while other attempts run: they may still win.
 		r.mu.Unlock()

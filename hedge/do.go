@@ -124,9 +124,20 @@ func joinRace[T any](h *Hedger, c *call, v T, err error) (T, error) {
 	// The trigger's CAS to stFired was its last access to c, and the race
 	// keeps its own copies: the state (and its slab of contexts) is reused.
 	h.release(c)
+	// User code before the report (a Ticker, the Fatal classifier): if it
+	// panics, the race is aborted (the hedges cancelled) and the panic goes
+	// on; the caller's own guard already ran.
+	reported := false
+	defer func() {
+		if !reported {
+			r.abort()
+		}
+	}()
 	now := h.ticker.Now()
 	h.Observe(now-start, now) // a cancelled loser records a lower bound
-	r.report(0, v, err, false, nil)
+	fatal := err != nil && h.isFatal(err)
+	reported = true
+	r.report(0, v, err, fatal, false, nil)
 	return r.result()
 }
 

@@ -306,7 +306,10 @@ func (h *Hedger) refreshSlow(now int64) {
 	if n < h.warmUp {
 		return
 	}
-	h.delay.Store(min(max(v, h.minDelay), h.maxDelay))
+	// At least 1 ns: a delay of 0 means "not hedged" to the callers, and a
+	// percentile of 0 (every call under one tick of a cached ticker) must
+	// still hedge the tail.
+	h.delay.Store(min(max(v, h.minDelay, 1), h.maxDelay))
 	if n >= 2*h.warmUp {
 		h.hist.Decay(1)
 	}
