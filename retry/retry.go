@@ -381,7 +381,8 @@ func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
 	if err == nil {
 		return nil
 	}
-	return p.doRetry(ctx, fn, err, 0)
+	var pending bool // no budget: nothing to record
+	return p.doRetry(ctx, fn, err, 0, &pending)
 }
 
 // doFull is Do with a clock read for the start and the budget protocol.
@@ -393,51 +394,53 @@ func (p *Policy) doFull(ctx context.Context, fn func(context.Context) error) (er
 	if tb := p.bucket; tb != nil {
 		// The A6 bucket, devirtualised: OnRequest is a no-op and OnSuccess
 		// one load on a healthy dependency.
-		returned := false
+		pending := true // the attempt's outcome has not reached the budget
 		defer func() {
-			if !returned { // fn panicked or called runtime.Goexit
+			if pending { // fn, or user code before Decide, panicked or called runtime.Goexit
 				tb.OnFailure(start)
 			}
 		}()
 		if err = fn(ctx); err == nil {
+			pending = false
 			tb.OnSuccess(start)
-			returned = true
 			return nil
 		}
-		err = p.doRetry(ctx, fn, err, start)
-		returned = true
-		return err
+		return p.doRetry(ctx, fn, err, start, &pending)
 	}
 	b := p.budget
 	if b == nil {
 		if err = fn(ctx); err == nil {
 			return nil
 		}
-		return p.doRetry(ctx, fn, err, start)
+		var pending bool // no budget: nothing to record
+		return p.doRetry(ctx, fn, err, start, &pending)
 	}
 	b.OnRequest(start)
-	returned := false
+	pending := true // as above
 	defer func() {
-		if !returned { // fn panicked or called runtime.Goexit
+		if pending {
 			b.OnFailure(start)
 		}
 	}()
 	if err = fn(ctx); err == nil {
+		pending = false
 		b.OnSuccess(start)
-		returned = true
 		return nil
 	}
-	err = p.doRetry(ctx, fn, err, start)
-	returned = true
-	return err
+	return p.doRetry(ctx, fn, err, start, &pending)
 }
 
 // doRetry is the retry loop of Do (slow path): err is the first attempt's
-// error.
-func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, err error, start int64) error {
+// error. *pending is true while the current attempt's outcome has not
+// reached the budget: the caller's guard records a failure for it if user
+// code (fn, ShouldRetry, the ticker) panics or calls runtime.Goexit before;
+// once Decide has recorded the failure, a panic in the user code it calls
+// (a RetryAfter hint, Rand, OnRetry) records nothing more.
+func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, err error, start int64, pending *bool) error {
 	attempt, prev, deadline := 1, int64(0), int64(-1)
 	for {
 		if !p.Retryable(err) {
+			*pending = false // a non-retryable failure is not the budget's
 			return p.GiveUp(NotRetryable, attempt, err, nil)
 		}
 		now := p.ticker.Now()
@@ -445,11 +448,13 @@ func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, er
 			deadline = p.Deadline(ctx, now)
 		}
 		if cerr := ctx.Err(); cerr != nil {
+			*pending = false
 			if p.budget != nil {
 				p.budget.OnFailure(now) // Decide, which would record it, is skipped
 			}
 			return p.GiveUp(Canceled, attempt, err, cerr)
 		}
+		*pending = false // Decide records the failure
 		delay, stop := p.Decide(attempt, err, start, now, deadline, prev)
 		if stop != Continue {
 			return p.GiveUp(stop, attempt, err, nil)
@@ -459,7 +464,9 @@ func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, er
 		}
 		prev = delay
 		attempt++
+		*pending = true
 		if err = fn(ctx); err == nil {
+			*pending = false
 			if p.budget != nil {
 				p.budget.OnSuccess(p.budgetNow())
 			}
@@ -496,7 +503,8 @@ func CallIf[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, 
 	if err == nil && (retryResult == nil || !retryResult(v)) {
 		return v, nil
 	}
-	return callRetry(ctx, p, fn, retryResult, v, err, 0)
+	var pending bool // no budget: nothing to record
+	return callRetry(ctx, p, fn, retryResult, v, err, 0, &pending)
 }
 
 func callFull[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool) (v T, err error) {
@@ -510,34 +518,35 @@ func callFull[T any](ctx context.Context, p *Policy, fn func(context.Context) (T
 		if err == nil && (retryResult == nil || !retryResult(v)) {
 			return v, nil
 		}
-		return callRetry(ctx, p, fn, retryResult, v, err, start)
+		var pending bool // no budget: nothing to record
+		return callRetry(ctx, p, fn, retryResult, v, err, start, &pending)
 	}
 	b.OnRequest(start)
-	returned := false
+	pending := true // as in doFull
 	defer func() {
-		if !returned {
+		if pending {
 			b.OnFailure(start)
 		}
 	}()
 	v, err = fn(ctx)
 	if err == nil && (retryResult == nil || !retryResult(v)) {
+		pending = false
 		b.OnSuccess(start)
-		returned = true
 		return v, nil
 	}
-	v, err = callRetry(ctx, p, fn, retryResult, v, err, start)
-	returned = true
-	return v, err
+	return callRetry(ctx, p, fn, retryResult, v, err, start, &pending)
 }
 
 // callRetry is the retry loop of CallIf (slow path).
-func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool, v T, err error, start int64) (T, error) {
+// *pending is as in doRetry.
+func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool, v T, err error, start int64, pending *bool) (T, error) {
 	attempt, prev, deadline := 1, int64(0), int64(-1)
 	for {
 		if err == nil {
 			err = ErrRetryResult
 		}
 		if !p.Retryable(err) {
+			*pending = false
 			return v, p.GiveUp(NotRetryable, attempt, err, nil)
 		}
 		now := p.ticker.Now()
@@ -545,11 +554,13 @@ func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (
 			deadline = p.Deadline(ctx, now)
 		}
 		if cerr := ctx.Err(); cerr != nil {
+			*pending = false
 			if p.budget != nil {
 				p.budget.OnFailure(now)
 			}
 			return v, p.GiveUp(Canceled, attempt, err, cerr)
 		}
+		*pending = false // Decide records the failure
 		delay, stop := p.Decide(attempt, err, start, now, deadline, prev)
 		if stop != Continue {
 			return v, p.GiveUp(stop, attempt, err, nil)
@@ -559,8 +570,10 @@ func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (
 		}
 		prev = delay
 		attempt++
+		*pending = true
 		v, err = fn(ctx)
 		if err == nil && (retryResult == nil || !retryResult(v)) {
+			*pending = false
 			if p.budget != nil {
 				p.budget.OnSuccess(p.budgetNow())
 			}
