@@ -245,6 +245,15 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := &clientCall{t: t, req: req}
 	replayable := !hasBody(req) || req.GetBody != nil
 	var resp *http.Response
+	// Every response but the one returned is closed, also when user code
+	// (a RetryStatus or IsFailure classifier) panics: the panic goes on
+	// and no response is returned.
+	finished := false
+	defer func() {
+		if !finished {
+			c.finish(nil)
+		}
+	}()
 	var o pipeline.Outcome
 	switch {
 	case !replayable || !(t.retryAll || idempotent(req)):
@@ -266,6 +275,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			err = o.Err
 		}
 	}
+	finished = true
 	c.finish(resp)
 	return resp, err
 }

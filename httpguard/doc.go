@@ -19,7 +19,10 @@
 //     [ServerConfig.DefaultRetryAfter] when the policy has none;
 //   - when the pipeline's timeout expires and the handler has written
 //     nothing, the answer is 503, or [ServerConfig.TimeoutStatus] (504 for a
-//     gateway). The handler sees the deadline in its request's context and
+//     gateway), with Cache-Control: no-store and without the entity headers
+//     (ETag, Last-Modified, Content-Encoding, Set-Cookie, ...) the handler
+//     set for the body it never wrote (those set before the guard ran
+//     stay). The handler sees the deadline in its request's context and
 //     must honour it: the permit it holds is released when it returns, never
 //     before (seed 003: releasing a permit while the work still runs breaks
 //     the limit);

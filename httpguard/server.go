@@ -52,6 +52,7 @@ type server struct {
 	p                 *pipeline.Pipeline
 	isFailure         func(int) bool
 	timeoutStatus     int
+	hasTimeout        bool // the pipeline has a timeout: entity headers are saved
 	defaultRetryAfter time.Duration
 	onReject          func(http.ResponseWriter, *http.Request, int, pipeline.Outcome)
 }
@@ -91,6 +92,7 @@ func NewHandler(next http.Handler, cfg ServerConfig) (http.Handler, error) {
 	if s.isFailure == nil {
 		s.isFailure = func(status int) bool { return status >= 500 }
 	}
+	s.hasTimeout = cfg.Pipeline.Config().Timeout != nil
 	if s.timeoutStatus == 0 {
 		s.timeoutStatus = http.StatusServiceUnavailable
 	}
@@ -123,6 +125,43 @@ type exchange struct {
 	r      *http.Request
 	status int
 	wrote  bool
+	// saved holds the entity headers (entityHeaders) as they were before
+	// the handler ran, when the pipeline has a timeout: a timeout answer
+	// restores them, so that it does not go out with the handler's
+	// validators, caching or encoding for a body it never wrote.
+	saved [len(entityHeaders)][]string
+}
+
+// entityHeaders are the headers a handler sets for the body it means to
+// write, wrong on the timeout answer that replaces it. The values are kept,
+// not cleared: a middleware around this one may have set them (an
+// on-the-fly compressor's Content-Encoding, a session's Set-Cookie).
+var entityHeaders = [...]string{
+	"Content-Disposition", "Content-Encoding", "Content-Language", "Content-Location",
+	"Content-Range", "Etag", "Expires", "Last-Modified", "Set-Cookie",
+}
+
+// Cache-Control is not among them: the timeout answer sets it to no-store.
+
+// saveHeaders records the entity headers before the handler runs.
+func (e *exchange) saveHeaders() {
+	h := e.ResponseWriter.Header()
+	for i, k := range entityHeaders {
+		e.saved[i] = h[k]
+	}
+}
+
+// restoreHeaders puts the entity headers back as they were before the
+// handler ran. Timeout path.
+func (e *exchange) restoreHeaders() {
+	h := e.ResponseWriter.Header()
+	for i, k := range entityHeaders {
+		if v := e.saved[i]; v != nil {
+			h[k] = v
+		} else {
+			delete(h, k)
+		}
+	}
 }
 
 // WriteHeader records the status and forwards it.
@@ -188,6 +227,9 @@ func (e *exchange) serve(ctx context.Context) error {
 // ServeHTTP admits the request through the pipeline and calls the handler.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := &exchange{ResponseWriter: w, s: s, r: r}
+	if s.hasTimeout {
+		e.saveHeaders() // nine map reads: the timeout answer restores them
+	}
 	o := s.p.Try(r.Context(), e.serve)
 	switch o.Code {
 	case pipeline.Rejected:
@@ -198,6 +240,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeReject(w, r, status, o)
 	case pipeline.TimedOut:
 		if !e.wrote {
+			e.restoreHeaders()
+			w.Header().Set("Cache-Control", "no-store")
 			w.Header().Set("Retry-After", retryAfterSeconds(s.defaultRetryAfter))
 			http.Error(w, http.StatusText(s.timeoutStatus), s.timeoutStatus)
 		}
