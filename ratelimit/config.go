@@ -69,6 +69,8 @@ const (
 	maxNum = 1 << 61
 	// maxTau bounds burst × units per interval.
 	maxTau = 1 << 60
+	// maxUnits is the largest reading in units: later readings count as it.
+	maxUnits = 1<<62 - 1
 )
 
 // params is a rate and burst translated to GCRA, in "units": the emission
@@ -91,7 +93,18 @@ type params struct {
 	num          uint64 // interval numerator (ns)
 	den          uint64 // interval denominator
 	denK         uint64 // den·k
+	// origin is the reading that counts as unit 0: 0, or the first
+	// reading of a clock that read below 0 when the limiter was built (a
+	// ManualTicker started negative, a user Ticker with a later epoch),
+	// so that its negative readings still move time (originOf). A
+	// replacement state keeps its predecessor's.
+	origin int64
 }
+
+// originOf is the origin for a clock whose reading at construction is now:
+// 0 for the usual clocks, which never read below 0; else that reading.
+// Readings before the origin count as unit 0.
+func originOf(now int64) int64 { return min(now, 0) }
 
 // newParams builds params for an interval of num/den ns and burst.
 func newParams(num, den uint64, burst int64, field string) (params, error) {
@@ -133,36 +146,57 @@ func newParams(num, den uint64, burst int64, field string) (params, error) {
 		inv: inv, num: num, den: den, denK: denK}, nil
 }
 
-// units converts a clock reading to units, exactly floor(now·c) where
-// c = den·k/num ∈ [1, 2): two multiplications, no division. A negative
-// reading counts as 0.
+// units converts a clock reading to units, exactly floor((now-origin)·c)
+// where c = den·k/num ∈ [1, 2): two multiplications, no division. A reading
+// before the origin counts as 0; one beyond maxUnits units as maxUnits.
 func (p *params) units(now int64) int64 {
-	if p.unitIsNs { // predictable branch: the common whole-ns intervals
-		return max(now, 0)
+	if p.origin != 0 { // predictable: 0 for every clock that starts at 0 or later
+		now = p.shift(now)
 	}
-	t := uint64(max(now, 0))
-	h1, l1 := bits.Mul64(t, p.mulHi)
-	h2, _ := bits.Mul64(t, p.mulLo)
-	lo, carry := bits.Add64(l1, h2, 0) // floor(t·M / 2⁶⁴) = (h1+carry)·2⁶⁴ + lo
-	return int64((h1+carry)<<1 | lo>>63)
+	return p.unitsOf(now)
 }
 
-// earliest returns the least reading t ≥ 0 with units(t) ≥ target: the
-// exact instant at which a TAT of target+tau admits.
+// shift is now - origin (origin < 0), saturated.
+func (p *params) shift(now int64) int64 {
+	if t := now - p.origin; t >= now {
+		return t
+	}
+	return math.MaxInt64 // wrapped
+}
+
+// unitsOf is units for a reading already taken from the origin.
+func (p *params) unitsOf(t int64) int64 {
+	if p.unitIsNs { // predictable branch: the common whole-ns intervals
+		return min(max(t, 0), maxUnits)
+	}
+	u := uint64(max(t, 0))
+	h1, l1 := bits.Mul64(u, p.mulHi)
+	h2, _ := bits.Mul64(u, p.mulLo)
+	lo, carry := bits.Add64(l1, h2, 0) // floor(u·M / 2⁶⁴) = (h1+carry)·2⁶⁴ + lo
+	return int64(min((h1+carry)<<1|lo>>63, maxUnits))
+}
+
+// earliest returns the least reading t ≥ origin with units(t) ≥ target:
+// the exact instant at which a TAT of target+tau admits.
 func (p *params) earliest(target int64) int64 {
+	return p.earliestOf(target) + p.origin // origin ≤ 0 and the result ≥ 0: no overflow
+}
+
+// earliestOf is earliest for readings taken from the origin.
+func (p *params) earliestOf(target int64) int64 {
 	if target <= 0 {
 		return 0
 	}
-	if target >= math.MaxInt64/2 {
+	if target > maxUnits {
 		return math.MaxInt64 / 2
 	}
 	hi, lo := bits.Mul64(uint64(target), p.inv) // ≈ target/c, within a unit
 	t := int64(hi<<1 | lo>>63)
 	// Both multipliers are within a unit of exact: a step or two at most.
-	for p.units(t) < target {
+	for p.unitsOf(t) < target {
 		t++
 	}
-	for t > 0 && p.units(t-1) >= target {
+	for t > 0 && p.unitsOf(t-1) >= target {
 		t--
 	}
 	return t

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/ticker"
@@ -65,6 +66,7 @@ type Keyed struct {
 	admitted       pad.Uint64
 	rejectedN      pad.Uint64
 	evictedN       atomic.Uint64
+	floor          atomic.Int64 // the largest TAT evicted: a new cell starts there
 	listenerPanics atomic.Uint64
 }
 
@@ -89,12 +91,14 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 		onRejected: c.OnRejected,
 		countStats: c.CountStats,
 	}
+	k.floor.Store(math.MinInt64 / 2)
 	if ticker.IsNil(k.tk) {
 		return nil, rampart.NewConfigError("ratelimit", "Ticker", ticker.NilReason, k.tk)
 	}
 	if k.tk == nil {
 		k.tk = rampart.DefaultTicker()
 	}
+	k.p.origin = originOf(k.tk.Now()) // as in New
 	return k, nil
 }
 
@@ -151,7 +155,7 @@ func (k *Keyed) insertSlow(key string, now, u int64, n int) int64 {
 				continue
 			}
 			c := &cell{}
-			c.tat.Store(math.MinInt64 / 2) // a full burst
+			c.tat.Store(k.floor.Load()) // a full burst for any reading not older than an evicted TAT
 			var loaded bool
 			v, loaded = k.m.LoadOrStore(key, c)
 			if loaded {
@@ -196,6 +200,9 @@ func (k *Keyed) sweep(u int64) (soonest int64) {
 				soonest = min(soonest, tat)
 				return true
 			}
+			// Raise the floor first, so that no new cell for this key can
+			// start below the TAT being evicted.
+			atomicx.Max(&k.floor, tat)
 			// The CAS fails if an admission updated the cell meanwhile:
 			// a cell is evicted only in a state equal to a new one.
 			if c.tat.CompareAndSwap(tat, evicted) {

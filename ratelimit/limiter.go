@@ -29,9 +29,10 @@ var ErrInvalidN = errors.New("ratelimit: n is below 1 or above the burst")
 const Never = int64(math.MaxInt64)
 
 // retired marks the TAT word of a state replaced by SetRate or SetBurst.
-// Every real TAT stays far below it (times below 2⁶¹ units, about 36 years
-// of uptime, plus at most maxReserve), and retired + tau does not overflow.
-const retired = int64(1) << 62
+// Every real TAT stays below it (readings are capped at maxUnits, 2⁶² units,
+// over 70 years of nanoseconds, plus at most tau and maxReserve, 2⁶⁰ each),
+// and retired + tau does not overflow.
+const retired = int64(3) << 61
 
 // maxReserve bounds how far ahead of now a reservation may commit, in units.
 const maxReserve = int64(1) << 60
@@ -90,6 +91,7 @@ func New(c Config) (*Limiter, error) {
 	if l.tk == nil {
 		l.tk = rampart.DefaultTicker()
 	}
+	p.origin = originOf(l.tk.Now()) // a clock read at construction: does this clock read below 0?
 	s := &state{params: p}
 	s.tat.Store(math.MinInt64 / 2) // a full bucket at any reading
 	l.st.Store(s)
@@ -456,6 +458,7 @@ func (l *Limiter) SetBurst(burst int) error {
 // same number of available permits (capped at the new burst). Slow path,
 // under l.mu; callers spinning on the retired word wait for the Store.
 func (l *Limiter) replace(old *state, p params) {
+	p.origin = old.origin // readings keep their meaning
 	now := l.tk.Now()
 	tat := old.tat.Swap(retired) // from here no admission can use old
 	uo := old.units(now)
@@ -466,7 +469,12 @@ func (l *Limiter) replace(old *state, p params) {
 	q, m := new(big.Int).DivMod(a, big.NewInt(old.k), new(big.Int))
 	_ = m // DivMod is Euclidean: q = floor for a positive divisor
 	availNew := p.tau
-	if q.IsInt64() && q.Int64() < availNew {
+	switch {
+	case !q.IsInt64():
+		if q.Sign() < 0 {
+			availNew = -maxReserve
+		}
+	case q.Int64() < availNew:
 		availNew = max(q.Int64(), -maxReserve)
 	}
 	un := p.units(now)

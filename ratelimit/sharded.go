@@ -80,6 +80,7 @@ func NewSharded(c ShardedConfig) (*Sharded, error) {
 		if err != nil {
 			return nil, err
 		}
+		sp.origin = l.st.Load().origin // the shard's own, from New (one clock)
 		st := &state{params: sp}
 		st.tat.Store(l.st.Load().tat.Load())
 		l.st.Store(st)
