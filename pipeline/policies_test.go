@@ -139,6 +139,7 @@ func TestClockReadsOnRetries(t *testing.T) {
 	rt := newRetry(t, tick, nil)
 	p, err := pipeline.New(pipeline.Config{Retry: rt, RateLimit: newRateLimit(t, 1e6, 100, tick)})
 	require.NoError(t, err)
+	tick.reads.Store(0) // constructors may read the clock
 	var n int
 	o := p.Try(context.Background(), func(context.Context) error {
 		n++
