@@ -330,3 +330,16 @@ func TestReview3ThrottlerOneNanoBucketAtMaxInt64(t *testing.T) {
 	})
 	require.NotPanics(t, func() { _ = th.Stats() })
 }
+
+// TestReview3HugeMinWindowSamples: the sample target stays a positive power
+// of two however large MinWindowSamples or the calls in flight are.
+func TestReview3HugeMinWindowSamples(t *testing.T) {
+	require.Equal(t, uint32(1<<30), sampleTarget(math.MaxInt64, 0))
+	require.Equal(t, uint32(1<<30), sampleTarget(10, math.MaxInt64))
+	l, err := New(Config{MinWindowSamples: math.MaxInt, Ticker: rampart.NewManualTicker(0)})
+	require.NoError(t, err)
+	tok, ok := l.Begin()
+	require.True(t, ok)
+	l.End(tok, Success)
+	require.Zero(t, l.InFlight())
+}

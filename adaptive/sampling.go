@@ -62,7 +62,9 @@ const (
 // sampleTarget returns T, the least power of two at or above
 // max(8·minSamples, 4·maxIn).
 func sampleTarget(minSamples, maxIn int64) uint32 {
-	t := min(max(samplesPerMin*minSamples, samplesPerSlot*maxIn, 1), 1<<30)
+	// Each operand capped before its product: a huge MinWindowSamples or
+	// in-flight count must not wrap the target negative.
+	t := min(max(samplesPerMin*min(minSamples, 1<<30), samplesPerSlot*min(maxIn, 1<<30), 1), 1<<30)
 	return 1 << bits.Len64(uint64(t-1))
 }
 

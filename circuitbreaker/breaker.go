@@ -404,6 +404,9 @@ func (b *Breaker) RecordResult(p Permit, now int64, r Result) {
 // recordSlow is the slow path of RecordResult: failures, slow calls,
 // listeners, time window, half-open probes, metrics-only.
 func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r Result) {
+	if r > Ignored {
+		r = Failure // not a Result: the conservative reading (see Result)
+	}
 	st := State(w & stateMask)
 	if st == Disabled {
 		return

@@ -42,7 +42,8 @@ func (s State) String() string {
 	return "invalid"
 }
 
-// Result is the classification of one call's outcome.
+// Result is the classification of one call's outcome. A value other than
+// the three constants (from a Classify with a bug, say) counts as Failure.
 type Result uint8
 
 const (

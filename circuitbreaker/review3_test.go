@@ -314,3 +314,14 @@ func TestReview3IgnoredProbeReturnsSlot(t *testing.T) {
 	require.NoError(t, call(t, b, tk, 0, nil))
 	require.Equal(t, Closed, b.State())
 }
+
+// TestReview3UnknownResultIsAFailure: a Result outside the three constants
+// (a Classify with a bug) counts as a failure, not as a success.
+func TestReview3UnknownResultIsAFailure(t *testing.T) {
+	b, err := New(Config{Ticker: rampart.NewManualTicker(1)})
+	require.NoError(t, err)
+	p, err := b.Acquire(1)
+	require.NoError(t, err)
+	b.RecordResult(p, 1, Result(7))
+	require.EqualValues(t, 1, b.Stats().Failures)
+}

@@ -204,6 +204,10 @@ func (t *transport) routeFor(req *http.Request) (*route, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cb == nil {
+		// Not a silent "no breaker": the caller asked for one per host.
+		return nil, rampart.NewConfigError("httpguard", "NewHostBreaker", "returned no breaker and no error for host %q", host)
+	}
 	cfg := t.def.full.Config()
 	cfg.Breaker = cb
 	r, err := newRoute(cfg)

@@ -130,3 +130,22 @@ func TestReview3ClientCancelledBeforeSend(t *testing.T) {
 	require.EqualValues(t, 0, hits.Load())
 	require.EqualValues(t, 1, body.closes.Load())
 }
+
+// TestReview3NilHostBreakerIsAnError: a NewHostBreaker that returns neither a
+// breaker nor an error is a configuration mistake reported on the request,
+// not a route silently built without a breaker; nothing is sent.
+func TestReview3NilHostBreakerIsAnError(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	c, _ := clientFor(t, httpguard.ClientConfig{
+		Pipeline:       mustPipeline(t, pipeline.Config{}),
+		NewHostBreaker: func(string) (*circuitbreaker.Breaker, error) { return nil, nil },
+	})
+	resp, err := c.Get(srv.URL)
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
+	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	require.Zero(t, hits.Load())
+}
