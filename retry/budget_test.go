@@ -304,6 +304,9 @@ func FuzzRatioBudget(f *testing.F) {
 		if err != nil {
 			return
 		}
+		if ratio == 0 {
+			ratio = 0.1 // the documented default of a zero Ratio
+		}
 		now := int64(0)
 		for _, op := range ops {
 			switch op % 4 {
