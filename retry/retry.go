@@ -49,6 +49,9 @@ type Config struct {
 	// false returns it at once. nil means: retry everything except
 	// context.Canceled, context.DeadlineExceeded (anywhere in the chain).
 	// Errors marked [Permanent] are never retried, whatever ShouldRetry says.
+	// It may be called more than once for the same error (Do and a
+	// pipeline check before deciding, and Decide checks again): keep it a
+	// pure function of the error, without side effects.
 	ShouldRetry func(err error) bool
 
 	// Budget, when set, limits retries together with every other policy that
