@@ -19,7 +19,8 @@
 //     [ServerConfig.DefaultRetryAfter] when the policy has none;
 //   - when the pipeline's timeout expires and the handler has written
 //     nothing, the answer is 503, or [ServerConfig.TimeoutStatus] (504 for a
-//     gateway), with Cache-Control: no-store and without the entity headers
+//     gateway), with Retry-After (ServerConfig.DefaultRetryAfter),
+//     Cache-Control: no-store and without the entity headers
 //     (ETag, Last-Modified, Content-Encoding, Set-Cookie, ...) the handler
 //     set for the body it never wrote (those set before the guard ran
 //     stay). The handler sees the deadline in its request's context and

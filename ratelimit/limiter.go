@@ -100,9 +100,10 @@ func New(c Config) (*Limiter, error) {
 
 // TryAcquire takes n permits at time now if the rate allows it.
 //
-// It returns 0 when the permits were taken (one load of the state and one
-// CAS). Otherwise it returns how many ns after now the n permits would be
-// admitted if nobody else took them first; a rejection is read-only (no
+// It returns 0 when the permits were taken (two loads, the state pointer
+// and its TAT word, and one CAS). Otherwise it returns how many ns after
+// now the n permits would be admitted if nobody else took them first; a
+// rejection is read-only (no
 // CAS, no write to the shared word). For n < 1 or n > the burst it returns
 // [Never]. now is a reading of the limiter's ticker. A now older than other
 // callers' readings never creates credit (the state never moves back): it
@@ -195,8 +196,8 @@ func (l *Limiter) reject(n int, wait int64) int64 {
 	return wait
 }
 
-// Allow takes one permit now if the rate allows it: one clock read, one
-// load, one CAS.
+// Allow takes one permit now if the rate allows it: one clock read, two
+// loads, one CAS.
 func (l *Limiter) Allow() bool { return l.AllowN(l.tk.Now(), 1) }
 
 // Acquire takes one permit at time now, or returns the limiter's
