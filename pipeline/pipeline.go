@@ -241,7 +241,11 @@ func New(cfg Config) (*Pipeline, error) {
 			tick = c.t
 			continue
 		}
-		if c.t != tick {
+		same, ok := ticker.Equal(c.t, tick)
+		if !ok {
+			return nil, rampart.NewConfigError("pipeline", c.field, ticker.UncomparableReason, c.t)
+		}
+		if !same {
 			return nil, rampart.NewConfigError("pipeline", c.field,
 				"uses a different Ticker than the pipeline or another policy (readings of different tickers are not comparable); build every policy with the pipeline's Ticker")
 		}

@@ -128,7 +128,21 @@ func (j *job) end(err error, out uint8, pv any) {
 		w.p.toFree(w) // this goroutine is ending; the slot has none now
 	}
 	if onDone != nil {
-		onDone()
+		if w != nil && out == outNormal {
+			// The slot would be parked below; if onDone does not
+			// return (a panic crashes the program, a Goexit ends this
+			// goroutine), free it instead, or the pool shrinks for good.
+			returned := false
+			defer func() {
+				if !returned {
+					w.p.toFree(w)
+				}
+			}()
+			onDone()
+			returned = true
+		} else {
+			onDone()
+		}
 	}
 	if out == outPanic {
 		panic(pv)
@@ -188,7 +202,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	if n := t.abandoned.Load(); n >= t.maxAband {
 		return t.reject(n, onDone)
 	}
-	now := t.tk.Now()
+	now := t.now(onDone)
 	deadline := atomicx.SatAdd(now, t.d) // a huge Duration must not wrap into the past
 	p := t.workers.Load()
 	if p == nil {
@@ -262,17 +276,39 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 		}
 		return t.collect(j)
 	}
-	// Abandoned: from here on the worker owns j.
+	// Abandoned: from here on the worker owns j. The outcome is settled
+	// and counted before the listener runs (it may call runtime.Goexit).
 	t.abandonedTotal.Add(1)
 	n := t.abandoned.Load()
+	var err error
+	if woke {
+		err = t.timedOut(t.tk.Now() - (deadline - t.d))
+	} else {
+		c.cancel(endParent)
+		err = c.Err()
+	}
 	if t.onAbandon != nil {
 		notify.Call1(&t.listenerPanics, t.onAbandon, n)
 	}
-	if woke {
-		return t.timedOut(t.tk.Now() - (deadline - t.d))
+	return err
+}
+
+// now is DoAbandon's start reading. The Ticker may be user code: if it
+// panics (or calls runtime.Goexit), onDone still runs, as for any call that
+// does not start fn, and the panic goes on.
+func (t *Timeout) now(onDone func()) int64 {
+	if onDone == nil {
+		return t.tk.Now()
 	}
-	c.cancel(endParent)
-	return c.Err()
+	read := false
+	defer func() {
+		if !read {
+			onDone()
+		}
+	}()
+	now := t.tk.Now()
+	read = true
+	return now
 }
 
 // collect finishes a call whose worker returned while the caller waited
@@ -280,7 +316,11 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 // onDone, re-raise a panic or Goexit.
 func (t *Timeout) collect(j *job) error {
 	c := j.c
-	err := t.endFired(c, c.deadline, j.err)
+	// The verdict first, its listener (and the clock read it needs) only
+	// after the job is recycled and onDone ran: user code that calls
+	// runtime.Goexit there must not lose the permit or the worker slot.
+	timedOut := !c.cancel(endFinished) && c.state.Load() == endFired
+	deadline, err := c.deadline, j.err
 	out, pv, onDone, w := j.outcome, j.panicVal, j.onDone, j.w
 	j.clear()
 	switch {
@@ -300,17 +340,24 @@ func (t *Timeout) collect(j *job) error {
 	case outGoexit:
 		runtime.Goexit()
 	}
+	if timedOut {
+		elapsed := t.d // at least the duration; the clock tells how much more
+		if t.onTimeout != nil {
+			elapsed = t.tk.Now() - (deadline - t.d) // only a listener needs it
+		}
+		return t.timedOut(elapsed)
+	}
 	return err
 }
 
 // reject is the slow path of DoAbandon when MaxAbandoned is reached.
 func (t *Timeout) reject(n int64, onDone func()) error {
 	t.rejected.Add(1)
+	if onDone != nil {
+		onDone() // before the listener: one that calls runtime.Goexit must not keep the permit
+	}
 	if t.onRejected != nil {
 		notify.Call1(&t.listenerPanics, t.onRejected, n)
-	}
-	if onDone != nil {
-		onDone()
 	}
 	return t.rej
 }

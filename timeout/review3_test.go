@@ -53,7 +53,6 @@ func r3Abandon(t *testing.T, to *timeout.Timeout, release <-chan struct{}) {
 // running onDone: onDone is where the caller's bulkhead permit goes back
 // ("at once when the call is rejected").
 func TestReview3RejectedListenerGoexitRunsOnDone(t *testing.T) {
-	t.Skip("BUG: reject runs OnRejected before onDone; a Goexit in the listener leaks the caller's permit (onDone never runs)")
 	synctest.Test(t, func(t *testing.T) {
 		to := r3New(t, timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon, MaxAbandoned: 1,
 			OnRejected: func(int64) { runtime.Goexit() }})
@@ -108,7 +107,6 @@ func TestReview3RejectedListenerPanicRunsOnDone(t *testing.T) {
 // slot: its goroutine stays parked on its wake channel, on no stack, so
 // Close never stops it.
 func TestReview3TimeoutListenerGoexitInCollectRunsOnDone(t *testing.T) {
-	t.Skip("BUG: collect classifies (OnTimeout, ticker read) before recycling the job and running onDone; a Goexit there leaks onDone and the worker slot")
 	synctest.Test(t, func(t *testing.T) {
 		var timeouts atomic.Int32
 		to := r3New(t, timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon, MaxAbandoned: 1,
@@ -163,7 +161,6 @@ func (p *panicTicker) Now() int64 {
 // not lose onDone: the doc promises it runs exactly once, and the caller
 // took a permit for it.
 func TestReview3TickerPanicAtDoAbandonStartRunsOnDone(t *testing.T) {
-	t.Skip("BUG: DoAbandon reads the ticker with nothing guarding onDone; a panicking Ticker leaks the caller's permit")
 	tk := &panicTicker{src: rampart.NewManualTicker(0)}
 	to, err := timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon, Ticker: tk})
 	if err != nil {
@@ -190,7 +187,6 @@ func TestReview3TickerPanicAtDoAbandonStartRunsOnDone(t *testing.T) {
 // abandoned at its deadline, so it is a timeout (Stats().Timeouts, and
 // OnTimeout). DoAbandon runs OnAbandon before it counts the timeout.
 func TestReview3AbandonListenerGoexitKeepsTimeoutCount(t *testing.T) {
-	t.Skip("BUG: DoAbandon calls OnAbandon before timedOut; a Goexit in OnAbandon loses the timeout (Stats().Timeouts, OnTimeout)")
 	synctest.Test(t, func(t *testing.T) {
 		var onTimeout atomic.Int32
 		to := r3New(t, timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon,
@@ -217,7 +213,6 @@ func TestReview3AbandonListenerGoexitKeepsTimeoutCount(t *testing.T) {
 // for good (on neither stack): with Workers: 1 every later call starts a
 // goroutine of its own.
 func TestReview3AbandonedOnDoneGoexitKeepsWorkerSlot(t *testing.T) {
-	t.Skip("BUG: job.end runs an abandoned call's onDone before parking or freeing its slot; a Goexit in onDone loses the slot")
 	synctest.Test(t, func(t *testing.T) {
 		to := r3New(t, timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon, Workers: 1})
 		release := make(chan struct{})
@@ -252,7 +247,6 @@ func (f funcTicker) Now() int64 { return f() }
 // watchdog and the Timeout is a valid configuration: New must accept it, or
 // refuse it with a ConfigError, never panic.
 func TestReview3UncomparableTickerWithWatchdog(t *testing.T) {
-	t.Skip("BUG: New panics (comparing uncomparable type) on a func-typed Ticker with Config.Watchdog")
 	tk := rampart.NewManualTicker(0)
 	ft := funcTicker(tk.Now)
 	wd := timeout.NewWatchdog(time.Millisecond, ft)

@@ -253,7 +253,9 @@ func New(cfg Config) (*Timeout, error) {
 		}
 		if t.tk == nil {
 			t.tk = t.wd.Clock()
-		} else if watchdog.Clock(t.tk) != t.wd.Clock() {
+		} else if same, ok := ticker.Equal(watchdog.Clock(t.tk), t.wd.Clock()); !ok {
+			return nil, rampart.NewConfigError("timeout", "Ticker", ticker.UncomparableReason, t.tk)
+		} else if !same {
 			return nil, rampart.NewConfigError("timeout", "Ticker", "must be the Watchdog's clock (readings of two clocks are not comparable)")
 		}
 	case cfg.Tick == 0 && (t.tk == nil || t.tk == rampart.DefaultTicker()):

@@ -106,13 +106,13 @@ func (c *Cached) Interval() time.Duration { return c.interval }
 // use and reads the source directly once closed.
 func (c *Cached) nowSlow() int64 {
 	if c.now.Load() == cachedClosed {
-		return c.src.Now()
+		return max(c.src.Now(), 1) // at least 1, as the cached readings: never backwards
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch v := c.now.Load(); {
 	case v == cachedClosed:
-		return c.src.Now()
+		return max(c.src.Now(), 1)
 	case v > 0:
 		return v
 	}
@@ -189,13 +189,20 @@ func (m *Manual) Set(t int64) {
 	}
 }
 
-// Advance moves the clock forward by d and returns the new reading. It panics
-// if d is negative.
+// Advance moves the clock forward by d and returns the new reading, which
+// stops at math.MaxInt64 rather than wrapping into the past. It panics if d
+// is negative.
 func (m *Manual) Advance(d time.Duration) int64 {
 	if d < 0 {
 		panic("ticker: Manual.Advance with a negative duration")
 	}
-	return m.now.Add(int64(d))
+	for {
+		cur := m.now.Load()
+		next := atomicx.SatAdd(cur, int64(d))
+		if m.now.CompareAndSwap(cur, next) {
+			return next
+		}
+	}
 }
 
 // IsNil reports whether t is a nil pointer of one of this package's clock
@@ -216,3 +223,19 @@ func IsNil(t any) bool {
 // NilReason is the ConfigError reason for a Ticker that IsNil; its verb
 // takes the ticker.
 const NilReason = "is a nil %T: leave it nil for rampart.DefaultTicker(), or pass a ticker made by rampart.NewNanoTicker, NewCachedTicker or NewManualTicker"
+
+// Equal reports whether a and b are the same clock (==). ok is false when
+// they cannot be compared: both hold the same uncomparable dynamic type (a
+// func or a struct with a slice, say), where == would panic.
+func Equal(a, b any) (equal, ok bool) {
+	defer func() {
+		if recover() != nil {
+			equal, ok = false, false
+		}
+	}()
+	return a == b, true
+}
+
+// UncomparableReason is the ConfigError reason for a Ticker that Equal
+// cannot compare; its verb takes the ticker.
+const UncomparableReason = "is of type %T, which cannot be compared to tell whether two policies share one clock: use a pointer type"

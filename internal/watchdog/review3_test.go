@@ -34,7 +34,6 @@ func (r3Goexit) Fire(uint64) { runtime.Goexit() }
 // (AfterFunc callbacks, a custom parent's stop func), and for Default() the
 // whole process's deadlines would stop.
 func TestReview3FireGoexitKeepsFiring(t *testing.T) {
-	t.Skip("BUG: a runtime.Goexit in Target.Fire kills the watchdog goroutine while run stays runRunning: nothing fires again")
 	synctest.Test(t, func(t *testing.T) {
 		clk := ticker.NewNano()
 		w := watchdog.New(watchdog.Config{Clock: clk, Tick: time.Millisecond})
@@ -61,7 +60,6 @@ func TestReview3FireGoexitKeepsFiring(t *testing.T) {
 // below zero wraps to a negative duration, clamped to 0, and the target
 // fires at once instead of never.
 func TestReview3CloseHandOffFarDeadline(t *testing.T) {
-	t.Skip("BUG: CloseHandOff's deadline-now overflows for a far deadline on a negative clock reading: the target fires at once")
 	synctest.Test(t, func(t *testing.T) {
 		clk := ticker.NewManual(-10)
 		w := watchdog.New(watchdog.Config{Clock: clk, Tick: time.Millisecond})

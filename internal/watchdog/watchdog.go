@@ -58,6 +58,7 @@
 package watchdog
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -481,13 +482,13 @@ func (w *Watchdog) grow(sh uint32) (uint32, bool) {
 // The watchdog goroutine calls it every tick; a Manual watchdog's owner calls
 // it by hand.
 func (w *Watchdog) Sweep() int {
-	fired, _ := w.sweep(w.clock.Now())
+	fired, _ := w.sweep(w.clock.Now(), false)
 	return fired
 }
 
 // sweep fires due targets at reading now; it returns the number fired and
-// the number still armed.
-func (w *Watchdog) sweep(now int64) (fired, armed int) {
+// the number still armed. fromLoop: the caller is the watchdog's goroutine.
+func (w *Watchdog) sweep(now int64, fromLoop bool) (fired, armed int) {
 	w.sweeps.Add(1)
 	n := w.nsegs.Load()
 	for si := int32(0); si < n; si++ {
@@ -508,10 +509,8 @@ func (w *Watchdog) sweep(now int64) (fired, armed int) {
 			}
 			t, arg := s.target, s.arg
 			s.target = nil
-			w.fire(t, arg)
+			w.fire(t, arg, s, gen, uint32(si)*SegmentSize+uint32(k), fromLoop)
 			fired++
-			s.state.Store(gen | stFree)
-			w.push(uint32(si)*SegmentSize + uint32(k))
 		}
 	}
 	if fired > 0 {
@@ -535,13 +534,43 @@ func (w *Watchdog) countArmed() int {
 	return armed
 }
 
-func (w *Watchdog) fire(t Target, arg uint64) {
+// fire runs the target taken from slot s (index i, state gen|stFiring),
+// then frees the slot. A panic in Fire is recovered and counted.
+// runtime.Goexit in Fire (user code reached through a context's callbacks)
+// cannot be stopped: the slot is freed all the same and, when the caller is
+// the watchdog's goroutine (fromLoop), a new one takes over the sweeping
+// before this one ends.
+func (w *Watchdog) fire(t Target, arg uint64, s *slot, gen uint64, i uint32, fromLoop bool) {
+	returned := false
 	defer func() {
 		if r := recover(); r != nil {
 			w.firePanics.Add(1)
+			returned = true // recovered: the caller goes on
+		} else if !returned {
+			w.firePanics.Add(1) // runtime.Goexit, counted with the panics
+		}
+		s.state.Store(gen | stFree)
+		w.push(i)
+		if !returned && fromLoop {
+			w.respawn()
 		}
 	}()
 	t.Fire(arg)
+	returned = true
+}
+
+// respawn starts a watchdog goroutine in place of the calling one, which
+// runtime.Goexit is ending inside a Fire. Close and StopIdle, if they ran
+// meanwhile, wait for the old one's done channel, which it still closes.
+func (w *Watchdog) respawn() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.run.Load() != runRunning {
+		return
+	}
+	w.stop = make(chan struct{})
+	w.done = make(chan struct{})
+	go w.loop(w.stop, w.done)
 }
 
 // loop is the watchdog goroutine.
@@ -563,7 +592,7 @@ func (w *Watchdog) loop(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		case <-tk.C:
 		}
-		if _, armed := w.sweep(w.clock.Now()); armed > 0 {
+		if _, armed := w.sweep(w.clock.Now(), true); armed > 0 {
 			idle = 0
 			continue
 		}
@@ -635,7 +664,12 @@ func (w *Watchdog) CloseHandOff() error {
 				continue
 			}
 			i := uint32(si)*SegmentSize + uint32(k)
-			d := max(seg[k].deadline.Load()-now, 0)
+			dl := seg[k].deadline.Load()
+			d := dl - now
+			if dl > now && d < 0 {
+				d = math.MaxInt64 // wrapped: a far deadline against a negative reading
+			}
+			d = max(d, 0)
 			time.AfterFunc(time.Duration(d), func() { w.fireSlot(i, st) })
 		}
 	}
@@ -652,10 +686,8 @@ func (w *Watchdog) fireSlot(i uint32, st uint64) {
 	}
 	t, arg := s.target, s.arg
 	s.target = nil
-	w.fire(t, arg)
 	w.fired.Add(1)
-	s.state.Store(gen | stFree)
-	w.push(i)
+	w.fire(t, arg, s, gen, i, false)
 }
 
 // StopIdle stops the goroutine now if nothing is armed, and waits for it to
