@@ -1051,3 +1051,22 @@ func TestPanickingTickerAfterPanicReleasesEverything(t *testing.T) {
 	require.EqualValues(t, 1, cb.Stats().Failures, "the panic was not recorded")
 	require.NoError(t, p.Do(context.Background(), ok), "nothing is stuck")
 }
+
+// funcTicker is a Ticker of an uncomparable type (a func).
+type funcTicker func() int64
+
+func (f funcTicker) Now() int64 { return f() }
+
+// TestUncomparableTickerIsAConfigError: two policies sharing a Ticker whose
+// type cannot be compared (== would panic) make New return a ConfigError.
+func TestUncomparableTickerIsAConfigError(t *testing.T) {
+	tk := funcTicker(func() int64 { return 1 })
+	rl, err := ratelimit.New(ratelimit.Config{Rate: 1, Burst: 1, Ticker: tk})
+	require.NoError(t, err)
+	rt, err := retry.New(retry.Config{Ticker: tk})
+	require.NoError(t, err)
+	require.NotPanics(t, func() {
+		_, err = pipeline.New(pipeline.Config{Retry: rt, RateLimit: rl})
+	})
+	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+}
