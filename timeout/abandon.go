@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync/atomic"
+	"time"
 
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
@@ -320,6 +321,9 @@ func (t *Timeout) collect(j *job) error {
 	// after the job is recycled and onDone ran: user code that calls
 	// runtime.Goexit there must not lose the permit or the worker slot.
 	timedOut := !c.cancel(endFinished) && c.state.Load() == endFired
+	if timedOut {
+		t.timeouts.Add(1) // counted now, also when fn panicked or called Goexit
+	}
 	deadline, err := c.deadline, j.err
 	out, pv, onDone, w := j.outcome, j.panicVal, j.onDone, j.w
 	j.clear()
@@ -341,11 +345,11 @@ func (t *Timeout) collect(j *job) error {
 		runtime.Goexit()
 	}
 	if timedOut {
-		elapsed := t.d // at least the duration; the clock tells how much more
 		if t.onTimeout != nil {
-			elapsed = t.tk.Now() - (deadline - t.d) // only a listener needs it
+			elapsed := t.tk.Now() - (deadline - t.d) // only a listener needs the clock
+			notify.Call1(&t.listenerPanics, t.onTimeout, time.Duration(elapsed))
 		}
-		return t.timedOut(elapsed)
+		return t.err
 	}
 	return err
 }
