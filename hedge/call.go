@@ -38,7 +38,7 @@ func (h *Hedger) newCall(parent context.Context) *call {
 func (h *Hedger) release(c *call) {
 	// fn and race are cleared so that the pool does not keep the user's
 	// closure or a race alive; ctx and maker are overwritten by newCall.
-	c.fn, c.race = nil, nil
+	c.fn, c.race, c.held = nil, nil, false
 	c.wd = watchdog.Handle{}
 	c.st.Store(stRunning)
 	h.calls.Put(c)
@@ -69,6 +69,7 @@ type call struct {
 	st    atomic.Uint32                  // stRunning / stFinished / stFired
 	cells *[cellSlab]firstCtx            // the slab contexts are carved from
 	next  int                            // the next free cell in cells
+	held  bool                           // the DoAtHeld contract
 }
 
 // racer is what a call needs from its typed race.
@@ -319,7 +320,11 @@ func newRace[T any](c *call) *race[T] {
 			return zero, f(ctx)
 		}
 	}
-	return &race[T]{h: c.h, first: c.ctx, parent: c.ctx.parent, start: c.start, fn: fn, running: 1, done: make(chan struct{})}
+	r := &race[T]{h: c.h, first: c.ctx, parent: c.ctx.parent, start: c.start, fn: fn, running: 1, done: make(chan struct{}), held: c.held}
+	if r.held {
+		r.idle = make(chan struct{})
+	}
+	return r
 }
 
 // race is the state of a call once a hedge was triggered. Every field but
@@ -343,6 +348,17 @@ type race[T any] struct {
 	cancels  [MaxHedgesLimit + 1]context.CancelFunc // hedges' contexts
 	next     watchdog.Handle                        // the next hedge's trigger
 	done     chan struct{}
+	held     bool          // the DoAtHeld contract
+	idle     chan struct{} // held: closed when no attempt runs any more
+}
+
+// endedLocked counts an attempt that has ended (reported, or the first one
+// aborted); the last one closes idle. r.mu held.
+func (r *race[T]) endedLocked() {
+	r.running--
+	if r.running == 0 && r.idle != nil {
+		close(r.idle)
+	}
 }
 
 // Fire is the trigger of hedges 2..MaxHedges (and of hedge 1 with
@@ -440,7 +456,7 @@ func (r *race[T]) run(i int, ctx context.Context) {
 func (r *race[T]) report(i int, v T, err error, fatal, panicked bool, p any) {
 	h := r.h
 	r.mu.Lock()
-	r.running--
+	r.endedLocked()
 	if r.decided {
 		r.mu.Unlock()
 		return
@@ -464,8 +480,9 @@ func (r *race[T]) report(i int, v T, err error, fatal, panicked bool, p any) {
 	r.mu.Unlock()
 	h.wd.Cancel(next)
 	// Stats, budget and listener before the caller is released, so that
-	// they are up to date when the call returns.
-	if h.budget != nil && !panicked {
+	// they are up to date when the call returns. Held: the decider's
+	// outcome is the caller's to record.
+	if h.budget != nil && !panicked && !r.held {
 		switch {
 		case err == nil:
 			h.budget.OnSuccess(h.ticker.Now())
@@ -487,8 +504,10 @@ func (r *race[T]) report(i int, v T, err error, fatal, panicked bool, p any) {
 // caller's goroutine; the hedges are cancelled.
 func (r *race[T]) abort() {
 	r.mu.Lock()
+	r.endedLocked() // the first attempt, which will not report
 	if r.decided {
 		r.mu.Unlock()
+		r.waitIdle()
 		return
 	}
 	r.decided, r.winner = true, -1
@@ -501,11 +520,21 @@ func (r *race[T]) abort() {
 	r.mu.Unlock()
 	r.h.wd.Cancel(next)
 	close(r.done)
+	r.waitIdle()
+}
+
+// waitIdle waits, under the DoAtHeld contract, until no attempt runs: the
+// losers were cancelled when the race was decided.
+func (r *race[T]) waitIdle() {
+	if r.idle != nil {
+		<-r.idle
+	}
 }
 
 // result waits for the decision and returns it, re-raising a hedge's panic.
 func (r *race[T]) result() (T, error) {
 	<-r.done
+	r.waitIdle()
 	if r.panicked {
 		panic(r.pval)
 	}

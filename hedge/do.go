@@ -17,7 +17,7 @@ import (
 // timer, no allocation; one or two clock reads and a handful of atomics.
 func (h *Hedger) Do(ctx context.Context, fn func(context.Context) error) error {
 	// Clock read 1: the trigger's deadline and the latency's start.
-	_, err := run(h, ctx, h.ticker.Now(), fn, invokeDo)
+	_, err := run(h, ctx, h.ticker.Now(), fn, invokeDo, false)
 	return err
 }
 
@@ -25,7 +25,7 @@ func (h *Hedger) Do(ctx context.Context, fn func(context.Context) error) error {
 // now is that reading, the start of the first attempt (a pipeline passes
 // its own reading), so the call reads the clock once less.
 func (h *Hedger) DoAt(ctx context.Context, now int64, fn func(context.Context) error) error {
-	_, err := run(h, ctx, now, fn, invokeDo)
+	_, err := run(h, ctx, now, fn, invokeDo, false)
 	return err
 }
 
@@ -34,13 +34,33 @@ func (h *Hedger) DoAt(ctx context.Context, now int64, fn func(context.Context) e
 // idempotent. The winner's context is not cancelled when Call returns, so a
 // result that reads through it (an HTTP response body) stays readable.
 func Call[T any](ctx context.Context, h *Hedger, fn func(context.Context) (T, error)) (T, error) {
-	return run(h, ctx, h.ticker.Now(), fn, invokeCall[T])
+	return run(h, ctx, h.ticker.Now(), fn, invokeCall[T], false)
 }
 
 // CallAt is [Call] for a caller that has just read the hedger's ticker (see
 // [Hedger.DoAt]).
 func CallAt[T any](ctx context.Context, h *Hedger, now int64, fn func(context.Context) (T, error)) (T, error) {
-	return run(h, ctx, now, fn, invokeCall[T])
+	return run(h, ctx, now, fn, invokeCall[T], false)
+}
+
+// DoAtHeld is [Hedger.DoAt] for a caller that holds permits for the call
+// and keeps its own books, as package pipeline does:
+//   - it returns only once every attempt it started has returned (the
+//     losers' contexts are cancelled when the race is decided, so a callee
+//     that honours its context returns at once): a concurrency permit the
+//     caller releases afterwards never leaves an attempt running;
+//   - the budget's OnRequest and the outcome of the attempt that decides the
+//     race are the caller's to record (a pipeline's retry records them);
+//     the hedger still asks AllowRetry before each hedge and records the
+//     failures of hedges that do not decide the race.
+func (h *Hedger) DoAtHeld(ctx context.Context, now int64, fn func(context.Context) error) error {
+	_, err := run(h, ctx, now, fn, invokeDo, true)
+	return err
+}
+
+// CallAtHeld is [CallAt] with the contract of [Hedger.DoAtHeld].
+func CallAtHeld[T any](ctx context.Context, h *Hedger, now int64, fn func(context.Context) (T, error)) (T, error) {
+	return run(h, ctx, now, fn, invokeCall[T], true)
 }
 
 func invokeDo(fn func(context.Context) error, ctx context.Context) (struct{}, error) {
@@ -51,20 +71,21 @@ func invokeCall[T any](fn func(context.Context) (T, error), ctx context.Context)
 	return fn(ctx)
 }
 
-// run is Do and Call: F is the user's function type, invoke calls it.
-func run[T, F any](h *Hedger, ctx context.Context, start int64, fn F, invoke func(F, context.Context) (T, error)) (T, error) {
-	if h.budget != nil {
+// run is Do and Call: F is the user's function type, invoke calls it. held:
+// the DoAtHeld contract.
+func run[T, F any](h *Hedger, ctx context.Context, start int64, fn F, invoke func(F, context.Context) (T, error), held bool) (T, error) {
+	if h.budget != nil && !held {
 		h.budget.OnRequest(start)
 	}
 	if h.async {
-		return runAsync[T](h, ctx, fn, start)
+		return runAsync[T](h, ctx, fn, start, held)
 	}
 	d := h.Delay() // one atomic load with a percentile delay
 	if d <= 0 {
-		return runPlain(h, ctx, fn, invoke, start)
+		return runPlain(h, ctx, fn, invoke, start, held)
 	}
 	c := h.newCall(ctx)
-	c.fn, c.maker, c.start = fn, raceMaker[T]{}, start
+	c.fn, c.maker, c.start, c.held = fn, raceMaker[T]{}, start, held
 	var ok bool
 	// Atomics: a CAS to pop a slot, a store to arm it, a load of the
 	// watchdog's run state.
@@ -87,28 +108,28 @@ func run[T, F any](h *Hedger, ctx context.Context, start int64, fn F, invoke fun
 		if h.wd.Cancel(c.wd) || !c.wd.Valid() {
 			h.release(c)
 		}
-		h.done(start, err)
+		h.done(start, err, held)
 		return v, err
 	}
 	return joinRace[T](h, c, v, err)
 }
 
 // runPlain runs fn once with ctx, unhedged (a percentile warming up).
-func runPlain[T, F any](h *Hedger, ctx context.Context, fn F, invoke func(F, context.Context) (T, error), start int64) (T, error) {
+func runPlain[T, F any](h *Hedger, ctx context.Context, fn F, invoke func(F, context.Context) (T, error), start int64, held bool) (T, error) {
 	v, err := invoke(fn, ctx)
-	h.done(start, err)
+	h.done(start, err, held)
 	return v, err
 }
 
 // done records the outcome of a call whose first attempt decided it alone:
 // its latency (clock read 2, percentile delay only) and the budget.
-func (h *Hedger) done(start int64, err error) {
+func (h *Hedger) done(start int64, err error, held bool) {
 	now := start
 	if h.percentile {
 		now = h.ticker.Now()
 		h.Observe(now-start, now)
 	}
-	if h.budget != nil {
+	if h.budget != nil && !held {
 		if err == nil {
 			h.budget.OnSuccess(now)
 		} else if !h.isFatal(err) {
@@ -157,9 +178,9 @@ func abandon(c *call) {
 
 // runAsync is the AsyncFirst mode: every attempt, the first included, runs
 // on its own goroutine; the caller waits for the decision.
-func runAsync[T, F any](h *Hedger, ctx context.Context, fn F, start int64) (T, error) {
+func runAsync[T, F any](h *Hedger, ctx context.Context, fn F, start int64, held bool) (T, error) {
 	// The state is not pooled here: the race owns it from the start.
-	c := &call{h: h, ctx: &firstCtx{parent: ctx}, fn: fn, start: start}
+	c := &call{h: h, ctx: &firstCtx{parent: ctx}, fn: fn, start: start, held: held}
 	r := newRace[T](c)
 	r.mu.Lock()
 	r.armLocked(1, start)

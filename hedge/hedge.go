@@ -91,6 +91,8 @@ type Config struct {
 	// AsyncFirst runs the first attempt on its own goroutine too, so the
 	// call returns as soon as an attempt wins even when the callee ignores
 	// cancellation. It costs a goroutine and allocations on every call.
+	// Under DoAtHeld (a pipeline) the call still waits for every attempt,
+	// the first included: a pipeline abandons nothing.
 	AsyncFirst bool
 
 	// Ticker is the clock (nil means rampart.DefaultTicker()). Under

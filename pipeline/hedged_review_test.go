@@ -66,7 +66,6 @@ func hrHedger(t *testing.T, tick rampart.Ticker, mod func(*hedge.Config)) *hedge
 // cancellation but takes a moment to unwind is still running fn when the
 // slot is handed to the next call. With Max 1, two fn run at once.
 func TestHedgedReviewLoserOutlivesBulkheadPermit(t *testing.T) {
-	t.Skip("BUG: pipeline/run.go runHedged: bulkhead/adaptive permit released while a losing hedge still runs fn (hedger does not wait for losers)")
 	synctest.Test(t, func(t *testing.T) {
 		tick := rampart.NewManualTicker(1)
 		h := hrHedger(t, tick, nil)
@@ -82,7 +81,6 @@ func TestHedgedReviewLoserOutlivesBulkheadPermit(t *testing.T) {
 			}
 		}
 		hedgeStarted := make(chan struct{})
-		unwind := make(chan struct{})
 		var n atomic.Int32
 		err = p.DoHedged(context.Background(), func(ctx context.Context) error {
 			enter()
@@ -93,17 +91,18 @@ func TestHedgedReviewLoserOutlivesBulkheadPermit(t *testing.T) {
 				return nil                         // the first attempt wins
 			}
 			close(hedgeStarted)
-			<-ctx.Done() // honours the cancellation...
-			<-unwind     // ...but takes a moment to unwind (closing a connection)
+			<-ctx.Done()                 // honours the cancellation...
+			time.Sleep(time.Millisecond) // ...but takes a moment to unwind (closing a connection)
 			return ctx.Err()
 		})
 		require.NoError(t, err)
-		require.EqualValues(t, 1, running.Load(), "the losing hedge still runs fn")
-		require.EqualValues(t, 0, bh.Stats().InFlight, "yet its bulkhead slot is free")
+		require.EqualValues(t, 0, running.Load(), "DoHedged returned while the losing hedge still ran fn")
+		require.EqualValues(t, 0, bh.Stats().InFlight)
 
-		// The next call is admitted while the loser runs: 2 fn for Max 1.
+		// The next call is admitted only now: it never overlaps the first
+		// call's attempts (which overlap each other by design).
+		peak.Store(0)
 		o := p.TryHedged(context.Background(), func(context.Context) error { enter(); running.Add(-1); return nil })
-		close(unwind)
 		synctest.Wait()
 		require.EqualValues(t, 1, peak.Load(), "fn ran %d at once under a bulkhead of 1 (outcome %v)", peak.Load(), o.Code)
 	})
@@ -113,7 +112,6 @@ func TestHedgedReviewLoserOutlivesBulkheadPermit(t *testing.T) {
 // cancellation: the first attempt itself is abandoned when a hedge wins, and
 // its permit is reused while it still runs.
 func TestHedgedReviewAsyncFirstLoserOutlivesBulkheadPermit(t *testing.T) {
-	t.Skip("BUG: pipeline/run.go runHedged: with hedge AsyncFirst the abandoned first attempt runs on after the bulkhead slot is released")
 	synctest.Test(t, func(t *testing.T) {
 		tick := rampart.NewManualTicker(1)
 		h := hrHedger(t, tick, func(c *hedge.Config) { c.AsyncFirst = true })
@@ -122,14 +120,13 @@ func TestHedgedReviewAsyncFirstLoserOutlivesBulkheadPermit(t *testing.T) {
 		p, err := pipeline.New(pipeline.Config{Bulkhead: bh, Hedge: h, Idempotent: true})
 		require.NoError(t, err)
 		var running atomic.Int32
-		release := make(chan struct{})
 		var n atomic.Int32
 		err = p.DoHedged(context.Background(), func(ctx context.Context) error {
 			running.Add(1)
 			defer running.Add(-1)
 			if n.Add(1) == 1 {
 				tick.Advance(2 * time.Millisecond)
-				<-release // ignores cancellation
+				time.Sleep(10 * time.Millisecond) // ignores cancellation, ends later
 				return nil
 			}
 			return nil // the hedge wins
@@ -137,7 +134,6 @@ func TestHedgedReviewAsyncFirstLoserOutlivesBulkheadPermit(t *testing.T) {
 		require.NoError(t, err)
 		stillRunning := running.Load()
 		inFlight := bh.Stats().InFlight
-		close(release)
 		synctest.Wait()
 		require.False(t, stillRunning == 1 && inFlight == 0,
 			"the abandoned first attempt still runs fn while its bulkhead slot is free")
@@ -152,7 +148,6 @@ func TestHedgedReviewAsyncFirstLoserOutlivesBulkheadPermit(t *testing.T) {
 // OnRequest once per attempt (DoAt per attempt), not once per call: a call
 // retried twice counts 4 requests.
 func TestHedgedReviewSharedBudgetCountsOutcomesOnce(t *testing.T) {
-	t.Skip("BUG: pipeline/run.go runHedged + hedge/do.go run/done: a budget shared by retry and hedger gets OnSuccess twice per attempt and OnRequest once per attempt from the hedger")
 	tick := rampart.NewManualTicker(1)
 	bud := newHRBudget(t)
 	rt := newRetry(t, tick, func(c *retry.Config) { c.Budget = bud; c.BaseDelay = time.Nanosecond })
@@ -483,7 +478,6 @@ func TestHedgedReviewCallHedgedNoHedgePathAllocs(t *testing.T) {
 // the doc does not admit ("one allocation per call for a closure that
 // captures variables").
 func TestHedgedReviewDoHedgedNoHedgePathAllocs(t *testing.T) {
-	t.Skip("BUG: pipeline/pipeline.go DoHedged/TryHedged: inlined cross-package, their Outcome escapes (1 alloc/call); mark them //go:noinline like Do/Try")
 	if israce.Enabled {
 		t.Skip("allocation counts differ under the race detector")
 	}

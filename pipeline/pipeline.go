@@ -86,10 +86,15 @@ type Config struct {
 	// The hedged attempts share the attempt's admission (one breaker
 	// permit, one rate-limit permit, one bulkhead slot) and its timeout.
 	// The hedger counts from the attempt's t0 when the pipeline read it
-	// and has no bulkhead and no adaptive limit (whose admission may
-	// wait), else from a fresh reading; with a percentile delay it reads
-	// the end itself. It obeys its own budget (give it the retry's, so that hedges and
-	// retries draw from one budget). Requires Idempotent.
+	// and no bulkhead MaxWait or adaptive queue can make the admission
+	// wait, else from a fresh reading; with a percentile delay it reads the
+	// end itself. The attempt ends when every hedge has returned (the
+	// losers are cancelled at the decision; hedge.Hedger.DoAtHeld), so its
+	// permits are never released while a loser runs. Give the hedger the
+	// retry's budget so that hedges and retries draw from one pool: the
+	// request and each attempt's outcome are counted once, by the
+	// pipeline; the hedger asks AllowRetry before each hedge. Requires
+	// Idempotent.
 	Hedge *hedge.Hedger
 
 	// Idempotent is the promise that fn may run more than once, even
@@ -348,13 +353,18 @@ func TryCall[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (
 // idempotent. fn runs on other goroutines too, so a closure passed to
 // DoHedged escapes to the heap (one allocation per call for a closure that
 // captures variables); the hedger's own costs are in package hedge.
+//
+//go:noinline
 func (p *Pipeline) DoHedged(ctx context.Context, fn func(context.Context) error) error {
 	var o Outcome
 	runHedged[struct{}](ctx, p, nil, fn, &o)
 	return o.Err
 }
 
-// TryHedged is [Pipeline.DoHedged] returning an [Outcome].
+// TryHedged is [Pipeline.DoHedged] returning an [Outcome]. (Both are kept
+// out of line, like Do: inlined, their Outcome would escape to the heap.)
+//
+//go:noinline
 func (p *Pipeline) TryHedged(ctx context.Context, fn func(context.Context) error) Outcome {
 	var o Outcome
 	runHedged[struct{}](ctx, p, nil, fn, &o)

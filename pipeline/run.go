@@ -243,9 +243,13 @@ func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context
 				v, err = fnT(actx)
 			}
 		case fnE != nil:
-			err = p.hg.DoAt(actx, p.hedgeStart(&a), fnE)
+			// Held: returns only when every hedge has returned (the
+			// permits released next never leave one running), and
+			// leaves the request and the outcome to this pipeline's
+			// books (a budget shared with the retry counts them once).
+			err = p.hg.DoAtHeld(actx, p.hedgeStart(&a), fnE)
 		default:
-			v, err = hedge.CallAt(actx, p.hg, p.hedgeStart(&a), fnT)
+			v, err = hedge.CallAtHeld(actx, p.hg, p.hedgeStart(&a), fnT)
 		}
 		a.held &^= heldCall
 		if p.end(ctx, &l, &a, err, o) {
