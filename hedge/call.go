@@ -479,6 +479,19 @@ func (r *race[T]) report(i int, v T, err error, fatal, panicked bool, p any) {
 	next := r.next
 	r.mu.Unlock()
 	h.wd.Cancel(next)
+	// The caller is released whatever the user code below does (a Budget,
+	// the Ticker, the OnHedgeWon listener): a panic there is re-raised on
+	// the caller's goroutine like a hedge's own, a runtime.Goexit ends only
+	// this goroutine.
+	defer func() {
+		if p := recover(); p != nil {
+			r.panicked, r.pval = true, p // read by result after done is closed
+		}
+		if i != 0 {
+			r.first.cancel()
+		}
+		close(r.done)
+	}()
 	// Stats, budget and listener before the caller is released, so that
 	// they are up to date when the call returns. Held: the decider's
 	// outcome is the caller's to record.
@@ -494,10 +507,6 @@ func (r *race[T]) report(i int, v T, err error, fatal, panicked bool, p any) {
 		h.won.Add(1)
 		h.notifyWon(i)
 	}
-	if i != 0 {
-		r.first.cancel()
-	}
-	close(r.done)
 }
 
 // abort ends the race without a result: the first attempt panicked on the

@@ -22,7 +22,6 @@ import (
 // caller blocks in result() for ever (and the first attempt is never
 // cancelled).
 func TestCallbacksWonListenerGoexitHangsCaller(t *testing.T) {
-	t.Skip("BUG: hedge race.report runs OnHedgeWon (and the budget) before close(r.done); a Goexit there hangs the caller for ever (call.go:485-500)")
 	synctest.Test(t, func(t *testing.T) {
 		tk := rampart.NewManualTicker(1)
 		won := make(chan struct{})
@@ -79,7 +78,6 @@ func (b *cbBudget) AllowRetry(int64) bool { return true }
 //
 // Without the fix this test crashes the test binary.
 func TestCallbacksBudgetPanicOnHedgeReachesCaller(t *testing.T) {
-	t.Skip("BUG: hedge race.report calls the user Budget/Ticker outside run's guard on a hedge's goroutine; a panic there crashes the process (call.go:468,488-490)")
 	tk := rampart.NewManualTicker(1)
 	b := &cbBudget{}
 	h, err := New(Config{Delay: 10 * time.Millisecond, Ticker: tk, Tick: time.Millisecond, Budget: b})
