@@ -342,9 +342,9 @@ func (b *Breaker) notifyRejected(s State) {
 // start) may be math.MinInt64, "not read", and the call is then not judged
 // slow; the breaker reads its Ticker itself if a transition needs the time.
 func (b *Breaker) Record(p Permit, now int64, err error) {
-	// Fast path, small enough to be inlined into the caller: a success
-	// (with no Classify to consult) in a closed count-window breaker, in
-	// the permit's generation, whose window is full of successes changes
+	// Fast path, in Record's own body (no further call): a success (with
+	// no Classify to consult) in a closed count-window breaker, in the
+	// permit's generation, whose window is full of successes changes
 	// nothing: four loads, no write (see RecordResult).
 	if err == nil && b.healthyOK && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK() {
 		return
@@ -361,6 +361,13 @@ func (b *Breaker) record(p Permit, now int64, err error) {
 	b.RecordResult(p, now, r)
 }
 
+// Classify returns the Result that Record gives err: Config.Classify's, or
+// DefaultClassify's. With it and [Breaker.RecordResult] a caller can run the
+// user's classifier and record the result as two steps (package pipeline
+// does, so that a listener that calls runtime.Goexit after the result is
+// applied does not make it record the call twice).
+func (b *Breaker) Classify(err error) Result { return b.classifyErr(err) }
+
 func (b *Breaker) classifyErr(err error) Result {
 	if b.classify != nil {
 		return b.classify(err)
@@ -372,6 +379,9 @@ func (b *Breaker) classifyErr(err error) Result {
 // Failure for an HTTP 503 that came with a nil error. Otherwise it is
 // Record.
 func (b *Breaker) RecordResult(p Permit, now int64, r Result) {
+	if r == Success && b.fast == fastCount && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK() {
+		return // Record's fast path: a success over a healthy count window writes nothing
+	}
 	w := b.state.Load() // atomic 1: is the permit current?
 	if (w^p.word)&keyMask != 0 {
 		b.stale.Add(1)

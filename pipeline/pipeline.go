@@ -130,6 +130,7 @@ type Pipeline struct {
 	toErr error // the timeout's preallocated error, to recognise a timeout
 
 	alClassify func(context.Context, error) adaptive.Outcome // Config.AdaptiveClassify; nil: al.Classify
+	cbClassify bool                                          // the breaker has a Classify: consulted on a success too
 
 	// needT0: a policy takes the time before the call (rate limiter,
 	// adaptive limit, timeout, a breaker that times calls). needT1: a
@@ -197,6 +198,7 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if cfg.Breaker != nil {
 		add("Breaker", cfg.Breaker.Ticker())
+		p.cbClassify = cfg.Breaker.Config().Classify != nil
 		// A breaker that measures calls (a slow-call threshold, a time
 		// window, per-call listeners) needs both readings; one that does
 		// not decides without the time while closed.

@@ -21,6 +21,7 @@ type attempt struct {
 	token  adaptive.Token
 	th     timeout.Handle
 	held   uint8 // heldX bits: the permits to release
+	ran    bool  // fn was called: abort records a failure (else the attempt was never made)
 }
 
 const (
@@ -140,6 +141,7 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	}
 	// Every permit taken, one store: the guard's list if fn panics.
 	a.held = p.held | heldCall
+	a.ran = true
 	var err error
 	if fnE != nil {
 		err = fnE(actx)
@@ -164,7 +166,14 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 			p.bh.Exit() // one atomic add and one load
 		}
 		if p.cb != nil {
-			p.cb.Record(a.permit, a.t1, nil) // healthy count window: four loads
+			r := circuitbreaker.Success
+			if p.cbClassify {
+				r = p.cb.Classify(nil) // user code: a panic leaves the permit to the guard
+			}
+			// Recorded from here: a listener that calls Goexit once the
+			// result is applied must not make the guard record it again.
+			a.held = p.held & heldAdaptive
+			p.cb.RecordResult(a.permit, a.t1, r) // healthy count window: four loads
 		}
 		if p.bud != nil {
 			p.bud.OnSuccess(a.t0) // noTime when the retry does not use it
@@ -206,6 +215,7 @@ func runLoop[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) 
 			return v
 		}
 		a.held |= heldCall
+		a.ran = true
 		if fnE != nil {
 			err = fnE(actx)
 		} else {
@@ -235,6 +245,7 @@ func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context
 		}
 		var err error
 		a.held |= heldCall
+		a.ran = true
 		switch {
 		case p.hg == nil:
 			if fnE != nil {
@@ -396,8 +407,12 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 		p.bh.Exit() // one atomic add and one load
 	}
 	if a.held&heldBreaker != 0 {
-		p.cb.Record(a.permit, a.t1, err) // healthy count window: four loads
-		a.held &^= heldBreaker           // after: a panicking Classify leaves it for abort
+		r := circuitbreaker.Success
+		if err != nil || p.cbClassify {
+			r = p.cb.Classify(err) // user code: a panic leaves the permit to abort
+		}
+		a.held &^= heldBreaker               // recorded from here (a listener may Goexit)
+		p.cb.RecordResult(a.permit, a.t1, r) // healthy count window: four loads
 	}
 	if err == nil && p.bud != nil {
 		now := a.t0
@@ -599,10 +614,16 @@ func (p *Pipeline) abort(a *attempt) {
 	}
 	if held&heldBreaker != 0 {
 		// A failure, without the breaker's Classify: this may run because
-		// Classify itself panicked.
-		p.cb.RecordResult(a.permit, a.t1, circuitbreaker.Failure)
+		// Classify itself panicked. An attempt whose fn never ran (a later
+		// stage's rejection listener called Goexit) is released as
+		// Ignored, as unwind does.
+		r := circuitbreaker.Failure
+		if !a.ran {
+			r = circuitbreaker.Ignored
+		}
+		p.cb.RecordResult(a.permit, a.t1, r)
 	}
-	if p.bud != nil {
+	if p.bud != nil && a.ran {
 		p.bud.OnFailure(a.start)
 	}
 	if held&heldAdaptive != 0 {
