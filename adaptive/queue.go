@@ -195,7 +195,7 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 	case <-timer.C:
 		cause = l.rejErr
 	}
-	now = l.ticker.Now() // before the lock: a user Ticker that panics must not leave q.mu held
+	now = l.waitEnd(q, w) // before the lock: a user Ticker that panics must not leave q.mu held
 	q.mu.Lock()
 	for i, x := range q.items {
 		if x == w {
@@ -215,8 +215,36 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 		return Token{}, l.rejErr
 	}
 	if cause != l.rejErr { // the caller is gone: give the slot back
-		l.Release(t, l.ticker.Now(), Ignored)
+		l.Release(t, now, Ignored)
 		return Token{}, cause
 	}
 	return t, nil
+}
+
+// waitEnd is the clock read of a waiter that gave up. The Ticker may be user
+// code: if it panics or calls runtime.Goexit, the waiter is taken out of the
+// queue all the same (or the slot it was handed just then is given back),
+// so that no release hands a slot to nobody; the panic goes on.
+func (l *Limiter) waitEnd(q *queue, w *waiter) int64 {
+	read := false
+	defer func() {
+		if read {
+			return
+		}
+		q.mu.Lock()
+		for i, x := range q.items {
+			if x == w {
+				q.removeAt(i, w.enq)
+				q.mu.Unlock()
+				return
+			}
+		}
+		q.mu.Unlock()
+		if t := <-w.ch; t.Valid() { // handed a slot just as it gave up
+			l.Release(t, w.enq, Ignored)
+		}
+	}()
+	now := l.ticker.Now()
+	read = true
+	return now
 }

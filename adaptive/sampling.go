@@ -135,7 +135,7 @@ func (l *Limiter) Begin() (Token, bool) {
 		return l.reject()
 	}
 	if m := l.stride.Load(); mix32(seqOf(w)^l.seed)&m == 0 { // a load of the limit's line, a hash
-		return Token{start: l.ticker.Now(), inflight: int32(n), state: weight(m)}, true // clock read: sampled calls only
+		return Token{start: l.sampledNow(0), inflight: int32(n), state: weight(m)}, true // clock read: sampled calls only
 	}
 	return Token{inflight: int32(n), state: unsampled}, true
 }
@@ -149,7 +149,7 @@ func (l *Limiter) tryBegin() (Token, bool) {
 		return Token{}, false
 	}
 	if m := l.stride.Load(); mix32(seqOf(w)^l.seed)&m == 0 {
-		return Token{start: l.ticker.Now(), inflight: int32(n), state: weight(m)}, true
+		return Token{start: l.sampledNow(0), inflight: int32(n), state: weight(m)}, true
 	}
 	return Token{inflight: int32(n), state: unsampled}, true
 }
@@ -173,9 +173,28 @@ func (l *Limiter) BeginPriority(p int) (Token, bool) {
 		return Token{}, false
 	}
 	if m := l.stride.Load(); mix32(seq^l.seed)&m == 0 {
-		return Token{start: l.ticker.Now(), inflight: n, part: int16(p + 1), state: weight(m)}, true // clock read: sampled calls only
+		return Token{start: l.sampledNow(int16(p + 1)), inflight: n, part: int16(p + 1), state: weight(m)}, true // clock read: sampled calls only
 	}
 	return Token{inflight: n, part: int16(p + 1), state: unsampled}, true
+}
+
+// sampledNow is the clock read of a sampled admission or release. The Ticker
+// may be user code: if it panics or calls runtime.Goexit, the call's slot
+// (and its partition's, part > 0) is given back before the panic goes on,
+// so that it does not stay taken for ever.
+func (l *Limiter) sampledNow(part int16) int64 {
+	read := false
+	defer func() {
+		if !read {
+			l.slots.Add(-1)
+			if part > 0 {
+				l.parts[part-1].inflight.Add(-1)
+			}
+		}
+	}()
+	now := l.ticker.Now()
+	read = true
+	return now
 }
 
 // End releases a call admitted by [Limiter.Begin] or BeginPriority (any
@@ -194,7 +213,7 @@ func (l *Limiter) BeginPriority(p int) (Token, bool) {
 // lock. A sampled call costs a clock read plus Release.
 func (l *Limiter) End(t Token, o Outcome) {
 	if t.state >= weight1 {
-		l.Release(t, l.ticker.Now(), o) // clock read: a sampled call
+		l.Release(t, l.sampledNow(t.part), o) // clock read: a sampled call
 		return
 	}
 	l.slots.Add(-1) // atomic 1: free the slot
