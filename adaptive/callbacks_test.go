@@ -1,32 +1,20 @@
 package adaptive
 
-// Audit of the calls into user code (callbacks): reproductions of the bugs
-// found (skipped with "BUG: ..." until fixed) and guards that pass. Every
-// name starts with cb to stay clear of the other test files.
+// Audit of the calls into user code (callbacks): a user Ticker that panics
+// must not leak a slot, and re-entrant user code must not deadlock. Every
+// name starts with cb to stay clear of the other test files (r3Ticker, the
+// panicking Ticker, is in review3_test.go).
 
 import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// cbTicker is a user Ticker that panics on read once armed.
-type cbTicker struct {
-	armed atomic.Bool
-	now   atomic.Int64
-}
-
-func (k *cbTicker) Now() int64 {
-	if k.armed.Load() {
-		panic("cbTicker")
-	}
-	return k.now.Load()
-}
-
+// cbRecover runs f on its own goroutine and swallows its panic.
 func cbRecover(f func()) {
 	done := make(chan struct{})
 	go func() {
@@ -43,7 +31,7 @@ func cbRecover(f func()) {
 // panics there leaves the slot taken with no Token to release it: the
 // limiter shrinks by one call for ever.
 func TestCallbacksTickerPanicInBeginLeaksSlot(t *testing.T) {
-	tk := &cbTicker{}
+	tk := &r3Ticker{}
 	l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 2, MinLimit: 2, MaxLimit: 2, MaxSampleStride: 1, Ticker: tk})
 	require.NoError(t, err)
 	tk.armed.Store(true)
@@ -57,7 +45,7 @@ func TestCallbacksTickerPanicInBeginLeaksSlot(t *testing.T) {
 // true (so that a panicking Controller does not release twice), so a Ticker
 // that panics in End leaks the slot.
 func TestCallbacksTickerPanicInEndLeaksSlot(t *testing.T) {
-	tk := &cbTicker{}
+	tk := &r3Ticker{}
 	l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 2, MinLimit: 2, MaxLimit: 2, MaxSampleStride: 1, Ticker: tk})
 	require.NoError(t, err)
 	cbRecover(func() {
@@ -68,38 +56,6 @@ func TestCallbacksTickerPanicInEndLeaksSlot(t *testing.T) {
 	})
 	tk.armed.Store(false)
 	require.Equal(t, 0, l.InFlight(), "End leaked the slot")
-}
-
-// TestCallbacksTickerPanicLeavesWaiterQueued: AcquireWait, after its wait
-// times out or its context ends, reads the user Ticker before it takes the
-// queue's lock to remove its waiter. A Ticker that panics there leaves the
-// waiter in the queue (Stats().Queued stays 1); the next release hands it a
-// slot that nobody will ever release.
-func TestCallbacksTickerPanicLeavesWaiterQueued(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tk := &cbTicker{}
-		l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 1, MinLimit: 1, MaxLimit: 1,
-			Queue: QueueConfig{MaxLength: 4, Target: time.Hour, Interval: time.Hour}, Ticker: tk})
-		require.NoError(t, err)
-		held, ok := l.Acquire(0)
-		require.True(t, ok)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			defer func() { _ = recover() }()
-			_, _ = l.AcquireWait(ctx, 0)
-		}()
-		synctest.Wait()
-		require.Equal(t, 1, l.Stats().Queued)
-		tk.armed.Store(true)
-		cancel()
-		<-done
-		tk.armed.Store(false)
-		require.Equal(t, 0, l.Stats().Queued, "the abandoned waiter is still queued")
-		l.Release(held, 0, Ignored)
-		require.Equal(t, 0, l.InFlight(), "the freed slot went to the abandoned waiter and leaked")
-	})
 }
 
 // TestCallbacksReentrantListenerAndController: a Controller and an
@@ -125,7 +81,7 @@ func TestCallbacksReentrantListenerAndController(t *testing.T) {
 				l.Release(tok, 0, Ignored)
 			}
 			_ = l.Stats()
-		}, Ticker: &cbTicker{}})
+		}, Ticker: &r3Ticker{}})
 	require.NoError(t, err)
 	for i := range 5 {
 		tok, ok := l.Acquire(int64(i) * int64(time.Second))

@@ -178,7 +178,9 @@ func TestReview3QueueTickerPanicUnderLock(t *testing.T) {
 		tk.armed.Store(false)
 		require.True(t, l.queue.mu.TryLock(), "the queue's mutex was left locked by the panic")
 		l.queue.mu.Unlock()
+		require.Equal(t, 0, l.Stats().Queued, "the abandoned waiter is still queued")
 		l.Release(hold, 1, Success)
+		require.Equal(t, 0, l.InFlight(), "the freed slot went to the abandoned waiter and leaked")
 	})
 }
 

@@ -80,26 +80,7 @@ func (b *cbBudget) AllowRetry(int64) bool { return true }
 func TestCallbacksBudgetPanicOnHedgeReachesCaller(t *testing.T) {
 	tk := rampart.NewManualTicker(1)
 	b := &cbBudget{}
-	h, err := New(Config{Delay: 10 * time.Millisecond, Ticker: tk, Tick: time.Millisecond, Budget: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	first := true
-	var recovered any
-	func() {
-		defer func() { recovered = recover() }()
-		_ = h.Do(context.Background(), func(ctx context.Context) error {
-			if first {
-				first = false
-				b.armed.Store(true)
-				tk.Advance(20 * time.Millisecond)
-				<-ctx.Done() // cancelled when the hedge decides the race
-				return ctx.Err()
-			}
-			return nil
-		})
-	}()
+	recovered := panicOnHedge(t, tk, Config{Budget: b}, func() { b.armed.Store(true) }, nil)
 	if recovered != "budget" {
 		t.Fatalf("recovered %v, want the budget's panic on the caller", recovered)
 	}

@@ -85,34 +85,44 @@ func TestReview3FatalPanicAfterHedgeCancelsHedges(t *testing.T) {
 // the hedge's goroutine).
 func TestReview3FatalPanicOnHedgeReachesCaller(t *testing.T) {
 	tk := rampart.NewManualTicker(1)
-	h, err := New(Config{Delay: 10 * time.Millisecond, Ticker: tk, Tick: time.Millisecond,
-		Fatal: func(err error) bool {
-			if errors.Is(err, errReview3Hedge) {
-				panic("classifier")
-			}
-			return true
-		}})
+	recovered := panicOnHedge(t, tk, Config{Fatal: func(err error) bool {
+		if errors.Is(err, errReview3Hedge) {
+			panic("classifier")
+		}
+		return true
+	}}, nil, errReview3Hedge)
+	if recovered != "classifier" {
+		t.Fatalf("recovered %v, want the classifier's panic re-raised on the caller", recovered)
+	}
+}
+
+// panicOnHedge runs one call through a hedger built from cfg (Delay 10 ms
+// on tk) whose first attempt runs past the delay, calls arm, and waits for
+// the race to be decided by the hedge, which returns hedgeErr. It returns
+// what the caller recovered.
+func panicOnHedge(t *testing.T, tk *rampart.ManualTicker, cfg Config, arm func(), hedgeErr error) (recovered any) {
+	t.Helper()
+	cfg.Delay, cfg.Ticker, cfg.Tick = 10*time.Millisecond, tk, time.Millisecond
+	h, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
 	first := true
-	var recovered any
-	func() {
-		defer func() { recovered = recover() }()
-		_ = h.Do(context.Background(), func(ctx context.Context) error {
-			if first {
-				first = false
-				tk.Advance(20 * time.Millisecond)
-				<-ctx.Done() // cancelled when the hedge decides the race
-				return ctx.Err()
+	defer func() { recovered = recover() }()
+	_ = h.Do(context.Background(), func(ctx context.Context) error {
+		if first {
+			first = false
+			if arm != nil {
+				arm()
 			}
-			return errReview3Hedge
-		})
-	}()
-	if recovered != "classifier" {
-		t.Fatalf("recovered %v, want the classifier's panic re-raised on the caller", recovered)
-	}
+			tk.Advance(20 * time.Millisecond)
+			<-ctx.Done() // cancelled when the hedge decides the race
+			return ctx.Err()
+		}
+		return hedgeErr
+	})
+	return nil
 }
 
 // A percentile delay computed from latencies that all read 0 (fast calls on
