@@ -330,3 +330,25 @@ func TestReview4ShardedShardBurstAndStats(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 8, s.Stats().Burst)
 }
+
+// TestReview4NegativeOriginKeyedSharded: Keyed and Sharded on a clock that
+// started below 0 let time move from their origin too.
+func TestReview4NegativeOriginKeyedSharded(t *testing.T) {
+	const s = int64(time.Second)
+	start := -10 * s
+	k, err := NewKeyed(KeyedConfig{Config: Config{Limit: 1, Period: time.Second, Ticker: rampart.NewManualTicker(start)}, MaxKeys: 1})
+	require.NoError(t, err)
+	require.True(t, k.AllowN("a", start, 1))
+	require.Equal(t, s, k.TryAcquire("a", start, 1))
+	require.Equal(t, s, k.TryAcquire("b", start, 1)) // full table: until "a" idles
+	require.True(t, k.AllowN("b", start+s, 1))       // "a" evicted
+	require.Equal(t, 1, k.Len())
+	require.Equal(t, 1, k.Sweep(start+2*s))
+
+	sh, err := NewSharded(ShardedConfig{Config: Config{Limit: 2, Period: time.Second, Ticker: rampart.NewManualTicker(start)}, Shards: 2})
+	require.NoError(t, err)
+	require.True(t, sh.AllowN(start, 1))
+	require.True(t, sh.AllowN(start, 1))
+	require.Equal(t, s, sh.TryAcquire(start, 1))
+	require.True(t, sh.AllowN(start+s, 1))
+}
