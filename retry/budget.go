@@ -166,7 +166,8 @@ func (b *TokenBucket) Tokens() float64 {
 type RatioBudgetConfig struct {
 	// Ratio is the largest share of retries: retries ≤ Ratio × requests
 	// (+ MinRetries) over the window. 0 means 0.1 (the SRE book's 10 %).
-	// Must be in (0, 1].
+	// Must be in (0, 1]; it is kept to parts per million, so it must be at
+	// least 0.5e-6 (one retry per two million requests).
 	Ratio float64
 	// Window is the length of the sliding window. 0 means 10 s.
 	Window time.Duration
@@ -246,6 +247,8 @@ func NewRatioBudget(c RatioBudgetConfig) (*RatioBudget, error) {
 		return nil, rampart.NewConfigError("retry", "Window", "must be at least Buckets nanoseconds, got %v", c.Window)
 	case c.MinRetries < 0 || c.MinRetries > rbCountMax:
 		return nil, rampart.NewConfigError("retry", "MinRetries", "must be in [0, %d], got %d", rbCountMax, c.MinRetries)
+	case math.Round(ratio*ppm) < 1:
+		return nil, rampart.NewConfigError("retry", "Ratio", "is below the budget's precision of one retry per million requests, got %v", c.Ratio)
 	}
 	return &RatioBudget{
 		buckets:  make([]atomic.Uint64, n),
@@ -268,6 +271,11 @@ func (b *RatioBudget) add(e int64, req, ret uint64) {
 		var q, r uint64
 		if old>>rbTagShift == tag {
 			q, r = old&rbCountMax, old>>rbRetShift&rbCountMax
+		} else if d := (old>>rbTagShift - tag) & rbTagMask; d != 0 && d < rbTagMask/2 {
+			// The slot holds a newer epoch: this writer read the clock a
+			// whole window or more ago. Its epoch is outside every current
+			// window; writing would erase live counts.
+			return
 		}
 		q, r = min(q+req, rbCountMax), min(r+ret, rbCountMax)
 		nw := tag<<rbTagShift | r<<rbRetShift | q

@@ -274,8 +274,12 @@ func (p *Policy) Decide(attempt int, err error, start, now, deadline, prev int64
 	if attempt >= p.maxAttempts {
 		return 0, MaxAttempts
 	}
-	if h, ok := errors.AsType[RetryAfterHint](err); ok && h.RetryAfter() >= 0 {
-		delay = int64(h.RetryAfter())
+	hint := time.Duration(-1)
+	if h, ok := errors.AsType[RetryAfterHint](err); ok {
+		hint = h.RetryAfter() // user code: called once
+	}
+	if hint >= 0 {
+		delay = int64(hint)
 		if delay > p.bo.max {
 			return 0, HintTooLong
 		}
@@ -283,7 +287,9 @@ func (p *Policy) Decide(attempt int, err error, start, now, deadline, prev int64
 		delay = p.bo.delay(max(attempt, 1), prev)
 	}
 	at := atomicx.SatAdd(now, delay) // when the next attempt would start
-	if p.maxDur > 0 && at-start > p.maxDur {
+	// Compared without the sum, which saturates near the end of the range
+	// (a manual clock): elapsed + delay > MaxDuration.
+	if p.maxDur > 0 && (now-start > p.maxDur || delay > p.maxDur-(now-start)) {
 		return 0, MaxDuration
 	}
 	if deadline != 0 && at >= deadline {

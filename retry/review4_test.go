@@ -17,7 +17,6 @@ import (
 // (TokenBucket rejects the same mistake: values under its 0.001 precision).
 // Here 3M requests at Ratio 4e-7 allow 1.2 retries, and none is granted.
 func TestReview4RatioBudgetTinyRatioAccepted(t *testing.T) {
-	t.Skip("BUG: NewRatioBudget accepts a Ratio that rounds to 0 ppm, and then never grants a retry")
 	b, err := NewRatioBudget(RatioBudgetConfig{Ratio: 4e-7, Buckets: 1, Window: time.Second})
 	if err != nil {
 		return // rejecting it at New is a fix too
@@ -38,7 +37,6 @@ func TestReview4RatioBudgetTinyRatioAccepted(t *testing.T) {
 // a goroutine preempted for one window between its clock read and
 // OnRequest, or a hedger passing an older reading, does this.
 func TestReview4RatioBudgetStaleWriteErasesLiveBucket(t *testing.T) {
-	t.Skip("BUG: RatioBudget.add overwrites a slot holding a newer epoch with a stale (expired) epoch's counts")
 	b, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.5, Buckets: 10, Window: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +86,6 @@ func TestReview4BackoffSaturation(t *testing.T) {
 // saturates, so a delay of MaxInt64/2 looks like 11 ns and is granted
 // although it ends ~146 years after the MaxDuration of one hour.
 func TestReview4DecideMaxDurationSaturatedAt(t *testing.T) {
-	t.Skip("BUG: Decide's MaxDuration check uses the saturated at-start, so a huge delay near MaxInt64 passes it")
 	p := mustNew(t, Config{Backoff: Constant, BaseDelay: math.MaxInt64 / 2, MaxDelay: math.MaxInt64 / 2,
 		MaxDuration: time.Hour, MaxAttempts: 5})
 	now := int64(math.MaxInt64 - 10)
