@@ -153,15 +153,34 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	share := func(x float64) bool { return x >= 0 && x <= 1 } // false for NaN too
 	switch {
-	case o.rate < 1:
-		return o, errors.New("-rate must be at least 1")
+	case o.rate < 1 || o.rate > 1_000_000:
+		return o, errors.New("-rate must be in [1, 1000000]")
 	case o.mode != "both" && o.mode != "unprotected" && o.mode != "protected":
 		return o, fmt.Errorf("-mode must be both, unprotected or protected, got %q", o.mode)
-	case o.dbPool < 0 || o.maxVUs < 1:
-		return o, errors.New("-db-pool must not be negative and -vus must be at least 1")
+	case o.dbPool < 0 || o.dbPool > 1_000_000 || o.maxVUs < 1 || o.maxVUs > 1_000_000:
+		return o, errors.New("-db-pool must be in [0, 1000000] and -vus in [1, 1000000]")
+	case o.warmup < 0 || o.steady < 0 || o.slowdown < 0 || o.recovery < 0:
+		return o, errors.New("phase lengths (-warmup, -steady, -slowdown, -recovery) must not be negative")
 	case len(o.phases()) == 0:
 		return o, errors.New("every phase has length 0")
+	case !share(o.hitRate) || !share(o.writeRate) || !share(o.dbErrors):
+		return o, errors.New("-cache-hits, -writes and -db-errors are shares: each must be in [0, 1]")
+	case !(o.slowFactor > 0) || math.IsInf(o.slowFactor, 0):
+		return o, fmt.Errorf("-slow-factor must be a positive finite number, got %v", o.slowFactor)
+	case o.apiTime < 0 || o.dbVisit < 0:
+		return o, errors.New("-api-time and -db-visit must not be negative")
+	case o.deadline <= 0:
+		return o, fmt.Errorf("-deadline must be positive, got %v", o.deadline)
+	case o.dbMaxWait < 0:
+		return o, fmt.Errorf("-db-max-wait must not be negative, got %v", o.dbMaxWait)
+	case o.admissionLimit < 0:
+		return o, fmt.Errorf("-admission must not be negative (0: the default), got %d", o.admissionLimit)
+	case o.clientTimeout <= 0:
+		return o, fmt.Errorf("-client-timeout must be positive, got %v", o.clientTimeout)
+	case o.maxLag < 0:
+		return o, fmt.Errorf("-max-lag must not be negative, got %v", o.maxLag)
 	}
 	return o, nil
 }

@@ -14,7 +14,6 @@ import (
 // -max-lag that drops every iteration, negative durations that skip a phase
 // or make delays negative, a negative -admission taken as the default).
 func TestReview4FlagsRejectInvalidValues(t *testing.T) {
-	t.Skip("BUG: overload's parseFlags accepts invalid -deadline, -db-max-wait, shares, -slow-factor, -max-lag, durations, -admission")
 	for _, bad := range [][]string{
 		{"-deadline", "0"},
 		{"-deadline", "-1s"},
