@@ -202,8 +202,13 @@ func (p *params) earliestOf(target int64) int64 {
 	return t
 }
 
-// waitFor returns how many ns after now a TAT of next admits (≥ 1).
+// waitFor returns how many ns after now a TAT of next admits (≥ 1), or
+// Never when that is past the last reading the limiter counts (maxUnits:
+// time stands still there, so the wait would never end).
 func (p *params) waitFor(now, next int64) int64 {
+	if next-p.tau > maxUnits {
+		return Never
+	}
 	return max(p.earliest(next-p.tau)-now, 1)
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/ticker"
@@ -105,7 +106,8 @@ func New(c Config) (*Limiter, error) {
 // now the n permits would be admitted if nobody else took them first; a
 // rejection is read-only (no
 // CAS, no write to the shared word). For n < 1 or n > the burst it returns
-// [Never]. now is a reading of the limiter's ticker. A now older than other
+// [Never], and so it does for a wait that would end past the last reading
+// the limiter counts (2⁶² units: time stands still there). now is a reading of the limiter's ticker. A now older than other
 // callers' readings never creates credit (the state never moves back): it
 // counts as an early arrival, which may be rejected.
 func (l *Limiter) TryAcquire(now int64, n int) (wait int64) {
@@ -295,7 +297,7 @@ func (l *Limiter) Reserve(now int64, n int, maxWait time.Duration) (Reservation,
 		var wait int64
 		if d := next - u - s.tau; d > 0 {
 			wait = s.waitFor(now, next)
-			if wait > int64(maxWait) || d > maxReserve {
+			if wait == Never || wait > int64(maxWait) || d > maxReserve {
 				l.reject(n, wait)
 				return Reservation{}, l.rejected
 			}
@@ -304,7 +306,7 @@ func (l *Limiter) Reserve(now int64, n int, maxWait time.Duration) (Reservation,
 			if l.countStats {
 				l.admitted.Add(1)
 			}
-			return Reservation{l: l, s: s, start: start, end: next, at: now + wait, delay: wait, n: n}, nil
+			return Reservation{l: l, s: s, start: start, end: next, at: atomicx.SatAdd(now, wait), delay: wait, n: n}, nil
 		}
 	}
 }
@@ -371,11 +373,14 @@ func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, e
 // Tokens returns the number of permits available at time now (negative when
 // reservations have committed permits ahead of time).
 func (l *Limiter) Tokens(now int64) float64 {
-	s := l.st.Load()
-	tat := s.tat.Load()
-	if tat >= retired {
+	var s *state
+	var tat int64
+	for {
 		s = l.st.Load()
-		tat = s.tat.Load()
+		if tat = s.tat.Load(); tat < retired {
+			break
+		}
+		runtime.Gosched() // SetRate is publishing the next state
 	}
 	u := s.units(now)
 	return float64(s.tau-(max(tat, u)-u)) / float64(s.k)
