@@ -23,7 +23,8 @@
 //     Cache-Control: no-store and without the entity headers
 //     (ETag, Last-Modified, Content-Encoding, Set-Cookie, ...) the handler
 //     set for the body it never wrote (those set before the guard ran
-//     stay). The handler sees the deadline in its request's context and
+//     stay); the same answer when the request's context ended before or
+//     while it was admitted (not an implicit 200). The handler sees the deadline in its request's context and
 //     must honour it: the permit it holds is released when it returns, never
 //     before (seed 003: releasing a permit while the work still runs breaks
 //     the limit);

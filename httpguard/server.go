@@ -238,7 +238,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusTooManyRequests
 		}
 		s.writeReject(w, r, status, o)
-	case pipeline.TimedOut:
+	case pipeline.TimedOut, pipeline.Canceled:
+		// Canceled: the request's context ended before or while it was
+		// admitted (or the handler returned without answering): not an
+		// implicit 200 for a request nobody served. Writing to a client
+		// that has gone is harmless.
 		if !e.wrote {
 			e.restoreHeaders()
 			w.Header().Set("Cache-Control", "no-store")

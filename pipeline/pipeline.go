@@ -29,7 +29,8 @@ type Config struct {
 	// Name identifies the pipeline in messages. Optional.
 	Name string
 
-	// Ticker is the clock the pipeline reads (at most twice per attempt) and
+	// Ticker is the clock the pipeline reads (at most twice per attempt; a
+	// third time at admission when a queue can wait) and
 	// hands to its policies. Nil means: the ticker of the policies, which
 	// must then all share one; or rampart.DefaultTicker() when no policy
 	// has one. Every policy that takes the time must use the pipeline's

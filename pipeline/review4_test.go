@@ -98,7 +98,6 @@ func TestReview4BudgetRefusalKeepsErrorHint(t *testing.T) {
 // fn's last error and the context's. Today the wait's error is returned
 // alone: fn's error is lost and the retry never hears of the give-up.
 func TestReview4CancelInBulkheadWaitAfterRetryGivesUp(t *testing.T) {
-	t.Skip("BUG: a cancellation during a bulkhead/adaptive wait on attempt >= 2 drops fn's last error and skips retry.GiveUp (begin's ctx check wraps it)")
 	tick := rampart.NewManualTicker(1)
 	bh, err := bulkhead.New(bulkhead.Config{Max: 1, MaxWait: time.Hour, Ticker: tick})
 	require.NoError(t, err)

@@ -330,7 +330,7 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 		// context); waits only with MaxWait set.
 		if err := p.bh.Enter(ctx); err != nil {
 			p.unwind(a)
-			p.reject(o, Bulkhead, err, 0)
+			p.rejectWait(l, o, Bulkhead, err)
 			return nil, false
 		}
 		a.held |= heldBulkhead
@@ -340,7 +340,7 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 		tok, err := p.al.AcquireWait(ctx, a.t0)
 		if err != nil {
 			p.unwind(a)
-			p.reject(o, Adaptive, err, 0)
+			p.rejectWait(l, o, Adaptive, err)
 			return nil, false
 		}
 		a.token = tok
@@ -541,6 +541,20 @@ func (p *Pipeline) unwind(a *attempt) {
 		// Last: closing a due window may run the user's Controller, which
 		// may panic; everything else is released by then.
 		p.al.Release(a.token, a.t0, adaptive.Ignored)
+	}
+}
+
+// rejectWait fills o for an attempt refused by the queue of policy k (a
+// bulkhead or an adaptive limit): a rejection, or the caller's context ended
+// during the wait. The latter, on a retried call, ends as a cancellation
+// during the retry's sleep does: the retry gives up on the last attempt's
+// error (wrapped with the context's), and the attempt that never ran is not
+// counted. Rejection path.
+func (p *Pipeline) rejectWait(l *loop, o *Outcome, k Kind, err error) {
+	p.reject(o, k, err, 0)
+	if o.Code == Canceled && o.Attempts > 1 {
+		o.Attempts--
+		o.Err = p.rt.GiveUp(retry.Canceled, int(o.Attempts), l.last, err)
 	}
 }
 
