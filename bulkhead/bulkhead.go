@@ -96,7 +96,9 @@ type Config struct {
 	// bulkhead is full, at most (the context can end the wait earlier).
 	// 0 (the default) means fail-fast: reject at once. Negative is invalid.
 	// Use time.Duration(math.MaxInt64) to wait as long as the context allows.
-	// TryEnter never waits.
+	// TryEnter never waits. The wait runs on a real timer, not on Ticker
+	// (which only measures how long calls waited): under testing/synctest
+	// it follows the bubble's fake clock, under a ManualTicker real time.
 	MaxWait time.Duration
 
 	// Name identifies the bulkhead in its rejection error
