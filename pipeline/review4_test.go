@@ -19,59 +19,69 @@ import (
 	"github.com/rampart-go/rampart/timeout"
 )
 
-// A retried call rejected by the rate limiter on its second attempt ends
-// Rejected by RateLimit with the limiter's wait as the hint, two attempts
-// counted and fn run once.
-func TestReview4RateLimitRejectsSecondAttempt(t *testing.T) {
-	tick := newCountingTicker()
-	rl := newRateLimit(t, 10, 1, tick) // one permit per 100 ms
-	p, err := pipeline.New(pipeline.Config{Retry: newRetry(t, tick, nil), RateLimit: rl})
-	require.NoError(t, err)
-	var n int
-	o := p.Try(context.Background(), func(context.Context) error { n++; return errBoom })
-	require.Equal(t, 1, n)
-	require.Equal(t, pipeline.Rejected, o.Code)
-	require.Equal(t, pipeline.RateLimit, o.Policy)
-	require.EqualValues(t, 2, o.Attempts)
-	require.ErrorIs(t, o.Err, rampart.ErrRejected)
-	require.Equal(t, 100*time.Millisecond, o.RetryAfter)
-}
-
-// Two failures open the breaker (ConsecutiveFailures 2): the third attempt
-// is rejected by it with the remaining open time as the hint.
-func TestReview4BreakerRejectsThirdAttempt(t *testing.T) {
-	tick := newCountingTicker()
-	cb := newBreaker(t, tick, nil)
-	p, err := pipeline.New(pipeline.Config{Retry: newRetry(t, tick, nil), Breaker: cb})
-	require.NoError(t, err)
-	var n int
-	o := p.Try(context.Background(), func(context.Context) error { n++; return errBoom })
-	require.Equal(t, 2, n)
-	require.Equal(t, pipeline.Rejected, o.Code)
-	require.Equal(t, pipeline.Breaker, o.Policy)
-	require.EqualValues(t, 3, o.Attempts)
-	require.ErrorIs(t, o.Err, circuitbreaker.ErrOpen)
-	require.Equal(t, 10*time.Second, o.RetryAfter)
-	require.Equal(t, circuitbreaker.Open, cb.State())
+// A retried call rejected on a later attempt ends Rejected by the policy
+// that refused it, with that policy's hint: the rate limiter on the second
+// attempt (its wait, fn run once), or the breaker that two failures opened
+// (ConsecutiveFailures 2) on the third (the remaining open time).
+func TestReview4RejectionOnLaterAttempt(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		cfg        func(rampart.Ticker) (pipeline.Config, *circuitbreaker.Breaker)
+		runs       int
+		policy     pipeline.Kind
+		attempts   int32
+		is         error
+		retryAfter time.Duration
+	}{
+		{"ratelimit", func(tick rampart.Ticker) (pipeline.Config, *circuitbreaker.Breaker) {
+			return pipeline.Config{RateLimit: newRateLimit(t, 10, 1, tick)}, nil // one permit per 100 ms
+		}, 1, pipeline.RateLimit, 2, rampart.ErrRejected, 100 * time.Millisecond},
+		{"breaker", func(tick rampart.Ticker) (pipeline.Config, *circuitbreaker.Breaker) {
+			cb := newBreaker(t, tick, nil)
+			return pipeline.Config{Breaker: cb}, cb
+		}, 2, pipeline.Breaker, 3, circuitbreaker.ErrOpen, 10 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tick := newCountingTicker()
+			cfg, cb := c.cfg(tick)
+			cfg.Retry = newRetry(t, tick, nil)
+			p, err := pipeline.New(cfg)
+			require.NoError(t, err)
+			var n int
+			o := p.Try(context.Background(), func(context.Context) error { n++; return errBoom })
+			require.Equal(t, c.runs, n)
+			require.Equal(t, pipeline.Rejected, o.Code)
+			require.Equal(t, c.policy, o.Policy)
+			require.EqualValues(t, c.attempts, o.Attempts)
+			require.ErrorIs(t, o.Err, c.is)
+			require.Equal(t, c.retryAfter, o.RetryAfter)
+			if cb != nil {
+				require.Equal(t, circuitbreaker.Open, cb.State())
+			}
+		})
+	}
 }
 
 // A bulkhead rejection on the second attempt carries no hint, even though
 // the first attempt's error carried one (the rejection decides).
 func TestReview4BulkheadRejectsSecondAttemptNoStaleHint(t *testing.T) {
-	tick := newCountingTicker()
-	bh := newBulkhead(t, 1, tick)
-	rt := newRetry(t, tick, func(c *retry.Config) {
-		c.OnRetry = func(int, time.Duration, error) { require.True(t, bh.TryEnter()) } // fills it between attempts
+	// In a bubble: the retry honours the 3 s hint with a sleep on the fake clock.
+	synctest.Test(t, func(t *testing.T) {
+		tick := newCountingTicker()
+		bh := newBulkhead(t, 1, tick)
+		rt := newRetry(t, tick, func(c *retry.Config) {
+			c.OnRetry = func(int, time.Duration, error) { require.True(t, bh.TryEnter()) } // fills it between attempts
+		})
+		p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh})
+		require.NoError(t, err)
+		o := p.Try(context.Background(), func(context.Context) error { return hinted{3 * time.Second} })
+		require.Equal(t, pipeline.Rejected, o.Code)
+		require.Equal(t, pipeline.Bulkhead, o.Policy)
+		require.EqualValues(t, 2, o.Attempts)
+		require.Zero(t, o.RetryAfter)
+		bh.Exit()
+		require.Zero(t, bh.Stats().InFlight)
 	})
-	p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh})
-	require.NoError(t, err)
-	o := p.Try(context.Background(), func(context.Context) error { return hinted{3 * time.Second} })
-	require.Equal(t, pipeline.Rejected, o.Code)
-	require.Equal(t, pipeline.Bulkhead, o.Policy)
-	require.EqualValues(t, 2, o.Attempts)
-	require.Zero(t, o.RetryAfter)
-	bh.Exit()
-	require.Zero(t, bh.Stats().InFlight)
 }
 
 // The retry budget's refusal keeps the failed attempt's Retry-After hint.
