@@ -54,7 +54,7 @@ bench-redis: ## the Redis limiter against throttled/v2 on a local server, -count
 bench-report: ## -count=$(BENCHCOUNT) run, benchstat summary, README table regenerated
 	BENCHCOUNT=$(BENCHCOUNT) BENCHTIME=$(BENCHTIME) BENCHSTAT_VERSION=$(BENCHSTAT_VERSION) ./scripts/bench-report.sh
 
-demo: ## the overload demo of seed 003: unprotected vs protected by rampart
+demo: ## the overload demo: an API under overload, unprotected vs protected by rampart
 	$(GO) run ./examples/overload
 
 fuzz: ## every fuzz target for $(FUZZTIME)

@@ -1,11 +1,14 @@
-// Package bulkhead limits how many calls run at once: the concurrency limit
-// that seed 003 puts at every entry point and in front of every dependency.
+// Package bulkhead limits how many calls run at once: the concurrency limit a
+// service puts at every entry point and in front of every dependency, so that
+// a slow dependency holds a bounded number of goroutines and connections
+// instead of all of them.
 //
 // # Algorithm
 //
-// A [Bulkhead] is an in-flight counter compared against a maximum (seed 000,
-// §4.1). The fail-fast path, [Bulkhead.TryEnter], is one atomic add to take a
-// permit and [Bulkhead.Exit] is one atomic add to give it back:
+// A [Bulkhead] is an in-flight counter compared against a maximum (the
+// semaphore bulkhead of resilience4j and Polly). The fail-fast path,
+// [Bulkhead.TryEnter], is one atomic add to take a permit and
+// [Bulkhead.Exit] is one atomic add to give it back:
 //
 //	if inFlight.Load() >= max { reject }          // read-only: overload does not bounce the line
 //	if inFlight.Add(1) > max  { inFlight.Add(-1); reject } // lost a race at the limit

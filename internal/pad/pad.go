@@ -18,8 +18,8 @@
 // pad_test.go.
 //
 // Padding costs 2L bytes a word. Use it only for words written on hot paths;
-// read-mostly configuration is grouped unpadded (see DESIGN.md, the hot-path
-// contract).
+// read-mostly configuration is grouped unpadded, so that thousands of
+// instances stay small.
 package pad
 
 import (

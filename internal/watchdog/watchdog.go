@@ -2,7 +2,7 @@
 // that fires targets whose deadline has passed, instead of one runtime timer
 // (and its allocations) per call.
 //
-// # Algorithm: slot sweep (seed 000 §6.3)
+// # Algorithm: slot sweep
 //
 // A Watchdog owns a table of slots, grown in fixed segments of [SegmentSize]
 // slots and never shrunk. [Watchdog.Schedule] takes a free slot (its
