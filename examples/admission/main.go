@@ -1,4 +1,4 @@
-// Command admission is the Go counterpart of seed 003's AdmissionDemo: a
+// Command admission shows fail-fast admission on a bulkhead: a
 // bulkhead of two permits admits two calls that hold their permits, rejects
 // a third at once instead of queueing it, lets both complete, propagates a
 // failing call's error unchanged, and ends with every permit back.

@@ -9,7 +9,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The five lines of seed 003's AdmissionDemo.
+// The five lines the demo prints: two admitted, one rejected at once, both
+// completed, a failure propagated unchanged, every permit back.
 func Example() {
 	if err := run(os.Stdout); err != nil {
 		panic(err)

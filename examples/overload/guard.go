@@ -141,8 +141,9 @@ func (g *guard) handler(s *service) (http.Handler, error) {
 }
 
 // visit is one database attempt inside the pipeline: it refuses to start a
-// visit that cannot end within the request's remaining budget (seed 003:
-// give each stage the remaining budget), so a slow database turns into fast
+// visit that cannot end within the request's remaining budget (deadline
+// propagation: each stage gets what is left of the request's budget, as in
+// the Google SRE book's "Handling Overload" chapter), so a slow database turns into fast
 // 503s rather than into requests that fail at their deadline after holding a
 // connection.
 func (g *guard) visit(ctx context.Context, db *database, after time.Duration) error {

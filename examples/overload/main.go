@@ -1,6 +1,8 @@
-// Command overload runs seed 003's API under overload on one machine, first
-// unprotected, then protected by rampart, and prints what happened to each
-// phase's requests. It is `make demo`.
+// Command overload puts an API sized for 10k req/s, with a bounded database
+// pool, under overload on one machine: the API must stay inside its latency
+// objective by shedding early. It runs first unprotected, then protected by
+// rampart, and prints what happened to each phase's requests. It is
+// `make demo`.
 //
 // A real net/http server on 127.0.0.1 (an ephemeral port) serves a simulated
 // API: 90 % reads and 10 % writes, 80 % of reads served from cache, about
@@ -83,9 +85,10 @@ func defaultOptions() options {
 	}
 }
 
-// defaultRate is the offered load of `make demo`. Seed 003 targets 10k RPS;
-// on the 2-core machine this demo was measured on, one process cannot both
-// generate and serve that many HTTP requests (see the README), so the
+// defaultRate is the offered load of `make demo`. The scenario is sized for
+// 10k req/s; on the 2-core machine this demo was measured on, one process
+// cannot both generate and serve that many HTTP requests (see
+// docs/overload-demo.md), so the
 // default is a rate it really generates, and the -rate flag asks for more.
 const defaultRate = 1000
 
@@ -98,7 +101,7 @@ func (o options) admission() int {
 	return max(64, int(2*float64(o.rate)*o.apiTime.Seconds()))
 }
 
-// pool is the database pool size: -db-pool, or seed 003's budget of 40
+// pool is the database pool size: -db-pool, or the scenario's budget of 40
 // connections for 10k req/s (28 busy on average) scaled to the offered rate,
 // but at least 8: a very small pool queues even at moderate utilization
 // (fewer servers, less smoothing), which would overload the steady phase
@@ -130,7 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("overload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.IntVar(&o.rate, "rate", o.rate, "offered load in requests per second (seed 003: 10000)")
+	fs.IntVar(&o.rate, "rate", o.rate, "offered load in requests per second (the scenario is sized for 10000)")
 	fs.DurationVar(&o.warmup, "warmup", o.warmup, "warm-up phase length")
 	fs.DurationVar(&o.steady, "steady", o.steady, "steady phase length")
 	fs.DurationVar(&o.slowdown, "slowdown", o.slowdown, "database slowdown phase length")
@@ -139,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.slowFactor, "slow-factor", o.slowFactor, "database visit time multiplier during the slowdown")
 	fs.DurationVar(&o.apiTime, "api-time", o.apiTime, "mean time a request spends in the API")
 	fs.DurationVar(&o.dbVisit, "db-visit", o.dbVisit, "mean time a database visit holds a connection")
-	fs.IntVar(&o.dbPool, "db-pool", o.dbPool, "database connection pool size (0: seed 003's 40 at 10k req/s, scaled to -rate, at least 8)")
+	fs.IntVar(&o.dbPool, "db-pool", o.dbPool, "database connection pool size (0: 40 at 10k req/s, scaled to -rate, at least 8)")
 	fs.Float64Var(&o.hitRate, "cache-hits", o.hitRate, "share of reads served from cache")
 	fs.Float64Var(&o.writeRate, "writes", o.writeRate, "share of requests that are writes")
 	fs.Float64Var(&o.dbErrors, "db-errors", o.dbErrors, "share of database visits that fail transiently")
@@ -224,7 +227,7 @@ func run(ctx context.Context, o options, w io.Writer) ([]result, error) {
 	fmt.Fprintf(w, "overload: %d req/s offered, phases %s (%s per mode), database pool %d, GOMAXPROCS %d\n",
 		o.rate, phaseList(o.phases()), total, o.pool(), runtime.GOMAXPROCS(0))
 	if o.rate < 10000 {
-		fmt.Fprintf(w, "(seed 003 offers 10000 req/s; one 2-core machine cannot generate and serve that many, so the default is %d: try -rate 10000 to see the generator say so)\n", defaultRate)
+		fmt.Fprintf(w, "(the scenario is sized for 10000 req/s; one 2-core machine cannot generate and serve that many, so the default is %d: try -rate 10000 to see the generator say so)\n", defaultRate)
 	}
 	var results []result
 	for _, m := range modes {

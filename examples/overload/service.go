@@ -14,7 +14,7 @@ import (
 // share of visits.
 var errTransient = errors.New("db: transient error")
 
-// database simulates seed 003's database: a bounded connection pool, one
+// database simulates the API's database: a bounded connection pool, one
 // visit per read-cache miss or write, each visit holding a connection for
 // about visit (×slow during the slowdown phase). Waiting for a connection is
 // part of the caller's latency, as with database/sql: the wait honours the
@@ -74,7 +74,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// service is the API of seed 003: 90 % reads, 10 % writes (the client
+// service is the simulated API: 90 % reads, 10 % writes (the client
 // chooses, GET or POST); 80 % of reads hit the cache; every miss and every
 // write visits the database once; the rest of the time in the API is spent
 // elsewhere (other services, serialization), about apiTime on average in all.
