@@ -505,3 +505,36 @@ func TestAllocsWaitNoDelay(t *testing.T) {
 		}
 	}))
 }
+
+// BenchmarkTryAcquire measures one admission decision at a reading handed
+// in (no clock read), for a whole-ns interval (1 ns: readings are units)
+// and for a fractional one (10/3 ns: readings are converted by
+// multiplication), each admitted and rejected.
+func BenchmarkTryAcquire(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		c      Config
+		admit  bool
+		stride int64
+	}{
+		{"Admit/WholeNs", Config{Limit: 1e9, Period: time.Second, Burst: 1 << 20}, true, 2},
+		{"Admit/FractionalNs", Config{Limit: 3e8, Period: time.Second, Burst: 1 << 20}, true, 4},
+		{"Reject/WholeNs", Config{Limit: 1, Period: 1000 * time.Second}, false, 0},
+		{"Reject/FractionalNs", Config{Limit: 3, Period: 1000 * time.Second, Burst: 1}, false, 0},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			l := mustNew(b, bc.c)
+			now := int64(1)
+			if !bc.admit && l.TryAcquire(now, 1) != 0 {
+				b.Fatal("first permit refused")
+			}
+			for b.Loop() {
+				now += bc.stride
+				if (l.TryAcquire(now, 1) == 0) != bc.admit {
+					b.Fatal("unexpected decision")
+				}
+			}
+		})
+	}
+}
