@@ -180,27 +180,35 @@ type RatioBudgetConfig struct {
 	MinRetries int
 }
 
-// Bucket word of a RatioBudget, one per time bucket, updated by one CAS:
+// Words of a RatioBudget: two per time bucket, one counting the requests
+// and one the granted retries, each updated by one CAS:
 //
-//	63        44 43          22 21          0
-//	+-----------+--------------+-------------+
-//	| epoch tag |   retries    |  requests   |
-//	+-----------+--------------+-------------+
+//	63                        24 23          0
+//	+---------------------------+-------------+
+//	|          lap tag          |    count    |
+//	+---------------------------+-------------+
 //
-// The tag is the bucket's epoch (now / bucket length) modulo 2^20; a word
-// whose tag is not the expected epoch's is stale and counts as empty (the
-// first writer of a new epoch replaces it). Counts saturate at 2^22-1 per
-// bucket. A slot left untouched for a multiple of 2^20 bucket lengths
-// (29 hours with 100 ms buckets) could alias; it then counts a stale bucket
-// once.
+// A reading's epoch is now / bucket length; its bucket is epoch mod Buckets
+// (the slot in the ring) and its lap epoch / Buckets, kept modulo 2^40 as
+// the tag. A word whose tag is not the expected lap's is stale and counts as
+// empty (the first writer of a new lap replaces it); a word whose count is
+// 0 has never been written, whatever its tag. A writer that finds a tag at
+// most 2^39 laps ahead of its own drops its count: its reading is a window
+// or more older than the bucket's (see add). Counts saturate at 2^24-1 per
+// bucket.
+//
+// The tag covers the whole int64 clock for windows of 2^23 ns (8.4 ms) and
+// more. With shorter windows a word left untouched for 2^39 windows (17
+// years with a 1 ms window) is taken for a newer one until its slot's lap
+// comes round again, and one untouched for a multiple of 2^40 windows
+// aliases (counts one stale bucket once).
 const (
-	rbCountBits = 22
+	rbCountBits = 24
 	rbCountMax  = 1<<rbCountBits - 1
-	rbTagBits   = 20
+	rbTagBits   = 64 - rbCountBits
 	rbTagMask   = 1<<rbTagBits - 1
-	rbRetShift  = rbCountBits
-	rbTagShift  = 2 * rbCountBits
-	ppm         = 1_000_000 // fixed-point scale of the ratio
+	rbTagHalf   = 1 << (rbTagBits - 1) // tags ahead by less than this are newer
+	ppm         = 1_000_000            // fixed-point scale of the ratio
 )
 
 // RatioBudget is the SRE book's retry budget: over a sliding window of time
@@ -208,15 +216,15 @@ const (
 // requests (OnRequest) and granted retries (AllowRetry); outcomes are not
 // needed (OnSuccess and OnFailure do nothing).
 //
-// Each bucket is one uint64 (layout above) updated by one CAS, so OnRequest
-// costs one load and one CAS; AllowRetry reads the Buckets words and, when it
-// grants, adds with one CAS. The check and the add are separate steps: under
+// Each bucket is two uint64 words (layout above), each updated by one CAS,
+// so OnRequest costs one load and one CAS; AllowRetry reads the 2 × Buckets
+// words and, when it grants, adds with one CAS. The check and the add are separate steps: under
 // concurrency the ratio can be exceeded by at most the number of goroutines
 // that check at the same instant.
 //
 // The zero RatioBudget is not usable; create it with [NewRatioBudget].
 type RatioBudget struct {
-	buckets  []atomic.Uint64 // the ring (its own allocation): written by every request
+	words    []atomic.Uint64 // the ring, requests and retries of bucket i at 2i and 2i+1 (its own allocation): written by every request
 	bucketNs int64
 	n        int64
 	ratioPPM uint64
@@ -251,7 +259,7 @@ func NewRatioBudget(c RatioBudgetConfig) (*RatioBudget, error) {
 		return nil, rampart.NewConfigError("retry", "Ratio", "is below the budget's precision of one retry per million requests, got %v", c.Ratio)
 	}
 	return &RatioBudget{
-		buckets:  make([]atomic.Uint64, n),
+		words:    make([]atomic.Uint64, 2*n),
 		bucketNs: int64(window) / int64(n),
 		n:        int64(n),
 		ratioPPM: uint64(math.Round(ratio * ppm)),
@@ -261,24 +269,28 @@ func NewRatioBudget(c RatioBudgetConfig) (*RatioBudget, error) {
 
 func (b *RatioBudget) epoch(now int64) int64 { return max(now, 0) / b.bucketNs }
 
-// add adds req requests and ret retries to the bucket of epoch e: one load
-// and one CAS (more only when another writer raced us).
-func (b *RatioBudget) add(e int64, req, ret uint64) {
-	w := &b.buckets[e%b.n]
-	tag := uint64(e) & rbTagMask
+// slot returns the index of the requests word of epoch e's bucket (its
+// retries word follows) and the epoch's lap tag.
+func (b *RatioBudget) slot(e int64) (i int64, tag uint64) {
+	return 2 * (e % b.n), uint64(e/b.n) & rbTagMask
+}
+
+// add adds one to the word w (a requests or a retries word) for the lap
+// tag: one load and one CAS (more only when another writer raced us).
+func add(w *atomic.Uint64, tag uint64) {
 	for {
 		old := w.Load()
-		var q, r uint64
-		if old>>rbTagShift == tag {
-			q, r = old&rbCountMax, old>>rbRetShift&rbCountMax
-		} else if d := (old>>rbTagShift - tag) & rbTagMask; d != 0 && d < rbTagMask/2 {
-			// The slot holds a newer epoch: this writer read the clock a
-			// whole window or more ago. Its epoch is outside every current
-			// window; writing would erase live counts.
-			return
+		c := old & rbCountMax
+		if t := old >> rbCountBits; t != tag && c != 0 {
+			if (t-tag)&rbTagMask < rbTagHalf {
+				// The word holds a newer lap: this writer read the clock
+				// a whole window or more ago. Its epoch is outside every
+				// current window; writing would erase live counts.
+				return
+			}
+			c = 0 // an older lap: stale
 		}
-		q, r = min(q+req, rbCountMax), min(r+ret, rbCountMax)
-		nw := tag<<rbTagShift | r<<rbRetShift | q
+		nw := tag<<rbCountBits | min(c+1, rbCountMax)
 		if nw == old || w.CompareAndSwap(old, nw) {
 			return
 		}
@@ -289,19 +301,23 @@ func (b *RatioBudget) add(e int64, req, ret uint64) {
 // now.
 func (b *RatioBudget) Counts(now int64) (requests, retries uint64) {
 	e := b.epoch(now)
-	for i := range min(b.n, e+1) {
-		ei := e - i
-		w := b.buckets[ei%b.n].Load()
-		if w>>rbTagShift == uint64(ei)&rbTagMask {
+	for k := range min(b.n, e+1) {
+		i, tag := b.slot(e - k)
+		if w := b.words[i].Load(); w>>rbCountBits == tag {
 			requests += w & rbCountMax
-			retries += w >> rbRetShift & rbCountMax
+		}
+		if w := b.words[i+1].Load(); w>>rbCountBits == tag {
+			retries += w & rbCountMax
 		}
 	}
 	return requests, retries
 }
 
 // OnRequest counts one request in the current bucket.
-func (b *RatioBudget) OnRequest(now int64) { b.add(b.epoch(now), 1, 0) }
+func (b *RatioBudget) OnRequest(now int64) {
+	i, tag := b.slot(b.epoch(now))
+	add(&b.words[i], tag)
+}
 
 // OnSuccess does nothing: the ratio counts requests and retries only.
 func (b *RatioBudget) OnSuccess(now int64) {}
@@ -316,7 +332,8 @@ func (b *RatioBudget) AllowRetry(now int64) bool {
 	if (ret+1)*ppm > b.ratioPPM*req+b.minPPM {
 		return false
 	}
-	b.add(b.epoch(now), 0, 1)
+	i, tag := b.slot(b.epoch(now))
+	add(&b.words[i+1], tag)
 	return true
 }
 

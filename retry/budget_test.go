@@ -204,7 +204,7 @@ func TestRatioBudgetMinRetriesAndSliding(t *testing.T) {
 
 func TestRatioBudgetSaturates(t *testing.T) {
 	b, _ := NewRatioBudget(RatioBudgetConfig{Buckets: 1})
-	w := &b.buckets[0]
+	w := &b.words[0] // bucket 0's requests
 	w.Store(rbCountMax - 1) // tag 0, requests almost full
 	b.OnRequest(0)
 	b.OnRequest(0)
@@ -389,4 +389,76 @@ func TestBudgetProtocol(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	_ = p.Do(cctx, func(context.Context) error { cancel(); return errBoom })
 	check("canceled", 8, 3, 7, 4)
+}
+
+// TestRatioBudgetCountsAcrossEpochWraps: a RatioBudget counts requests and
+// retries, and applies its ratio, at every reading of the clock: before, at
+// and after 2^19 and 2^20 buckets (where a 20-bit epoch tag once took the
+// never-written slots for newer ones, and aliased stale ones), several such
+// wraps later, and around 2^39 and 2^40 laps of the ring (the range of the
+// 40-bit lap tag) with 1 ns buckets. Each reading is checked on a fresh
+// budget (created late in the clock's life) and on budgets last used some
+// distance earlier (idle since): just outside the window, and 2^19 or 2^20
+// buckets earlier, or 2^39 laps.
+func TestRatioBudgetCountsAcrossEpochWraps(t *testing.T) {
+	const w19, w20 = int64(1) << 19, int64(1) << 20
+	const l39, l40 = int64(1) << 39, int64(1) << 40
+	wraps := []int64{0, w19 - 1, w19, w19 + 1, w20 - 1, w20, w20 + 1, 3*w20 - 1, 3*w20 + 7, 5*w20 + w19 + 1, 11*w20 + 3}
+	idle := []int64{w19 - 1, w19, w19 + 1, w20 - 1, w20, w20 + 1, 3 * w20, 3*w20 + 1}
+	var laps []int64 // 10 buckets of 1 ns: the lap tag's own wraps
+	for _, lap := range []int64{l39 - 1, l39, l39 + 1, l40 - 1, l40, l40 + 1, 3*l40 + l39 + 1, 5*l40 + 2} {
+		laps = append(laps, lap*10, lap*10+9)
+	}
+	for _, c := range []struct {
+		window  time.Duration
+		buckets int
+		epochs  []int64 // readings, in buckets since the clock's zero
+		idle    []int64 // distances, in buckets, to an earlier use
+	}{
+		{0, 0, wraps, append([]int64{10}, idle...)},                           // 10 s in 10 buckets of 1 s
+		{time.Second, 10, wraps, append([]int64{10}, idle...)},                // 100 ms buckets
+		{10 * time.Second, 1, wraps, append([]int64{1, 2}, idle...)},          // one bucket: the lap is the epoch
+		{10, 10, laps, []int64{10, 11, 19, 10*l39 - 1, 10 * l39, 10*l39 + 9}}, // 1 ns buckets
+	} {
+		cfg := RatioBudgetConfig{Ratio: 0.1, Window: c.window, Buckets: c.buckets}
+		for _, e := range c.epochs {
+			for _, ago := range append([]int64{-1}, c.idle...) {
+				if ago > e {
+					continue
+				}
+				b, err := NewRatioBudget(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tk := rampart.NewManualTicker(0)
+				p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 2, Budget: b, Ticker: tk})
+				use := func(at int64) {
+					t.Helper()
+					tk.Set(at * b.bucketNs)
+					if req, ret := b.Counts(tk.Now()); req != 0 || ret != 0 {
+						t.Fatalf("window %v/%d, bucket %d, last used %d buckets earlier: %d requests and %d retries before any, want 0, 0",
+							c.window, c.buckets, at, ago, req, ret)
+					}
+					for range 10 {
+						if err := p.Do(context.Background(), func(context.Context) error { return nil }); err != nil {
+							t.Fatal(err)
+						}
+					}
+					// 12 requests in all: 1.2 retries allowed, one granted.
+					var runs [2]int
+					for i := range runs {
+						_ = p.Do(context.Background(), func(context.Context) error { runs[i]++; return errBoom })
+					}
+					if req, ret := b.Counts(tk.Now()); runs != [2]int{2, 1} || req != 12 || ret != 1 {
+						t.Fatalf("window %v/%d, bucket %d, last used %d buckets earlier: attempts %v, Counts %d, %d; want [2 1], 12, 1",
+							c.window, c.buckets, at, ago, runs, req, ret)
+					}
+				}
+				if ago >= 0 {
+					use(e - ago)
+				}
+				use(e)
+			}
+		}
+	}
 }

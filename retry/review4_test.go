@@ -21,7 +21,7 @@ func TestReview4RatioBudgetTinyRatioAccepted(t *testing.T) {
 	if err != nil {
 		return // rejecting it at New is a fix too
 	}
-	b.buckets[0].Store(3_000_000) // epoch 0, 3M requests, 0 retries
+	b.words[0].Store(3_000_000) // lap 0, 3M requests (and no retry)
 	if req, _ := b.Counts(0); req != 3_000_000 {
 		t.Fatalf("requests %d", req)
 	}
