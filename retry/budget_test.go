@@ -204,7 +204,7 @@ func TestRatioBudgetMinRetriesAndSliding(t *testing.T) {
 
 func TestRatioBudgetSaturates(t *testing.T) {
 	b, _ := NewRatioBudget(RatioBudgetConfig{Buckets: 1})
-	w := &b.words[0] // bucket 0's requests
+	w := &b.words[0]        // bucket 0's requests
 	w.Store(rbCountMax - 1) // tag 0, requests almost full
 	b.OnRequest(0)
 	b.OnRequest(0)
