@@ -462,3 +462,22 @@ func TestRatioBudgetCountsAcrossEpochWraps(t *testing.T) {
 		}
 	}
 }
+
+// TestRatioBudgetMinRetriesAcrossEpochWraps: MinRetries grants that many
+// retries per window, no more, at every reading around the epoch wraps
+// (with the 20-bit tag, a budget between 2^19 and 2^20 buckets never counted
+// its grants and granted every retry).
+func TestRatioBudgetMinRetriesAcrossEpochWraps(t *testing.T) {
+	const w19, w20 = int64(1) << 19, int64(1) << 20
+	for _, e := range []int64{0, w19 - 1, w19, w19 + 1, w19 + 2, w20 - 1, w20, w20 + 1, 7*w20 + w19 + 5} {
+		b, _ := NewRatioBudget(RatioBudgetConfig{MinRetries: 2})
+		tk := rampart.NewManualTicker(e * b.bucketNs)
+		var grants []bool
+		for range 3 {
+			grants = append(grants, b.AllowRetry(tk.Now()))
+		}
+		if grants[0] != true || grants[1] != true || grants[2] != false {
+			t.Fatalf("bucket %d: grants %v, want [true true false] (MinRetries 2, no request)", e, grants)
+		}
+	}
+}
