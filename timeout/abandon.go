@@ -195,10 +195,12 @@ func (j *job) clear() {
 // When every worker slot is busy, or after Close, the call starts a
 // goroutine of its own, as before.
 //
-// Costs, with an idle worker: the context (the only allocation), a pop and
-// a push on the idle stack (a CAS each), a watchdog slot, one channel send
-// to wake the worker and one to wake the caller back. See the package
-// documentation for measured figures.
+// Costs, with an idle worker: the context (the only allocation of its own;
+// fn runs on another goroutine, so it escapes, and a closure that captures
+// variables is allocated too: two in all), a pop and a push on the idle
+// stack (a CAS each), a watchdog slot, one channel send to wake the worker
+// and one to wake the caller back. See the package documentation for
+// measured figures.
 func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) error, onDone func()) error {
 	if n := t.abandoned.Load(); n >= t.maxAband {
 		return t.reject(n, onDone)

@@ -71,12 +71,15 @@ const (
 	// when the call ended after the deadline. The function runs on the
 	// caller's goroutine; the caller returns when the function does, so the
 	// function must honour the context. Costs one allocation per call (the
-	// context; a second one, the Done channel, only if the function asks for
-	// it) and no goroutine.
+	// context; two more, the Done channel and its state, only if the
+	// function asks for it) and no goroutine; Do and Call also allocate a
+	// closure that captures variables (see the package doc, Allocations).
 	ModeDeadline Mode = iota
 	// ModeSoft only classifies: the function gets the parent context
 	// unchanged and nothing cancels it; the call returns ErrTimeout when it
-	// ended after the deadline. Zero allocations, no watchdog.
+	// ended after the deadline. No allocation with Start and Finish, no
+	// watchdog; Do and Call allocate a closure that captures variables
+	// (see the package doc, Allocations).
 	ModeSoft
 	// ModeAbandon runs the function on another goroutine (a pooled worker,
 	// see Config.Workers) with a deadline context, and returns at the
@@ -85,7 +88,8 @@ const (
 	// MaxAbandoned functions are abandoned at once; further calls are
 	// rejected. The onDone hook of DoAbandon runs only when the function has
 	// truly ended (release a bulkhead permit there). Costs one allocation
-	// (the context) and a hand-off to a parked worker and back per call.
+	// (the context), the closure when it captures variables, and a
+	// hand-off to a parked worker and back per call.
 	ModeAbandon
 )
 
@@ -520,6 +524,11 @@ func (t *Timeout) abort(h Handle) {
 // before the sweep, counts as in time). Soft mode reads the ticker at the
 // start and at the end and compares (exact). Use Start/Finish with your own
 // end reading for an exact classification in deadline mode.
+//
+// Because abandon mode hands fn to another goroutine, fn escapes: a closure
+// that captures variables is allocated at each call, in every mode (one
+// allocation in soft mode, two in deadline mode with the context; see the
+// package doc, Allocations). Start and Finish take no closure.
 func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error {
 	if t.mode == ModeAbandon {
 		return t.DoAbandon(ctx, fn, nil)
@@ -536,11 +545,14 @@ func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error 
 	return t.end(h, err)
 }
 
-// Call is the typed form of Do (same clock reads and classification): it returns fn's value with fn's error, or
-// with t.Err() when the call overran (the value is whatever fn returned,
-// usually to be ignored). In abandon mode the value of an abandoned call is
-// lost (the zero T comes back with the error), and the call allocates one
-// more closure and result box.
+// Call is the typed form of Do (same clock reads and classification): it
+// returns fn's value with fn's error, or with t.Err() when the call overran
+// (the value is whatever fn returned, usually to be ignored). In abandon
+// mode the value of an abandoned call is lost (the zero T comes back with
+// the error). Its allocations are Do's (fn escapes, in every mode), plus a
+// result box and the closure that fills it in abandon mode: for a closure
+// that captures variables, 1 in soft mode, 2 in deadline mode, 4 in abandon
+// mode (see the package doc, Allocations).
 func Call[T any](ctx context.Context, t *Timeout, fn func(context.Context) (T, error)) (T, error) {
 	if t.mode == ModeAbandon {
 		var r callResult[T]

@@ -742,3 +742,57 @@ func TestContextConcurrent(t *testing.T) {
 	}
 	require.Equal(t, 0, wd.Stats().Armed)
 }
+
+// wantAllocs fails t unless f allocates exactly want objects per run (the
+// style of log/slog's tests).
+func wantAllocs(t *testing.T, name string, want int, f func()) {
+	t.Helper()
+	f() // warm up: the watchdog table, the worker pool
+	if got := testing.AllocsPerRun(1000, f); got != float64(want) {
+		t.Errorf("%s: got %v allocs per call, want %d", name, got, want)
+	}
+}
+
+// fakeDB stands for the dependency a caller's closure captures.
+type fakeDB struct{ calls atomic.Int64 }
+
+func (db *fakeDB) exec(_ context.Context, q string) error {
+	db.calls.Add(int64(len(q)))
+	return nil
+}
+
+// TestAllocsCapturingClosure measures Do and Call with the closure callers
+// write, one that captures variables (a dependency and a query), created
+// at each call: in every mode it costs the figures the package doc states.
+func TestAllocsCapturingClosure(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	db, q := new(fakeDB), "SELECT 1"
+	ctx := context.Background()
+	for _, tc := range []struct {
+		mode                  Mode
+		do, call, startFinish int
+	}{
+		{ModeSoft, 1, 1, 0},
+		{ModeDeadline, 2, 2, 1},
+		{ModeAbandon, 2, 4, 1},
+	} {
+		tm := newT(t, Config{Duration: time.Hour, Mode: tc.mode})
+		wantAllocs(t, tc.mode.String()+" Do", tc.do, func() {
+			_ = tm.Do(ctx, func(c context.Context) error { return db.exec(c, q) })
+		})
+		wantAllocs(t, tc.mode.String()+" Call", tc.call, func() {
+			_, _ = Call(ctx, tm, func(c context.Context) (int, error) { return len(q), db.exec(c, q) })
+		})
+		wantAllocs(t, tc.mode.String()+" Start/Finish", tc.startFinish, func() {
+			c, h := tm.Start(ctx, tm.Ticker().Now())
+			_ = tm.Finish(h, tm.Ticker().Now(), db.exec(c, q))
+		})
+		if tc.mode == ModeAbandon {
+			wantAllocs(t, "DoAbandon", 2, func() {
+				_ = tm.DoAbandon(ctx, func(c context.Context) error { return db.exec(c, q) }, nil)
+			})
+		}
+	}
+}
