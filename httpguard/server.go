@@ -125,6 +125,10 @@ type exchange struct {
 	r      *http.Request
 	status int
 	wrote  bool
+	// aborted: the handler panicked with http.ErrAbortHandler after the
+	// client went away (or the pipeline's deadline passed); serve
+	// returned an outcome for the pipeline and ServeHTTP re-panics.
+	aborted bool
 	// saved holds the entity headers (entityHeaders) as they were before
 	// the handler ran, when the pipeline has a timeout: a timeout answer
 	// restores them, so that it does not go out with the handler's
@@ -206,12 +210,59 @@ func (e *exchange) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Hijack, deadlines).
 func (e *exchange) Unwrap() http.ResponseWriter { return e.ResponseWriter }
 
+// errClientGone is the error an exchange returns to its pipeline when the
+// handler aborted (panicked with http.ErrAbortHandler) because the client
+// went away: it matches context.Canceled, which the breaker's and the
+// adaptive limit's default classifiers record as Ignored, and
+// http.ErrAbortHandler, for a custom classifier.
+var errClientGone error = clientGoneError{}
+
+type clientGoneError struct{}
+
+func (clientGoneError) Error() string {
+	return "httpguard: the client went away mid-response (http.ErrAbortHandler)"
+}
+
+// Is matches context.Canceled and http.ErrAbortHandler.
+func (clientGoneError) Is(target error) bool {
+	return target == context.Canceled || target == http.ErrAbortHandler
+}
+
 // serve is the pipeline's call: the inner handler, its status classified.
-func (e *exchange) serve(ctx context.Context) error {
+func (e *exchange) serve(ctx context.Context) (err error) {
 	r := e.r
 	if ctx != r.Context() {
 		r = r.WithContext(ctx)
 	}
+	// The one deferred call of a request (no allocation, a few ns): a
+	// handler that aborts with http.ErrAbortHandler (httputil.ReverseProxy
+	// does when the client leaves mid-body) must not reach the pipeline's
+	// panic guard, which records every panic as a failure.
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v != any(http.ErrAbortHandler) {
+			panic(v) // not ours: the pipeline's guard records a failure and re-raises it
+		}
+		switch {
+		case e.r.Context().Err() != nil:
+			// The client left (or the server closed the connection):
+			// no verdict on the handler or what it depends on.
+			err = errClientGone
+		case ctx.Err() != nil:
+			// The pipeline's deadline cut the handler short: the
+			// timeout's verdict, as for a handler that gave up on it.
+			err = ctx.Err()
+		default:
+			// The handler gave up on its own with the client still
+			// there (a proxy whose upstream broke mid-body): a failure,
+			// as any panic.
+			panic(v)
+		}
+		e.aborted = true // ServeHTTP re-panics once the permits are released
+	}()
 	e.s.next.ServeHTTP(e, r)
 	if e.wrote && e.s.isFailure(e.status) {
 		return ErrFailureStatus
@@ -231,6 +282,11 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.saveHeaders() // nine map reads: the timeout answer restores them
 	}
 	o := s.p.Try(r.Context(), e.serve)
+	if e.aborted {
+		// Every permit is released and the outcome recorded: abort the
+		// response as the handler asked, the way net/http expects.
+		panic(http.ErrAbortHandler)
+	}
 	switch o.Code {
 	case pipeline.Rejected:
 		status := http.StatusServiceUnavailable

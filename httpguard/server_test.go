@@ -1,9 +1,15 @@
 package httpguard_test
 
 import (
+	"bufio"
+	"fmt"
 	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -236,4 +242,105 @@ func TestServerPanicReleasesPermit(t *testing.T) {
 	require.NoError(t, err)
 	require.Panics(t, func() { h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil)) })
 	require.Equal(t, int64(0), bh.Stats().InFlight)
+}
+
+// abortRig is a guarded httputil.ReverseProxy in front of an httptest
+// upstream; every exchange's panic value (nil when it returned) reaches
+// aborted once the guard has returned.
+type abortRig struct {
+	front   *httptest.Server
+	cb      *circuitbreaker.Breaker
+	bh      *bulkhead.Bulkhead
+	aborted chan any
+}
+
+func newAbortRig(t *testing.T, upstream http.Handler) *abortRig {
+	t.Helper()
+	up := httptest.NewServer(upstream)
+	target, err := url.Parse(up.URL)
+	require.NoError(t, err)
+	upTr := &http.Transport{}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = upTr
+	proxy.FlushInterval = -1 // every chunk goes to the client at once
+	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	tick := rampart.NewManualTicker(1)
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, Mode: circuitbreaker.Consecutive,
+		ConsecutiveFailures: 5, OpenDuration: time.Minute})
+	require.NoError(t, err)
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1, Ticker: tick}) // a leaked permit rejects the next request
+	require.NoError(t, err)
+	guard, err := httpguard.NewHandler(proxy, httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Breaker: cb, Bulkhead: bh})})
+	require.NoError(t, err)
+	rig := &abortRig{cb: cb, bh: bh, aborted: make(chan any, 1)}
+	rig.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { rig.aborted <- recover() }()
+		guard.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		rig.front.Close()
+		upTr.CloseIdleConnections()
+		up.Close()
+	})
+	return rig
+}
+
+// A client that leaves mid-body makes httputil.ReverseProxy abort with
+// http.ErrAbortHandler. That says nothing about the upstream: the breaker
+// records no failure and stays closed however many downloads are aborted,
+// every permit is released, and the guard re-raises http.ErrAbortHandler
+// as net/http expects.
+func TestServerClientAbortMidBodyIsNotAFailure(t *testing.T) {
+	leakCheck(t)
+	const chunk = "first chunk"
+	rig := newAbortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, chunk)
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done() // the rest never comes: the proxy gives up when its client leaves
+	}))
+	for i := range 20 {
+		conn, err := net.Dial("tcp", rig.front.Listener.Addr().String())
+		require.NoError(t, err)
+		_, err = fmt.Fprintf(conn, "GET /download HTTP/1.1\r\nHost: example\r\n\r\n")
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		buf := make([]byte, len(chunk))
+		_, err = io.ReadFull(resp.Body, buf)
+		require.NoError(t, err)
+		require.NoError(t, conn.Close()) // the client leaves mid-body
+		require.Equal(t, http.ErrAbortHandler, <-rig.aborted, "download %d", i)
+	}
+	st := rig.cb.Stats()
+	require.Equal(t, circuitbreaker.Closed, rig.cb.State())
+	require.Zero(t, st.Failures)
+	require.Zero(t, st.ConsecutiveFailures)
+	require.Zero(t, st.Trips)
+	require.Zero(t, rig.bh.Stats().InFlight)
+	require.Zero(t, rig.bh.Stats().Rejected)
+}
+
+// An upstream that breaks mid-body, with the client still there, makes the
+// proxy abort too: that one is the upstream's failure.
+func TestServerUpstreamAbortMidBodyIsAFailure(t *testing.T) {
+	leakCheck(t)
+	rig := newAbortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort") // 5 bytes of 100
+		_ = buf.Flush()
+	}))
+	c := &http.Client{Transport: &http.Transport{}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get(rig.front.URL)
+	require.NoError(t, err)
+	_, _ = io.ReadAll(resp.Body) // truncated
+	_ = resp.Body.Close()
+	require.Equal(t, http.ErrAbortHandler, <-rig.aborted)
+	require.EqualValues(t, 1, rig.cb.Stats().Failures)
+	require.Zero(t, rig.bh.Stats().InFlight)
 }
