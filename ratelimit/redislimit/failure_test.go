@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,4 +107,100 @@ func TestCallerCancelDoesNotOpenBreaker(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r.Allowed)
 	require.Equal(t, SourceRedis, r.Source)
+}
+
+// TestRedisHungReturnsAtTimeout: a Redis server that accepts connections but
+// never answers (stopped with SIGSTOP, as a stalled or partitioned server
+// behaves) must not hold callers past Config.Timeout, with the client built
+// as the README builds it: go-redis' default options ignore context
+// deadlines on socket reads (ContextTimeoutEnabled false), so each call used
+// to block for the client's ReadTimeout (3 s) or longer, the breaker opened
+// only after several such calls, and FailClosed callers hung. Every call must
+// come back well within a second here; the bound is generous for a loaded
+// machine and still far below the client's own 3 s. Once the server resumes,
+// the probe reaches it and decisions are exact again.
+func TestRedisHungReturnsAtTimeout(t *testing.T) {
+	for _, mode := range []FailureMode{FailOpen, FailClosed, FailLocal} {
+		t.Run([]string{"FailOpen", "FailClosed", "FailLocal"}[mode], func(t *testing.T) {
+			addr, srv, err := startRedisProcess()
+			require.NoError(t, err)
+			t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+			c := redis.NewClient(&redis.Options{Addr: addr}) // the README's client: default options
+			t.Cleanup(func() { c.Close() })
+			clock := rampart.NewManualTicker(1)
+			const timeout = 100 * time.Millisecond
+			l, err := New(Config{
+				Client: c, Limit: Limit{Rate: 100, Burst: 10}, Failure: mode, Replicas: 2,
+				Timeout: timeout, BreakerFailures: 3, BreakerOpen: time.Second, Ticker: clock,
+			})
+			require.NoError(t, err)
+			ctx := context.Background()
+			r, err := l.Allow(ctx, "k") // dials and loads the script
+			require.NoError(t, err)
+			require.Equal(t, SourceRedis, r.Source)
+
+			require.NoError(t, srv.Process.Signal(syscall.SIGSTOP))
+			t.Cleanup(func() { srv.Process.Signal(syscall.SIGCONT) }) // runs before the kill above
+			const slack = 1500 * time.Millisecond                     // the bug blocks >= 3 s
+			var allowed int
+			for i := range 10 {
+				start := time.Now()
+				r, err := l.Allow(ctx, "k")
+				elapsed := time.Since(start)
+				require.Less(t, elapsed, slack, "call %d blocked past the timeout", i)
+				if i < 3 {
+					t.Logf("call %d against the stopped server returned after %v", i, elapsed)
+				}
+				require.Equal(t, SourceFallback, r.Source)
+				switch mode {
+				case FailOpen:
+					require.NoError(t, err)
+					require.True(t, r.Allowed)
+				case FailClosed:
+					require.ErrorIs(t, err, ErrUnavailable)
+					if i < 3 {
+						require.ErrorIs(t, err, context.DeadlineExceeded) // Redis did not answer
+					} else {
+						require.ErrorIs(t, err, errBreakerOpen) // no call made
+						require.Equal(t, time.Second, r.RetryAfter)
+					}
+					require.False(t, r.Allowed)
+					require.Equal(t, -1, r.Remaining)
+				case FailLocal:
+					require.NoError(t, err)
+				}
+				if r.Allowed {
+					allowed++
+				}
+			}
+			if mode == FailLocal {
+				require.Equal(t, 5, allowed) // this replica's share of the burst, 10/2
+			}
+			st := l.Stats()
+			// Three timeouts opened the breaker; the other seven made no call.
+			require.Equal(t, uint64(3), st.RedisErrors)
+			require.True(t, st.BreakerOpen)
+			require.Equal(t, uint64(10), st.Fallbacks)
+
+			// The server resumes: after the open period the probe reaches it,
+			// closes the breaker, and a fresh key gets exactly its burst.
+			require.NoError(t, srv.Process.Signal(syscall.SIGCONT))
+			clock.Advance(time.Second)
+			key := uniqueKey(t)
+			for i := range 10 {
+				r, err := l.Allow(ctx, key)
+				require.NoError(t, err)
+				require.Equal(t, SourceRedis, r.Source, "call %d", i)
+				require.True(t, r.Allowed, "call %d", i)
+				require.Equal(t, 9-i, r.Remaining)
+			}
+			r, err = l.Allow(ctx, key)
+			require.NoError(t, err)
+			require.Equal(t, SourceRedis, r.Source)
+			require.False(t, r.Allowed)
+			st = l.Stats()
+			require.False(t, st.BreakerOpen)
+			require.Equal(t, uint64(3), st.RedisErrors)
+		})
+	}
 }

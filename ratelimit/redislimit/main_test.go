@@ -52,6 +52,17 @@ func TestMain(m *testing.M) {
 // startRedis starts a throwaway redis-server on 127.0.0.1 with persistence
 // off and waits until it answers.
 func startRedis() (addr string, stop func(), err error) {
+	addr, cmd, err := startRedisProcess()
+	if err != nil {
+		return "", nil, err
+	}
+	return addr, func() { cmd.Process.Kill(); cmd.Wait() }, nil
+}
+
+// startRedisProcess is startRedis for a test that signals the server (SIGSTOP
+// to make it hang): it returns the running process, which the caller kills
+// and waits for.
+func startRedisProcess() (addr string, cmd *exec.Cmd, err error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return "", nil, err
@@ -62,7 +73,7 @@ func startRedis() (addr string, stop func(), err error) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1",
+	cmd = exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no")
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -86,7 +97,7 @@ func startRedis() (addr string, stop func(), err error) {
 		cmd.Process.Kill()
 		return "", nil, fmt.Errorf("redis-server did not start")
 	}
-	return fmt.Sprintf("127.0.0.1:%d", port), func() { cmd.Process.Kill(); cmd.Wait() }, nil
+	return fmt.Sprintf("127.0.0.1:%d", port), cmd, nil
 }
 
 // newClient returns a client for the test server and flushes it.

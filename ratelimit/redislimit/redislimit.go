@@ -131,7 +131,11 @@ type Config struct {
 	Limit Limit
 	// Prefix starts every Redis key. Default "rampart:rl:".
 	Prefix string
-	// Timeout bounds every Redis call. Default 100 ms.
+	// Timeout bounds every Redis call: a decision that Redis has not
+	// answered within Timeout is made by the Failure mode, whatever the
+	// client's own timeouts (go-redis ignores context deadlines on socket
+	// reads unless Options.ContextTimeoutEnabled is set; the Limiter does not
+	// rely on it). Default 100 ms.
 	Timeout time.Duration
 	// Failure is what a decision does when Redis cannot answer. Default
 	// FailOpen.
@@ -186,6 +190,10 @@ type Limiter struct {
 	interval float64 // default limit's emission interval, microseconds
 	burstArg string
 	ivArg    string
+
+	// errTimeout is the error of a call Redis did not answer within
+	// Timeout; built once, it matches context.DeadlineExceeded.
+	errTimeout error
 
 	brk    *breaker
 	leases sync.Map // full key -> *lease
@@ -247,7 +255,8 @@ func New(cfg Config) (*Limiter, error) {
 	case cfg.BreakerOpen < 0:
 		return nil, rampart.NewConfigError("redislimit", "BreakerOpen", "must be positive, got %v", cfg.BreakerOpen)
 	}
-	l := &Limiter{cfg: cfg, interval: lim.intervalMicros(), leaseNs: int64(cfg.LeaseTTL)}
+	l := &Limiter{cfg: cfg, interval: lim.intervalMicros(), leaseNs: int64(cfg.LeaseTTL),
+		errTimeout: fmt.Errorf("redislimit: no reply from redis within %v: %w", cfg.Timeout, context.DeadlineExceeded)}
 	l.ivArg = strconv.FormatFloat(l.interval, 'f', -1, 64)
 	l.burstArg = strconv.Itoa(lim.Burst)
 	l.brk, err = newBreaker(cfg)
@@ -325,9 +334,9 @@ func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need in
 		return 0, Result{}, errBreakerOpen
 	}
 	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, l.cfg.Timeout, l.errTimeout)
 	defer cancel()
-	vals, err := gcraScript.Run(ctx, l.cfg.Client, []string{full}, iv, burst, want, need).Int64Slice()
+	vals, err := l.roundTrip(ctx, full, iv, burst, want, need)
 	if err == nil && len(vals) != 3 {
 		err = fmt.Errorf("redislimit: script returned %d values", len(vals))
 	}
@@ -360,6 +369,56 @@ func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need in
 }
 
 var errBreakerOpen = errors.New("redislimit: breaker in front of redis is open")
+
+// scriptReply is the outcome of one script run.
+type scriptReply struct {
+	vals  []int64
+	err   error
+	panic any // a panic in the client (a hook, say), re-raised on the caller's goroutine
+}
+
+// roundTrip runs the script and returns when it answers or when ctx ends,
+// whichever comes first. The client may not honour ctx's deadline:
+// go-redis v9 ignores context deadlines on socket reads unless
+// Options.ContextTimeoutEnabled is set (a read then waits for ReadTimeout, 5 s
+// by default, and any retries), and with ReadTimeout -1 or -2 it sets no read
+// deadline at all. So the script runs on a goroutine of its own and the
+// caller waits for it only until ctx ends; this one goroutine and its reply
+// channel are the cost of a Timeout that holds for every client, next to the
+// round trip itself and go-redis' own allocations. The goroutine still gets
+// ctx, so a client that does honour it stops at the deadline too; one that
+// does not finishes the call in the background, bounded by its own
+// ReadTimeout, and its late reply is dropped: the decision was already made
+// by the Failure mode and the breaker has recorded the timeout, so nothing is
+// counted twice. Events such a late script run granted in Redis are never
+// spent (under-admission only).
+func (l *Limiter) roundTrip(ctx context.Context, full, iv, burst string, want, need int) ([]int64, error) {
+	done := make(chan scriptReply, 1) // buffered: a reply nobody waits for any more never blocks the goroutine
+	go func() {
+		var r scriptReply
+		defer func() {
+			if p := recover(); p != nil {
+				r = scriptReply{panic: p}
+			}
+			done <- r
+		}()
+		r.vals, r.err = gcraScript.Run(ctx, l.cfg.Client, []string{full}, iv, burst, want, need).Int64Slice()
+	}()
+	var r scriptReply
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		select {
+		case r = <-done: // the reply raced the deadline: use it
+		default:
+			return nil, context.Cause(ctx) // l.errTimeout, or the caller's own cancellation or deadline
+		}
+	}
+	if r.panic != nil {
+		panic(r.panic)
+	}
+	return r.vals, r.err
+}
 
 // fallback applies the Failure mode after Redis could not decide.
 func (l *Limiter) fallback(key string, n int, lim Limit, cause error) (Result, error) {
