@@ -7,11 +7,18 @@ import (
 )
 
 // AIMD is the loss-based algorithm: additive increase, multiplicative
-// decrease, as TCP Reno. Per window:
+// decrease, as TCP Reno. Per window, with r = Drops / (Drops + Count) the
+// window's drop rate ([Sample.DropRate]):
 //
-//	if Drops > 0 or (Timeout > 0 and AvgRTT > Timeout):  L ← L · Backoff
-//	else if MaxInFlight · 2 ≥ L:                          L ← L + Increase
-//	else:                                                  L unchanged (app-limited)
+//	if r > DropThreshold or (Timeout > 0 and AvgRTT > Timeout):  L ← L · Backoff
+//	else if MaxInFlight · 2 ≥ L:                                  L ← L + Increase
+//	else:                                                          L unchanged (app-limited)
+//
+// A loss is a drop rate above DropThreshold (default 5 %), not one drop:
+// Netflix's AIMDLimit backs off on any drop in a window, so one timeout in
+// thousands of calls every window, lost whatever the load, holds the limit
+// near its minimum. Overload drops grow with the queue and cross the
+// threshold within a window or two.
 //
 // AIMD never looks at latency below Timeout, so it only backs off once calls
 // fail or time out: it fills the server's queue up to the point of loss and
@@ -33,6 +40,12 @@ type AIMD struct {
 	// Timeout, when positive, treats a window whose mean RTT exceeds it as
 	// a loss. Default 0 (only Dropped releases are losses).
 	Timeout time.Duration
+	// DropThreshold is the drop rate (Dropped calls as a fraction of the
+	// window's Dropped and successful calls: [Sample.DropRate]) above
+	// which a window is a loss, in [0, 1]. Default (0) 0.05. Any value
+	// below one drop in a window's calls, such as 1e-9, backs off on any
+	// drop (Netflix's AIMDLimit); 1 never does (only Timeout is a loss).
+	DropThreshold float64
 }
 
 // Validate reports an invalid field. [New] calls it.
@@ -46,12 +59,12 @@ func (a AIMD) Validate() error {
 	if a.Timeout < 0 {
 		return fmt.Errorf("AIMD.Timeout must not be negative, got %v", a.Timeout)
 	}
-	return nil
+	return validDropThreshold("AIMD", a.DropThreshold)
 }
 
 // Start implements [Algorithm].
 func (a AIMD) Start(initial, minLimit, maxLimit float64) Controller {
-	c := &aimd{backoff: a.Backoff, increase: a.Increase, timeout: int64(a.Timeout)}
+	c := &aimd{backoff: a.Backoff, increase: a.Increase, timeout: int64(a.Timeout), dropThreshold: dropThresholdOr(a.DropThreshold)}
 	if c.backoff == 0 {
 		c.backoff = 0.9
 	}
@@ -62,12 +75,12 @@ func (a AIMD) Start(initial, minLimit, maxLimit float64) Controller {
 }
 
 type aimd struct {
-	backoff, increase float64
-	timeout           int64
+	backoff, increase, dropThreshold float64
+	timeout                          int64
 }
 
 func (c *aimd) Update(s Sample) float64 {
-	if s.Drops > 0 || (c.timeout > 0 && s.Count > 0 && s.AvgRTT > c.timeout) {
+	if lossy(s, c.dropThreshold) || (c.timeout > 0 && s.Count > 0 && s.AvgRTT > c.timeout) {
 		return s.Limit * c.backoff
 	}
 	if s.AppLimited() {

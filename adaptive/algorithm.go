@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -31,10 +32,16 @@ type Controller interface {
 
 // Sample is what one window observed, handed to [Controller.Update].
 //
+// Drops and Count give the window's drop rate ([Sample.DropRate]): the
+// built-in algorithms react to that rate, not to one drop ([Vegas] and
+// [AIMD] above their DropThreshold, default 5 %; [Gradient2] not at all).
+//
 // RTTs are in nanoseconds, measured from [Limiter.Acquire] to
-// [Limiter.Release] (or from [Limiter.Begin] to [Limiter.End]) of calls
-// released with [Success]. Calls released with [Dropped] count in Drops
-// only; calls released with [Ignored] appear nowhere.
+// [Limiter.Release] (or from [Limiter.Begin] to [Limiter.End]). AvgRTT,
+// MinRTT, Count and Samples are those of calls released with [Success].
+// Calls released with [Dropped] count in Drops, and the timed ones' RTT
+// (every one with Acquire/Release, a sample with Begin/End) in DropRTT;
+// calls released with [Ignored] appear nowhere.
 //
 // With Begin/End (and Do, Call) only a sample of the calls is timed (see
 // [Limiter.Begin]): a call timed at stride s stands for s calls, so Count
@@ -50,9 +57,53 @@ type Sample struct {
 	Samples     int64   // timed successes behind AvgRTT and MinRTT
 	Drops       int64   // calls released as Dropped (timeouts, overload errors), every one
 	AvgRTT      int64   // mean RTT of the successful calls, stride-weighted (0 when Count is 0)
+	DropRTT     int64   // mean RTT of the timed Dropped calls, stride-weighted (0 when none was timed)
 	MinRTT      int64   // least RTT of the timed successful calls (0 when Count is 0)
 	MaxInFlight int64   // the most calls in flight seen by any call of the window, itself included
 	InFlight    int64   // calls in flight when the window closed
+}
+
+// DropRate returns the fraction of the window's calls with an outcome that
+// were Dropped: Drops / (Drops + Count), 0 for a window with neither. Drops
+// is exact; under Begin/End's RTT sampling Count is the stride-weighted
+// estimate, so the rate is an estimate too (about ±1/√Samples relative).
+// Ignored calls count in neither term.
+func (s Sample) DropRate() float64 {
+	if s.Drops <= 0 {
+		return 0
+	}
+	d := float64(s.Drops)
+	return d / (d + float64(max(s.Count, 0)))
+}
+
+// defaultDropThreshold is the drop rate ([Sample.DropRate]) above which
+// [Vegas] and [AIMD] treat a window as a loss when their DropThreshold is 0:
+// 5 %, so that a few calls lost whatever the load (a network timeout, a
+// restarted instance, 1 % or less in the simulation) are not read as
+// overload, while a real overload, whose drops grow with the queue, crosses
+// it within a window or two.
+const defaultDropThreshold = 0.05
+
+// validDropThreshold checks a DropThreshold field: in [0, 1], NaN refused.
+func validDropThreshold(alg string, v float64) error {
+	if !(v >= 0 && v <= 1) {
+		return fmt.Errorf("%s.DropThreshold must be in [0, 1] (0: default %v), got %v", alg, defaultDropThreshold, v)
+	}
+	return nil
+}
+
+// dropThresholdOr returns v, or defaultDropThreshold when v is 0.
+func dropThresholdOr(v float64) float64 {
+	if v == 0 {
+		return defaultDropThreshold
+	}
+	return v
+}
+
+// lossy reports whether s counts as a loss for a drop threshold: its drop
+// rate exceeds it (strictly, so that a threshold of 1 never fires).
+func lossy(s Sample, threshold float64) bool {
+	return s.Drops > 0 && s.DropRate() > threshold
 }
 
 // AppLimited reports whether the window never used half of the limit: then

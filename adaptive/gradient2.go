@@ -10,10 +10,11 @@ import (
 // of the window means over LongWindow windows) and scales the limit by their
 // ratio, plus a constant headroom that lets it grow. Per window:
 //
-//	long     ← long + (AvgRTT − long) · 2/(LongWindow+1)
-//	if long / AvgRTT > 2:   long ← long · 0.95   (recover fast after a spike)
+//	rtt      = mean RTT of the window's successes and timed drops
+//	long     ← long + (rtt − long) · 2/(LongWindow+1)
+//	if long / rtt > 2:      long ← long · 0.95   (recover fast after a spike)
 //	MaxInFlight · 2 < L:    L unchanged (app-limited)
-//	gradient = clamp(Tolerance · long / AvgRTT, 0.5, 1)   (0.5 after a drop)
+//	gradient = clamp(Tolerance · long / rtt, 0.5, 1)
 //	L'       = L · gradient + QueueSize
 //	L        ← (1 − Smoothing) · L + Smoothing · L'
 //
@@ -23,6 +24,18 @@ import (
 // multiplicatively (never by more than half per window). It tracks changes
 // of the dependency's latency better than [Vegas], because its reference
 // (the long-term average) moves with them.
+//
+// Gradient2 has no drop rule, as Netflix's Gradient2Limit has none: the
+// gradient of the RTT is its only signal, and a Dropped call counts only
+// through its RTT. rtt above is the mean over the window's successes
+// and its timed drops (Sample.DropRTT, weighted by Sample.Drops), as in
+// Netflix's window average, so calls that time out under a queue raise
+// the short-term RTT and shrink the limit, while a few calls lost whatever
+// the load move the mean by their share only. (Halving the gradient on any
+// drop in a window would hold the limit at 2·QueueSize = 8 under one
+// timeout in two thousand calls per window.) A window whose drops were
+// none of them timed (Begin/End samples some) and which has no success
+// leaves the limit unchanged.
 //
 // Its weakness is drift: under a standing queue the long-term average
 // slowly rises to meet the short-term one. Every ProbeInterval windows rampart
@@ -120,8 +133,9 @@ func (c *gradient2) Update(s Sample) float64 {
 	}
 	l := s.Limit
 	gradient := 1.0
-	if s.Count > 0 {
-		short := float64(max(s.AvgRTT, 1))
+	n, mean := rttOfAll(s)
+	if n > 0 {
+		short := max(mean, 1)
 		if c.long == 0 {
 			c.long = short
 		} else {
@@ -132,11 +146,25 @@ func (c *gradient2) Update(s Sample) float64 {
 		}
 		gradient = max(0.5, min(1, c.tolerance*c.long/short))
 	}
-	if s.Drops > 0 {
-		gradient = 0.5
-	} else if s.AppLimited() || s.Count == 0 {
+	if s.AppLimited() || n == 0 { // no drop rule: see Gradient2
 		return l
 	}
 	next := l*gradient + c.queue
 	return (1-c.smoothing)*l + c.smoothing*next
+}
+
+// rttOfAll returns the number of calls behind Gradient2's short-term RTT
+// and that RTT: the mean over the successes and, when some Dropped call
+// was timed, the drops too, weighted by their counts (Netflix's window
+// average takes every sample, dropped or not).
+func rttOfAll(s Sample) (n, mean float64) {
+	n, sum := float64(max(s.Count, 0)), float64(max(s.Count, 0))*float64(s.AvgRTT)
+	if s.DropRTT > 0 && s.Drops > 0 {
+		n += float64(s.Drops)
+		sum += float64(s.Drops) * float64(s.DropRTT)
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return n, sum / n
 }

@@ -176,8 +176,18 @@ type window struct {
 	_      pad.Line
 	min    atomic.Int64 // least RTT; read by each success, written only when lower
 	maxIn  atomic.Int64 // most in flight; read by each success, written only when higher
-	drops  atomic.Int64 // Dropped releases; written only on losses
-	_      pad.Line
+	// The loss words, written on the failure path only (a Dropped
+	// release); the admission path and Success releases never touch them.
+	// drops is the word the window always had (one add per drop); its low
+	// half now also sums the weights of the timed drops, in the same add.
+	// dropSum is the one word added: one more add, by a timed Dropped
+	// release only (Acquire's, or a sampled Begin's), so that Gradient2
+	// can average the RTT of the calls that timed out with the others, as
+	// Netflix's window average does. The drop rate (Sample.DropRate) needs
+	// no word of its own: drops and the weights in counts are its terms.
+	drops   atomic.Int64 // Dropped releases (high 32 bits: see oneDrop) and Σ weight of the timed ones (low 32)
+	dropSum atomic.Int64 // Σ weight·RTT of timed Dropped releases
+	_       pad.Line
 }
 
 // Slot word layout (l.slots): one atomic add both takes a slot and numbers
@@ -199,6 +209,12 @@ const admitOne = 1<<32 | 1
 // their weights (the estimated successes, Sample.Count): one atomic add
 // records both. A window holds at most 2^32−1 successes.
 const oneSample = 1 << 32
+
+// oneDrop is one Dropped release in window.drops, whose high half counts
+// the drops (every one, timed or not: Sample.Drops) and whose low half sums
+// the weights of the timed ones (behind Sample.DropRTT): one atomic add
+// records both. A window holds at most 2^32−1 drops.
+const oneDrop = 1 << 32
 
 // inFlightOf returns the calls in flight held in a slot word.
 func inFlightOf(w int64) int64 { return int64(int32(w)) }
@@ -407,7 +423,9 @@ func (l *Limiter) tryAcquire(now int64) (Token, bool) {
 // weights in one word; the last two share a line) and four loads (least RTT, most in flight, window end,
 // sample target; nothing else is written unless this RTT is the window's
 // least or its in-flight count the greatest). A Dropped release adds to the
-// drop count instead of sum and count; an Ignored one only frees the slot.
+// drop word instead of sum and count, and a timed one (every Acquire token,
+// a sampled Begin token) also to the drops' RTT sum: one more add, on the
+// failure path only; an Ignored one only frees the slot.
 // Plus one add on a partition's counter for a token from AcquirePriority,
 // and one load of the waiter count when a queue is configured. No
 // allocation, no lock, no clock read.
@@ -436,7 +454,13 @@ func (l *Limiter) Release(t Token, now int64, o Outcome) {
 		}
 		atomicx.Min(&l.win.min, rtt) // a load; a CAS only for a new minimum
 	case Dropped:
-		l.win.drops.Add(1)
+		if t.state < weight1 {
+			l.win.drops.Add(oneDrop) // atomic 2: count the loss (no RTT: an unsampled Begin token)
+			break
+		}
+		sh := t.state - weight1
+		l.win.dropSum.Add(max(now-t.start, 0) << sh) // atomic 2: the loss's weighted RTT (failure path only)
+		l.win.drops.Add(oneDrop | 1<<sh)             // atomic 3: count the loss and its weight, one word
 	}
 	if now >= l.windowEnd.Load() { // a load of the read-mostly line
 		l.closeWindow(now)
@@ -490,7 +514,9 @@ func (l *Limiter) closeWindow(now int64) {
 	samples, count := counts>>32, int64(uint32(counts))
 	mn := l.win.min.Swap(math.MaxInt64)
 	maxIn := l.win.maxIn.Swap(0)
-	drops := l.win.drops.Swap(0)
+	dropWord := l.win.drops.Swap(0)
+	dropSum := l.win.dropSum.Swap(0)
+	drops, dropWeight := dropWord>>32, int64(uint32(dropWord))
 	w := l.slots.Load()
 	seq := seqOf(w)
 	l.setStride(int64(seq-l.lastSeq), maxIn) // sampling.go: the stride of the next window
@@ -499,6 +525,9 @@ func (l *Limiter) closeWindow(now int64) {
 	if count > 0 {
 		s.AvgRTT = sum / count
 		s.MinRTT = mn
+	}
+	if dropWeight > 0 {
+		s.DropRTT = dropSum / dropWeight
 	}
 	est := l.ctrl.Update(s)
 	if est != est { // NaN: keep the limit

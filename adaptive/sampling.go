@@ -231,7 +231,7 @@ func (l *Limiter) End(t Token, o Outcome) {
 func (l *Limiter) endSlow(o Outcome) {
 	now := l.ticker.Now() // clock read: failure or waiting path
 	if o == Dropped {
-		l.win.drops.Add(1)
+		l.win.drops.Add(oneDrop) // the loss counts; an unsampled token has no RTT
 		if now >= l.windowEnd.Load() {
 			l.closeWindow(now)
 		}

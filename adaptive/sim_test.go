@@ -29,8 +29,8 @@ import (
 
 type simEvent struct {
 	at   int64
-	kind int // 0 arrival, 1 completion
-	req  int // index into sim.reqs for a completion
+	kind int // 0 arrival, 1 completion, 2 a lost call's client timeout
+	req  int // index into sim.reqs for a completion or a lost call
 }
 
 type eventHeap []simEvent
@@ -69,6 +69,8 @@ type sim struct {
 	rate       float64 // arrivals per second
 	timeout    int64   // client timeout: an RTT above it is released as Dropped (0: none)
 	critical   float64 // fraction of arrivals of priority 0 (AcquirePriority); 0: plain Acquire
+	loss       float64 // fraction of admitted calls lost whatever the load: the server never sees them and the client releases them as Dropped after lossAfter
+	lossAfter  int64   // the client timeout of a lost call
 	busy       int
 	queue      []int // request indexes waiting at the server
 	reqs       []simReq
@@ -76,6 +78,7 @@ type sim struct {
 
 	// measurements of the current phase
 	arrivals, rejected, completed, dropped int
+	lost                                   int // of dropped: the calls lost whatever the load (loss)
 	critArrivals, critRejected             int
 	rtts                                   []int64
 	limits                                 []int // the limit at every 10 ms of virtual time
@@ -115,7 +118,7 @@ func (s *sim) start(i int) {
 // run advances the simulation by d with the current parameters, resetting
 // the phase measurements first.
 func (s *sim) run(d time.Duration) {
-	s.arrivals, s.rejected, s.completed, s.dropped = 0, 0, 0, 0
+	s.arrivals, s.rejected, s.completed, s.dropped, s.lost = 0, 0, 0, 0, 0
 	s.critArrivals, s.critRejected = 0, 0
 	s.rtts = s.rtts[:0]
 	s.limits = s.limits[:0]
@@ -164,7 +167,9 @@ func (s *sim) run(d time.Duration) {
 					s.reqs = append(s.reqs, simReq{})
 				}
 				s.reqs[i] = simReq{tok: tok, arrive: s.now}
-				if s.busy < s.capacity {
+				if s.loss > 0 && s.rng.Float64() < s.loss { // drawn only when set: other runs keep their random stream
+					heap.Push(&s.events, simEvent{at: s.now + s.lossAfter, kind: 2, req: i})
+				} else if s.busy < s.capacity {
 					s.start(i)
 				} else {
 					s.queue = append(s.queue, i)
@@ -200,6 +205,17 @@ func (s *sim) run(d time.Duration) {
 				i := s.queue[0]
 				s.queue = s.queue[1:]
 				s.start(i)
+			}
+		case 2:
+			r := s.reqs[ev.req]
+			s.free = append(s.free, ev.req)
+			s.dropped++
+			s.lost++
+			if s.sampled {
+				s.tk.Set(s.now)
+				s.l.End(r.tok, Dropped)
+			} else {
+				s.l.Release(r.tok, s.now, Dropped)
 			}
 		}
 	}
@@ -452,6 +468,105 @@ func testSimAIMDBand(t *testing.T, sampled bool) {
 		lo, hi, s.meanLimit(1), 100*s.goodput(d), s.dropped, s.completed+s.dropped)
 	if lo < simCap || hi > 2*simCap*11/10 {
 		t.Errorf("AIMD limit range [%d, %d] outside [%d, %d]", lo, hi, simCap, 2*simCap*11/10)
+	}
+}
+
+// dropAlgorithms are the three built-in algorithms as the drop-rate rows
+// run them: AIMD, loss-based, with a client timeout of 2× the base latency
+// (its load signal: calls that queue past it are released as Dropped, as in
+// TestSimAIMDBand).
+var dropAlgorithms = []struct {
+	name    string
+	alg     Algorithm
+	timeout time.Duration
+}{
+	{"Vegas", Vegas{}, 0},
+	{"Gradient2", Gradient2{}, 0},
+	{"AIMD", AIMD{}, 2 * simBase},
+}
+
+// simLossAfter is the client timeout of a call lost whatever the load.
+const simLossAfter = 10 * simBase
+
+// TestSimLoadIndependentDropsKeepGoodput: calls lost whatever the load
+// (0.05 %, 0.2 % and 1 % of the admitted calls never reach the server and
+// are released as Dropped after a client timeout of 10× the base latency)
+// are not overload: at 80 % load and at 3× overload each algorithm keeps its
+// goodput within 5 % of the same run without losses. (Reacting to any drop
+// in a window, Gradient2 sat at 2·QueueSize = 8 and AIMD and Vegas near
+// their minimum.)
+func TestSimLoadIndependentDropsKeepGoodput(t *testing.T) {
+	for _, a := range dropAlgorithms {
+		for _, load := range []float64{0.8, 3} {
+			simModes(t, a.name+"/load"+itoa(int(100*load))+"%", func(t *testing.T, sampled bool) {
+				var base float64
+				for _, loss := range []float64{0, 0.0005, 0.002, 0.01} {
+					s := newSim(t, simConfig(a.alg, 20), simCap, simBase, 9)
+					s.sampled = sampled
+					s.timeout = int64(a.timeout)
+					s.loss, s.lossAfter = loss, int64(simLossAfter)
+					s.rate = load * simThroughput
+					s.run(10 * time.Second) // warm up
+					const d = 30 * time.Second
+					s.run(d)
+					g := s.goodput(d)
+					if loss == 0 {
+						base = g
+					}
+					t.Logf("loss %.2f%%: goodput %.1f%% of capacity (%.1f%% of the lossless run), mean limit %.1f, p99 %v, drops %.2f%% (lost %d, timed out %d)",
+						100*loss, 100*g, 100*g/base, s.meanLimit(1), s.p99(), 100*float64(s.dropped)/float64(s.completed+s.dropped), s.lost, s.dropped-s.lost)
+					if g < 0.95*base {
+						t.Errorf("loss %.2f%%: goodput %.3f < 95 %% of the lossless %.3f", 100*loss, g, base)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSimRealOverloadStillBacksOff: with 1 % of the calls lost whatever the
+// load, a real overload still lowers every algorithm's limit. Under 3×
+// overload the server's capacity falls from 50 to 10 workers for 20 s: its
+// latency rises with the queue, and calls that queue past a client timeout
+// of 2× the base latency are Dropped, so the drop rate rises with the load.
+// The limit must come down to at most 2.2× the new capacity (AIMD's band
+// reaches about twice the capacity, the delay-based ones settle near it)
+// while goodput stays at least 80 % of the reduced capacity (the phase
+// includes the descent, whose queued calls time out), and climb back once
+// capacity returns.
+func TestSimRealOverloadStillBacksOff(t *testing.T) {
+	for _, a := range dropAlgorithms {
+		for _, loss := range []float64{0, 0.01} {
+			simModes(t, a.name+"/loss"+itoa(int(100*loss))+"%", func(t *testing.T, sampled bool) {
+				s := newSim(t, simConfig(a.alg, 20), simCap, simBase, 10)
+				s.sampled = sampled
+				s.timeout = int64(2 * simBase)
+				s.loss, s.lossAfter = loss, int64(simLossAfter)
+				s.rate = 3 * simThroughput
+				s.run(20 * time.Second)
+				before := s.meanLimit(0.5)
+				const small = 10
+				s.capacity = small
+				const d = 20 * time.Second
+				s.run(d)
+				during, g := s.meanLimit(0.5), s.goodput(d)
+				drops := float64(s.dropped-s.lost) / float64(s.completed+s.dropped)
+				s.capacity = simCap
+				s.run(20 * time.Second)
+				after := s.meanLimit(0.5)
+				t.Logf("capacity %d -> %d -> %d: mean limit %.1f -> %.1f -> %.1f, goodput at %d %.1f%%, timed out %.1f%%",
+					simCap, small, simCap, before, during, after, small, 100*g, 100*drops)
+				if during > 2.2*small {
+					t.Errorf("mean limit %.1f at capacity %d: did not back off (want ≤ %.0f)", during, small, 2.2*small)
+				}
+				if g < 0.8 {
+					t.Errorf("goodput %.3f of the reduced capacity < 0.8", g)
+				}
+				if after < 0.75*simCap {
+					t.Errorf("limit %.1f did not climb back to capacity %d", after, simCap)
+				}
+			})
+		}
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 // With α = Alpha·log10(L), β = Beta·log10(L) and t = log10(L) (each log10
 // taken as at least 1, so that steps never vanish at L = 1), per window:
 //
-//	Drops > 0:                 L ← L − log10(L)
+//	DropRate > DropThreshold:  L ← L − log10(L)
 //	MaxInFlight · 2 < L:       L unchanged (app-limited: no evidence)
 //	queue ≤ t:                 L ← L + β          (far from saturation)
 //	queue < α:                 L ← L + log10(L)   (approaching it)
@@ -28,7 +28,13 @@ import (
 //	otherwise:                 L unchanged        (α ≤ queue ≤ β: the target)
 //	then                       L ← (1 − Smoothing) · L_old + Smoothing · L
 //
-// so the limit settles where a few calls (between α and β) wait at the
+// (DropRate is Drops / (Drops + Count), [Sample.DropRate]; DropThreshold
+// defaults to 5 %. Netflix's VegasLimit decreases on any drop in a window,
+// so one timeout in thousands of calls, lost whatever the load, every
+// window holds the limit near its minimum; a window whose drops stay under
+// the threshold is judged by its latency like any other.)
+//
+// So the limit settles where a few calls (between α and β) wait at the
 // dependency: the capacity plus a small queue. Alpha and Beta default to 2
 // and 4 (Netflix: 3 and 6), a smaller standing queue. The decrease term
 // (queue − β)/2 is rampart's: Netflix subtracts only log10(L), so a limit
@@ -58,6 +64,13 @@ type Vegas struct {
 	// ProbeLimit is the limit held during a re-measurement. Default 1 (the
 	// limiter's MinLimit applies).
 	ProbeLimit int
+	// DropThreshold is the drop rate (Dropped calls as a fraction of the
+	// window's Dropped and successful calls: [Sample.DropRate]) above
+	// which a window decreases the limit whatever its latency, in [0, 1].
+	// Default (0) 0.05. Any value below one drop in a window's calls, such
+	// as 1e-9, decreases on any drop (Netflix's VegasLimit); 1 never does
+	// (latency alone drives the limit).
+	DropThreshold float64
 }
 
 // Validate reports an invalid field. [New] calls it.
@@ -76,7 +89,7 @@ func (v Vegas) Validate() error {
 	case v.ProbeLimit < 0:
 		return fmt.Errorf("Vegas.ProbeLimit must not be negative, got %v", v.ProbeLimit)
 	}
-	return nil
+	return validDropThreshold("Vegas", v.DropThreshold)
 }
 
 func (v Vegas) defaults() (alpha, beta float64) {
@@ -92,7 +105,7 @@ func (v Vegas) defaults() (alpha, beta float64) {
 
 // Start implements [Algorithm].
 func (v Vegas) Start(initial, minLimit, maxLimit float64) Controller {
-	c := &vegas{smoothing: v.Smoothing}
+	c := &vegas{smoothing: v.Smoothing, dropThreshold: dropThresholdOr(v.DropThreshold)}
 	c.alpha, c.beta = v.defaults()
 	if c.smoothing == 0 {
 		c.smoothing = 1
@@ -107,6 +120,7 @@ func (v Vegas) Start(initial, minLimit, maxLimit float64) Controller {
 
 type vegas struct {
 	alpha, beta, smoothing float64
+	dropThreshold          float64
 	baseline               int64 // least window mean RTT since the last probe; 0 = none yet
 	probe                  prober
 }
@@ -125,7 +139,7 @@ func (c *vegas) Update(s Sample) float64 {
 	lg := log10(l)
 	var next float64
 	switch {
-	case s.Drops > 0:
+	case lossy(s, c.dropThreshold):
 		next = l - lg
 	case s.AppLimited() || s.Count == 0 || c.baseline == 0:
 		return l
