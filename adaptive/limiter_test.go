@@ -53,6 +53,12 @@ func TestConfigValidation(t *testing.T) {
 		{Algorithm: Gradient2{Smoothing: -0.1}},
 		{Algorithm: Gradient2{QueueSize: math.NaN()}},
 		{Algorithm: Gradient2{LongWindow: -1}},
+		{Algorithm: Vegas{DropThreshold: math.NaN()}},
+		{Algorithm: Vegas{DropThreshold: -0.01}},
+		{Algorithm: Vegas{DropThreshold: 1.5}},
+		{Algorithm: AIMD{DropThreshold: math.NaN()}},
+		{Algorithm: AIMD{DropThreshold: -0.01}},
+		{Algorithm: AIMD{DropThreshold: math.Inf(1)}},
 		{Partitions: []Partition{{Share: 0.7}, {Share: 0.7}}},
 		{Partitions: []Partition{{Share: -0.1}}},
 		{Queue: QueueConfig{MaxLength: -1}},
@@ -67,6 +73,10 @@ func TestConfigValidation(t *testing.T) {
 	l, err := New(Config{})
 	require.NoError(t, err)
 	require.Equal(t, 20, l.Limit())
+	for _, alg := range []Algorithm{Vegas{DropThreshold: 1}, Vegas{DropThreshold: 1e-9}, AIMD{DropThreshold: 1}, AIMD{DropThreshold: 0.2}} {
+		_, err := New(Config{Algorithm: alg})
+		require.NoError(t, err, "%+v", alg)
+	}
 
 	badT := []ThrottlerConfig{{K: 0.5}, {Window: -1}, {Buckets: -1}, {Buckets: 2000}, {MaxProbability: 1.5}, {Window: 5, Buckets: 10}}
 	for i, c := range badT {
@@ -116,11 +126,72 @@ func TestOutcomes(t *testing.T) {
 	require.Equal(t, int64(1), s.Drops)
 	require.Equal(t, int64(15), s.AvgRTT)
 	require.Equal(t, int64(10), s.MinRTT)
+	require.Equal(t, int64(30), s.DropRTT, "the dropped call's RTT, apart from the successes'")
+	require.InDelta(t, 1.0/3, s.DropRate(), 1e-12)
 	st := l.Stats()
 	require.Equal(t, uint64(2), st.Samples)
 	require.Equal(t, uint64(1), st.Drops)
 	require.Equal(t, uint64(1), st.Windows)
 	require.Equal(t, "success dropped ignored unknown", Success.String()+" "+Dropped.String()+" "+Ignored.String()+" "+Outcome(9).String())
+}
+
+// TestDropRateNotOneDrop: Vegas and AIMD lower the limit when a window's
+// drop rate exceeds DropThreshold (default 5 %), not for one drop among
+// thousands of calls; a threshold below one drop per window restores the
+// reaction to any drop, and 1 ignores drops. Gradient2 has no drop rule:
+// drops move it only through their RTT (Sample.DropRTT).
+func TestDropRateNotOneDrop(t *testing.T) {
+	const rtt = int64(10 * time.Millisecond)
+	healthy := func(drops, count int64) Sample {
+		return Sample{Limit: 100, Count: count, Samples: count, Drops: drops, AvgRTT: rtt, MinRTT: rtt, MaxInFlight: 100, InFlight: 50}
+	}
+	require.Zero(t, healthy(0, 0).DropRate())
+	require.InDelta(t, 0.0005, healthy(1, 1999).DropRate(), 1e-12)
+	require.Equal(t, 1.0, healthy(10, 0).DropRate())
+	for _, a := range []struct {
+		name       string
+		alg        Algorithm
+		oneDrop    bool // a window with one drop in 2000 calls lowers the limit
+		tenPercent bool // a window with 10 % drops lowers it
+	}{
+		{"Vegas", Vegas{ProbeInterval: -1}, false, true},
+		{"Vegas/any", Vegas{ProbeInterval: -1, DropThreshold: 1e-9}, true, true},
+		{"Vegas/ignore", Vegas{ProbeInterval: -1, DropThreshold: 1}, false, false},
+		{"AIMD", AIMD{}, false, true},
+		{"AIMD/any", AIMD{DropThreshold: 1e-9}, true, true},
+		{"AIMD/ignore", AIMD{DropThreshold: 1}, false, false},
+		{"Gradient2", Gradient2{ProbeInterval: -1}, false, false},
+	} {
+		t.Run(a.name, func(t *testing.T) {
+			for _, c := range []struct {
+				s     Sample
+				lower bool
+			}{
+				{healthy(1, 1999), a.oneDrop},
+				{healthy(3, 97), a.oneDrop}, // 3 %: under the default
+				{healthy(200, 1800), a.tenPercent},
+			} {
+				ctrl := a.alg.Start(100, 1, 1000)
+				ctrl.Update(healthy(0, 2000)) // a baseline (Vegas) and a long-term RTT (Gradient2)
+				got := ctrl.Update(c.s)
+				if c.lower {
+					require.Less(t, got, c.s.Limit, "drop rate %v", c.s.DropRate())
+				} else {
+					require.GreaterOrEqual(t, got, c.s.Limit, "drop rate %v", c.s.DropRate())
+				}
+			}
+		})
+	}
+	// Gradient2 counts timed drops by their RTT: calls that time out at
+	// 5× the long-term RTT are overload; the same few lost calls are not.
+	ctrl := Gradient2{ProbeInterval: -1}.Start(100, 1, 1000)
+	ctrl.Update(healthy(0, 2000))
+	s := healthy(1, 1999)
+	s.DropRTT = 5 * rtt
+	require.GreaterOrEqual(t, ctrl.Update(s), s.Limit, "one slow drop in 2000 moves the mean by 0.2 %")
+	s = healthy(500, 1500)
+	s.DropRTT = 5 * rtt
+	require.Less(t, ctrl.Update(s), s.Limit, "a quarter of the calls timing out at 5× the RTT")
 }
 
 type algFunc func(Sample) float64

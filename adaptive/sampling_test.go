@@ -161,6 +161,8 @@ func TestSamplingDropsAlwaysCounted(t *testing.T) {
 	require.Len(t, *got, n+1, "the drop closed the window")
 	require.Equal(t, int64(drops), (*got)[n].Drops)
 	require.Equal(t, uint64(drops), l.Stats().Drops)
+	require.Less(t, unsampled, drops, "some drops were RTT samples")
+	require.Equal(t, int64(10), (*got)[n].DropRTT, "the sampled drops' RTT (every call took 10 ns)")
 }
 
 // TestSamplingWindowClosesAfterRateFalls: a window at stride 64 that sees

@@ -90,6 +90,12 @@ const (
 // reaches the cap; as accepts return, p falls back to 0 within a few
 // windows.
 //
+// It is drop-based by design, as the SRE book's is, and on a ratio already:
+// p is 0 while the backend accepts more than 1/K of the requests (half at
+// K = 2), so a few timeouts or refusals (1 %, or 40 %, of the calls) never
+// throttle. It has no drop threshold of its own and does not use the
+// [Limiter]'s; K is that threshold.
+//
 // Call Allow before each call and Record after each call that Allow
 // admitted. Safe for concurrent use; no lock, no allocation.
 type Throttler struct {

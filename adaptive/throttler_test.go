@@ -85,6 +85,37 @@ func TestThrottlerFormula(t *testing.T) {
 	require.Greater(t, th2.Probability(tk.Now()), 0.99)
 }
 
+// TestThrottlerRateNotOneFailure: the throttler is drop-based by design, on
+// a ratio: a backend that fails (times out, refuses) 0.05 %, 1 % or even
+// 40 % of the calls is never throttled locally at the default K = 2 (the
+// probability stays 0 while accepts exceed requests/K); only past 50 %
+// failures does it start.
+func TestThrottlerRateNotOneFailure(t *testing.T) {
+	for _, c := range []struct {
+		fail      float64 // fraction of the calls not accepted, spread evenly
+		throttled bool
+	}{{0, false}, {0.0005, false}, {0.01, false}, {0.4, false}, {0.7, true}} {
+		tk := rampart.NewManualTicker(0)
+		th, err := NewThrottler(ThrottlerConfig{Ticker: tk})
+		require.NoError(t, err)
+		var local int
+		for i := range 30_000 { // 30 s at 1000 calls/s: three windows
+			now := tk.Advance(time.Millisecond)
+			if !th.Allow(now) {
+				local++
+				continue
+			}
+			failed := int(float64(i+1)*c.fail) != int(float64(i)*c.fail)
+			th.Record(now, !failed)
+		}
+		if c.throttled {
+			require.NotZero(t, local, "failures %v", c.fail)
+		} else {
+			require.Zero(t, local, "failures %v", c.fail)
+		}
+	}
+}
+
 func TestThrottlerCapAndDo(t *testing.T) {
 	tk := rampart.NewManualTicker(0)
 	th, err := NewThrottler(ThrottlerConfig{MaxProbability: 0.5, K: 1, Buckets: 4, Window: time.Second, Ticker: tk})
