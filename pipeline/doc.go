@@ -129,5 +129,10 @@
 // # Zero value
 //
 // The zero Pipeline is not usable; call [New]. New(Config{}) returns a
-// pipeline with no policy, which calls fn directly.
+// pipeline with no policy, which calls fn directly. The zero value of every
+// policy type is not usable either: New returns a [*rampart.ConfigError]
+// naming the field of a policy that its package's New did not build (such
+// as &bulkhead.Bulkhead{}, which would otherwise reject every call with a
+// nil error, or a zero rate limiter or timeout, which would panic in a
+// call).
 package pipeline

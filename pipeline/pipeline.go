@@ -166,9 +166,13 @@ type Pipeline struct {
 }
 
 // New validates cfg and returns a pipeline. It returns a *rampart.ConfigError
-// (matching rampart.ErrInvalidConfig) when the policies use different
-// tickers or the combination is invalid.
+// (matching rampart.ErrInvalidConfig) when a policy was not built by its
+// package's New (a zero value such as &bulkhead.Bulkhead{}), when the
+// policies use different tickers, or when the combination is invalid.
 func New(cfg Config) (*Pipeline, error) {
+	if err := refuseZeroPolicies(cfg); err != nil {
+		return nil, err
+	}
 	p := &Pipeline{
 		rt:         cfg.Retry,
 		cb:         cfg.Breaker,
@@ -280,6 +284,36 @@ func New(cfg Config) (*Pipeline, error) {
 		}
 	}
 	return p, nil
+}
+
+// refuseZeroPolicies returns a ConfigError naming the first policy of cfg
+// that its package's New did not build. The zero value of every policy type
+// is unusable (its errors, limits and clock are set by New): a zero rate
+// limiter, timeout, retry, breaker or hedger would panic in a call, and a
+// zero bulkhead or adaptive limit would reject every call with a nil error,
+// so that Do returned nil without running fn. Each New sets the policy's
+// ticker (rampart.DefaultTicker() when the Config has none), so a nil
+// Ticker() marks a zero value; the bulkhead, which has no Ticker accessor,
+// has a limit of at least 1 from New on (New and SetMax refuse less).
+func refuseZeroPolicies(cfg Config) error {
+	for _, f := range [...]struct {
+		field, typ string
+		zero       bool
+	}{
+		{"Retry", "retry.Policy", cfg.Retry != nil && cfg.Retry.Ticker() == nil},
+		{"Breaker", "circuitbreaker.Breaker", cfg.Breaker != nil && cfg.Breaker.Ticker() == nil},
+		{"RateLimit", "ratelimit.Limiter", cfg.RateLimit != nil && cfg.RateLimit.Ticker() == nil},
+		{"Bulkhead", "bulkhead.Bulkhead", cfg.Bulkhead != nil && cfg.Bulkhead.Max() < 1},
+		{"Adaptive", "adaptive.Limiter", cfg.Adaptive != nil && cfg.Adaptive.Ticker() == nil},
+		{"Timeout", "timeout.Timeout", cfg.Timeout != nil && cfg.Timeout.Ticker() == nil},
+		{"Hedge", "hedge.Hedger", cfg.Hedge != nil && cfg.Hedge.Ticker() == nil},
+	} {
+		if f.zero {
+			return rampart.NewConfigError("pipeline", f.field,
+				"is a zero %s, not built by its package's New (the zero value is not usable)", f.typ)
+		}
+	}
+	return nil
 }
 
 // now reads the pipeline's clock. A running cached ticker is read directly,

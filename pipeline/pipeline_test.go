@@ -12,10 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/timeout"
 )
 
 // countingTicker is a manual clock that counts its reads.
@@ -173,3 +178,78 @@ func TestTickerMismatchIsConfigError(t *testing.T) {
 }
 
 func runtimeGoexit() { runtime.Goexit() }
+
+// TestZeroValuePoliciesAreConfigErrors: a policy that its package's New did
+// not build (a zero value, &bulkhead.Bulkhead{}) is refused by New with a
+// ConfigError naming its field, instead of a pipeline that panics in a call
+// (a zero rate limiter or timeout) or returns nil without running fn (a
+// zero bulkhead). Every policy field is checked, alone and next to valid
+// policies.
+func TestZeroValuePoliciesAreConfigErrors(t *testing.T) {
+	for field, cfg := range map[string]pipeline.Config{
+		"Retry":     {Retry: &retry.Policy{}},
+		"Breaker":   {Breaker: &circuitbreaker.Breaker{}},
+		"RateLimit": {RateLimit: &ratelimit.Limiter{}},
+		"Bulkhead":  {Bulkhead: &bulkhead.Bulkhead{}},
+		"Adaptive":  {Adaptive: &adaptive.Limiter{}},
+		"Timeout":   {Timeout: &timeout.Timeout{}},
+		"Hedge":     {Hedge: &hedge.Hedger{}, Idempotent: true},
+	} {
+		t.Run(field, func(t *testing.T) {
+			p, err := pipeline.New(cfg)
+			require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+			var ce *rampart.ConfigError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, "pipeline", ce.Policy)
+			require.Equal(t, field, ce.Field)
+			require.Nil(t, p)
+
+			// Next to valid policies on the same ticker, the zero one is
+			// still the one named.
+			tick := rampart.NewManualTicker(1)
+			full := validPolicies(t, tick)
+			switch field {
+			case "Retry":
+				full.Retry = cfg.Retry
+			case "Breaker":
+				full.Breaker = cfg.Breaker
+			case "RateLimit":
+				full.RateLimit = cfg.RateLimit
+			case "Bulkhead":
+				full.Bulkhead = cfg.Bulkhead
+			case "Adaptive":
+				full.Adaptive = cfg.Adaptive
+			case "Timeout":
+				full.Timeout = cfg.Timeout
+			case "Hedge":
+				full.Hedge = cfg.Hedge
+			}
+			_, err = pipeline.New(full)
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, field, ce.Field)
+		})
+	}
+	// The same policies, built by their New, are accepted together.
+	p, err := pipeline.New(validPolicies(t, rampart.NewManualTicker(1)))
+	require.NoError(t, err)
+	require.NotNil(t, p)
+}
+
+// validPolicies returns a Config with every policy built by its New on tick.
+func validPolicies(t *testing.T, tick rampart.Ticker) pipeline.Config {
+	t.Helper()
+	rt, err := retry.New(retry.Config{Ticker: tick})
+	require.NoError(t, err)
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick})
+	require.NoError(t, err)
+	rl, err := ratelimit.New(ratelimit.Config{Rate: 1000, Burst: 10, Ticker: tick})
+	require.NoError(t, err)
+	al, err := adaptive.New(adaptive.Config{Ticker: tick})
+	require.NoError(t, err)
+	to := newTimeout(t, tick, time.Second, timeout.ModeDeadline)
+	hg, err := hedge.New(hedge.Config{Delay: time.Millisecond, Ticker: tick})
+	require.NoError(t, err)
+	t.Cleanup(func() { hg.Close() })
+	return pipeline.Config{Retry: rt, Breaker: cb, RateLimit: rl, Bulkhead: newBulkhead(t, 4, tick),
+		Adaptive: al, Timeout: to, Hedge: hg, Idempotent: true}
+}

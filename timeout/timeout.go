@@ -176,6 +176,11 @@ type Config struct {
 
 // Timeout bounds the duration of calls. Create it with New; it is safe for
 // concurrent use. See the package documentation for the modes.
+//
+// The zero value is not usable; build with New. (Its clock, watchdog and
+// errors are set there: on a zero Timeout, Do, Call and Start panic, and
+// DoAbandon rejects every call with a nil error. Package pipeline refuses
+// it.)
 type Timeout struct {
 	// Read-only after New.
 	d        int64
