@@ -7,32 +7,55 @@ import (
 	"testing"
 )
 
-const sampleRun = `goos: linux
+const sampleRun = `goversion: go1.26.8
+benchcmd: cd bench && go test -run '^$' -bench . -benchmem -count 3 ./...
+goos: linux
 goarch: amd64
 cpu: AMD EPYC
 BenchmarkBulkhead/Admit/rampart-2         	100	  10.0 ns/op	 0 B/op	 0 allocs/op
 BenchmarkBulkhead/Admit/rampart-2         	100	  12.0 ns/op	 0 B/op	 0 allocs/op
 BenchmarkBulkhead/Admit/rampart-2         	100	  11.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkBulkhead/Admit/rampart-do-2      	100	  22.0 ns/op	 0 B/op	 0 allocs/op
 BenchmarkBulkhead/Admit/chan-2            	100	  50.0 ns/op	 0 B/op	 0 allocs/op
 BenchmarkBulkhead/Admit/chan-2            	100	  66.0 ns/op	 0 B/op	 0 allocs/op
 BenchmarkBulkhead/Admit/chan-2            	100	  55.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkBulkhead/Reject/rampart-2        	100	  4.00 ns/op	 0 B/op	 0 allocs/op
+BenchmarkBulkhead/Reject/chan-2           	100	  8.00 ns/op	 0 B/op	 0 allocs/op
+BenchmarkBulkhead/Reject/failsafe-2       	100	  800 ns/op	 384 B/op	 13 allocs/op
 BenchmarkFloor/TimeNow/direct-2           	100	  60.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkPipeline/Success/rampart-2       	100	  200 ns/op	 48 B/op	 1 allocs/op
+BenchmarkPipeline/Success/failsafe-2      	100	  3000 ns/op	 1504 B/op	 33 allocs/op
+BenchmarkPipeline/Reject/rampart-2        	100	  100 ns/op	 0 B/op	 0 allocs/op
+BenchmarkPipeline/Reject/failsafe-2       	100	  2000 ns/op	 768 B/op	 23 allocs/op
+BenchmarkPipeline/Alone/rampart-2         	100	  50.0 ns/op	 0 B/op	 0 allocs/op
+BenchmarkTimeout/Success/rampart-2        	100	  100 ns/op	 48 B/op	 1 allocs/op
+BenchmarkTimeout/Success/direct-2         	100	  600 ns/op	 272 B/op	 4 allocs/op
+BenchmarkTimeout/Success/handoff-floor-2  	100	  400 ns/op	 0 B/op	 0 allocs/op
 `
 
-func TestParseRender(t *testing.T) {
+func parseSample(t *testing.T) *run {
+	t.Helper()
 	r, err := parse(strings.NewReader(sampleRun))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.procs != 2 || r.count != 3 || r.cpu != "AMD EPYC" {
+	return r
+}
+
+func TestParseRender(t *testing.T) {
+	r := parseSample(t)
+	if r.procs != 2 || r.count != 3 || r.cpu != "AMD EPYC" || r.goVersion != "go1.26.8" ||
+		r.command != "cd bench && go test -run '^$' -bench . -benchmem -count 3 ./..." {
 		t.Fatalf("header: %+v", r)
 	}
 	out := render(r)
 	for _, want := range []string{
-		"#### Bulkhead",
+		"Run: go1.26.8, linux/amd64, CPU: AMD EPYC, GOMAXPROCS=2, -count=3, medians.",
+		"## Bulkhead",
 		"| Admit | rampart | 11.0 | 0 | — |",
 		"| Admit | chan | 55.0 | 0 | 5.00 |",
 		"| TimeNow | direct | 60.0 | 0 | — |",
+		"| Success | failsafe | 3000 | 33 | 15.00 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
@@ -40,18 +63,160 @@ func TestParseRender(t *testing.T) {
 	}
 }
 
-func TestSplice(t *testing.T) {
+func TestCaptionSaysWhatTheRunDidNotRecord(t *testing.T) {
+	r, err := parse(strings.NewReader("goos: linux\ngoarch: amd64\nBenchmarkA/B/rampart-2 1 5.0 ns/op\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := caption(r), "not recorded, linux/amd64, CPU: not recorded, GOMAXPROCS=2, -count=1, medians"; got != want {
+		t.Fatalf("caption %q, want %q", got, want)
+	}
+	if doc := renderFile(r, "regen", "results/x.txt", nil); !strings.Contains(doc, "- command of the run: not recorded\n") {
+		t.Fatalf("no 'not recorded' command in\n%s", doc)
+	}
+}
+
+func TestSummaryRatioRangesPerScenario(t *testing.T) {
+	out := summary(parseSample(t))
+	for _, want := range []string{
+		"| scenario | cases | rampart allocs/op | peer ns/op ÷ rampart ns/op |",
+		// chan: 55/11 in Admit, 8/4 in Reject; failsafe only in Reject.
+		"| Bulkhead | Admit, Reject | 0 | chan 2.00–5.00×, failsafe 200.00× |",
+		// allocs differ between the cases: a range.
+		"| Pipeline | Success, Reject | 0–1 | failsafe 15.00–20.00× |",
+		"| Timeout | Success | 1 | direct 6.00× |",
+		"[full tables](bench/README.md)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	// A scenario without a rampart baseline has no ratio: not in the summary;
+	// a rampart variant and a floor are not peers; a case without a peer
+	// (Pipeline/Alone) is not among the compared cases.
+	for _, unwanted := range []string{"Floor", "rampart-do", "handoff-floor", "Alone"} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("summary has %q:\n%s", unwanted, out)
+		}
+	}
+}
+
+func TestHeadlineFromThePipelineSuccessCase(t *testing.T) {
+	got := headline(parseSample(t))
+	for _, want := range []string{
+		"costs 200 ns and 1 allocation with rampart, against 3000 ns and 33 allocations with failsafe-go: 15.0× less time",
+		"go1.26.8, linux/amd64, CPU: AMD EPYC",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in %q", want, got)
+		}
+	}
+	r, _ := parse(strings.NewReader("BenchmarkBulkhead/Admit/rampart-2 1 5.0 ns/op\n"))
+	if got := headline(r); !strings.Contains(got, "has no Pipeline/Success case") {
+		t.Errorf("headline without the case: %q", got)
+	}
+}
+
+func TestRenderFileHeader(t *testing.T) {
+	doc := renderFile(parseSample(t), generatedBy("results/latest.txt"), "results/latest.txt",
+		[]string{"github.com/failsafe-go/failsafe-go v0.9.8"})
+	for _, want := range []string{
+		"<!-- Generated by cmd/benchtable; do not edit. Regenerate with: cd bench && go run ./cmd/benchtable -in results/latest.txt -out README.md -readme ../README.md -->",
+		"- results file: `bench/results/latest.txt`",
+		"- command of the run: `cd bench && go test -run '^$' -bench . -benchmem -count 3 ./...`",
+		"- Go: go1.26.8; platform: linux/amd64; CPU: AMD EPYC; GOMAXPROCS: 2; repetitions: 3",
+		"- peers, as pinned by `bench/go.mod`: github.com/failsafe-go/failsafe-go v0.9.8",
+		"## Bulkhead",
+		"| Reject | failsafe | 800 | 13 | 200.00 |",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("missing %q in\n%s", want, doc)
+		}
+	}
+}
+
+func TestRequiresListsDirectRequirementsButTheRoot(t *testing.T) {
+	got := requires(`module m
+
+go 1.26.0
+
+require github.com/single/dep v1.0.0
+
+require (
+	github.com/a/b v1.2.3
+	github.com/rampart-go/rampart v0.0.0-00010101000000-000000000000
+	github.com/c/d v0.1.0 // indirect
+)
+`)
+	want := []string{"github.com/single/dep v1.0.0", "github.com/a/b v1.2.3"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("requires = %q, want %q", got, want)
+	}
+}
+
+func TestSpliceAllReplacesEveryMarkerPair(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "README.md")
-	os.WriteFile(p, []byte("a\n"+startMarker+"\nold\n"+endMarker+"\nb\n"), 0o644)
-	if err := splice(p, "new\n"); err != nil {
+	os.WriteFile(p, []byte("a <!-- h:start -->old h<!-- h:end --> b\n<!-- t:start -->\nold\n<!-- t:end -->\nc\n"), 0o644)
+	if err := spliceAll(p, map[string]string{"h": "new h", "t": "new\n"}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(p)
-	if string(got) != "a\n"+startMarker+"\nnew\n\n"+endMarker+"\nb\n" {
-		t.Fatalf("got %q", got)
+	if want := "a <!-- h:start -->\n\nnew h\n\n<!-- h:end --> b\n<!-- t:start -->\n\nnew\n\n<!-- t:end -->\nc\n"; string(got) != want {
+		t.Fatalf("got %q\nwant %q", got, want)
 	}
-	os.WriteFile(p, []byte("no markers"), 0o644)
-	if splice(p, "x") == nil {
-		t.Fatal("no error without markers")
+}
+
+func TestSpliceAllWritesNothingWhenAMarkerIsMissing(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "README.md")
+	for _, text := range []string{
+		"<!-- t:start -->\nold\n<!-- t:end -->\n",                                    // no h markers
+		"<!-- h:start --><!-- h:end --><!-- t:end -->x<!-- t:start -->",              // t reversed
+		"<!-- h:start --><!-- h:end --><!-- t:start --><!-- t:end --><!-- t:end -->", // t twice
+	} {
+		os.WriteFile(p, []byte(text), 0o644)
+		if err := spliceAll(p, map[string]string{"h": "H", "t": "T"}); err == nil {
+			t.Errorf("no error for %q", text)
+		}
+		if got, _ := os.ReadFile(p); string(got) != text {
+			t.Errorf("file changed to %q", got)
+		}
+	}
+}
+
+// The committed bench/README.md and the README's summary and headline are
+// what the committed run generates: nobody edited them by hand, and nobody
+// changed the run without regenerating them.
+func TestGeneratedFilesMatchTheCommittedRun(t *testing.T) {
+	const in = "results/latest.txt"
+	f, err := os.Open(filepath.Join("..", "..", in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile(filepath.Join("..", "..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := renderFile(r, generatedBy(in), in, requires(string(mod)))
+	got, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Errorf("bench/README.md is not what %s generates: run `%s`", in, generatedBy(in))
+	}
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{tableMarker: summary(r), headlineMarker: headline(r)} {
+		block := "<!-- " + name + ":start -->\n\n" + strings.TrimRight(text, "\n") + "\n\n<!-- " + name + ":end -->"
+		if !strings.Contains(string(readme), block) {
+			t.Errorf("README.md's %s block is not what %s generates: run `%s`", name, in, generatedBy(in))
+		}
 	}
 }
