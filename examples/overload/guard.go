@@ -143,7 +143,7 @@ func (g *guard) handler(s *service) (http.Handler, error) {
 // visit is one database attempt inside the pipeline: it refuses to start a
 // visit that cannot end within the request's remaining budget (deadline
 // propagation: each stage gets what is left of the request's budget, as in
-// the Google SRE book's "Handling Overload" chapter), so a slow database turns into fast
+// the Google SRE book's "Addressing Cascading Failures" chapter), so a slow database turns into fast
 // 503s rather than into requests that fail at their deadline after holding a
 // connection.
 func (g *guard) visit(ctx context.Context, db *database, after time.Duration) error {
