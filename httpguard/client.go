@@ -1,16 +1,20 @@
 package httpguard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/timeout"
@@ -36,6 +40,27 @@ func (e *StatusError) Error() string { return "httpguard: status " + strconv.Ito
 // RetryAfter returns the server's Retry-After (seconds or HTTP-date form),
 // or -1 when the response had none (package retry ignores a negative hint).
 func (e *StatusError) RetryAfter() time.Duration { return e.retryAfter }
+
+// ErrAttemptTimeout matches, through errors.Is, the error of an attempt
+// that ran past [ClientConfig.AttemptTimeout] while the caller's context
+// was still live. It does not match context.DeadlineExceeded, which package
+// retry's default classifier never retries: a per-attempt timeout is
+// retried like a 503 (an idempotent request only), as in every HTTP
+// resilience client. The error's Timeout method reports true, so
+// url.Error.Timeout and net.Error checks see a timeout.
+var ErrAttemptTimeout = errors.New("httpguard: attempt timed out (ClientConfig.AttemptTimeout)")
+
+// attemptTimeoutError is the error of an attempt that ran past
+// AttemptTimeout, built once per transport: a timeout allocates nothing.
+type attemptTimeoutError struct{ msg string }
+
+func (e *attemptTimeoutError) Error() string { return e.msg }
+
+// Is matches [ErrAttemptTimeout].
+func (e *attemptTimeoutError) Is(target error) bool { return target == ErrAttemptTimeout }
+
+// Timeout reports true (net.Error).
+func (e *attemptTimeoutError) Timeout() bool { return true }
 
 // StatusOf returns the HTTP status carried by err (a [*StatusError]
 // anywhere in its chain), or 0. Use it in a breaker's Classify to treat
@@ -66,13 +91,26 @@ type ClientConfig struct {
 
 	// AttemptTimeout bounds each attempt, from sending the request to
 	// closing the response body (like http.Client.Timeout, per attempt). 0
-	// means none. An attempt that times out fails with an error matching
+	// means none. An attempt whose response headers did not come in time
+	// fails with an error matching [ErrAttemptTimeout] (not
 	// context.DeadlineExceeded, which package retry's default classifier
-	// does not retry (set its ShouldRetry to retry it).
+	// does not retry): the pipeline's retry retries it for a retryable
+	// request, its breaker records a failure, and its adaptive limit a
+	// drop (as for context.DeadlineExceeded) unless
+	// pipeline.Config.AdaptiveClassify decides. A deadline that passes
+	// while the caller reads the body fails that read, as with
+	// http.Client.Timeout. The caller's own deadline or cancellation is
+	// returned as it is and never retried.
 	AttemptTimeout time.Duration
 
 	// RetryStatus reports whether a response status is retried (a
-	// [*StatusError] for the pipeline). Nil means 429, 502, 503 and 504.
+	// [*StatusError] for the pipeline, which honours its Retry-After).
+	// Nil means the statuses every HTTP resilience client retries
+	// (hashicorp/go-retryablehttp, Polly's standard resilience handler,
+	// failsafe-go's failsafehttp): 408 Request Timeout, 429 Too Many
+	// Requests and every 5xx but 501 Not Implemented and 505 HTTP Version
+	// Not Supported, which the same request always gets again. Retried or
+	// not, a status that IsFailure reports is recorded as a failure.
 	RetryStatus func(status int) bool
 
 	// IsFailure reports whether a status that is not retried still counts
@@ -81,10 +119,13 @@ type ClientConfig struct {
 	IsFailure func(status int) bool
 
 	// RetryNonIdempotent lets the retry resend requests whose method is not
-	// idempotent (POST, PATCH, ...). By default only GET, HEAD, OPTIONS,
-	// TRACE, PUT and DELETE requests, and requests with an Idempotency-Key
-	// or X-Idempotency-Key header, are retried or hedged. A request with a
-	// body is sent more than once only when its GetBody is set
+	// idempotent (POST, PATCH, ...). By default only the methods RFC 9110
+	// §9.2.2 defines as idempotent (GET, HEAD, OPTIONS, TRACE, PUT,
+	// DELETE) and requests carrying an Idempotency-Key or
+	// X-Idempotency-Key header (the IETF httpapi Idempotency-Key draft:
+	// the server deduplicates them) are retried or hedged; any other
+	// request is sent once, whatever its status or timeout. A request with
+	// a body is sent more than once only when its GetBody is set
 	// (http.NewRequest sets it for bytes, strings and bytes.Reader bodies).
 	RetryNonIdempotent bool
 
@@ -103,6 +144,7 @@ type transport struct {
 	isFailure      func(int) bool
 	retryAll       bool
 	attemptTimeout time.Duration
+	timeoutErr     error // the attempts' timeout error, built once
 
 	def       route // the routes when there is no breaker per host
 	newHostCB func(string) (*circuitbreaker.Breaker, error)
@@ -116,6 +158,7 @@ type transport struct {
 type route struct {
 	full, retry, once *pipeline.Pipeline
 	hedged            bool // full has a hedger
+	retries           bool // retry has a retry policy
 }
 
 // NewTransport returns a RoundTripper that sends requests through
@@ -130,7 +173,9 @@ func NewTransport(cfg ClientConfig) (http.RoundTripper, error) {
 		isFailure:      cfg.IsFailure,
 		retryAll:       cfg.RetryNonIdempotent,
 		attemptTimeout: cfg.AttemptTimeout,
-		newHostCB:      cfg.NewHostBreaker,
+		timeoutErr: &attemptTimeoutError{"httpguard: attempt timed out after " + cfg.AttemptTimeout.String() +
+			" (ClientConfig.AttemptTimeout)"},
+		newHostCB: cfg.NewHostBreaker,
 	}
 	if t.base == nil {
 		t.base = http.DefaultTransport
@@ -149,6 +194,17 @@ func NewTransport(cfg ClientConfig) (http.RoundTripper, error) {
 		return nil, rampart.NewConfigError("httpguard", "Pipeline",
 			"has a %v-mode Timeout, which would cancel the response body when RoundTrip returns; use ClientConfig.AttemptTimeout, or a soft-mode Timeout to classify slow responses", pc.Timeout.Mode())
 	}
+	if al := pc.Adaptive; al != nil && pc.AdaptiveClassify == nil {
+		// The limiter classifies an attempt timeout as it classifies
+		// context.DeadlineExceeded (a drop by default), which the
+		// timeout's error no longer matches. Failure path only.
+		pc.AdaptiveClassify = func(ctx context.Context, err error) adaptive.Outcome {
+			if errors.Is(err, ErrAttemptTimeout) {
+				err = context.DeadlineExceeded
+			}
+			return al.Classify(ctx, err)
+		}
+	}
 	r, err := newRoute(pc)
 	if err != nil {
 		return nil, err
@@ -157,12 +213,16 @@ func NewTransport(cfg ClientConfig) (http.RoundTripper, error) {
 	return t, nil
 }
 
+// defaultRetryStatus is RetryStatus's default: 408, 429 and the 5xx
+// statuses but 501 and 505.
 func defaultRetryStatus(status int) bool {
-	switch status {
-	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	switch {
+	case status == http.StatusRequestTimeout, status == http.StatusTooManyRequests:
 		return true
+	case status == http.StatusNotImplemented, status == http.StatusHTTPVersionNotSupported:
+		return false
 	}
-	return false
+	return status >= 500 && status <= 599
 }
 
 // newRoute builds the pipelines of a route from cfg.
@@ -173,6 +233,7 @@ func newRoute(cfg pipeline.Config) (route, error) {
 		return route{}, err
 	}
 	r.hedged = cfg.Hedge != nil
+	r.retries = cfg.Retry != nil
 	cfg.Hedge, cfg.Idempotent = nil, false
 	if r.retry, err = pipeline.New(cfg); err != nil {
 		return route{}, err
@@ -209,6 +270,9 @@ func (t *transport) routeFor(req *http.Request) (*route, error) {
 		return nil, rampart.NewConfigError("httpguard", "NewHostBreaker", "returned no breaker and no error for host %q", host)
 	}
 	cfg := t.def.full.Config()
+	if err := hostBreakerTicker(&cfg, host, cb); err != nil {
+		return nil, err
+	}
 	cfg.Breaker = cb
 	r, err := newRoute(cfg)
 	if err != nil {
@@ -216,6 +280,62 @@ func (t *transport) routeFor(req *http.Request) (*route, error) {
 	}
 	t.hosts.Store(host, &r)
 	return &r, nil
+}
+
+// hostBreakerTicker checks that cb, host's breaker, runs on the ticker of
+// the pipeline cfg (whose Breaker it replaces), and names the side that is
+// off when it does not: package pipeline would blame the breaker whichever
+// it is. A pipeline on rampart.DefaultTicker with no policy that reads it
+// (the default was filled in, as for a nil ClientConfig.Pipeline) takes
+// cb's ticker instead. Slow path: a host's first request.
+func hostBreakerTicker(cfg *pipeline.Config, host string, cb *circuitbreaker.Breaker) error {
+	pt, bt := cfg.Ticker, cb.Ticker()
+	same, ok := ticker.Equal(bt, pt)
+	if !ok {
+		return rampart.NewConfigError("httpguard", "NewHostBreaker", "built the breaker of host %q on a Ticker that "+ticker.UncomparableReason, host, bt)
+	}
+	if same {
+		return nil
+	}
+	// The policies that read the pipeline's ticker, the breaker replaced
+	// excepted (pipeline.New checked they share it).
+	var users []string
+	for _, u := range [...]struct {
+		name string
+		on   bool
+	}{{"Retry", cfg.Retry != nil}, {"RateLimit", cfg.RateLimit != nil}, {"Adaptive", cfg.Adaptive != nil},
+		{"Timeout", cfg.Timeout != nil}, {"Hedge", cfg.Hedge != nil}} {
+		if u.on {
+			users = append(users, u.name)
+		}
+	}
+	def := rampart.DefaultTicker()
+	pDef, _ := ticker.Equal(pt, def)
+	bDef, _ := ticker.Equal(bt, def)
+	const mixed = "; readings of different tickers are not comparable: build the breakers and the pipeline's policies on one Ticker"
+	switch {
+	case pDef && len(users) == 0:
+		cfg.Ticker = bt // no policy reads the default: nothing to mismatch
+		return nil
+	case pDef && !bDef:
+		// The pipeline's policies were built without a Ticker.
+		also := ""
+		if len(users) > 1 {
+			also = " (as do its " + strings.Join(users[1:], ", ") + ")"
+		}
+		return rampart.NewConfigError("httpguard", "Pipeline."+users[0],
+			"uses rampart.DefaultTicker() (its Config.Ticker is not set)%s, but NewHostBreaker built the breaker of host %q on another Ticker"+mixed, also, host)
+	}
+	on := "the pipeline's Ticker"
+	if len(users) > 0 {
+		on += " (used by its " + strings.Join(users, ", ") + ")"
+	}
+	if bDef {
+		return rampart.NewConfigError("httpguard", "NewHostBreaker",
+			"built the breaker of host %q on rampart.DefaultTicker() (its Config.Ticker is not set), not on %s"+mixed, host, on)
+	}
+	return rampart.NewConfigError("httpguard", "NewHostBreaker",
+		"built the breaker of host %q on a different Ticker than %s"+mixed, host, on)
 }
 
 // CloseIdleConnections closes the idle connections of the base transport
@@ -266,7 +386,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case r.hedged && idempotent(req):
 		resp, o = pipeline.TryCallHedged(req.Context(), r.full, c.attempt)
 	default:
-		c.sequential = true
+		c.sequential, c.mayRetry = true, r.retries
 		resp, o = pipeline.TryCall(req.Context(), r.retry, c.attempt)
 	}
 	if o.Code != pipeline.OK {
@@ -290,6 +410,7 @@ type clientCall struct {
 	t          *transport
 	req        *http.Request
 	sequential bool // attempts never overlap (no hedging)
+	mayRetry   bool // sequential, and a retry may follow a failed attempt
 
 	mu       sync.Mutex
 	bodyUsed bool             // the original body was handed to an attempt
@@ -326,6 +447,10 @@ func (c *clientCall) attempt(ctx context.Context) (*http.Response, error) {
 	resp, err := c.t.base.RoundTrip(r)
 	if err != nil {
 		if cancel != nil {
+			if r.Context().Err() == context.DeadlineExceeded && ctx.Err() == nil {
+				// The attempt's own deadline, not the caller's: retryable.
+				err = c.t.timeoutErr
+			}
 			cancel()
 		}
 		return nil, err
@@ -341,6 +466,9 @@ func (c *clientCall) attempt(ctx context.Context) (*http.Response, error) {
 	status := resp.StatusCode
 	switch {
 	case c.t.retryStatus(status):
+		if c.mayRetry {
+			releaseBody(resp)
+		}
 		return resp, &StatusError{StatusCode: status, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), resp: resp}
 	case c.t.isFailure(status):
 		return resp, retry.Permanent(&StatusError{StatusCode: status, retryAfter: -1, resp: resp})
@@ -406,15 +534,66 @@ func (b *cancelBody) Close() error {
 	return err
 }
 
-// drainClose reads up to 4 KiB of body (so that a small error body does
-// not cost the connection) and closes it.
+// drainLimit is how much of a discarded body is read so that its
+// connection can be reused: a small error body does not cost the
+// connection, a large one is not read to the end.
+const drainLimit = 4 << 10
+
+// drainClose reads up to drainLimit bytes of body and closes it.
 func drainClose(body io.ReadCloser) {
 	if body == nil {
 		return
 	}
-	_, _ = io.CopyN(io.Discard, body, 4<<10)
+	_, _ = io.CopyN(io.Discard, body, drainLimit)
 	_ = body.Close()
 }
+
+// releaseBody reads the body of a response about to be retried into
+// memory when it is no longer than drainLimit, and closes it: the
+// connection goes back to the pool before the retry's backoff (a
+// Retry-After may be seconds), not when the next attempt starts. The
+// response stays readable, since it is returned when the retries give up.
+// A longer body stays open (what was read comes first) and is drained and
+// closed when the next attempt starts or the call ends. Retry path only:
+// it allocates the copy.
+func releaseBody(resp *http.Response) {
+	orig := resp.Body
+	if orig == nil || orig == http.NoBody {
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(orig, drainLimit+1))
+	if err == nil && len(b) > drainLimit {
+		resp.Body = &splicedBody{Reader: io.MultiReader(bytes.NewReader(b), orig), orig: orig}
+		return
+	}
+	_ = orig.Close()
+	resp.Body = &memBody{r: bytes.NewReader(b), err: err}
+}
+
+// memBody is a response body read into memory; err, when not nil, is the
+// read error that ended it, returned after the bytes.
+type memBody struct {
+	r   *bytes.Reader
+	err error
+}
+
+func (m *memBody) Read(p []byte) (int, error) {
+	n, err := m.r.Read(p)
+	if err == io.EOF && m.err != nil {
+		err = m.err
+	}
+	return n, err
+}
+
+func (m *memBody) Close() error { return nil }
+
+// splicedBody is a body whose first bytes were read into memory.
+type splicedBody struct {
+	io.Reader
+	orig io.ReadCloser
+}
+
+func (s *splicedBody) Close() error { return s.orig.Close() }
 
 func closeBody(req *http.Request) {
 	if hasBody(req) {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/httpguard"
@@ -364,4 +365,279 @@ func TestClientRefusesDeadlineTimeout(t *testing.T) {
 	require.NoError(t, err)
 	_, err = httpguard.NewTransport(httpguard.ClientConfig{Pipeline: mustPipeline(t, pipeline.Config{Timeout: to})})
 	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+}
+
+// statusOnce answers status (with a short body) to the first request, then
+// 200; hits counts the requests.
+func statusOnce(status int, hits *atomic.Int32) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) == 1 {
+			http.Error(w, http.StatusText(status), status)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+}
+
+// By default the transient statuses are retried for an idempotent request
+// (408, 429 and the 5xx but 501 and 505, as hashicorp/go-retryablehttp and
+// Polly's standard resilience handler decide); the others are returned
+// after one attempt, and a non-idempotent request is sent once whatever
+// its status.
+func TestClientDefaultRetryStatuses(t *testing.T) {
+	for _, c := range []struct {
+		status  int
+		retried bool
+	}{
+		{http.StatusRequestTimeout, true}, {http.StatusTooManyRequests, true},
+		{http.StatusInternalServerError, true}, {http.StatusBadGateway, true},
+		{http.StatusServiceUnavailable, true}, {http.StatusGatewayTimeout, true},
+		{http.StatusInsufficientStorage, true},
+		{http.StatusNotImplemented, false}, {http.StatusHTTPVersionNotSupported, false},
+		{http.StatusBadRequest, false}, {http.StatusNotFound, false}, {http.StatusConflict, false},
+	} {
+		for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodDelete, http.MethodPost} {
+			var hits atomic.Int32
+			bt := &bodyTracker{base: memTransport{statusOnce(c.status, &hits)}}
+			rt, err := httpguard.NewTransport(httpguard.ClientConfig{
+				Pipeline: mustPipeline(t, pipeline.Config{Retry: fastRetry(t, nil)}),
+				Base:     bt,
+			})
+			require.NoError(t, err)
+			req, err := http.NewRequest(m, "http://x/", strings.NewReader("payload")) // GetBody set
+			require.NoError(t, err)
+			resp, err := rt.RoundTrip(req)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+			want, code := int32(1), c.status
+			if c.retried && m != http.MethodPost {
+				want, code = 2, http.StatusOK
+			}
+			require.Equal(t, want, hits.Load(), "%s answered %d", m, c.status)
+			require.Equal(t, code, resp.StatusCode, "%s answered %d", m, c.status)
+			require.Zero(t, bt.open(), "%s answered %d", m, c.status)
+		}
+	}
+}
+
+// roundTripFunc is a Base made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// slowFirst is a Base whose first n attempts wait for their context to
+// end (as http.Transport does) and whose later ones answer 200.
+func slowFirst(n int32, hits *atomic.Int32) http.RoundTripper {
+	ok := memTransport{hello}
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if hits.Add(1) <= n {
+			<-r.Context().Done()
+			return nil, r.Context().Err()
+		}
+		return ok.RoundTrip(r)
+	})
+}
+
+// An attempt that runs past AttemptTimeout is retried for an idempotent
+// request (it no longer matches context.DeadlineExceeded, which the
+// retry's default classifier never retries); the give-up error matches
+// ErrAttemptTimeout and reads as a timeout; a non-idempotent request is
+// sent once; the caller's own deadline is returned as it is, not retried.
+func TestClientRetriesAttemptTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewNanoTicker()
+		rp, err := retry.New(retry.Config{MaxAttempts: 3, Backoff: retry.Constant, BaseDelay: time.Millisecond, Ticker: tick})
+		require.NoError(t, err)
+		var hits atomic.Int32
+		rt, err := httpguard.NewTransport(httpguard.ClientConfig{
+			Pipeline:       mustPipeline(t, pipeline.Config{Retry: rp}),
+			Base:           slowFirst(1, &hits),
+			AttemptTimeout: time.Second,
+		})
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.EqualValues(t, 2, hits.Load())
+		require.EqualValues(t, 1, rp.Stats().Retries)
+
+		// Every attempt times out: the retries give up on the timeout.
+		hits.Store(0)
+		rt, err = httpguard.NewTransport(httpguard.ClientConfig{
+			Pipeline:       mustPipeline(t, pipeline.Config{Retry: rp}),
+			Base:           slowFirst(100, &hits),
+			AttemptTimeout: time.Second,
+		})
+		require.NoError(t, err)
+		_, err = rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+		require.ErrorIs(t, err, httpguard.ErrAttemptTimeout)
+		require.ErrorIs(t, err, retry.ErrExhausted)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+		to, ok := errors.AsType[interface {
+			error
+			Timeout() bool
+		}](err)
+		require.True(t, ok && to.Timeout())
+		require.EqualValues(t, 3, hits.Load())
+
+		// A POST is sent once.
+		hits.Store(0)
+		_, err = rt.RoundTrip(httptest.NewRequest(http.MethodPost, "http://x/", strings.NewReader("x")))
+		require.ErrorIs(t, err, httpguard.ErrAttemptTimeout)
+		require.EqualValues(t, 1, hits.Load())
+
+		// The caller's deadline, before the attempt's: not retried.
+		hits.Store(0)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err = rt.RoundTrip(httptest.NewRequestWithContext(ctx, http.MethodGet, "http://x/", nil))
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.NotErrorIs(t, err, httpguard.ErrAttemptTimeout)
+		require.EqualValues(t, 1, hits.Load())
+	})
+}
+
+// A response about to be retried has its (small) body read and closed
+// before the retry's backoff, so its connection is not held during the
+// wait; when the retries give up, the last response is still readable in
+// full, a body longer than the drain limit included.
+func TestClientClosesRetriedResponseBeforeBackoff(t *testing.T) {
+	for _, size := range []int{0, 10, 4 << 10, 4<<10 + 1, 64 << 10} {
+		body := strings.Repeat("x", size)
+		var bt *bodyTracker
+		var openAtRetry []int
+		rp := fastRetry(t, func(c *retry.Config) {
+			c.MaxAttempts = 3
+			c.OnRetry = func(int, time.Duration, error) { openAtRetry = append(openAtRetry, bt.open()) }
+		})
+		bt = &bodyTracker{base: memTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, body)
+		})}}
+		rt, err := httpguard.NewTransport(httpguard.ClientConfig{Pipeline: mustPipeline(t, pipeline.Config{Retry: rp}), Base: bt})
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		got, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, body, string(got), "size %d", size)
+		require.Zero(t, bt.open(), "size %d", size)
+		want := []int{0, 0}
+		if size > 4<<10 {
+			want = []int{1, 1} // too long to keep in memory: drained when the next attempt starts
+		}
+		require.Equal(t, want, openAtRetry, "size %d: bodies open when the retry's backoff starts", size)
+	}
+}
+
+// A host breaker on another ticker than the pipeline's is a ConfigError
+// naming the side that is off: the pipeline's policies built without a
+// Ticker, or NewHostBreaker's breakers.
+func TestClientHostBreakerTickerMismatchNamesTheComponent(t *testing.T) {
+	a, b := rampart.NewManualTicker(1), rampart.NewManualTicker(1)
+	newRetry := func(tk rampart.Ticker) *retry.Policy {
+		return fastRetry(t, func(c *retry.Config) { c.Ticker = tk })
+	}
+	newLimiter := func(tk rampart.Ticker) *ratelimit.Limiter {
+		rl, err := ratelimit.New(ratelimit.Config{Rate: 1e6, Burst: 10, Ticker: tk})
+		require.NoError(t, err)
+		return rl
+	}
+	for _, c := range []struct {
+		name    string
+		cfg     pipeline.Config
+		breaker rampart.Ticker // nil: rampart.DefaultTicker()
+		field   string         // "": no error
+		reason  string
+	}{
+		{"retry without ticker", pipeline.Config{Retry: newRetry(nil)}, a, "Pipeline.Retry", "Config.Ticker is not set"},
+		{"retry and limiter without ticker", pipeline.Config{Retry: newRetry(nil), RateLimit: newLimiter(nil)}, a, "Pipeline.Retry", "as do its RateLimit"},
+		{"limiter without ticker", pipeline.Config{RateLimit: newLimiter(nil)}, a, "Pipeline.RateLimit", "Config.Ticker is not set"},
+		{"breaker without ticker", pipeline.Config{Retry: newRetry(a)}, nil, "NewHostBreaker", "rampart.DefaultTicker() (its Config.Ticker is not set), not on the pipeline's Ticker (used by its Retry)"},
+		{"pipeline ticker, breaker without", pipeline.Config{Ticker: a}, nil, "NewHostBreaker", "rampart.DefaultTicker()"},
+		{"two manual tickers", pipeline.Config{Retry: newRetry(a), RateLimit: newLimiter(a)}, b, "NewHostBreaker", "a different Ticker than the pipeline's Ticker (used by its Retry, RateLimit)"},
+		{"pipeline and breaker on another", pipeline.Config{Ticker: a}, b, "NewHostBreaker", "a different Ticker"},
+		{"one ticker", pipeline.Config{Retry: newRetry(a)}, a, "", ""},
+		{"both default", pipeline.Config{Retry: newRetry(nil)}, nil, "", ""},
+		{"no policy reads the default", pipeline.Config{}, a, "", ""},
+	} {
+		rt, err := httpguard.NewTransport(httpguard.ClientConfig{
+			Pipeline: mustPipeline(t, c.cfg),
+			Base:     memTransport{hello},
+			NewHostBreaker: func(host string) (*circuitbreaker.Breaker, error) {
+				return circuitbreaker.New(circuitbreaker.Config{Name: host, Ticker: c.breaker})
+			},
+		})
+		require.NoError(t, err, c.name)
+		resp, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+		if c.field == "" {
+			require.NoError(t, err, c.name)
+			require.NoError(t, resp.Body.Close())
+			continue
+		}
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig, c.name)
+		ce, ok := errors.AsType[*rampart.ConfigError](err)
+		require.True(t, ok, c.name)
+		require.Equal(t, "httpguard", ce.Policy, c.name)
+		require.Equal(t, c.field, ce.Field, "%s: %v", c.name, err)
+		require.Contains(t, ce.Reason, c.reason, c.name)
+		require.Contains(t, ce.Reason, `host "x"`, c.name)
+	}
+}
+
+// Without a pipeline, breakers per host run on their own ticker: the
+// transport's pipeline takes it (it held only the filled-in default).
+func TestClientHostBreakerWithoutPipelineUsesItsTicker(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	var hits atomic.Int32
+	rt, err := httpguard.NewTransport(httpguard.ClientConfig{
+		Base: memTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			w.WriteHeader(http.StatusInternalServerError)
+		})},
+		NewHostBreaker: func(host string) (*circuitbreaker.Breaker, error) {
+			return circuitbreaker.New(circuitbreaker.Config{Name: host, Mode: circuitbreaker.Consecutive,
+				ConsecutiveFailures: 1, OpenDuration: time.Minute, Ticker: tick})
+		},
+	})
+	require.NoError(t, err)
+	resp, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	_, err = rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+	require.ErrorIs(t, err, circuitbreaker.ErrOpen)
+	tick.Advance(time.Minute) // the breaker's open period passes on its own ticker
+	resp, err = rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.EqualValues(t, 2, hits.Load())
+}
+
+// The adaptive limit classifies an attempt timeout as it classifies
+// context.DeadlineExceeded (a drop by default), although the timeout's
+// error no longer matches it.
+func TestClientAttemptTimeoutClassifiedAsDeadlineByAdaptive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewNanoTicker()
+		var seen []error
+		al, err := adaptive.New(adaptive.Config{Ticker: tick, Classify: func(ctx context.Context, err error) adaptive.Outcome {
+			seen = append(seen, err)
+			return adaptive.DefaultClassify(ctx, err)
+		}})
+		require.NoError(t, err)
+		var hits atomic.Int32
+		rt, err := httpguard.NewTransport(httpguard.ClientConfig{
+			Pipeline:       mustPipeline(t, pipeline.Config{Adaptive: al}),
+			Base:           slowFirst(1, &hits),
+			AttemptTimeout: time.Second,
+		})
+		require.NoError(t, err)
+		_, err = rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+		require.ErrorIs(t, err, httpguard.ErrAttemptTimeout)
+		require.Equal(t, []error{context.DeadlineExceeded}, seen)
+		require.Zero(t, al.Stats().InFlight)
+	})
 }
