@@ -35,11 +35,14 @@ func (*halfOpenFull) Unwrap() error { return ErrOpen }
 //
 //	 63                  35 34      27 26      19 18      11 10       3 2     0
 //	+----------------------+----------+----------+----------+----------+-------+
-//	| generation (29 bits) | failed   | succeeded| in flight| admitted | state |
+//	| generation (29 bits) | failed   | slow     | in flight| admitted | state |
 //	+----------------------+----------+----------+----------+----------+-------+
 //
 // The four 8-bit probe counters are those of the current half-open period;
-// they are zero in every other state. Every transition adds one to the
+// they are zero in every other state. The probes recorded are admitted - in
+// flight (an Ignored probe gives back both), so the successes are admitted -
+// in flight - failed; slow counts the slow probes, failed or not (always 0
+// in Consecutive mode, where a slow call is a failure). Every transition adds one to the
 // generation and clears the counters, so a permit (which carries the word it
 // was admitted under) is current exactly when its generation and state
 // still match (keyMask). The generation wraps after 2^29 transitions,
@@ -51,15 +54,15 @@ const (
 	fieldMax   = 1<<fieldBits - 1
 	admShift   = stateBits
 	inflShift  = admShift + fieldBits
-	succShift  = inflShift + fieldBits
-	failShift  = succShift + fieldBits
+	slowShift  = inflShift + fieldBits
+	failShift  = slowShift + fieldBits
 	genShift   = failShift + fieldBits
 	stateMask  = 1<<stateBits - 1
 	genMask    = (1<<64 - 1) >> genShift << genShift
 	keyMask    = genMask | stateMask
 	admOne     = 1 << admShift
 	inflOne    = 1 << inflShift
-	succOne    = 1 << succShift
+	slowOne    = 1 << slowShift
 	failOne    = 1 << failShift
 	genOne     = 1 << genShift
 	noTime     = math.MinInt64 // Permit.start / now when the clock was not read
@@ -308,7 +311,7 @@ func (b *Breaker) notifyProbeStart(nw uint64, now int64) {
 	ok := false
 	defer func() {
 		if !ok {
-			b.recordProbe(nw, now, Ignored)
+			b.recordProbe(nw, now, Ignored, false)
 		}
 	}()
 	b.notifyState(Open, HalfOpen)
@@ -423,7 +426,7 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r Result) {
 	}
 	if r == Ignored {
 		if st == HalfOpen {
-			b.recordProbe(w, now, Ignored)
+			b.recordProbe(w, now, Ignored, false)
 		}
 		return
 	}
@@ -449,11 +452,13 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r Result) {
 	}
 	switch st {
 	case HalfOpen:
-		if failed || slow {
-			b.recordProbe(w, now, Failure)
-		} else {
-			b.recordProbe(w, now, Success)
+		// A probe is judged as the closed state judges a call: in a
+		// window, a slow success is a success that counts towards the slow
+		// rate; in Consecutive mode a slow call is a failure.
+		if b.mode == Consecutive && slow {
+			r, slow = Failure, false
 		}
+		b.recordProbe(w, now, r, slow)
 	case Closed, MetricsOnly:
 		judge := st == Closed
 		switch b.mode {
@@ -521,8 +526,8 @@ func (b *Breaker) evaluateTime(w uint64, now int64) {
 }
 
 // recordProbe applies a half-open probe's result with one CAS, then closes
-// or reopens when the period is decided.
-func (b *Breaker) recordProbe(w uint64, now int64, r Result) {
+// or reopens when the period is decided (see probeVerdict).
+func (b *Breaker) recordProbe(w uint64, now int64, r Result, slow bool) {
 	key := w
 	for {
 		if (w^key)&keyMask != 0 {
@@ -538,10 +543,11 @@ func (b *Breaker) recordProbe(w uint64, now int64, r Result) {
 			if field(w, admShift) > 0 {
 				nw -= admOne // give the probe slot back
 			}
-		case Success:
-			nw += succOne
-		default:
+		case Failure:
 			nw += failOne
+		}
+		if slow {
+			nw += slowOne
 		}
 		if b.state.CompareAndSwap(w, nw) {
 			w = nw
@@ -549,11 +555,71 @@ func (b *Breaker) recordProbe(w uint64, now int64, r Result) {
 		}
 		w = b.state.Load()
 	}
-	if field(w, succShift) >= b.hoSucc {
+	switch b.probeVerdict(w) {
+	case verdictClose:
 		b.transition(w, true, Closed, now)
-	} else if field(w, failShift) > b.probes-b.hoSucc {
+	case verdictReopen:
 		b.transition(w, true, Open, now)
 	}
+}
+
+const (
+	verdictOpen   = iota // undecided: the probes still to come can change the outcome
+	verdictClose         // the period closes whatever the probes still to come do
+	verdictReopen        // the period reopens whatever the probes still to come do
+)
+
+// probeVerdict decides a half-open period from its probe counters in w, as
+// soon as the HalfOpenProbes-recorded probes still to come can no longer
+// change the outcome (they are assumed all bad for closing, all good for
+// reopening). The rules (package doc, "Half-open"):
+//
+//   - HalfOpenSuccesses = 0, windowed modes: the period closes when the
+//     probes' failure rate is below FailureRateThreshold and, with a
+//     slow-call threshold, their slow rate below SlowCallRateThreshold:
+//     the period reopens exactly when the probes, as a window of
+//     HalfOpenProbes calls, would trip a closed breaker (resilience4j's
+//     rule).
+//   - HalfOpenSuccesses = 0, Consecutive mode: the period reopens when
+//     min(ConsecutiveFailures, HalfOpenProbes) probes fail (slow ones
+//     included), in any order: probes run concurrently, so their order
+//     means nothing.
+//   - HalfOpenSuccesses = k > 0: the period closes after k successes
+//     (sony/gobreaker's rule) and reopens as soon as that has become
+//     impossible. A slow success is a success (in Consecutive mode a slow
+//     probe is a failure): the slow rate is not judged in half-open, the
+//     closed window judges it again.
+func (b *Breaker) probeVerdict(w uint64) int {
+	n := int64(b.probes)
+	failed, slow := int64(field(w, failShift)), int64(field(w, slowShift))
+	done := int64(field(w, admShift) - field(w, inflShift))
+	left := n - done
+	switch {
+	case b.hoSucc > 0:
+		succ, k := done-failed, int64(b.hoSucc)
+		if succ+left < k {
+			return verdictReopen
+		}
+		if succ >= k {
+			return verdictClose
+		}
+	case b.mode == Consecutive:
+		m := min(b.consecMax, n)
+		if failed >= m {
+			return verdictReopen
+		}
+		if failed+left < m {
+			return verdictClose
+		}
+	default:
+		if b.over(n, failed, slow) {
+			return verdictReopen
+		}
+		if !b.over(n, failed+left, slow+left) {
+			return verdictClose
+		}
+	}
+	return verdictOpen
 }
 
 // transition is the slow path of every state change, serialized by mu.
@@ -705,8 +771,9 @@ type Stats struct {
 	// The current half-open period.
 	HalfOpenAdmitted  int
 	HalfOpenInFlight  int
-	HalfOpenSucceeded int
+	HalfOpenSucceeded int // slow successes included
 	HalfOpenFailed    int
+	HalfOpenSlowCalls int // slow probes, failed or not (windowed modes; in Consecutive mode a slow probe is a failure)
 
 	// Since New. Calls is the number of results that entered a
 	// CountWindow (its sequence number): every result except a success
@@ -737,8 +804,9 @@ func (b *Breaker) Stats() Stats {
 		ConsecutiveFailures: b.consec.Load(),
 		HalfOpenAdmitted:    field(w, admShift),
 		HalfOpenInFlight:    field(w, inflShift),
-		HalfOpenSucceeded:   field(w, succShift),
+		HalfOpenSucceeded:   field(w, admShift) - field(w, inflShift) - field(w, failShift),
 		HalfOpenFailed:      field(w, failShift),
+		HalfOpenSlowCalls:   field(w, slowShift),
 		Failures:            b.failures.Load(),
 		SlowCalls:           b.slowCalls.Load(),
 		Rejections:          b.rejections.Load(),

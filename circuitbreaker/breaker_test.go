@@ -87,7 +87,7 @@ func TestNewValidation(t *testing.T) {
 	require.Equal(t, 60*time.Second, c.OpenDuration)
 	require.Equal(t, 5, c.HalfOpenProbes)
 	require.Equal(t, 5, c.HalfOpenMaxConcurrent)
-	require.Equal(t, 5, c.HalfOpenSuccesses)
+	require.Zero(t, c.HalfOpenSuccesses, "0: the probes are judged by the thresholds")
 	require.Equal(t, Closed, b.State())
 	b, err = New(Config{WindowSize: 4})
 	require.NoError(t, err)
@@ -578,5 +578,174 @@ func TestMeasuresCalls(t *testing.T) {
 		b, err := New(c.cfg)
 		require.NoError(t, err)
 		require.Equal(t, c.want, b.MeasuresCalls())
+	}
+}
+
+// probeRound trips b (a fresh breaker with a 1 s open period and
+// MinimumCalls 1), waits out the open period, then runs one probe per
+// outcome (f fails, w succeeds slowly, s succeeds) until the breaker leaves
+// HalfOpen, and returns the state it left to and the probes it took.
+func probeRound(t *testing.T, b *Breaker, tk *rampart.ManualTicker, outcomes string) (State, int) {
+	t.Helper()
+	require.NoError(t, call(t, b, tk, 0, errBoom))
+	require.Equal(t, Open, b.State())
+	tk.Advance(b.RemainingOpen(tk.Now()))
+	for i, o := range outcomes {
+		p, err := b.Acquire(tk.Now())
+		require.NoError(t, err, "probe %d", i)
+		require.Equal(t, HalfOpen, b.State())
+		d, e := time.Duration(0), error(nil)
+		switch o {
+		case 'f':
+			e = errBoom
+		case 'w':
+			d = time.Second
+		}
+		tk.Advance(d)
+		b.Record(p, tk.Now(), e)
+		if st := b.State(); st != HalfOpen {
+			return st, i + 1
+		}
+	}
+	return HalfOpen, len(outcomes)
+}
+
+// TestHalfOpenDefaultJudgesProbesByFailureRate: with the default rule
+// (HalfOpenSuccesses 0) 5 probes are judged as a window of 5 calls at the
+// 50 % threshold that trips the breaker: up to 2 failures close it, the
+// third reopens it, each decided as soon as the remaining probes cannot
+// change it.
+func TestHalfOpenDefaultJudgesProbesByFailureRate(t *testing.T) {
+	for _, c := range []struct {
+		outcomes string
+		want     State
+		probes   int
+	}{
+		{"sss", Closed, 3},    // 3 successes: even 2 failures more stay under 50 %
+		{"ffsss", Closed, 5},  // 2 of 5 failed: 40 %
+		{"fsfss", Closed, 5},  //
+		{"fff", Open, 3},      // 3 of 5 failed: 60 % whatever the last two do
+		{"sfsff", Open, 5},    //
+		{"ssfs", Closed, 4},   // 3 successes
+		{"ffss", HalfOpen, 4}, // undecided: the fifth probe decides
+		{"fsfsf", Open, 5},    // 3 of 5
+		{"wwwww", Closed, 3},  // slow successes are successes (no slow-call threshold)
+		{"sffsf", Open, 5},    //
+		{"ssff", HalfOpen, 4}, //
+		{"ssffs", Closed, 5},  //
+		{"sssff", Closed, 3},  // decided after the third success
+		{"fsfs", HalfOpen, 4}, //
+		{"fsffs", Open, 4},    //
+		{"ffsfs", Open, 4},    //
+		{"sfsfs", Closed, 5},  //
+		{"sfs", HalfOpen, 3},  //
+		{"sfss", Closed, 4},   //
+	} {
+		b, tk := newTest(t, Config{MinimumCalls: 1, OpenDuration: time.Second})
+		got, n := probeRound(t, b, tk, c.outcomes)
+		require.Equal(t, c.want, got, "%s", c.outcomes)
+		require.Equal(t, c.probes, n, "%s: probes taken", c.outcomes)
+	}
+}
+
+// TestHalfOpenSlowProbeJudgedBySlowRate: a slow successful probe is a
+// success that counts towards the slow-call rate, judged by
+// SlowCallRateThreshold as in the closed window; it is not a failed probe.
+func TestHalfOpenSlowProbeJudgedBySlowRate(t *testing.T) {
+	for _, c := range []struct {
+		slowRate float64
+		outcomes string
+		want     State
+		probes   int
+	}{
+		{99, "wssss", Closed, 3},  // 1 slow of 5: the closed window tolerates 99 %
+		{99, "wwwws", Closed, 5},  // 4 slow of 5: 80 %
+		{99, "wwww", HalfOpen, 4}, // a fifth slow one would make 100 %
+		{99, "wwwww", Open, 5},    // 100 % slow
+		{50, "wss", HalfOpen, 3},  // 1 slow, 2 more could make 60 %
+		{50, "wsss", Closed, 4},   // at most 2 slow of 5: 40 %
+		{50, "wwsw", Open, 4},     // 3 slow of 5: 60 %
+		{50, "wwfw", Open, 4},     // a slow failure would count in both rates
+		{50, "fwff", Open, 4},     // 3 failures
+	} {
+		b, tk := newTest(t, Config{MinimumCalls: 1, OpenDuration: time.Second,
+			SlowCallDuration: time.Second, SlowCallRateThreshold: c.slowRate})
+		got, n := probeRound(t, b, tk, c.outcomes)
+		require.Equal(t, c.want, got, "%v %s", c.slowRate, c.outcomes)
+		require.Equal(t, c.probes, n, "%v %s: probes taken", c.slowRate, c.outcomes)
+	}
+	// Stats shows the slow probes; a slow success is a success.
+	b, tk := newTest(t, Config{MinimumCalls: 1, OpenDuration: time.Second, SlowCallDuration: time.Second, SlowCallRateThreshold: 99})
+	got, _ := probeRound(t, b, tk, "ww")
+	require.Equal(t, HalfOpen, got)
+	s := b.Stats()
+	require.Equal(t, 2, s.HalfOpenSlowCalls)
+	require.Equal(t, 2, s.HalfOpenSucceeded)
+	require.Zero(t, s.HalfOpenFailed)
+
+	// Consecutive mode counts a slow probe as a failure, as it counts a slow call.
+	b, tk = newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, SlowCallDuration: time.Second})
+	got, n := probeRound(t, b, tk, "wssss")
+	require.Equal(t, Open, got)
+	require.Equal(t, 1, n)
+}
+
+// TestHalfOpenConsecutiveRule: in Consecutive mode the default rule reopens
+// when min(ConsecutiveFailures, HalfOpenProbes) probes fail, in any order,
+// and closes as soon as that has become impossible.
+func TestHalfOpenConsecutiveRule(t *testing.T) {
+	for _, c := range []struct {
+		consecutive int
+		outcomes    string
+		want        State
+		probes      int
+	}{
+		{1, "sssss", Closed, 5},  // 1: every probe must succeed
+		{1, "sssf", Open, 4},     //
+		{1, "ssf", Open, 3},      //
+		{3, "fsfsf", Open, 5},    // 3 failures, not in a row
+		{3, "ffss", HalfOpen, 4}, //
+		{3, "ffsss", Closed, 5},  //
+		{3, "sss", Closed, 3},    // 2 failures more cannot reach 3
+		{5, "s", Closed, 1},      // 5 > 5 probes: only all 5 failing reopens
+		{5, "ffff", HalfOpen, 4}, //
+		{5, "fffff", Open, 5},    //
+		{9, "fffff", Open, 5},    // capped at HalfOpenProbes
+	} {
+		b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: c.consecutive, OpenDuration: time.Second})
+		for range c.consecutive - 1 { // the trip in probeRound is the last of a run
+			require.NoError(t, call(t, b, tk, 0, errBoom))
+		}
+		got, n := probeRound(t, b, tk, c.outcomes)
+		require.Equal(t, c.want, got, "%d %s", c.consecutive, c.outcomes)
+		require.Equal(t, c.probes, n, "%d %s: probes taken", c.consecutive, c.outcomes)
+	}
+}
+
+// TestHalfOpenSuccessesOverride: an explicit HalfOpenSuccesses is
+// sony/gobreaker's rule (close after that many successes, reopen when that
+// is impossible), a slow success counting as a success (a failure in
+// Consecutive mode).
+func TestHalfOpenSuccessesOverride(t *testing.T) {
+	for _, c := range []struct {
+		cfg      Config
+		outcomes string
+		want     State
+		probes   int
+	}{
+		{Config{HalfOpenSuccesses: 5}, "ssssf", Open, 5}, // the old default: all 5
+		{Config{HalfOpenSuccesses: 5}, "sssss", Closed, 5},
+		{Config{HalfOpenSuccesses: 2}, "ffff", Open, 4},
+		{Config{HalfOpenSuccesses: 2}, "fffs", HalfOpen, 4},
+		{Config{HalfOpenSuccesses: 2}, "fss", Closed, 3},
+		{Config{HalfOpenSuccesses: 2, SlowCallDuration: time.Second}, "ww", Closed, 2}, // slow successes are successes
+		{Config{HalfOpenSuccesses: 2, SlowCallDuration: time.Second, SlowCallRateThreshold: 10}, "fww", Closed, 3},
+		{Config{Mode: Consecutive, ConsecutiveFailures: 1, HalfOpenSuccesses: 2, SlowCallDuration: time.Second}, "wwww", Open, 4}, // Consecutive: slow is a failure
+	} {
+		c.cfg.MinimumCalls, c.cfg.OpenDuration = 1, time.Second
+		b, tk := newTest(t, c.cfg)
+		got, n := probeRound(t, b, tk, c.outcomes)
+		require.Equal(t, c.want, got, "%+v %s", c.cfg, c.outcomes)
+		require.Equal(t, c.probes, n, "%s: probes taken", c.outcomes)
 	}
 }

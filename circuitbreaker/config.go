@@ -94,7 +94,8 @@ func (m Mode) String() string {
 // Config configures a [Breaker]. Every zero field means its documented
 // default: the zero Config is a count-window breaker over the last 100
 // calls that opens for 60 s when at least 10 calls were seen and half of
-// them failed, then admits 5 probes, all of which must succeed to close.
+// them failed, then admits 5 probes and closes when fewer than half of them
+// fail (at most 2 of the 5), reopening as soon as 3 have failed.
 type Config struct {
 	// Name appears in the rejection error's message. Optional.
 	Name string
@@ -154,10 +155,18 @@ type Config struct {
 	// HalfOpenMaxConcurrent limits the probes in flight at once. Default
 	// HalfOpenProbes.
 	HalfOpenMaxConcurrent int
-	// HalfOpenSuccesses is the number of successful probes that closes the
-	// breaker. The breaker opens again as soon as closing has become
-	// impossible (more than HalfOpenProbes-HalfOpenSuccesses probes failed).
-	// Default HalfOpenProbes: the first failing probe reopens.
+	// HalfOpenSuccesses, when set, is the number of successful probes that
+	// closes the breaker (sony/gobreaker's rule): it opens again as soon as
+	// closing has become impossible (more than
+	// HalfOpenProbes-HalfOpenSuccesses probes failed). A slow success is a
+	// success under this rule, except in Consecutive mode, where a slow call
+	// is a failure.
+	// Default 0: the probes are judged by the thresholds that trip the
+	// breaker, as a window of HalfOpenProbes calls: it closes when their
+	// failure rate is below FailureRateThreshold (and their slow rate below
+	// SlowCallRateThreshold); in Consecutive mode, when fewer than
+	// min(ConsecutiveFailures, HalfOpenProbes) probes fail. See the package
+	// documentation, "Half-open".
 	HalfOpenSuccesses int
 	// MaxHalfOpenDuration bounds a half-open period: a caller rejected
 	// because every probe is taken after this long starts a fresh half-open
@@ -341,10 +350,7 @@ func (c *Config) normalize() error {
 		c.HalfOpenMaxConcurrent = c.HalfOpenProbes
 	}
 	if c.HalfOpenSuccesses < 0 || c.HalfOpenSuccesses > c.HalfOpenProbes {
-		return cfgErr("HalfOpenSuccesses", "must be in [1, HalfOpenProbes=%d] (0 = HalfOpenProbes), got %d", c.HalfOpenProbes, c.HalfOpenSuccesses)
-	}
-	if c.HalfOpenSuccesses == 0 {
-		c.HalfOpenSuccesses = c.HalfOpenProbes
+		return cfgErr("HalfOpenSuccesses", "must be in [1, HalfOpenProbes=%d] (0 = judge the probes by the thresholds), got %d", c.HalfOpenProbes, c.HalfOpenSuccesses)
 	}
 	if c.MaxHalfOpenDuration < 0 {
 		return cfgErr("MaxHalfOpenDuration", "must not be negative, got %v", c.MaxHalfOpenDuration)

@@ -48,7 +48,7 @@ func FuzzConfig(f *testing.F) {
 			g.FailureRateThreshold <= 0, g.FailureRateThreshold > 100, g.SlowCallRateThreshold <= 0, g.SlowCallRateThreshold > 100,
 			g.OpenDuration <= 0, g.MaxOpenDuration < g.OpenDuration, g.OpenBackoffFactor < 1, g.OpenJitter < 0, g.OpenJitter >= 1,
 			g.HalfOpenProbes < 1, g.HalfOpenProbes > 255, g.HalfOpenMaxConcurrent < 1, g.HalfOpenMaxConcurrent > g.HalfOpenProbes,
-			g.HalfOpenSuccesses < 1, g.HalfOpenSuccesses > g.HalfOpenProbes:
+			g.HalfOpenSuccesses < 0, g.HalfOpenSuccesses > g.HalfOpenProbes:
 			t.Fatalf("inconsistent config accepted: %+v", g)
 		}
 		for i := range 200 {

@@ -21,7 +21,7 @@ type refBreaker struct {
 	consec                                                 int64
 	openUntil                                              int64
 	streak                                                 int
-	adm, infl, succ, fail                                  int
+	adm, infl, succ, fail, slowp                           int
 	rejections, stale, transitions, trips, failures, slows uint64
 }
 
@@ -89,7 +89,7 @@ func (m *refBreaker) to(s State, now int64, auto bool) {
 		}
 	}
 	m.state, m.gen = s, m.gen+1
-	m.adm, m.infl, m.succ, m.fail = 0, 0, 0, 0
+	m.adm, m.infl, m.succ, m.fail, m.slowp = 0, 0, 0, 0, 0
 	m.transitions++
 }
 
@@ -109,7 +109,7 @@ func (m *refBreaker) acquire(now int64) (refPermit, int) {
 			}
 			m.state, m.gen = HalfOpen, m.gen+1
 			m.openUntil = now // the half-open period starts at its first probe
-			m.adm, m.infl, m.succ, m.fail = 1, 1, 0, 0
+			m.adm, m.infl, m.succ, m.fail, m.slowp = 1, 1, 0, 0, 0
 			m.transitions++
 			return refPermit{m.gen, m.state, now}, 0
 		case HalfOpen:
@@ -154,14 +154,21 @@ func (m *refBreaker) record(p refPermit, now int64, r Result) {
 	switch m.state {
 	case HalfOpen:
 		m.infl--
-		if failed || slow {
+		if m.c.Mode == Consecutive && slow {
+			failed, slow = true, false // a slow call is a failure in Consecutive mode
+		}
+		if failed {
 			m.fail++
 		} else {
 			m.succ++
 		}
-		if m.succ >= m.c.HalfOpenSuccesses {
+		if slow {
+			m.slowp++
+		}
+		switch m.verdict() {
+		case verdictClose:
 			m.to(Closed, now, true)
-		} else if m.fail > m.c.HalfOpenProbes-m.c.HalfOpenSuccesses {
+		case verdictReopen:
 			m.to(Open, now, true)
 		}
 	case Closed, MetricsOnly:
@@ -211,10 +218,48 @@ func (m *refBreaker) record(p refPermit, now int64, r Result) {
 	}
 }
 
+// verdict decides the half-open period the obvious way: it is decided when
+// every way the probes still to come can end gives the same outcome.
+func (m *refBreaker) verdict() int {
+	n := m.c.HalfOpenProbes
+	left := n - m.succ - m.fail
+	// passes reports whether the period closes when, of the left probes,
+	// f more fail and s more are slow (failed ones first).
+	passes := func(f, s int) bool {
+		fails, slows, succ := m.fail+f, m.slowp+s, m.succ+left-f
+		slowOver := m.c.SlowCallDuration > 0 && float64(slows)*100 >= m.c.SlowCallRateThreshold*float64(n)
+		switch {
+		case m.c.HalfOpenSuccesses > 0:
+			return succ >= m.c.HalfOpenSuccesses
+		case m.c.Mode == Consecutive:
+			return fails < min(m.c.ConsecutiveFailures, n)
+		default:
+			return float64(fails)*100 < m.c.FailureRateThreshold*float64(n) && !slowOver
+		}
+	}
+	all, none := true, true
+	for f := 0; f <= left; f++ {
+		for s := 0; s <= left; s++ {
+			if passes(f, s) {
+				none = false
+			} else {
+				all = false
+			}
+		}
+	}
+	switch {
+	case all:
+		return verdictClose
+	case none:
+		return verdictReopen
+	}
+	return verdictOpen
+}
+
 func (m *refBreaker) stats(now int64) Stats {
 	s := Stats{
 		State: m.state, Generation: m.gen, ConsecutiveFailures: m.consec,
-		HalfOpenAdmitted: m.adm, HalfOpenInFlight: m.infl, HalfOpenSucceeded: m.succ, HalfOpenFailed: m.fail,
+		HalfOpenAdmitted: m.adm, HalfOpenInFlight: m.infl, HalfOpenSucceeded: m.succ, HalfOpenFailed: m.fail, HalfOpenSlowCalls: m.slowp,
 		Failures: m.failures, SlowCalls: m.slows, Rejections: m.rejections, StaleResults: m.stale,
 		Transitions: m.transitions, Trips: m.trips,
 	}
@@ -274,7 +319,7 @@ func FuzzReference(f *testing.F) {
 		}
 		c.MinimumCalls = 1 + int(in[2])%c.WindowSize
 		c.HalfOpenMaxConcurrent = 1 + int(in[6])%c.HalfOpenProbes
-		c.HalfOpenSuccesses = 1 + int(in[7])%c.HalfOpenProbes
+		c.HalfOpenSuccesses = int(in[7]) % (c.HalfOpenProbes + 1) // 0: judged by the thresholds
 		tk := rampart.NewManualTicker(0)
 		c.Ticker = tk
 		b, err := New(c)
