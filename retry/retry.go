@@ -350,8 +350,8 @@ func (p *Policy) Deadline(ctx context.Context, now int64) int64 {
 }
 
 // Sleep waits delay nanoseconds, or until ctx is done, whichever comes
-// first; it returns ctx's error in the second case (and at once when ctx is
-// already done). It allocates one timer when ctx can be canceled.
+// first; it returns ctx's error in the second case (at once when ctx is
+// already done, and when it ended as the delay ran out). It allocates one timer when ctx can be canceled.
 func (p *Policy) Sleep(ctx context.Context, delay int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -367,7 +367,9 @@ func (p *Policy) Sleep(ctx context.Context, delay int64) error {
 	t := time.NewTimer(time.Duration(delay))
 	select {
 	case <-t.C:
-		return nil
+		// The context may have ended as the timer fired (select picks
+		// either): the next attempt must not start on a done context.
+		return ctx.Err()
 	case <-done:
 		t.Stop()
 		return ctx.Err()
@@ -380,9 +382,19 @@ func (p *Policy) Sleep(ctx context.Context, delay int64) error {
 // succeeds costs one comparison, allocates nothing and reads no clock unless
 // MaxDuration or a RatioBudget needs it.
 //
+// A context that is already done runs nothing: Do returns ctx.Err() as it
+// is (not an [*ExhaustedError]) and the budget records nothing, as a
+// pipeline does.
+//
 // A panic in fn (or runtime.Goexit) is recorded as a budget failure and
 // propagates; nothing else is held.
 func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
+	// A context already done starts nothing: one interface call (an atomic
+	// load for the standard library's contexts). Done() would allocate a
+	// cancelCtx's channel.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if p.full { // one load and a branch
 		return p.doFull(ctx, fn)
 	}
@@ -503,8 +515,14 @@ func Call[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, er
 // the attempt is retried like a failure. If the limits stop the retries
 // then, CallIf returns the last result with an [*ExhaustedError] whose last
 // error is [ErrRetryResult]. retryResult may be nil. The first-try success
-// costs one comparison plus one call of retryResult.
+// costs one comparison plus one call of retryResult. A context that is
+// already done runs nothing, as in [Policy.Do]: CallIf returns T's zero
+// value and ctx.Err().
 func CallIf[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool) (T, error) {
+	if err := ctx.Err(); err != nil { // as in Do
+		var zero T
+		return zero, err
+	}
 	if p.full { // one load and a branch
 		return callFull(ctx, p, fn, retryResult)
 	}

@@ -489,3 +489,93 @@ func TestAllocsDecide(t *testing.T) {
 		t.Errorf("Decide allocates %v", n)
 	}
 }
+
+// TestDoneContextRunsNothing: Do, Call and CallIf with a context that is
+// already done (cancelled, or past its deadline) do not run fn and return
+// ctx.Err() itself, unwrapped, as a pipeline does for a call whose context
+// ended before its first attempt; the budget, the counters and the
+// listeners see nothing.
+func TestDoneContextRunsNothing(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancelExpired := context.WithDeadline(context.Background(), time.Unix(1, 0))
+	defer cancelExpired()
+	for cname, ctx := range map[string]context.Context{"canceled": canceled, "expired": expired} {
+		bucket, _ := NewTokenBucket(TokenBucketConfig{})
+		ratio, _ := NewRatioBudget(RatioBudgetConfig{MinRetries: 1})
+		counting := &countingBudget{}
+		for name, c := range map[string]Config{
+			"plain":       {},
+			"maxDuration": {MaxDuration: time.Second},
+			"bucket":      {Budget: bucket},
+			"ratio":       {Budget: ratio, Ticker: rampart.NewManualTicker(0)},
+			"counting":    {Budget: counting},
+		} {
+			var heard atomic.Int64
+			c.OnRetry = func(int, time.Duration, error) { heard.Add(1) }
+			c.OnGiveUp = func(int, Stop, error) { heard.Add(1) }
+			c.BaseDelay = time.Nanosecond
+			p := mustNew(t, c)
+			var runs int
+			fail := func(context.Context) error { runs++; return errBoom }
+			failInt := func(context.Context) (int, error) { runs++; return 7, errBoom }
+			for entry, call := range map[string]func() (int, error){
+				"Do":     func() (int, error) { return 0, p.Do(ctx, fail) },
+				"Call":   func() (int, error) { return Call(ctx, p, failInt) },
+				"CallIf": func() (int, error) { return CallIf(ctx, p, failInt, func(int) bool { return true }) },
+			} {
+				runs = 0
+				if v, err := call(); runs != 0 || v != 0 || err != ctx.Err() {
+					t.Errorf("%s %s/%s: fn ran %d times, got %d, %v; want 0 runs, 0, %v", cname, name, entry, runs, v, err, ctx.Err())
+				}
+			}
+			if st := p.Stats(); st != (Stats{}) || heard.Load() != 0 {
+				t.Errorf("%s %s: stats %+v, %d listener calls; want none", cname, name, st, heard.Load())
+			}
+		}
+		if req, ret := ratio.Counts(0); bucket.Tokens() != 10 || req != 0 || ret != 0 ||
+			counting.requests.Load()+counting.successes.Load()+counting.failures.Load()+counting.asks.Load() != 0 {
+			t.Errorf("%s: budgets touched: tokens %v, ratio %d/%d, counting %d %d %d %d", cname, bucket.Tokens(), req, ret,
+				counting.requests.Load(), counting.successes.Load(), counting.failures.Load(), counting.asks.Load())
+		}
+	}
+}
+
+// endingCtx is a context that has ended at end (on the runtime's clock, a
+// synctest bubble's) but whose Done channel is not closed yet: the instant
+// inside context.cancelCtx's cancel between storing the error and closing
+// the channel.
+type endingCtx struct {
+	context.Context
+	end  time.Time
+	done chan struct{}
+}
+
+func (c *endingCtx) Done() <-chan struct{} { return c.done }
+func (c *endingCtx) Err() error {
+	if !time.Now().Before(c.end) {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestSleepReportsContextEndedAsDelayRanOut: when the context ends as the
+// delay runs out, Sleep reports the context's error (the next attempt must
+// not start on a done context), and Do gives up on the last error without
+// running fn again.
+func TestSleepReportsContextEndedAsDelayRanOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Second, MaxAttempts: 5})
+		ctx := &endingCtx{Context: context.Background(), end: time.Now().Add(time.Second), done: make(chan struct{})}
+		if err := p.Sleep(ctx, int64(time.Second)); err != context.Canceled {
+			t.Fatalf("Sleep = %v, want context.Canceled", err)
+		}
+		ctx.end = time.Now().Add(time.Second)
+		runs := 0
+		err := p.Do(ctx, func(context.Context) error { runs++; return errBoom })
+		var ex *ExhaustedError
+		if runs != 1 || !errors.As(err, &ex) || ex.Reason() != Canceled || !errors.Is(err, context.Canceled) || !errors.Is(err, errBoom) {
+			t.Fatalf("runs %d, err %v; want 1 run and a give-up (canceled) on boom", runs, err)
+		}
+	})
+}
