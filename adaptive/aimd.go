@@ -24,10 +24,14 @@ import (
 // fail or time out: it fills the server's queue up to the point of loss and
 // then oscillates below L*, the limit at which losses start: each lossy
 // window multiplies the limit by Backoff, so the band is [Backoff^k · L*, L*]
-// where k is the longest run of lossy windows (in the simulation, with a
-// timeout of twice the unloaded latency, L* ≈ 1.9 × capacity and the limit
-// stayed within [1.46, 1.86] × capacity). Choose it when the dependency's latency is too noisy
-// to carry a signal, or when only failures are observable.
+// where k is the longest run of lossy windows (in the simulation,
+// TestSimAIMDBand, with a timeout of twice the unloaded latency, L* ≈ 1.9 ×
+// capacity and the limit stayed within [1.68, 1.92] × capacity, with 1.4 %
+// of the calls timing out; reacting to any drop, DropThreshold 1e-9, it
+// stayed within [1.46, 1.86] × capacity with 0.03 % timing out, but one
+// call lost in two thousand whatever the load held it near the minimum).
+// Choose it when the dependency's latency is too noisy to carry a signal,
+// or when only failures are observable.
 //
 // The zero value is valid: Backoff 0.9, Increase 1, no Timeout.
 type AIMD struct {

@@ -30,7 +30,11 @@ const (
 	// its RTT is a latency sample.
 	Success Outcome = iota
 	// Dropped: the call timed out or the dependency shed it (an overload
-	// error): a loss, which makes every algorithm decrease the limit.
+	// error): a loss. It counts toward the window's drop rate
+	// ([Sample.DropRate]), which makes Vegas and AIMD decrease the limit
+	// above their DropThreshold (default 5 %), and, when timed, its RTT
+	// enters Gradient2's short-term RTT ([Sample.DropRTT]); one drop among
+	// many successes is not overload.
 	Dropped
 	// Ignored: the call ended for a reason that says nothing about the
 	// dependency (the caller cancelled, the caller panicked): it frees its
