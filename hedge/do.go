@@ -12,6 +12,8 @@ import (
 // start (see the package doc). It returns the error of the attempt that
 // decided the race, unchanged (nil for a success). With a percentile delay
 // still warming up and no Config.Delay, fn runs once, unhedged, with ctx.
+// A context that is already done runs nothing: Do returns ctx.Err() and
+// the budget records nothing (every entry point does the same).
 //
 // Fast path (the first attempt returns before the delay): no goroutine, no
 // timer, no allocation; one or two clock reads and a handful of atomics.
@@ -74,6 +76,13 @@ func invokeCall[T any](fn func(context.Context) (T, error), ctx context.Context)
 // run is Do and Call: F is the user's function type, invoke calls it. held:
 // the DoAtHeld contract.
 func run[T, F any](h *Hedger, ctx context.Context, start int64, fn F, invoke func(F, context.Context) (T, error), held bool) (T, error) {
+	// A context already done starts nothing, as in a pipeline: one
+	// interface call (an atomic load for the standard library's contexts;
+	// Done would allocate a cancelCtx's channel).
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
 	if h.budget != nil && !held {
 		h.budget.OnRequest(start)
 	}

@@ -60,7 +60,9 @@
 // the last error. A failure of the first attempt before the delay returns
 // at once (hedging is not retrying: compose with package retry for that).
 // The user's error is returned unchanged. When the caller's context ends,
-// the call ends with its error as soon as the running attempts return.
+// the call ends with its error as soon as the running attempts return; a
+// call whose context is already done runs no attempt and returns the
+// context's error at once (as package pipeline does).
 //
 // A panic in the first attempt cancels the hedges and propagates. A panic
 // in a hedge attempt is recovered on its goroutine and, if it decides the

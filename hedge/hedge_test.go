@@ -805,3 +805,53 @@ func TestAt(t *testing.T) {
 		}
 	})
 }
+
+// TestDoneContextRunsNothing: every entry point (Do, DoAt, Call, CallAt,
+// DoAtHeld, CallAtHeld), with a fixed delay, AsyncFirst or a percentile
+// still warming up, given a context that is already done (cancelled, or
+// past its deadline), runs no attempt and returns ctx.Err() itself, as
+// package pipeline does; the budget and the histogram see nothing.
+func TestDoneContextRunsNothing(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancelExpired := context.WithDeadline(context.Background(), time.Unix(1, 0))
+	defer cancelExpired()
+	for cname, ctx := range map[string]context.Context{"canceled": canceled, "expired": expired} {
+		for name, cfg := range map[string]Config{
+			"fixed":      {Delay: time.Hour},
+			"async":      {Delay: time.Hour, AsyncFirst: true},
+			"warming up": {Percentile: 0.95, WarmUp: 1},
+		} {
+			b := &countingBudget{allow: true}
+			cfg.Budget = b
+			cfg.Ticker = rampart.NewManualTicker(0)
+			h, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs int
+			ok := func(context.Context) error { runs++; return nil }
+			okInt := func(context.Context) (int, error) { runs++; return 7, nil }
+			for entry, call := range map[string]func() (int, error){
+				"Do":         func() (int, error) { return 0, h.Do(ctx, ok) },
+				"DoAt":       func() (int, error) { return 0, h.DoAt(ctx, 0, ok) },
+				"DoAtHeld":   func() (int, error) { return 0, h.DoAtHeld(ctx, 0, ok) },
+				"Call":       func() (int, error) { return Call(ctx, h, okInt) },
+				"CallAt":     func() (int, error) { return CallAt(ctx, h, 0, okInt) },
+				"CallAtHeld": func() (int, error) { return CallAtHeld(ctx, h, 0, okInt) },
+			} {
+				runs = 0
+				if v, err := call(); runs != 0 || v != 0 || err != ctx.Err() {
+					t.Errorf("%s %s/%s: fn ran %d times, got %d, %v; want 0 runs, 0, %v", cname, name, entry, runs, v, err, ctx.Err())
+				}
+			}
+			if *b != (countingBudget{allow: true}) {
+				t.Errorf("%s %s: budget saw %+v", cname, name, *b)
+			}
+			if st := h.Stats(); st.Samples != 0 || st.Hedges != 0 {
+				t.Errorf("%s %s: stats %+v", cname, name, st)
+			}
+			_ = h.Close()
+		}
+	}
+}
