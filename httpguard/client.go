@@ -132,8 +132,12 @@ type ClientConfig struct {
 	// NewHostBreaker, when set, gives every host (Request.URL.Host) its own
 	// circuit breaker, built on the first request to that host and replacing
 	// the pipeline's Breaker. It must build breakers on the pipeline's
-	// ticker. Hosts are kept for the transport's lifetime: use it for a
-	// bounded set of hosts.
+	// ticker (a transport without a pipeline, or whose pipeline has no
+	// policy that reads the clock, takes the breakers'); otherwise that
+	// request fails with a *rampart.ConfigError naming the side that is
+	// off: the pipeline's policy built without a Ticker (Field
+	// "Pipeline.Retry", say) or the breakers ("NewHostBreaker"). Hosts are
+	// kept for the transport's lifetime: use it for a bounded set of hosts.
 	NewHostBreaker func(host string) (*circuitbreaker.Breaker, error)
 }
 

@@ -26,18 +26,38 @@
 //     stay); the same answer when the request's context ended before or
 //     while it was admitted (not an implicit 200). The handler sees the deadline in its request's context and
 //     must honour it: the permit it holds is released when it returns, never
-//     before (seed 003: releasing a permit while the work still runs breaks
-//     the limit);
+//     before (releasing a permit while the work still runs would break the
+//     limit);
 //   - the handler's status counts as a failure for the breaker and the
-//     adaptive limit when [ServerConfig.IsFailure] says so (5xx by default).
+//     adaptive limit when [ServerConfig.IsFailure] says so (5xx by default);
+//   - a handler that panics counts as a failure, its permits are released
+//     and the panic goes on; but a handler that aborts with
+//     http.ErrAbortHandler because the client went away (its request's
+//     context ended: httputil.ReverseProxy does so when the client leaves
+//     mid-body) says nothing about the handler's health: the pipeline sees
+//     an error matching context.Canceled and http.ErrAbortHandler, which
+//     the breaker's and the adaptive limit's default classifiers record as
+//     Ignored (a custom Classify should too), every permit is released,
+//     and the middleware re-panics with http.ErrAbortHandler as net/http
+//     expects. An abort while the pipeline's deadline has passed is that
+//     timeout; one with the client still there (a proxy whose upstream
+//     broke mid-body) is a failure, as any panic.
 //
 // # Client
 //
 // [NewTransport] wraps an [http.RoundTripper]. See [ClientConfig] for the
-// rules; in short, it never retries a non-idempotent request unless told to,
-// replays request bodies through Request.GetBody (a request with a body and
-// no GetBody is sent once), waits at least the server's Retry-After (seconds
-// or HTTP-date) before a retry and gives up when that ends past the
-// context's deadline, closes every response body it discards, and starts no
-// goroutine of its own except the hedged attempts, which end with the call.
+// rules; in short, with a retry in its pipeline it retries what every HTTP
+// resilience client retries (hashicorp/go-retryablehttp, Polly's standard
+// resilience handler, failsafe-go's failsafehttp): a 408, a 429, a 5xx but
+// 501 and 505, a transport error and an attempt that ran past
+// [ClientConfig.AttemptTimeout] ([ErrAttemptTimeout]), and only for an
+// idempotent request (GET, HEAD, OPTIONS, TRACE, PUT, DELETE, or one with
+// an Idempotency-Key header) whose body can be replayed through
+// Request.GetBody; any other request is sent once unless
+// [ClientConfig.RetryNonIdempotent] says otherwise. It waits at least the
+// server's Retry-After (seconds or HTTP-date) before a retry and gives up
+// when that ends past the context's deadline, returning the last response;
+// it reads and closes a small retried body before the backoff and closes
+// every response body it discards, and starts no goroutine of its own
+// except the hedged attempts, which end with the call.
 package httpguard

@@ -21,6 +21,7 @@ import (
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/httpguard"
+	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/internal/watchdog"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
@@ -343,4 +344,23 @@ func TestServerUpstreamAbortMidBodyIsAFailure(t *testing.T) {
 	require.Equal(t, http.ErrAbortHandler, <-rig.aborted)
 	require.EqualValues(t, 1, rig.cb.Stats().Failures)
 	require.Zero(t, rig.bh.Stats().InFlight)
+}
+
+// An admitted request costs one allocation, its exchange (the status
+// recorder and the pipeline's call); the abort guard adds none.
+func TestServerAllocsAdmittedRequest(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	tick := rampart.NewManualTicker(1)
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick})
+	require.NoError(t, err)
+	bh, err := bulkhead.New(bulkhead.Config{Max: 100, Ticker: tick})
+	require.NoError(t, err)
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }),
+		httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Breaker: cb, Bulkhead: bh})})
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }))
 }
