@@ -1,9 +1,11 @@
 package redislimit
 
 import (
+	"math"
 	"sync"
 	"time"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/ratelimit"
 )
 
@@ -46,6 +48,10 @@ func (ll *localLimits) limiter(k localKey) (*ratelimit.Limiter, error) {
 	}
 	if len(ll.byKey) >= maxLocalKeys {
 		clear(ll.byKey)
+	}
+	if k.limit.Period > time.Duration(math.MaxInt64)/time.Duration(ll.replicas) {
+		return nil, rampart.NewConfigError("redislimit", "Replicas",
+			"%d: the share of %d per %v, for FailLocal, needs a period of %d × %v, which overflows", ll.replicas, k.limit.Rate, k.limit.Period, ll.replicas, k.limit.Period)
 	}
 	period := k.limit.Period * time.Duration(ll.replicas)
 	rl, err := ratelimit.New(ratelimit.Config{

@@ -32,9 +32,15 @@
 //
 // # Failures
 //
-// Every Redis call runs under Config.Timeout. A rampart circuit breaker sits
-// in front of Redis: after consecutive failures it opens, and while it is
-// open a decision costs no network call. When Redis cannot answer, the
+// Every Redis call runs under Config.Timeout, whatever the client's own
+// timeouts: the caller gets its decision when Redis has not answered within
+// Timeout even with go-redis' default options, which ignore context
+// deadlines on socket reads (Options.ContextTimeoutEnabled false). A call
+// the client does not abandon at the deadline finishes in the background
+// within the client's ReadTimeout and its reply is dropped; events it took
+// in Redis are not spent (under-admission, never over-admission). A rampart
+// circuit breaker sits in front of Redis: after consecutive failures it
+// opens, and while it is open a decision costs no network call. When Redis cannot answer, the
 // Failure mode decides: FailOpen admits, FailClosed rejects (with
 // ErrUnavailable), FailLocal admits through an in-process limiter with this
 // replica's share of the limit (Limit / Replicas).
@@ -90,11 +96,36 @@ const (
 )
 
 // Limit is Rate events per Period with a burst of Burst.
+//
+// The script counts in Lua numbers, which are doubles (53-bit significand),
+// so a limit is bounded by what it can count exactly: Burst is at most 2^32,
+// and a full burst must come back within 2^52 µs (about 142 years):
+// Burst·Period/Rate <= 2^52 µs. New and AllowLimitN refuse larger limits
+// with a *rampart.ConfigError.
 type Limit struct {
 	Rate   int           // events per Period, >= 1
 	Period time.Duration // default one second
-	Burst  int           // events admitted at once, default 1
+	Burst  int           // events admitted at once, default 1, at most 2^32
 }
+
+// maxBurst bounds Limit.Burst. The script keeps a key's TAT relative to the
+// current microsecond, up to Burst emission intervals ahead of it, in a
+// double: each decision rounds it by up to 2^-53 of its magnitude, that is by
+// up to Burst·2^-53 of an interval, and the interval it adds vanishes
+// altogether near Burst = 2^53 (at 2^48 such rounding already admitted 1 %
+// more than the rate on a fixed arrival sequence, at 2^53 several times it).
+// 2^32 keeps the rounding below 2^-21 of an interval per decision, under the
+// script's own 1 ns storage resolution for any interval above 2 ms, and keeps
+// every count (burst, granted, remaining) an exact integer.
+const maxBurst = 1 << 32
+
+// maxTolerance bounds Burst·Period/Rate, the time a full burst takes to come
+// back: the script writes the TAT as an integer count of microseconds since
+// 1970 plus the tolerance, which a double holds exactly below 2^53 µs; with
+// the tolerance at most 2^52 µs that holds until 2112. It also keeps
+// RetryAfter (at most the tolerance) and the key's TTL far from overflowing
+// an int64 of nanoseconds.
+const maxTolerance = time.Duration(1<<52) * time.Microsecond
 
 // interval returns the emission interval in microseconds (possibly
 // fractional) after validating the limit.
@@ -115,6 +146,12 @@ func (lim Limit) normalize() (Limit, error) {
 	case float64(lim.Period)/1e3/float64(lim.Rate) < 1e-3:
 		return lim, rampart.NewConfigError("redislimit", "Limit",
 			"%d per %v is finer than the script's resolution of 1 ns per event", lim.Rate, lim.Period)
+	case int64(lim.Burst) > maxBurst:
+		return lim, rampart.NewConfigError("redislimit", "Limit.Burst",
+			"must be at most %d (2^32, what the script's doubles count exactly), got %d", int64(maxBurst), lim.Burst)
+	case float64(lim.Burst)*float64(lim.Period)/float64(lim.Rate) > float64(maxTolerance):
+		return lim, rampart.NewConfigError("redislimit", "Limit",
+			"Burst·Period/Rate, the time a burst of %d at %d per %v takes to come back, exceeds 2^52 µs (%v)", lim.Burst, lim.Rate, lim.Period, maxTolerance)
 	}
 	return lim, nil
 }

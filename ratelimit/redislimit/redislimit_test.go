@@ -393,3 +393,100 @@ func TestLeaseMapBounded(t *testing.T) {
 	l.leases.Range(func(any, any) bool { n++; return true })
 	require.LessOrEqual(t, n, 8)
 }
+
+// TestScriptRemainingNeverNegative: the script's remaining count is what
+// could be granted at once, between 0 and the burst. It came back negative
+// when the stored TAT lay more than the tolerance ahead of now: after the
+// TAT's rounding to 1 ns (a full burst at 1.5 million per second, asked again
+// in the same microsecond, gave -1, which Result documents as "unknown"), or
+// when the server's clock stepped back (-5 below, for five intervals).
+func TestScriptRemainingNeverNegative(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	const burst = 10
+	for _, tc := range []struct {
+		name     string
+		interval float64 // microseconds
+		back     float64 // how far the clock steps back before the second call, microseconds
+	}{
+		{"TATRoundedUp", 2.0 / 3, 0},
+		{"ClockSteppedBack", 100, 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := uniqueKey(t)
+			now := 1.7e15
+			iv := strconv.FormatFloat(tc.interval, 'f', -1, 64)
+			at := func(now float64, want, need int) []int64 {
+				vals, err := gcraScript.Run(ctx, c, []string{key}, iv, burst, want, need,
+					strconv.FormatFloat(now, 'f', -1, 64)).Int64Slice()
+				require.NoError(t, err)
+				return vals
+			}
+			require.Equal(t, []int64{burst, 0, 0}, at(now, burst, burst)) // the whole burst at once
+			vals := at(now-tc.back, 1, 1)
+			require.Zero(t, vals[0], "nothing is left to grant")
+			require.Greater(t, vals[1], int64(0), "retry after")
+			require.Zero(t, vals[2], "remaining")
+		})
+	}
+}
+
+// TestBurstBound: New refuses a burst, and a limit, that the script cannot
+// count exactly. math.MaxInt was accepted and a decision reported
+// Remaining = math.MinInt64 (Lua holds numbers as doubles; 2^63 does not
+// convert back to an integer reply). At the bound itself the counts are
+// exact and Remaining never goes below 0.
+func TestBurstBound(t *testing.T) {
+	c := newClient(t)
+	other, err := New(Config{Client: c, Limit: Limit{Rate: 10}})
+	require.NoError(t, err)
+	for _, lim := range []Limit{
+		{Rate: 1, Burst: math.MaxInt},
+		{Rate: 100_000_000, Burst: maxBurst + 1},
+		// Each within maxBurst, but a full burst would take longer than
+		// maxTolerance to come back.
+		{Rate: 1, Period: 24 * time.Hour, Burst: 60_000},
+		{Rate: 1, Period: time.Duration(math.MaxInt64)},
+	} {
+		_, err := New(Config{Client: c, Limit: lim})
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig, "%+v", lim)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce)
+		t.Log(err)
+		_, err = other.AllowLimitN(context.Background(), "k", lim, 1)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig, "AllowLimitN %+v", lim)
+	}
+	// FailLocal's share, Rate per Period·Replicas: here Period·Replicas
+	// overflows int64 (and wrapped to a positive period five times too short).
+	_, err = New(Config{Client: c, Limit: Limit{Rate: 1 << 20, Period: 1 << 62}, Failure: FailLocal, Replicas: 5})
+	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	t.Log(err)
+
+	// The largest limits New accepts decide exactly. (One event per second
+	// comes back: the calls below run well within a second of each other.)
+	for _, lim := range []Limit{
+		{Rate: 1, Period: time.Second, Burst: maxBurst},
+		{Rate: 1, Period: maxTolerance, Burst: 1},
+	} {
+		l, err := New(Config{Client: c, Limit: lim})
+		require.NoError(t, err, "%+v", lim)
+		key := uniqueKey(t)
+		ctx := context.Background()
+		r, err := l.Allow(ctx, key)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		require.Equal(t, lim.Burst-1, r.Remaining)
+		if lim.Burst > 1 {
+			r, err = l.AllowN(ctx, key, lim.Burst-1)
+			require.NoError(t, err)
+			require.True(t, r.Allowed)
+			require.Zero(t, r.Remaining)
+		}
+		r, err = l.Allow(ctx, key)
+		require.NoError(t, err)
+		require.False(t, r.Allowed)
+		require.Zero(t, r.Remaining)
+		require.Greater(t, r.RetryAfter, time.Duration(0))
+		require.LessOrEqual(t, r.RetryAfter, lim.Period/time.Duration(lim.Rate))
+	}
+}

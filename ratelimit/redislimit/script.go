@@ -26,7 +26,7 @@ import "github.com/redis/go-redis/v9"
 // It returns {granted, retry_after_us, remaining}. granted is between need and
 // want on admission and 0 on rejection; retry_after_us is the wait until need
 // would be granted (-1 when need > B can never be granted); remaining is what
-// could still be granted at once afterwards. An admission sets the key with a
+// could still be granted at once afterwards, between 0 and B. An admission sets the key with a
 // TTL equal to the time its TAT needs to fall back to the present, so an idle
 // key vanishes exactly when it becomes identical to a missing one.
 var gcraScript = redis.NewScript(`
@@ -52,6 +52,11 @@ if s then
 end
 if tat < now then tat = now end
 local avail = math.floor((now + tol - tat) / interval + 1e-9)
+-- What can be granted at once lies between 0 and the burst: a TAT rounded up
+-- to 1 ns, or a server clock that stepped back, can leave it more than the
+-- tolerance ahead of now, which gave a negative count.
+if avail < 0 then avail = 0 end
+if avail > burst then avail = burst end
 if need > burst then
   return {0, -1, avail}
 end
