@@ -12,6 +12,7 @@ import (
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/internal/watchdog"
+	"github.com/rampart-go/rampart/retry"
 )
 
 // Budget is a retry budget that hedges obey, shared with the retry policies
@@ -34,6 +35,21 @@ type Budget interface {
 	// AllowRetry reports whether one more hedge may start now, and counts
 	// it when it may.
 	AllowRetry(now int64) bool
+}
+
+// isNilBudget reports whether b is a nil pointer of one of package retry's
+// budget types, whose first method call would panic in the middle of a call:
+// New refuses it, as retry.New does (and as every policy refuses a nil
+// pointer of rampart's ticker types). Other types are the user's: a nil
+// pointer may be a valid receiver there.
+func isNilBudget(b Budget) bool {
+	switch b := b.(type) {
+	case *retry.TokenBucket:
+		return b == nil
+	case *retry.RatioBudget:
+		return b == nil
+	}
+	return false
 }
 
 // Limits of the configuration.
@@ -79,7 +95,8 @@ type Config struct {
 	MaxHedges int
 
 	// Budget, when set, must grant every hedge (see [Budget]). Nil means
-	// hedges are limited by MaxHedges only.
+	// hedges are limited by MaxHedges only. A nil *retry.TokenBucket or
+	// *retry.RatioBudget is refused.
 	Budget Budget
 
 	// Fatal reports whether an attempt's error ends the race (the error is
@@ -198,6 +215,8 @@ func New(cfg Config) (*Hedger, error) {
 		return nil, bad("MaxHedges", "must be in [0, %d], got %d", MaxHedgesLimit, cfg.MaxHedges)
 	case cfg.Tick < 0:
 		return nil, bad("Tick", "must not be negative, got %v", cfg.Tick)
+	case isNilBudget(cfg.Budget):
+		return nil, bad("Budget", "is a nil %T: leave it nil for no budget, or pass one made by retry.NewTokenBucket or retry.NewRatioBudget", cfg.Budget)
 	}
 	h := &Hedger{
 		ticker:     cfg.Ticker,

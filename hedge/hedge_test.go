@@ -587,6 +587,8 @@ func TestConfig(t *testing.T) {
 		{Delay: 1, Refresh: -1},
 		{Delay: 1, MaxHedges: MaxHedgesLimit + 1},
 		{Delay: 1, Tick: -1},
+		{Delay: 1, Budget: (*retry.TokenBucket)(nil)},
+		{Delay: 1, Budget: (*retry.RatioBudget)(nil)},
 	}
 	for _, c := range bad {
 		if _, err := New(c); !errors.Is(err, rampart.ErrInvalidConfig) {

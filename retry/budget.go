@@ -337,6 +337,21 @@ func (b *RatioBudget) AllowRetry(now int64) bool {
 	return true
 }
 
+// isNilBudget reports whether b is a nil pointer of one of this package's
+// budget types: a non-nil Budget whose first method call would panic in
+// the middle of a call. New refuses it, as policies refuse a nil pointer of
+// rampart's ticker types. Other types are the user's: a nil pointer may be
+// a valid receiver there.
+func isNilBudget(b Budget) bool {
+	switch b := b.(type) {
+	case *TokenBucket:
+		return b == nil
+	case *RatioBudget:
+		return b == nil
+	}
+	return false
+}
+
 var (
 	_ Budget = (*TokenBucket)(nil)
 	_ Budget = (*RatioBudget)(nil)

@@ -55,7 +55,8 @@ type Config struct {
 	ShouldRetry func(err error) bool
 
 	// Budget, when set, limits retries together with every other policy that
-	// shares it; see [Budget].
+	// shares it; see [Budget]. A nil *TokenBucket or *RatioBudget is
+	// refused.
 	Budget Budget
 
 	// Ticker is the clock for MaxDuration, deadlines and budgets. nil means
@@ -138,6 +139,8 @@ func New(c Config) (*Policy, error) {
 		return nil, cfgErr("Increment", "must not be negative, got %v", c.Increment)
 	case c.Multiplier != 0 && !(c.Multiplier >= 1 && c.Multiplier <= math.MaxFloat64):
 		return nil, cfgErr("Multiplier", "must be at least 1 and finite (0 means the default), got %v", c.Multiplier)
+	case isNilBudget(c.Budget):
+		return nil, cfgErr("Budget", "is a nil %T: leave it nil for no budget, or pass one made by NewTokenBucket or NewRatioBudget", c.Budget)
 	}
 	p := &Policy{
 		maxAttempts: c.MaxAttempts,

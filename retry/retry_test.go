@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -32,6 +33,8 @@ func TestNewValidation(t *testing.T) {
 		{Multiplier: math.NaN()},
 		{BaseDelay: time.Second, MaxDelay: time.Millisecond},
 		{Backoff: numBackoffs},
+		{Budget: (*TokenBucket)(nil)},
+		{Budget: (*RatioBudget)(nil)},
 	}
 	for _, c := range bad {
 		p, err := New(c)
@@ -40,6 +43,11 @@ func TestNewValidation(t *testing.T) {
 		} else if err.Error() == "" {
 			t.Errorf("empty message")
 		}
+	}
+	// A typed-nil budget is named in the error, not met as a panic in the
+	// first call.
+	if _, err := New(Config{Budget: (*TokenBucket)(nil)}); err == nil || !strings.Contains(err.Error(), "Budget") || !strings.Contains(err.Error(), "*retry.TokenBucket") {
+		t.Errorf("nil *TokenBucket: %v", err)
 	}
 	p := mustNew(t, Config{})
 	if p.MaxAttempts() != 3 || p.bo.base != int64(100*time.Millisecond) || p.bo.max != int64(10*time.Second) || p.bo.mult != 2 || p.bo.kind != FullJitter {
