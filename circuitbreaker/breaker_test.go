@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/israce"
 )
 
 const ms = time.Millisecond
@@ -747,5 +750,128 @@ func TestHalfOpenSuccessesOverride(t *testing.T) {
 		got, n := probeRound(t, b, tk, c.outcomes)
 		require.Equal(t, c.want, got, "%+v %s", c.cfg, c.outcomes)
 		require.Equal(t, c.probes, n, "%s: probes taken", c.outcomes)
+	}
+}
+
+// binomialAtMost is P(X <= k) for X ~ Binomial(n, p).
+func binomialAtMost(n, k int, p float64) float64 {
+	sum, c := 0.0, 1.0 // c = C(n, i)
+	for i := 0; i <= k; i++ {
+		sum += c * math.Pow(p, float64(i)) * math.Pow(1-p, float64(n-i))
+		c = c * float64(n-i) / float64(i+1)
+	}
+	return sum
+}
+
+// TestHalfOpenRoundCloseProbability: against a dependency whose calls fail
+// independently with probability p, a default half-open period (5 probes,
+// 50 %) closes with probability P(at most 2 of 5 fail), the figures of the
+// package documentation; HalfOpenSuccesses 5 (the former default) needs all
+// 5, (1-p)^5.
+func TestHalfOpenRoundCloseProbability(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("sequential and deterministic: -race only makes it slow (run without -race)")
+	}
+	const rounds = 20_000
+	for _, p := range []float64{0.3, 0.35, 0.4, 0.6, 0.8} {
+		for _, k := range []int{0, 5} {
+			b, tk := newTest(t, Config{HalfOpenSuccesses: k})
+			r := rand.New(rand.NewPCG(uint64(p*100), uint64(k)))
+			closed := 0
+			for range rounds {
+				require.True(t, b.TransitionTo(HalfOpen))
+				for b.State() == HalfOpen {
+					pm, err := b.Acquire(tk.Now())
+					require.NoError(t, err)
+					var e error
+					if r.Float64() < p {
+						e = errBoom
+					}
+					b.Record(pm, tk.Now(), e)
+				}
+				if b.State() == Closed {
+					closed++
+				}
+				b.TransitionTo(Open)
+			}
+			want := binomialAtMost(5, 2, p)
+			if k == 5 {
+				want = math.Pow(1-p, 5)
+			}
+			got := float64(closed) / rounds
+			t.Logf("p=%.2f HalfOpenSuccesses=%d: closed %.3f of rounds, exact %.3f", p, k, got, want)
+			require.InDelta(t, want, got, 0.015, "p=%v HalfOpenSuccesses=%d", p, k)
+		}
+	}
+}
+
+// steadyFailureRun drives a breaker built from cfg (on a ManualTicker) with
+// one call every interval, calls calls in a row, each failing independently
+// with probability p (math/rand/v2, fixed PCG state), and returns the
+// percentage of calls rejected and the half-open periods that closed and
+// that reopened.
+func steadyFailureRun(t *testing.T, cfg Config, p float64, interval time.Duration, calls int) (rejected float64, closed, reopened int) {
+	t.Helper()
+	cfg.OnStateChange = func(from, to State) {
+		if from == HalfOpen && to == Closed {
+			closed++
+		} else if from == HalfOpen && to == Open {
+			reopened++
+		}
+	}
+	b, tk := newTest(t, cfg)
+	r := rand.New(rand.NewPCG(uint64(p*1000), uint64(interval)))
+	n := 0
+	for range calls {
+		tk.Advance(interval)
+		pm, err := b.Acquire(tk.Now())
+		if err != nil {
+			n++
+			continue
+		}
+		var e error
+		if r.Float64() < p {
+			e = errBoom
+		}
+		b.Record(pm, tk.Now(), e)
+	}
+	return float64(n) * 100 / float64(calls), closed, reopened
+}
+
+// TestSteadyFailureRateRejections: a default breaker (100-call window, 50 %,
+// 60 s open, 5 probes) in front of a dependency failing at a steady rate
+// p, called once a second for 1,000,000 s, and once every 100 ms (10^6 calls each). Below the
+// threshold (p = 0.3, 0.35 at one call a second) it rejects under 5 % of
+// the calls, and at every p below the threshold no more than with
+// HalfOpenSuccesses 5 (the former all-probes-must-succeed default); above
+// it (p = 0.6, 0.8) it rejects more than 85 % at both rates. The figures it
+// logs are those of the package documentation.
+//
+// What remains at p = 0.4 are trips of the closed window itself: a window
+// of 100 calls at p = 0.4 reaches 50 failures now and then (and 10 calls
+// after a close, MinimumCalls, hold 5 failures with probability 0.37), each
+// trip costing OpenDuration of rejections, so the figure grows with the call
+// rate whatever the half-open rule.
+func TestSteadyFailureRateRejections(t *testing.T) {
+	if israce.Enabled {
+		t.Skip("sequential and deterministic: -race only makes it slow (run without -race)")
+	}
+	const calls = 1_000_000
+	for _, interval := range []time.Duration{time.Second, 100 * time.Millisecond} {
+		for _, p := range []float64{0.3, 0.35, 0.4, 0.6, 0.8} {
+			rej, closed, reopened := steadyFailureRun(t, Config{}, p, interval, calls)
+			old, oclosed, oreopened := steadyFailureRun(t, Config{HalfOpenSuccesses: 5}, p, interval, calls)
+			t.Logf("every %v, p=%.2f: rejected %.2f %% (half-open closed %d, reopened %d); HalfOpenSuccesses 5: %.2f %% (%d, %d)",
+				interval, p, rej, closed, reopened, old, oclosed, oreopened)
+			switch {
+			case p < 0.5:
+				require.LessOrEqual(t, rej, old, "every %v p=%v: the default rejects no more than all-probes-must-succeed", interval, p)
+				if interval == time.Second && p <= 0.35 {
+					require.Less(t, rej, 5.0, "every %v p=%v", interval, p)
+				}
+			default:
+				require.Greater(t, rej, 85.0, "every %v p=%v: mostly open", interval, p)
+			}
+		}
 	}
 }
