@@ -51,7 +51,7 @@ bench-redis: ## the Redis limiter against throttled/v2 on a local server, -count
 	./scripts/ensure-redis.sh
 	cd ratelimit/redislimit && REQUIRE_REDIS=1 $(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./...
 
-bench-report: ## -count=$(BENCHCOUNT) run, benchstat summary, README table regenerated
+bench-report: ## -count=$(BENCHCOUNT) run, benchstat summary, bench/README.md and the README summary regenerated
 	BENCHCOUNT=$(BENCHCOUNT) BENCHTIME=$(BENCHTIME) BENCHSTAT_VERSION=$(BENCHSTAT_VERSION) ./scripts/bench-report.sh
 
 demo: ## the overload demo: an API under overload, unprotected vs protected by rampart

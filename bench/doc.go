@@ -12,6 +12,6 @@
 // suffix after a dash for a rampart variant, e.g. rampart-cached). Every
 // benchmark checks that it took the path it claims (admitted or rejected)
 // and reports allocations. `make bench-report` runs the suite with -count 5,
-// summarises it with benchstat and regenerates the README table with
-// cmd/benchtable.
+// summarises it with benchstat and, with cmd/benchtable, regenerates the full
+// tables in bench/README.md and the summary in the root README.
 package bench
