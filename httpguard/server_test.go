@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/httpguard"
@@ -252,6 +253,7 @@ type abortRig struct {
 	front   *httptest.Server
 	cb      *circuitbreaker.Breaker
 	bh      *bulkhead.Bulkhead
+	al      *adaptive.Limiter
 	aborted chan any
 }
 
@@ -269,11 +271,16 @@ func newAbortRig(t *testing.T, upstream http.Handler) *abortRig {
 	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, Mode: circuitbreaker.Consecutive,
 		ConsecutiveFailures: 5, OpenDuration: time.Minute})
 	require.NoError(t, err)
-	bh, err := bulkhead.New(bulkhead.Config{Max: 1, Ticker: tick}) // a leaked permit rejects the next request
+	// A leaked bulkhead permit or adaptive slot rejects the next request.
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1, Ticker: tick})
 	require.NoError(t, err)
-	guard, err := httpguard.NewHandler(proxy, httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Breaker: cb, Bulkhead: bh})})
+	al, err := adaptive.New(adaptive.Config{Ticker: tick, InitialLimit: 1, MinLimit: 1, MaxLimit: 1})
 	require.NoError(t, err)
-	rig := &abortRig{cb: cb, bh: bh, aborted: make(chan any, 1)}
+	guard, err := httpguard.NewHandler(proxy, httpguard.ServerConfig{
+		Pipeline: mustPipeline(t, pipeline.Config{Breaker: cb, Bulkhead: bh, Adaptive: al}),
+	})
+	require.NoError(t, err)
+	rig := &abortRig{cb: cb, bh: bh, al: al, aborted: make(chan any, 1)}
 	rig.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() { rig.aborted <- recover() }()
 		guard.ServeHTTP(w, r)
@@ -320,6 +327,8 @@ func TestServerClientAbortMidBodyIsNotAFailure(t *testing.T) {
 	require.Zero(t, st.Trips)
 	require.Zero(t, rig.bh.Stats().InFlight)
 	require.Zero(t, rig.bh.Stats().Rejected)
+	require.Zero(t, rig.al.Stats().InFlight)
+	require.Zero(t, rig.al.Stats().Rejected)
 }
 
 // An upstream that breaks mid-body, with the client still there, makes the
@@ -344,6 +353,7 @@ func TestServerUpstreamAbortMidBodyIsAFailure(t *testing.T) {
 	require.Equal(t, http.ErrAbortHandler, <-rig.aborted)
 	require.EqualValues(t, 1, rig.cb.Stats().Failures)
 	require.Zero(t, rig.bh.Stats().InFlight)
+	require.Zero(t, rig.al.Stats().InFlight)
 }
 
 // An admitted request costs one allocation, its exchange (the status
