@@ -90,7 +90,9 @@
 // shrink the limit. Reacting to any drop in a window, a drop in every
 // window (one timeout in two thousand calls, at two thousand calls per
 // window) held Gradient2 at 2·QueueSize = 8 and Vegas and AIMD at their
-// minimum.
+// minimum. The rate is a window's: with fewer than 1/DropThreshold calls
+// in a window (20 at the default) one drop exceeds it, so give a low-rate
+// dependency a Window that holds a few hundred calls.
 //
 // Figures from the simulation (sim_test.go: C = 50 workers, D = 10 ms,
 // 100 ms windows, every call timed; a lost call never reaches the server

@@ -217,7 +217,8 @@ const oneSample = 1 << 32
 // oneDrop is one Dropped release in window.drops, whose high half counts
 // the drops (every one, timed or not: Sample.Drops) and whose low half sums
 // the weights of the timed ones (behind Sample.DropRTT): one atomic add
-// records both. A window holds at most 2^32−1 drops.
+// records both. A window holds at most 2^32−1 drops, and the weights of its
+// timed drops sum to at most 2^32−1, as window.counts's.
 const oneDrop = 1 << 32
 
 // inFlightOf returns the calls in flight held in a slot word.
