@@ -76,8 +76,19 @@ const (
 // params is a rate and burst translated to GCRA, in "units": the emission
 // interval T = num/den ns is held as the whole number k of units, so the
 // unit is num/(den·k) ns, between 0.5 and 1 ns. Counting time in units makes
-// every increment exact: nothing is rounded per admission, and each clock
-// reading is converted exactly (rounded down to a whole unit).
+// every increment exact: nothing is rounded per admission.
+//
+// A reading t is at x = t·c units (c = den·k/num), usually not a whole
+// number. Comparing a TAT with a reading uses floor(x), which is exact: for
+// a whole TAT, floor(x) ≥ TAT exactly when x ≥ TAT. But a reading that
+// starts a new phase (an idle limiter: TAT ≤ x) must put the TAT itself on
+// the unit grid, and no grid point is right for every later admission. All
+// exact instants are multiples of 1/den ns, so the phase may sit anywhere
+// above x − c/den (the grid position of the instant 1/den ns earlier)
+// without any admission coming early, and nowhere above x without some
+// coming late. phase(t) is the least grid point above x − c/den:
+// floor(x) when frac(x) < c/den = k/num (then exact), else floor(x)+1 (less
+// than one unit late, never early). Whole-ns intervals (c = 1) are exact.
 type params struct {
 	k     int64 // units per emission interval, ≥ 1
 	tau   int64 // burst·k: the tolerance, the most a TAT may lead now
@@ -89,6 +100,12 @@ type params struct {
 	// next one, and the excess of M adds less than t·2⁻¹²⁷ < 2⁻⁶⁴.
 	mulHi, mulLo uint64
 	unitIsNs     bool   // c = 1 (a whole-ns interval): units(t) = t, no multiplication
+	// upFrac: the phase of a reading rounds up when the fraction bits of
+	// t·M/2¹²⁷ (as a 64-bit fraction) are ≥ upFrac, i.e. frac(x) ≥ k/num:
+	// upFrac = floor(k·2⁶⁴/num) − 2. Exact: the computed fraction is within
+	// (−2⁻⁶³, 2⁻⁶⁴) of frac(x), a multiple of 1/num ≥ 2⁻⁶¹ apart from the
+	// next, so the threshold separates i/num ≥ k/num from i/num < k/num.
+	upFrac uint64
 	inv          uint64 // units → ns, approximately: inv = ceil(2⁶³·num/(den·k)) ≤ 2⁶³
 	num          uint64 // interval numerator (ns)
 	den          uint64 // interval denominator
@@ -142,8 +159,13 @@ func newParams(num, den uint64, burst int64, field string) (params, error) {
 	if rem != 0 {
 		inv++
 	}
+	upFrac := uint64(math.MaxUint64) // whole-ns intervals: never used
+	if denK != num {                 // den ≥ 2, so k < num
+		q, _ := bits.Div64(k, 0, num) // floor(k·2⁶⁴/num) ≥ 2⁶⁴/num ≥ 8
+		upFrac = q - 2
+	}
 	return params{k: int64(k), tau: burst * int64(k), burst: burst, mulHi: mulHi, mulLo: mulLo, unitIsNs: denK == num,
-		inv: inv, num: num, den: den, denK: denK}, nil
+		upFrac: upFrac, inv: inv, num: num, den: den, denK: denK}, nil
 }
 
 // units converts a clock reading to units, exactly floor((now-origin)·c)
@@ -154,6 +176,30 @@ func (p *params) units(now int64) int64 {
 		now = p.shift(now)
 	}
 	return p.unitsOf(now)
+}
+
+// unitsPhase returns units(now) and phase(now): where a TAT set by this
+// reading starts (see params). The comparison uses the first, the new phase
+// the second; they differ by at most one unit, only for intervals that are
+// not a whole number of ns.
+func (p *params) unitsPhase(now int64) (u, phase int64) {
+	if p.origin != 0 { // predictable, as in units
+		now = p.shift(now)
+	}
+	if p.unitIsNs { // predictable: the common whole-ns intervals
+		u = min(max(now, 0), maxUnits)
+		return u, u
+	}
+	uu := uint64(max(now, 0))
+	h1, l1 := bits.Mul64(uu, p.mulHi)
+	h2, _ := bits.Mul64(uu, p.mulLo)
+	lo, carry := bits.Add64(l1, h2, 0)
+	u = int64(min((h1+carry)<<1|lo>>63, maxUnits))
+	phase = u
+	if lo<<1 >= p.upFrac { // frac(x) ≥ k/num: the grid point below would be early
+		phase = min(u+1, maxUnits)
+	}
+	return u, phase
 }
 
 // shift is now - origin (origin < 0), saturated.

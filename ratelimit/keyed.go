@@ -110,7 +110,7 @@ func (k *Keyed) TryAcquire(key string, now int64, n int) (wait int64) {
 	if uint64(n-1) >= uint64(k.p.burst) {
 		return k.reject(n, Never)
 	}
-	u := k.p.units(now)
+	u, ph := k.p.unitsPhase(now) // floor for the test, phase for a new TAT (see params)
 	inc := int64(n) * k.p.k
 	if v, ok := k.m.Load(key); ok { // lock-free lookup, no allocation
 		c := v.(*cell)
@@ -119,11 +119,10 @@ func (k *Keyed) TryAcquire(key string, now int64, n int) (wait int64) {
 			if tat == evicted {
 				break // evicted since the lookup: take the slow path
 			}
-			next := max(tat, u) + inc
-			if next-u > k.p.tau {
-				return k.reject(n, k.p.waitFor(now, next)) // read-only
+			if tat+inc-u > k.p.tau { // as in Limiter.TryAcquire
+				return k.reject(n, k.p.waitFor(now, tat+inc)) // read-only
 			}
-			if c.tat.CompareAndSwap(tat, next) { // the one write, on the key's word
+			if c.tat.CompareAndSwap(tat, max(tat, ph)+inc) { // the one write, on the key's word
 				if k.countStats {
 					k.admitted.Add(1)
 				}
@@ -131,12 +130,12 @@ func (k *Keyed) TryAcquire(key string, now int64, n int) (wait int64) {
 			}
 		}
 	}
-	return k.insertSlow(key, now, u, n)
+	return k.insertSlow(key, now, u, ph, n)
 }
 
 // insertSlow is the slow path of TryAcquire for a key not in the table (or
 // whose cell was just evicted).
-func (k *Keyed) insertSlow(key string, now, u int64, n int) int64 {
+func (k *Keyed) insertSlow(key string, now, u, ph int64, n int) int64 {
 	inc := int64(n) * k.p.k
 	swept := false
 	for {
@@ -169,11 +168,10 @@ func (k *Keyed) insertSlow(key string, now, u int64, n int) int64 {
 				k.m.CompareAndDelete(key, c) // help the evictor, then retry
 				break
 			}
-			next := max(tat, u) + inc
-			if next-u > k.p.tau {
-				return k.reject(n, k.p.waitFor(now, next))
+			if tat+inc-u > k.p.tau {
+				return k.reject(n, k.p.waitFor(now, tat+inc))
 			}
-			if c.tat.CompareAndSwap(tat, next) {
+			if c.tat.CompareAndSwap(tat, max(tat, ph)+inc) {
 				if k.countStats {
 					k.admitted.Add(1)
 				}

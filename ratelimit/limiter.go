@@ -112,19 +112,22 @@ func New(c Config) (*Limiter, error) {
 // counts as an early arrival, which may be rejected.
 func (l *Limiter) TryAcquire(now int64, n int) (wait int64) {
 	s := l.st.Load()                   // the epoch: a read-mostly pointer
-	u := s.units(now)                  // one multiplication, no clock read
+	u, ph := s.unitsPhase(now)         // one multiplication, no clock read
 	tat := s.tat.Load()                // the hot word: one load
 	if uint64(n-1) < uint64(s.burst) { // 1 ≤ n ≤ burst, so n·k cannot overflow
-		next := max(tat, u) + int64(n)*s.k
-		if next-u <= s.tau {
-			if s.tat.CompareAndSwap(tat, next) { // the one write
+		inc := int64(n) * s.k
+		// max(tat, x) + inc − x ≤ tau with x the exact reading, which is
+		// tat + inc − floor(x) ≤ tau since inc ≤ tau; an idle limiter
+		// starts its new phase at ph (see params).
+		if tat+inc-u <= s.tau {
+			if s.tat.CompareAndSwap(tat, max(tat, ph)+inc) { // the one write
 				if l.countStats {
 					l.admitted.Add(1)
 				}
 				return 0
 			}
 		} else if tat < retired && !l.countStats && l.onRejected == nil {
-			return s.waitFor(now, next) // read-only rejection, nothing to count
+			return s.waitFor(now, tat+inc) // read-only rejection, nothing to count
 		}
 	}
 	return l.acquireSlow(now, n, true)
@@ -134,12 +137,12 @@ func (l *Limiter) TryAcquire(now int64, n int) (wait int64) {
 // TryAcquire without computing the wait of a rejection.
 func (l *Limiter) AllowN(now int64, n int) bool {
 	s := l.st.Load() // same fast path as TryAcquire
-	u := s.units(now)
+	u, ph := s.unitsPhase(now)
 	tat := s.tat.Load()
 	if uint64(n-1) < uint64(s.burst) {
-		next := max(tat, u) + int64(n)*s.k
-		if next-u <= s.tau {
-			if s.tat.CompareAndSwap(tat, next) {
+		inc := int64(n) * s.k
+		if tat+inc-u <= s.tau {
+			if s.tat.CompareAndSwap(tat, max(tat, ph)+inc) {
 				if l.countStats {
 					l.admitted.Add(1)
 				}
@@ -167,18 +170,18 @@ func (l *Limiter) acquireSlow(now int64, n int, wantWait bool) int64 {
 			runtime.Gosched()
 			continue
 		}
-		u := s.units(now)
-		next := max(tat, u) + int64(n)*s.k
-		if next-u > s.tau { // read-only rejection
+		u, ph := s.unitsPhase(now)
+		inc := int64(n) * s.k
+		if tat+inc-u > s.tau { // read-only rejection
 			if !wantWait && l.onRejected == nil {
 				if l.countStats {
 					l.rejectedN.Add(1)
 				}
 				return 1
 			}
-			return l.reject(n, s.waitFor(now, next))
+			return l.reject(n, s.waitFor(now, tat+inc))
 		}
-		if s.tat.CompareAndSwap(tat, next) {
+		if s.tat.CompareAndSwap(tat, max(tat, ph)+inc) {
 			if l.countStats {
 				l.admitted.Add(1)
 			}
@@ -291,11 +294,11 @@ func (l *Limiter) Reserve(now int64, n int, maxWait time.Duration) (Reservation,
 			runtime.Gosched()
 			continue
 		}
-		u := s.units(now)
-		start := max(tat, u)
-		next := start + int64(n)*s.k
+		u, ph := s.unitsPhase(now)
+		inc := int64(n) * s.k
+		next := max(tat, ph) + inc // the new phase of an idle limiter, as in TryAcquire
 		var wait int64
-		if d := next - u - s.tau; d > 0 {
+		if d := tat + inc - u - s.tau; d > 0 { // then tat > u, so next = tat + inc
 			wait = s.waitFor(now, next)
 			if wait == Never || wait > int64(maxWait) || d > maxReserve {
 				l.reject(n, wait)
@@ -306,7 +309,7 @@ func (l *Limiter) Reserve(now int64, n int, maxWait time.Duration) (Reservation,
 			if l.countStats {
 				l.admitted.Add(1)
 			}
-			return Reservation{l: l, s: s, start: start, end: next, at: atomicx.SatAdd(now, wait), delay: wait, n: n}, nil
+			return Reservation{l: l, s: s, start: tat, end: next, at: atomicx.SatAdd(now, wait), delay: wait, n: n}, nil
 		}
 	}
 }
@@ -483,8 +486,12 @@ func (l *Limiter) replace(old *state, p params) {
 	case q.Int64() < availNew:
 		availNew = max(q.Int64(), -maxReserve)
 	}
-	un := p.units(now)
+	un, ph := p.unitsPhase(now)
 	s := &state{params: p}
-	s.tat.Store(un + p.tau - availNew)
+	if availNew < p.tau {
+		s.tat.Store(ph + p.tau - availNew) // a phase set by now: see params
+	} else {
+		s.tat.Store(un) // a full bucket at now and later
+	}
 	l.st.Store(s)
 }
