@@ -78,22 +78,29 @@ type ExhaustedError struct {
 	cause    error
 }
 
-// Error returns e.g. `retry "db": exhausted after 3 attempts (max attempts): connection refused`.
+// Error returns e.g. `retry "db": gave up after 3 attempts (max attempts):
+// connection refused`. Each part reads once: a give-up because the context
+// ended names the context's error as the reason (`(context deadline
+// exceeded)`, not `(canceled)`), and the last error follows only when its
+// text says more than that reason.
 func (e *ExhaustedError) Error() string {
 	s := "retry"
 	if e.name != "" {
 		s += " " + strconv.Quote(e.name)
 	}
-	s += ": exhausted after " + strconv.Itoa(e.attempts) + " attempt"
+	s += ": gave up after " + strconv.Itoa(e.attempts) + " attempt"
 	if e.attempts != 1 {
 		s += "s"
 	}
-	s += " (" + e.reason.String() + ")"
-	if e.last != nil {
-		s += ": " + e.last.Error()
-	}
+	why := e.reason.String()
 	if e.cause != nil {
-		s += " (" + e.cause.Error() + ")"
+		why = e.cause.Error()
+	}
+	s += " (" + why + ")"
+	if e.last != nil {
+		if last := e.last.Error(); last != why {
+			s += ": " + last
+		}
 	}
 	return s
 }

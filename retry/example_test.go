@@ -81,5 +81,5 @@ func ExamplePolicy_Decide() {
 		prev = delay
 	}
 	// Output:
-	// max attempts retry: exhausted after 3 attempts (max attempts): 503 unavailable
+	// max attempts retry: gave up after 3 attempts (max attempts): 503 unavailable
 }

@@ -120,8 +120,48 @@ func TestGiveUpErrorKeepsUserError(t *testing.T) {
 	if !errors.As(err, &ce) || ce != user || !errors.Is(err, ErrExhausted) {
 		t.Fatalf("err = %v", err)
 	}
-	if got := err.Error(); got != `retry "db": exhausted after 1 attempt (max attempts): get: code 503` {
+	if got := err.Error(); got != `retry "db": gave up after 1 attempt (max attempts): get: code 503` {
 		t.Fatalf("message %q", got)
+	}
+}
+
+// TestGiveUpMessageReadsOnce: a give-up error's message names the attempts,
+// one reason (the context's error when the context ended the retries) and
+// the last error, each once; errors.Is and errors.As reach the same errors
+// as before.
+func TestGiveUpMessageReadsOnce(t *testing.T) {
+	p := mustNew(t, Config{Name: "db"})
+	anon := mustNew(t, Config{})
+	for _, c := range []struct {
+		p           *Policy
+		reason      Stop
+		attempts    int
+		last, cause error
+		want        string
+	}{
+		{p, MaxAttempts, 3, errBoom, nil, `retry "db": gave up after 3 attempts (max attempts): boom`},
+		{p, BudgetRefused, 1, errBoom, nil, `retry "db": gave up after 1 attempt (budget refused): boom`},
+		{p, Canceled, 2, errBoom, context.Canceled, `retry "db": gave up after 2 attempts (context canceled): boom`},
+		{anon, Canceled, 3, fmt.Errorf("get: %w", context.DeadlineExceeded), context.DeadlineExceeded,
+			`retry: gave up after 3 attempts (context deadline exceeded): get: context deadline exceeded`},
+		// The last error is the context's own (a callee that returns
+		// ctx.Err(), retried by a custom classifier): said once.
+		{anon, Canceled, 3, context.DeadlineExceeded, context.DeadlineExceeded, `retry: gave up after 3 attempts (context deadline exceeded)`},
+	} {
+		err := c.p.GiveUp(c.reason, c.attempts, c.last, c.cause)
+		if got := err.Error(); got != c.want {
+			t.Errorf("message %q, want %q", got, c.want)
+		}
+		ex, ok := errors.AsType[*ExhaustedError](err)
+		if !ok || !errors.Is(err, ErrExhausted) || !errors.Is(err, c.last) || ex.Last() != c.last || ex.Reason() != c.reason {
+			t.Errorf("%q: errors.Is/As lost the give-up or the last error", c.want)
+		}
+		if c.cause != nil && !errors.Is(err, c.cause) {
+			t.Errorf("%q: does not match the context's error", c.want)
+		}
+		if budget := errors.Is(err, ErrBudget) && errors.Is(err, rampart.ErrRejected); budget != (c.reason == BudgetRefused) {
+			t.Errorf("%q: matches the budget sentinels: %v", c.want, budget)
+		}
 	}
 }
 

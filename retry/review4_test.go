@@ -126,7 +126,7 @@ func TestReview4ExhaustedErrorChains(t *testing.T) {
 	if errors.Is(err, ErrBudget) || errors.Is(err, rampart.ErrRejected) || errors.Is(err, context.Canceled) {
 		t.Fatalf("max attempts matches a budget or context sentinel: %v", err)
 	}
-	if got := err.Error(); got != `retry "db": exhausted after 2 attempts (max attempts): user` {
+	if got := err.Error(); got != `retry "db": gave up after 2 attempts (max attempts): user` {
 		t.Fatalf("message %q", got)
 	}
 
