@@ -2,6 +2,8 @@ package redislimit
 
 import (
 	"context"
+	"net"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -203,4 +205,61 @@ func TestRedisHungReturnsAtTimeout(t *testing.T) {
 			require.Equal(t, uint64(3), st.RedisErrors)
 		})
 	}
+}
+
+// cancelOnWrite is a connection that cancels a context once a write has
+// reached the socket, when armed: the caller gives up while its command is
+// on the wire and the reply is still to come.
+type cancelOnWrite struct {
+	net.Conn
+	armed  *atomic.Bool
+	cancel context.CancelFunc
+}
+
+func (c cancelOnWrite) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if c.armed.Load() {
+		c.cancel()
+	}
+	return n, err
+}
+
+// TestCallerCancelWhileRedisHung: a caller that gives up while its command
+// waits for a hung Redis gets context.Canceled at once (the client's socket
+// read ignores the context and would wait out its ReadTimeout), and, being
+// the caller's own doing, it neither counts as a Redis failure nor opens the
+// breaker.
+func TestCallerCancelWhileRedisHung(t *testing.T) {
+	addr, srv, err := startRedisProcess()
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var armed atomic.Bool
+	c := redis.NewClient(&redis.Options{Addr: addr, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return cancelOnWrite{conn, &armed, cancel}, nil
+	}})
+	t.Cleanup(func() { c.Close() })
+	l, err := New(Config{Client: c, Limit: Limit{Rate: 100, Burst: 10}, Failure: FailClosed,
+		Timeout: time.Minute, BreakerFailures: 1, Ticker: rampart.NewManualTicker(1)})
+	require.NoError(t, err)
+	_, err = l.Allow(context.Background(), "k") // dials and loads the script
+	require.NoError(t, err)
+
+	require.NoError(t, srv.Process.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { srv.Process.Signal(syscall.SIGCONT) })
+	armed.Store(true)
+	start := time.Now()
+	_, err = l.Allow(ctx, "k")
+	elapsed := time.Since(start)
+	t.Logf("cancelled call returned after %v", elapsed)
+	require.Less(t, elapsed, 1500*time.Millisecond) // the client's own read waits 5 s
+	require.ErrorIs(t, err, context.Canceled)
+	st := l.Stats()
+	require.Zero(t, st.RedisErrors)
+	require.False(t, st.BreakerOpen)
 }
