@@ -99,17 +99,17 @@ type params struct {
 	// below 2⁶¹, so it is either an integer or at least 2⁻⁶¹ below the
 	// next one, and the excess of M adds less than t·2⁻¹²⁷ < 2⁻⁶⁴.
 	mulHi, mulLo uint64
-	unitIsNs     bool // c = 1 (a whole-ns interval): units(t) = t, no multiplication
+	unitIsNs     bool   // c = 1 (a whole-ns interval): units(t) = t, no multiplication
+	inv          uint64 // units → ns, approximately: inv = ceil(2⁶³·num/(den·k)) ≤ 2⁶³
+	num          uint64 // interval numerator (ns)
+	den          uint64 // interval denominator
+	denK         uint64 // den·k
 	// upFrac: the phase of a reading rounds up when the fraction bits of
 	// t·M/2¹²⁷ (as a 64-bit fraction) are ≥ upFrac, i.e. frac(x) ≥ k/num:
 	// upFrac = floor(k·2⁶⁴/num) − 2. Exact: the computed fraction is within
 	// (−2⁻⁶³, 2⁻⁶⁴) of frac(x), a multiple of 1/num ≥ 2⁻⁶¹ apart from the
 	// next, so the threshold separates i/num ≥ k/num from i/num < k/num.
 	upFrac uint64
-	inv    uint64 // units → ns, approximately: inv = ceil(2⁶³·num/(den·k)) ≤ 2⁶³
-	num    uint64 // interval numerator (ns)
-	den    uint64 // interval denominator
-	denK   uint64 // den·k
 	// origin is the reading that counts as unit 0: 0, or the first
 	// reading of a clock that read below 0 when the limiter was built (a
 	// ManualTicker started negative, a user Ticker with a later epoch),
