@@ -181,14 +181,15 @@ type window struct {
 	min    atomic.Int64 // least RTT; read by each success, written only when lower
 	maxIn  atomic.Int64 // most in flight; read by each success, written only when higher
 	// The loss words, written on the failure path only (a Dropped
-	// release); the admission path and Success releases never touch them.
-	// drops is the word the window always had (one add per drop); its low
-	// half now also sums the weights of the timed drops, in the same add.
-	// dropSum is the one word added: one more add, by a timed Dropped
-	// release only (Acquire's, or a sampled Begin's), so that Gradient2
-	// can average the RTT of the calls that timed out with the others, as
-	// Netflix's window average does. The drop rate (Sample.DropRate) needs
-	// no word of its own: drops and the weights in counts are its terms.
+	// release); the admission path and Success releases never write them.
+	// drops costs one add per drop, which counts it (high half) and sums
+	// the weight of a timed one (low half). dropSum costs one more add, by
+	// a timed Dropped release only (Acquire's, or a sampled Begin's), one
+	// Swap per window, and 8 bytes on this line, which the drops add
+	// dirties anyway: it gives Gradient2 the RTT of the calls that timed
+	// out, to average with the others as Netflix's window average does. The
+	// drop rate (Sample.DropRate) needs no word of its own: drops and the
+	// weights in counts are its terms.
 	drops   atomic.Int64 // Dropped releases (high 32 bits: see oneDrop) and Σ weight of the timed ones (low 32)
 	dropSum atomic.Int64 // Σ weight·RTT of timed Dropped releases
 	_       pad.Line
