@@ -2,7 +2,9 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -262,4 +264,57 @@ func TestCallerCancelWhileRedisHung(t *testing.T) {
 	st := l.Stats()
 	require.Zero(t, st.RedisErrors)
 	require.False(t, st.BreakerOpen)
+}
+
+// TestLeaseRefillWaitersReturnAtTimeout: in lease mode, callers that find a
+// key's lease spent wait for the one refill in flight. When that refill
+// fails (Redis hung: no reply within Timeout), they must take the Failure
+// mode's decision at once. Each used to make a round trip of its own after
+// it, one after another under the refill lock, so the k-th waiter returned
+// after k timeouts (30 waiters: 3 s) until the breaker opened.
+func TestLeaseRefillWaitersReturnAtTimeout(t *testing.T) {
+	addr, srv, err := startRedisProcess()
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	const timeout = 100 * time.Millisecond
+	l, err := New(Config{Client: c, Limit: Limit{Rate: 100, Burst: 10}, Lease: 5, LeaseTTL: time.Hour,
+		Failure: FailClosed, Timeout: timeout, BreakerFailures: 100, Ticker: rampart.NewManualTicker(1)})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 5 { // one round trip takes a lease of 5; the calls spend it
+		r, err := l.Allow(ctx, "k")
+		require.NoError(t, err)
+		require.True(t, r.Allowed, "call %d", i)
+	}
+	require.Equal(t, uint64(1), l.Stats().RoundTrips)
+
+	require.NoError(t, srv.Process.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { srv.Process.Signal(syscall.SIGCONT) })
+	const callers = 30
+	var wg sync.WaitGroup
+	var slowest atomic.Int64
+	for range callers {
+		wg.Go(func() {
+			start := time.Now()
+			r, err := l.Allow(ctx, "k")
+			elapsed := time.Since(start)
+			for {
+				old := slowest.Load()
+				if int64(elapsed) <= old || slowest.CompareAndSwap(old, int64(elapsed)) {
+					break
+				}
+			}
+			if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || r.Allowed || r.Source != SourceFallback {
+				t.Errorf("got %+v, %v; want a FailClosed rejection for a timeout", r, err)
+			}
+		})
+	}
+	wg.Wait()
+	st := l.Stats()
+	t.Logf("slowest of %d callers: %v; %d round trips timed out", callers, time.Duration(slowest.Load()), st.RedisErrors)
+	require.Less(t, time.Duration(slowest.Load()), 1500*time.Millisecond)
+	require.Equal(t, uint64(callers), st.Fallbacks)
+	require.Equal(t, uint64(1), st.RoundTrips) // none of the timed-out ones counts as one
 }

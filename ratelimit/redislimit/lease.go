@@ -16,10 +16,18 @@ import (
 // one caller takes a new lease while the others wait for it and then spend
 // from it, instead of each making a round trip of its own. It is never taken
 // while a lease has tokens left.
+//
+// refills counts the refill attempts finished and failed is the last one's
+// error (nil when it took a lease, or when it failed through its own
+// caller's cancellation or deadline): a caller that waited on refill while
+// an attempt failed takes the Failure mode's decision with that error instead
+// of a round trip of its own, so that it waits for at most one Timeout.
 type lease struct {
 	tokens  atomic.Int64
 	expires atomic.Int64
 	refill  sync.Mutex
+	refills atomic.Uint64 // written under refill, read before taking it
+	failed  error         // guarded by refill
 }
 
 // maxLeaseKeys bounds the memory of the lease map: one entry per key ever
@@ -59,6 +67,9 @@ func (l *Limiter) allowLeased(ctx context.Context, key, full string, n int) (Res
 // refillLease is the slow path of lease mode: take a new lease of up to
 // Lease events (at least n, spent at once) in one round trip.
 func (l *Limiter) refillLease(ctx context.Context, key, full string, ls *lease, n int, now int64) (Result, error) {
+	// One atomic load, on the slow path only: it tells below whether a
+	// refill attempt finished while this caller waited for the lock.
+	seen := ls.refills.Load()
 	ls.refill.Lock()
 	defer ls.refill.Unlock()
 	// Whoever held the lock before may have taken a fresh lease: spend from it.
@@ -67,8 +78,19 @@ func (l *Limiter) refillLease(ctx context.Context, key, full string, ls *lease, 
 		l.allowed.Add(1)
 		return Result{Allowed: true, Remaining: int(ls.tokens.Load()), Source: SourceLease}, nil
 	}
+	if ls.refills.Load() != seen && ls.failed != nil {
+		// The refill this caller waited for failed (Redis did not answer
+		// within Timeout, or the breaker is open): decide now, as that
+		// caller did, rather than wait for one more Timeout.
+		return l.fallback(key, n, l.cfg.Limit, ls.failed)
+	}
 	want := max(l.cfg.Lease, n)
 	granted, res, err := l.run(ctx, full, l.ivArg, l.burstArg, want, n)
+	ls.failed = nil
+	if err != nil && ctx.Err() == nil {
+		ls.failed = err // Redis' failure, not this caller's own cancellation or deadline
+	}
+	ls.refills.Add(1)
 	if err != nil {
 		return l.fallback(key, n, l.cfg.Limit, err)
 	}

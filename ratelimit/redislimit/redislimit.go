@@ -114,9 +114,9 @@ type Limit struct {
 // up to Burst·2^-53 of an interval, and the interval it adds vanishes
 // altogether near Burst = 2^53 (at 2^48 such rounding already admitted 1 %
 // more than the rate on a fixed arrival sequence, at 2^53 several times it).
-// 2^32 keeps the rounding below 2^-21 of an interval per decision, under the
-// script's own 1 ns storage resolution for any interval above 2 ms, and keeps
-// every count (burst, granted, remaining) an exact integer.
+// 2^32 keeps the rounding below 2^-21 of an interval per decision (and
+// below the script's own 1 ns storage resolution for intervals up to 1 ms),
+// and every count (burst, granted, remaining) an exact integer.
 const maxBurst = 1 << 32
 
 // maxTolerance bounds Burst·Period/Rate, the time a full burst takes to come
