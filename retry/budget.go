@@ -60,7 +60,10 @@ type TokenBucketConfig struct {
 // success (clamped to [0, MaxTokens]); a retry is allowed only while the
 // count is above MaxTokens/2. With the defaults (10, 0.1), a dependency that
 // fails every call gets at most about 5 retries in all before retries stop,
-// and they resume after about 10 successes per missing token.
+// and they resume after about 10 successes per missing token; a share of
+// failed attempts above TokenRatio / (1 + TokenRatio) (1/11 with the
+// defaults) drains the bucket, and retries stop while it lasts (see
+// "Choosing a budget" in the package doc).
 //
 // The count is one int64 of milli-tokens (fixed point, no float on the hot
 // path) alone on its cache line. AllowRetry is one load. OnSuccess and

@@ -35,6 +35,48 @@
 // same dependency, so that the retries of all callers together stay a small
 // fraction of the traffic.
 //
+// # Choosing a budget
+//
+// The two budgets treat a steady failure rate differently. A [TokenBucket]
+// stops retrying once failures are common: gRPC A6 takes a dependency that
+// fails often for an overloaded one, which retries would only load more.
+// Each failed attempt takes 1 token and each success gives TokenRatio back,
+// so with a share p of attempts failing the count moves by
+// TokenRatio × (1 − p) − p per attempt, and drains when
+//
+//	p > TokenRatio / (1 + TokenRatio)
+//
+// whatever MaxAttempts (retries are attempts too). With the defaults
+// (MaxTokens 10, TokenRatio 0.1) that is 0.1 / 1.1 = 1/11 ≈ 9.1 % of
+// attempts: past it the count sinks towards 0 and cannot climb back above
+// MaxTokens/2 = 5, below which no retry is granted, so retries stop
+// altogether while the rate lasts. Only 5 tokens separate a full bucket
+// from that threshold, so random failures already cost retries below the
+// cut-off: with MaxAttempts 3 and independent failures, the defaults grant
+// nearly every retry at 5 %, about a fifth of them at 10 % and none at 20 %.
+//
+// A [RatioBudget] caps retries instead of stopping them: at most Ratio ×
+// requests (+ MinRetries) per window, whatever the failure rate. A
+// dependency that fails at random keeps its retries up to the cap; one that
+// is down gets at most Ratio more load, not none. With MaxAttempts m and a
+// share p of attempts failing at random, a call wants
+// p + p² + … + p^(m−1) retries on average, and every one is granted while
+// that is at most Ratio.
+//
+// For random failures of a dependency that is not overloaded (a flaky
+// network, one bad replica behind a balancer), size the budget for the rate
+// to absorb. Up to 20 % with MaxAttempts 3, a call wants 0.2 + 0.2² = 0.24
+// retries:
+//
+//	budget, err := retry.NewRatioBudget(retry.RatioBudgetConfig{Ratio: 0.25})
+//
+// grants them all up to p = (√2 − 1)/2 ≈ 20.7 % (where p + p² = 0.25),
+// and above it still grants 0.25 retries per call: during an outage the
+// retries add at most 25 % to the load. A token bucket with a larger ratio
+// moves A6's cut-off instead (TokenRatio 0.5: 0.5 / 1.5 = 33 %; TokenRatio
+// 1: 50 %) but still stops retrying past it, which is the behaviour to keep
+// when a high failure rate means overload.
+//
 // # Cost
 //
 // A first attempt that succeeds costs one comparison (err == nil), no
