@@ -875,3 +875,70 @@ func TestSteadyFailureRateRejections(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowSnapshotsStayPossible: the interleavings of racing records that
+// leave a window's counters inconsistent for a moment, played step by step,
+// never give a snapshot (nor Stats) more failures or slow calls than
+// calls, a negative count, or a rate above 100 %.
+func TestWindowSnapshotsStayPossible(t *testing.T) {
+	possible := func(name string) func(total, fails, slows int64) {
+		return func(total, fails, slows int64) {
+			t.Helper()
+			require.GreaterOrEqual(t, total, int64(0), name)
+			require.GreaterOrEqual(t, fails, int64(0), name)
+			require.GreaterOrEqual(t, slows, int64(0), name)
+			require.LessOrEqual(t, fails, total, "%s: failures ≤ calls", name)
+			require.LessOrEqual(t, slows, total, "%s: slow calls ≤ calls", name)
+		}
+	}
+
+	// Time window: 12 records for tick 0 passed the epoch check and added
+	// their call; the bucket is then recycled for tick 4 (one call); their
+	// failure and slow adds land after the zeroing.
+	tk := rampart.NewManualTicker(0)
+	b, err := New(Config{Ticker: tk, Mode: TimeWindow, TimeWindow: 4, Buckets: 4})
+	require.NoError(t, err)
+	require.True(t, b.TransitionTo(MetricsOnly))
+	old := b.tw.bucketFor(0)
+	for range 12 {
+		old.total.Add(1)
+	}
+	b.tw.add(4, false, false)
+	for range 12 {
+		old.fails.Add(1)
+		old.slows.Add(1)
+	}
+	total, fails, slows := b.tw.snapshot(4)
+	possible("time window")(total, fails, slows)
+	require.Equal(t, int64(1), total)
+	tk.Set(4)
+	s := b.Stats()
+	require.LessOrEqual(t, s.FailureRate, 100.0)
+	require.LessOrEqual(t, s.SlowCallRate, 100.0)
+	// A record's total add undone by a recycling racing it cannot make a
+	// count negative either.
+	old.total.Add(-5)
+	possible("time window, negative")(b.tw.snapshot(4))
+
+	// Count window of one slot holding a failure: record X swaps it to a
+	// success, record Z swaps it back to a failure and applies +1, X's -1
+	// is not applied yet: fails 2, total 1.
+	var cw countWindow
+	cw.init(1)
+	cw.add(codeFail)
+	x := cw.slots[0].Swap(codeOK)
+	cw.apply(cw.slots[0].Swap(codeFail), codeFail)
+	possible("count window")(cw.snapshot())
+	cw.apply(x, codeOK) // X lands: consistent again
+	total, fails, _ = cw.snapshot()
+	require.Equal(t, [2]int64{1, 1}, [2]int64{total, fails})
+	// A reset's -1 on total applied before its -1 on fails, and the
+	// counters of a record in flight running ahead of n.
+	cw.total.Add(-1)
+	possible("count window, reset in flight")(cw.snapshot())
+	cw.total.Add(3)
+	cw.slows.Add(5)
+	total, fails, slows = cw.snapshot()
+	possible("count window, ahead")(total, fails, slows)
+	require.LessOrEqual(t, total, int64(1), "at most n calls")
+}

@@ -41,9 +41,12 @@ func outcomeCode(failed, slow bool) uint32 {
 // The counters mirror the slots' contents: every change of a slot is made by
 // a Swap whose caller applies exactly the difference it caused. While
 // records are in flight a counter may lag or, briefly, run ahead of the
-// slots (even below 0), by at most the number of records in flight; readers
-// clamp at 0. Resetting swaps every slot to empty under the same rule, so the
-// counters never drift.
+// slots (even below 0, or fails above total: a slot's fail→ok change
+// applied after a later ok→fail one), by at most the number of records in
+// flight. Resetting swaps every slot to empty under the same rule, so the
+// counters never drift. A snapshot reads the three counters one after the
+// other, so it clamps them into a possible window: 0 ≤ fails, slows ≤ total
+// ≤ n (see snapshot).
 type countWindow struct {
 	seq   pad.Uint64 // next sequence number; written by every record
 	total pad.Int64  // filled slots
@@ -137,8 +140,17 @@ func (w *countWindow) allOK() bool {
 	return w.fails.Load() == 0 && w.slows.Load() == 0 && w.total.Load() == int64(w.n)
 }
 
+// snapshot returns the window's counts, always a possible window: 0 ≤
+// fails, slows ≤ total ≤ n, so no rate exceeds 100 %. The counters are read
+// one by one while records land, and may run ahead of the slots by the
+// records in flight (see countWindow): fails and slows are read before
+// total (a record raises total first, so calls that land between the reads
+// raise total, not only fails), then each is clamped to that range, an
+// error bounded by the records in flight, as the counters' own.
 func (w *countWindow) snapshot() (total, fails, slows int64) {
-	return max(w.total.Load(), 0), max(w.fails.Load(), 0), max(w.slows.Load(), 0)
+	fails, slows = w.fails.Load(), w.slows.Load()
+	total = min(max(w.total.Load(), 0), int64(w.n))
+	return total, min(max(fails, 0), total), min(max(slows, 0), total)
 }
 
 // reset empties every slot (rare path: a transition to closed).
@@ -164,10 +176,17 @@ type bucket struct {
 // epoch to recycling, zeroes the counters, then publishes the new tick;
 // records racing with that (for the old or the new slice) can be dropped or
 // land in the fresh bucket, an error bounded by the records in flight at a
-// bucket boundary, accepted for a statistical policy. A snapshot re-reads a
-// bucket's epoch after its counters, so it never counts one slice's calls
-// under another slice's tick (which could add a whole old bucket to the
-// window and trip the breaker spuriously).
+// bucket boundary, accepted for a statistical policy. Such a record can
+// also land half in the old slice and half in the new one (its total add
+// before the counters are zeroed, its failure add after), so a bucket may
+// briefly hold more failures than calls; and a snapshot reads a bucket's
+// three counters one after the other while records land. A snapshot
+// therefore reads failures and slow calls before calls and clamps each
+// bucket's to its calls: failures ≤ calls and slow calls ≤ calls always,
+// no rate above 100 %. A snapshot re-reads a bucket's epoch after its
+// counters, so it never counts one slice's calls under another slice's tick
+// (which could add a whole old bucket to the window and trip the breaker
+// spuriously).
 type timeWindow struct {
 	_       pad.Line
 	buckets []bucket
@@ -249,17 +268,22 @@ func (w *timeWindow) snapshot(now int64) (total, fails, slows int64) {
 			if e > tick || e <= tick-w.n { // also excludes recycling
 				break
 			}
-			t, f, sl := b.total.Load(), b.fails.Load(), b.slows.Load()
+			// Failures and slow calls first: a record adds to total
+			// first, so one that lands between these reads raises total,
+			// not only fails.
+			f, sl := b.fails.Load(), b.slows.Load()
+			t := b.total.Load()
 			if b.epoch.Load() != e {
 				continue // recycled while read: the counts may be another slice's
 			}
+			t = max(t, 0)
 			total += t
-			fails += f
-			slows += sl
+			fails += min(max(f, 0), t) // a record split by a recycling can leave f > t
+			slows += min(max(sl, 0), t)
 			break
 		}
 	}
-	return max(total, 0), max(fails, 0), max(slows, 0)
+	return total, fails, slows
 }
 
 func (w *timeWindow) reset() {
