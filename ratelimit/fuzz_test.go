@@ -32,7 +32,7 @@ func checkParams(t *testing.T, l *Limiter) {
 		t.Fatalf("rejected at the wait %d", w)
 	}
 	// units is exact and monotonic around a few readings.
-	for _, now := range []int64{0, 1, w, int64(s.num), 1 << 40, 1 << 61} {
+	for _, now := range []int64{0, 1, 2, 3, w - 1, w, int64(s.num), int64(s.num) - 1, 1<<40 + 1, 1 << 61, 1<<61 + 12345} {
 		u := s.units(now)
 		want := new(big.Int).Mul(big.NewInt(now), new(big.Int).SetUint64(s.denK))
 		want.Quo(want, new(big.Int).SetUint64(s.num))
@@ -41,6 +41,17 @@ func checkParams(t *testing.T, l *Limiter) {
 		}
 		if s.units(now+1) < u {
 			t.Fatalf("units not monotonic at %d", now)
+		}
+		// The phase: floor(x) + 1 exactly when frac(x) ≥ k/num, i.e.
+		// (now·denK mod num) ≥ k.
+		rem := new(big.Int).Mul(big.NewInt(now), new(big.Int).SetUint64(s.denK))
+		rem.Mod(rem, new(big.Int).SetUint64(s.num))
+		wantPh := u
+		if !s.unitIsNs && rem.Cmp(big.NewInt(s.k)) >= 0 && u < maxUnits {
+			wantPh++
+		}
+		if fu, ph := s.unitsPhase(now); fu != u || ph != wantPh {
+			t.Fatalf("unitsPhase(%d) = %d, %d, want %d, %d", now, fu, ph, u, wantPh)
 		}
 	}
 }
@@ -69,8 +80,11 @@ func FuzzConfig(f *testing.F) {
 	})
 }
 
-// FuzzOps runs a sequence of operations (advance, acquire, reserve, cancel)
-// read from the input against the reference model.
+// FuzzOps runs a sequence of operations (advance, acquire, reserve, cancel,
+// jump to the exact instant of n permits) read from the input against the
+// reference models: the token count against the continuous bucket, and
+// every admission and wait against exact GCRA (never early, and less than
+// 1 ns late at most).
 func FuzzOps(f *testing.F) {
 	f.Add([]byte{3, 10, 2, 0, 1, 200, 3, 5, 0, 0, 0, 0, 7, 7, 7, 1, 2, 3, 4, 5, 6})
 	f.Add([]byte{1, 1, 1, 255, 255, 255, 0, 0, 2, 2, 3, 3})
@@ -88,12 +102,14 @@ func FuzzOps(f *testing.F) {
 		}
 		p := l.st.Load().params
 		m := newModel(p, 0)
+		g := newGCRA(p)
 		eps := 4 / float64(p.k)
-		var now int64
+		now := int64(ops[1]) * 7919 // a phase off the unit grid
 		var last Reservation
 		var lastN int
+		var beforeLast *gcra
 		for i := 3; i+1 < len(ops); i += 2 {
-			op, arg := ops[i]%4, ops[i+1]
+			op, arg := ops[i]%5, ops[i+1]
 			n := 1 + int(arg)%burst
 			switch op {
 			case 0: // advance
@@ -101,20 +117,29 @@ func FuzzOps(f *testing.F) {
 			case 1: // acquire
 				m.advance(now)
 				want := m.float()
-				if l.TryAcquire(now, n) == 0 {
+				w := l.TryAcquire(now, n)
+				g.check(t, i, now, n, w == 0)
+				if w == 0 {
 					if want < float64(n)-eps {
 						t.Fatalf("op %d: admitted %d with %.6f tokens", i, n, want)
 					}
 					m.tokens.Sub(m.tokens, new(big.Rat).SetInt64(int64(n)))
-				} else if want >= float64(n)+eps {
-					t.Fatalf("op %d: rejected %d with %.6f tokens", i, n, want)
+					g.take(now, n)
+				} else {
+					if want >= float64(n)+eps {
+						t.Fatalf("op %d: rejected %d with %.6f tokens", i, n, want)
+					}
+					g.checkWait(t, i, now, n, w)
 				}
 			case 2: // reserve, waiting at most arg/64 of a period
 				m.advance(now)
+				before := g.clone()
 				r, err := l.Reserve(now, n, time.Duration(int64(arg)*int64(period)/64))
 				if err == nil {
 					m.tokens.Sub(m.tokens, new(big.Rat).SetInt64(int64(n)))
-					last, lastN = r, n
+					g.checkWait(t, i, now, n, r.Delay().Nanoseconds())
+					g.take(now, n)
+					last, lastN, beforeLast = r, n, before
 				}
 			case 3: // cancel the last reservation
 				m.advance(now)
@@ -123,6 +148,14 @@ func FuzzOps(f *testing.F) {
 					if m.tokens.Cmp(m.burst) > 0 {
 						m.tokens.Set(m.burst)
 					}
+					g = beforeLast
+				}
+			case 4: // to 1 ns before, at or 1 ns after the exact instant of n permits
+				if g.tat == nil {
+					break // any reading admits
+				}
+				if f := g.firstReading(n) - 1 + int64(int(arg)/burst%3); f > now {
+					now = f
 				}
 			}
 			m.advance(now)
