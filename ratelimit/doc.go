@@ -17,13 +17,34 @@
 // configurations are the same thing in other words (see [Config]).
 //
 // Exactness: the emission interval is kept as an exact fraction (period/limit
-// nanoseconds, counted as a whole number of sub-nanosecond units, clock
-// readings converted exactly), so rounding never accumulates: over any window
-// of length W a limiter admits at most burst + rate·W + 1 permits, and the
-// n-th slot of a saturated limiter is n·period/limit rounded up to the
-// nanosecond for any n, however long it runs. Time never moves backwards: the TAT only grows, so a caller whose
-// now is older than other callers' cannot create credit (x/time/rate's
-// golang/go#71360); a stale now counts as an early arrival.
+// nanoseconds, counted as a whole number of units of 0.5 to 1 ns), so
+// rounding never accumulates. The reference is GCRA computed in exact
+// rational arithmetic with that interval, on the same ns readings:
+//
+//   - No admission ever comes before the instant the reference gives it,
+//     and every wait (TryAcquire, Reserve, Wait) ends at or after it. So
+//     over any window of length W a limiter admits at most
+//     burst + rate·W + 1 permits.
+//   - For a whole-ns interval (1e9/rate a whole number: 1, 10, 1000, 0.1 or
+//     2.5 per second; a Period that Limit divides) the limiter is the
+//     reference: the same admissions at the same readings, the same waits.
+//   - Otherwise an admission may come later than the reference, by less
+//     than one unit, so at most 1 ns: a reading that starts a new phase
+//     (the limiter was idle) puts the TAT on the unit grid, and when the
+//     reading falls between grid points the TAT goes to the next one,
+//     because the one below would admit some later permit early. For
+//     example, a full burst taken in several calls at that very reading
+//     may get its last permit only 1 ns later. A single 64-bit word cannot
+//     hold every phase of an interval like 1e9/3 ns over the whole clock
+//     range. The error does not grow: it is fixed when the phase starts
+//     and no later admission adds to it.
+//
+// Slots committed ahead (Reserve, Wait, a burst spent at once) keep their
+// phase: the n-th slot after a phase starting at 0 is n·period/limit
+// rounded up to the ns, for any n, however long it runs. Time never moves
+// backwards: the TAT only grows, so a caller whose now is older than other
+// callers' cannot create credit (x/time/rate's golang/go#71360); a stale
+// now counts as an early arrival.
 //
 // # Which method
 //
