@@ -81,7 +81,8 @@
 // # Cost
 //
 // On the path where the first attempt finishes before the delay, a call
-// costs one clock read (two with a percentile delay), a sync.Pool Get and
+// costs a ctx.Err() (an atomic load for the standard library's contexts),
+// one clock read (two with a percentile delay), a sync.Pool Get and
 // Put of the reusable call state, one watchdog Schedule and Cancel (a few
 // CASes), one CAS on the call's state, one histogram add and one atomic load
 // (percentile delay); no goroutine, no timer, no allocation per call. The

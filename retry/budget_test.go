@@ -541,3 +541,46 @@ func ratioBudget(ratio float64) func() Budget {
 		return b
 	}
 }
+
+// TestTokenBucketAtItsBounds: the bucket's one word holds its count in
+// milli-tokens, at most 1e12 (MaxTokens 1e9), far from any wrap of the
+// int64; at its largest size, and at its smallest (0.001 tokens), the count
+// stays in [0, MaxTokens] and the threshold is exact (retries allowed while
+// the count is above MaxTokens/2).
+func TestTokenBucketAtItsBounds(t *testing.T) {
+	big, err := NewTokenBucket(TokenBucketConfig{MaxTokens: 1e9, TokenRatio: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.OnSuccess(0) // full: stays full
+	if big.Tokens() != 1e9 || big.tokens.Load() != 1e12 {
+		t.Fatalf("full bucket: %v tokens (word %d)", big.Tokens(), big.tokens.Load())
+	}
+	big.tokens.Store(big.half + milli) // one token above the threshold
+	if !big.AllowRetry(0) {
+		t.Fatal("retry refused one token above half")
+	}
+	big.OnFailure(0)
+	if big.AllowRetry(0) || big.tokens.Load() != big.half {
+		t.Fatalf("at half: AllowRetry %v, word %d", big.AllowRetry(0), big.tokens.Load())
+	}
+	big.tokens.Store(milli / 2) // half a token: a failure empties it, no lower
+	big.OnFailure(0)
+	big.OnFailure(0)
+	if big.tokens.Load() != 0 || big.Tokens() != 0 {
+		t.Fatalf("empty bucket: word %d", big.tokens.Load())
+	}
+	tiny, err := NewTokenBucket(TokenBucketConfig{MaxTokens: 0.001, TokenRatio: 0.001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiny.OnFailure(0)
+	if tiny.tokens.Load() != 0 || tiny.AllowRetry(0) {
+		t.Fatalf("tiny bucket after a failure: word %d", tiny.tokens.Load())
+	}
+	tiny.OnSuccess(0)
+	tiny.OnSuccess(0)
+	if tiny.tokens.Load() != 1 || !tiny.AllowRetry(0) {
+		t.Fatalf("tiny bucket refilled: word %d, AllowRetry %v", tiny.tokens.Load(), tiny.AllowRetry(0))
+	}
+}

@@ -28,7 +28,9 @@
 // context.DeadlineExceeded and errors marked with [Permanent], unless
 // Config.ShouldRetry decides otherwise (a Permanent error is never retried).
 // The typed form [CallIf] adds a predicate on the result (retry on a 503
-// response).
+// response). A call whose context is already done runs nothing: [Policy.Do],
+// [Call] and [CallIf] return the context's error as it is, without touching
+// the budget, as package pipeline does.
 //
 // Budgets ([TokenBucket]: gRPC A6 retry throttling; [RatioBudget]: the SRE
 // book's retry ratio) are shared by every policy (and hedger) that calls the
@@ -79,8 +81,9 @@
 //
 // # Cost
 //
-// A first attempt that succeeds costs one comparison (err == nil), no
-// allocation, and no clock read unless Config.MaxDuration is set or a
+// A first attempt that succeeds costs a check of the context (ctx.Err(): an
+// atomic load for the standard library's contexts), one comparison (err ==
+// nil), no allocation, and no clock read unless Config.MaxDuration is set or a
 // [RatioBudget] is attached (it counts requests per time bucket). With a
 // [TokenBucket] it adds one atomic load (and an add only while the bucket is
 // not full). The attempt count, the last error and the backoff state live in

@@ -382,8 +382,8 @@ func (p *Policy) Sleep(ctx context.Context, delay int64) error {
 // Do calls fn until it succeeds, returns a non-retryable error, or a limit
 // stops the retries. It returns nil, fn's non-retryable error unchanged, or
 // an [*ExhaustedError] wrapping fn's last error. A first attempt that
-// succeeds costs one comparison, allocates nothing and reads no clock unless
-// MaxDuration or a RatioBudget needs it.
+// succeeds costs a ctx.Err() and one comparison, allocates nothing and reads
+// no clock unless MaxDuration or a RatioBudget needs it.
 //
 // A context that is already done runs nothing: Do returns ctx.Err() as it
 // is (not an [*ExhaustedError]) and the budget records nothing, as a
