@@ -133,8 +133,8 @@ func TestRedisHungReturnsAtTimeout(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			clock := rampart.NewManualTicker(1)
 			const timeout = 100 * time.Millisecond
-			l, err := New(Config{
-				Client: c, Limit: Limit{Rate: 100, Burst: 10}, Failure: mode, Replicas: 2,
+			l, err := New(Config{ // one event per minute comes back: the counts below are exact
+				Client: c, Limit: Limit{Rate: 1, Period: time.Minute, Burst: 10}, Failure: mode, Replicas: 2,
 				Timeout: timeout, BreakerFailures: 3, BreakerOpen: time.Second, Ticker: clock,
 			})
 			require.NoError(t, err)
