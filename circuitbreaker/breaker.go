@@ -39,15 +39,16 @@ func (*halfOpenFull) Unwrap() error { return ErrOpen }
 //	+----------------------+----------+----------+----------+----------+-------+
 //
 // The four 8-bit probe counters are those of the current half-open period;
-// they are zero in every other state. The probes recorded are admitted - in
-// flight (an Ignored probe gives back both), so the successes are admitted -
-// in flight - failed; slow counts the slow probes, failed or not (always 0
-// in Consecutive mode, where a slow call is a failure). Every transition adds one to the
-// generation and clears the counters, so a permit (which carries the word it
-// was admitted under) is current exactly when its generation and state
-// still match (keyMask). The generation wraps after 2^29 transitions,
-// skipping 0 so that the zero Permit is never current; a
-// permit would have to be held across a multiple of that to be mistaken.
+// they are zero in every other state. The probes recorded are admitted -
+// in flight (an Ignored probe gives back both), so the successes are
+// admitted - in flight - failed; slow counts the slow probes, failed or not
+// (always 0 in Consecutive mode, where a slow call is a failure). Every
+// transition adds one to the generation and clears the counters, so a
+// permit (which carries the word it was admitted under) is current exactly
+// when its generation and state still match (keyMask). The generation wraps
+// after 2^29 transitions, skipping 0 so that the zero Permit is never
+// current; a permit would have to be held across a multiple of that to be
+// mistaken.
 const (
 	stateBits  = 3
 	fieldBits  = 8
@@ -564,15 +565,16 @@ func (b *Breaker) recordProbe(w uint64, now int64, r Result, slow bool) {
 }
 
 const (
-	verdictOpen   = iota // undecided: the probes still to come can change the outcome
-	verdictClose         // the period closes whatever the probes still to come do
-	verdictReopen        // the period reopens whatever the probes still to come do
+	verdictUndecided = iota // undecided: the probes still to come can change the outcome
+	verdictClose            // the period closes whatever the probes still to come do
+	verdictReopen           // the period reopens whatever the probes still to come do
 )
 
 // probeVerdict decides a half-open period from its probe counters in w, as
-// soon as the HalfOpenProbes-recorded probes still to come can no longer
-// change the outcome (they are assumed all bad for closing, all good for
-// reopening). The rules (package doc, "Half-open"):
+// soon as the probes still to come (HalfOpenProbes minus those recorded)
+// can no longer change the outcome: it closes if it would close with all of
+// them failed and slow, reopens if it would reopen with all of them fast
+// successes. The rules (package doc, "Half-open"):
 //
 //   - HalfOpenSuccesses = 0, windowed modes: the period closes when the
 //     probes' failure rate is below FailureRateThreshold and, with a
@@ -619,7 +621,7 @@ func (b *Breaker) probeVerdict(w uint64) int {
 			return verdictClose
 		}
 	}
-	return verdictOpen
+	return verdictUndecided
 }
 
 // transition is the slow path of every state change, serialized by mu.

@@ -253,7 +253,7 @@ func (m *refBreaker) verdict() int {
 	case none:
 		return verdictReopen
 	}
-	return verdictOpen
+	return verdictUndecided
 }
 
 func (m *refBreaker) stats(now int64) Stats {
