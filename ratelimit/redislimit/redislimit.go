@@ -23,12 +23,14 @@
 // capacity in one round trip and spends them locally (one atomic CAS per
 // call), asking Redis again only when its lease is spent or older than
 // LeaseTTL (callers that find the lease empty while another is refilling it
-// wait for that one round trip rather than making their own). Leased events count against the shared limit when they are
-// taken, not when they are spent, so the bound above shifts by at most one
-// LeaseTTL: any window of length T admits at most
-// Burst + Rate·(T + LeaseTTL)/Period events across all replicas. Events left
-// in an expired lease are dropped, never returned: leases can only
-// under-admit, by at most L per replica per LeaseTTL.
+// wait for that one round trip rather than making their own, and if it fails
+// they take the Failure mode's decision with its error, so none waits longer
+// than one Timeout for Redis). Leased events count against the shared limit
+// when they are taken, not when they are spent, so the bound above shifts by
+// at most one LeaseTTL: any window of length T admits at most
+// Burst + Rate·(T + LeaseTTL)/Period events across all replicas. Events left in an
+// expired lease are dropped, never returned: leases can only under-admit, by
+// at most L per replica per LeaseTTL.
 //
 // # Failures
 //
@@ -40,10 +42,10 @@
 // within the client's ReadTimeout and its reply is dropped; events it took
 // in Redis are not spent (under-admission, never over-admission). A rampart
 // circuit breaker sits in front of Redis: after consecutive failures it
-// opens, and while it is open a decision costs no network call. When Redis cannot answer, the
-// Failure mode decides: FailOpen admits, FailClosed rejects (with
-// ErrUnavailable), FailLocal admits through an in-process limiter with this
-// replica's share of the limit (Limit / Replicas).
+// opens, and while it is open a decision costs no network call. When Redis
+// cannot answer, the Failure mode decides: FailOpen admits, FailClosed
+// rejects (with ErrUnavailable), FailLocal admits through an in-process
+// limiter with this replica's share of the limit (Limit / Replicas).
 package redislimit
 
 import (
@@ -415,20 +417,21 @@ type scriptReply struct {
 }
 
 // roundTrip runs the script and returns when it answers or when ctx ends,
-// whichever comes first. The client may not honour ctx's deadline:
-// go-redis v9 ignores context deadlines on socket reads unless
-// Options.ContextTimeoutEnabled is set (a read then waits for ReadTimeout, 5 s
-// by default, and any retries), and with ReadTimeout -1 or -2 it sets no read
-// deadline at all. So the script runs on a goroutine of its own and the
+// whichever comes first. The client may not honour ctx's deadline: go-redis
+// v9 ignores context deadlines on socket reads unless
+// Options.ContextTimeoutEnabled is set (a read then waits for ReadTimeout,
+// 5 s by default, and any retries), and with ReadTimeout -1 or -2 it sets no
+// read deadline at all. So the script runs on a goroutine of its own and the
 // caller waits for it only until ctx ends; this one goroutine and its reply
 // channel are the cost of a Timeout that holds for every client, next to the
 // round trip itself and go-redis' own allocations. The goroutine still gets
 // ctx, so a client that does honour it stops at the deadline too; one that
 // does not finishes the call in the background, bounded by its own
-// ReadTimeout, and its late reply is dropped: the decision was already made
-// by the Failure mode and the breaker has recorded the timeout, so nothing is
-// counted twice. Events such a late script run granted in Redis are never
-// spent (under-admission only).
+// ReadTimeout (at most the client's pool size of them at once: waiting for a
+// pooled connection, and dialling one, do honour ctx), and its late reply is
+// dropped: the decision was already made by the Failure mode and the breaker
+// has recorded the timeout, so nothing is counted twice. Events such a late
+// script run granted in Redis are never spent (under-admission only).
 func (l *Limiter) roundTrip(ctx context.Context, full, iv, burst string, want, need int) ([]int64, error) {
 	done := make(chan scriptReply, 1) // buffered: a reply nobody waits for any more never blocks the goroutine
 	go func() {
