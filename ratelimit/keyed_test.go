@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -137,4 +138,30 @@ func TestAllocsKeyedExisting(t *testing.T) {
 			panic("admitted")
 		}
 	}))
+}
+
+// TestKeyedTATStaysBelowEvictedAtTheReadingCap: at readings up to and past
+// the cap of the reading range, a key's full burst leaves its TAT below the
+// evicted marker (a TAT equal to it would read as a removed cell), the key
+// keeps its one slot through a Sweep, and the next permit is refused; n
+// outside [1, burst], down to math.MinInt, is refused without a cell.
+func TestKeyedTATStaysBelowEvictedAtTheReadingCap(t *testing.T) {
+	for _, c := range capConfigs {
+		c.Burst = 3
+		probe := mustKeyed(t, KeyedConfig{Config: c})
+		for _, now := range capReadings(&probe.p) {
+			k := mustKeyed(t, KeyedConfig{Config: c, MaxKeys: 2})
+			for _, n := range []int{math.MinInt, -1, 0, 4, math.MaxInt} {
+				require.Equal(t, Never, k.TryAcquire("a", now, n), "n=%d", n)
+			}
+			require.Zero(t, k.Len(), "an invalid n made a key")
+			require.Zero(t, k.TryAcquire("a", now, 3), "%+v at %d: a full burst", c, now)
+			v, ok := k.m.Load("a")
+			require.True(t, ok)
+			require.Less(t, v.(*cell).tat.Load(), evicted, "%+v at %d", c, now)
+			require.Zero(t, k.Sweep(now), "an active key evicted")
+			require.Equal(t, 1, k.Len())
+			require.NotZero(t, k.TryAcquire("a", now, 1), "%+v at %d: beyond the burst", c, now)
+		}
+	}
 }

@@ -550,3 +550,57 @@ func BenchmarkTryAcquire(b *testing.B) {
 		})
 	}
 }
+
+// capConfigs are intervals of every kind for the tests at the top of the
+// TAT's domain: whole ns (1 s, 7 ns), and not (1e9/3, 10/3 ns).
+var capConfigs = []Config{
+	{Limit: 1, Period: time.Second}, {Rate: 1e9 / 7}, {Rate: 3}, {Limit: 3, Period: 10},
+}
+
+// capReadings are the readings around the cap of the reading range
+// (maxUnits units) for params p, and the largest int64.
+func capReadings(p *params) []int64 {
+	c := p.earliest(maxUnits) // the first reading counted as the last unit
+	return []int64{c - 2, c - 1, c, c + 1, math.MaxInt64}
+}
+
+// TestTATStaysBelowRetiredAtTheReadingCap: at readings up to and past the
+// cap, a full burst then reservations as far ahead as allowed (maxReserve)
+// leave every TAT below retired (which would read as a state being
+// replaced), never wrap TimeToAct, and end in a rejection; n outside
+// [1, burst], down to math.MinInt, is refused without touching the word.
+func TestTATStaysBelowRetiredAtTheReadingCap(t *testing.T) {
+	for _, c := range capConfigs {
+		probe := mustNew(t, c)
+		p := probe.st.Load().params
+		c.Burst = int(maxTau / p.k / 4) // a reservation commits a quarter of maxReserve
+		for _, now := range capReadings(&p) {
+			c.Ticker = rampart.NewManualTicker(0)
+			l := mustNew(t, c)
+			s := l.st.Load()
+			for _, n := range []int{math.MinInt, -1, 0, c.Burst + 1, math.MaxInt} {
+				require.Equal(t, Never, l.TryAcquire(now, n), "n=%d", n)
+				require.False(t, l.AllowN(now, n), "n=%d", n)
+				_, err := l.Reserve(now, n, time.Duration(math.MaxInt64))
+				require.ErrorIs(t, err, ErrInvalidN, "n=%d", n)
+			}
+			require.Equal(t, int64(math.MinInt64/2), s.tat.Load(), "invalid n touched the TAT")
+			require.True(t, l.AllowN(now, c.Burst), "%+v at %d: a full burst", c, now)
+			rejected := false
+			for i := 0; i < 10 && !rejected; i++ {
+				r, err := l.Reserve(now, c.Burst, time.Duration(math.MaxInt64))
+				if err != nil {
+					require.ErrorIs(t, err, ErrLimited)
+					rejected = true
+					continue
+				}
+				require.GreaterOrEqual(t, r.TimeToAct(), now, "TimeToAct wrapped")
+				require.Less(t, s.tat.Load(), retired, "%+v at %d: TAT reached retired", c, now)
+			}
+			require.True(t, rejected, "%+v at %d: reservations without end", c, now)
+			require.Less(t, s.tat.Load(), retired)
+			require.False(t, l.AllowN(now, 1))
+			require.NotZero(t, l.TryAcquire(now, 1))
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -95,4 +96,37 @@ func TestAllocsSharded(t *testing.T) {
 			panic("rejected")
 		}
 	}))
+}
+
+// TestShardedAtTheReadingCap: at readings up to and past the cap of the
+// reading range, K shards admit at most K shard bursts, every shard's TAT
+// stays below retired, and n outside [1, shard burst], down to
+// math.MinInt, is refused with Never.
+func TestShardedAtTheReadingCap(t *testing.T) {
+	for _, c := range capConfigs {
+		if c.Limit == 1 {
+			c.Limit = 2 // two shards of 1 per 2 s
+		}
+		c.Burst = 4
+		probe, err := NewSharded(ShardedConfig{Config: c, Shards: 2})
+		require.NoError(t, err)
+		for _, now := range capReadings(&probe.shards[0].st.Load().params) {
+			s, err := NewSharded(ShardedConfig{Config: c, Shards: 2})
+			require.NoError(t, err)
+			for _, n := range []int{math.MinInt, -1, 0, 3, math.MaxInt} {
+				require.Equal(t, Never, s.TryAcquire(now, n), "n=%d", n)
+			}
+			admitted := 0
+			for range 20 {
+				if s.AllowN(now, 1) {
+					admitted++
+				}
+			}
+			require.LessOrEqual(t, admitted, 4, "%+v at %d", c, now)
+			require.GreaterOrEqual(t, admitted, 2, "%+v at %d: at least one shard's burst", c, now)
+			for i, l := range s.shards {
+				require.Less(t, l.st.Load().tat.Load(), retired, "%+v at %d: shard %d", c, now, i)
+			}
+		}
+	}
 }
