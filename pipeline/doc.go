@@ -43,7 +43,11 @@
 //     the call only, not admission, and so that the concurrency permit is
 //     released only when the call has really returned: a timeout here is a
 //     deadline the callee honours, never an abandoned goroutine that would
-//     still hold the dependency while its permit is reused. A timed-out
+//     still hold the dependency while its permit is reused. The pipeline
+//     uses the timeout's Start and Finish, which never abandon, whatever
+//     the Timeout's abandon settings (MaxAbandoned, Workers, OnAbandon
+//     configure timeout.DoAbandon, which a pipeline never calls);
+//     abandoning is not available inside a pipeline. A timed-out
 //     attempt is recorded as a failure by the breaker and the adaptive limit,
 //     and each retry gets a fresh deadline; the caller's context bounds the
 //     whole call, retries and sleeps included.

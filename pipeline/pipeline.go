@@ -74,9 +74,13 @@ type Config struct {
 	// deadline; in deadline mode otherwise, its deadline fired before it
 	// returned (the watchdog's verdict, within one tick: see package doc). Package retry's default
 	// classifier does not retry context.DeadlineExceeded: set its
-	// ShouldRetry to retry timed-out attempts. Abandon mode is refused:
-	// it would release the concurrency permit while the abandoned work
-	// still runs (use timeout.DoAbandon with the bulkhead's Exit instead).
+	// ShouldRetry to retry timed-out attempts. A pipeline never abandons
+	// an attempt (it uses the timeout's Start and Finish, on the caller's
+	// goroutine), whatever the Timeout's abandon settings: abandoning would
+	// release the concurrency permit while the abandoned work still runs.
+	// Abandoning is not available inside a pipeline: for a callee that
+	// ignores its context, call timeout.DoAbandon outside one, with a
+	// bulkhead's Exit as onDone.
 	Timeout *timeout.Timeout
 
 	// Hedge, innermost, starts extra attempts of a slow call (after its
@@ -221,10 +225,6 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	p.mayWait = (cfg.Bulkhead != nil && cfg.Bulkhead.MayWait()) || (cfg.Adaptive != nil && cfg.Adaptive.MayWait())
 	if cfg.Timeout != nil {
-		if cfg.Timeout.Mode() == timeout.ModeAbandon {
-			return nil, rampart.NewConfigError("pipeline", "Timeout",
-				"is in abandon mode, which would release the attempt's permits while the abandoned work still runs; use deadline or soft mode")
-		}
 		add("Timeout", cfg.Timeout.Ticker())
 		p.toErr = cfg.Timeout.Err()
 		p.needT0 = true // the deadline counts from t0

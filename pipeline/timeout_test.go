@@ -136,10 +136,41 @@ func TestTimeoutRetriedWithFreshDeadlineWhenShouldRetrySaysSo(t *testing.T) {
 	require.Equal(t, 2, n)
 }
 
-func TestTimeoutAbandonModeRefused(t *testing.T) {
-	to := newTimeout(t, nil, time.Second, timeout.ModeAbandon)
-	_, err := pipeline.New(pipeline.Config{Timeout: to})
-	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+// TestTimeoutNeverAbandons: a pipeline's timeout never abandons, even one
+// configured for abandoning use (MaxAbandoned, Workers, OnAbandon set, for
+// its DoAbandon callers): an attempt whose fn ignores its context runs on
+// the caller's goroutine until fn returns, holding its bulkhead permit,
+// and then is a timeout; nothing is abandoned or handed to a worker.
+func TestTimeoutNeverAbandons(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewNanoTicker() // inside the bubble: follows its fake clock
+		bh, err := bulkhead.New(bulkhead.Config{Max: 1, Name: "bh", Ticker: tick})
+		require.NoError(t, err)
+		var onAbandon int
+		to, err := timeout.New(timeout.Config{Name: "to", Duration: 100 * time.Millisecond, Ticker: tick, Tick: time.Millisecond,
+			MaxAbandoned: 10, Workers: 2, OnAbandon: func(int64) { onAbandon++ }})
+		require.NoError(t, err)
+		defer to.Close()
+		p, err := pipeline.New(pipeline.Config{Bulkhead: bh, Timeout: to})
+		require.NoError(t, err)
+
+		start := time.Now()
+		var inFlight int64
+		err = p.Do(context.Background(), func(context.Context) error {
+			time.Sleep(300 * time.Millisecond) // ignores its context
+			inFlight = bh.Stats().InFlight
+			return nil
+		})
+		require.ErrorIs(t, err, timeout.ErrTimeout)
+		require.Equal(t, 300*time.Millisecond, time.Since(start), "the attempt ended when fn did")
+		require.Equal(t, int64(1), inFlight, "the permit was held until fn returned")
+		require.Equal(t, int64(0), bh.Stats().InFlight)
+		st := to.Stats()
+		require.Equal(t, uint64(1), st.Timeouts)
+		require.Zero(t, st.AbandonedTotal)
+		require.Zero(t, st.Workers, "no worker was started")
+		require.Zero(t, onAbandon)
+	})
 }
 
 func TestTimeoutPanicReleases(t *testing.T) {

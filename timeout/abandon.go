@@ -11,7 +11,7 @@ import (
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
 
-// job is the state of one abandon-mode call. Most jobs live in a worker
+// job is the state of one DoAbandon call. Most jobs live in a worker
 // slot of the Timeout's pool (see workerPool) and are reused by the next
 // call that takes the slot; a call that finds no slot uses a job from
 // t.jobs (a sync.Pool) and a goroutine of its own. The job's channels are
@@ -78,7 +78,7 @@ func (t *Timeout) getJob() *job {
 	return &job{sig: make(chan uint8, 2)}
 }
 
-// Fire is the watchdog's callback for an abandon-mode call: end the
+// Fire is the watchdog's callback for a DoAbandon call: end the
 // callee's context and wake the caller.
 func (j *job) Fire(uint64) {
 	j.c.cancel(endFired)
@@ -165,7 +165,9 @@ func (j *job) clear() {
 
 // DoAbandon calls fn on another goroutine with a deadline context and
 // returns when fn returns, at the deadline (within one watchdog tick), or
-// when ctx is done, whichever comes first, whatever t's Mode. When it
+// when ctx is done, whichever comes first, whatever t's Mode: it is the
+// entry point for a callee that may ignore its context (Do and Call never
+// abandon). When it
 // returns before fn, fn is abandoned: it keeps running with its context
 // done, and onDone (if not nil) runs on fn's goroutine when fn returns.
 // Otherwise onDone runs before DoAbandon returns. So onDone runs exactly
@@ -193,14 +195,22 @@ func (j *job) clear() {
 // leave its goroutine in a state that the next call would inherit
 // (runtime.LockOSThread without UnlockOSThread, pprof goroutine labels).
 // When every worker slot is busy, or after Close, the call starts a
-// goroutine of its own, as before.
+// goroutine of its own.
 //
-// Costs, with an idle worker: the context (the only allocation of its own;
-// fn runs on another goroutine, so it escapes, and a closure that captures
-// variables is allocated too: two in all), a pop and a push on the idle
-// stack (a CAS each), a watchdog slot, one channel send to wake the worker
-// and one to wake the caller back. See the package documentation for
-// measured figures.
+// The deadline is the same in both modes. A soft-mode Timeout has no
+// watchdog (its Do and Start cancel nothing), so DoAbandon times each of
+// its calls with a runtime timer instead (counted in Stats.Fallbacks:
+// three allocations more, the timer, its callback and the context's slow
+// state); build the Timeout in deadline mode for calls that are mostly
+// DoAbandon.
+//
+// Costs, on a deadline-mode Timeout with an idle worker: the context (the
+// only allocation of its own; fn runs on another goroutine and may outlive
+// the call, so it escapes, and a closure that captures variables is
+// allocated too: two in all), a pop and a push on the idle stack (a CAS
+// each), a watchdog slot, one channel send to wake the worker and one to
+// wake the caller back. See the package documentation for measured
+// figures.
 func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) error, onDone func()) error {
 	if n := t.abandoned.Load(); n >= t.maxAband {
 		return t.reject(n, onDone)

@@ -19,7 +19,7 @@ import (
 func TestAbandonReturnsAtDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var abandonedN []int64
-		tm := newT(t, Config{Duration: 10 * time.Millisecond, Mode: ModeAbandon,
+		tm := newT(t, Config{Duration: 10 * time.Millisecond,
 			OnAbandon: func(n int64) { abandonedN = append(abandonedN, n) }})
 		release := make(chan struct{})
 		var released atomic.Int32
@@ -48,14 +48,14 @@ func TestAbandonReturnsAtDeadline(t *testing.T) {
 
 func TestAbandonFastPath(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: 10 * time.Millisecond, Mode: ModeAbandon})
+		tm := newT(t, Config{Duration: 10 * time.Millisecond})
 		boom := errors.New("boom")
 		var released atomic.Int32
 		onDone := func() { released.Add(1) }
 		require.NoError(t, tm.DoAbandon(t.Context(), func(context.Context) error { return nil }, onDone))
 		require.Equal(t, int32(1), released.Load(), "onDone runs before returning when fn ended")
-		require.Same(t, boom, tm.Do(t.Context(), func(context.Context) error { return boom }))
-		v, err := Call(t.Context(), tm, func(context.Context) (string, error) { return "x", nil })
+		require.Same(t, boom, tm.DoAbandon(t.Context(), func(context.Context) error { return boom }, nil))
+		v, err := CallAbandon(t.Context(), tm, func(context.Context) (string, error) { return "x", nil }, nil)
 		require.NoError(t, err)
 		require.Equal(t, "x", v)
 		// A callee that honours the context: not abandoned, but timed out.
@@ -66,7 +66,7 @@ func TestAbandonFastPath(t *testing.T) {
 		require.Equal(t, int64(0), tm.Stats().Abandoned)
 		// Call's value of an abandoned call is lost.
 		release := make(chan struct{})
-		v, err = Call(t.Context(), tm, func(context.Context) (string, error) { <-release; return "late", nil })
+		v, err = CallAbandon(t.Context(), tm, func(context.Context) (string, error) { <-release; return "late", nil }, nil)
 		require.ErrorIs(t, err, ErrTimeout)
 		require.Equal(t, "", v)
 		close(release)
@@ -76,7 +76,7 @@ func TestAbandonFastPath(t *testing.T) {
 
 func TestAbandonParentCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon})
+		tm := newT(t, Config{Duration: time.Hour})
 		parent, cancel := context.WithCancel(t.Context())
 		release := make(chan struct{})
 		var released atomic.Int32
@@ -106,12 +106,12 @@ func TestAbandonParentCancel(t *testing.T) {
 func TestAbandonBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var rejectedN []int64
-		tm := newT(t, Config{Duration: 10 * time.Millisecond, Mode: ModeAbandon, MaxAbandoned: 3, Name: "dep",
+		tm := newT(t, Config{Duration: 10 * time.Millisecond, MaxAbandoned: 3, Name: "dep",
 			OnRejected: func(n int64) { rejectedN = append(rejectedN, n) }})
 		hang := make(chan struct{})
 		var released atomic.Int32
 		onDone := func() { released.Add(1) }
-		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil })) // starts the watchdog and a worker
+		require.NoError(t, tm.DoAbandon(t.Context(), func(context.Context) error { return nil }, nil)) // starts the watchdog and a worker
 		synctest.Wait()
 		require.Equal(t, int64(1), tm.Stats().Workers, "the worker is parked for the next call")
 		base := bubbleGoroutines() - 1 // without the idle worker
@@ -134,7 +134,7 @@ func TestAbandonBounded(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, int32(4), released.Load())
 		require.Equal(t, base+3, bubbleGoroutines(), "the workers of the ended calls are parked")
-		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil }))
+		require.NoError(t, tm.DoAbandon(t.Context(), func(context.Context) error { return nil }, nil))
 		synctest.Wait()
 		require.Equal(t, base+3, bubbleGoroutines(), "and reused")
 		// Idle workers exit after one to two idle periods.
@@ -142,7 +142,7 @@ func TestAbandonBounded(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, int64(0), tm.Stats().Workers)
 		require.Equal(t, base-1, bubbleGoroutines(), "the workers and the idle watchdog exited")
-		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil }))
+		require.NoError(t, tm.DoAbandon(t.Context(), func(context.Context) error { return nil }, nil))
 		require.Equal(t, int64(1), tm.Stats().Workers, "a call after the idle exit starts a worker again")
 	})
 }
@@ -151,7 +151,7 @@ func TestAbandonBounded(t *testing.T) {
 // their function instead of abandoning it.
 func TestAbandonBoundStrict(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: 10 * time.Millisecond, Mode: ModeAbandon, MaxAbandoned: 2})
+		tm := newT(t, Config{Duration: 10 * time.Millisecond, MaxAbandoned: 2})
 		hang := make(chan struct{})
 		var wg sync.WaitGroup
 		var maxSeen atomic.Int64
@@ -160,7 +160,7 @@ func TestAbandonBoundStrict(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := tm.Do(context.Background(), func(context.Context) error { <-hang; return nil })
+				err := tm.DoAbandon(context.Background(), func(context.Context) error { <-hang; return nil }, nil)
 				require.ErrorIs(t, err, ErrTimeout)
 				returned.Add(1)
 			}()
@@ -181,7 +181,7 @@ func TestAbandonBoundStrict(t *testing.T) {
 
 func TestAbandonPanicAndGoexit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon})
+		tm := newT(t, Config{Duration: time.Hour})
 		var released atomic.Int32
 		require.PanicsWithValue(t, "boom", func() {
 			tm.DoAbandon(t.Context(), func(context.Context) error { panic("boom") }, func() { released.Add(1) })
@@ -207,7 +207,7 @@ func TestAbandonStress(t *testing.T) {
 	// short idle period, so that the reaper runs amid the calls.
 	defer func(d time.Duration) { workerIdle = d }(workerIdle)
 	workerIdle = 200 * time.Microsecond
-	tm, err := New(Config{Duration: 100 * time.Microsecond, Mode: ModeAbandon, Watchdog: wd, MaxAbandoned: 16, Workers: 4})
+	tm, err := New(Config{Duration: 100 * time.Microsecond, Watchdog: wd, MaxAbandoned: 16, Workers: 4})
 	require.NoError(t, err)
 	defer tm.Close()
 	var started, ended atomic.Int64
@@ -254,39 +254,42 @@ func TestAllocsAbandon(t *testing.T) {
 	if israce.Enabled {
 		t.Skip("allocation counts differ under -race")
 	}
-	tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon})
+	tm := newT(t, Config{Duration: time.Hour})
 	fn := func(context.Context) error { return nil }
-	tm.Do(context.Background(), fn)
-	n := testing.AllocsPerRun(1000, func() { tm.Do(context.Background(), fn) })
-	require.Equal(t, 1.0, n, "abandon mode: the context (the worker and its job are reused)")
+	tm.DoAbandon(context.Background(), fn, nil)
+	n := testing.AllocsPerRun(1000, func() { tm.DoAbandon(context.Background(), fn, nil) })
+	require.Equal(t, 1.0, n, "DoAbandon: the context (the worker and its job are reused)")
 	// A call that finds every worker busy starts a goroutine (its closure)
 	// with a pooled job: two.
-	t1 := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon, Workers: 1})
+	t1 := newT(t, Config{Duration: time.Hour, Workers: 1})
 	hang := make(chan struct{})
 	done := make(chan struct{})
-	go func() { t1.Do(context.Background(), func(context.Context) error { <-hang; return nil }); close(done) }()
+	go func() {
+		t1.DoAbandon(context.Background(), func(context.Context) error { <-hang; return nil }, nil)
+		close(done)
+	}()
 	for t1.Stats().Workers != 1 {
 		runtime.Gosched()
 	}
-	t1.Do(context.Background(), fn)
-	n = testing.AllocsPerRun(1000, func() { t1.Do(context.Background(), fn) })
+	t1.DoAbandon(context.Background(), fn, nil)
+	n = testing.AllocsPerRun(1000, func() { t1.DoAbandon(context.Background(), fn, nil) })
 	close(hang)
 	<-done
-	require.Equal(t, 2.0, n, "abandon mode, every worker busy: the context and the goroutine's closure")
+	require.Equal(t, 2.0, n, "DoAbandon, every worker busy: the context and the goroutine's closure")
 }
 
 // TestWorkersReused: sequential calls hand their function to the same
 // parked worker; no goroutine is started per call.
 func TestWorkersReused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon})
+		tm := newT(t, Config{Duration: time.Hour})
 		fn := func(context.Context) error { return nil }
-		require.NoError(t, tm.Do(t.Context(), fn))
+		require.NoError(t, tm.DoAbandon(t.Context(), fn, nil))
 		synctest.Wait()
 		base := bubbleGoroutines()
 		var gids []uint64
 		for range 20 {
-			require.NoError(t, tm.Do(t.Context(), func(context.Context) error { gids = append(gids, goid()); return nil }))
+			require.NoError(t, tm.DoAbandon(t.Context(), func(context.Context) error { gids = append(gids, goid()); return nil }, nil))
 			require.Equal(t, base, bubbleGoroutines())
 		}
 		for _, g := range gids {
@@ -317,7 +320,7 @@ func goid() uint64 {
 // every worker is busy.
 func TestWorkersAbandonedSlotNotReused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: 10 * time.Millisecond, Mode: ModeAbandon, Workers: 1})
+		tm := newT(t, Config{Duration: 10 * time.Millisecond, Workers: 1})
 		hang := make(chan struct{})
 		var order []string
 		keptCh := make(chan context.Context, 1)
@@ -362,14 +365,14 @@ func TestWorkersAbandonedSlotNotReused(t *testing.T) {
 // call.
 func TestWorkersBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon, Workers: 2})
+		tm := newT(t, Config{Duration: time.Hour, Workers: 2})
 		hang := make(chan struct{})
 		var wg sync.WaitGroup
 		for range 5 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				require.NoError(t, tm.Do(t.Context(), func(context.Context) error { <-hang; return nil }))
+				require.NoError(t, tm.DoAbandon(t.Context(), func(context.Context) error { <-hang; return nil }, nil))
 			}()
 		}
 		synctest.Wait()
@@ -386,17 +389,17 @@ func TestWorkersBound(t *testing.T) {
 // after Close still work (a goroutine each).
 func TestWorkersClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: 10 * time.Millisecond, Mode: ModeAbandon})
+		tm := newT(t, Config{Duration: 10 * time.Millisecond})
 		fn := func(context.Context) error { return nil }
 		var wg sync.WaitGroup
 		for range 3 { // three idle workers
 			wg.Add(1)
-			go func() { defer wg.Done(); require.NoError(t, tm.Do(t.Context(), fn)) }()
+			go func() { defer wg.Done(); require.NoError(t, tm.DoAbandon(t.Context(), fn, nil)) }()
 		}
 		wg.Wait()
 		synctest.Wait()
 		hang := make(chan struct{})
-		require.ErrorIs(t, tm.Do(t.Context(), func(context.Context) error { <-hang; return nil }), ErrTimeout)
+		require.ErrorIs(t, tm.DoAbandon(t.Context(), func(context.Context) error { <-hang; return nil }, nil), ErrTimeout)
 		n := tm.Stats().Workers
 		require.GreaterOrEqual(t, n, int64(1))
 		base := bubbleGoroutines() - int(n) - 1 // without the workers and the watchdog
@@ -409,16 +412,16 @@ func TestWorkersClose(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, int64(0), tm.Stats().Workers, "the busy worker exits when its call ends")
 		require.Equal(t, base, bubbleGoroutines())
-		require.NoError(t, tm.Do(t.Context(), fn))
+		require.NoError(t, tm.DoAbandon(t.Context(), fn, nil))
 		synctest.Wait()
 		require.Equal(t, base, bubbleGoroutines(), "after Close a call's goroutine exits with it")
 		require.Equal(t, int64(0), tm.Stats().Workers)
 
 		// Close before any DoAbandon: calls still work, on goroutines of
 		// their own.
-		t2 := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon})
+		t2 := newT(t, Config{Duration: time.Hour})
 		require.NoError(t, t2.Close())
-		require.NoError(t, t2.Do(t.Context(), fn))
+		require.NoError(t, t2.DoAbandon(t.Context(), fn, nil))
 		synctest.Wait()
 		require.Equal(t, int64(0), t2.Stats().Workers)
 	})
@@ -430,12 +433,12 @@ func TestWorkersClose(t *testing.T) {
 func TestWorkersCloseCountsOut(t *testing.T) {
 	for range 200 {
 		synctest.Test(t, func(t *testing.T) {
-			tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon, Workers: 8})
+			tm := newT(t, Config{Duration: time.Hour, Workers: 8})
 			fn := func(context.Context) error { return nil }
 			var wg sync.WaitGroup
 			for range 8 {
 				wg.Add(1)
-				go func() { defer wg.Done(); require.NoError(t, tm.Do(t.Context(), fn)) }()
+				go func() { defer wg.Done(); require.NoError(t, tm.DoAbandon(t.Context(), fn, nil)) }()
 			}
 			wg.Wait()
 			synctest.Wait()
@@ -450,28 +453,28 @@ func TestWorkersCloseCountsOut(t *testing.T) {
 // slot gets a new one.
 func TestWorkersPanicAndGoexit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: time.Hour, Mode: ModeAbandon, Workers: 1})
+		tm := newT(t, Config{Duration: time.Hour, Workers: 1})
 		fn := func(context.Context) error { return nil }
-		require.NoError(t, tm.Do(t.Context(), fn))
+		require.NoError(t, tm.DoAbandon(t.Context(), fn, nil))
 		synctest.Wait()
 		base := bubbleGoroutines()
 		require.PanicsWithValue(t, "boom", func() {
-			tm.Do(t.Context(), func(context.Context) error { panic("boom") })
+			tm.DoAbandon(t.Context(), func(context.Context) error { panic("boom") }, nil)
 		})
 		synctest.Wait()
 		require.Equal(t, base, bubbleGoroutines(), "the worker survived the panic")
-		require.NoError(t, tm.Do(t.Context(), fn))
+		require.NoError(t, tm.DoAbandon(t.Context(), fn, nil))
 		require.Equal(t, int64(1), tm.Stats().Workers)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			tm.Do(t.Context(), func(context.Context) error { runtime.Goexit(); return nil })
+			tm.DoAbandon(t.Context(), func(context.Context) error { runtime.Goexit(); return nil }, nil)
 		}()
 		<-done
 		synctest.Wait()
 		require.Equal(t, base-1, bubbleGoroutines(), "the worker ended with its Goexit")
 		require.Equal(t, int64(0), tm.Stats().Workers)
-		require.NoError(t, tm.Do(t.Context(), fn))
+		require.NoError(t, tm.DoAbandon(t.Context(), fn, nil))
 		synctest.Wait()
 		require.Equal(t, base, bubbleGoroutines(), "the slot got a new goroutine")
 		require.Equal(t, int64(1), tm.Stats().Workers)
@@ -483,13 +486,16 @@ func TestWorkersPanicAndGoexit(t *testing.T) {
 func TestWorkersIdleExitRealTime(t *testing.T) {
 	defer func(d time.Duration) { workerIdle = d }(workerIdle)
 	workerIdle = time.Millisecond
-	tm, err := New(Config{Duration: time.Hour, Mode: ModeAbandon, Tick: time.Millisecond})
+	tm, err := New(Config{Duration: time.Hour, Tick: time.Millisecond})
 	require.NoError(t, err)
 	defer tm.Close() // its own watchdog only
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)
-		go func() { defer wg.Done(); tm.Do(context.Background(), func(context.Context) error { return nil }) }()
+		go func() {
+			defer wg.Done()
+			tm.DoAbandon(context.Background(), func(context.Context) error { return nil }, nil)
+		}()
 	}
 	wg.Wait()
 	require.GreaterOrEqual(t, tm.Stats().Workers, int64(1))

@@ -57,7 +57,7 @@ type afterFuncer interface {
 	AfterFunc(func()) func() bool
 }
 
-// ctx is the context handed to the callee in deadline and abandon modes. A
+// ctx is the context handed to the callee in deadline mode and by DoAbandon. A
 // fresh one is allocated per call (one 64-byte object) and never reused: a
 // callee may keep it, and a kept context stays done with the same error
 // forever.
@@ -277,7 +277,7 @@ func (c *ctx) closeLocked(s *ctxSlow) (afters map[*afterEntry]struct{}, stop fun
 	afters, s.afters = s.afters, nil
 	stop, s.stopWatch = s.stopWatch, nil
 	// A fallback timer is stopped by unwatch (Finish), never here: its
-	// Stop result tells abandon mode whether a wake token is coming.
+	// Stop result tells DoAbandon whether a wake token is coming.
 	return afters, stop
 }
 

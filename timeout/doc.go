@@ -3,54 +3,79 @@
 //
 // Go cannot pre-empt a goroutine, so a timeout is either a deadline that the
 // callee honours (it watches its context) or work that the caller abandons.
-// A [Timeout] offers three modes ([Config].Mode):
+// A [Timeout] has two modes ([Config].Mode) for the first, and two entry
+// points of its own for the second:
 //
 //   - [ModeDeadline] (default): the function runs on the caller's goroutine
 //     with a context that is done at the deadline, when the parent is done,
 //     or when the call finishes. The call returns when the function does;
 //     the result is [ErrTimeout] if it ended after the deadline. One
-//     allocation per call of its own (the context object), no goroutine, no
-//     runtime timer; [Timeout.Do] and [Call] add the caller's closure (see
-//     Allocations).
+//     allocation per call (the context object), no goroutine, no runtime
+//     timer.
 //   - [ModeSoft]: classification only. The function gets the parent context
 //     unchanged, nothing is cancelled, and the call returns [ErrTimeout] if
-//     it ended after the deadline. No allocation of its own; [Timeout.Do]
-//     and [Call] add the caller's closure (see Allocations).
-//   - [ModeAbandon] (opt-in): the function runs on another goroutine, a
-//     worker that the Timeout keeps parked between calls (Config.Workers);
-//     the caller returns at the deadline even if the function does not, and
-//     the function keeps running, abandoned, with its context done. The
-//     number of abandoned functions is bounded (MaxAbandoned); the onDone
-//     hook of [Timeout.DoAbandon] runs only when the abandoned function has
-//     truly ended, which is when a bulkhead permit may be released, and
-//     the worker is reused only after that. One allocation per call of its
-//     own (the context), plus the caller's closure, and a hand-off to the
-//     worker and back (two goroutine wake-ups: the floor of any timeout
-//     that runs the function elsewhere).
+//     it ended after the deadline. No allocation.
+//   - Abandoning, on a Timeout of either mode: [Timeout.DoAbandon] and
+//     [CallAbandon] run the function on another goroutine, a worker that the
+//     Timeout keeps parked between calls (Config.Workers); the caller
+//     returns at the deadline even if the function does not, and the
+//     function keeps running, abandoned, with its context done. The number
+//     of abandoned functions is bounded (MaxAbandoned); the onDone hook
+//     runs only when the abandoned function has truly ended, which is when
+//     a bulkhead permit may be released, and the worker is reused only
+//     after that. The context and the caller's closure are allocated, and
+//     the call costs a hand-off to the worker and back (two goroutine
+//     wake-ups: the floor of any timeout that runs the function elsewhere).
+//
+// Abandoning is a choice at the call site, not a mode (as in Polly v8,
+// whose timeout strategy keeps only cooperative cancellation): [Timeout.Do],
+// [Call], [Timeout.Start] and [Timeout.Finish] never abandon, so a
+// function handed to them never outlives the call.
+//
+// # Which method to use
+//
+//   - [Timeout.Do] and [Call], for a callee that honours its context (a
+//     database driver, net/http, gRPC, anything that takes a
+//     context.Context and watches it): fn runs on the caller's goroutine
+//     and does not escape, so a closure that captures variables stays on
+//     the caller's stack. The call ends when fn does.
+//   - [Timeout.DoAbandon] and [CallAbandon], for a callee that does not (a
+//     legacy or CGo client, a blocking syscall) when the caller must get
+//     its time back at the deadline: fn may outlive the call, so fn
+//     escapes and its closure is allocated, and an abandoned call's result
+//     is lost. Release what the call holds (a bulkhead permit) in onDone,
+//     never after the call returns.
+//   - [Timeout.Start] and [Timeout.Finish], the primitives, for a caller
+//     that reads the clock itself; they take no function, so they cost only
+//     the context whatever the callee captures.
+//
+// Package pipeline uses the primitives, with its own clock readings, and
+// so never abandons:
+//
+//	ctx, h := t.Start(parent, now)   // deadline = now + Duration
+//	err := fn(ctx)
+//	err = t.Finish(h, end, err)      // exactly once, on every path
 //
 // # Allocations
 //
-// [Timeout.Do] and [Call] hand fn to a worker goroutine in abandon mode, so
-// the compiler must assume that fn escapes, in every mode: Go's escape
-// analysis gives a parameter one verdict per function, whichever branch
-// uses it, and a function that may hand fn to another goroutine cannot let
-// the caller keep fn's closure on its stack. A closure that captures
-// variables (the usual case: one that calls db.Query(ctx, q)) is therefore
-// allocated at each call, in every mode; a function value that captures
-// nothing (a top-level function) costs nothing. Measured per call with a
-// closure that captures two variables, created at the call:
+// Measured per call with a closure that captures two variables (a
+// dependency and a query), created at the call, the way callers write
+// them (TestAllocsCapturingClosure; go test -run Allocs ./timeout/):
 //
-//	mode       Do   Call   Start/Finish   DoAbandon
-//	soft       1    1      0              -
-//	deadline   2    2      1              -
-//	abandon    2    4      1              2
+//	mode       Do   Call   Start/Finish   DoAbandon   CallAbandon
+//	soft       0    0      0              5           7
+//	deadline   1    1      1              2           4
 //
-// Call in abandon mode adds a result box and the closure that fills it.
-// The primitives [Timeout.Start] and [Timeout.Finish] take no function, so
-// they cost only the context (none in soft mode) whatever the callee
-// captures: they are what package pipeline uses, and the path to take
-// where the closure's allocation matters. (A Done channel, when the callee
-// asks for it, costs two more in deadline and abandon modes.)
+// Do, Call and Start/Finish cost the context in deadline mode and nothing
+// in soft mode: fn does not escape from Do and Call. DoAbandon hands fn to
+// another goroutine, so fn escapes (Go's escape analysis gives a parameter
+// one verdict per function) and a capturing closure is allocated next to
+// the context; a function value that captures nothing (a top-level
+// function) costs nothing. CallAbandon adds a result box and the closure
+// that fills it. A soft-mode Timeout has no watchdog, so its DoAbandon
+// times the call with a runtime timer (three allocations more): build the
+// Timeout in deadline mode for DoAbandon. (A Done channel, when the callee
+// asks for it, costs two more in deadline mode and with DoAbandon.)
 //
 // # The watchdog
 //
@@ -78,9 +103,9 @@
 //
 // # The context contract
 //
-// The context handed to the callee in deadline and abandon modes is a fresh
-// object per call, never reused, so a callee that keeps it sees it stay done
-// with the same error forever. Deadline returns the wall-clock deadline (or
+// The context handed to the callee in deadline mode and by DoAbandon is a
+// fresh object per call, never reused, so a callee that keeps it sees it
+// stay done with the same error forever. Deadline returns the wall-clock deadline (or
 // the parent's, if earlier); Done is created on first use; Err is
 // context.DeadlineExceeded once the deadline fired, the parent's error if
 // the parent was done first, context.Canceled once the call finished first
@@ -99,28 +124,17 @@
 // breaker counting failures, a retry) thus see one consistent outcome for a
 // call that overran, whether or not the callee noticed its context.
 //
-// # Which method to use
-//
-// [Timeout.Do] and [Call] read the ticker themselves. Package pipeline uses
-// the primitives instead, with its own clock readings:
-//
-//	ctx, h := t.Start(parent, now)   // deadline = now + Duration
-//	err := fn(ctx)
-//	err = t.Finish(h, end, err)      // exactly once, on every path
-//
-// and [Timeout.DoAbandon] for abandon mode, with the bulkhead's release as
-// onDone.
-//
 // # Concurrency
 //
-// Abandon mode's workers: a fixed table of Config.Workers slots (allocated
+// DoAbandon's workers: a fixed table of Config.Workers slots (allocated
 // by the first DoAbandon), each a goroutine's home with its reused job
 // state, on two lock-free stacks (idle workers, slots without goroutine). A
 // call pops an idle worker and wakes it; a worker idle for one to two
 // seconds exits; Close stops the idle ones and waits for them. A call that
 // finds every worker busy (or comes after Close) starts a goroutine of its
-// own. Tests under testing/synctest must Close an abandon-mode Timeout
-// before the bubble ends (its idle workers are goroutines of the bubble).
+// own. Tests under testing/synctest must Close a Timeout that ran
+// DoAbandon before the bubble ends (its idle workers are goroutines of the
+// bubble).
 //
 // A Timeout is safe for concurrent use. The success path takes no lock:
 // in deadline mode it is one allocation (the context), a CAS to take a watchdog slot (the

@@ -38,10 +38,12 @@ func Example() {
 	// 42 <nil>
 }
 
-// Abandon mode with a bulkhead-style permit: the permit goes back only when
-// the abandoned work has really ended.
+// DoAbandon, for a callee that ignores its context, with a bulkhead-style
+// permit: the caller gets its time back at the deadline, and the permit
+// goes back only when the abandoned work has really ended. The Timeout is
+// an ordinary (deadline-mode) one: abandoning is chosen at the call site.
 func ExampleTimeout_DoAbandon() {
-	t, _ := timeout.New(timeout.Config{Duration: 10 * time.Millisecond, Mode: timeout.ModeAbandon, MaxAbandoned: 100})
+	t, _ := timeout.New(timeout.Config{Duration: 10 * time.Millisecond, MaxAbandoned: 100})
 	defer t.Close()
 	permits := make(chan struct{}, 1)
 	permits <- struct{}{}

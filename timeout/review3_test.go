@@ -35,7 +35,7 @@ func r3New(t *testing.T, cfg timeout.Config) *timeout.Timeout {
 	return to
 }
 
-// r3Abandon starts, on its own goroutine, an abandon-mode call whose fn
+// r3Abandon starts, on its own goroutine, a DoAbandon call whose fn
 // blocks until release is closed, and waits (synctest) until it has been
 // abandoned at its deadline.
 func r3Abandon(t *testing.T, to *timeout.Timeout, release <-chan struct{}) {
@@ -54,7 +54,7 @@ func r3Abandon(t *testing.T, to *timeout.Timeout, release <-chan struct{}) {
 // ("at once when the call is rejected").
 func TestReview3RejectedListenerGoexitRunsOnDone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		to := r3New(t, timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon, MaxAbandoned: 1,
+		to := r3New(t, timeout.Config{Duration: time.Second, MaxAbandoned: 1,
 			OnRejected: func(int64) { runtime.Goexit() }})
 		release := make(chan struct{})
 		r3Abandon(t, to, release)
@@ -78,7 +78,7 @@ func TestReview3RejectedListenerGoexitRunsOnDone(t *testing.T) {
 // panic is counted. A guard.
 func TestReview3RejectedListenerPanicRunsOnDone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		to := r3New(t, timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon, MaxAbandoned: 1,
+		to := r3New(t, timeout.Config{Duration: time.Second, MaxAbandoned: 1,
 			OnRejected: func(int64) { panic("listener") }})
 		release := make(chan struct{})
 		r3Abandon(t, to, release)
@@ -109,7 +109,7 @@ func TestReview3RejectedListenerPanicRunsOnDone(t *testing.T) {
 func TestReview3TimeoutListenerGoexitInCollectRunsOnDone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var timeouts atomic.Int32
-		to := r3New(t, timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon, MaxAbandoned: 1,
+		to := r3New(t, timeout.Config{Duration: time.Second, MaxAbandoned: 1,
 			OnTimeout: func(time.Duration) {
 				if timeouts.Add(1) == 2 {
 					runtime.Goexit()
@@ -162,7 +162,7 @@ func (p *panicTicker) Now() int64 {
 // took a permit for it.
 func TestReview3TickerPanicAtDoAbandonStartRunsOnDone(t *testing.T) {
 	tk := &panicTicker{src: rampart.NewManualTicker(0)}
-	to, err := timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon, Ticker: tk})
+	to, err := timeout.New(timeout.Config{Duration: time.Second, Ticker: tk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestReview3TickerPanicAtDoAbandonStartRunsOnDone(t *testing.T) {
 func TestReview3AbandonListenerGoexitKeepsTimeoutCount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var onTimeout atomic.Int32
-		to := r3New(t, timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon,
+		to := r3New(t, timeout.Config{Duration: time.Second,
 			OnAbandon: func(int64) { runtime.Goexit() },
 			OnTimeout: func(time.Duration) { onTimeout.Add(1) }})
 		release := make(chan struct{})
@@ -214,7 +214,7 @@ func TestReview3AbandonListenerGoexitKeepsTimeoutCount(t *testing.T) {
 // goroutine of its own.
 func TestReview3AbandonedOnDoneGoexitKeepsWorkerSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		to := r3New(t, timeout.Config{Duration: time.Second, Mode: timeout.ModeAbandon, Workers: 1})
+		to := r3New(t, timeout.Config{Duration: time.Second, Workers: 1})
 		release := make(chan struct{})
 		go to.DoAbandon(context.Background(), func(context.Context) error { <-release; return nil }, func() { runtime.Goexit() })
 		time.Sleep(2 * time.Second)
@@ -413,7 +413,7 @@ func TestReview3CallUserErrorAndParentCancel(t *testing.T) {
 	})
 }
 
-// Concurrent abandon-mode calls against a hung dependency: never more than
+// Concurrent DoAbandon calls against a hung dependency: never more than
 // MaxAbandoned abandoned at once (seen from inside OnAbandon), onDone runs
 // exactly once per call, and the counters agree at the end. A guard, for
 // -race.
@@ -421,7 +421,7 @@ func TestReview3AbandonBoundUnderConcurrency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const maxAb = 3
 		var maxSeen atomic.Int64
-		to := r3New(t, timeout.Config{Duration: 5 * time.Millisecond, Mode: timeout.ModeAbandon, MaxAbandoned: maxAb, Workers: 2,
+		to := r3New(t, timeout.Config{Duration: 5 * time.Millisecond, MaxAbandoned: maxAb, Workers: 2,
 			OnAbandon: func(n int64) {
 				for {
 					m := maxSeen.Load()

@@ -52,7 +52,7 @@ func TestDoAbandonInSoftModeTimesOut(t *testing.T) {
 }
 
 // Closing a Timeout's own watchdog does not strand the calls in flight: their
-// contexts still end at the deadline, and an abandon-mode call still leaves.
+// contexts still end at the deadline, and a DoAbandon call still leaves.
 func TestCloseKeepsInFlightDeadlines(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tk := rampart.NewNanoTicker()

@@ -22,9 +22,10 @@ import (
 // working.
 var ErrTimeout error = &sentinelError{"timeout: deadline exceeded"}
 
-// ErrTooManyAbandoned is the reason of the rejection returned in abandon mode
-// when MaxAbandoned goroutines are already abandoned and still running. The
-// rejection matches it and rampart.ErrRejected.
+// ErrTooManyAbandoned is the reason of the rejection returned by
+// [Timeout.DoAbandon] and [CallAbandon] when MaxAbandoned functions are
+// already abandoned and still running. The rejection matches it and
+// rampart.ErrRejected.
 var ErrTooManyAbandoned = errors.New("too many abandoned calls")
 
 type sentinelError struct{ msg string }
@@ -62,7 +63,11 @@ func (e *Error) Name() string { return e.name }
 // Duration returns the configured timeout.
 func (e *Error) Duration() time.Duration { return e.d }
 
-// Mode selects how a Timeout enforces its deadline.
+// Mode selects how a Timeout enforces its deadline on the caller's
+// goroutine ([Timeout.Do], [Call], [Timeout.Start] and [Timeout.Finish]).
+// Abandoning a callee that ignores its context is not a mode but a choice
+// at the call site: [Timeout.DoAbandon] and [CallAbandon], on a Timeout of
+// either mode.
 type Mode uint8
 
 const (
@@ -72,42 +77,30 @@ const (
 	// caller's goroutine; the caller returns when the function does, so the
 	// function must honour the context. Costs one allocation per call (the
 	// context; two more, the Done channel and its state, only if the
-	// function asks for it) and no goroutine; Do and Call also allocate a
-	// closure that captures variables (see the package doc, Allocations).
+	// function asks for it) and no goroutine; Do and Call keep the caller's
+	// closure on its stack (see the package doc, Allocations).
 	ModeDeadline Mode = iota
 	// ModeSoft only classifies: the function gets the parent context
 	// unchanged and nothing cancels it; the call returns ErrTimeout when it
-	// ended after the deadline. No allocation with Start and Finish, no
-	// watchdog; Do and Call allocate a closure that captures variables
-	// (see the package doc, Allocations).
+	// ended after the deadline. No allocation, no watchdog; Do and Call
+	// keep the caller's closure on its stack (see the package doc,
+	// Allocations).
 	ModeSoft
-	// ModeAbandon runs the function on another goroutine (a pooled worker,
-	// see Config.Workers) with a deadline context, and returns at the
-	// deadline (or when the parent is done) even if the function has not:
-	// the function is abandoned and keeps running until it returns. At most
-	// MaxAbandoned functions are abandoned at once; further calls are
-	// rejected. The onDone hook of DoAbandon runs only when the function has
-	// truly ended (release a bulkhead permit there). Costs one allocation
-	// (the context), the closure when it captures variables, and a
-	// hand-off to a parked worker and back per call.
-	ModeAbandon
 )
 
-// String returns "deadline", "soft" or "abandon".
+// String returns "deadline" or "soft".
 func (m Mode) String() string {
 	switch m {
 	case ModeDeadline:
 		return "deadline"
 	case ModeSoft:
 		return "soft"
-	case ModeAbandon:
-		return "abandon"
 	}
 	return "Mode(invalid)"
 }
 
-// DefaultMaxAbandoned is the bound on abandoned goroutines when
-// Config.MaxAbandoned is zero.
+// DefaultMaxAbandoned is the bound on abandoned functions (of DoAbandon
+// and CallAbandon) when Config.MaxAbandoned is zero.
 const DefaultMaxAbandoned = 1000
 
 // Watchdog is the shared deadline timer: one goroutine that sweeps a table
@@ -134,7 +127,8 @@ type Config struct {
 	// Duration is the timeout, measured from the start of the call. It must
 	// be positive.
 	Duration time.Duration
-	// Mode is ModeDeadline (zero value), ModeSoft or ModeAbandon.
+	// Mode is ModeDeadline (zero value) or ModeSoft; New refuses any other
+	// value.
 	Mode Mode
 	// Name names the instance in its errors.
 	Name string
@@ -151,11 +145,12 @@ type Config struct {
 	// passed. Zero means 1 ms. Must be zero, or equal to Watchdog.Tick(),
 	// when Watchdog is set.
 	Tick time.Duration
-	// MaxAbandoned bounds, in abandon mode, the functions abandoned and still
-	// running; while it is reached, calls are rejected without starting
-	// anything. Zero means DefaultMaxAbandoned.
+	// MaxAbandoned bounds the functions that DoAbandon and CallAbandon
+	// abandoned and that are still running; while it is reached, those
+	// calls are rejected without starting anything. Zero means
+	// DefaultMaxAbandoned. Do, Call and Start never abandon.
 	MaxAbandoned int
-	// Workers bounds, for abandon mode (DoAbandon), the worker goroutines
+	// Workers bounds, for DoAbandon and CallAbandon, the worker goroutines
 	// the Timeout keeps for reuse: busy, abandoned and idle ones together.
 	// A call hands its function to an idle worker instead of starting a
 	// goroutine; a call that finds every worker busy starts a goroutine of
@@ -166,8 +161,9 @@ type Config struct {
 	// OnTimeout is called when a call is classified as timed out, with its
 	// duration up to the moment it was classified (nil: not called).
 	OnTimeout func(elapsed time.Duration)
-	// OnAbandon is called when a call is abandoned, with the number of
-	// abandoned functions still running, this one included.
+	// OnAbandon is called when a DoAbandon or CallAbandon call is
+	// abandoned, with the number of abandoned functions still running, this
+	// one included.
 	OnAbandon func(abandoned int64)
 	// OnRejected is called when a call is rejected because MaxAbandoned
 	// functions are abandoned, with that number.
@@ -200,12 +196,12 @@ type Timeout struct {
 	onAbandon  func(int64)
 	onRejected func(int64)
 
-	jobs     sync.Pool                  // *job, abandon-mode calls that found no worker
-	workers  atomic.Pointer[workerPool] // abandon mode; created by the first DoAbandon
+	jobs     sync.Pool                  // *job, DoAbandon calls that found no worker
+	workers  atomic.Pointer[workerPool] // DoAbandon's workers; created by its first call
 	nWorkers int
 
 	// abandoned is written when a call is abandoned and when an abandoned
-	// function returns, read by every abandon-mode call.
+	// function returns, read by every DoAbandon call.
 	abandoned pad.Int64
 
 	// Counters of rare events (timeouts, abandons, rejections): not on the
@@ -222,8 +218,8 @@ func New(cfg Config) (*Timeout, error) {
 	if cfg.Duration <= 0 {
 		return nil, rampart.NewConfigError("timeout", "Duration", "must be positive, got %v", cfg.Duration)
 	}
-	if cfg.Mode > ModeAbandon {
-		return nil, rampart.NewConfigError("timeout", "Mode", "must be ModeDeadline, ModeSoft or ModeAbandon, got %d", cfg.Mode)
+	if cfg.Mode > ModeSoft {
+		return nil, rampart.NewConfigError("timeout", "Mode", "must be ModeDeadline or ModeSoft, got %d", cfg.Mode)
 	}
 	if cfg.Tick < 0 {
 		return nil, rampart.NewConfigError("timeout", "Tick", "must not be negative, got %v", cfg.Tick)
@@ -295,13 +291,13 @@ func quote(s string) string {
 	return `"` + s + `"`
 }
 
-// Close stops the Timeout's abandon-mode workers and its own watchdog, if
+// Close stops the Timeout's DoAbandon workers and its own watchdog, if
 // it has one (see Config.Watchdog), and waits for their goroutines to exit:
 // the idle workers and the watchdog's goroutine; a worker busy with a call
 // (abandoned or not) exits as soon as its function returns. Calls in flight
 // and calls made after Close still time out, each with a runtime timer
-// when the watchdog was the Timeout's own; abandon-mode calls after Close
-// start a goroutine each. Close is idempotent; on a Timeout on a shared
+// when the watchdog was the Timeout's own; DoAbandon and CallAbandon calls
+// after Close start a goroutine each. Close is idempotent; on a Timeout on a shared
 // watchdog that never ran DoAbandon it does nothing.
 func (t *Timeout) Close() error {
 	for {
@@ -355,8 +351,7 @@ func (h Handle) Deadline() int64 { return h.deadline }
 // Start begins a call at now (a reading of t.Ticker()) and returns the
 // context to hand to the callee and the Handle to pass to Finish.
 //
-// In ModeDeadline (and ModeAbandon, where Start behaves like ModeDeadline:
-// use DoAbandon to abandon) the context is a fresh object, done at
+// In ModeDeadline the context is a fresh object, done at
 // now+Duration (within one watchdog tick), when parent is done, or at
 // Finish; it costs one allocation, a slot in the watchdog (no allocation)
 // and no goroutine. In ModeSoft the context is parent itself: nothing is
@@ -515,12 +510,11 @@ func (t *Timeout) abort(h Handle) {
 	}
 }
 
-// Do calls fn under the timeout, in the configured mode. It returns fn's
-// error unchanged, t.Err() when the call overran, or, in abandon mode, the
-// rejection
-// (ErrTooManyAbandoned) or the parent's error when the parent was done
-// first. A panic in fn releases the watch and is re-raised; so does
-// runtime.Goexit.
+// Do calls fn under the timeout, in the configured mode, on the caller's
+// goroutine: it returns when fn does, so fn must honour its context (use
+// DoAbandon for a callee that does not). It returns fn's error unchanged,
+// or t.Err() when the call overran. A panic in fn releases the watch and is
+// re-raised; so does runtime.Goexit.
 //
 // In deadline mode Do reads the ticker once, at the start, and the call
 // overran when the watchdog fired its deadline before fn returned: the
@@ -530,14 +524,11 @@ func (t *Timeout) abort(h Handle) {
 // start and at the end and compares (exact). Use Start/Finish with your own
 // end reading for an exact classification in deadline mode.
 //
-// Because abandon mode hands fn to another goroutine, fn escapes: a closure
-// that captures variables is allocated at each call, in every mode (one
-// allocation in soft mode, two in deadline mode with the context; see the
-// package doc, Allocations). Start and Finish take no closure.
+// fn does not escape: a closure that captures variables stays on the
+// caller's stack, so Do costs what Start and Finish cost (one allocation in
+// deadline mode, the context; none in soft mode; see the package doc,
+// Allocations).
 func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error {
-	if t.mode == ModeAbandon {
-		return t.DoAbandon(ctx, fn, nil)
-	}
 	c, h := t.Start(ctx, t.tk.Now())
 	ok := false
 	defer func() {
@@ -550,24 +541,12 @@ func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error 
 	return t.end(h, err)
 }
 
-// Call is the typed form of Do (same clock reads and classification): it
-// returns fn's value with fn's error, or with t.Err() when the call overran
-// (the value is whatever fn returned, usually to be ignored). In abandon
-// mode the value of an abandoned call is lost (the zero T comes back with
-// the error). Its allocations are Do's (fn escapes, in every mode), plus a
-// result box and the closure that fills it in abandon mode: for a closure
-// that captures variables, 1 in soft mode, 2 in deadline mode, 4 in abandon
-// mode (see the package doc, Allocations).
+// Call is the typed form of Do (same goroutine, clock reads,
+// classification and allocations: fn does not escape): it returns fn's
+// value with fn's error, or with t.Err() when the call overran (the value
+// is whatever fn returned, usually to be ignored). CallAbandon is the typed
+// form of DoAbandon.
 func Call[T any](ctx context.Context, t *Timeout, fn func(context.Context) (T, error)) (T, error) {
-	if t.mode == ModeAbandon {
-		var r callResult[T]
-		err := t.DoAbandon(ctx, r.wrap(fn), nil)
-		if r.ok.Load() {
-			return r.v, err
-		}
-		var zero T
-		return zero, err
-	}
 	c, h := t.Start(ctx, t.tk.Now())
 	ok := false
 	defer func() {
@@ -580,6 +559,33 @@ func Call[T any](ctx context.Context, t *Timeout, fn func(context.Context) (T, e
 	return v, t.end(h, err)
 }
 
+// CallAbandon is the typed form of [Timeout.DoAbandon], for a callee that
+// may ignore its context: fn runs on another goroutine and the call returns
+// when fn does, at t's deadline, or when ctx is done, whichever comes
+// first, in either mode. onDone (if not nil) runs exactly once, after fn
+// has truly ended (or at once when the call is rejected). Errors, panics
+// and runtime.Goexit are DoAbandon's. It returns fn's value when fn
+// returned while the caller waited (next to t.Err() if that was after the
+// deadline); the value of an abandoned call is lost: the zero T comes back
+// with the error, and the value fn returns later is dropped.
+//
+// fn escapes (it runs on another goroutine and may outlive the call): a
+// closure that captures variables is allocated, and CallAbandon adds a
+// result box and the closure that fills it to DoAbandon's allocations (see
+// the package doc, Allocations).
+func CallAbandon[T any](ctx context.Context, t *Timeout, fn func(context.Context) (T, error), onDone func()) (T, error) {
+	var r callResult[T]
+	err := t.DoAbandon(ctx, r.wrap(fn), onDone)
+	if r.ok.Load() {
+		return r.v, err
+	}
+	var zero T
+	return zero, err
+}
+
+// callResult is CallAbandon's box for fn's value: written by fn's
+// goroutine, read by the caller only when ok says that the write came
+// before DoAbandon returned (an abandoned fn may write it later, unread).
 type callResult[T any] struct {
 	v  T
 	ok atomic.Bool // v was written before DoAbandon returned
@@ -597,12 +603,12 @@ func (r *callResult[T]) wrap(fn func(context.Context) (T, error)) func(context.C
 // Stats are the counters of a Timeout.
 type Stats struct {
 	Timeouts       uint64 // calls classified as timed out
-	Abandoned      int64  // functions abandoned and still running (abandon mode)
+	Abandoned      int64  // functions abandoned (DoAbandon, CallAbandon) and still running
 	AbandonedTotal uint64 // functions ever abandoned
 	Rejected       uint64 // calls rejected because MaxAbandoned was reached
-	Fallbacks      uint64 // calls timed by a runtime timer because the watchdog refused
+	Fallbacks      uint64 // calls timed by a runtime timer: the watchdog refused, or DoAbandon on a soft-mode Timeout (which has none)
 	ListenerPanics uint64 // listener calls that panicked (recovered)
-	Workers        int64  // abandon-mode worker goroutines alive now (busy, abandoned or idle)
+	Workers        int64  // DoAbandon worker goroutines alive now (busy, abandoned or idle)
 }
 
 // Stats returns the counters. It allocates nothing.

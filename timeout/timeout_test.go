@@ -58,13 +58,14 @@ func TestNewValidates(t *testing.T) {
 	wd := NewWatchdog(time.Millisecond, nil)
 	defer wd.Close()
 	for name, cfg := range map[string]Config{
-		"zero duration":     {},
-		"negative duration": {Duration: -time.Second},
-		"bad mode":          {Duration: time.Second, Mode: 7},
-		"negative tick":     {Duration: time.Second, Tick: -1},
-		"negative max":      {Duration: time.Second, MaxAbandoned: -1},
-		"tick vs watchdog":  {Duration: time.Second, Watchdog: wd, Tick: 2 * time.Millisecond},
-		"ticker vs wd":      {Duration: time.Second, Watchdog: wd, Ticker: rampart.NewManualTicker(0)},
+		"zero duration":            {},
+		"negative duration":        {Duration: -time.Second},
+		"bad mode":                 {Duration: time.Second, Mode: 7},
+		"mode 2 (no abandon mode)": {Duration: time.Second, Mode: ModeSoft + 1},
+		"negative tick":            {Duration: time.Second, Tick: -1},
+		"negative max":             {Duration: time.Second, MaxAbandoned: -1},
+		"tick vs watchdog":         {Duration: time.Second, Watchdog: wd, Tick: 2 * time.Millisecond},
+		"ticker vs wd":             {Duration: time.Second, Watchdog: wd, Ticker: rampart.NewManualTicker(0)},
 	} {
 		_, err := New(cfg)
 		require.Error(t, err, name)
@@ -77,7 +78,7 @@ func TestNewValidates(t *testing.T) {
 	require.Equal(t, ModeDeadline, tm.Mode())
 	require.Equal(t, "deadline", tm.Mode().String())
 	require.Equal(t, "soft", ModeSoft.String())
-	require.Equal(t, "abandon", ModeAbandon.String())
+	require.Equal(t, "Mode(invalid)", (ModeSoft + 1).String())
 	require.Equal(t, "Mode(invalid)", Mode(9).String())
 }
 
@@ -102,6 +103,41 @@ func TestErrors(t *testing.T) {
 	require.ErrorAs(t, err, &te)
 	require.True(t, te.Timeout())
 	require.Equal(t, "timeout: deadline exceeded", ErrTimeout.Error())
+}
+
+// TestDoAndCallNeverAbandon: Do and Call run fn on the caller's goroutine
+// in both modes, whatever the abandon settings: a callee that ignores its
+// context keeps the caller until it returns (then the call is a timeout),
+// and nothing is abandoned or handed to a worker. DoAbandon and
+// CallAbandon are the abandoning entry points.
+func TestDoAndCallNeverAbandon(t *testing.T) {
+	for _, mode := range []Mode{ModeDeadline, ModeSoft} {
+		t.Run(mode.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tm := newT(t, Config{Duration: 10 * time.Millisecond, Mode: mode, MaxAbandoned: 5, Workers: 2})
+				caller := goid()
+				start := time.Now()
+				err := tm.Do(t.Context(), func(context.Context) error {
+					require.Equal(t, caller, goid(), "fn runs on the caller's goroutine")
+					time.Sleep(50 * time.Millisecond) // ignores its context
+					return nil
+				})
+				require.Same(t, tm.Err(), err)
+				require.Equal(t, 50*time.Millisecond, time.Since(start), "Do returned when fn did")
+				v, err := Call(t.Context(), tm, func(context.Context) (int, error) {
+					require.Equal(t, caller, goid(), "fn runs on the caller's goroutine")
+					time.Sleep(50 * time.Millisecond)
+					return 7, nil
+				})
+				require.Same(t, tm.Err(), err)
+				require.Equal(t, 7, v, "the late value comes back next to the error")
+				st := tm.Stats()
+				require.Equal(t, uint64(2), st.Timeouts)
+				require.Zero(t, st.AbandonedTotal)
+				require.Zero(t, st.Workers, "no worker was started")
+			})
+		})
+	}
 }
 
 func TestDeadlineModeOutcomes(t *testing.T) {
@@ -531,18 +567,18 @@ func TestFallbackTimer(t *testing.T) {
 		require.NoError(t, tm.Do(t.Context(), func(context.Context) error { return nil }))
 		require.Equal(t, uint64(2), tm.Stats().Fallbacks)
 
-		// Abandon mode on timers too, including a parent cancelled while
-		// the callee watches its context.
-		ta := newT(t, Config{Duration: 10 * time.Millisecond, Mode: ModeAbandon})
+		// DoAbandon on timers too, including a parent cancelled while the
+		// callee watches its context.
+		ta := newT(t, Config{Duration: 10 * time.Millisecond})
 		require.NoError(t, ta.Close())
 		hang := make(chan struct{})
-		err = ta.Do(t.Context(), func(context.Context) error { <-hang; return nil })
+		err = ta.DoAbandon(t.Context(), func(context.Context) error { <-hang; return nil }, nil)
 		require.ErrorIs(t, err, ErrTimeout)
 		parent, cancel := context.WithCancel(t.Context())
 		go func() { time.Sleep(time.Millisecond); cancel() }()
-		err = ta.Do(parent, func(c context.Context) error { <-c.Done(); <-hang; return nil })
+		err = ta.DoAbandon(parent, func(c context.Context) error { <-c.Done(); <-hang; return nil }, nil)
 		require.Equal(t, context.Canceled, err)
-		require.NoError(t, ta.Do(t.Context(), func(context.Context) error { return nil }))
+		require.NoError(t, ta.DoAbandon(t.Context(), func(context.Context) error { return nil }, nil))
 		close(hang)
 		synctest.Wait()
 		require.Equal(t, int64(0), ta.Stats().Abandoned)
@@ -763,7 +799,11 @@ func (db *fakeDB) exec(_ context.Context, q string) error {
 
 // TestAllocsCapturingClosure measures Do and Call with the closure callers
 // write, one that captures variables (a dependency and a query), created
-// at each call: in every mode it costs the figures the package doc states.
+// at each call: Do and Call run fn on the caller's goroutine, so fn does not
+// escape and the closure stays on the caller's stack (soft: nothing;
+// deadline: the context). DoAbandon and CallAbandon hand fn to another
+// goroutine: the closure escapes, in either mode. The figures are the
+// package doc's.
 func TestAllocsCapturingClosure(t *testing.T) {
 	if israce.Enabled {
 		t.Skip("allocation counts differ under -race")
@@ -771,12 +811,11 @@ func TestAllocsCapturingClosure(t *testing.T) {
 	db, q := new(fakeDB), "SELECT 1"
 	ctx := context.Background()
 	for _, tc := range []struct {
-		mode                  Mode
-		do, call, startFinish int
+		mode                                          Mode
+		do, call, startFinish, doAbandon, callAbandon int
 	}{
-		{ModeSoft, 1, 1, 0},
-		{ModeDeadline, 2, 2, 1},
-		{ModeAbandon, 2, 4, 1},
+		{ModeSoft, 0, 0, 0, 5, 7},
+		{ModeDeadline, 1, 1, 1, 2, 4},
 	} {
 		tm := newT(t, Config{Duration: time.Hour, Mode: tc.mode})
 		wantAllocs(t, tc.mode.String()+" Do", tc.do, func() {
@@ -789,10 +828,11 @@ func TestAllocsCapturingClosure(t *testing.T) {
 			c, h := tm.Start(ctx, tm.Ticker().Now())
 			_ = tm.Finish(h, tm.Ticker().Now(), db.exec(c, q))
 		})
-		if tc.mode == ModeAbandon {
-			wantAllocs(t, "DoAbandon", 2, func() {
-				_ = tm.DoAbandon(ctx, func(c context.Context) error { return db.exec(c, q) }, nil)
-			})
-		}
+		wantAllocs(t, tc.mode.String()+" DoAbandon", tc.doAbandon, func() {
+			_ = tm.DoAbandon(ctx, func(c context.Context) error { return db.exec(c, q) }, nil)
+		})
+		wantAllocs(t, tc.mode.String()+" CallAbandon", tc.callAbandon, func() {
+			_, _ = CallAbandon(ctx, tm, func(c context.Context) (int, error) { return len(q), db.exec(c, q) }, nil)
+		})
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/rampart-go/rampart/internal/pad"
 )
 
-// The worker pool of abandon mode.
+// The worker pool of DoAbandon (and CallAbandon).
 //
 // A Timeout that runs DoAbandon gets, on the first call, a fixed table of
 // Workers slots. A slot is a worker goroutine's home: its job (the call
@@ -24,7 +24,7 @@ import (
 // channel has room for one token, so the send never blocks, even when the
 // worker has not reached its receive yet); failing that it pops a free slot
 // and starts its goroutine; failing that (every slot busy) it starts a
-// goroutine of its own with a job from t.jobs, as abandon mode always did.
+// goroutine of its own with a job from t.jobs.
 // When the call is over, whoever owns the job (the caller when fn returned
 // in time, the worker when fn was abandoned, only once fn returned and
 // onDone ran) pushes the slot back on the idle stack. So the goroutines of
@@ -82,7 +82,7 @@ type paddedWorker struct {
 	_ pad.Line
 }
 
-// workerPool is a Timeout's pool of abandon-mode workers.
+// workerPool is a Timeout's pool of DoAbandon workers.
 type workerPool struct {
 	idle  pad.Uint64 // stack head: tag<<32 | (index+1); popped and pushed by every call
 	free  pad.Uint64 // stack head of the slots without goroutine
@@ -106,8 +106,8 @@ func closedWorkers() *workerPool {
 	return p
 }
 
-// initWorkers creates t's pool on the first abandon-mode call (a Timeout in
-// deadline or soft mode never pays for it), or returns the one a concurrent
+// initWorkers creates t's pool on the first DoAbandon call (a Timeout
+// that never abandons never pays for it), or returns the one a concurrent
 // call created (or the closed placeholder).
 func (t *Timeout) initWorkers() *workerPool {
 	n := t.nWorkers
