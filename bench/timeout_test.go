@@ -21,8 +21,9 @@ import (
 //   - rampart: ModeDeadline (default): a fresh 48-byte context per call,
 //     armed on the shared watchdog, two clock reads (start, end).
 //   - rampart-soft: ModeSoft, classification only: two clock reads.
-//   - rampart-abandon: ModeAbandon: the function runs on a parked worker
-//     goroutine (handed over and back: two wake-ups, as in handoff-floor).
+//   - rampart-abandon: DoAbandon on a deadline-mode Timeout: the function
+//     runs on a parked worker goroutine (handed over and back: two
+//     wake-ups, as in handoff-floor).
 //   - rampart-cached: ModeDeadline on a rampart.CachedTicker (clock reads
 //     become atomic loads; the Timeout gets its own watchdog).
 //   - failsafe: failsafe-go's timeout policy through an executor (a runtime
@@ -45,7 +46,7 @@ func BenchmarkTimeout(b *testing.B) {
 		name string
 		do   func(b *testing.B) func() error
 	}
-	rampartLib := func(cfg timeout.Config) func(b *testing.B) func() error {
+	rampartLib := func(cfg timeout.Config, abandon bool) func(b *testing.B) func() error {
 		return func(b *testing.B) func() error {
 			cfg.Duration = limit
 			t, err := timeout.New(cfg)
@@ -58,17 +59,20 @@ func BenchmarkTimeout(b *testing.B) {
 					b.Fatalf("stats %+v", st)
 				}
 			})
+			if abandon {
+				return func() error { return t.DoAbandon(ctx, fn, nil) }
+			}
 			return func() error { return t.Do(ctx, fn) }
 		}
 	}
 	libs := []lib{
-		{"rampart", rampartLib(timeout.Config{})},
-		{"rampart-soft", rampartLib(timeout.Config{Mode: timeout.ModeSoft})},
-		{"rampart-abandon", rampartLib(timeout.Config{Mode: timeout.ModeAbandon})},
+		{"rampart", rampartLib(timeout.Config{}, false)},
+		{"rampart-soft", rampartLib(timeout.Config{Mode: timeout.ModeSoft}, false)},
+		{"rampart-abandon", rampartLib(timeout.Config{}, true)},
 		{"rampart-cached", func(b *testing.B) func() error {
 			tk := rampart.NewCachedTicker(0)
 			b.Cleanup(func() { tk.Close() })
-			return rampartLib(timeout.Config{Ticker: tk})(b)
+			return rampartLib(timeout.Config{Ticker: tk}, false)(b)
 		}},
 		{"failsafe", func(b *testing.B) func() error {
 			ex := failsafe.With[any](fstimeout.New[any](limit)).WithContext(ctx)
