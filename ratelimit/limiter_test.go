@@ -276,6 +276,26 @@ func TestStressConcurrent(t *testing.T) {
 	require.Equal(t, uint64(attempts.Load()), st.Admitted+st.Rejected)
 }
 
+// TestReserveCancelRestoresTheStateBeforeReserve: Cancel puts back the TAT
+// that Reserve found, not max(TAT, the Reserve's reading): after an
+// immediate reservation at 500 ms is cancelled, a caller whose reading is
+// 300 ms (older, and still before the reservation's time) is admitted as
+// it would have been had Reserve never run.
+func TestReserveCancelRestoresTheStateBeforeReserve(t *testing.T) {
+	ms := int64(time.Millisecond)
+	for _, c := range []Config{{Rate: 10, Burst: 1}, {Rate: 3, Burst: 1}} {
+		l := mustNew(t, c)
+		require.True(t, l.AllowN(0, 1))
+		before := l.st.Load().tat.Load()
+		r, err := l.Reserve(500*ms, 1, 0)
+		require.NoError(t, err)
+		require.Zero(t, r.Delay())
+		require.True(t, r.Cancel(300*ms))
+		require.Equal(t, before, l.st.Load().tat.Load(), "%+v", c)
+		require.Equal(t, c.Rate == 10, l.AllowN(300*ms, 1), "%+v: as without the reservation", c)
+	}
+}
+
 func TestReserveCancel(t *testing.T) {
 	ms := int64(time.Millisecond)
 	l := mustNew(t, Config{Rate: 10, Burst: 1}) // 100 ms
