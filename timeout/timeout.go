@@ -565,7 +565,7 @@ func Call[T any](ctx context.Context, t *Timeout, fn func(context.Context) (T, e
 // first, in either mode. onDone (if not nil) runs exactly once, after fn
 // has truly ended (or at once when the call is rejected). Errors, panics
 // and runtime.Goexit are DoAbandon's. It returns fn's value when fn
-// returned while the caller waited (next to t.Err() if that was after the
+// returned before CallAbandon did (next to t.Err() if that was after the
 // deadline); the value of an abandoned call is lost: the zero T comes back
 // with the error, and the value fn returns later is dropped.
 //
