@@ -64,13 +64,17 @@ func TestAbandonFastPath(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, int32(2), released.Load())
 		require.Equal(t, int64(0), tm.Stats().Abandoned)
-		// Call's value of an abandoned call is lost.
+		// CallAbandon's value of an abandoned call is lost; its onDone
+		// runs once the abandoned fn has ended.
 		release := make(chan struct{})
-		v, err = CallAbandon(t.Context(), tm, func(context.Context) (string, error) { <-release; return "late", nil }, nil)
+		v, err = CallAbandon(t.Context(), tm, func(context.Context) (string, error) { <-release; return "late", nil }, onDone)
 		require.ErrorIs(t, err, ErrTimeout)
 		require.Equal(t, "", v)
+		require.Equal(t, int32(2), released.Load(), "onDone ran while the abandoned fn still runs")
 		close(release)
 		synctest.Wait()
+		require.Equal(t, int32(3), released.Load())
+		require.Equal(t, int64(0), tm.Stats().Abandoned)
 	})
 }
 
