@@ -93,9 +93,11 @@ func (m Mode) String() string {
 
 // Config configures a [Breaker]. Every zero field means its documented
 // default: the zero Config is a count-window breaker over the last 100
-// calls that opens for 60 s when at least 10 calls were seen and half of
-// them failed, then admits 5 probes and closes when fewer than half of them
-// fail (at most 2 of the 5), reopening as soon as 3 have failed.
+// calls that opens when at least 10 calls were seen and half of them
+// failed, for 5 s after the first trip and twice as long after each
+// half-open period that fails again, up to 60 s; it then admits 5 probes and
+// closes when fewer than half of them fail (at most 2 of the 5), reopening
+// as soon as 3 have failed.
 type Config struct {
 	// Name appears in the rejection error's message. Optional.
 	Name string
@@ -134,12 +136,17 @@ type Config struct {
 	// is judged. Default 10 (capped at WindowSize).
 	MinimumCalls int
 
-	// OpenDuration is how long the breaker stays open after a trip. Default
-	// 60 s.
+	// OpenDuration is how long the breaker stays open after a trip from
+	// Closed. Default 5 s (Polly's break duration, Hystrix's sleep window):
+	// short, because a trip caused by chance (a window of calls that failed
+	// together at a steady rate below the threshold) costs OpenDuration of
+	// rejections; MaxOpenDuration keeps a real outage at bay.
 	OpenDuration time.Duration
-	// MaxOpenDuration caps the open duration when it grows with repeated
-	// trips (each failed half-open multiplies it by OpenBackoffFactor).
-	// Default 0: the open duration is fixed.
+	// MaxOpenDuration caps the open duration as it grows with repeated
+	// trips: each half-open period that reopens multiplies it by
+	// OpenBackoffFactor, and a close brings it back to OpenDuration.
+	// Default 60 s, or OpenDuration when that is longer; set it to
+	// OpenDuration for a fixed open duration.
 	MaxOpenDuration time.Duration
 	// OpenBackoffFactor multiplies the open duration after each trip from
 	// half-open, up to MaxOpenDuration. Default 2; at least 1.
@@ -240,7 +247,8 @@ const (
 	defaultFailureRate   = 50
 	defaultSlowRate      = 100
 	defaultMinimumCalls  = 10
-	defaultOpenDuration  = 60 * time.Second
+	defaultOpenDuration  = 5 * time.Second
+	defaultMaxOpen       = 60 * time.Second
 	defaultBackoffFactor = 2
 	defaultProbes        = 5
 	maxProbes            = fieldMax
@@ -326,7 +334,7 @@ func (c *Config) normalize() error {
 		return cfgErr("MaxOpenDuration", "must be 0 or at least OpenDuration (%v), got %v", c.OpenDuration, c.MaxOpenDuration)
 	}
 	if c.MaxOpenDuration == 0 {
-		c.MaxOpenDuration = c.OpenDuration
+		c.MaxOpenDuration = max(defaultMaxOpen, c.OpenDuration)
 	}
 	if math.IsNaN(c.OpenBackoffFactor) || c.OpenBackoffFactor < 0 || (c.OpenBackoffFactor > 0 && c.OpenBackoffFactor < 1) || math.IsInf(c.OpenBackoffFactor, 0) {
 		return cfgErr("OpenBackoffFactor", "must be at least 1 (0 = default %d), got %v", defaultBackoffFactor, c.OpenBackoffFactor)

@@ -71,22 +71,32 @@
 // Over a long run, a default breaker in front of a dependency failing at a
 // steady rate p rejects this percentage of the calls (figures from the
 // package's TestSteadyFailureRateRejections: 10^6 calls, one at a time, at
-// a fixed interval, each failing with probability p):
+// a fixed interval, each failing with probability p; "former" is every
+// probe must succeed with a fixed 60 s open duration):
 //
 //	p                        0.30   0.35   0.40   0.60   0.80
-//	one call a second        0.03   1.33   16.1   88.0   93.3
-//	  all 5 must succeed     0.21   8.02   60.5   97.1   97.9
-//	ten calls a second       0.36   11.7   68.2   98.7   99.3
-//	  all 5 must succeed     1.26   44.3   95.4   99.7   99.8
+//	one call a second        0.00   0.15   2.46   73.8   92.2
+//	  former                 0.21   8.02   60.5   97.1   97.9
+//	ten calls a second       0.03   1.33   21.7   96.8   99.2
+//	  former                 1.26   44.3   95.4   99.7   99.8
+//	a hundred calls a second 0.35   12.3   73.5   99.7   99.9
+//	  former                 30.6   87.7   99.0   99.97  99.98
 //
-// What remains below the threshold are trips of the closed window itself: a
-// window of 100 calls at p = 0.4 now and then holds 50 failures, and the
-// first MinimumCalls (10) calls after a close hold at least 5 failures with
-// probability 0.37 at p = 0.4 (0.25 at p = 0.35). Each trip costs
-// OpenDuration of rejections, so the rejected share grows with the call
-// rate. A larger MinimumCalls (resilience4j's default is the window size)
-// or WindowSize makes those trips rarer; a shorter OpenDuration makes them
-// cheaper.
+// What remains below the threshold are trips of the closed window by
+// chance. The failures among the last WindowSize calls have a standard
+// deviation of sqrt(WindowSize·p·(1-p)): 4.8 calls for 100 calls at p =
+// 0.35, so a 50 % threshold is about 3 standard deviations away and some
+// window of the sliding sequence reaches it now and then; and the first
+// MinimumCalls (10) calls after a close hold at least 5 failures with
+// probability 0.25 at p = 0.35 (0.37 at p = 0.4). Each trip costs an open
+// duration of rejections, so the rejected share grows with the call rate.
+// That is why the open duration starts short (OpenDuration, 5 s) and
+// doubles only while half-open periods keep failing (up to
+// MaxOpenDuration, 60 s): a trip by chance costs 5 s, a real outage is
+// probed at most once a minute. At high call rates, a larger WindowSize
+// (or a TimeWindow holding thousands of calls) makes trips by chance
+// vanishingly rare: the standard deviation of the rate falls as
+// 1/sqrt(calls).
 //
 // # Generations
 //

@@ -35,7 +35,7 @@ func TestTransitionTable(t *testing.T) {
 		{"closed→open at the rate", count, "s f s f =open ~100 x"},
 		{"open until the deadline, then half-open", count, "f f f f =open +99 x =open ~1 +1 s =half-open"},
 		{"half-open→closed after the successes", count, "f f f f +100 s s =closed"},
-		{"half-open→open on a failed probe", count, "f f f f +100 s f =open ~100"},
+		{"half-open→open on a failed probe: the open duration doubles", count, "f f f f +100 s f =open ~200"},
 		{"ignored calls count nothing", count, "i i i i f f f =closed"},
 		{"slow calls trip", slow, "w s =closed w =open"},
 		{"slow probe fails the probe", slow, "w w =open ~100 +100 w =open"},
