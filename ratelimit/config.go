@@ -195,11 +195,11 @@ func (p *params) unitsPhase(now int64) (u, phase int64) {
 	h2, _ := bits.Mul64(uu, p.mulLo)
 	lo, carry := bits.Add64(l1, h2, 0)
 	u = int64(min((h1+carry)<<1|lo>>63, maxUnits))
-	phase = u
-	if lo<<1 >= p.upFrac { // frac(x) ≥ k/num: the grid point below would be early
-		phase = min(u+1, maxUnits)
-	}
-	return u, phase
+	// Up one unit when frac(x) ≥ k/num (the grid point below would admit
+	// some later permit early): no borrow. Branch-free, since the
+	// fraction of a reading is random.
+	_, below := bits.Sub64(lo<<1, p.upFrac, 0)
+	return u, min(u+1-int64(below), maxUnits)
 }
 
 // shift is now - origin (origin < 0), saturated.
