@@ -1,7 +1,6 @@
 package rampart
 
 import (
-	"sync"
 	"time"
 
 	"github.com/rampart-go/rampart/internal/ticker"
@@ -46,11 +45,9 @@ func NewCachedTicker(interval time.Duration) *CachedTicker { return ticker.NewCa
 // NewManualTicker returns a manual clock that reads start.
 func NewManualTicker(start int64) *ManualTicker { return ticker.NewManual(start) }
 
-var defaultTicker = sync.OnceValue(func() Ticker { return ticker.NewNano() })
-
 // DefaultTicker returns the process-wide [NanoTicker] that policies and
 // pipelines use when their Config leaves Ticker nil, so that their readings
 // are comparable. It is created on first use. Under testing/synctest, give
 // policies a ticker created inside the bubble instead: the default one was
 // created outside it.
-func DefaultTicker() Ticker { return defaultTicker() }
+func DefaultTicker() Ticker { return ticker.Default() }

@@ -243,12 +243,40 @@ func TestAllocsRecordQuantile(t *testing.T) {
 	}
 }
 
+// BenchmarkRecord records values spread over the buckets, one goroutine.
 func BenchmarkRecord(b *testing.B) {
 	h := new(Histogram)
-	v := int64(1_234_567)
+	b.ReportAllocs()
+	v := int64(1_000_000)
 	for b.Loop() {
 		h.Record(v)
-		v += 977
+		v = v*5/4 + 977 // spread over the buckets
+		if v > 1<<40 {
+			v = 1_000_000
+		}
+	}
+	if h.Count() == 0 {
+		b.Fatal("nothing recorded")
+	}
+}
+
+// BenchmarkRecordParallel is BenchmarkRecord from GOMAXPROCS goroutines
+// into one histogram (its counters are shared words).
+func BenchmarkRecordParallel(b *testing.B) {
+	h := new(Histogram)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		v := int64(1_000_000)
+		for pb.Next() {
+			h.Record(v)
+			v = v*5/4 + 977
+			if v > 1<<40 {
+				v = 1_000_000
+			}
+		}
+	})
+	if h.Count() == 0 {
+		b.Fatal("nothing recorded")
 	}
 }
 

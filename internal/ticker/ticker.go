@@ -70,6 +70,13 @@ type Cached struct {
 	done chan struct{}
 }
 
+var defaultNano = sync.OnceValue(NewNano)
+
+// Default returns the process-wide Nano, created on first use: the clock of
+// rampart.DefaultTicker and of the process-wide watchdog, which must be the
+// same instance for their readings to be comparable.
+func Default() *Nano { return defaultNano() }
+
 const (
 	cachedIdle   = 0
 	cachedClosed = -1

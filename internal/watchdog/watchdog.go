@@ -64,8 +64,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/ticker"
 )
 
 // Target is what a Watchdog fires. Implement it on a long-lived or per-call
@@ -227,7 +227,7 @@ type Watchdog struct {
 func New(cfg Config) *Watchdog {
 	w := &Watchdog{clock: cfg.Clock, tick: cfg.Tick, idle: cfg.IdleTicks, manual: cfg.Manual}
 	if w.clock == nil {
-		w.clock = rampart.DefaultTicker()
+		w.clock = ticker.Default() // rampart.DefaultTicker()'s instance
 	}
 	if w.tick <= 0 {
 		w.tick = DefaultTick

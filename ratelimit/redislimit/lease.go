@@ -2,10 +2,9 @@ package redislimit
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
-
-	"github.com/rampart-go/rampart/internal/atomicx"
 )
 
 // lease is one key's locally held capacity.
@@ -56,7 +55,7 @@ func (l *Limiter) allowLeased(ctx context.Context, key, full string, n int) (Res
 		}
 	}
 	ls := v.(*lease)
-	if now < ls.expires.Load() && atomicx.SubAbove(&ls.tokens, int64(n), 0) {
+	if ls.spend(now, int64(n)) {
 		l.leaseHits.Add(1)
 		l.allowed.Add(1)
 		return Result{Allowed: true, Remaining: int(ls.tokens.Load()), Source: SourceLease}, nil
@@ -73,7 +72,7 @@ func (l *Limiter) refillLease(ctx context.Context, key, full string, ls *lease, 
 	ls.refill.Lock()
 	defer ls.refill.Unlock()
 	// Whoever held the lock before may have taken a fresh lease: spend from it.
-	if now < ls.expires.Load() && atomicx.SubAbove(&ls.tokens, int64(n), 0) {
+	if ls.spend(now, int64(n)) {
 		l.leaseHits.Add(1)
 		l.allowed.Add(1)
 		return Result{Allowed: true, Remaining: int(ls.tokens.Load()), Source: SourceLease}, nil
@@ -100,9 +99,36 @@ func (l *Limiter) refillLease(ctx context.Context, key, full string, ls *lease, 
 		// Publish the tokens before the expiry that makes them spendable;
 		// events left from the previous lease are dropped (never returned).
 		ls.tokens.Store(int64(granted - n))
-		ls.expires.Store(atomicx.SatAdd(now, l.leaseNs)) // saturating: a huge LeaseTTL must not wrap
+		ls.expires.Store(expiry(now, l.leaseNs))
 		res.Remaining = granted - n
 	}
 	l.count(res.Allowed)
 	return res, nil
+}
+
+// spend takes n events from the lease if it has not expired at now and holds
+// at least n: one load of expires, then a CAS loop on tokens that never
+// takes it below zero.
+func (ls *lease) spend(now, n int64) bool {
+	if now >= ls.expires.Load() {
+		return false
+	}
+	for {
+		cur := ls.tokens.Load()
+		if cur < n {
+			return false
+		}
+		if ls.tokens.CompareAndSwap(cur, cur-n) {
+			return true
+		}
+	}
+}
+
+// expiry is now+ttl (ttl > 0), saturated at math.MaxInt64: a huge LeaseTTL
+// must not wrap into the past.
+func expiry(now, ttl int64) int64 {
+	if now > math.MaxInt64-ttl {
+		return math.MaxInt64
+	}
+	return now + ttl
 }

@@ -1,0 +1,79 @@
+package rampart_test
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rampart-go/rampart/internal/ticker"
+	"github.com/rampart-go/rampart/internal/watchdog"
+
+	"github.com/rampart-go/rampart"
+)
+
+const modulePath = "github.com/rampart-go/rampart"
+
+// imports returns, for every Go file under dir (test files too when tests
+// is set), the import paths it names, keyed by file.
+func imports(t *testing.T, dir string, tests bool) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || (!tests && strings.HasSuffix(path, "_test.go")) {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, spec := range f.Imports {
+			p, _ := strconv.Unquote(spec.Path.Value)
+			out[path] = append(out[path], p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestLayering: the ground packages under internal/ never import the root
+// package (they are what it is built on), and the modules of their own
+// (the Redis limiter, the benchmarks), tests included, import only the
+// core's public API, so that they build against any core version with the
+// same API.
+func TestLayering(t *testing.T) {
+	for file, paths := range imports(t, "internal", false) {
+		for _, p := range paths {
+			if p == modulePath {
+				t.Errorf("%s imports the root package", file)
+			}
+		}
+	}
+	for _, dir := range []string{"ratelimit/redislimit", "bench"} {
+		for file, paths := range imports(t, dir, true) {
+			for _, p := range paths {
+				if strings.HasPrefix(p, modulePath+"/internal/") {
+					t.Errorf("%s (a module of its own) imports the core's %s", file, p)
+				}
+			}
+		}
+	}
+}
+
+// TestDefaultClockIsShared: the process-wide watchdog and DefaultTicker read
+// one clock instance, so that deadlines armed on the default watchdog are
+// readings of DefaultTicker.
+func TestDefaultClockIsShared(t *testing.T) {
+	if watchdog.Default().Clock() != rampart.DefaultTicker() || rampart.DefaultTicker() != rampart.Ticker(ticker.Default()) {
+		t.Fatal("DefaultTicker and the default watchdog's clock are different instances")
+	}
+}
