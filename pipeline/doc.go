@@ -49,8 +49,12 @@
 //     configure timeout.DoAbandon, which a pipeline never calls);
 //     abandoning is not available inside a pipeline. A timed-out
 //     attempt is recorded as a failure by the breaker and the adaptive limit,
-//     and each retry gets a fresh deadline; the caller's context bounds the
-//     whole call, retries and sleeps included.
+//     and retried by the retry's default classifier (its error matches
+//     context.DeadlineExceeded, but the caller's context is live), each
+//     retry with a fresh deadline; the caller's context bounds the whole
+//     call, retries and sleeps included: once it is done nothing is retried,
+//     and an attempt that ended with the caller's own context error returns
+//     that error as it is.
 //
 //   - The hedge is innermost: its extra attempts are copies of one admitted
 //     attempt, under its permits and its deadline. Hedging applies only to

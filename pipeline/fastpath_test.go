@@ -115,8 +115,9 @@ func (fpHinted) RetryAfter() time.Duration { return 3 * time.Second }
 type fpConfig struct {
 	name string
 	// retry: 0 none; 1 with a logging budget (the retry needs the start
-	// time); 2 with a plain token bucket (it does not); 3 as 1, retrying
-	// every error (timeouts included).
+	// time) and a ShouldRetry that refuses timeouts (context errors); 2
+	// with a plain token bucket (it does not), default classifier; 3 as 1
+	// with the default classifier, which retries timeouts.
 	retry int
 	// breaker: 0 none; 1 count window (Record's healthy fast path); 2 count
 	// window with a Classify (that may be armed to panic); 3 consecutive;
@@ -186,8 +187,10 @@ func newFPWorld(t testing.TB, cfg fpConfig, ref fpRef) *fpWorld {
 		case 2:
 			rc.Budget = tb
 		}
-		if cfg.retry == 3 {
-			rc.ShouldRetry = func(error) bool { return true }
+		if cfg.retry == 1 {
+			rc.ShouldRetry = func(err error) bool {
+				return !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+			}
 		}
 		var err2 error
 		w.rt, err2 = retry.New(rc)
@@ -800,8 +803,8 @@ func TestFastPathOutcomes(t *testing.T) {
 		v, o := pipeline.TryCall(ctx, w.p, func(context.Context) (int, error) { return 42, nil })
 		require.Equal(t, 42, v)
 		require.Equal(t, pipeline.Outcome{Attempts: 1}, o)
-		// A soft-mode overrun of a success: a timeout, not retried by the
-		// default classifier.
+		// A soft-mode overrun of a success: a timeout, which this world's
+		// ShouldRetry refuses.
 		o = w.p.Try(ctx, func(context.Context) error { w.tick.Advance(fpTimeout); return nil })
 		require.Equal(t, pipeline.Outcome{Code: pipeline.TimedOut, Policy: pipeline.Timeout, Attempts: 1, Err: w.to.Err()}, o)
 		w.tick.Advance(time.Second)                                       // the rate limiter refills

@@ -72,9 +72,10 @@ type Config struct {
 	// as a failure and a drop. Overran means: in soft mode (and in deadline
 	// mode when another policy reads the end time) it ended at or after the
 	// deadline; in deadline mode otherwise, its deadline fired before it
-	// returned (the watchdog's verdict, within one tick: see package doc). Package retry's default
-	// classifier does not retry context.DeadlineExceeded: set its
-	// ShouldRetry to retry timed-out attempts. A pipeline never abandons
+	// returned (the watchdog's verdict, within one tick: see package doc).
+	// The retry's default classifier retries a timed-out attempt (the
+	// caller's context is still live); a ShouldRetry that refuses
+	// context.DeadlineExceeded or timeout.ErrTimeout does not. A pipeline never abandons
 	// an attempt (it uses the timeout's Start and Finish, on the caller's
 	// goroutine), whatever the Timeout's abandon settings: abandoning would
 	// release the concurrency permit while the abandoned work still runs.

@@ -446,8 +446,15 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		// The caller is gone: no retry is granted (Decide would count one
-		// in the budget and call OnRetry), as in retry.Do; the failure
-		// Decide would have recorded is recorded here.
+		// in the budget and call OnRetry), as in retry.Do. An attempt that
+		// ended with the caller's own context error returns it as it is,
+		// like a non-retryable error (retry.Policy.Decide's contract);
+		// otherwise the failure Decide would have recorded is recorded
+		// here. errors.Is walks err's chain: failure path only.
+		if errors.Is(err, cerr) {
+			*o = p.failed(ctx, *o, err, rt)
+			return true
+		}
 		if p.bud != nil {
 			p.bud.OnFailure(now)
 		}

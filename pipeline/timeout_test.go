@@ -117,12 +117,12 @@ func TestTimeoutFiresTheContext(t *testing.T) {
 	require.Equal(t, int64(0), bh.Stats().InFlight)
 }
 
-func TestTimeoutRetriedWithFreshDeadlineWhenShouldRetrySaysSo(t *testing.T) {
+// TestTimeoutRetriedWithFreshDeadlineByDefault: the default classifier
+// retries a soft-mode timeout (the caller's context is live).
+func TestTimeoutRetriedWithFreshDeadlineByDefault(t *testing.T) {
 	tick := newCountingTicker()
 	to := newTimeout(t, tick, time.Second, timeout.ModeSoft)
-	rt := newRetry(t, tick, func(c *retry.Config) {
-		c.ShouldRetry = func(err error) bool { return true }
-	})
+	rt := newRetry(t, tick, nil)
 	p, err := pipeline.New(pipeline.Config{Retry: rt, Timeout: to})
 	require.NoError(t, err)
 	n := 0
@@ -134,6 +134,64 @@ func TestTimeoutRetriedWithFreshDeadlineWhenShouldRetrySaysSo(t *testing.T) {
 		return nil
 	}))
 	require.Equal(t, 2, n)
+}
+
+// TestDeadlineTimeoutRetriedByDefault: with the default classifier, an
+// attempt whose deadline-mode timeout fired is retried with a fresh
+// deadline (each timeout recorded by the breaker as a failure), while the
+// caller's own context ending stops the retries at once with its error,
+// returned as it is.
+func TestDeadlineTimeoutRetriedByDefault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewNanoTicker() // inside the bubble: follows its fake clock
+		to, err := timeout.New(timeout.Config{Name: "to", Duration: 100 * time.Millisecond, Ticker: tick, Tick: time.Millisecond})
+		require.NoError(t, err)
+		defer to.Close()
+		cb := newBreaker(t, tick, func(c *circuitbreaker.Config) {
+			c.Mode, c.WindowSize, c.MinimumCalls = circuitbreaker.CountWindow, 10, 10
+		})
+		rt := newRetry(t, tick, func(c *retry.Config) { c.BaseDelay = time.Millisecond })
+		p, err := pipeline.New(pipeline.Config{Retry: rt, Breaker: cb, Timeout: to})
+		require.NoError(t, err)
+
+		var lefts []time.Duration
+		n := 0
+		start := time.Now()
+		o := p.Try(context.Background(), func(ctx context.Context) error {
+			n++
+			d, _ := ctx.Deadline()
+			lefts = append(lefts, time.Until(d))
+			if n < 3 {
+				<-ctx.Done() // the attempt's deadline fires
+				return ctx.Err()
+			}
+			return nil
+		})
+		require.Equal(t, pipeline.Outcome{Attempts: 3}, o)
+		require.Equal(t, []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}, lefts,
+			"each retry gets a fresh deadline")
+		require.Equal(t, 202*time.Millisecond, time.Since(start))
+		st := cb.Stats()
+		require.Equal(t, uint64(2), st.Failures, "the breaker counts the timeouts as failures")
+		require.Equal(t, uint64(3), st.Calls)
+		require.Equal(t, uint64(2), to.Stats().Timeouts)
+
+		// The caller's deadline (150 ms) ends the second attempt: no
+		// retry, its error as it is.
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		defer cancel()
+		n = 0
+		start = time.Now()
+		o = p.Try(ctx, func(ctx context.Context) error { n++; <-ctx.Done(); return ctx.Err() })
+		require.Equal(t, pipeline.Outcome{Code: pipeline.Canceled, Attempts: 2, Err: context.DeadlineExceeded}, o)
+		require.Equal(t, 2, n)
+		require.Equal(t, 150*time.Millisecond, time.Since(start), "ended with the caller's context")
+
+		// Canceled by the caller during the first attempt: the same.
+		ctx, cancel = context.WithCancel(context.Background())
+		o = p.Try(ctx, func(ctx context.Context) error { cancel(); return ctx.Err() })
+		require.Equal(t, pipeline.Outcome{Code: pipeline.Canceled, Attempts: 1, Err: context.Canceled}, o)
+	})
 }
 
 // TestTimeoutNeverAbandons: a pipeline's timeout never abandons, even one

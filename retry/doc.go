@@ -24,9 +24,20 @@
 // Retry-After) replaces the backoff for that retry; the hint is still bounded
 // by the limits above and by MaxDelay (a longer hint gives up).
 //
-// What is retried: every error except context.Canceled,
-// context.DeadlineExceeded and errors marked with [Permanent], unless
-// Config.ShouldRetry decides otherwise (a Permanent error is never retried).
+// What is retried: every error except those marked with [Permanent],
+// unless Config.ShouldRetry decides otherwise (a Permanent error is never
+// retried), and nothing once the caller's context is done. A context error
+// is therefore final only when it is the caller's: an attempt that ended
+// because the caller's context did (its error matches ctx.Err() through
+// errors.Is) comes back as it is, like a non-retryable error; any other
+// error of an attempt the caller gave up on comes back in an
+// [*ExhaustedError] ([Canceled]) that matches both it and the context's
+// error. An attempt's own timeout while the caller is live (a pipeline's
+// per-attempt Timeout, whose error matches context.DeadlineExceeded, or a
+// callee's own context.WithTimeout) is retried, as Polly retries its
+// TimeoutRejectedException and resilience4j its TimeLimiter's
+// TimeoutException. The loop checks the context, not ShouldRetry, which
+// sees only the error.
 // The typed form [CallIf] adds a predicate on the result (retry on a 503
 // response). A call whose context is already done runs nothing: [Policy.Do],
 // [Call] and [CallIf] return the context's error as it is, without touching

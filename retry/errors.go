@@ -1,7 +1,6 @@
 package retry
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -33,9 +32,11 @@ type Stop uint8
 const (
 	// Continue means: sleep the returned delay, then try again.
 	Continue Stop = iota
-	// NotRetryable means the error must not be retried (a context error, a
-	// [Permanent] error, or Config.ShouldRetry said no). Return the error
-	// as it is: [Policy.GiveUp] does.
+	// NotRetryable means the error must not be retried (a [Permanent]
+	// error, or Config.ShouldRetry said no; the loops of [Policy.Do],
+	// [CallIf] and package pipeline also stop with it on the caller's own
+	// context error, see [Policy.Decide]). Return the error as it is:
+	// [Policy.GiveUp] does.
 	NotRetryable
 	// MaxAttempts means Config.MaxAttempts attempts have been made.
 	MaxAttempts
@@ -182,10 +183,4 @@ func WithRetryAfter(err error, d time.Duration) error {
 		return nil
 	}
 	return &hintError{err, d}
-}
-
-// defaultRetryable is the default classifier: everything except context
-// errors (and Permanent, checked by the caller).
-func defaultRetryable(err error) bool {
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }

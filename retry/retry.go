@@ -15,8 +15,9 @@ import (
 )
 
 // Config configures a [Policy]. The zero value is valid: 3 attempts, full
-// jitter over 100 ms × 2^(n-1) capped at 10 s, every error but context
-// errors and [Permanent] ones retried, no duration limit, no budget.
+// jitter over 100 ms × 2^(n-1) capped at 10 s, every error but [Permanent]
+// ones retried while the caller's context is live, no duration limit, no
+// budget.
 type Config struct {
 	// Name identifies the policy in its give-up errors.
 	Name string
@@ -46,9 +47,15 @@ type Config struct {
 	Increment time.Duration
 
 	// ShouldRetry classifies a failed attempt's error: true retries it,
-	// false returns it at once. nil means: retry everything except
-	// context.Canceled, context.DeadlineExceeded (anywhere in the chain).
-	// Errors marked [Permanent] are never retried, whatever ShouldRetry says.
+	// false returns it at once. nil means: retry every error. Errors
+	// marked [Permanent] are never retried, whatever ShouldRetry says, and
+	// nothing is retried once the caller's context is done: the loop
+	// checks it, not ShouldRetry (see "What is retried" in the package
+	// documentation). A context error from an attempt whose caller is
+	// still live (a per-attempt timeout, a callee's own
+	// context.WithTimeout) is retried by default, as Polly retries its
+	// TimeoutRejectedException and resilience4j its TimeLimiter's
+	// TimeoutException.
 	// It may be called more than once for the same error (Do and a
 	// pipeline check before deciding, and Decide checks again): keep it a
 	// pure function of the error, without side effects.
@@ -162,9 +169,6 @@ func New(c Config) (*Policy, error) {
 	if p.ticker == nil {
 		p.ticker = rampart.DefaultTicker()
 	}
-	if p.shouldRetry == nil {
-		p.shouldRetry = defaultRetryable
-	}
 	base := int64(c.BaseDelay)
 	if base == 0 {
 		base = int64(100 * time.Millisecond)
@@ -230,9 +234,10 @@ func (p *Policy) Stats() Stats {
 		BudgetRefusals: p.refusals.Load(), ListenerPanics: p.panics.Load()}
 }
 
-// Retryable reports whether err would be retried if limits allowed: it is
-// not nil, not [Permanent], and Config.ShouldRetry (or the default
-// classifier) accepts it. [ErrRetryResult] is always retryable.
+// Retryable reports whether err would be retried if limits allowed and the
+// caller's context were live: it is not nil, not [Permanent], and
+// Config.ShouldRetry accepts it (nil ShouldRetry: every error).
+// [ErrRetryResult] is always retryable.
 func (p *Policy) Retryable(err error) bool {
 	if err == nil {
 		return false
@@ -240,8 +245,15 @@ func (p *Policy) Retryable(err error) bool {
 	if err == ErrRetryResult {
 		return true
 	}
-	return !IsPermanent(err) && p.shouldRetry(err)
+	return !IsPermanent(err) && (p.shouldRetry == nil || p.shouldRetry(err))
 }
+
+// callerEnded is the loops' rule once the caller's context is done (cerr,
+// its error) after a failed attempt: true when the attempt's error is that
+// context error (the attempt ended because the caller did), which is then
+// returned as it is, like a non-retryable one; otherwise the loop gives up
+// with [Canceled]. Failure path only: errors.Is walks err's chain.
+func callerEnded(err, cerr error) bool { return errors.Is(err, cerr) }
 
 // Decide is the retry decision for the pipeline, with all per-call state in
 // the caller's locals. Call it once after each failed attempt:
@@ -258,7 +270,18 @@ func (p *Policy) Retryable(err error) bool {
 //
 // It returns the delay to sleep and [Continue], or a reason to stop (the
 // delay is then 0); hand the reason to [Policy.GiveUp] to get the error to
-// return. Checks, in order: the error is retryable ([NotRetryable]); the
+// return.
+//
+// Decide does not see the context: check ctx.Err() before calling it, as
+// [Policy.Do] and package pipeline do. When the context is done, make no
+// retry: return the attempt's error as it is (GiveUp with [NotRetryable])
+// when it matches ctx.Err() through errors.Is (the attempt ended because
+// the caller did), otherwise record the failure in the budget (OnFailure)
+// and return GiveUp([Canceled], attempts, err, ctx.Err()). A context error
+// while the context is live (a per-attempt timeout) is an ordinary
+// retryable error.
+//
+// Checks, in order: the error is retryable ([NotRetryable]); the
 // failure is recorded in the budget (OnFailure); attempts < MaxAttempts
 // ([MaxAttempts]); the delay (the error's [RetryAfterHint] if any, at most
 // MaxDelay, else the backoff) ends before start+MaxDuration ([MaxDuration])
@@ -473,6 +496,11 @@ func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, er
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			*pending = false
+			if callerEnded(err, cerr) {
+				// The caller's own context error: returned as it is, not
+				// the budget's (as a non-retryable error).
+				return p.GiveUp(NotRetryable, attempt, err, nil)
+			}
 			if p.budget != nil {
 				p.budget.OnFailure(now) // Decide, which would record it, is skipped
 			}
@@ -585,6 +613,9 @@ func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			*pending = false
+			if callerEnded(err, cerr) { // as in doRetry
+				return v, p.GiveUp(NotRetryable, attempt, err, nil)
+			}
 			if p.budget != nil {
 				p.budget.OnFailure(now)
 			}

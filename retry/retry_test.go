@@ -165,7 +165,11 @@ func TestGiveUpMessageReadsOnce(t *testing.T) {
 	}
 }
 
-func TestPermanentAndContextErrorsNotRetried(t *testing.T) {
+// TestPermanentAndCallerContextErrorsNotRetried: a Permanent error, and the
+// caller's own context error once that context is done, come back as they
+// are after one attempt; a context error while the caller is live (the
+// callee's own deadline) is retried like any other error.
+func TestPermanentAndCallerContextErrorsNotRetried(t *testing.T) {
 	p := mustNew(t, Config{MaxAttempts: 10, BaseDelay: time.Nanosecond})
 	user := errors.New("bad request")
 	n := 0
@@ -179,11 +183,28 @@ func TestPermanentAndContextErrorsNotRetried(t *testing.T) {
 	if err != wrapped || n != 1 || !IsPermanent(err) {
 		t.Fatalf("wrapped permanent: err=%v n=%d", err, n)
 	}
+	for _, wrap := range []bool{false, true} {
+		n = 0
+		var ce error
+		ctx, cancel := context.WithCancel(context.Background())
+		err = p.Do(ctx, func(ctx context.Context) error {
+			n++
+			cancel() // the caller gives up during the attempt
+			ce = ctx.Err()
+			if wrap {
+				ce = fmt.Errorf("op: %w", ce)
+			}
+			return ce
+		})
+		if err != ce || n != 1 {
+			t.Fatalf("caller's context error (wrapped %v): err=%v n=%d", wrap, err, n)
+		}
+	}
 	for _, ce := range []error{context.Canceled, fmt.Errorf("op: %w", context.DeadlineExceeded)} {
 		n = 0
 		err = p.Do(context.Background(), func(context.Context) error { n++; return ce })
-		if err != ce || n != 1 {
-			t.Fatalf("context error: err=%v n=%d", err, n)
+		if !errors.Is(err, ErrExhausted) || !errors.Is(err, ce) || n != 10 {
+			t.Fatalf("context error with a live caller: err=%v n=%d, want 10 attempts", err, n)
 		}
 	}
 	if Permanent(nil) != nil || WithRetryAfter(nil, time.Second) != nil {
@@ -369,7 +390,7 @@ func TestDecideOrder(t *testing.T) {
 		{1, errBoom, 0, 0, 0, 100 * ms, Continue},
 		{1, nil, 0, 0, 0, 0, NotRetryable},
 		{1, Permanent(errBoom), 0, 0, 0, 0, NotRetryable},
-		{1, context.Canceled, 0, 0, 0, 0, NotRetryable},
+		{1, context.Canceled, 0, 0, 0, 100 * ms, Continue}, // Decide does not see the context: the caller checks it
 		{3, errBoom, 0, 0, 0, 0, MaxAttempts},
 		{1, errBoom, 0, 900 * ms, 0, 100 * ms, Continue}, // starts exactly at the limit
 		{1, errBoom, 0, 901 * ms, 0, 0, MaxDuration},     // would start after it
@@ -624,6 +645,71 @@ func TestSleepReportsContextEndedAsDelayRanOut(t *testing.T) {
 		var ex *ExhaustedError
 		if runs != 1 || !errors.As(err, &ex) || ex.Reason() != Canceled || !errors.Is(err, context.Canceled) || !errors.Is(err, errBoom) {
 			t.Fatalf("runs %d, err %v; want 1 run and a give-up (canceled) on boom", runs, err)
+		}
+	})
+}
+
+// TestCalleeDeadlineRetriedCallerDeadlineFinal: a callee whose own
+// context.WithTimeout fires is retried by the default classifier (the
+// caller's context is live), in Do and in CallIf; when the caller's context
+// ends during an attempt, the retries stop at once and the attempt's error
+// (the context's) comes back as it is, with no budget failure recorded.
+func TestCalleeDeadlineRetriedCallerDeadlineFinal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := NewTokenBucket(TokenBucketConfig{MaxTokens: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := mustNew(t, Config{MaxAttempts: 10, Backoff: Constant, BaseDelay: time.Millisecond, Budget: b,
+			Ticker: rampart.NewNanoTicker()}) // inside the bubble: follows its fake clock
+		// fn runs its own 10 ms deadline; attempt 3 succeeds when ok3.
+		var n int
+		fn := func(ok3 bool) func(context.Context) error {
+			return func(ctx context.Context) error {
+				n++
+				if ok3 && n == 3 {
+					return nil
+				}
+				ictx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+				defer cancel()
+				<-ictx.Done()
+				return fmt.Errorf("query: %w", ictx.Err())
+			}
+		}
+		start := time.Now()
+		if err := p.Do(context.Background(), fn(true)); err != nil || n != 3 {
+			t.Fatalf("Do = %v after %d attempts, want nil after 3", err, n)
+		}
+		if d := time.Since(start); d != 22*time.Millisecond {
+			t.Fatalf("took %v, want 2 × (10 ms + 1 ms)", d)
+		}
+		n = 0
+		v, err := CallIf(context.Background(), p, func(ctx context.Context) (int, error) { err := fn(true)(ctx); return n, err }, nil)
+		if err != nil || v != 3 || n != 3 {
+			t.Fatalf("CallIf = %d, %v after %d attempts, want 3, nil after 3", v, err, n)
+		}
+		tokens := b.Tokens()
+
+		// The caller's 25 ms deadline ends attempt 3 (started at 22 ms).
+		for _, call := range []string{"Do", "CallIf"} {
+			ctx, cancel := context.WithTimeout(context.Background(), 25*time.Millisecond)
+			n, start = 0, time.Now()
+			if call == "Do" {
+				err = p.Do(ctx, fn(false))
+			} else {
+				_, err = CallIf(ctx, p, func(ctx context.Context) (int, error) { return 0, fn(false)(ctx) }, nil)
+			}
+			cancel()
+			if n != 3 || time.Since(start) != 25*time.Millisecond {
+				t.Fatalf("%s: %d attempts in %v, want 3 in 25 ms", call, n, time.Since(start))
+			}
+			if _, ok := errors.AsType[*ExhaustedError](err); ok || !errors.Is(err, context.DeadlineExceeded) || err.Error() != "query: context deadline exceeded" {
+				t.Fatalf("%s = %v, want the attempt's error as it is", call, err)
+			}
+		}
+		// Two retried failures per call (Decide's), none for the last one.
+		if got, want := b.Tokens(), tokens-4; got != want {
+			t.Fatalf("tokens %v, want %v", got, want)
 		}
 	})
 }

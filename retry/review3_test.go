@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -53,29 +54,42 @@ func TestReview3GoexitInOnRetryRecordsOneFailure(t *testing.T) {
 	}
 }
 
-// Guard (passes): a non-retryable error comes back unchanged (the very same
-// value, or the error under an outermost Permanent marker) after one
+// Guard (passes): a non-retryable error (Permanent, or the caller's own
+// context error once that context is done) comes back unchanged (the very
+// same value, or the error under an outermost Permanent marker) after one
 // attempt, and touches no budget token.
 func TestReview3NotRetryableUnchangedAndUncounted(t *testing.T) {
 	b, _ := NewTokenBucket(TokenBucketConfig{})
 	p := mustNew(t, Config{Budget: b, Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 5})
 	user := errors.New("bad request")
+	// Each fn ends its call's context (or not) and returns its error.
 	for _, tc := range []struct {
-		ret, want error
+		name string
+		fn   func(ctx context.Context, cancel func()) error
+		want func(ctx context.Context) error
 	}{
-		{Permanent(user), user},
-		{context.Canceled, context.Canceled},
-		{context.DeadlineExceeded, context.DeadlineExceeded},
+		{"permanent", func(context.Context, func()) error { return Permanent(user) },
+			func(context.Context) error { return user }},
+		{"caller canceled", func(ctx context.Context, cancel func()) error { cancel(); return ctx.Err() },
+			context.Context.Err},
+		{"caller's deadline", func(ctx context.Context, _ func()) error { <-ctx.Done(); return ctx.Err() },
+			context.Context.Err},
 	} {
-		calls := 0
-		err := p.Do(context.Background(), func(context.Context) error { calls++; return tc.ret })
-		if err != tc.want || calls != 1 {
-			t.Fatalf("Do(%v) = %v after %d calls, want %v after 1", tc.ret, err, calls, tc.want)
-		}
-		v, err := Call(context.Background(), p, func(context.Context) (int, error) { return 7, tc.ret })
-		if err != tc.want || v != 7 {
-			t.Fatalf("Call(%v) = %d, %v", tc.ret, v, err)
-		}
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			calls := 0
+			err := p.Do(ctx, func(ctx context.Context) error { calls++; return tc.fn(ctx, cancel) })
+			if want := tc.want(ctx); err != want || calls != 1 {
+				t.Fatalf("%s: Do = %v after %d calls, want %v after 1", tc.name, err, calls, want)
+			}
+			ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			v, err := Call(ctx, p, func(ctx context.Context) (int, error) { return 7, tc.fn(ctx, cancel) })
+			if want := tc.want(ctx); err != want || v != 7 {
+				t.Fatalf("%s: Call = %d, %v; want %v", tc.name, v, err, want)
+			}
+		})
 	}
 	if b.Tokens() != 10 {
 		t.Fatalf("tokens %v, want 10: non-retryable errors are not failures for A6", b.Tokens())
