@@ -173,7 +173,11 @@ type Pipeline struct {
 // New validates cfg and returns a pipeline. It returns a *rampart.ConfigError
 // (matching rampart.ErrInvalidConfig) when a policy was not built by its
 // package's New (a zero value such as &bulkhead.Bulkhead{}), when the
-// policies use different tickers, or when the combination is invalid.
+// policies use different tickers, or when the combination is invalid. A
+// ticker mismatch names the policy that is off and what to do: the
+// policies built without a Ticker (on rampart.DefaultTicker()) when
+// Config.Ticker or the other policies share another one, else the policy
+// on a Ticker of its own.
 func New(cfg Config) (*Pipeline, error) {
 	if err := refuseZeroPolicies(cfg); err != nil {
 		return nil, err
@@ -191,10 +195,6 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if p.rt != nil {
 		p.bud = p.rt.Budget()
-	}
-	type ticked struct {
-		field string
-		t     rampart.Ticker
 	}
 	var clocks [6]ticked
 	n := 0
@@ -245,29 +245,15 @@ func New(cfg Config) (*Pipeline, error) {
 		}
 		add("Hedge", cfg.Hedge.Ticker())
 	}
-	tick := cfg.Ticker
-	for _, c := range clocks[:n] {
-		if c.t == nil {
-			continue
-		}
-		if tick == nil {
-			tick = c.t
-			continue
-		}
-		same, ok := ticker.Equal(c.t, tick)
-		if !ok {
-			return nil, rampart.NewConfigError("pipeline", c.field, ticker.UncomparableReason, c.t)
-		}
-		if !same {
-			return nil, rampart.NewConfigError("pipeline", c.field,
-				"uses a different Ticker than the pipeline or another policy (readings of different tickers are not comparable); build every policy with the pipeline's Ticker")
-		}
+	if ticker.IsNil(cfg.Ticker) {
+		return nil, rampart.NewConfigError("pipeline", "Ticker", ticker.NilReason, cfg.Ticker)
+	}
+	tick, err := sharedTicker(cfg.Ticker, clocks[:n])
+	if err != nil {
+		return nil, err
 	}
 	if tick == nil {
 		tick = rampart.DefaultTicker()
-	}
-	if ticker.IsNil(tick) {
-		return nil, rampart.NewConfigError("pipeline", "Ticker", ticker.NilReason, tick)
 	}
 	p.tick = tick
 	p.cfg.Ticker = tick

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -175,6 +176,102 @@ func TestTickerMismatchIsConfigError(t *testing.T) {
 	rl := newRateLimit(t, 10, 1, rampart.NewManualTicker(0))
 	_, err := pipeline.New(pipeline.Config{RateLimit: rl, Ticker: rampart.NewManualTicker(0)})
 	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+}
+
+// TestTickerMismatchNamesTheOddPolicy: a ticker mismatch names the policy
+// (or policies) that is off and says what to do: the ones built without a
+// Ticker (on rampart.DefaultTicker()) when the others or Config.Ticker
+// share another; else the one on a Ticker of its own; Config.Ticker itself
+// when it is the default and every policy shares another.
+func TestTickerMismatchNamesTheOddPolicy(t *testing.T) {
+	fields := []string{"Retry", "Breaker", "RateLimit", "Adaptive", "Timeout", "Hedge"}
+	pkgs := map[string]string{"Retry": "retry", "Breaker": "circuitbreaker", "RateLimit": "ratelimit",
+		"Adaptive": "adaptive", "Timeout": "timeout", "Hedge": "hedge"}
+	// with returns cfg with the policies of fields taken from from.
+	with := func(cfg, from pipeline.Config, fields ...string) pipeline.Config {
+		for _, f := range fields {
+			switch f {
+			case "Retry":
+				cfg.Retry = from.Retry
+			case "Breaker":
+				cfg.Breaker = from.Breaker
+			case "RateLimit":
+				cfg.RateLimit = from.RateLimit
+			case "Adaptive":
+				cfg.Adaptive = from.Adaptive
+			case "Timeout":
+				cfg.Timeout = from.Timeout
+			case "Hedge":
+				cfg.Hedge = from.Hedge
+			}
+		}
+		return cfg
+	}
+	m, m2 := rampart.NewManualTicker(1), rampart.NewManualTicker(1)
+	onM, onM2, onDef := validPolicies(t, m), validPolicies(t, m2), validPolicies(t, nil)
+	type tc struct {
+		name   string
+		cfg    pipeline.Config
+		field  string // "" for no error
+		reason []string
+	}
+	cases := []tc{
+		{name: "all default", cfg: onDef},
+		{name: "all default, Config.Ticker default", cfg: func() pipeline.Config { c := onDef; c.Ticker = rampart.DefaultTicker(); return c }()},
+		{name: "all manual", cfg: onM},
+		{name: "all manual, Config.Ticker same", cfg: func() pipeline.Config { c := onM; c.Ticker = m; return c }()},
+		{name: "all manual, Config.Ticker default", cfg: func() pipeline.Config { c := onM; c.Ticker = rampart.DefaultTicker(); return c }(),
+			field: "Ticker", reason: []string{"is rampart.DefaultTicker(), but every policy uses a *rampart.ManualTicker", "leave Config.Ticker nil"}},
+		{name: "all default, Config.Ticker manual", cfg: func() pipeline.Config { c := onDef; c.Ticker = m; return c }(),
+			field: "Retry", reason: []string{"was built without a Ticker (rampart.DefaultTicker()), as were Breaker, RateLimit, Adaptive, Timeout, Hedge; the pipeline's Config.Ticker is a *rampart.ManualTicker: pass the same Ticker to retry.New, circuitbreaker.New, ratelimit.New, adaptive.New, timeout.New, hedge.New"}},
+		{name: "Retry and Timeout default", cfg: with(onM, onDef, "Retry", "Timeout"),
+			field: "Retry", reason: []string{"was built without a Ticker (rampart.DefaultTicker()), as was Timeout; the other policies (Breaker, RateLimit, Adaptive, Hedge) use a *rampart.ManualTicker: pass the same Ticker to retry.New, timeout.New"}},
+	}
+	for _, f := range fields {
+		others := []string{}
+		for _, g := range fields {
+			if g != f {
+				others = append(others, g)
+			}
+		}
+		cases = append(cases,
+			tc{name: f + " default", cfg: with(onM, onDef, f), field: f, reason: []string{
+				"was built without a Ticker (rampart.DefaultTicker()); the other policies (" + strings.Join(others, ", ") +
+					") use a *rampart.ManualTicker: pass the same Ticker to " + pkgs[f] + ".New"}},
+			tc{name: f + " default, Config.Ticker set", cfg: func() pipeline.Config { c := with(onM, onDef, f); c.Ticker = m; return c }(),
+				field: f, reason: []string{"was built without a Ticker (rampart.DefaultTicker()); the pipeline's Config.Ticker is a *rampart.ManualTicker, as are the Tickers of " +
+					strings.Join(others, ", ") + ": pass the same Ticker to " + pkgs[f] + ".New"}},
+			tc{name: f + " on another", cfg: with(onM, onM2, f), field: f, reason: []string{
+				"uses a different Ticker (a *rampart.ManualTicker) than " + others[0] + " (a *rampart.ManualTicker"}},
+			tc{name: f + " on another, Config.Ticker set", cfg: func() pipeline.Config { c := with(onM, onM2, f); c.Ticker = m; return c }(),
+				field: f, reason: []string{"uses a different Ticker (a *rampart.ManualTicker) than the pipeline's Config.Ticker (a *rampart.ManualTicker"}},
+			tc{name: f + " alone on the default, Config.Ticker set", cfg: func() pipeline.Config {
+				c := with(pipeline.Config{Idempotent: true}, onDef, f)
+				c.Ticker = m
+				return c
+			}(), field: f, reason: []string{"was built without a Ticker (rampart.DefaultTicker()); the pipeline's Config.Ticker is a *rampart.ManualTicker: pass the same Ticker to " + pkgs[f] + ".New"}},
+			tc{name: f + " alone on a manual", cfg: with(pipeline.Config{Idempotent: true}, onM, f)},
+		)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := pipeline.New(c.cfg)
+			if c.field == "" {
+				require.NoError(t, err)
+				require.NotNil(t, p)
+				return
+			}
+			require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+			var ce *rampart.ConfigError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, "pipeline", ce.Policy)
+			require.Equal(t, c.field, ce.Field, ce.Error())
+			for _, r := range c.reason {
+				require.Contains(t, ce.Reason, r)
+			}
+			require.Contains(t, ce.Reason, "readings of different tickers are not comparable")
+		})
+	}
 }
 
 func runtimeGoexit() { runtime.Goexit() }
