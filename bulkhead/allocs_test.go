@@ -5,22 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
-
-func checkAllocs(t *testing.T, want float64, f func()) {
-	t.Helper()
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
-	if n := testing.AllocsPerRun(1000, f); n != want {
-		t.Fatalf("%v allocs per run, want %v", n, want)
-	}
-}
 
 func TestAllocsAdmit(t *testing.T) {
 	b := mustNew(t, Config{Max: 4})
-	checkAllocs(t, 0, func() {
+	testkit.WantAllocs(t, "TryEnter+Exit", 0, func() {
 		if !b.TryEnter() {
 			t.Fatal("rejected")
 		}
@@ -33,7 +23,7 @@ func TestAllocsReject(t *testing.T) {
 	b.TryEnter()
 	defer b.Exit()
 	ctx := context.Background()
-	checkAllocs(t, 0, func() {
+	testkit.WantAllocs(t, "TryEnter+Enter rejected", 0, func() {
 		if b.TryEnter() || b.Enter(ctx) == nil {
 			t.Fatal("admitted")
 		}
@@ -44,7 +34,7 @@ func TestAllocsReject(t *testing.T) {
 func TestAllocsEnterNoWait(t *testing.T) {
 	b := mustNew(t, Config{Max: 4, MaxWait: time.Second})
 	ctx := context.Background()
-	checkAllocs(t, 0, func() {
+	testkit.WantAllocs(t, "Enter+Exit", 0, func() {
 		if b.Enter(ctx) != nil {
 			t.Fatal("rejected")
 		}
@@ -57,7 +47,7 @@ func TestAllocsDoCall(t *testing.T) {
 	ctx := context.Background()
 	fn := func(context.Context) error { return nil }
 	fnT := func(context.Context) (int, error) { return 1, nil }
-	checkAllocs(t, 0, func() {
+	testkit.WantAllocs(t, "Do+Call", 0, func() {
 		if b.Do(ctx, fn) != nil {
 			t.Fatal("rejected")
 		}
@@ -70,6 +60,6 @@ func TestAllocsDoCall(t *testing.T) {
 func TestAllocsStats(t *testing.T) {
 	b := mustNew(t, Config{Max: 4})
 	var s Stats
-	checkAllocs(t, 0, func() { s = b.Stats() })
+	testkit.WantAllocs(t, "Stats", 0, func() { s = b.Stats() })
 	_ = s
 }

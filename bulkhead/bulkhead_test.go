@@ -16,6 +16,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -28,13 +29,14 @@ func mustNew(t testing.TB, cfg Config) *Bulkhead {
 }
 
 func TestNewValidation(t *testing.T) {
-	for _, cfg := range []Config{{}, {Max: -1}, {Max: 1, MaxWait: -time.Second}} {
-		b, err := New(cfg)
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{{Config{}, "Max"}, {Config{Max: -1}, "Max"}, {Config{Max: 1, MaxWait: -time.Second}, "MaxWait"}} {
+		b, err := New(tc.cfg)
 		require.Nil(t, b)
 		require.ErrorIs(t, err, rampart.ErrInvalidConfig)
-		var ce *rampart.ConfigError
-		require.ErrorAs(t, err, &ce)
-		require.Equal(t, "bulkhead", ce.Policy)
+		testkit.RequireConfigError(t, err, "bulkhead", tc.field)
 	}
 	_, err := New(Config{Max: 0})
 	require.EqualError(t, err, "bulkhead: invalid config: Max must be at least 1, got 0")
@@ -42,6 +44,7 @@ func TestNewValidation(t *testing.T) {
 	require.Equal(t, 3, b.Max())
 	require.Equal(t, "db", b.Name())
 	require.ErrorIs(t, b.SetMax(0), rampart.ErrInvalidConfig)
+	testkit.RequireConfigError(t, b.SetMax(0), "bulkhead", "Max")
 	require.Equal(t, 3, b.Max())
 }
 
@@ -83,11 +86,8 @@ func TestRejectedError(t *testing.T) {
 
 func TestExitWithoutEnterPanics(t *testing.T) {
 	b := mustNew(t, Config{Max: 2, Name: "db"})
-	msg := func() (msg string) {
-		defer func() { msg, _ = recover().(string) }()
-		b.Exit()
-		return ""
-	}()
+	p, _ := testkit.Run(b.Exit)
+	msg, _ := p.(string)
 	require.True(t, strings.Contains(msg, "Exit without a matching Enter"), msg)
 	require.True(t, strings.Contains(msg, "db"), msg)
 	// The count was restored: the limit is still 2, not 3.
@@ -109,12 +109,8 @@ func TestDoReleasesOnEveryPath(t *testing.T) {
 	require.PanicsWithValue(t, "p", func() { _ = b.Do(ctx, func(context.Context) error { panic("p") }) })
 	require.Zero(t, b.Stats().InFlight)
 
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = b.Do(ctx, func(context.Context) error { goexit(); return nil })
-	}()
-	<-done
+	_, goexited := testkit.Run(func() { _ = b.Do(ctx, func(context.Context) error { testkit.Goexit(); return nil }) })
+	require.True(t, goexited)
 	require.Zero(t, b.Stats().InFlight)
 
 	v, err := Call(ctx, b, func(context.Context) (string, error) { return "ok", nil })
@@ -221,7 +217,3 @@ func TestOverCountRate(t *testing.T) {
 		runtime.GOMAXPROCS(0), calls, s.Rejected, 100*float64(s.Rejected)/float64(calls), s.Overshoots,
 		100*float64(s.Overshoots)/math.Max(1, float64(s.Rejected)), 100*float64(s.Overshoots)/float64(calls))
 }
-
-// goexit is runtime.Goexit, behind a variable so vet does not flag the
-// unreachable code after it in the tests.
-var goexit = func() { runtimeGoexit() }

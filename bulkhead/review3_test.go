@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,19 +17,8 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
-
-// r3Ticker is a user Ticker that panics on read once armed.
-type r3Ticker struct {
-	armed atomic.Bool
-}
-
-func (k *r3Ticker) Now() int64 {
-	if k.armed.Load() {
-		panic("r3Ticker")
-	}
-	return 0
-}
 
 // TestReview3WaitAdmitListenerGoexitLeaksPermit: a call that queued and was
 // granted a permit calls OnWaitAdmit before Enter returns. A listener that
@@ -44,27 +32,37 @@ func TestReview3WaitAdmitListenerGoexitLeaksPermit(t *testing.T) {
 	for _, tc := range []string{"goexit-listener", "panicking-ticker"} {
 		t.Run(tc, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				tk := &r3Ticker{}
+				tk := &testkit.PanicTicker{}
 				cfg := bulkhead.Config{Max: 1, MaxWait: time.Second, Ticker: tk}
 				if tc == "goexit-listener" {
 					cfg.Ticker = rampart.NewNanoTicker()
-					cfg.OnWaitAdmit = func(int64) { runtime.Goexit() }
+					cfg.OnWaitAdmit = func(int64) { testkit.Goexit() }
 				}
 				b, err := bulkhead.New(cfg)
 				require.NoError(t, err)
 				require.True(t, b.TryEnter())
 				ran := false
-				done := make(chan struct{})
+				type ending struct {
+					panicked any
+					goexited bool
+				}
+				done := make(chan ending, 1)
 				go func() {
-					defer close(done)
-					defer func() { _ = recover() }() // the ticker's panic
-					_ = b.Do(context.Background(), func(context.Context) error { ran = true; return nil })
+					p, g := testkit.Run(func() {
+						_ = b.Do(context.Background(), func(context.Context) error { ran = true; return nil })
+					})
+					done <- ending{p, g}
 				}()
 				synctest.Wait()
 				require.Equal(t, int64(1), b.Stats().Waiting)
-				tk.armed.Store(true) // only the read after the grant remains
-				b.Exit()             // hands the permit to the waiter
-				<-done
+				tk.Arm() // only the read after the grant remains
+				b.Exit() // hands the permit to the waiter
+				end := <-done
+				if tc == "goexit-listener" {
+					require.True(t, end.goexited, "the listener's Goexit did not end the caller's goroutine")
+				} else {
+					require.Equal(t, testkit.PanicTickerValue, end.panicked, "the ticker's panic did not reach the caller")
+				}
 				require.False(t, ran)
 				require.Equal(t, int64(0), b.Stats().InFlight, "the granted permit was never given back")
 				require.True(t, b.TryEnter(), "the bulkhead stays full for ever")

@@ -13,9 +13,8 @@ import (
 
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
-
-func runtimeGoexit() { runtime.Goexit() }
 
 // TestStress: 64 goroutines × 20,000 calls (4,000 under -race; -short runs
 // 1,000 each) mixing successes, errors, panics,
@@ -88,19 +87,13 @@ func TestStress(t *testing.T) {
 				var err error
 				switch kind {
 				case 2: // panic: Do must release, then re-raise
-					func() {
-						defer func() {
-							r := recover()
-							if ran && r != errUser {
-								t.Errorf("recovered %v", r)
-							}
-						}()
-						err = b.Do(ctx, fn)
-					}()
+					if r, _ := testkit.Run(func() { err = b.Do(ctx, fn) }); ran && r != errUser {
+						t.Errorf("recovered %v", r)
+					}
 				case 3: // Goexit ends the goroutine: run the call on its own
-					done := make(chan struct{})
-					go func() { defer close(done); err = b.Do(ctx, fn) }()
-					<-done
+					if _, goexited := testkit.Run(func() { err = b.Do(ctx, fn) }); ran && !goexited {
+						t.Errorf("Do returned %v after its fn called runtime.Goexit", err)
+					}
 				case 6: // fail-fast primitive
 					if b.TryEnter() {
 						err = fn(ctx)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
 // waitingBulkhead builds a waiting bulkhead whose ticker lives in the
@@ -205,13 +206,12 @@ func TestWaitDoReleases(t *testing.T) {
 			OnWaitAdmit: func(w int64) { admitted = append(admitted, w) }})
 		boom := errors.New("boom")
 		done := make(chan error, 1)
-		go func() {
-			defer func() { recover() }()
+		go testkit.Run(func() {
 			_ = b.Do(t.Context(), func(context.Context) error {
 				time.Sleep(20 * time.Millisecond)
 				panic(boom)
 			})
-		}()
+		})
 		synctest.Wait()
 		go func() {
 			done <- b.Do(t.Context(), func(context.Context) error { return boom })
