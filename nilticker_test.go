@@ -71,3 +71,40 @@ func TestNilPointerTickerIsAConfigError(t *testing.T) {
 	require.Same(t, rampart.DefaultTicker(), wd.Clock())
 	require.NoError(t, wd.Close())
 }
+
+// TestNilAndZeroBudgetsAreConfigErrors: a Config.Budget that is a nil
+// pointer or a zero value of package retry's budget types (not built by
+// NewTokenBucket or NewRatioBudget: a zero TokenBucket never grants a
+// retry, a zero RatioBudget divides by zero) is refused at New with a
+// ConfigError on the Budget field, by every policy that takes a budget;
+// budgets built by their constructors are accepted.
+func TestNilAndZeroBudgetsAreConfigErrors(t *testing.T) {
+	news := map[string]func(retry.Budget) error{
+		"retry": func(b retry.Budget) error { _, err := retry.New(retry.Config{Budget: b}); return err },
+		"hedge": func(b retry.Budget) error {
+			h, err := hedge.New(hedge.Config{Delay: time.Millisecond, Budget: b})
+			if h != nil {
+				require.NoError(t, h.Close())
+			}
+			return err
+		},
+	}
+	bad := []retry.Budget{(*retry.TokenBucket)(nil), (*retry.RatioBudget)(nil), &retry.TokenBucket{}, &retry.RatioBudget{}}
+	tb, err := retry.NewTokenBucket(retry.TokenBucketConfig{})
+	require.NoError(t, err)
+	rb, err := retry.NewRatioBudget(retry.RatioBudgetConfig{})
+	require.NoError(t, err)
+	for name, newFn := range news {
+		for _, b := range bad {
+			err := newFn(b)
+			require.ErrorIs(t, err, rampart.ErrInvalidConfig, "%s with a nil or zero %T", name, b)
+			var ce *rampart.ConfigError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, name, ce.Policy)
+			require.Equal(t, "Budget", ce.Field, "%s", name)
+		}
+		for _, b := range []retry.Budget{nil, tb, rb} {
+			require.NoError(t, newFn(b), "%s with %T", name, b)
+		}
+	}
+}

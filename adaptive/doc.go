@@ -132,7 +132,8 @@
 //
 // The zero [Config] and [ThrottlerConfig] are valid (documented defaults on
 // each field); [New] and [NewThrottler] validate every field and return a
-// *rampart.ConfigError for a bad one. A Limiter and a Throttler are safe for
+// *rampart.ConfigError for a bad one. The zero [Limiter] is not usable;
+// build with [New] (see the type). A Limiter and a Throttler are safe for
 // concurrent use by any number of goroutines. Rejections return one
 // preallocated error per instance, matching [ErrLimited] (or [ErrThrottled])
 // and rampart.ErrRejected.

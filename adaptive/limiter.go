@@ -231,6 +231,11 @@ func seqOf(w int64) uint32 { return uint32(uint64(w) >> 32) }
 // Limiter is an adaptive concurrency limiter: a counter of calls in flight
 // checked against a limit that an [Algorithm] recomputes once per window
 // from the RTTs and losses the calls report. See the package documentation.
+//
+// The zero value is not usable; build with [New]. A zero Limiter has no
+// limit, no algorithm and no clock: Acquire refuses every call, and
+// AcquireWait returns a zero Token with a nil error, which a caller would
+// take for an admission. Package pipeline refuses a zero Limiter at New.
 type Limiter struct {
 	slots pad.Int64 // in flight (low 32 bits) and admissions (high 32): see admitOne
 

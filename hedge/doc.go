@@ -105,6 +105,9 @@
 //
 // # Zero value and concurrency
 //
-// The zero Hedger is not usable; create it with New. A Hedger is safe for
-// concurrent use by any number of goroutines.
+// The zero Hedger is not usable; build with [New] (its first call would
+// panic). New refuses a Config.Budget that is a nil or zero
+// retry.TokenBucket or retry.RatioBudget: build budgets with their
+// constructors. A Hedger is safe for concurrent use by any number of
+// goroutines.
 package hedge

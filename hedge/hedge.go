@@ -8,11 +8,15 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/atomicx"
+	"github.com/rampart-go/rampart/internal/budgetcheck"
 	"github.com/rampart-go/rampart/internal/histogram"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/internal/watchdog"
-	"github.com/rampart-go/rampart/retry"
+
+	// Package retry sets budgetcheck.Reason, its check of its own budget
+	// types, in its init function, which runs before this package's.
+	_ "github.com/rampart-go/rampart/retry"
 )
 
 // Budget is a retry budget that hedges obey, shared with the retry policies
@@ -35,21 +39,6 @@ type Budget interface {
 	// AllowRetry reports whether one more hedge may start now, and counts
 	// it when it may.
 	AllowRetry(now int64) bool
-}
-
-// isNilBudget reports whether b is a nil pointer of one of package retry's
-// budget types, whose first method call would panic in the middle of a call:
-// New refuses it, as retry.New does (and as every policy refuses a nil
-// pointer of rampart's ticker types). Other types are the user's: a nil
-// pointer may be a valid receiver there.
-func isNilBudget(b Budget) bool {
-	switch b := b.(type) {
-	case *retry.TokenBucket:
-		return b == nil
-	case *retry.RatioBudget:
-		return b == nil
-	}
-	return false
 }
 
 // Limits of the configuration.
@@ -96,7 +85,8 @@ type Config struct {
 
 	// Budget, when set, must grant every hedge (see [Budget]). Nil means
 	// hedges are limited by MaxHedges only. A nil *retry.TokenBucket or
-	// *retry.RatioBudget is refused.
+	// *retry.RatioBudget, and one not built by retry.NewTokenBucket or
+	// retry.NewRatioBudget (a zero value), is refused.
 	Budget Budget
 
 	// Fatal reports whether an attempt's error ends the race (the error is
@@ -150,8 +140,11 @@ type Stats struct {
 	Samples uint64
 }
 
-// Hedger hedges idempotent calls. Create it with New; it is safe for
-// concurrent use.
+// Hedger hedges idempotent calls. It is safe for concurrent use.
+//
+// The zero value is not usable; build with [New]. A zero Hedger has no
+// clock and no watchdog: its first call panics (a nil pointer). Package
+// pipeline refuses a zero Hedger at New.
 type Hedger struct {
 	// Read-mostly configuration, grouped and unpadded.
 	ticker     rampart.Ticker
@@ -215,8 +208,11 @@ func New(cfg Config) (*Hedger, error) {
 		return nil, bad("MaxHedges", "must be in [0, %d], got %d", MaxHedgesLimit, cfg.MaxHedges)
 	case cfg.Tick < 0:
 		return nil, bad("Tick", "must not be negative, got %v", cfg.Tick)
-	case isNilBudget(cfg.Budget):
-		return nil, bad("Budget", "is a nil %T: leave it nil for no budget, or pass one made by retry.NewTokenBucket or retry.NewRatioBudget", cfg.Budget)
+	}
+	// retry's own check (set by package retry, which this package
+	// imports): a nil or zero retry.TokenBucket or retry.RatioBudget.
+	if why := budgetcheck.Reason(cfg.Budget, "retry."); why != "" {
+		return nil, bad("Budget", "%s", why)
 	}
 	h := &Hedger{
 		ticker:     cfg.Ticker,

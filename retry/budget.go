@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/budgetcheck"
 	"github.com/rampart-go/rampart/internal/pad"
 )
 
@@ -340,20 +341,38 @@ func (b *RatioBudget) AllowRetry(now int64) bool {
 	return true
 }
 
-// isNilBudget reports whether b is a nil pointer of one of this package's
-// budget types: a non-nil Budget whose first method call would panic in
-// the middle of a call. New refuses it, as policies refuse a nil pointer of
-// rampart's ticker types. Other types are the user's: a nil pointer may be
-// a valid receiver there.
-func isNilBudget(b Budget) bool {
+// budgetReason is New's check of a Config.Budget, shared with package
+// hedge through internal/budgetcheck: a nil pointer of one of this
+// package's budget types (a non-nil Budget whose first method call would
+// panic in the middle of a call, as policies refuse a nil pointer of
+// rampart's ticker types), or a zero value not built by its constructor (a
+// zero TokenBucket never grants a retry; a zero RatioBudget divides by
+// zero in its first call). It returns the ConfigError reason, "" when b is
+// usable or is not one of this package's types (a user's type: a nil
+// pointer may be a valid receiver there). qual prefixes the constructors'
+// names ("retry." for package hedge). New only.
+func budgetReason(b any, qual string) string {
+	use := "pass one made by " + qual + "NewTokenBucket or " + qual + "NewRatioBudget"
 	switch b := b.(type) {
 	case *TokenBucket:
-		return b == nil
+		switch {
+		case b == nil:
+			return "is a nil *retry.TokenBucket: leave it nil for no budget, or " + use
+		case b.max == 0: // NewTokenBucket sets at least 1 milli-token
+			return "is a zero retry.TokenBucket, not built by " + qual + "NewTokenBucket (the zero value never grants a retry): " + use
+		}
 	case *RatioBudget:
-		return b == nil
+		switch {
+		case b == nil:
+			return "is a nil *retry.RatioBudget: leave it nil for no budget, or " + use
+		case b.n == 0: // NewRatioBudget sets at least 1 bucket
+			return "is a zero retry.RatioBudget, not built by " + qual + "NewRatioBudget (the zero value has no window and would divide by zero): " + use
+		}
 	}
-	return false
+	return ""
 }
+
+func init() { budgetcheck.Reason = budgetReason }
 
 var (
 	_ Budget = (*TokenBucket)(nil)

@@ -111,7 +111,11 @@
 //
 // # Zero value and concurrency
 //
-// The zero Policy is not usable; create one with [New]. A Policy and the
-// budgets are safe for concurrent use by any number of goroutines and are
-// meant to be shared (one per dependency).
+// The zero Policy is not usable; build with [New] (its first failed attempt
+// would panic). Nor are the zero [TokenBucket] (it would never grant a
+// retry) and [RatioBudget] (it would divide by zero): build them with
+// [NewTokenBucket] and [NewRatioBudget]; New, and package hedge's New,
+// refuse a nil or zero one as Config.Budget. A Policy and the budgets are
+// safe for concurrent use by any number of goroutines and are meant to be
+// shared (one per dependency).
 package retry

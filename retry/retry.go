@@ -62,7 +62,8 @@ type Config struct {
 	ShouldRetry func(err error) bool
 
 	// Budget, when set, limits retries together with every other policy that
-	// shares it; see [Budget]. A nil *TokenBucket or *RatioBudget is
+	// shares it; see [Budget]. A nil *TokenBucket or *RatioBudget, and one
+	// not built by [NewTokenBucket] or [NewRatioBudget] (a zero value), is
 	// refused.
 	Budget Budget
 
@@ -99,8 +100,12 @@ type Stats struct {
 	ListenerPanics uint64 // listener panics recovered
 }
 
-// Policy retries failed operations; see the package documentation. Create it
-// with [New]; it is safe for concurrent use and holds no per-call state.
+// Policy retries failed operations; see the package documentation. It is
+// safe for concurrent use and holds no per-call state.
+//
+// The zero value is not usable; build with [New]. A zero Policy has no
+// clock: the first failed attempt of Do or CallIf panics (a nil Ticker).
+// Package pipeline refuses a zero Policy at New.
 type Policy struct {
 	// Read-mostly configuration, read by every call.
 	maxAttempts int
@@ -146,8 +151,9 @@ func New(c Config) (*Policy, error) {
 		return nil, cfgErr("Increment", "must not be negative, got %v", c.Increment)
 	case c.Multiplier != 0 && !(c.Multiplier >= 1 && c.Multiplier <= math.MaxFloat64):
 		return nil, cfgErr("Multiplier", "must be at least 1 and finite (0 means the default), got %v", c.Multiplier)
-	case isNilBudget(c.Budget):
-		return nil, cfgErr("Budget", "is a nil %T: leave it nil for no budget, or pass one made by NewTokenBucket or NewRatioBudget", c.Budget)
+	}
+	if why := budgetReason(c.Budget, ""); why != "" {
+		return nil, cfgErr("Budget", "%s", why)
 	}
 	p := &Policy{
 		maxAttempts: c.MaxAttempts,
