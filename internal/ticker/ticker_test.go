@@ -1,11 +1,29 @@
 package ticker
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/rampart-go/rampart/internal/testkit"
 )
+
+// readMonotonic reads clk n times after a first reading and fails t if a
+// reading is below the one before it.
+func readMonotonic(t *testing.T, clk interface{ Now() int64 }, n int) {
+	t.Helper()
+	prev := clk.Now()
+	for range n {
+		v := clk.Now()
+		if v < prev {
+			t.Errorf("went backwards: %d < %d", v, prev)
+			return
+		}
+		prev = v
+	}
+}
 
 func TestNanoMonotonic(t *testing.T) {
 	n := NewNano()
@@ -93,25 +111,69 @@ func TestCachedCloseBeforeStart(t *testing.T) {
 	}
 }
 
-func TestCachedConcurrentReaders(t *testing.T) {
-	c := NewCached(100 * time.Microsecond)
-	defer c.Close()
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			prev := c.Now()
-			for range 20000 {
-				v := c.Now()
-				if v < prev {
-					t.Errorf("went backwards: %d < %d", v, prev)
-					return
+// TestCachedConcurrentReadersAndClose races readers with a Close, the
+// first reading (which starts the refresh goroutine) included: readings
+// never go backwards, a second Close after the race is harmless, and no
+// goroutine is left (goleak in TestMain). Run under -race.
+func TestCachedConcurrentReadersAndClose(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		interval               time.Duration
+		rounds, readers, reads int
+	}{
+		{"long reads", 100 * time.Microsecond, 1, 8, 20000},
+		{"close at start", 50 * time.Microsecond, 50, 4, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range tc.rounds {
+				c := NewCached(tc.interval)
+				var wg sync.WaitGroup
+				for range tc.readers {
+					wg.Go(func() { readMonotonic(t, c, tc.reads) })
 				}
-				prev = v
+				wg.Go(func() { c.Close() })
+				wg.Wait()
+				if err := c.Close(); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 	}
-	wg.Go(func() { c.Close() })
-	wg.Wait()
+}
+
+// TestCachedCloseAfterZeroReadingNeverGoesBackwards: a Cached reading is
+// stored as at least 1 (0 means "not started"), so a first reading taken
+// while the source reads 0 is 1; after Close, Now reads the source
+// directly and still returns no less than that 1. Under testing/synctest
+// the source reads exactly 0 until time moves.
+func TestCachedCloseAfterZeroReadingNeverGoesBackwards(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := NewCached(time.Millisecond)
+		first := c.Now()
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if after := c.Now(); after < first {
+			t.Fatalf("read %d before Close, %d after: backwards", first, after)
+		}
+	})
+}
+
+// TestIsNil: IsNil recognises typed nil pointers of the three clocks only.
+func TestIsNil(t *testing.T) {
+	var c *Cached
+	var n *Nano
+	var m *Manual
+	for _, v := range []any{c, n, m} {
+		if !IsNil(v) {
+			t.Fatalf("IsNil(%T nil) = false", v)
+		}
+	}
+	for _, v := range []any{nil, NewNano(), NewManual(0), 3} {
+		if IsNil(v) {
+			t.Fatalf("IsNil(%v) = true", v)
+		}
+	}
 }
 
 func TestManual(t *testing.T) {
@@ -126,22 +188,42 @@ func TestManual(t *testing.T) {
 	if m.Now() != 5e9 {
 		t.Fatal("Set")
 	}
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("Set backwards did not panic")
-			}
-		}()
-		m.Set(1)
-	}()
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("negative Advance did not panic")
-			}
-		}()
-		m.Advance(-1)
-	}()
+	if p, _ := testkit.Run(func() { m.Set(1) }); p == nil {
+		t.Fatal("Set backwards did not panic")
+	}
+	if p, _ := testkit.Run(func() { m.Advance(-1) }); p == nil {
+		t.Fatal("negative Advance did not panic")
+	}
+	if m.Now() != 5e9 {
+		t.Fatalf("a refused Set or Advance moved the clock to %d", m.Now())
+	}
+}
+
+// TestManualAtTheEndsOfTheClock: the clock starts anywhere in the int64
+// range, Set to the very end is allowed and stays there, a zero-duration
+// Advance there does not move it, and an Advance past the end saturates
+// instead of wrapping (readers never see time go backwards). The zero
+// value reads 0.
+func TestManualAtTheEndsOfTheClock(t *testing.T) {
+	m := NewManual(math.MaxInt64 - 10)
+	before := m.Now()
+	got := m.Advance(time.Hour)
+	if got < before || m.Now() < before {
+		t.Fatalf("Advance(1h) from %d returned %d, reads %d: time went backwards", before, got, m.Now())
+	}
+
+	m = NewManual(math.MinInt64 + 1)
+	if m.Now() != math.MinInt64+1 {
+		t.Fatal("start")
+	}
+	m.Set(math.MaxInt64)
+	if m.Advance(0) != math.MaxInt64 || m.Now() != math.MaxInt64 {
+		t.Fatalf("reads %d", m.Now())
+	}
+	var z Manual // the zero value reads 0
+	if z.Now() != 0 || z.Advance(5) != 5 {
+		t.Fatal("zero value")
+	}
 }
 
 func TestManualConcurrent(t *testing.T) {
@@ -153,19 +235,31 @@ func TestManualConcurrent(t *testing.T) {
 				m.Advance(1)
 			}
 		})
-		wg.Go(func() {
-			prev := m.Now()
-			for range 1000 {
-				v := m.Now()
-				if v < prev {
-					t.Errorf("backwards")
-				}
-				prev = v
-			}
-		})
+		wg.Go(func() { readMonotonic(t, m, 1000) })
 	}
 	wg.Wait()
 	if m.Now() != 4000 {
 		t.Fatalf("got %d", m.Now())
 	}
+}
+
+// TestManualConcurrentSetAdvance: under concurrent Set and Advance every
+// reader sees a non-decreasing clock, and a Set below the current reading
+// panics instead of moving time back.
+func TestManualConcurrentSetAdvance(t *testing.T) {
+	m := NewManual(0)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 2000 {
+				if g%2 == 0 {
+					m.Advance(1)
+				} else {
+					testkit.Run(func() { m.Set(int64(i * 3)) }) // a Set below the current reading panics
+				}
+			}
+		})
+		wg.Go(func() { readMonotonic(t, m, 4000) })
+	}
+	wg.Wait()
 }
