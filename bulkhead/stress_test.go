@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -127,4 +128,118 @@ func TestStress(t *testing.T) {
 	require.LessOrEqual(t, s.TimedOut+s.Canceled, s.Rejected)
 	t.Logf("calls %d admitted %d refused %d (timed out %d, canceled %d) waited %d overshoots %d",
 		calls, admitted.Load(), refused.Load(), s.TimedOut, s.Canceled, s.Waited, s.Overshoots)
+}
+
+// TestStressSetMaxWhileWaiting: limits that move while callers queue, give
+// up and run. The real concurrency never exceeds the largest Max ever set,
+// every waiter ends admitted or refused with the right error, and nothing
+// is left in flight or queued.
+func TestStressSetMaxWhileWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(t, Config{Max: 2, MaxWait: 3 * time.Millisecond})
+		const maxEver = 5
+		var running, peak atomic.Int64
+		var admitted, refused atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Go(func() {
+				for i := range 200 {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+(g+i)%4)*time.Millisecond)
+					err := b.Do(ctx, func(context.Context) error {
+						atomicx.Max(&peak, running.Add(1))
+						time.Sleep(time.Duration(1+(g*7+i)%3) * time.Millisecond)
+						running.Add(-1)
+						return nil
+					})
+					cancel()
+					switch {
+					case err == nil:
+						admitted.Add(1)
+					case errors.Is(err, ErrFull), errors.Is(err, context.DeadlineExceeded):
+						refused.Add(1)
+					default:
+						t.Errorf("unexpected error %v", err)
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			for i := range 400 {
+				if err := b.SetMax(1 + i%maxEver); err != nil {
+					t.Error(err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+		wg.Wait()
+		st := b.Stats()
+		require.LessOrEqual(t, peak.Load(), int64(maxEver))
+		require.LessOrEqual(t, st.PeakInFlight, int64(maxEver))
+		require.Equal(t, int64(16*200), admitted.Load()+refused.Load())
+		require.Equal(t, uint64(refused.Load()), st.Rejected)
+		require.Equal(t, st.Rejected, st.TimedOut+st.Canceled)
+		require.Equal(t, int64(0), st.InFlight)
+		require.Equal(t, int64(0), st.Waiting)
+		require.Positive(t, admitted.Load())
+		require.Positive(t, refused.Load())
+	})
+}
+
+// TestStressCancelRacingGrant: many waiters whose contexts end at the very
+// instants permits are freed (same synctest instant), with fail-fast
+// TryEnter callers mixed in. Afterwards: nothing in flight or queued, the
+// real concurrency never exceeded Max, every attempt is either admitted or
+// refused exactly once, and the counters add up.
+func TestStressCancelRacingGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const Max, G, N = 3, 12, 150
+		b := mustNew(t, Config{Max: Max, MaxWait: 2 * time.Millisecond})
+		var running, peak, admitted, refused, tryAdmitted, tryRefused atomic.Int64
+		body := func() {
+			atomicx.Max(&peak, running.Add(1))
+			time.Sleep(time.Millisecond)
+			running.Add(-1)
+		}
+		var wg sync.WaitGroup
+		for g := range G {
+			wg.Go(func() {
+				for i := range N {
+					if (g+i)%5 == 0 {
+						if b.TryEnter() {
+							tryAdmitted.Add(1)
+							body()
+							b.Exit()
+						} else {
+							tryRefused.Add(1)
+						}
+						continue
+					}
+					// Deadlines at 1 ms: the instant the running calls exit.
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+i%2)*time.Millisecond)
+					err := b.Do(ctx, func(context.Context) error { body(); return nil })
+					cancel()
+					switch {
+					case err == nil:
+						admitted.Add(1)
+					case errors.Is(err, ErrFull), errors.Is(err, context.DeadlineExceeded):
+						refused.Add(1)
+					default:
+						t.Errorf("unexpected error %v", err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		st := b.Stats()
+		require.LessOrEqual(t, peak.Load(), int64(Max))
+		require.LessOrEqual(t, st.PeakInFlight, int64(Max))
+		require.Equal(t, int64(G*N), admitted.Load()+refused.Load()+tryAdmitted.Load()+tryRefused.Load())
+		require.Equal(t, uint64(refused.Load()+tryRefused.Load()), st.Rejected)
+		require.Equal(t, uint64(refused.Load()), st.TimedOut+st.Canceled)
+		require.LessOrEqual(t, st.Waited, uint64(admitted.Load()))
+		require.Equal(t, int64(0), st.InFlight)
+		require.Equal(t, int64(0), st.Waiting)
+		require.True(t, b.TryEnter(), "a permit leaked")
+		b.Exit()
+	})
 }

@@ -57,6 +57,8 @@ func TestWaitFIFO(t *testing.T) {
 	})
 }
 
+// TestWaitMaxWaitExpires: a waiter is refused with the bulkhead's error
+// exactly when MaxWait has passed, not before, and counted as timed out.
 func TestWaitMaxWaitExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var waited []int64
@@ -66,7 +68,8 @@ func TestWaitMaxWaitExpires(t *testing.T) {
 		start := time.Now()
 		err := b.Enter(t.Context())
 		require.Same(t, b.RejectedError(), err)
-		require.Equal(t, 50*time.Millisecond, time.Since(start))
+		require.ErrorIs(t, err, ErrFull)
+		require.Equal(t, 50*time.Millisecond, time.Since(start), "refused exactly when MaxWait has passed")
 		s := b.Stats()
 		require.Equal(t, uint64(1), s.Rejected)
 		require.Equal(t, uint64(1), s.TimedOut)
@@ -74,6 +77,55 @@ func TestWaitMaxWaitExpires(t *testing.T) {
 		require.Equal(t, int64(50*time.Millisecond), s.WaitedNanos)
 		require.Equal(t, []int64{int64(50 * time.Millisecond)}, waited)
 		b.Exit()
+		require.Zero(t, b.Stats().InFlight)
+	})
+}
+
+// TestWaitFIFOSkipsCanceledWaiter: waiters are granted in the order they
+// queued, one per Exit, and a waiter in the middle whose context ends is
+// skipped and counted as canceled.
+func TestWaitFIFOSkipsCanceledWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(t, Config{Max: 1, MaxWait: time.Hour})
+		require.True(t, b.TryEnter())
+		const N = 6
+		order := make(chan int, N)
+		ctxs := make([]context.CancelFunc, N)
+		var wg sync.WaitGroup
+		for i := range N {
+			ctx, cancel := context.WithCancel(context.Background())
+			ctxs[i] = cancel
+			wg.Go(func() {
+				if err := b.Enter(ctx); err != nil {
+					require.ErrorIs(t, err, context.Canceled)
+					return
+				}
+				order <- i
+			})
+			synctest.Wait() // queued in this order
+		}
+		require.Equal(t, int64(N), b.Stats().Waiting)
+		ctxs[2]() // the third gives up
+		synctest.Wait()
+		require.Equal(t, int64(N-1), b.Stats().Waiting)
+		var got []int
+		for range N - 1 {
+			b.Exit()
+			synctest.Wait()
+			got = append(got, <-order)
+		}
+		b.Exit()
+		wg.Wait()
+		require.Equal(t, []int{0, 1, 3, 4, 5}, got)
+		st := b.Stats()
+		require.Equal(t, int64(0), st.InFlight)
+		require.Equal(t, int64(0), st.Waiting)
+		require.Equal(t, uint64(N-1), st.Waited)
+		require.Equal(t, uint64(1), st.Canceled)
+		require.Equal(t, uint64(1), st.Rejected)
+		for _, c := range ctxs {
+			c()
+		}
 	})
 }
 
@@ -220,4 +272,100 @@ func TestWaitDoReleases(t *testing.T) {
 		require.Equal(t, []int64{int64(20 * time.Millisecond)}, admitted)
 		require.Zero(t, b.Stats().InFlight)
 	})
+}
+
+// TestWaitHugeMaxWaitEndsWithContext: a MaxWait just below "forever" (which
+// arms a real timer) and exactly math.MaxInt64 (no timer) both wait until
+// the context ends and account for it as a cancellation.
+func TestWaitHugeMaxWaitEndsWithContext(t *testing.T) {
+	for _, mw := range []time.Duration{math.MaxInt64 - 1, math.MaxInt64} {
+		synctest.Test(t, func(t *testing.T) {
+			b := mustNew(t, Config{Max: 1, MaxWait: mw})
+			require.True(t, b.TryEnter())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			err := b.Enter(ctx)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			st := b.Stats()
+			require.Equal(t, uint64(1), st.Canceled)
+			require.Equal(t, uint64(0), st.TimedOut)
+			require.Equal(t, uint64(1), st.Rejected)
+			require.Equal(t, int64(0), st.Waiting)
+			require.Equal(t, int64(1), st.InFlight)
+			b.Exit()
+		})
+	}
+}
+
+// TestWaitDoneContextRefusedBehindQueue: a caller with a context already
+// done that finds others queued is refused with ctx.Err() and counted as
+// canceled, without queueing; one that finds a free permit and nobody
+// queued is admitted (documented).
+func TestWaitDoneContextRefusedBehindQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(t, Config{Max: 1, MaxWait: time.Second})
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.NoError(t, b.Enter(done)) // free permit, empty queue: admitted
+		errc := make(chan error, 1)
+		go func() { errc <- b.Enter(context.Background()) }()
+		synctest.Wait()
+		require.ErrorIs(t, b.Enter(done), context.Canceled)
+		st := b.Stats()
+		require.Equal(t, uint64(1), st.Canceled)
+		require.Equal(t, int64(1), st.Waiting)
+		b.Exit()
+		require.NoError(t, <-errc)
+		b.Exit()
+		require.Equal(t, int64(0), b.Stats().InFlight)
+	})
+}
+
+// TestWaitAdmitListenerGoexitReleasesPermit: a call that queued and was
+// granted a permit calls OnWaitAdmit before Enter returns, then reads the
+// Ticker to measure the wait. A listener that ends its goroutine with
+// runtime.Goexit (t.FailNow in a listener, say), or a Ticker that panics on
+// that read, ends the caller's call without running fn, and the granted
+// permit is given back: Do releases it on every path, Goexit included.
+func TestWaitAdmitListenerGoexitReleasesPermit(t *testing.T) {
+	for _, tc := range []string{"goexit-listener", "panicking-ticker"} {
+		t.Run(tc, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tk := &testkit.PanicTicker{}
+				cfg := Config{Max: 1, MaxWait: time.Second, Ticker: tk}
+				if tc == "goexit-listener" {
+					cfg.Ticker = rampart.NewNanoTicker()
+					cfg.OnWaitAdmit = func(int64) { testkit.Goexit() }
+				}
+				b := mustNew(t, cfg)
+				require.True(t, b.TryEnter())
+				ran := false
+				type ending struct {
+					panicked any
+					goexited bool
+				}
+				done := make(chan ending, 1)
+				go func() {
+					p, g := testkit.Run(func() {
+						_ = b.Do(context.Background(), func(context.Context) error { ran = true; return nil })
+					})
+					done <- ending{p, g}
+				}()
+				synctest.Wait()
+				require.Equal(t, int64(1), b.Stats().Waiting)
+				tk.Arm() // only the read after the grant remains
+				b.Exit() // hands the permit to the waiter
+				end := <-done
+				if tc == "goexit-listener" {
+					require.True(t, end.goexited, "the listener's Goexit did not end the caller's goroutine")
+				} else {
+					require.Equal(t, testkit.PanicTickerValue, end.panicked, "the ticker's panic did not reach the caller")
+				}
+				require.False(t, ran)
+				require.Equal(t, int64(0), b.Stats().InFlight, "the granted permit was never given back")
+				require.True(t, b.TryEnter(), "the bulkhead stays full for ever")
+				b.Exit()
+			})
+		})
+	}
 }
