@@ -18,9 +18,11 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/adaptive"
+	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/httpguard"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
@@ -106,7 +108,7 @@ func flaky(n int32, hits *atomic.Int32) http.Handler {
 }
 
 func TestClientRetriesIdempotentAndClosesDiscardedBodies(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	var hits atomic.Int32
 	url, _ := serve(t, flaky(2, &hits))
 	c, bt := clientFor(t, httpguard.ClientConfig{Pipeline: mustPipeline(t, pipeline.Config{Retry: fastRetry(t, nil)})})
@@ -118,7 +120,7 @@ func TestClientRetriesIdempotentAndClosesDiscardedBodies(t *testing.T) {
 }
 
 func TestClientReturnsLastResponseWhenRetriesGiveUp(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	var hits atomic.Int32
 	url, _ := serve(t, flaky(100, &hits))
 	c, bt := clientFor(t, httpguard.ClientConfig{Pipeline: mustPipeline(t, pipeline.Config{Retry: fastRetry(t, nil)})})
@@ -130,7 +132,7 @@ func TestClientReturnsLastResponseWhenRetriesGiveUp(t *testing.T) {
 }
 
 func TestClientDoesNotRetryPostUnlessIdempotencyKey(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	var hits atomic.Int32
 	url, _ := serve(t, flaky(1, &hits))
 	c, bt := clientFor(t, httpguard.ClientConfig{Pipeline: mustPipeline(t, pipeline.Config{Retry: fastRetry(t, nil)})})
@@ -156,7 +158,7 @@ func TestClientDoesNotRetryPostUnlessIdempotencyKey(t *testing.T) {
 }
 
 func TestClientBodyWithoutGetBodyIsSentOnce(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	var hits atomic.Int32
 	url, _ := serve(t, flaky(1, &hits))
 	c, _ := clientFor(t, httpguard.ClientConfig{Pipeline: mustPipeline(t, pipeline.Config{Retry: fastRetry(t, nil)})})
@@ -179,7 +181,7 @@ type closeCounter struct {
 func (c *closeCounter) Close() error { c.closes.Add(1); return nil }
 
 func TestClientRejectionReturnsErrorAndClosesRequestBody(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	tick := rampart.NewManualTicker(1)
 	rl, err := ratelimit.New(ratelimit.Config{Rate: 1, Burst: 1, Ticker: tick})
 	require.NoError(t, err)
@@ -294,7 +296,7 @@ func TestClientHonoursRetryAfterSecondsAndDeadline(t *testing.T) {
 }
 
 func TestClientHedgesIdempotentRequests(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	var hits atomic.Int32
 	url, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hits.Add(1) == 1 {
@@ -324,7 +326,7 @@ func TestClientHedgesIdempotentRequests(t *testing.T) {
 }
 
 func TestClientBreakerPerHost(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	tick := rampart.NewManualTicker(1)
 	var downHits, upHits atomic.Int32
 	down, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -352,7 +354,7 @@ func TestClientBreakerPerHost(t *testing.T) {
 }
 
 func TestClientAttemptTimeoutBoundsTheBody(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	url, _ := serve(t, hello)
 	c, _ := clientFor(t, httpguard.ClientConfig{AttemptTimeout: time.Minute})
 	resp, body := get(t, c, url)
@@ -639,5 +641,326 @@ func TestClientAttemptTimeoutClassifiedAsDeadlineByAdaptive(t *testing.T) {
 		require.ErrorIs(t, err, httpguard.ErrAttemptTimeout)
 		require.Equal(t, []error{context.DeadlineExceeded}, seen)
 		require.Zero(t, al.Stats().InFlight)
+	})
+}
+
+// A delay-seconds Retry-After too large for int64 is the longest hint (the
+// retry then stops with HintTooLong), not an invalid one that the retry
+// ignores and answers with its short backoff.
+func TestClientRetryAfterBeyondInt64IsHuge(t *testing.T) {
+	var hits atomic.Int32
+	rp, err := retry.New(retry.Config{MaxAttempts: 3, Backoff: retry.Constant, BaseDelay: time.Microsecond})
+	require.NoError(t, err)
+	rt, err := httpguard.NewTransport(httpguard.ClientConfig{
+		Pipeline: mustPipeline(t, pipeline.Config{Retry: rp}),
+		Base: memTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			w.Header().Set("Retry-After", "99999999999999999999")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		})},
+	})
+	require.NoError(t, err)
+	resp, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.EqualValues(t, 1, hits.Load(), "retried despite a Retry-After of ~3e12 years")
+}
+
+// A panicking ClientConfig.RetryStatus (or IsFailure) runs inside the
+// attempt, after the response was tracked: RoundTrip closes every response
+// it does not return on the panic path too, and the panic goes on
+// unchanged.
+func TestClientPanickingClassifierClosesBody(t *testing.T) {
+	bt := &bodyTracker{base: memTransport{hello}}
+	rt, err := httpguard.NewTransport(httpguard.ClientConfig{
+		Base:        bt,
+		RetryStatus: func(int) bool { panic("classifier") },
+	})
+	require.NoError(t, err)
+	require.PanicsWithValue(t, "classifier", func() {
+		_, _ = rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+	})
+	require.Equal(t, 0, bt.open(), "the response body of the panicking attempt is still open")
+}
+
+// A client whose request context is already cancelled sends nothing,
+// returns an error and closes the request body.
+func TestClientCancelledBeforeSendSendsNothing(t *testing.T) {
+	var hits atomic.Int32
+	rt, err := httpguard.NewTransport(httpguard.ClientConfig{
+		Pipeline: mustPipeline(t, pipeline.Config{Retry: fastRetry(t, nil)}),
+		Base: memTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+		})},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	body := &closeCounter{Reader: strings.NewReader("x")}
+	req := httptest.NewRequest(http.MethodPut, "http://x/", nil).WithContext(ctx)
+	req.Body = body
+	resp, err := rt.RoundTrip(req)
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
+	require.Error(t, err)
+	require.EqualValues(t, 0, hits.Load())
+	require.EqualValues(t, 1, body.closes.Load())
+}
+
+// A NewHostBreaker that returns neither a breaker nor an error is a
+// configuration mistake reported on the request (a ConfigError naming
+// NewHostBreaker), not a route silently built without a breaker; nothing
+// is sent.
+func TestClientNilHostBreakerIsAConfigError(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	c, _ := clientFor(t, httpguard.ClientConfig{
+		Pipeline:       mustPipeline(t, pipeline.Config{}),
+		NewHostBreaker: func(string) (*circuitbreaker.Breaker, error) { return nil, nil },
+	})
+	resp, err := c.Get(srv.URL)
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
+	testkit.RequireConfigError(t, err, "httpguard", "NewHostBreaker")
+	require.Zero(t, hits.Load())
+}
+
+// memResponse is a response with status and body, built in memory.
+func memResponse(status int, body string) *http.Response {
+	rec := httptest.NewRecorder()
+	rec.WriteHeader(status)
+	_, _ = io.WriteString(rec, body)
+	return rec.Result()
+}
+
+// hedgerOn builds a hedger on tick with its own watchdog (inside the bubble).
+func hedgerOn(t *testing.T, tick rampart.Ticker, mod func(*hedge.Config)) *hedge.Hedger {
+	cfg := hedge.Config{Delay: time.Millisecond, Ticker: tick, Tick: time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	h, err := hedge.New(cfg)
+	require.NoError(t, err)
+	return h
+}
+
+// The transport starts no goroutine of its own except the hedged attempts,
+// which end with the call (package doc): RoundTrip returns, and the
+// pipeline's bulkhead slot is released, only once a losing hedge has left
+// the base RoundTripper (here it honours the cancellation, then takes a
+// moment to tear the connection down), so the next request never makes
+// two in flight to the dependency under a bulkhead of 1.
+func TestClientHedgedLoserEndsBeforeRoundTripReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewManualTicker(1)
+		hg := hedgerOn(t, tick, nil)
+		defer hg.Close()
+		bh, err := bulkhead.New(bulkhead.Config{Max: 1, Ticker: tick})
+		require.NoError(t, err)
+		var inBase, peak atomic.Int32
+		hedgeStarted := make(chan struct{})
+		var n atomic.Int32
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if v := inBase.Add(1); v > peak.Load() {
+				peak.Store(v)
+			}
+			defer inBase.Add(-1)
+			switch n.Add(1) {
+			case 1:
+				tick.Advance(2 * time.Millisecond)
+				<-hedgeStarted
+				return memResponse(200, "first"), nil
+			case 2:
+				close(hedgeStarted)
+				<-r.Context().Done()
+				time.Sleep(time.Millisecond) // tearing the connection down takes a moment
+				return nil, r.Context().Err()
+			}
+			return memResponse(200, "next"), nil
+		})
+		rt, err := httpguard.NewTransport(httpguard.ClientConfig{Base: base,
+			Pipeline: mustPipeline(t, pipeline.Config{Bulkhead: bh, Hedge: hg, Idempotent: true})})
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		stillIn := inBase.Load()
+		peak.Store(0) // one call's own hedges overlap by design; the next call must not
+		resp, err = rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+		synctest.Wait()
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.EqualValues(t, 0, stillIn, "a hedged attempt was still running when RoundTrip returned")
+		require.EqualValues(t, 1, peak.Load(), "%d requests in flight under a bulkhead of 1 once the first call returned", peak.Load())
+	})
+}
+
+// A hedged request with a body (a PUT): the first attempt sends the
+// original body, the hedge a replay from GetBody; both see the whole body;
+// the losing response and a late response are drained and closed, the
+// request body is closed, and no goroutine is left when the bubble ends.
+func TestClientHedgedBodyReplayAndLateResponse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewManualTicker(1)
+		hg := hedgerOn(t, tick, nil)
+		defer hg.Close()
+		var mu sync.Mutex
+		var seen []string
+		hedgeStarted := make(chan struct{})
+		var n atomic.Int32
+		bt := &bodyTracker{base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			b, _ := io.ReadAll(r.Body)
+			_ = r.Body.Close()
+			mu.Lock()
+			seen = append(seen, string(b))
+			mu.Unlock()
+			if n.Add(1) == 1 {
+				tick.Advance(2 * time.Millisecond)
+				<-hedgeStarted
+				return memResponse(200, "first"), nil // wins
+			}
+			close(hedgeStarted)
+			time.Sleep(5 * time.Millisecond) // ignores cancellation: RoundTrip waits for it
+			return memResponse(200, "late"), nil
+		})}
+		rt, err := httpguard.NewTransport(httpguard.ClientConfig{Base: bt,
+			Pipeline: mustPipeline(t, pipeline.Config{Hedge: hg, Idempotent: true})})
+		require.NoError(t, err)
+		req := httptest.NewRequest(http.MethodPut, "http://x/", strings.NewReader("payload"))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("payload")), nil }
+		resp, err := rt.RoundTrip(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, "first", string(b))
+		require.NoError(t, resp.Body.Close())
+		synctest.Wait()
+		require.Equal(t, 0, bt.open(), "the late hedged response was not closed")
+		require.Equal(t, []string{"payload", "payload"}, seen)
+		require.EqualValues(t, 1, hg.Stats().Hedges)
+	})
+}
+
+// The caller's context cancelled mid-race: RoundTrip returns the context's
+// error, every response is closed, the breaker's permit is released, and
+// nothing is left running.
+func TestClientHedgedCallerCancelMidRace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewManualTicker(1)
+		hg := hedgerOn(t, tick, func(c *hedge.Config) { c.MaxHedges = 2 })
+		defer hg.Close()
+		cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 5})
+		require.NoError(t, err)
+		rp, err := retry.New(retry.Config{Ticker: tick, MaxAttempts: 3})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		hedgeStarted := make(chan struct{})
+		var n atomic.Int32
+		bt := &bodyTracker{base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if n.Add(1) == 1 {
+				tick.Advance(2 * time.Millisecond)
+				<-hedgeStarted
+				cancel()
+			} else if n.Load() == 2 {
+				close(hedgeStarted)
+			}
+			<-r.Context().Done()
+			return nil, r.Context().Err()
+		})}
+		rt, err := httpguard.NewTransport(httpguard.ClientConfig{Base: bt,
+			Pipeline: mustPipeline(t, pipeline.Config{Retry: rp, Breaker: cb, Hedge: hg, Idempotent: true})})
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(httptest.NewRequestWithContext(ctx, http.MethodGet, "http://x/", nil))
+		if resp != nil {
+			_ = resp.Body.Close()
+		}
+		require.ErrorIs(t, err, context.Canceled)
+		require.Nil(t, resp)
+		synctest.Wait()
+		require.Equal(t, 0, bt.open())
+		require.Equal(t, circuitbreaker.Closed, cb.State())
+		require.Zero(t, rp.Stats().Retries, "no retry after the caller left")
+	})
+}
+
+// A hedged race in which every attempt answers 503: the status error ends
+// the race, the retry runs the next (hedged) attempt, and when the retries
+// give up the last 503 response is returned; every other body is closed.
+func TestClientRetryOverHedgedRaces(t *testing.T) {
+	testkit.LeakCheck(t)
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewManualTicker(1)
+		hg := hedgerOn(t, tick, nil)
+		defer hg.Close()
+		rp, err := retry.New(retry.Config{Ticker: tick, MaxAttempts: 3, BaseDelay: time.Millisecond})
+		require.NoError(t, err)
+		var n atomic.Int32
+		bt := &bodyTracker{base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			n.Add(1)
+			resp := memResponse(503, "busy")
+			resp.Header.Set("Retry-After", "0")
+			return resp, nil
+		})}
+		rt, err := httpguard.NewTransport(httpguard.ClientConfig{Base: bt,
+			Pipeline: mustPipeline(t, pipeline.Config{Retry: rp, Hedge: hg, Idempotent: true})})
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+		require.NoError(t, err)
+		require.Equal(t, 503, resp.StatusCode)
+		require.EqualValues(t, 3, n.Load(), "three attempts, none hedged (each answered before the delay)")
+		require.Equal(t, 1, bt.open(), "only the returned response is open")
+		require.NoError(t, resp.Body.Close())
+		synctest.Wait()
+		require.Equal(t, 0, bt.open())
+	})
+}
+
+// ctxBody reads its content only while its request's context is live.
+type ctxBody struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (b *ctxBody) Read(p []byte) (int, error) {
+	if err := b.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return b.r.Read(p)
+}
+
+func (b *ctxBody) Close() error { return nil }
+
+// A hedge that wins: its response body, read through its context after
+// RoundTrip returned, stays readable (the winner's context is not
+// cancelled), and the slow first attempt's context was cancelled.
+func TestClientHedgeWinnerBodyReadable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewManualTicker(1)
+		hg := hedgerOn(t, tick, nil)
+		defer hg.Close()
+		var n atomic.Int32
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if n.Add(1) == 1 {
+				tick.Advance(2 * time.Millisecond)
+				<-r.Context().Done() // cancelled when the hedge wins
+				return nil, r.Context().Err()
+			}
+			resp := memResponse(200, "")
+			resp.Body = &ctxBody{ctx: r.Context(), r: strings.NewReader("hedged body")}
+			return resp, nil
+		})
+		rt, err := httpguard.NewTransport(httpguard.ClientConfig{Base: base,
+			Pipeline: mustPipeline(t, pipeline.Config{Hedge: hg, Idempotent: true})})
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, "hedged body", string(b))
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, uint64(1), hg.Stats().HedgesWon)
 	})
 }

@@ -2,39 +2,36 @@ package httpguard_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/httpguard"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/internal/watchdog"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/timeout"
 )
-
-// leakCheck verifies, after every other cleanup of t (servers, transports),
-// that t started no goroutine that is still running.
-func leakCheck(t *testing.T) {
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
 
 func mustPipeline(t testing.TB, cfg pipeline.Config) *pipeline.Pipeline {
 	t.Helper()
@@ -69,7 +66,7 @@ func get(t *testing.T, c *http.Client, url string) (*http.Response, string) {
 var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello") })
 
 func TestServerRateLimit429WithRetryAfter(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	tick := rampart.NewManualTicker(1)
 	rl, err := ratelimit.New(ratelimit.Config{Rate: 0.5, Burst: 1, Ticker: tick}) // one per 2 s
 	require.NoError(t, err)
@@ -89,7 +86,7 @@ func TestServerRateLimit429WithRetryAfter(t *testing.T) {
 }
 
 func TestServerBulkhead503(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	bh, err := bulkhead.New(bulkhead.Config{Max: 1})
 	require.NoError(t, err)
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -123,7 +120,7 @@ func TestServerBulkhead503(t *testing.T) {
 }
 
 func TestServerBreakerOpensOn5xxAnd503WithRemainingTime(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	tick := rampart.NewManualTicker(1)
 	cb, err := circuitbreaker.New(circuitbreaker.Config{Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 2,
 		OpenDuration: 30 * time.Second, Ticker: tick})
@@ -299,7 +296,7 @@ func newAbortRig(t *testing.T, upstream http.Handler) *abortRig {
 // every permit is released, and the guard re-raises http.ErrAbortHandler
 // as net/http expects.
 func TestServerClientAbortMidBodyIsNotAFailure(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	const chunk = "first chunk"
 	rig := newAbortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, chunk)
@@ -334,7 +331,7 @@ func TestServerClientAbortMidBodyIsNotAFailure(t *testing.T) {
 // An upstream that breaks mid-body, with the client still there, makes the
 // proxy abort too: that one is the upstream's failure.
 func TestServerUpstreamAbortMidBodyIsAFailure(t *testing.T) {
-	leakCheck(t)
+	testkit.LeakCheck(t)
 	rig := newAbortRig(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, buf, err := http.NewResponseController(w).Hijack()
 		if err != nil {
@@ -359,9 +356,6 @@ func TestServerUpstreamAbortMidBodyIsAFailure(t *testing.T) {
 // An admitted request costs one allocation, its exchange (the status
 // recorder and the pipeline's call); the abort guard adds none.
 func TestServerAllocsAdmittedRequest(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	tick := rampart.NewManualTicker(1)
 	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick})
 	require.NoError(t, err)
@@ -372,5 +366,302 @@ func TestServerAllocsAdmittedRequest(t *testing.T) {
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() { h.ServeHTTP(w, r) }))
+	testkit.WantAllocs(t, "ServeHTTP of an admitted request", 1, func() { h.ServeHTTP(w, r) })
+}
+
+// A huge DefaultRetryAfter (which NewHandler accepts) must not wrap around
+// to "Retry-After: 1" when rounded up to whole seconds.
+func TestServerHugeRetryAfterDoesNotWrap(t *testing.T) {
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1})
+	require.NoError(t, err)
+	require.True(t, bh.TryEnter()) // the bulkhead is full
+	defer bh.Exit()
+	h, err := httpguard.NewHandler(http.NotFoundHandler(), httpguard.ServerConfig{
+		Pipeline:          mustPipeline(t, pipeline.Config{Bulkhead: bh}),
+		DefaultRetryAfter: time.Duration(math.MaxInt64),
+	})
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.Equal(t, "9223372037", w.Header().Get("Retry-After"))
+}
+
+// A streaming handler behind the middleware still finds an http.Flusher (the
+// usual `w.(http.Flusher)` check), and a flush before any write counts as
+// the implicit 200.
+func TestServerHandlerCanFlush(t *testing.T) {
+	var flushed bool
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, ok := w.(http.Flusher)
+		if ok {
+			f.Flush()
+			flushed = true
+		}
+	}), httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{})})
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.True(t, flushed, "the handler saw no http.Flusher")
+	require.True(t, w.Flushed)
+	require.Equal(t, http.StatusOK, w.Code)
+}
+
+// A handler that takes over the connection (a WebSocket upgrade) through the
+// usual `w.(http.Hijacker)` check still can behind the middleware.
+func TestServerHandlerCanHijack(t *testing.T) {
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			http.Error(w, "no hijacker", http.StatusInternalServerError)
+			return
+		}
+		conn, buf, err := hj.Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
+		_ = buf.Flush()
+	}), httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{})})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "hijacked", string(body))
+}
+
+// A 1xx TimeoutStatus cannot be a final response (net/http would send it as
+// an informational header followed by an implicit 200): NewHandler refuses
+// it.
+func TestServerRefusesInformationalTimeoutStatus(t *testing.T) {
+	_, err := httpguard.NewHandler(http.NotFoundHandler(), httpguard.ServerConfig{
+		Pipeline:      mustPipeline(t, pipeline.Config{}),
+		TimeoutStatus: http.StatusEarlyHints,
+	})
+	testkit.RequireConfigError(t, err, "httpguard", "TimeoutStatus")
+}
+
+// When the timeout answers for a handler that wrote nothing, none of the
+// headers the handler had set on w (caching, encoding, validators, cookies)
+// go out with the 503, which says "Cache-Control: no-store": a handler's
+// "Cache-Control: public, max-age=3600" would make shared caches keep the
+// error for an hour, its "Content-Encoding: gzip" would make the plain-text
+// body undecodable (http.TimeoutHandler buffers the handler's headers for
+// the same reason).
+func TestServerTimeoutDropsHandlerHeaders(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	wd := watchdog.New(watchdog.Config{Clock: tick, Manual: true})
+	defer wd.Close()
+	to, err := timeout.New(timeout.Config{Duration: time.Second, Watchdog: wd})
+	require.NoError(t, err)
+	defer to.Close()
+	overrun := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Set-Cookie", "session=abc")
+		tick.Advance(2 * time.Second)
+		wd.Sweep()
+		<-r.Context().Done()
+	})
+	h, err := httpguard.NewHandler(overrun, httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Timeout: to})})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	for _, k := range []string{"Content-Encoding", "ETag", "Set-Cookie"} {
+		require.Empty(t, rec.Header().Get(k), "the 503 carries the handler's %s", k)
+	}
+	require.Equal(t, "no-store", rec.Header().Get("Cache-Control"))
+
+	// What a middleware around the guard set before it ran stays: an
+	// on-the-fly compressor's Content-Encoding, a session cookie.
+	rec = httptest.NewRecorder()
+	rec.Header().Set("Content-Encoding", "br")
+	rec.Header().Set("Set-Cookie", "outer=1")
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.Equal(t, "br", rec.Header().Get("Content-Encoding"))
+	require.Equal(t, []string{"outer=1"}, rec.Header().Values("Set-Cookie"))
+	require.Empty(t, rec.Header().Get("ETag"))
+}
+
+func serveRecorded(h http.Handler, ctx context.Context) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	if ctx != nil {
+		r = r.WithContext(ctx)
+	}
+	h.ServeHTTP(rec, r)
+	return rec
+}
+
+// The rate limiter's wait is answered with 429 and a Retry-After rounded up
+// to whole seconds (1 ms -> 1, 1.5 s -> 2, exactly 2 s -> 2, 1 h -> 3600).
+func TestServerRateLimitRetryAfterRoundsUp(t *testing.T) {
+	for _, c := range []struct {
+		rate float64
+		want string
+	}{{1000, "1"}, {1 / 1.5, "2"}, {0.5, "2"}, {1.0 / 3600, "3600"}} {
+		tick := rampart.NewManualTicker(1)
+		rl, err := ratelimit.New(ratelimit.Config{Rate: c.rate, Burst: 1, Ticker: tick})
+		require.NoError(t, err)
+		h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{RateLimit: rl})})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, serveRecorded(h, nil).Code)
+		rec := serveRecorded(h, nil)
+		require.Equal(t, http.StatusTooManyRequests, rec.Code)
+		require.Equal(t, c.want, rec.Header().Get("Retry-After"), "rate %v", c.rate)
+	}
+}
+
+// An adaptive-limit rejection answers 503 with DefaultRetryAfter rounded up.
+func TestServerAdaptiveRejection503WithDefaultRetryAfter(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	al, err := adaptive.New(adaptive.Config{Ticker: tick, InitialLimit: 1, MinLimit: 1, MaxLimit: 1})
+	require.NoError(t, err)
+	var h http.Handler
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := serveRecorded(h, nil) // a second request while this one holds the only slot
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		require.Equal(t, "3", rec.Header().Get("Retry-After"))
+		w.WriteHeader(http.StatusNoContent)
+	})
+	h, err = httpguard.NewHandler(inner, httpguard.ServerConfig{
+		Pipeline:          mustPipeline(t, pipeline.Config{Adaptive: al}),
+		DefaultRetryAfter: 2100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNoContent, serveRecorded(h, nil).Code)
+	require.Zero(t, al.Stats().InFlight)
+}
+
+// A server pipeline's retry is ignored: a handler that answers 5xx runs
+// once, with no retry counted, its status is recorded by the breaker as
+// exactly one failure (in either mode), and the caller's pipeline keeps its
+// retry.
+func TestServerRunsHandlerOnceIgnoringRetry(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		status   int
+		retry    retry.Config
+		breaker  circuitbreaker.Config
+		failures func(circuitbreaker.Stats) int64
+	}{
+		{"503 count-based", http.StatusServiceUnavailable,
+			retry.Config{MaxAttempts: 5, Backoff: retry.Constant, BaseDelay: time.Nanosecond},
+			circuitbreaker.Config{},
+			func(s circuitbreaker.Stats) int64 { return s.WindowFailures }},
+		{"502 consecutive, retry everything", http.StatusBadGateway,
+			retry.Config{MaxAttempts: 5, BaseDelay: time.Microsecond, ShouldRetry: func(error) bool { return true }},
+			circuitbreaker.Config{Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 100},
+			func(s circuitbreaker.Stats) int64 { return s.ConsecutiveFailures }},
+	} {
+		tick := rampart.NewManualTicker(1)
+		c.retry.Ticker, c.breaker.Ticker = tick, tick
+		rp, err := retry.New(c.retry)
+		require.NoError(t, err, c.name)
+		cb, err := circuitbreaker.New(c.breaker)
+		require.NoError(t, err, c.name)
+		p := mustPipeline(t, pipeline.Config{Retry: rp, Breaker: cb})
+		var hits atomic.Int32
+		h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			http.Error(w, "busy", c.status)
+		}), httpguard.ServerConfig{Pipeline: p})
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.status, serveRecorded(h, nil).Code, c.name)
+		require.EqualValues(t, 1, hits.Load(), c.name)
+		require.Equal(t, uint64(0), rp.Stats().Retries, c.name)
+		require.EqualValues(t, 1, c.failures(cb.Stats()), c.name)
+		require.NotNil(t, p.Config().Retry, c.name)
+	}
+}
+
+// IsFailure decides what the breaker records, for every status written
+// (an implicit 200 included), and a 1xx informational status is not the
+// final one.
+func TestServerIsFailureSeesFinalStatus(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 100})
+	require.NoError(t, err)
+	var seen []int
+	status := 0
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusEarlyHints)
+		if status != 0 {
+			w.WriteHeader(status)
+		}
+		_, _ = io.WriteString(w, "x")
+	}), httpguard.ServerConfig{
+		Pipeline:  mustPipeline(t, pipeline.Config{Breaker: cb}),
+		IsFailure: func(s int) bool { seen = append(seen, s); return s == http.StatusTeapot },
+	})
+	require.NoError(t, err)
+	serveRecorded(h, nil)
+	status = http.StatusTeapot
+	serveRecorded(h, nil)
+	require.Equal(t, []int{200, 418}, seen)
+	require.EqualValues(t, 1, cb.Stats().ConsecutiveFailures)
+}
+
+// OnReject gets the decided status and Outcome, with Retry-After set.
+func TestServerOnRejectGetsStatusAndOutcome(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, Mode: circuitbreaker.Consecutive,
+		ConsecutiveFailures: 1, OpenDuration: 90 * time.Second})
+	require.NoError(t, err)
+	require.True(t, cb.TransitionTo(circuitbreaker.Open))
+	var got pipeline.Outcome
+	h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{
+		Pipeline: mustPipeline(t, pipeline.Config{Breaker: cb}),
+		OnReject: func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
+			got = o
+			require.Equal(t, "90", w.Header().Get("Retry-After"))
+			w.WriteHeader(status)
+		},
+	})
+	require.NoError(t, err)
+	rec := serveRecorded(h, nil)
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.Equal(t, pipeline.Rejected, got.Code)
+	require.Equal(t, pipeline.Breaker, got.Policy)
+	require.True(t, errors.Is(got.Err, circuitbreaker.ErrOpen))
+	require.Equal(t, 90*time.Second, got.RetryAfter)
+}
+
+// A panicking handler: the permits are released, the breaker records a
+// failure and the panic goes on unchanged.
+func TestServerHandlerPanicRecordsBreakerFailure(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 100})
+	require.NoError(t, err)
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1, Ticker: tick})
+	require.NoError(t, err)
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("handler") }),
+		httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Breaker: cb, Bulkhead: bh})})
+	require.NoError(t, err)
+	require.PanicsWithValue(t, "handler", func() { serveRecorded(h, nil) })
+	require.Zero(t, bh.Stats().InFlight)
+	require.EqualValues(t, 1, cb.Stats().ConsecutiveFailures)
+}
+
+// A request whose context ends while it waits for a bulkhead permit (an
+// outer middleware's deadline, say) was never served, and the middleware
+// answers it: net/http would otherwise send an empty 200 OK for a request
+// the handler never saw.
+func TestServerCanceledBeforeAdmissionIsNot200(t *testing.T) {
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1, MaxWait: time.Hour})
+	require.NoError(t, err)
+	h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Bulkhead: bh})})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // e.g. an outer deadline that already passed
+	rec := serveRecorded(h, ctx)
+	require.NotEqual(t, http.StatusOK, rec.Code, "a request never served answered 200 with body %q", rec.Body.String())
 }
