@@ -180,8 +180,6 @@ func (g *gcra) firstReading(n int) int64 {
 	return q.Int64()
 }
 
-func (g *gcra) conforms(t int64, n int) bool { return t >= g.firstReading(n) }
-
 // take commits n permits at reading t.
 func (g *gcra) take(t int64, n int) {
 	at := new(big.Rat).SetInt64(t)
@@ -201,9 +199,8 @@ func (g *gcra) clone() *gcra {
 
 // check compares one decision of the limiter with the model, which holds
 // the limiter's own history of admissions: an admission must conform (never
-// early); a rejection of a conforming request is allowed only within the
-// last ns before the exact instant can't be represented... i.e. when the
-// exact instant is less than 1 ns before the reading (the phase rounded up
+// early); a rejection of a conforming request is allowed only when the
+// exact instant is less than 1 ns before the reading (a phase rounded up
 // onto the unit grid), and never for a whole-ns interval.
 func (g *gcra) check(t testing.TB, step int, now int64, n int, admitted bool) {
 	t.Helper()
