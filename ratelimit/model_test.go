@@ -260,8 +260,8 @@ func nextReading(rng *rand.Rand, g *gcra, now int64, n int) int64 {
 }
 
 // TestExactGCRALimiter drives a Limiter through Allow, AllowN, TryAcquire,
-// Reserve (with Cancel) at random readings (a fixed PCG stream) and checks every decision
-// and wait against the exact GCRA model.
+// Reserve (with Cancel) at random readings (a fixed PCG stream) and checks
+// every decision and wait against the exact GCRA model.
 func TestExactGCRALimiter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 333))
 	for _, c := range exactRates {
