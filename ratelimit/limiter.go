@@ -117,8 +117,9 @@ func (l *Limiter) TryAcquire(now int64, n int) (wait int64) {
 	if uint64(n-1) < uint64(s.burst) { // 1 ≤ n ≤ burst, so n·k cannot overflow
 		inc := int64(n) * s.k
 		// max(tat, x) + inc − x ≤ tau with x the exact reading, which is
-		// tat + inc − floor(x) ≤ tau since inc ≤ tau; an idle limiter
-		// starts its new phase at ph (see params).
+		// tat + inc − floor(x) ≤ tau since inc ≤ tau (no overflow: tat is
+		// in [MinInt64/2, retired], inc ≤ 2⁶⁰, u in [0, 2⁶²)); an idle
+		// limiter starts its new phase at ph (see params).
 		if tat+inc-u <= s.tau {
 			if s.tat.CompareAndSwap(tat, max(tat, ph)+inc) { // the one write
 				if l.countStats {
