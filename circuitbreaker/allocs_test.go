@@ -7,8 +7,11 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
+// TestAllocs: in every mode, admitting, recording (fast, slow, failed),
+// Do, Call, rejecting (open, half-open full) and Stats allocate nothing.
 func TestAllocs(t *testing.T) {
 	if israce.Enabled {
 		t.Skip("allocation counts differ under -race")
@@ -18,9 +21,7 @@ func TestAllocs(t *testing.T) {
 	fail := func(context.Context) error { return errBoom }
 	gate := func(name string, f func()) {
 		t.Helper()
-		if n := testing.AllocsPerRun(200, f); n != 0 {
-			t.Errorf("%s: %v allocs/op", name, n)
-		}
+		testkit.WantAllocs(t, name, 0, f)
 	}
 	for _, mode := range []Mode{CountWindow, TimeWindow, Consecutive} {
 		tk := rampart.NewManualTicker(0)

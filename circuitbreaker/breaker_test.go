@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
 const ms = time.Millisecond
@@ -43,43 +42,58 @@ func call(t *testing.T, b *Breaker, tk *rampart.ManualTicker, d time.Duration, e
 	return nil
 }
 
+// tripped returns a consecutive breaker with one probe (unless cfg sets
+// HalfOpenProbes), tripped at 0 and whose open period (1 s) is over.
+func tripped(t *testing.T, cfg Config) (*Breaker, *rampart.ManualTicker) {
+	t.Helper()
+	cfg.Mode, cfg.ConsecutiveFailures, cfg.OpenDuration = Consecutive, 1, time.Second
+	if cfg.HalfOpenProbes == 0 {
+		cfg.HalfOpenProbes = 1
+	}
+	b, tk := newTest(t, cfg)
+	require.NoError(t, call(t, b, tk, 0, errBoom))
+	require.Equal(t, Open, b.State())
+	tk.Advance(time.Second)
+	return b, tk
+}
+
 func TestNewValidation(t *testing.T) {
-	bad := []Config{
-		{Mode: 7},
-		{WindowSize: -1},
-		{WindowSize: maxWindowSize + 1},
-		{TimeWindow: -time.Second},
-		{Mode: TimeWindow, TimeWindow: 5, Buckets: 10},
-		{Buckets: -1},
-		{Buckets: 2000},
-		{ConsecutiveFailures: -1},
-		{FailureRateThreshold: 101},
-		{FailureRateThreshold: -1},
-		{SlowCallRateThreshold: 100.5},
-		{SlowCallDuration: -1},
-		{MinimumCalls: -1},
-		{WindowSize: 5, MinimumCalls: 6},
-		{OpenDuration: -1},
-		{MaxOpenDuration: -1},
-		{OpenDuration: time.Second, MaxOpenDuration: time.Millisecond},
-		{OpenBackoffFactor: 0.5},
-		{OpenBackoffFactor: -2},
-		{OpenJitter: 1},
-		{OpenJitter: -0.1},
-		{HalfOpenProbes: -1},
-		{HalfOpenProbes: 256},
-		{HalfOpenProbes: 2, HalfOpenMaxConcurrent: 3},
-		{HalfOpenProbes: 2, HalfOpenSuccesses: 3},
-		{HalfOpenSuccesses: -1},
-		{MaxHalfOpenDuration: -1},
+	bad := []struct {
+		field string
+		cfg   Config
+	}{
+		{"Mode", Config{Mode: 7}},
+		{"WindowSize", Config{WindowSize: -1}},
+		{"WindowSize", Config{WindowSize: maxWindowSize + 1}},
+		{"TimeWindow", Config{TimeWindow: -time.Second}},
+		{"TimeWindow", Config{Mode: TimeWindow, TimeWindow: 5, Buckets: 10}},
+		{"Buckets", Config{Buckets: -1}},
+		{"Buckets", Config{Buckets: 2000}},
+		{"ConsecutiveFailures", Config{ConsecutiveFailures: -1}},
+		{"FailureRateThreshold", Config{FailureRateThreshold: 101}},
+		{"FailureRateThreshold", Config{FailureRateThreshold: -1}},
+		{"SlowCallRateThreshold", Config{SlowCallRateThreshold: 100.5}},
+		{"SlowCallDuration", Config{SlowCallDuration: -1}},
+		{"MinimumCalls", Config{MinimumCalls: -1}},
+		{"MinimumCalls", Config{WindowSize: 5, MinimumCalls: 6}},
+		{"OpenDuration", Config{OpenDuration: -1}},
+		{"MaxOpenDuration", Config{MaxOpenDuration: -1}},
+		{"MaxOpenDuration", Config{OpenDuration: time.Second, MaxOpenDuration: time.Millisecond}},
+		{"OpenBackoffFactor", Config{OpenBackoffFactor: 0.5}},
+		{"OpenBackoffFactor", Config{OpenBackoffFactor: -2}},
+		{"OpenJitter", Config{OpenJitter: 1}},
+		{"OpenJitter", Config{OpenJitter: -0.1}},
+		{"HalfOpenProbes", Config{HalfOpenProbes: -1}},
+		{"HalfOpenProbes", Config{HalfOpenProbes: 256}},
+		{"HalfOpenMaxConcurrent", Config{HalfOpenProbes: 2, HalfOpenMaxConcurrent: 3}},
+		{"HalfOpenSuccesses", Config{HalfOpenProbes: 2, HalfOpenSuccesses: 3}},
+		{"HalfOpenSuccesses", Config{HalfOpenSuccesses: -1}},
+		{"MaxHalfOpenDuration", Config{MaxHalfOpenDuration: -1}},
 	}
 	for i, c := range bad {
-		_, err := New(c)
-		require.Error(t, err, "case %d: %+v", i, c)
-		require.ErrorIs(t, err, rampart.ErrInvalidConfig, "case %d", i)
-		var ce *rampart.ConfigError
-		require.ErrorAs(t, err, &ce)
-		require.NotEmpty(t, ce.Field)
+		_, err := New(c.cfg)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig, "case %d: %+v", i, c.cfg)
+		testkit.RequireConfigError(t, err, "circuitbreaker", c.field)
 	}
 	b, err := New(Config{})
 	require.NoError(t, err)
@@ -206,6 +220,53 @@ func TestOpenJitter(t *testing.T) {
 	require.Greater(t, len(seen), 1)
 }
 
+// TestExtremeDurations: OpenDuration, MaxOpenDuration and the
+// readings at the ends of int64 (legal values) neither panic nor produce a
+// negative RemainingOpen, and the backoff saturates instead of wrapping.
+func TestExtremeDurations(t *testing.T) {
+	for _, start := range []int64{0, math.MaxInt64 - int64(time.Hour), math.MinInt64 + 1} {
+		t.Run(fmt.Sprint(start), func(t *testing.T) {
+			tk := rampart.NewManualTicker(start)
+			b, err := New(Config{
+				Ticker: tk, Mode: Consecutive, ConsecutiveFailures: 1, HalfOpenProbes: 1,
+				OpenDuration: time.Second, MaxOpenDuration: math.MaxInt64, OpenBackoffFactor: 1e300, OpenJitter: 0.5,
+				MaxHalfOpenDuration: math.MaxInt64,
+			})
+			require.NoError(t, err)
+			require.NoError(t, call(t, b, tk, 0, errBoom))
+			require.Equal(t, Open, b.State())
+			d := b.RemainingOpen(tk.Now())
+			require.Greater(t, d, time.Duration(0))
+			require.LessOrEqual(t, d, time.Second)
+			tk.Advance(d)
+			require.NoError(t, call(t, b, tk, 0, errBoom), "the probe")
+			require.Equal(t, Open, b.State())
+			// 1 s × 1e300 saturates at MaxOpenDuration (jitter halves it at most).
+			d = b.RemainingOpen(tk.Now())
+			require.GreaterOrEqual(t, d, time.Duration(0))
+			if start <= 0 {
+				require.Greater(t, d, time.Duration(math.MaxInt64/2-1))
+			}
+			_ = b.Stats()
+			_, err = b.Acquire(tk.Now())
+			require.ErrorIs(t, err, ErrOpen)
+			b.TransitionTo(HalfOpen)
+			_, err = b.Acquire(tk.Now())
+			require.NoError(t, err)
+			_, err = b.Acquire(tk.Now())
+			require.ErrorIs(t, err, ErrHalfOpenFull, "MaxHalfOpenDuration MaxInt64 never expires")
+		})
+	}
+	// A saturated open period (OpenDuration MaxInt64) rejects until the end of time.
+	tk := rampart.NewManualTicker(math.MaxInt64 - 10)
+	b, err := New(Config{Ticker: tk, Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: math.MaxInt64})
+	require.NoError(t, err)
+	require.NoError(t, call(t, b, tk, 0, errBoom))
+	require.Equal(t, time.Duration(10), b.RemainingOpen(tk.Now()))
+	_, err = b.Acquire(tk.Now())
+	require.ErrorIs(t, err, ErrOpen)
+}
+
 func TestStalePermitNeverDecidesProbe(t *testing.T) {
 	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: 1})
 	slow, err := b.Acquire(tk.Now()) // admitted while closed
@@ -224,6 +285,27 @@ func TestStalePermitNeverDecidesProbe(t *testing.T) {
 	require.Equal(t, Closed, b.State())
 	b.Record(Permit{}, tk.Now(), errBoom) // the zero permit is never current
 	require.Equal(t, Closed, b.State())
+}
+
+// TestZeroPermitStaleAfterGenerationWrap: the generation wraps after 2^29
+// transitions; the documented "the zero Permit is never current" must hold
+// after the wrap too (generation 0 is skipped).
+func TestZeroPermitStaleAfterGenerationWrap(t *testing.T) {
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1})
+	b.state.Store(genMask | uint64(Closed)) // the last generation before the wrap
+	require.True(t, b.TransitionTo(Open))
+	require.True(t, b.TransitionTo(Closed))
+	require.NotZero(t, b.Stats().Generation)
+	b.Record(Permit{}, tk.Now(), errBoom)
+	require.Equal(t, Closed, b.State(), "a zero Permit must not trip the breaker")
+	require.Equal(t, uint64(1), b.Stats().StaleResults)
+
+	// The same through Open → HalfOpen, the transition Acquire makes.
+	b.state.Store(genMask | uint64(Open))
+	b.openUntil.Store(tk.Now())
+	p, err := b.Acquire(tk.Now())
+	require.NoError(t, err)
+	require.NotZero(t, p.word>>genShift)
 }
 
 func TestMaxHalfOpenDuration(t *testing.T) {
@@ -245,6 +327,28 @@ func TestMaxHalfOpenDuration(t *testing.T) {
 	require.Equal(t, HalfOpen, b.State())
 	b.Record(fresh, tk.Now(), nil)
 	require.Equal(t, Closed, b.State())
+}
+
+// TestMaxHalfOpenDurationCountsFromHalfOpenEntry: the half-open period
+// starts when the first caller after the open period moves the breaker to
+// HalfOpen, not when the open period ended. A breaker left alone long after
+// its open period must not treat its first, just-admitted probe as stuck.
+func TestMaxHalfOpenDurationCountsFromHalfOpenEntry(t *testing.T) {
+	b, tk := newTest(t, Config{
+		Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second,
+		HalfOpenProbes: 1, MaxHalfOpenDuration: 5 * time.Second,
+	})
+	require.NoError(t, call(t, b, tk, 0, errBoom))
+	tk.Advance(time.Hour) // nobody calls for an hour after the open period
+	probe, err := b.Acquire(tk.Now())
+	require.NoError(t, err)
+	require.Equal(t, HalfOpen, b.State())
+	tk.Advance(time.Millisecond)
+	_, err = b.Acquire(tk.Now())
+	require.ErrorIs(t, err, ErrHalfOpenFull, "the probe admitted 1 ms ago is not stuck")
+	b.Record(probe, tk.Now(), nil)
+	require.Equal(t, Closed, b.State(), "the probe's success closes the breaker")
+	require.Zero(t, b.Stats().StaleResults)
 }
 
 func TestHalfOpenSuccessesAndFailures(t *testing.T) {
@@ -287,6 +391,24 @@ func TestHalfOpenSuccessesAndFailures(t *testing.T) {
 	require.Equal(t, HalfOpen, b.State())
 	require.Equal(t, 0, b.Stats().HalfOpenAdmitted)
 	require.NoError(t, call(t, b, tk, 0, nil))
+	require.NoError(t, call(t, b, tk, 0, nil))
+	require.Equal(t, Closed, b.State())
+}
+
+// TestIgnoredProbeReturnsSlot: an Ignored probe gives its slot back
+// (admitted and in flight), so a half-open period with one probe is not
+// consumed by a cancelled call, and the next probe decides it.
+func TestIgnoredProbeReturnsSlot(t *testing.T) {
+	b, tk := tripped(t, Config{})
+	p, err := b.Acquire(tk.Now())
+	require.NoError(t, err)
+	_, err = b.Acquire(tk.Now())
+	require.ErrorIs(t, err, ErrHalfOpenFull)
+	b.Record(p, tk.Now(), context.Canceled)
+	s := b.Stats()
+	require.Equal(t, HalfOpen, s.State)
+	require.Zero(t, s.HalfOpenAdmitted)
+	require.Zero(t, s.HalfOpenInFlight)
 	require.NoError(t, call(t, b, tk, 0, nil))
 	require.Equal(t, Closed, b.State())
 }
@@ -346,6 +468,29 @@ func TestTimeWindowSlideTripsOnSuccess(t *testing.T) {
 	require.Equal(t, Open, b.State())
 }
 
+// TestTimeWindowNegativeReadings: a Ticker reads from an arbitrary epoch
+// (NewManualTicker takes any start), so readings may be negative. The time
+// window's buckets are as wide below zero as above it (a tick truncated
+// toward zero would make (-res, res) one bucket twice as wide): failures
+// recorded at -0.9 s are out of a 10 s window 10.4 s later and do not trip
+// the breaker.
+func TestTimeWindowNegativeReadings(t *testing.T) {
+	tk := rampart.NewManualTicker(int64(-900 * time.Millisecond))
+	b, err := New(Config{
+		Ticker: tk, Mode: TimeWindow, TimeWindow: 10 * time.Second, Buckets: 10, MinimumCalls: 10,
+	})
+	require.NoError(t, err)
+	for range 9 {
+		require.NoError(t, call(t, b, tk, 0, errBoom))
+	}
+	require.Equal(t, Closed, b.State(), "9 calls: under MinimumCalls")
+	tk.Advance(10*time.Second + 400*time.Millisecond) // 9.5 s: the failures are 10.4 s old
+	require.NoError(t, call(t, b, tk, 0, nil))
+	s := b.Stats()
+	require.Equal(t, int64(1), s.WindowCalls, "only the last call is within 10 s")
+	require.Equal(t, Closed, s.State)
+}
+
 func TestSlowCalls(t *testing.T) {
 	b, tk := newTest(t, Config{WindowSize: 4, MinimumCalls: 4, SlowCallDuration: 100 * time.Millisecond, SlowCallRateThreshold: 50, FailureRateThreshold: 100})
 	require.NoError(t, call(t, b, tk, 99*time.Millisecond, nil))
@@ -391,6 +536,17 @@ func TestClassification(t *testing.T) {
 	require.Equal(t, Open, b.State())
 	require.Equal(t, Success, DefaultClassify(nil))
 	require.Equal(t, "ignored", Ignored.String())
+}
+
+// TestUnknownResultIsAFailure: a Result outside the three constants
+// (from a faulty Classify) counts as a failure, not as a success.
+func TestUnknownResultIsAFailure(t *testing.T) {
+	b, err := New(Config{Ticker: rampart.NewManualTicker(1)})
+	require.NoError(t, err)
+	p, err := b.Acquire(1)
+	require.NoError(t, err)
+	b.RecordResult(p, 1, Result(7))
+	require.EqualValues(t, 1, b.Stats().Failures)
 }
 
 func TestForcedStates(t *testing.T) {
@@ -472,43 +628,59 @@ func TestDoAndCall(t *testing.T) {
 
 	// runtime.Goexit releases the probe slot.
 	tk.Advance(2 * time.Second)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = Call(ctx, b, func(context.Context) (int, error) { runtime.Goexit(); return 0, nil })
-	}()
-	<-done
+	_, goexited := testkit.Run(func() {
+		_, _ = Call(ctx, b, func(context.Context) (int, error) { testkit.Goexit(); return 0, nil })
+	})
+	require.True(t, goexited, "fn's Goexit ends the caller's goroutine")
 	require.Equal(t, HalfOpen, b.State())
 	require.Equal(t, 0, b.Stats().HalfOpenInFlight)
 	require.NoError(t, b.Do(ctx, func(context.Context) error { return nil }))
 	require.Equal(t, Closed, b.State())
 }
 
+// TestDoAndCallReturnUserErrorUnchanged: Do and Call return fn's error itself,
+// whatever its classification (failure, ignored, success by Classify), and
+// a classification of Ignored records nothing in a closed window.
+func TestDoAndCallReturnUserErrorUnchanged(t *testing.T) {
+	errOK := errors.New("fine")
+	wrapped := fmt.Errorf("ctx: %w", context.Canceled)
+	b, _ := newTest(t, Config{WindowSize: 4, MinimumCalls: 4, Classify: func(err error) Result {
+		if err == errOK {
+			return Success
+		}
+		return DefaultClassify(err)
+	}})
+	ctx := context.Background()
+	for _, e := range []error{errOK, wrapped, context.Canceled, errBoom} {
+		require.Same(t, e, b.Do(ctx, func(context.Context) error { return e }))
+		v, err := Call(ctx, b, func(context.Context) (int, error) { return 3, e })
+		require.Same(t, e, err)
+		require.Equal(t, 3, v)
+	}
+	s := b.Stats()
+	require.Equal(t, int64(4), s.WindowCalls, "2 successes and 2 failures; the 4 cancellations are ignored")
+	require.Equal(t, int64(2), s.WindowFailures)
+	require.Equal(t, Open, s.State)
+}
+
 // TestNoClockOnClosedSuccess checks the shorthands' lazy clock: a closed
 // count-window breaker without a slow-call threshold reads no clock.
 func TestNoClockOnClosedSuccess(t *testing.T) {
 	for _, mode := range []Mode{CountWindow, Consecutive} {
-		ct := &countingTicker{}
+		ct := &testkit.CountingTicker{}
 		b, err := New(Config{Mode: mode, Ticker: ct})
 		require.NoError(t, err)
 		for range 100 {
 			require.NoError(t, b.Do(context.Background(), func(context.Context) error { return nil }))
 		}
-		require.Zero(t, ct.n, "mode %d", mode)
+		require.Zero(t, ct.Reads(), "mode %d", mode)
 	}
-	ct := &countingTicker{}
+	ct := &testkit.CountingTicker{}
 	b, err := New(Config{SlowCallDuration: time.Second, Ticker: ct})
 	require.NoError(t, err)
 	require.NoError(t, b.Do(context.Background(), func(context.Context) error { return nil }))
-	require.Equal(t, 2, ct.n)
+	require.Equal(t, int64(2), ct.Reads())
 }
-
-type countingTicker struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (c *countingTicker) Now() int64 { c.mu.Lock(); c.n++; c.mu.Unlock(); return 0 }
 
 // TestOpenTimerHint runs a breaker on a real-time NanoTicker inside a
 // synctest bubble: Do rejects an open breaker without reading the clock
@@ -566,6 +738,31 @@ func TestNoTimeArgument(t *testing.T) {
 	_, err = b.Acquire(noTime) // probes taken; the unknown time must not restart half-open
 	require.ErrorIs(t, err, ErrHalfOpenFull)
 	require.Equal(t, uint64(2), b.Stats().Transitions)
+}
+
+// TestNoTimeNeverCountedOrTransitions: a call made without the time
+// (math.MinInt64) never moves an Open breaker to HalfOpen, is not counted
+// or notified when rejected, and a closed permit taken so is never judged
+// slow even with a slow-call threshold.
+func TestNoTimeNeverCountedOrTransitions(t *testing.T) {
+	rejected := 0
+	b, tk := tripped(t, Config{OnRejected: func(State) { rejected++ }})
+	tk.Advance(time.Hour)
+	_, err := b.Acquire(math.MinInt64)
+	require.ErrorIs(t, err, ErrOpen)
+	require.Equal(t, Open, b.State())
+	require.Zero(t, b.Stats().Rejections)
+	require.Zero(t, rejected)
+
+	b2, tk2 := newTest(t, Config{WindowSize: 2, MinimumCalls: 2, SlowCallDuration: time.Nanosecond})
+	for range 2 {
+		p, err := b2.Acquire(math.MinInt64)
+		require.NoError(t, err)
+		tk2.Advance(time.Second)
+		b2.Record(p, tk2.Now(), nil)
+	}
+	require.Equal(t, Closed, b2.State())
+	require.Zero(t, b2.Stats().SlowCalls)
 }
 
 func TestMeasuresCalls(t *testing.T) {

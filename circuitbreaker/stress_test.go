@@ -2,6 +2,7 @@ package circuitbreaker
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -322,4 +323,47 @@ func TestStressTimeWindowRecyclingConsistent(t *testing.T) {
 	tk.Advance(time.Second)
 	st := b.Stats()
 	require.Zero(t, st.WindowCalls, "the window emptied once the clock moved past it")
+}
+
+// TestTimeWindowSnapshotNeverCountsAnotherSlice: while one goroutine keeps
+// recycling buckets, a snapshot must never count calls outside its window
+// (a bucket read under a new tick but still holding the old slice's
+// counts, or counts read after the bucket was recycled). Failures are
+// recorded only in half of the slices, so a foreign slice shows up as too
+// many failures.
+func TestTimeWindowSnapshotNeverCountsAnotherSlice(t *testing.T) {
+	w := newTimeWindow(4, 4) // 4 buckets of 1 ns
+	const perTick = 3
+	var tick atomic.Int64
+	var done atomic.Bool
+	var bad atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !done.Load() {
+			tk := tick.Load()
+			limit := int64(0)
+			for x := max(tk-3, 0); x <= tk; x++ {
+				if x%8 < 4 {
+					limit += perTick
+				}
+			}
+			if _, f, _ := w.snapshot(tk); f > limit {
+				bad.Add(1)
+			}
+		}
+	}()
+	for tk := int64(0); tk < 300_000; tk++ {
+		tick.Store(tk)
+		for range perTick {
+			w.add(tk, tk%8 < 4, false)
+		}
+		if tk%1024 == 0 {
+			runtime.Gosched()
+		}
+	}
+	done.Store(true)
+	wg.Wait()
+	require.Zero(t, bad.Load(), "snapshots that counted failures from outside their window")
 }
