@@ -1,6 +1,8 @@
 package watchdog
 
 import (
+	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -12,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rampart-go/rampart/internal/bubble"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/internal/ticker"
 )
 
@@ -75,6 +77,43 @@ func TestManualScheduleCancel(t *testing.T) {
 		t.Fatal("Cancel after fire / of zero handle reported true")
 	}
 	if st := w.Stats(); st.Armed != 0 || st.Fired != 2 || st.Slots != SegmentSize {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestManualExtremeDeadlines: deadlines at the ends of the int64 range on
+// a manual watchdog: MinInt64 fires on the next sweep, MaxInt64 only when
+// the clock reaches it; a handle is cancellable once, never after its
+// fire, and the zero Handle cancels nothing.
+func TestManualExtremeDeadlines(t *testing.T) {
+	clk := ticker.NewManual(math.MaxInt64 - 5)
+	w := New(Config{Clock: clk, Manual: true})
+	defer w.Close()
+	var early, late, gone counter
+	he, _ := w.Schedule(math.MinInt64, &early, 0)
+	hl, _ := w.Schedule(math.MaxInt64, &late, 0)
+	hg, _ := w.Schedule(math.MaxInt64, &gone, 0)
+	if !w.Cancel(hg) || w.Cancel(hg) || w.Cancel(Handle{}) {
+		t.Fatal("Cancel: once true, then false; zero handle false")
+	}
+	if n := w.Sweep(); n != 1 || early.n.Load() != 1 {
+		t.Fatalf("first sweep fired %d", n)
+	}
+	if w.Cancel(he) {
+		t.Fatal("Cancel after the fire returned true")
+	}
+	clk.Set(math.MaxInt64 - 1)
+	if n := w.Sweep(); n != 0 {
+		t.Fatalf("fired %d before MaxInt64", n)
+	}
+	clk.Set(math.MaxInt64)
+	if n := w.Sweep(); n != 1 || late.n.Load() != 1 || gone.n.Load() != 0 {
+		t.Fatalf("fired %d at MaxInt64 (late %d, cancelled %d)", n, late.n.Load(), gone.n.Load())
+	}
+	if w.Cancel(hl) {
+		t.Fatal("Cancel after the fire returned true")
+	}
+	if st := w.Stats(); st.Armed != 0 || st.Fired != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -168,6 +207,38 @@ func TestFirePanicRecovered(t *testing.T) {
 	}
 }
 
+// goexiter is a Target whose Fire calls runtime.Goexit.
+type goexiter struct{}
+
+func (goexiter) Fire(uint64) { testkit.Goexit() }
+
+// TestFireGoexitKeepsFiring: a Fire that calls runtime.Goexit ends the
+// watchdog goroutine, and the watchdog goes on: the next deadline still
+// fires once. Timeout contexts run user code in Fire (AfterFunc callbacks,
+// a custom parent's stop func), and for Default() every deadline of the
+// process depends on it.
+func TestFireGoexitKeepsFiring(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := ticker.NewNano()
+		w := New(Config{Clock: clk, Tick: time.Millisecond})
+		defer w.Close()
+		if _, ok := w.Schedule(clk.Now()+int64(time.Millisecond), goexiter{}, 0); !ok {
+			t.Fatal("refused")
+		}
+		time.Sleep(5 * time.Millisecond)
+		synctest.Wait()
+		var c counter
+		if _, ok := w.Schedule(clk.Now()+int64(time.Millisecond), &c, 0); !ok {
+			t.Fatal("refused")
+		}
+		time.Sleep(5 * time.Millisecond)
+		synctest.Wait()
+		if c.n.Load() != 1 {
+			t.Fatalf("a deadline after a Fire that called Goexit fired %d times, want 1 (running %v)", c.n.Load(), w.Running())
+		}
+	})
+}
+
 // TestPrecisionSynctest checks that the goroutine fires a target no earlier
 // than its deadline and no later than one tick after it, in fake time.
 func TestPrecisionSynctest(t *testing.T) {
@@ -194,34 +265,47 @@ func TestPrecisionSynctest(t *testing.T) {
 	})
 }
 
-// TestIdleExitAndRestart checks that the goroutine exits when idle and that
-// a Schedule restarts it.
+// TestIdleExitAndRestart: the goroutine exits when idle and the next
+// Schedule restarts it, round after round; StopIdle refuses while a target
+// is armed, and no deadline is lost across the restarts: each fires within
+// one tick of its deadline.
 func TestIdleExitAndRestart(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		clk := ticker.NewNano()
-		w := New(Config{Clock: clk, Tick: time.Millisecond, IdleTicks: 10})
-		defer w.Close()
-		base := bubble.Goroutines()
-		c := &counter{}
-		w.Schedule(clk.Now()+int64(time.Millisecond), c, 0)
-		if !w.Running() || bubble.Goroutines() != base+1 {
-			t.Fatal("goroutine not started by Schedule")
-		}
-		time.Sleep(50 * time.Millisecond)
-		synctest.Wait()
-		if c.n.Load() != 1 {
-			t.Fatal("not fired")
-		}
-		if w.Running() || bubble.Goroutines() != base {
-			t.Fatalf("goroutine still running after idling (running=%v)", w.Running())
-		}
-		w.Schedule(clk.Now()+int64(time.Millisecond), c, 0)
-		time.Sleep(2 * time.Millisecond)
-		synctest.Wait()
-		if c.n.Load() != 2 {
-			t.Fatal("not fired after restart")
-		}
-	})
+	for _, tc := range []struct {
+		idleTicks int
+		idleBy    time.Duration // after the Schedule, the goroutine has exited
+	}{{2, 10 * time.Millisecond}, {10, 50 * time.Millisecond}} {
+		t.Run(fmt.Sprintf("IdleTicks=%d", tc.idleTicks), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				clk := ticker.NewNano()
+				w := New(Config{Clock: clk, Tick: time.Millisecond, IdleTicks: tc.idleTicks})
+				defer w.Close()
+				base := bubble.Goroutines()
+				c := &counter{}
+				for round := range 5 {
+					if _, ok := w.Schedule(clk.Now()+int64(time.Millisecond), c, 0); !ok {
+						t.Fatal("refused")
+					}
+					synctest.Wait() // the goroutine is counted once it has started
+					if !w.Running() || bubble.Goroutines() != base+1 {
+						t.Fatalf("round %d: goroutine not started by Schedule (running %v)", round, w.Running())
+					}
+					if w.StopIdle() {
+						t.Fatalf("round %d: StopIdle stopped with a target armed", round)
+					}
+					time.Sleep(2 * time.Millisecond) // the deadline and one tick
+					synctest.Wait()
+					if c.n.Load() != int64(round+1) {
+						t.Fatalf("round %d: fired %d in all, want %d", round, c.n.Load(), round+1)
+					}
+					time.Sleep(tc.idleBy - 2*time.Millisecond)
+					synctest.Wait()
+					if w.Running() || bubble.Goroutines() != base {
+						t.Fatalf("round %d: goroutine still running after idling (running=%v)", round, w.Running())
+					}
+				}
+			})
+		})
+	}
 }
 
 // TestCloseStopsGoroutine: targets armed at Close never fire.
@@ -289,30 +373,21 @@ func TestStressFireOrCancelOnce(t *testing.T) {
 }
 
 func TestAllocsScheduleCancel(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	clk := ticker.NewManual(0)
 	w := New(Config{Clock: clk, Manual: true})
 	defer w.Close()
 	var c counter
 	h, _ := w.Schedule(1, &c, 0) // grow the table first
 	w.Cancel(h)
-	n := testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Schedule+Cancel", 0, func() {
 		h, _ := w.Schedule(1, &c, 0)
 		w.Cancel(h)
 	})
-	if n != 0 {
-		t.Fatalf("Schedule+Cancel: %v allocs, want 0", n)
-	}
 	var nop nopTarget
-	n = testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Schedule+fire", 0, func() {
 		w.Schedule(0, nop, 0)
 		w.Sweep()
 	})
-	if n != 0 {
-		t.Fatalf("Schedule+fire: %v allocs, want 0", n)
-	}
 }
 
 type nopTarget struct{}
@@ -348,6 +423,7 @@ func TestStopIdle(t *testing.T) {
 			t.Fatal("StopIdle stopped a watchdog with an armed target")
 		}
 		w.Cancel(h)
+		synctest.Wait() // the goroutine is counted once it has started
 		base := bubble.Goroutines()
 		if !w.StopIdle() || w.Running() || bubble.Goroutines() != base-1 {
 			t.Fatal("StopIdle did not stop an idle watchdog")
@@ -520,6 +596,81 @@ func TestCloseHandOffKeepsArmedTargets(t *testing.T) {
 		require.Zero(t, cancelled.n.Load())
 		_, ok := w.Schedule(clk.Now(), fired, 0)
 		require.False(t, ok)
+	})
+}
+
+// TestCloseHandOffFarDeadlineNeverFires: CloseHandOff arms a runtime timer
+// for deadline-now, saturated: a far deadline (math.MaxInt64) against a
+// clock that reads below zero stays far and never fires, instead of
+// wrapping to a negative duration and firing at once.
+func TestCloseHandOffFarDeadlineNeverFires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := ticker.NewManual(-10)
+		w := New(Config{Clock: clk, Tick: time.Millisecond})
+		var c counter
+		if _, ok := w.Schedule(math.MaxInt64, &c, 0); !ok {
+			t.Fatal("refused")
+		}
+		if err := w.CloseHandOff(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if n := c.n.Load(); n != 0 {
+			t.Fatalf("a target due at math.MaxInt64 fired %d times an hour after CloseHandOff", n)
+		}
+	})
+}
+
+// TestCloseHandOffRacesSchedule: a CloseHandOff racing with Schedules from
+// many goroutines: every Schedule that reported true either fires (on a
+// hand-off timer or the goroutine) or is cancelled by its owner; none fires
+// twice, none is lost. Run under -race.
+func TestCloseHandOffRacesSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := ticker.NewNano()
+		w := New(Config{Clock: clk, Tick: time.Millisecond})
+		const G, N = 8, 50
+		targets := make([]counter, G*N)
+		var accepted, cancelled atomic.Int64
+		var wg sync.WaitGroup
+		for g := range G {
+			wg.Go(func() {
+				for i := range N {
+					c := &targets[g*N+i]
+					h, ok := w.Schedule(clk.Now()+int64(time.Duration(i%5)*time.Millisecond), c, 0)
+					if !ok {
+						continue
+					}
+					accepted.Add(1)
+					if i%3 == 0 && w.Cancel(h) {
+						cancelled.Add(1)
+						c.n.Add(-1000) // marks a cancelled target; a later fire would show
+					}
+					if i == N/2 && g == 0 {
+						w.CloseHandOff()
+					}
+					runtime.Gosched()
+				}
+			})
+		}
+		wg.Wait()
+		w.CloseHandOff()
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		var fired int64
+		for i := range targets {
+			switch n := targets[i].n.Load(); n {
+			case 0, -1000:
+			case 1:
+				fired++
+			default:
+				t.Fatalf("target %d: %d", i, n)
+			}
+		}
+		if fired+cancelled.Load() != accepted.Load() {
+			t.Fatalf("accepted %d = fired %d + cancelled %d?", accepted.Load(), fired, cancelled.Load())
+		}
 	})
 }
 
