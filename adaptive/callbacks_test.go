@@ -1,65 +1,59 @@
 package adaptive
 
-// Audit of the calls into user code (callbacks): a user Ticker that panics
-// must not leak a slot, and re-entrant user code must not deadlock. Every
-// name starts with cb to stay clear of the other test files (r3Ticker, the
-// panicking Ticker, is in review3_test.go).
+// The calls into user code (callbacks: Ticker, Classify, Controller,
+// OnLimitChange): one that panics or calls runtime.Goexit leaks no slot and
+// leaves the limiter usable, and re-entrant user code does not deadlock.
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
-// cbRecover runs f on its own goroutine and swallows its panic.
-func cbRecover(f func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer func() { _ = recover() }()
-		f()
-	}()
-	<-done
-}
-
-// TestCallbacksTickerPanicInBeginLeaksSlot: Begin (and so Do and Call)
-// takes the slot (l.slots.Add(admitOne)) and then, for a call picked as an
-// RTT sample, reads the user Ticker to build the Token. A Ticker that
-// panics there leaves the slot taken with no Token to release it: the
-// limiter shrinks by one call for ever.
-func TestCallbacksTickerPanicInBeginLeaksSlot(t *testing.T) {
-	tk := &r3Ticker{}
+// Begin (and so Do and Call) takes the slot and then, for a call picked as
+// an RTT sample, reads the user Ticker to build the Token: a Ticker that
+// panics there gives the slot back (the limiter does not shrink by one
+// call for ever), and the panic goes on to the caller.
+func TestCallbacksTickerPanicInBeginReleasesSlot(t *testing.T) {
+	tk := &testkit.PanicTicker{}
 	l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 2, MinLimit: 2, MaxLimit: 2, MaxSampleStride: 1, Ticker: tk})
 	require.NoError(t, err)
-	tk.armed.Store(true)
-	cbRecover(func() { _ = l.Do(context.Background(), func(context.Context) error { return nil }) })
-	cbRecover(func() { _, _ = l.Begin() })
+	tk.Arm()
+	p, _ := testkit.Run(func() { _ = l.Do(context.Background(), func(context.Context) error { return nil }) })
+	require.Equal(t, testkit.PanicTickerValue, p, "Do")
+	p, _ = testkit.Run(func() { _, _ = l.Begin() })
+	require.Equal(t, testkit.PanicTickerValue, p, "Begin")
 	require.Equal(t, 0, l.InFlight(), "the slots taken before the panicking clock read are leaked")
 }
 
-// TestCallbacksTickerPanicInEndLeaksSlot: End reads the user Ticker for a
-// sampled Token before Release frees the slot; Do has already set done =
-// true (so that a panicking Controller does not release twice), so a Ticker
-// that panics in End leaks the slot.
-func TestCallbacksTickerPanicInEndLeaksSlot(t *testing.T) {
-	tk := &r3Ticker{}
+// End reads the user Ticker for a sampled Token before Release frees the
+// slot, after Do has marked the call done (so that a panicking Controller
+// does not release twice): a Ticker that panics in End still frees the
+// slot, and the panic goes on to the caller.
+func TestCallbacksTickerPanicInEndReleasesSlot(t *testing.T) {
+	tk := &testkit.PanicTicker{}
 	l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 2, MinLimit: 2, MaxLimit: 2, MaxSampleStride: 1, Ticker: tk})
 	require.NoError(t, err)
-	cbRecover(func() {
+	p, _ := testkit.Run(func() {
 		_ = l.Do(context.Background(), func(context.Context) error {
-			tk.armed.Store(true)
+			tk.Arm()
 			return nil
 		})
 	})
-	tk.armed.Store(false)
+	tk.Disarm()
+	require.Equal(t, testkit.PanicTickerValue, p)
 	require.Equal(t, 0, l.InFlight(), "End leaked the slot")
 }
 
-// TestCallbacksReentrantListenerAndController: a Controller and an
-// OnLimitChange listener that call back into the same limiter (Acquire,
+// A Controller and an OnLimitChange listener that call back into the same limiter (Acquire,
 // Release, Stats) neither deadlock nor corrupt the window: the Controller
 // runs under the window's CAS lock (a nested closeWindow returns at once)
 // and the listener after it is released.
@@ -81,7 +75,7 @@ func TestCallbacksReentrantListenerAndController(t *testing.T) {
 				l.Release(tok, 0, Ignored)
 			}
 			_ = l.Stats()
-		}, Ticker: &r3Ticker{}})
+		}, Ticker: &testkit.PanicTicker{}})
 	require.NoError(t, err)
 	for i := range 5 {
 		tok, ok := l.Acquire(int64(i) * int64(time.Second))
@@ -100,3 +94,146 @@ func (f cbCtrl) Update(s Sample) float64 { return f(s) }
 type cbAlg struct{ c Controller }
 
 func (a cbAlg) Start(initial, lo, hi float64) Controller { return a.c }
+
+// A Classify that panics or calls runtime.Goexit, which Do and Call run
+// after the call, releases the slot all the same (the limiter does not
+// shrink by one call per occurrence), and the panic or Goexit goes on to
+// the caller.
+func TestCallbacksClassifyPanicOrGoexitReleasesSlot(t *testing.T) {
+	errBoom := errors.New("boom")
+	for _, kind := range []string{"panic", "goexit"} {
+		t.Run(kind, func(t *testing.T) {
+			l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 2, MinLimit: 2, MaxLimit: 2,
+				Ticker: rampart.NewManualTicker(0),
+				Classify: func(ctx context.Context, err error) Outcome {
+					if err != nil {
+						if kind == "panic" {
+							panic("classify")
+						}
+						testkit.Goexit()
+					}
+					return Success
+				}})
+			require.NoError(t, err)
+			ended := func(panicked any, goexited bool) {
+				t.Helper()
+				if kind == "panic" {
+					require.Equal(t, "classify", panicked)
+				} else {
+					require.True(t, goexited)
+				}
+			}
+			ended(testkit.Run(func() { _ = l.Do(context.Background(), func(context.Context) error { return errBoom }) }))
+			require.Equal(t, 0, l.InFlight(), "Do leaked the slot")
+			ended(testkit.Run(func() {
+				_, _ = Call(context.Background(), l, func(context.Context) (int, error) { return 0, errBoom })
+			}))
+			require.Equal(t, 0, l.InFlight(), "Call leaked the slot")
+		})
+	}
+}
+
+// A Controller that calls runtime.Goexit (t.FailNow in a test Controller,
+// say) leaves the window lock released: later windows close and the limit
+// adapts again (a panicking Controller leaves the limiter usable, and a
+// Goexit is handled the same way).
+func TestCallbacksControllerGoexitKeepsWindowsClosing(t *testing.T) {
+	var exit atomic.Bool
+	exit.Store(true)
+	updates := 0
+	l, err := New(Config{Algorithm: algFunc(func(s Sample) float64 {
+		updates++
+		if exit.Load() {
+			testkit.Goexit()
+		}
+		return 7
+	}), Window: 10, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0)})
+	require.NoError(t, err)
+	tok, ok := l.Acquire(0)
+	require.True(t, ok)
+	_, goexited := testkit.Run(func() { l.Release(tok, 20, Success) })
+	require.True(t, goexited)
+	require.Equal(t, 1, updates)
+	require.Equal(t, 0, l.InFlight())
+	exit.Store(false)
+	for i := range 5 {
+		now := int64(100 * (i + 1))
+		tok, ok := l.Acquire(now)
+		require.True(t, ok)
+		l.Release(tok, now+20, Success)
+	}
+	// Window is 10 ns: each of the five releases closes one window.
+	require.Equal(t, 6, updates, "no window closed after the Goexit")
+	require.Equal(t, 7, l.Limit())
+}
+
+// A waiter that gives up reads the limiter's Ticker while it holds the
+// queue's mutex: a Ticker that panics there leaves the mutex unlocked (no
+// later waiter, and no Release made while someone waits, blocks), the
+// abandoned waiter out of the queue, and the freed slot not handed to it.
+func TestCallbacksQueueTickerPanicUnlocksQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tk := &testkit.PanicTicker{}
+		l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 1, MinLimit: 1, MaxLimit: 1,
+			Queue: QueueConfig{MaxLength: 2}, Ticker: tk})
+		require.NoError(t, err)
+		hold, ok := l.Acquire(0)
+		require.True(t, ok)
+		ctx, cancel := context.WithCancel(context.Background())
+		panicked := make(chan any, 1)
+		go func() {
+			p, _ := testkit.Run(func() { _, _ = l.AcquireWait(ctx, 0) })
+			panicked <- p
+		}()
+		synctest.Wait()
+		require.Equal(t, 1, l.Stats().Queued)
+		tk.Arm()
+		cancel()
+		require.Equal(t, testkit.PanicTickerValue, <-panicked)
+		tk.Disarm()
+		require.True(t, l.queue.mu.TryLock(), "the queue's mutex was left locked by the panic")
+		l.queue.mu.Unlock()
+		require.Equal(t, 0, l.Stats().Queued, "the abandoned waiter is still queued")
+		l.Release(hold, 1, Success)
+		require.Equal(t, 0, l.InFlight(), "the freed slot went to the abandoned waiter and leaked")
+	})
+}
+
+// Release runs the queue handoff after closing the window: when a user
+// Controller panics, the freed slot still goes to the waiter, which is not
+// left to wait for its own timer (Interval) and be shed as a rejection
+// while a slot is free (a panicking Controller leaves the limiter usable).
+func TestCallbacksControllerPanicStillHandsOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var boom atomic.Bool
+		boom.Store(true)
+		l, err := New(Config{Algorithm: algFunc(func(s Sample) float64 {
+			if boom.Load() {
+				panic("controller")
+			}
+			return s.Limit
+		}), InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Window: time.Millisecond, MinWindowSamples: 1,
+			Queue: QueueConfig{MaxLength: 1}, Ticker: rampart.NewNanoTicker()})
+		require.NoError(t, err)
+		hold, ok := l.Acquire(l.Ticker().Now())
+		require.True(t, ok)
+		type res struct {
+			tok Token
+			err error
+		}
+		got := make(chan res, 1)
+		go func() {
+			tok, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+			got <- res{tok, err}
+		}()
+		synctest.Wait()
+		require.Equal(t, 1, l.Stats().Queued)
+		time.Sleep(2 * time.Millisecond) // the window is due
+		require.Panics(t, func() { l.Release(hold, l.Ticker().Now(), Success) })
+		boom.Store(false)
+		r := <-got
+		require.NoError(t, r.err, "the waiter was shed although the slot was free")
+		l.Release(r.tok, l.Ticker().Now(), Success)
+		require.Equal(t, 0, l.InFlight())
+	})
+}

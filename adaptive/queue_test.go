@@ -201,3 +201,39 @@ func TestQueueRaisedLimitServesAllWaiters(t *testing.T) {
 		require.Zero(t, l.InFlight())
 	})
 }
+
+// A limiter with partitions and a queue: the queue's handoff ignores
+// partitions (its tokens carry none), and a partition's in-flight count
+// returns to zero once its calls are released.
+func TestQueueWithPartitions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 2, MinLimit: 2, MaxLimit: 2,
+			Partitions: []Partition{{Share: 0.5}, {Share: 0.5}},
+			Queue:      QueueConfig{MaxLength: 4}, Ticker: rampart.NewNanoTicker()})
+		require.NoError(t, err)
+		a, ok := l.AcquirePriority(0, 0)
+		require.True(t, ok)
+		b, ok := l.AcquirePriority(0, 1)
+		require.True(t, ok)
+		_, ok = l.AcquirePriority(0, 1) // beyond its share, nothing to borrow
+		require.False(t, ok)
+		got := make(chan Token, 1)
+		go func() {
+			tok, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+			if err != nil {
+				t.Error(err)
+			}
+			got <- tok
+		}()
+		synctest.Wait()
+		l.Release(a, l.Ticker().Now(), Success)
+		w := <-got
+		require.Equal(t, 0, l.PartitionInFlight(0))
+		require.Equal(t, 1, l.PartitionInFlight(1))
+		l.End(w, Success)
+		l.End(b, Dropped)
+		require.Equal(t, 0, l.InFlight())
+		require.Equal(t, 0, l.PartitionInFlight(1))
+		require.Equal(t, uint64(1), l.Stats().Rejected)
+	})
+}

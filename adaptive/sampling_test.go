@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
 // sampledLimiter returns a limiter with a fixed limit of 1000, 1 ms windows
@@ -391,43 +392,58 @@ func TestStressSampled(t *testing.T) {
 }
 
 func TestAllocsBeginEnd(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	l, tk, _ := sampledLimiter(t, func(c *Config) {
 		c.Algorithm = Vegas{}
 		c.Window = 1000
 		c.Partitions = []Partition{{Share: 0.5}, {Share: 0.5}}
 	})
-	require.Zero(t, testing.AllocsPerRun(100_000, func() {
-		tok, ok := l.Begin()
-		if !ok {
-			t.Fatal("rejected")
+	// 100 calls a run, so that the runs cover many sampling strides.
+	testkit.WantAllocs(t, "Begin + End", 0, func() {
+		for range 100 {
+			tok, ok := l.Begin()
+			if !ok {
+				t.Fatal("rejected")
+			}
+			tk.Advance(3)
+			l.End(tok, Success) // sampled or not; closes a window every 1000 ns
 		}
-		tk.Advance(3)
-		l.End(tok, Success) // sampled or not; closes a window every 1000 ns
-	}), "Begin + End")
+	})
 	require.NotZero(t, l.Stats().Windows)
-	require.Zero(t, testing.AllocsPerRun(10_000, func() {
-		tok, ok := l.BeginPriority(1)
-		if !ok {
-			t.Fatal("rejected")
+	testkit.WantAllocs(t, "BeginPriority + End(Dropped)", 0, func() {
+		for range 10 {
+			tok, ok := l.BeginPriority(1)
+			if !ok {
+				t.Fatal("rejected")
+			}
+			tk.Advance(3)
+			l.End(tok, Dropped)
 		}
-		tk.Advance(3)
-		l.End(tok, Dropped)
-	}), "BeginPriority + End(Dropped)")
+	})
 	full, _ := fixed(t, 1, nil)
 	tok, _ := full.Begin()
-	require.Zero(t, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "rejected Begin", 0, func() {
 		if _, ok := full.Begin(); ok {
 			t.Fatal("admitted")
 		}
-	}), "rejected Begin")
+	})
 	full.End(tok, Ignored)
-	require.Zero(t, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Call", 0, func() {
 		_, err := Call(context.Background(), full, func(context.Context) (int, error) { return 1, nil })
 		if err != nil {
 			t.Fatal(err)
 		}
-	}), "Call")
+	})
+}
+
+// The sample target stays a positive power of two however large
+// MinWindowSamples or the calls in flight are.
+func TestSamplingHugeMinWindowSamples(t *testing.T) {
+	require.Equal(t, uint32(1<<30), sampleTarget(math.MaxInt64, 0))
+	require.Equal(t, uint32(1<<30), sampleTarget(10, math.MaxInt64))
+	l, err := New(Config{MinWindowSamples: math.MaxInt, Ticker: rampart.NewManualTicker(0)})
+	require.NoError(t, err)
+	tok, ok := l.Begin()
+	require.True(t, ok)
+	l.End(tok, Success)
+	require.Zero(t, l.InFlight())
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
 // TestThrottlerFormula: a backend that accepts 100 calls/s under an offered
@@ -172,18 +172,15 @@ func TestThrottlerConcurrent(t *testing.T) {
 }
 
 func TestAllocsThrottler(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	tk := rampart.NewManualTicker(0)
 	th, err := NewThrottler(ThrottlerConfig{Ticker: tk})
 	require.NoError(t, err)
-	require.Zero(t, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Allow + Record", 0, func() {
 		now := tk.Advance(time.Millisecond)
 		if th.Allow(now) {
 			th.Record(now, false)
 		}
-	}))
+	})
 }
 
 func FuzzConfig(f *testing.F) {
@@ -225,4 +222,50 @@ func FuzzConfig(f *testing.F) {
 			require.True(t, p >= 0 && p <= 1)
 		}
 	})
+}
+
+// Readings near both ends of the int64 range and a window of one huge
+// bucket neither panic nor give a probability outside [0, MaxProbability].
+func TestThrottlerExtremeReadings(t *testing.T) {
+	for _, c := range []ThrottlerConfig{
+		{Window: time.Duration(math.MaxInt64), Buckets: 1},
+		{Window: time.Duration(math.MaxInt64), Buckets: 1024},
+		{Window: 2048, Buckets: 1024, MinRequests: -1},
+	} {
+		tk := rampart.NewManualTicker(0)
+		c.Ticker = tk
+		th, err := NewThrottler(c)
+		require.NoError(t, err)
+		for _, now := range []int64{math.MinInt64, -1, 0, math.MaxInt64 / 2, math.MaxInt64 - 1, math.MaxInt64} {
+			for range 20 {
+				if th.Allow(now) {
+					th.Record(now, false)
+				}
+			}
+			p := th.Probability(now)
+			require.True(t, p >= 0 && p <= 0.9, "p = %v", p)
+		}
+		tk.Set(math.MaxInt64)
+		st := th.Stats()
+		require.LessOrEqual(t, st.Accepts, st.Requests)
+	}
+}
+
+// With buckets of 1 ns (legal: NewThrottler asks for at least one
+// nanosecond per bucket) a reading of math.MaxInt64, the epoch
+// math.MaxInt64, neither loops nor indexes a bucket out of range in Allow,
+// Record or Stats.
+func TestThrottlerOneNanoBucketAtMaxInt64(t *testing.T) {
+	tk := rampart.NewManualTicker(math.MaxInt64 - 5)
+	th, err := NewThrottler(ThrottlerConfig{Window: 1024, Buckets: 1024, Ticker: tk})
+	require.NoError(t, err)
+	require.True(t, th.Allow(tk.Now()))
+	th.Record(tk.Now(), true)
+	tk.Set(math.MaxInt64)
+	require.NotPanics(t, func() {
+		if th.Allow(math.MaxInt64) {
+			th.Record(math.MaxInt64, true)
+		}
+	})
+	require.NotPanics(t, func() { _ = th.Stats() })
 }

@@ -1,5 +1,0 @@
-package adaptive
-
-import "runtime"
-
-func runtimeGoexit() { runtime.Goexit() }
