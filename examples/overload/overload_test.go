@@ -78,9 +78,59 @@ func TestFlags(t *testing.T) {
 	if o.pool() != 40 || o.admission() != 1000 {
 		t.Fatalf("pool %d admission %d", o.pool(), o.admission())
 	}
-	for _, bad := range [][]string{{"-rate", "0"}, {"-mode", "x"}, {"-warmup", "0", "-steady", "0", "-slowdown", "0", "-recovery", "0"}} {
+}
+
+// parseFlags refuses every value that would fail late (-deadline 0 and
+// -db-max-wait -1ms would make timeout.New / bulkhead.New return a
+// ConfigError only when the protected run starts, after the whole
+// unprotected run of "-mode both") or give a meaningless run (a rate of 0,
+// an unknown mode, phases of no length in all, shares outside [0, 1] or
+// NaN, a negative slow-down factor, a negative -max-lag that drops every
+// iteration, negative durations that skip a phase or make delays negative,
+// a negative -admission taken as the default).
+func TestFlagsRejectInvalidValues(t *testing.T) {
+	for _, bad := range [][]string{
+		{"-rate", "0"},
+		{"-mode", "x"},
+		{"-warmup", "0", "-steady", "0", "-slowdown", "0", "-recovery", "0"},
+		{"-deadline", "0"},
+		{"-deadline", "-1s"},
+		{"-db-max-wait", "-1ms"},
+		{"-cache-hits", "1.5"},
+		{"-cache-hits", "NaN"},
+		{"-writes", "-0.1"},
+		{"-db-errors", "2"},
+		{"-slow-factor", "-4"},
+		{"-slow-factor", "NaN"},
+		{"-max-lag", "-1ms"},
+		{"-client-timeout", "-1s"},
+		{"-api-time", "-50ms"},
+		{"-db-visit", "-10ms"},
+		{"-warmup", "-2s"},
+		{"-admission", "-5"},
+	} {
+		var errOut bytes.Buffer
 		if _, err := parseFlags(bad, &errOut); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
 	}
+}
+
+// The default flags build a protected guard without error, and it closes
+// (the timeout's watchdog) cleanly; goleak (TestMain) checks that nothing
+// outlives it.
+func TestDefaultGuardBuildsAndCloses(t *testing.T) {
+	var errOut bytes.Buffer
+	o, err := parseFlags(nil, &errOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := newGuard(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.handler(newService(o, newDatabase(o.pool(), o.dbVisit, o.dbErrors))); err != nil {
+		t.Fatal(err)
+	}
+	g.close()
 }
