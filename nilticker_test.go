@@ -11,6 +11,7 @@ import (
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/hedge"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
@@ -98,10 +99,7 @@ func TestNilAndZeroBudgetsAreConfigErrors(t *testing.T) {
 		for _, b := range bad {
 			err := newFn(b)
 			require.ErrorIs(t, err, rampart.ErrInvalidConfig, "%s with a nil or zero %T", name, b)
-			var ce *rampart.ConfigError
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, name, ce.Policy)
-			require.Equal(t, "Budget", ce.Field, "%s", name)
+			testkit.RequireConfigError(t, err, name, "Budget")
 		}
 		for _, b := range []retry.Budget{nil, tb, rb} {
 			require.NoError(t, newFn(b), "%s with %T", name, b)

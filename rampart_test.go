@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
 var errFull = errors.New("full")
@@ -41,20 +41,14 @@ func TestRejectedError(t *testing.T) {
 }
 
 func TestRejectedErrorAllocs(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	e := rampart.NewRejectedError("bulkhead", "db", errFull)
 	var err error
-	n := testing.AllocsPerRun(100, func() {
+	testkit.WantAllocs(t, "errors.Is(RejectedError, ErrRejected)", 0, func() {
 		err = e
 		if !errors.Is(err, rampart.ErrRejected) {
 			t.Fatal("no match")
 		}
 	})
-	if n != 0 {
-		t.Fatalf("%v allocs", n)
-	}
 }
 
 func TestConfigError(t *testing.T) {
