@@ -58,13 +58,17 @@ func TestNilPointerTickerIsAConfigError(t *testing.T) {
 			return err
 		},
 	}
+	// The policy each ConfigError names, where it is not the entry's name.
+	policyOf := map[string]string{"throttler": "adaptive", "keyed": "ratelimit", "sharded": "ratelimit"}
 	for name, newFn := range news {
+		policy := name
+		if p, ok := policyOf[name]; ok {
+			policy = p
+		}
 		for _, tk := range nils {
 			err := newFn(tk)
 			require.ErrorIs(t, err, rampart.ErrInvalidConfig, "%s with a nil %T", name, tk)
-			var ce *rampart.ConfigError
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, "Ticker", ce.Field, "%s", name)
+			testkit.RequireConfigError(t, err, policy, "Ticker")
 		}
 	}
 	// NewWatchdog has no error to return: a nil pointer means the default.
