@@ -160,10 +160,9 @@ func TestQueueStress(t *testing.T) {
 }
 
 // TestQueueRaisedLimitServesAllWaiters: when a release frees one slot and
-// the window it closes raises the limit, every waiter that now fits must be
-// admitted. The handoff used to give out one slot per release, before the
-// window closed, so the other waiters sat next to free slots until a later
-// release or their own timer shed them.
+// the window it closes raises the limit, every waiter that now fits is
+// admitted by that release (the handoff runs after the window closed), not
+// left next to free slots until a later release or its own timer sheds it.
 func TestQueueRaisedLimitServesAllWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clock := rampart.NewManualTicker(1)

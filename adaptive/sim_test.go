@@ -416,7 +416,8 @@ func TestSimCapacityDoubles(t *testing.T) {
 
 // TestSimRecoversAfterOverload: a latency spike (the server slows down 20×
 // for 10 s) drives the limit down; once it ends, the limit climbs back
-// instead of sticking at the minimum (go-concurrency-limits#117).
+// instead of sticking at the minimum (a failure mode reported against
+// platinummonkey/go-concurrency-limits).
 func TestSimRecoversAfterOverload(t *testing.T) {
 	for _, a := range append(delayAlgorithms, struct {
 		name string
