@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
 func TestAbandonReturnsAtDeadline(t *testing.T) {
@@ -183,23 +183,82 @@ func TestAbandonBoundStrict(t *testing.T) {
 	})
 }
 
-func TestAbandonPanicAndGoexit(t *testing.T) {
+// TestAbandonSoftMode: DoAbandon works whatever the Timeout's Mode: a
+// soft-mode Timeout (which has no watchdog of its own) runs an in-time call
+// without panicking, and abandons a hung fn exactly at its deadline (a
+// runtime timer stands in for the watchdog); the abandoned fn is counted
+// out when it returns.
+func TestAbandonSoftMode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: time.Hour})
-		var released atomic.Int32
-		require.PanicsWithValue(t, "boom", func() {
-			tm.DoAbandon(t.Context(), func(context.Context) error { panic("boom") }, func() { released.Add(1) })
-		})
-		require.Equal(t, int32(1), released.Load())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			tm.DoAbandon(t.Context(), func(context.Context) error { runtime.Goexit(); return nil }, func() { released.Add(1) })
-			t.Error("the caller survived the callee's Goexit")
-		}()
-		<-done
-		require.Equal(t, int32(2), released.Load())
-		require.Equal(t, int64(0), tm.Stats().Abandoned)
+		tm, err := New(Config{Duration: time.Second, Mode: ModeSoft, Ticker: rampart.NewNanoTicker()})
+		require.NoError(t, err)
+		defer tm.Close() // before the bubble ends: the pool's idle worker
+		ran := false
+		require.NoError(t, tm.DoAbandon(context.Background(), func(context.Context) error { ran = true; return nil }, nil))
+		require.True(t, ran)
+		release := make(chan struct{})
+		start := time.Now()
+		err = tm.DoAbandon(context.Background(), func(ctx context.Context) error {
+			<-release
+			return ctx.Err()
+		}, nil)
+		require.ErrorIs(t, err, ErrTimeout)
+		require.Equal(t, time.Second, time.Since(start), "abandoned at the deadline")
+		close(release)
+		synctest.Wait()
+		require.Zero(t, tm.Stats().Abandoned, "still abandoned")
+	})
+}
+
+// TestAbandonBoundUnderConcurrency: concurrent DoAbandon calls against a
+// hung dependency: never more than MaxAbandoned abandoned at once (seen
+// from inside OnAbandon), onDone runs exactly once per call, the pool
+// never exceeds Workers, and the counters agree at the end. Run under
+// -race.
+func TestAbandonBoundUnderConcurrency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const maxAb = 3
+		var maxSeen atomic.Int64
+		tm := newT(t, Config{Duration: 5 * time.Millisecond, MaxAbandoned: maxAb, Workers: 2,
+			OnAbandon: func(n int64) {
+				for {
+					m := maxSeen.Load()
+					if n <= m || maxSeen.CompareAndSwap(m, n) {
+						break
+					}
+				}
+			}})
+		hang := make(chan struct{})
+		var onDone, calls atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i%4) * time.Millisecond)
+				calls.Add(1)
+				err := tm.DoAbandon(context.Background(), func(context.Context) error {
+					if i%2 == 0 {
+						<-hang
+					}
+					return nil
+				}, func() { onDone.Add(1) })
+				if err != nil && !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrTooManyAbandoned) {
+					t.Errorf("err %v", err)
+				}
+			})
+		}
+		// The even calls that were not abandoned wait for their fn (strict
+		// bound) until hang closes.
+		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
+		require.LessOrEqual(t, tm.Stats().Abandoned, int64(maxAb), "abandoned at once")
+		close(hang)
+		wg.Wait()
+		synctest.Wait()
+		s := tm.Stats()
+		require.LessOrEqual(t, maxSeen.Load(), int64(maxAb), "most abandoned seen by OnAbandon")
+		require.Zero(t, s.Abandoned, "stats %+v", s)
+		require.Equal(t, calls.Load(), onDone.Load(), "onDone runs once per call")
+		require.LessOrEqual(t, s.Workers, int64(2), "pool workers > Workers")
 	})
 }
 
@@ -255,14 +314,12 @@ func TestAbandonStress(t *testing.T) {
 }
 
 func TestAllocsAbandon(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	tm := newT(t, Config{Duration: time.Hour})
 	fn := func(context.Context) error { return nil }
 	tm.DoAbandon(context.Background(), fn, nil)
-	n := testing.AllocsPerRun(1000, func() { tm.DoAbandon(context.Background(), fn, nil) })
-	require.Equal(t, 1.0, n, "DoAbandon: the context (the worker and its job are reused)")
+	testkit.WantAllocs(t, "DoAbandon: the context (the worker and its job are reused)", 1, func() {
+		tm.DoAbandon(context.Background(), fn, nil)
+	})
 	// A call that finds every worker busy starts a goroutine (its closure)
 	// with a pooled job: two.
 	t1 := newT(t, Config{Duration: time.Hour, Workers: 1})
@@ -272,14 +329,14 @@ func TestAllocsAbandon(t *testing.T) {
 		t1.DoAbandon(context.Background(), func(context.Context) error { <-hang; return nil }, nil)
 		close(done)
 	}()
+	defer func() { close(hang); <-done }()
 	for t1.Stats().Workers != 1 {
 		runtime.Gosched()
 	}
 	t1.DoAbandon(context.Background(), fn, nil)
-	n = testing.AllocsPerRun(1000, func() { t1.DoAbandon(context.Background(), fn, nil) })
-	close(hang)
-	<-done
-	require.Equal(t, 2.0, n, "DoAbandon, every worker busy: the context and the goroutine's closure")
+	testkit.WantAllocs(t, "DoAbandon, every worker busy: the context and the goroutine's closure", 2, func() {
+		t1.DoAbandon(context.Background(), fn, nil)
+	})
 }
 
 // TestWorkersReused: sequential calls hand their function to the same
@@ -432,8 +489,8 @@ func TestWorkersClose(t *testing.T) {
 }
 
 // TestWorkersCloseCountsOut: when Close returns, the idle workers it
-// drained are no longer counted (they used to confirm before counting
-// themselves out, so Stats().Workers could still include them).
+// drained are no longer counted in Stats().Workers (each counts itself out
+// before it confirms to Close).
 func TestWorkersCloseCountsOut(t *testing.T) {
 	for range 200 {
 		synctest.Test(t, func(t *testing.T) {
@@ -450,39 +507,6 @@ func TestWorkersCloseCountsOut(t *testing.T) {
 			require.Equal(t, int64(0), tm.Stats().Workers)
 		})
 	}
-}
-
-// TestWorkersPanicAndGoexit: a worker survives a panic in fn (re-raised on
-// the waiting caller) and is reused; a Goexit ends its goroutine, and the
-// slot gets a new one.
-func TestWorkersPanicAndGoexit(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tm := newT(t, Config{Duration: time.Hour, Workers: 1})
-		fn := func(context.Context) error { return nil }
-		require.NoError(t, tm.DoAbandon(t.Context(), fn, nil))
-		synctest.Wait()
-		base := bubbleGoroutines()
-		require.PanicsWithValue(t, "boom", func() {
-			tm.DoAbandon(t.Context(), func(context.Context) error { panic("boom") }, nil)
-		})
-		synctest.Wait()
-		require.Equal(t, base, bubbleGoroutines(), "the worker survived the panic")
-		require.NoError(t, tm.DoAbandon(t.Context(), fn, nil))
-		require.Equal(t, int64(1), tm.Stats().Workers)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			tm.DoAbandon(t.Context(), func(context.Context) error { runtime.Goexit(); return nil }, nil)
-		}()
-		<-done
-		synctest.Wait()
-		require.Equal(t, base-1, bubbleGoroutines(), "the worker ended with its Goexit")
-		require.Equal(t, int64(0), tm.Stats().Workers)
-		require.NoError(t, tm.DoAbandon(t.Context(), fn, nil))
-		synctest.Wait()
-		require.Equal(t, base, bubbleGoroutines(), "the slot got a new goroutine")
-		require.Equal(t, int64(1), tm.Stats().Workers)
-	})
 }
 
 // TestWorkersIdleExitRealTime: without synctest and without Close, idle

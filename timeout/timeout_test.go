@@ -17,7 +17,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/bubble"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
 
@@ -57,19 +57,23 @@ func newT(t *testing.T, cfg Config) *Timeout {
 func TestNewValidates(t *testing.T) {
 	wd := NewWatchdog(time.Millisecond, nil)
 	defer wd.Close()
-	for name, cfg := range map[string]Config{
-		"zero duration":            {},
-		"negative duration":        {Duration: -time.Second},
-		"bad mode":                 {Duration: time.Second, Mode: 7},
-		"mode 2 (no abandon mode)": {Duration: time.Second, Mode: ModeSoft + 1},
-		"negative tick":            {Duration: time.Second, Tick: -1},
-		"negative max":             {Duration: time.Second, MaxAbandoned: -1},
-		"tick vs watchdog":         {Duration: time.Second, Watchdog: wd, Tick: 2 * time.Millisecond},
-		"ticker vs wd":             {Duration: time.Second, Watchdog: wd, Ticker: rampart.NewManualTicker(0)},
+	for name, tc := range map[string]struct {
+		cfg   Config
+		field string
+	}{
+		"zero duration":            {Config{}, "Duration"},
+		"negative duration":        {Config{Duration: -time.Second}, "Duration"},
+		"bad mode":                 {Config{Duration: time.Second, Mode: 7}, "Mode"},
+		"mode 2 (no abandon mode)": {Config{Duration: time.Second, Mode: ModeSoft + 1}, "Mode"},
+		"negative tick":            {Config{Duration: time.Second, Tick: -1}, "Tick"},
+		"negative max":             {Config{Duration: time.Second, MaxAbandoned: -1}, "MaxAbandoned"},
+		"tick vs watchdog":         {Config{Duration: time.Second, Watchdog: wd, Tick: 2 * time.Millisecond}, "Tick"},
+		"ticker vs wd":             {Config{Duration: time.Second, Watchdog: wd, Ticker: rampart.NewManualTicker(0)}, "Ticker"},
 	} {
-		_, err := New(cfg)
+		_, err := New(tc.cfg)
 		require.Error(t, err, name)
 		require.ErrorIs(t, err, rampart.ErrInvalidConfig, name)
+		testkit.RequireConfigError(t, err, "timeout", tc.field)
 	}
 	tm, err := New(Config{Duration: time.Second, Watchdog: wd})
 	require.NoError(t, err)
@@ -80,6 +84,40 @@ func TestNewValidates(t *testing.T) {
 	require.Equal(t, "soft", ModeSoft.String())
 	require.Equal(t, "Mode(invalid)", (ModeSoft + 1).String())
 	require.Equal(t, "Mode(invalid)", Mode(9).String())
+}
+
+// TestNewUncomparableTicker: a Ticker of an uncomparable type (a func) is a
+// valid rampart.Ticker. Shared with a Watchdog, New cannot check with ==
+// that it is the Watchdog's clock: it accepts it, or refuses it with a
+// ConfigError for Ticker, and never panics. Without a Watchdog the
+// Timeout's own watchdog runs on it and calls time out.
+func TestNewUncomparableTicker(t *testing.T) {
+	t.Run("shared watchdog", func(t *testing.T) {
+		tk := rampart.NewManualTicker(0)
+		ft := testkit.FuncTicker(tk.Now)
+		wd := NewWatchdog(time.Millisecond, ft)
+		defer wd.Close()
+		var tm *Timeout
+		var err error
+		p, _ := testkit.Run(func() { tm, err = New(Config{Duration: time.Second, Watchdog: wd, Ticker: ft}) })
+		require.Nil(t, p, "New panicked")
+		if err != nil {
+			require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+			testkit.RequireConfigError(t, err, "timeout", "Ticker")
+			return
+		}
+		tm.Close()
+	})
+	t.Run("own watchdog", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := rampart.NewNanoTicker()
+			tm, err := New(Config{Duration: time.Second, Ticker: testkit.FuncTicker(n.Now)})
+			require.NoError(t, err)
+			defer tm.Close()
+			err = tm.Do(context.Background(), func(c context.Context) error { <-c.Done(); return nil })
+			require.ErrorIs(t, err, ErrTimeout)
+		})
+	})
 }
 
 // bubbleGoroutines counts the goroutines of the calling goroutine's
@@ -221,6 +259,75 @@ func TestSoftMode(t *testing.T) {
 	err = tm.Do(context.Background(), func(context.Context) error { tk.Advance(10); return nil })
 	require.ErrorIs(t, err, ErrTimeout)
 	require.NoError(t, tm.Do(context.Background(), func(context.Context) error { tk.Advance(9); return nil }))
+}
+
+// TestExtremeReadingsSaturate: on a manual clock near math.MaxInt64, a
+// start there and a Duration of math.MaxInt64 (soft mode), or of two hours
+// (deadline mode, on a watchdog clocked by the manual ticker), saturate the
+// deadline at math.MaxInt64 instead of wrapping it into the past: the call
+// is in time until the clock reaches it (Finish returns the user's error
+// unchanged), the context's Deadline is in the future and it never fires
+// early; at math.MaxInt64 the call is a timeout.
+func TestExtremeReadingsSaturate(t *testing.T) {
+	t.Run("soft", func(t *testing.T) {
+		tk := rampart.NewManualTicker(math.MaxInt64 - 10)
+		tm, err := New(Config{Duration: math.MaxInt64, Mode: ModeSoft, Ticker: tk})
+		require.NoError(t, err)
+		defer tm.Close()
+		boom := errors.New("boom")
+		_, h := tm.Start(context.Background(), tk.Now())
+		require.Equal(t, int64(math.MaxInt64), h.Deadline(), "deadline not saturated")
+		require.Same(t, boom, tm.Finish(h, math.MaxInt64-1, boom), "Finish before the deadline: the user's error unchanged")
+		require.ErrorIs(t, tm.Finish(h, math.MaxInt64, nil), ErrTimeout, "Finish at the deadline")
+	})
+	t.Run("deadline", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			tk := rampart.NewManualTicker(math.MaxInt64 - int64(time.Hour))
+			wd := NewWatchdog(time.Millisecond, tk)
+			defer wd.Close()
+			tm, err := New(Config{Duration: 2 * time.Hour, Watchdog: wd})
+			require.NoError(t, err)
+			defer tm.Close()
+			boom := errors.New("boom")
+			c, h := tm.Start(context.Background(), tk.Now())
+			require.Equal(t, int64(math.MaxInt64), h.Deadline(), "deadline not saturated")
+			d, ok := c.Deadline()
+			require.True(t, ok && d.After(time.Now()), "Deadline() = %v, %v: not in the future", d, ok)
+			time.Sleep(10 * time.Millisecond) // sweeps: nothing is due
+			require.NoError(t, c.Err(), "fired early")
+			tk.Advance(time.Hour - 1)
+			time.Sleep(10 * time.Millisecond)
+			require.NoError(t, c.Err(), "fired 1 ns early")
+			require.Same(t, boom, tm.Finish(h, tk.Now(), boom), "Finish: the user's error unchanged")
+			require.ErrorIs(t, c.Err(), context.Canceled, "after Finish")
+			// A call at the very end of the clock fires when it reaches MaxInt64.
+			c, h = tm.Start(context.Background(), tk.Now())
+			tk.Set(math.MaxInt64)
+			time.Sleep(2 * time.Millisecond)
+			require.ErrorIs(t, c.Err(), context.DeadlineExceeded, "at MaxInt64")
+			require.ErrorIs(t, tm.Finish(h, tk.Now(), nil), ErrTimeout)
+		})
+	})
+}
+
+// TestCallUserErrorAndParentCancel: Call in deadline mode returns a user's
+// error unchanged with the value when in time; the parent's cancellation
+// comes back as the parent's error with fn's value, not as a timeout, and
+// is not counted.
+func TestCallUserErrorAndParentCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: time.Second})
+		boom := errors.New("boom")
+		v, err := Call(context.Background(), tm, func(context.Context) (int, error) { return 7, boom })
+		require.Equal(t, 7, v)
+		require.Same(t, boom, err)
+		parent, cancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+		v, err = Call(parent, tm, func(c context.Context) (int, error) { <-c.Done(); return 3, c.Err() })
+		require.Equal(t, 3, v)
+		require.Equal(t, context.Canceled, err)
+		require.Zero(t, tm.Stats().Timeouts, "timeouts counted for a parent's cancellation")
+	})
 }
 
 // TestPrimitivesManual drives Start/Finish with a manual ticker and a
@@ -501,33 +608,6 @@ func TestAfterFuncMethod(t *testing.T) {
 	})
 }
 
-func TestPanicAndGoexitRelease(t *testing.T) {
-	tk := rampart.NewManualTicker(0)
-	wd := watchdog.New(watchdog.Config{Clock: tk, Manual: true})
-	defer wd.Close()
-	tm, err := New(Config{Duration: 100, Watchdog: wd})
-	require.NoError(t, err)
-	var kept context.Context
-	require.PanicsWithValue(t, "boom", func() {
-		tm.Do(context.Background(), func(c context.Context) error { kept = c; panic("boom") })
-	})
-	require.Equal(t, 0, wd.Stats().Armed)
-	require.Equal(t, context.Canceled, kept.Err())
-	require.PanicsWithValue(t, "boom2", func() {
-		Call(context.Background(), tm, func(c context.Context) (int, error) { panic("boom2") })
-	})
-	require.Equal(t, 0, wd.Stats().Armed)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tm.Do(context.Background(), func(c context.Context) error { kept = c; runtime.Goexit(); return nil })
-	}()
-	wg.Wait()
-	require.Equal(t, 0, wd.Stats().Armed)
-	require.Equal(t, context.Canceled, kept.Err())
-}
-
 func TestListeners(t *testing.T) {
 	tk := rampart.NewManualTicker(0)
 	var got []time.Duration
@@ -582,6 +662,37 @@ func TestFallbackTimer(t *testing.T) {
 		close(hang)
 		synctest.Wait()
 		require.Equal(t, int64(0), ta.Stats().Abandoned)
+	})
+}
+
+// TestCloseKeepsInFlightDeadlines: closing a Timeout's own watchdog does
+// not strand the calls in flight: their contexts still end at the
+// deadline, and a DoAbandon call still leaves at it.
+func TestCloseKeepsInFlightDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tk := rampart.NewNanoTicker()
+		tm, err := New(Config{Duration: time.Second, Tick: time.Millisecond, Ticker: tk})
+		require.NoError(t, err)
+		ctx, h := tm.Start(context.Background(), tk.Now())
+		done := ctx.Done()
+		aband := make(chan error, 1)
+		release := make(chan struct{})
+		go func() {
+			aband <- tm.DoAbandon(context.Background(), func(context.Context) error { <-release; return nil }, nil)
+		}()
+		synctest.Wait()
+		require.NoError(t, tm.Close())
+		time.Sleep(2 * time.Second)
+		select {
+		case <-done:
+		default:
+			t.Fatal("the context in flight at Close never reached its deadline")
+		}
+		require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+		require.ErrorIs(t, tm.Finish(h, tk.Now(), nil), ErrTimeout, "Finish")
+		require.ErrorIs(t, <-aband, ErrTimeout, "DoAbandon")
+		close(release)
+		synctest.Wait()
 	})
 }
 
@@ -668,60 +779,54 @@ func FuzzConfig(f *testing.F) {
 }
 
 func TestAllocsDeadline(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	tm := newT(t, Config{Duration: time.Hour})
 	fn := func(context.Context) error { return nil }
 	tm.Do(context.Background(), fn) // grow the watchdog table
-	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() { tm.Do(context.Background(), fn) }), "Do")
-	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Do", 1, func() { tm.Do(context.Background(), fn) })
+	testkit.WantAllocs(t, "Start+Finish", 1, func() {
 		_, h := tm.Start(context.Background(), 1)
 		tm.Finish(h, 2, nil)
-	}), "Start+Finish")
+	})
 	cfn := func(context.Context) (int, error) { return 1, nil }
-	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() { Call(context.Background(), tm, cfn) }), "Call")
+	testkit.WantAllocs(t, "Call", 1, func() { Call(context.Background(), tm, cfn) })
 	// A callee that polls Err or reads Deadline/Value pays nothing more.
-	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Do + Err/Deadline/Value", 1, func() {
 		tm.Do(context.Background(), func(c context.Context) error { c.Deadline(); c.Value(1); return c.Err() })
-	}), "Do + Err/Deadline/Value")
+	})
 	// Done costs the slow part and the channel (and its parent watch when
 	// the parent can be cancelled).
-	require.Equal(t, 3.0, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Do + Done", 3, func() {
 		tm.Do(context.Background(), func(c context.Context) error { _ = c.Done(); return nil })
-	}), "Do + Done")
+	})
 	// The timeout path allocates nothing more.
 	tk := rampart.NewManualTicker(0)
 	wd := watchdog.New(watchdog.Config{Clock: tk, Manual: true})
 	defer wd.Close()
 	tm2, _ := New(Config{Duration: 10, Watchdog: wd})
-	require.Equal(t, 1.0, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "timeout", 1, func() {
 		_, h := tm2.Start(context.Background(), 0)
 		if tm2.Finish(h, 10, nil) == nil {
 			t.Fatal("not a timeout")
 		}
-	}), "timeout")
+	})
 }
 
 func TestAllocsSoft(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	tm := newT(t, Config{Duration: time.Hour, Mode: ModeSoft})
 	fn := func(context.Context) error { return nil }
-	require.Equal(t, 0.0, testing.AllocsPerRun(1000, func() { tm.Do(context.Background(), fn) }), "Do")
-	require.Equal(t, 0.0, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Do", 0, func() { tm.Do(context.Background(), fn) })
+	testkit.WantAllocs(t, "Start+Finish", 0, func() {
 		_, h := tm.Start(context.Background(), 1)
 		tm.Finish(h, 2, nil)
-	}), "Start+Finish")
+	})
 	cfn := func(context.Context) (int, error) { return 1, nil }
-	require.Equal(t, 0.0, testing.AllocsPerRun(1000, func() { Call(context.Background(), tm, cfn) }), "Call")
-	require.Equal(t, 0.0, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Call", 0, func() { Call(context.Background(), tm, cfn) })
+	testkit.WantAllocs(t, "timeout", 0, func() {
 		_, h := tm.Start(context.Background(), 1)
 		if tm.Finish(h, int64(time.Hour)+1, nil) == nil {
 			t.Fatal("not a timeout")
 		}
-	}), "timeout")
+	})
 }
 
 // TestContextConcurrent hammers one context from many goroutines (Done,
@@ -779,16 +884,6 @@ func TestContextConcurrent(t *testing.T) {
 	require.Equal(t, 0, wd.Stats().Armed)
 }
 
-// wantAllocs fails t unless f allocates exactly want objects per run (the
-// style of log/slog's tests).
-func wantAllocs(t *testing.T, name string, want int, f func()) {
-	t.Helper()
-	f() // warm up: the watchdog table, the worker pool
-	if got := testing.AllocsPerRun(1000, f); got != float64(want) {
-		t.Errorf("%s: got %v allocs per call, want %d", name, got, want)
-	}
-}
-
 // fakeDB stands for the dependency a caller's closure captures.
 type fakeDB struct{ calls atomic.Int64 }
 
@@ -805,9 +900,6 @@ func (db *fakeDB) exec(_ context.Context, q string) error {
 // goroutine: the closure escapes, in either mode. The figures are the
 // package doc's.
 func TestAllocsCapturingClosure(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	db, q := new(fakeDB), "SELECT 1"
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -818,20 +910,20 @@ func TestAllocsCapturingClosure(t *testing.T) {
 		{ModeDeadline, 1, 1, 1, 2, 4},
 	} {
 		tm := newT(t, Config{Duration: time.Hour, Mode: tc.mode})
-		wantAllocs(t, tc.mode.String()+" Do", tc.do, func() {
+		testkit.WantAllocs(t, tc.mode.String()+" Do", tc.do, func() {
 			_ = tm.Do(ctx, func(c context.Context) error { return db.exec(c, q) })
 		})
-		wantAllocs(t, tc.mode.String()+" Call", tc.call, func() {
+		testkit.WantAllocs(t, tc.mode.String()+" Call", tc.call, func() {
 			_, _ = Call(ctx, tm, func(c context.Context) (int, error) { return len(q), db.exec(c, q) })
 		})
-		wantAllocs(t, tc.mode.String()+" Start/Finish", tc.startFinish, func() {
+		testkit.WantAllocs(t, tc.mode.String()+" Start/Finish", tc.startFinish, func() {
 			c, h := tm.Start(ctx, tm.Ticker().Now())
 			_ = tm.Finish(h, tm.Ticker().Now(), db.exec(c, q))
 		})
-		wantAllocs(t, tc.mode.String()+" DoAbandon", tc.doAbandon, func() {
+		testkit.WantAllocs(t, tc.mode.String()+" DoAbandon", tc.doAbandon, func() {
 			_ = tm.DoAbandon(ctx, func(c context.Context) error { return db.exec(c, q) }, nil)
 		})
-		wantAllocs(t, tc.mode.String()+" CallAbandon", tc.callAbandon, func() {
+		testkit.WantAllocs(t, tc.mode.String()+" CallAbandon", tc.callAbandon, func() {
 			_, _ = CallAbandon(ctx, tm, func(c context.Context) (int, error) { return len(q), db.exec(c, q) }, nil)
 		})
 	}
