@@ -11,6 +11,10 @@ import (
 // the process, including other tests' and the runtime's, which come and go
 // on their own schedule; a test that asserts "no goroutine started" must
 // count only its own bubble. It panics when called outside a bubble.
+//
+// Call synctest.Wait first: a goroutine that was just started (by the test
+// or by the code under test) is not always in the dump yet, and the count
+// is exact only once every goroutine of the bubble is durably blocked.
 func Goroutines() int {
 	buf := make([]byte, 1<<20)
 	for {
