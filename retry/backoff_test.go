@@ -87,6 +87,36 @@ func TestBackoffSaturates(t *testing.T) {
 	}
 }
 
+// TestBackoffBoundedAtExtremes: every backoff kind stays in [0, MaxDelay]
+// and never panics at the extremes (MaxDelay = MaxInt64, huge attempt
+// numbers, huge prev, a fractional multiplier near 1 and a huge whole
+// one); Exponential reaches exactly MaxDelay and stays there.
+func TestBackoffBoundedAtExtremes(t *testing.T) {
+	for kind := range numBackoffs {
+		for _, mult := range []float64{1, 1.0000001, 1.5, 2, 3, 1e300} {
+			for _, maxD := range []time.Duration{time.Second, math.MaxInt64} {
+				p := mustNew(t, Config{Backoff: kind, BaseDelay: time.Nanosecond, MaxDelay: maxD, Multiplier: mult,
+					Increment: math.MaxInt64 / 2, MaxAttempts: math.MaxInt})
+				for _, n := range []int{1, 2, 62, 63, 64, 1000, math.MaxInt32, math.MaxInt - 1} {
+					for _, prev := range []int64{0, 1, int64(maxD), math.MaxInt64} {
+						d := p.bo.delay(n, prev)
+						if d < 0 || d > int64(maxD) {
+							t.Fatalf("%v mult %v max %v n %d prev %d: delay %d", kind, mult, maxD, n, prev, d)
+						}
+					}
+				}
+			}
+		}
+	}
+	p := mustNew(t, Config{Backoff: Exponential, BaseDelay: 3, MaxDelay: math.MaxInt64})
+	if d := p.bo.delay(1000, 0); d != math.MaxInt64 {
+		t.Fatalf("exp(1000) = %d", d)
+	}
+	if d := p.bo.delay(3, 0); d != 12 {
+		t.Fatalf("exp(3) = %d, want 12", d)
+	}
+}
+
 // TestJitterBounds draws every jittered kind many times with a fixed seed and
 // checks each draw against its formula's bounds, and that the draws cover
 // the range (both ends' neighbourhoods are reached).

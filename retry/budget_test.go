@@ -3,33 +3,80 @@ package retry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
+// TestBudgetValidation: each invalid budget configuration is refused by
+// its constructor with a ConfigError naming the field (TokenBucket for the
+// precision of MaxTokens and TokenRatio together). A Ratio that would round
+// to no retry per million requests (its precision) is one of them; the
+// smallest Ratio accepted grants its share: 1e-6 of 3M requests is 3
+// retries.
 func TestBudgetValidation(t *testing.T) {
-	for _, c := range []TokenBucketConfig{{MaxTokens: -1}, {TokenRatio: -0.1}, {TokenRatio: 1.5}, {MaxTokens: math.NaN()},
-		{MaxTokens: 2e9}, {MaxTokens: 0.0001}, {TokenRatio: 0.0001}} {
-		if b, err := NewTokenBucket(c); b != nil || !errors.Is(err, rampart.ErrInvalidConfig) {
-			t.Errorf("NewTokenBucket(%+v) = %v, %v", c, b, err)
+	for _, c := range []struct {
+		cfg   TokenBucketConfig
+		field string
+	}{
+		{TokenBucketConfig{MaxTokens: -1}, "MaxTokens"},
+		{TokenBucketConfig{TokenRatio: -0.1}, "TokenRatio"},
+		{TokenBucketConfig{TokenRatio: 1.5}, "TokenRatio"},
+		{TokenBucketConfig{MaxTokens: math.NaN()}, "MaxTokens"},
+		{TokenBucketConfig{MaxTokens: 2e9}, "MaxTokens"},
+		{TokenBucketConfig{MaxTokens: 0.0001}, "TokenBucket"},
+		{TokenBucketConfig{TokenRatio: 0.0001}, "TokenBucket"},
+	} {
+		b, err := NewTokenBucket(c.cfg)
+		if b != nil || !errors.Is(err, rampart.ErrInvalidConfig) {
+			t.Errorf("NewTokenBucket(%+v) = %v, %v", c.cfg, b, err)
 		}
+		testkit.RequireConfigError(t, err, "retry", c.field)
 	}
-	for _, c := range []RatioBudgetConfig{{Ratio: -0.1}, {Ratio: 1.01}, {Ratio: math.Inf(1)}, {Window: -time.Second},
-		{Buckets: -1}, {Buckets: 2000}, {Window: 5, Buckets: 10}, {MinRetries: -1}} {
-		if b, err := NewRatioBudget(c); b != nil || !errors.Is(err, rampart.ErrInvalidConfig) {
-			t.Errorf("NewRatioBudget(%+v) = %v, %v", c, b, err)
+	for _, c := range []struct {
+		cfg   RatioBudgetConfig
+		field string
+	}{
+		{RatioBudgetConfig{Ratio: -0.1}, "Ratio"},
+		{RatioBudgetConfig{Ratio: 1.01}, "Ratio"},
+		{RatioBudgetConfig{Ratio: math.Inf(1)}, "Ratio"},
+		{RatioBudgetConfig{Ratio: 4e-7}, "Ratio"}, // 0.4 ppm rounds to 0: would never grant a retry
+		{RatioBudgetConfig{Window: -time.Second}, "Window"},
+		{RatioBudgetConfig{Buckets: -1}, "Buckets"},
+		{RatioBudgetConfig{Buckets: 2000}, "Buckets"},
+		{RatioBudgetConfig{Window: 5, Buckets: 10}, "Window"},
+		{RatioBudgetConfig{MinRetries: -1}, "MinRetries"},
+	} {
+		b, err := NewRatioBudget(c.cfg)
+		if b != nil || !errors.Is(err, rampart.ErrInvalidConfig) {
+			t.Errorf("NewRatioBudget(%+v) = %v, %v", c.cfg, b, err)
 		}
+		testkit.RequireConfigError(t, err, "retry", c.field)
 	}
 	if _, err := NewRatioBudget(RatioBudgetConfig{Ratio: 1}); err != nil {
 		t.Fatal(err)
+	}
+	tiny, err := NewRatioBudget(RatioBudgetConfig{Ratio: 1e-6, Buckets: 1, Window: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiny.words[0].Store(3_000_000) // lap 0, 3M requests (and no retry)
+	if req, _ := tiny.Counts(0); req != 3_000_000 {
+		t.Fatalf("requests %d", req)
+	}
+	var grants []bool
+	for range 4 {
+		grants = append(grants, tiny.AllowRetry(0))
+	}
+	if fmt.Sprint(grants) != "[true true true false]" {
+		t.Fatalf("Ratio 1e-6 × 3M requests: grants %v, want 3 (ratioPPM %d)", grants, tiny.ratioPPM)
 	}
 }
 
@@ -72,34 +119,54 @@ func TestTokenBucketA6(t *testing.T) {
 	b.OnRequest(0) // no-op
 }
 
-// TestTokenBucketConcurrent hammers the bucket from many goroutines and
-// checks the readers' view never leaves [0, MaxTokens] and the raw word
-// settles inside it.
+// TestTokenBucketConcurrent hammers the bucket from many goroutines with
+// mixes of successes and failures and checks that the readers' view never
+// leaves [0, MaxTokens]; after the storm, failures alone drain the raw word
+// to exactly 0 (retries refused) and successes alone fill it to exactly
+// MaxTokens (retries allowed).
 func TestTokenBucketConcurrent(t *testing.T) {
-	b, _ := NewTokenBucket(TokenBucketConfig{MaxTokens: 3, TokenRatio: 0.5})
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 3000 {
-				if (i+g)%3 == 0 {
-					b.OnFailure(0)
-				} else {
-					b.OnSuccess(0)
+	for _, c := range []struct {
+		ratio        float64
+		iterations   int
+		failureFirst bool // the (i+g)%3 == 0 calls fail (else they succeed)
+	}{
+		{0.5, 3000, true},
+		{0.7, 2000, false},
+	} {
+		b, _ := NewTokenBucket(TokenBucketConfig{MaxTokens: 3, TokenRatio: c.ratio})
+		var wg sync.WaitGroup
+		var bad atomic.Int64
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range c.iterations {
+					if ((i+g)%3 == 0) == c.failureFirst {
+						b.OnFailure(0)
+					} else {
+						b.OnSuccess(0)
+					}
+					if v := b.Tokens(); v < 0 || v > 3 {
+						bad.Add(1)
+					}
+					b.AllowRetry(0)
 				}
-				if v := b.Tokens(); v < 0 || v > 3 {
-					t.Errorf("tokens %v", v)
-					return
-				}
-				b.AllowRetry(0)
-			}
-		})
-	}
-	wg.Wait()
-	for range 10 { // let the last corrections happen
-		b.OnSuccess(0)
-	}
-	if raw := b.tokens.Load(); raw != 3*milli {
-		t.Fatalf("raw word %d after successes, want %d", raw, 3*milli)
+			})
+		}
+		wg.Wait()
+		if bad.Load() != 0 {
+			t.Fatalf("ratio %v: %d out-of-bounds readings", c.ratio, bad.Load())
+		}
+		for range 10 {
+			b.OnFailure(0)
+		}
+		if b.Tokens() != 0 || b.tokens.Load() != 0 || b.AllowRetry(0) {
+			t.Fatalf("ratio %v: after failures: %v (raw %d)", c.ratio, b.Tokens(), b.tokens.Load())
+		}
+		for range 10 {
+			b.OnSuccess(0)
+		}
+		if b.Tokens() != 3 || b.tokens.Load() != 3*milli || !b.AllowRetry(0) {
+			t.Fatalf("ratio %v: after successes: %v (raw %d), want %d", c.ratio, b.Tokens(), b.tokens.Load(), 3*milli)
+		}
 	}
 }
 
@@ -243,14 +310,63 @@ func TestRatioBudgetConcurrent(t *testing.T) {
 	t.Logf("%d retries for %d requests", retries, G*N)
 }
 
-func TestAllocsBudgets(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
+// TestRatioBudgetConcurrentGrantsBound: the documented concurrency bound
+// of RatioBudget, on AllowRetry alone: granted retries ≤ Ratio × requests +
+// MinRetries + the number of concurrent checkers, and every grant is
+// counted.
+func TestRatioBudgetConcurrentGrantsBound(t *testing.T) {
+	b, _ := NewRatioBudget(RatioBudgetConfig{Ratio: 0.1, Buckets: 4, Window: time.Second, MinRetries: 2})
+	for range 1000 {
+		b.OnRequest(0)
 	}
+	const G = 8
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	for range G {
+		wg.Go(func() {
+			for range 500 {
+				if b.AllowRetry(0) {
+					granted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	req, ret := b.Counts(0)
+	if req != 1000 || ret != uint64(granted.Load()) {
+		t.Fatalf("counts %d/%d, granted %d", req, ret, granted.Load())
+	}
+	if g := granted.Load(); g < 102 || g > 102+G {
+		t.Fatalf("granted %d retries, want 102 (+ at most %d)", g, G)
+	}
+}
+
+// TestRatioBudgetStaleWriteKeepsLiveBucket: a writer whose now is a window
+// (or more) older than the live bucket's epoch maps to the same slot; its
+// write does not take the live slot for stale, and the live bucket's
+// requests stay counted (a goroutine preempted for one window between its
+// clock read and OnRequest, or a hedger passing an older reading, does
+// this under overload, when budgets matter).
+func TestRatioBudgetStaleWriteKeepsLiveBucket(t *testing.T) {
+	b, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.5, Buckets: 10, Window: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := int64(10 * time.Second) // epoch 100, slot 0
+	for range 100 {
+		b.OnRequest(live)
+	}
+	b.OnRequest(live - int64(time.Second)) // epoch 90, slot 0: outside every current window
+	if req, _ := b.Counts(live); req != 100 {
+		t.Fatalf("the live window holds %d requests after a stale write, want 100", req)
+	}
+}
+
+func TestAllocsBudgets(t *testing.T) {
 	tb, _ := NewTokenBucket(TokenBucketConfig{})
 	rb, _ := NewRatioBudget(RatioBudgetConfig{MinRetries: 1 << 20})
 	now := int64(0)
-	if n := testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "budgets", 0, func() {
 		now += int64(time.Millisecond)
 		for _, b := range []Budget{tb, rb} {
 			b.OnRequest(now)
@@ -258,9 +374,7 @@ func TestAllocsBudgets(t *testing.T) {
 			b.AllowRetry(now)
 			b.OnSuccess(now)
 		}
-	}); n != 0 {
-		t.Fatalf("budgets allocate %v", n)
-	}
+	})
 }
 
 // FuzzTokenBucket applies a sequence of successes and failures and checks
@@ -330,30 +444,19 @@ func FuzzRatioBudget(f *testing.F) {
 	})
 }
 
-// countingBudget records the protocol calls a Policy makes.
-type countingBudget struct {
-	requests, successes, failures, asks atomic.Int64
-	allow                               atomic.Bool
-}
-
-func (c *countingBudget) OnRequest(int64) { c.requests.Add(1) }
-func (c *countingBudget) OnSuccess(int64) { c.successes.Add(1) }
-func (c *countingBudget) OnFailure(int64) { c.failures.Add(1) }
-func (c *countingBudget) AllowRetry(int64) bool {
-	c.asks.Add(1)
-	return c.allow.Load()
-}
-
+// TestBudgetProtocol: the calls a Policy makes to its budget, one OnRequest
+// per call and one OnSuccess or OnFailure per attempt (a Permanent error is
+// neither), and one AllowRetry per retry considered; a Goexit in fn counts
+// as a failure and ends the caller's goroutine.
 func TestBudgetProtocol(t *testing.T) {
-	cb := &countingBudget{}
-	cb.allow.Store(true)
+	cb := &testkit.Budget{}
 	p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 3, Budget: cb})
 	ctx := context.Background()
 	check := func(what string, req, succ, fail, asks int64) {
 		t.Helper()
-		if cb.requests.Load() != req || cb.successes.Load() != succ || cb.failures.Load() != fail || cb.asks.Load() != asks {
+		if cb.Requests() != req || cb.Successes() != succ || cb.Failures() != fail || cb.Asks() != asks {
 			t.Fatalf("%s: requests %d successes %d failures %d asks %d; want %d %d %d %d", what,
-				cb.requests.Load(), cb.successes.Load(), cb.failures.Load(), cb.asks.Load(), req, succ, fail, asks)
+				cb.Requests(), cb.Successes(), cb.Failures(), cb.Asks(), req, succ, fail, asks)
 		}
 	}
 	_ = p.Do(ctx, func(context.Context) error { return nil })
@@ -370,7 +473,7 @@ func TestBudgetProtocol(t *testing.T) {
 	check("exhausted", 3, 2, 4, 3) // 3 failures, 2 retries asked
 	_ = p.Do(ctx, func(context.Context) error { return Permanent(errBoom) })
 	check("permanent", 4, 2, 4, 3) // not a failure of the dependency
-	cb.allow.Store(false)
+	cb.SetAllow(false)
 	_, err := Call(ctx, p, func(context.Context) (int, error) { return 0, errBoom })
 	if !errors.Is(err, ErrBudget) {
 		t.Fatalf("err %v", err)
@@ -379,12 +482,11 @@ func TestBudgetProtocol(t *testing.T) {
 	_, _ = CallIf(ctx, p, func(context.Context) (int, error) { return 1, nil }, func(int) bool { return false })
 	check("typed success", 6, 3, 5, 4)
 	// runtime.Goexit in fn counts as a failure.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = p.Do(ctx, func(context.Context) error { runtime.Goexit(); return nil })
-	}()
-	<-done
+	if panicked, goexited := testkit.Run(func() {
+		_ = p.Do(ctx, func(context.Context) error { testkit.Goexit(); return nil })
+	}); panicked != nil || !goexited {
+		t.Fatalf("fn's Goexit: the caller's goroutine ended with panic %v, Goexit %v; want a Goexit", panicked, goexited)
+	}
 	check("goexit", 7, 3, 6, 4)
 	// A context canceled after a failure records the failure too.
 	cctx, cancel := context.WithCancel(ctx)
@@ -394,8 +496,8 @@ func TestBudgetProtocol(t *testing.T) {
 
 // TestRatioBudgetCountsAcrossEpochWraps: a RatioBudget counts requests and
 // retries, and applies its ratio, at every reading of the clock: before, at
-// and after 2^19 and 2^20 buckets (where a 20-bit epoch tag once took the
-// never-written slots for newer ones, and aliased stale ones), several such
+// and after 2^19 and 2^20 buckets (where a 20-bit epoch tag would take the
+// never-written slots for newer ones, and alias stale ones), several such
 // wraps later, and around 2^39 and 2^40 laps of the ring (the range of the
 // 40-bit lap tag) with 1 ns buckets. Each reading is checked on a fresh
 // budget (created late in the clock's life) and on budgets last used some
@@ -466,8 +568,8 @@ func TestRatioBudgetCountsAcrossEpochWraps(t *testing.T) {
 
 // TestRatioBudgetMinRetriesAcrossEpochWraps: MinRetries grants that many
 // retries per window, no more, at every reading around the epoch wraps
-// (with the 20-bit tag, a budget between 2^19 and 2^20 buckets never counted
-// its grants and granted every retry).
+// (where a 20-bit epoch tag would leave a budget between 2^19 and 2^20
+// buckets counting none of its grants, granting every retry).
 func TestRatioBudgetMinRetriesAcrossEpochWraps(t *testing.T) {
 	const w19, w20 = int64(1) << 19, int64(1) << 20
 	for _, e := range []int64{0, w19 - 1, w19, w19 + 1, w19 + 2, w20 - 1, w20, w20 + 1, 7*w20 + w19 + 5} {

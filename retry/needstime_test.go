@@ -5,22 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
-// timeBudget is a custom budget: the policy cannot know how it uses now.
-type timeBudget struct{}
-
-func (timeBudget) OnRequest(int64)       {}
-func (timeBudget) OnSuccess(int64)       {}
-func (timeBudget) OnFailure(int64)       {}
-func (timeBudget) AllowRetry(int64) bool { return true }
-
-// countTicker counts its reads.
-type countTicker struct{ n int }
-
-func (c *countTicker) Now() int64 { c.n++; return int64(c.n) }
-
+// TestNeedsTime: a policy needs the clock on a first-try success only for
+// MaxDuration or a budget that reads it (a RatioBudget, or a custom one,
+// which the policy cannot know), and Do reads it then, once.
 func TestNeedsTime(t *testing.T) {
 	tb, err := NewTokenBucket(TokenBucketConfig{})
 	if err != nil {
@@ -40,11 +30,13 @@ func TestNeedsTime(t *testing.T) {
 		{"max duration", Config{MaxDuration: time.Second}, true},
 		{"token bucket and max duration", Config{Budget: tb, MaxDuration: time.Second}, true},
 		{"ratio budget", Config{Budget: rb}, true},
-		{"custom budget", Config{Budget: timeBudget{}}, true},
+		{"custom budget", Config{Budget: &testkit.Budget{}}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tick := &countTicker{}
+			// Increasing readings, as a clock gives.
+			tick := &testkit.CountingTicker{}
+			tick.Base = testkit.FuncTicker(tick.Reads)
 			c.cfg.Ticker = tick
 			p, err := New(c.cfg)
 			if err != nil {
@@ -55,14 +47,13 @@ func TestNeedsTime(t *testing.T) {
 			}
 			// Do agrees: a first-try success reads the clock only when
 			// the policy needs the time.
-			tick.n = 0
+			before := tick.Reads()
 			if err := p.Do(t.Context(), func(context.Context) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
-			if want := map[bool]int{false: 0, true: 1}[c.want]; tick.n != want {
-				t.Fatalf("a first-try success read the clock %d times, want %d", tick.n, want)
+			if want := map[bool]int64{false: 0, true: 1}[c.want]; tick.Reads()-before != want {
+				t.Fatalf("a first-try success read the clock %d times, want %d", tick.Reads()-before, want)
 			}
 		})
 	}
-	var _ rampart.Ticker = (*countTicker)(nil)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,7 +13,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
 var errBoom = errors.New("boom")
@@ -22,26 +23,30 @@ type codeError struct{ code int }
 func (e *codeError) Error() string { return fmt.Sprintf("code %d", e.code) }
 
 func TestNewValidation(t *testing.T) {
-	bad := []Config{
-		{MaxAttempts: -1},
-		{MaxDuration: -1},
-		{BaseDelay: -time.Second},
-		{MaxDelay: -1},
-		{Increment: -1},
-		{Multiplier: 0.5},
-		{Multiplier: math.Inf(1)},
-		{Multiplier: math.NaN()},
-		{BaseDelay: time.Second, MaxDelay: time.Millisecond},
-		{Backoff: numBackoffs},
-		{Budget: (*TokenBucket)(nil)},
-		{Budget: (*RatioBudget)(nil)},
-	}
-	for _, c := range bad {
-		p, err := New(c)
-		if p != nil || !errors.Is(err, rampart.ErrInvalidConfig) {
-			t.Errorf("New(%+v) = %v, %v; want a config error", c, p, err)
-		} else if err.Error() == "" {
-			t.Errorf("empty message")
+	for _, c := range []struct {
+		cfg   Config
+		field string // the ConfigError's Field
+	}{
+		{Config{MaxAttempts: -1}, "MaxAttempts"},
+		{Config{MaxDuration: -1}, "MaxDuration"},
+		{Config{BaseDelay: -time.Second}, "BaseDelay"},
+		{Config{MaxDelay: -1}, "MaxDelay"},
+		{Config{Increment: -1}, "Increment"},
+		{Config{Multiplier: 0.5}, "Multiplier"},
+		{Config{Multiplier: math.Inf(1)}, "Multiplier"},
+		{Config{Multiplier: math.NaN()}, "Multiplier"},
+		{Config{BaseDelay: time.Second, MaxDelay: time.Millisecond}, "MaxDelay"},
+		{Config{Backoff: numBackoffs}, "Backoff"},
+		{Config{Budget: (*TokenBucket)(nil)}, "Budget"},
+		{Config{Budget: (*RatioBudget)(nil)}, "Budget"},
+	} {
+		p, err := New(c.cfg)
+		if p != nil {
+			t.Errorf("New(%+v) = %v, %v; want no policy", c.cfg, p, err)
+		}
+		testkit.RequireConfigError(t, err, "retry", c.field)
+		if !errors.Is(err, rampart.ErrInvalidConfig) || err.Error() == "" {
+			t.Errorf("New(%+v): %q does not match ErrInvalidConfig or is empty", c.cfg, err)
 		}
 	}
 	// A typed-nil budget is named in the error, not met as a panic in the
@@ -165,6 +170,46 @@ func TestGiveUpMessageReadsOnce(t *testing.T) {
 	}
 }
 
+// TestExhaustedErrorChains: the give-up error's Is/As chain for each
+// reason: ErrExhausted always, the user's error through Unwrap (errors.As
+// reaches its type, a negative retry-after hint is ignored), ErrBudget and
+// rampart.ErrRejected only for a budget refusal, the context's error only
+// for Canceled.
+func TestExhaustedErrorChains(t *testing.T) {
+	user := &codeError{7}
+	wrapped := WithRetryAfter(user, -1) // negative hint: ignored
+	p := mustNew(t, Config{Name: "db", Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 2})
+	err := p.Do(context.Background(), func(context.Context) error { return wrapped })
+	var ue *codeError
+	var ee *ExhaustedError
+	if !errors.Is(err, ErrExhausted) || !errors.Is(err, user) || !errors.As(err, &ue) || ue != user ||
+		!errors.As(err, &ee) || ee.Reason() != MaxAttempts || ee.Attempts() != 2 || ee.Last() != wrapped {
+		t.Fatalf("max attempts: %v", err)
+	}
+	if errors.Is(err, ErrBudget) || errors.Is(err, rampart.ErrRejected) || errors.Is(err, context.Canceled) {
+		t.Fatalf("max attempts matches a budget or context sentinel: %v", err)
+	}
+	if got := err.Error(); got != `retry "db": gave up after 2 attempts (max attempts): code 7` {
+		t.Fatalf("message %q", got)
+	}
+
+	b, _ := NewTokenBucket(TokenBucketConfig{MaxTokens: 2})
+	pb := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, Budget: b, MaxAttempts: 10})
+	err = pb.Do(context.Background(), func(context.Context) error { return user })
+	if !errors.Is(err, ErrBudget) || !errors.Is(err, rampart.ErrRejected) || !errors.Is(err, ErrExhausted) ||
+		!errors.Is(err, user) || !errors.As(err, &ee) || ee.Reason() != BudgetRefused {
+		t.Fatalf("budget: %v", err)
+	}
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	calls := 0
+	err = p.Do(ctx, func(context.Context) error { calls++; cancel(errors.New("why")); return user })
+	if calls != 1 || !errors.Is(err, context.Canceled) || !errors.Is(err, ErrExhausted) || !errors.Is(err, user) ||
+		!errors.As(err, &ee) || ee.Reason() != Canceled {
+		t.Fatalf("canceled: %v after %d calls", err, calls)
+	}
+}
+
 // TestPermanentAndCallerContextErrorsNotRetried: a Permanent error, and the
 // caller's own context error once that context is done, come back as they
 // are after one attempt; a context error while the caller is live (the
@@ -221,6 +266,54 @@ func TestPermanentAndCallerContextErrorsNotRetried(t *testing.T) {
 	n = 0
 	if err = p3.Do(context.Background(), func(context.Context) error { n++; return user }); n != 1 || err != user {
 		t.Fatalf("classifier: n=%d err=%v", n, err)
+	}
+}
+
+// TestNotRetryableErrorsUnchangedAndUncounted: a non-retryable error (a
+// Permanent one, or the caller's own context error once that context is
+// done, by cancellation or by its deadline) comes back unchanged (the very
+// same value, or the error under an outermost Permanent marker) after one
+// attempt, from Do and from Call (with the attempt's value), and touches
+// neither the budget's tokens (it is no failure of the dependency for A6)
+// nor the policy's counters.
+func TestNotRetryableErrorsUnchangedAndUncounted(t *testing.T) {
+	b, _ := NewTokenBucket(TokenBucketConfig{})
+	p := mustNew(t, Config{Budget: b, Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 5})
+	user := errors.New("bad request")
+	// Each fn ends its call's context (or not) and returns its error.
+	for _, tc := range []struct {
+		name string
+		fn   func(ctx context.Context, cancel func()) error
+		want func(ctx context.Context) error
+	}{
+		{"permanent", func(context.Context, func()) error { return Permanent(user) },
+			func(context.Context) error { return user }},
+		{"caller canceled", func(ctx context.Context, cancel func()) error { cancel(); return ctx.Err() },
+			context.Context.Err},
+		{"caller's deadline", func(ctx context.Context, _ func()) error { <-ctx.Done(); return ctx.Err() },
+			context.Context.Err},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			calls := 0
+			err := p.Do(ctx, func(ctx context.Context) error { calls++; return tc.fn(ctx, cancel) })
+			if want := tc.want(ctx); err != want || calls != 1 {
+				t.Fatalf("%s: Do = %v after %d calls, want %v after 1", tc.name, err, calls, want)
+			}
+			ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			v, err := Call(ctx, p, func(ctx context.Context) (int, error) { return 7, tc.fn(ctx, cancel) })
+			if want := tc.want(ctx); err != want || v != 7 {
+				t.Fatalf("%s: Call = %d, %v; want %v", tc.name, v, err, want)
+			}
+		})
+	}
+	if b.Tokens() != 10 {
+		t.Fatalf("tokens %v, want 10: non-retryable errors are not failures for A6", b.Tokens())
+	}
+	if st := p.Stats(); st.GiveUps != 0 || st.Retries != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 
@@ -300,6 +393,32 @@ func TestRetryAfterHint(t *testing.T) {
 	})
 }
 
+// TestDecideHintBoundaries: a retry-after hint of exactly MaxDelay is
+// honoured, one nanosecond more gives up with HintTooLong, and a hint whose
+// sleep would end exactly at the deadline gives up with Deadline (one that
+// ends a nanosecond before it is honoured).
+func TestDecideHintBoundaries(t *testing.T) {
+	p := mustNew(t, Config{BaseDelay: time.Millisecond, MaxDelay: time.Second, MaxAttempts: 3})
+	d, stop := p.Decide(1, WithRetryAfter(errBoom, time.Second), 0, 100, 0, 0)
+	if stop != Continue || d != int64(time.Second) {
+		t.Fatalf("hint = MaxDelay: %v %v", d, stop)
+	}
+	if _, stop = p.Decide(1, WithRetryAfter(errBoom, time.Second+1), 0, 100, 0, 0); stop != HintTooLong {
+		t.Fatalf("hint > MaxDelay: %v", stop)
+	}
+	if _, stop = p.Decide(1, WithRetryAfter(errBoom, 50), 0, 100, 150, 0); stop != Deadline {
+		t.Fatalf("hint ending at the deadline: %v", stop)
+	}
+	if d, stop = p.Decide(1, WithRetryAfter(errBoom, 49), 0, 100, 150, 0); stop != Continue || d != 49 {
+		t.Fatalf("hint ending before the deadline: %v %v", d, stop)
+	}
+}
+
+// TestCallIfRetriesOnResult: CallIf retries an unwanted result and returns
+// a wanted one with nil; when every result is unwanted it returns the last
+// one with an ExhaustedError (MaxAttempts) whose last error is
+// ErrRetryResult; Call returns fn's value with its error. The budget sees
+// one failure per rejected result and one success per wanted one.
 func TestCallIfRetriesOnResult(t *testing.T) {
 	p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 5})
 	codes := []int{503, 503, 200}
@@ -324,6 +443,34 @@ func TestCallIfRetriesOnResult(t *testing.T) {
 	s, err = Call(context.Background(), p2, func(context.Context) (string, error) { i++; return fmt.Sprint(i), errBoom })
 	if s != "2" || !errors.Is(err, errBoom) {
 		t.Fatal(s, err)
+	}
+
+	// With a budget: the give-up's reason, and the tokens.
+	b, _ := NewTokenBucket(TokenBucketConfig{})
+	pb := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 3, Budget: b})
+	n := 0
+	v, err = CallIf(context.Background(), pb, func(context.Context) (int, error) { n++; return 500 + n, nil },
+		func(v int) bool { return v >= 500 })
+	var ee *ExhaustedError
+	if v != 503 || n != 3 || !errors.Is(err, ErrRetryResult) || !errors.As(err, &ee) || ee.Reason() != MaxAttempts {
+		t.Fatalf("got %d, %v after %d calls", v, err, n)
+	}
+	if b.Tokens() != 7 {
+		t.Fatalf("tokens %v after 3 rejected results, want 7", b.Tokens())
+	}
+	n = 0
+	v, err = CallIf(context.Background(), pb, func(context.Context) (int, error) {
+		n++
+		if n == 1 {
+			return 503, nil
+		}
+		return 200, nil
+	}, func(v int) bool { return v == 503 })
+	if v != 200 || err != nil || n != 2 {
+		t.Fatalf("got %d, %v after %d calls", v, err, n)
+	}
+	if got := b.Tokens(); math.Abs(got-6.1) > 1e-9 {
+		t.Fatalf("tokens %v, want 6.1", got)
 	}
 }
 
@@ -353,26 +500,64 @@ func TestListenersAndPanics(t *testing.T) {
 	}
 }
 
-func TestPanicRecordsBudgetFailure(t *testing.T) {
-	b, _ := NewTokenBucket(TokenBucketConfig{})
-	p := mustNew(t, Config{Budget: b})
-	func() {
-		defer func() {
-			if r := recover(); r != "user" {
-				t.Fatalf("panic not propagated: %v", r)
-			}
-		}()
-		_ = p.Do(context.Background(), func(context.Context) error { panic("user") })
-	}()
-	if b.Tokens() != 9 {
-		t.Fatalf("tokens %v after a panic, want 9", b.Tokens())
-	}
-	func() {
-		defer func() { _ = recover() }()
-		_, _ = Call(context.Background(), p, func(context.Context) (int, error) { panic("user") })
-	}()
-	if b.Tokens() != 8 {
-		t.Fatalf("tokens %v after a typed panic, want 8", b.Tokens())
+// panicHint is a user error whose RetryAfter method panics.
+type panicHint struct{}
+
+func (panicHint) Error() string             { return "hinted" }
+func (panicHint) RetryAfter() time.Duration { panic("hint") }
+
+// TestPanicOrGoexitRecordsOneFailure: an attempt that ends in a panic or a
+// runtime.Goexit of user code (fn itself, in Do or Call; the error's
+// RetryAfter method, which Decide reads after recording the failure;
+// Config.Rand; a custom Budget's AllowRetry; an OnRetry listener, whose
+// recover does not stop a Goexit) records exactly one failure in the budget
+// (one token of an A6 bucket), and the panic or the Goexit reaches the
+// caller's goroutine as it was.
+func TestPanicOrGoexitRecordsOneFailure(t *testing.T) {
+	fail := func(context.Context) error { return errBoom }
+	for _, c := range []struct {
+		name      string
+		cfg       Config
+		panicIn   testkit.BudgetCall // the methods of the budget that panic
+		call      func(p *Policy)
+		wantPanic any // nil: the caller's goroutine Goexits
+	}{
+		{"fn panics in Do", Config{}, 0, func(p *Policy) {
+			_ = p.Do(context.Background(), func(context.Context) error { panic("user") })
+		}, "user"},
+		{"fn panics in Call", Config{}, 0, func(p *Policy) {
+			_, _ = Call(context.Background(), p, func(context.Context) (int, error) { panic("user") })
+		}, "user"},
+		{"RetryAfter panics", Config{}, 0, func(p *Policy) {
+			_ = p.Do(context.Background(), func(context.Context) error { return panicHint{} })
+		}, "hint"},
+		{"Rand panics", Config{Backoff: FullJitter, Rand: func(int64) int64 { panic("rand") }}, 0, func(p *Policy) {
+			_ = p.Do(context.Background(), fail)
+		}, "rand"},
+		{"AllowRetry panics", Config{}, testkit.CallAllowRetry, func(p *Policy) {
+			_ = p.Do(context.Background(), fail)
+		}, "testkit: Budget.AllowRetry"},
+		{"OnRetry Goexits", Config{OnRetry: func(int, time.Duration, error) { runtime.Goexit() }}, 0, func(p *Policy) {
+			_ = p.Do(context.Background(), fail)
+		}, nil},
+	} {
+		bucket, _ := NewTokenBucket(TokenBucketConfig{})
+		b := &testkit.Budget{Base: bucket}
+		b.PanicIn(c.panicIn)
+		c.cfg.Budget = b
+		if c.cfg.Rand == nil {
+			c.cfg.Backoff = Constant // FullJitter, the default, draws from Rand
+		}
+		c.cfg.BaseDelay = time.Nanosecond
+		p := mustNew(t, c.cfg)
+		panicked, goexited := testkit.Run(func() { c.call(p) })
+		if panicked != c.wantPanic || goexited != (c.wantPanic == nil) {
+			t.Errorf("%s: the caller's goroutine ended with panic %v (Goexit %v), want panic %v (Goexit %v)",
+				c.name, panicked, goexited, c.wantPanic, c.wantPanic == nil)
+		}
+		if got := bucket.Tokens(); got != 9 || b.Failures() != 1 {
+			t.Errorf("%s: %v tokens and %d failures recorded after one failed attempt, want 9 and 1", c.name, got, b.Failures())
+		}
 	}
 }
 
@@ -416,6 +601,30 @@ func TestDecideOrder(t *testing.T) {
 	for s := Continue; s <= Canceled+1; s++ {
 		if s.String() == "" {
 			t.Fatal("empty Stop name")
+		}
+	}
+}
+
+// TestDecideNearMaxInt64RefusesOverlongRetry: at a clock reading near
+// MaxInt64 (a manual ticker's legal reading) the sums Decide makes
+// saturate the conservative way: a retry whose delay (MaxInt64/2) ends far
+// past MaxDuration, or past the deadline, is refused, never granted by a
+// sum that wrapped or saturated into a short one.
+func TestDecideNearMaxInt64RefusesOverlongRetry(t *testing.T) {
+	now := int64(math.MaxInt64 - 10)
+	for _, c := range []struct {
+		name            string
+		maxDuration     time.Duration
+		start, deadline int64
+		want            Stop
+	}{
+		{"max duration", time.Hour, now - 1, 0, MaxDuration},
+		{"deadline", 0, 0, math.MaxInt64, Deadline},
+	} {
+		p := mustNew(t, Config{Backoff: Constant, BaseDelay: math.MaxInt64 / 2, MaxDelay: math.MaxInt64 / 2,
+			MaxDuration: c.maxDuration, MaxAttempts: 5})
+		if _, stop := p.Decide(1, errBoom, c.start, now, c.deadline, 0); stop != c.want {
+			t.Errorf("%s: stop %v, want %v", c.name, stop, c.want)
 		}
 	}
 }
@@ -497,9 +706,6 @@ func atomicSat(a, b int64) int64 {
 }
 
 func TestAllocsFirstTrySuccess(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	ctx := context.Background()
 	ok := func(context.Context) error { return nil }
 	okInt := func(context.Context) (int, error) { return 200, nil }
@@ -514,38 +720,29 @@ func TestAllocsFirstTrySuccess(t *testing.T) {
 		"listeners":   {OnRetry: func(int, time.Duration, error) {}, OnGiveUp: func(int, Stop, error) {}},
 	} {
 		p := mustNew(t, c)
-		if n := testing.AllocsPerRun(1000, func() {
+		testkit.WantAllocs(t, name+": Do, first-try success", 0, func() {
 			if p.Do(ctx, ok) != nil {
 				t.Fatal("failed")
 			}
-		}); n != 0 {
-			t.Errorf("%s: Do allocates %v per first-try success", name, n)
-		}
-		if n := testing.AllocsPerRun(1000, func() {
+		})
+		testkit.WantAllocs(t, name+": CallIf, first-try success", 0, func() {
 			if v, err := CallIf(ctx, p, okInt, is5xx); v != 200 || err != nil {
 				t.Fatal("failed")
 			}
-		}); n != 0 {
-			t.Errorf("%s: CallIf allocates %v per first-try success", name, n)
-		}
-		if n := testing.AllocsPerRun(1000, func() {
+		})
+		testkit.WantAllocs(t, name+": Call, first-try success", 0, func() {
 			if v, err := Call(ctx, p, okInt); v != 200 || err != nil {
 				t.Fatal("failed")
 			}
-		}); n != 0 {
-			t.Errorf("%s: Call allocates %v per first-try success", name, n)
-		}
+		})
 	}
 }
 
 func TestAllocsDecide(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	bucket, _ := NewTokenBucket(TokenBucketConfig{MaxTokens: 1000, TokenRatio: 1})
 	p := mustNew(t, Config{Budget: bucket, MaxAttempts: 5})
 	hinted := WithRetryAfter(errBoom, time.Millisecond)
-	if n := testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Decide", 0, func() {
 		if _, s := p.Decide(1, errBoom, 0, 0, 0, 0); s != Continue {
 			t.Fatal(s)
 		}
@@ -554,9 +751,7 @@ func TestAllocsDecide(t *testing.T) {
 		}
 		bucket.OnSuccess(0)
 		bucket.OnSuccess(0)
-	}); n != 0 {
-		t.Errorf("Decide allocates %v", n)
-	}
+	})
 }
 
 // TestDoneContextRunsNothing: Do, Call and CallIf with a context that is
@@ -572,7 +767,7 @@ func TestDoneContextRunsNothing(t *testing.T) {
 	for cname, ctx := range map[string]context.Context{"canceled": canceled, "expired": expired} {
 		bucket, _ := NewTokenBucket(TokenBucketConfig{})
 		ratio, _ := NewRatioBudget(RatioBudgetConfig{MinRetries: 1})
-		counting := &countingBudget{}
+		counting := &testkit.Budget{}
 		for name, c := range map[string]Config{
 			"plain":       {},
 			"maxDuration": {MaxDuration: time.Second},
@@ -603,9 +798,9 @@ func TestDoneContextRunsNothing(t *testing.T) {
 			}
 		}
 		if req, ret := ratio.Counts(0); bucket.Tokens() != 10 || req != 0 || ret != 0 ||
-			counting.requests.Load()+counting.successes.Load()+counting.failures.Load()+counting.asks.Load() != 0 {
+			counting.Requests()+counting.Successes()+counting.Failures()+counting.Asks() != 0 {
 			t.Errorf("%s: budgets touched: tokens %v, ratio %d/%d, counting %d %d %d %d", cname, bucket.Tokens(), req, ret,
-				counting.requests.Load(), counting.successes.Load(), counting.failures.Load(), counting.asks.Load())
+				counting.Requests(), counting.Successes(), counting.Failures(), counting.Asks())
 		}
 	}
 }
