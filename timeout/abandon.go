@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart/internal/atomicx"
+	"github.com/rampart-go/rampart/internal/lazyctx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
@@ -81,7 +82,7 @@ func (t *Timeout) getJob() *job {
 // Fire is the watchdog's callback for a DoAbandon call: end the
 // callee's context and wake the caller.
 func (j *job) Fire(uint64) {
-	j.c.cancel(endFired)
+	j.c.Cancel(lazyctx.Fired)
 	j.sig <- tokWake
 }
 
@@ -228,7 +229,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	} else {
 		j = t.getJob()
 	}
-	c := &ctx{parent: parent, t: t, deadline: deadline}
+	c := newCtx(parent, t, deadline)
 	j.t, j.fn, j.c, j.onDone = t, fn, c, onDone
 	var wh watchdog.Handle
 	if t.wd != nil {
@@ -275,7 +276,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	// The deadline fired or the parent is done: try to leave.
 	if !atomicx.AddBelow(&t.abandoned.Int64, 1, t.maxAband) {
 		// No abandon slot: wait for fn (its context is done or will be).
-		c.cancel(endParent) // no-op when the deadline fired
+		c.Cancel(lazyctx.ParentDone) // no-op when the deadline fired
 		for !finished {
 			recv()
 		}
@@ -297,7 +298,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	if woke {
 		err = t.timedOut(t.tk.Now() - (deadline - t.d))
 	} else {
-		c.cancel(endParent)
+		c.Cancel(lazyctx.ParentDone)
 		err = c.Err()
 	}
 	if t.onAbandon != nil {
@@ -332,7 +333,7 @@ func (t *Timeout) collect(j *job) error {
 	// The verdict first, its listener (and the clock read it needs) only
 	// after the job is recycled and onDone ran: user code that calls
 	// runtime.Goexit there must not lose the permit or the worker slot.
-	timedOut := !c.cancel(endFinished) && c.state.Load() == endFired
+	timedOut := !c.Cancel(lazyctx.Finished) && c.Code() == lazyctx.Fired
 	if timedOut {
 		t.timeouts.Add(1) // counted now, also when fn panicked or called Goexit
 	}

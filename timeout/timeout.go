@@ -10,6 +10,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/atomicx"
+	"github.com/rampart-go/rampart/internal/lazyctx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/ticker"
@@ -364,7 +365,7 @@ func (t *Timeout) Start(parent context.Context, now int64) (context.Context, Han
 	if t.mode == ModeSoft {
 		return parent, Handle{deadline: deadline}
 	}
-	c := &ctx{parent: parent, t: t, deadline: deadline}
+	c := newCtx(parent, t, deadline)
 	return c, Handle{c: c, deadline: deadline, wh: t.watch(c, c, deadline, now)}
 }
 
@@ -381,10 +382,7 @@ func (t *Timeout) watch(c *ctx, target watchdog.Target, deadline, now int64) wat
 // watchSlow is the slow path of watch: one runtime timer for this call.
 func (t *Timeout) watchSlow(c *ctx, target watchdog.Target, deadline, now int64) {
 	t.fallbacks.Add(1)
-	s := c.getSlow()
-	s.mu.Lock()
-	s.timer = time.AfterFunc(time.Duration(deadline-now), func() { target.Fire(0) })
-	s.mu.Unlock()
+	c.ArmTimer(time.Duration(deadline-now), func() { target.Fire(0) })
 }
 
 // unwatch disarms c's watch. It reports whether the watch had not fired.
@@ -392,15 +390,7 @@ func (t *Timeout) unwatch(c *ctx, wh watchdog.Handle) bool {
 	if wh.Valid() {
 		return t.wd.Cancel(wh)
 	}
-	if s := c.slow.Load(); s != nil {
-		s.mu.Lock()
-		tm := s.timer
-		s.mu.Unlock()
-		if tm != nil {
-			return tm.Stop()
-		}
-	}
-	return false
+	return c.StopTimer()
 }
 
 // Finish ends the call started with h at now (a reading of t.Ticker()) and
@@ -457,8 +447,8 @@ func (t *Timeout) finish(h Handle, now int64, err error) error {
 // classify ends c (Canceled if still live) and classifies the call: a
 // timeout if our deadline fired or the clock says it passed.
 func (t *Timeout) classify(c *ctx, deadline, now int64, err error) error {
-	c.cancel(endFinished)
-	if now >= deadline || c.state.Load() == endFired {
+	c.Cancel(lazyctx.Finished)
+	if now >= deadline || c.Code() == lazyctx.Fired {
 		return t.timedOut(now - (deadline - t.d))
 	}
 	return err
@@ -491,7 +481,7 @@ func (t *Timeout) end(h Handle, err error) error {
 // endFired ends c (Canceled if still live) and classifies the call by the
 // fire alone: a timeout when the deadline fired first.
 func (t *Timeout) endFired(c *ctx, deadline int64, err error) error {
-	if !c.cancel(endFinished) && c.state.Load() == endFired {
+	if !c.Cancel(lazyctx.Finished) && c.Code() == lazyctx.Fired {
 		elapsed := t.d // at least the duration; the clock tells how much more
 		if t.onTimeout != nil {
 			elapsed = t.tk.Now() - (deadline - t.d) // only a listener needs it
@@ -506,7 +496,7 @@ func (t *Timeout) endFired(c *ctx, deadline int64, err error) error {
 func (t *Timeout) abort(h Handle) {
 	if c := h.c; c != nil {
 		t.unwatch(c, h.wh)
-		c.cancel(endFinished)
+		c.Cancel(lazyctx.Finished)
 	}
 }
 
