@@ -5,9 +5,9 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/rampart-go/rampart/internal/atomicx"
+	"github.com/rampart-go/rampart/internal/lazyctx"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
 
@@ -28,7 +28,7 @@ func (h *Hedger) newCall(parent context.Context) *call {
 	}
 	c.ctx = &c.cells[c.next]
 	c.next++
-	c.ctx.parent = parent
+	c.ctx.Init(parent)
 	return c
 }
 
@@ -105,197 +105,25 @@ func (c *call) Fire(uint64) {
 
 // --- the first attempt's context ---
 
-// Context states (firstCtx.cst), bits.
-const (
-	ctxHasDone  = 1 << iota // a Done channel exists
-	ctxCanceled             // cancelled by the hedger (a hedge won): Err is context.Canceled
-	ctxParent               // the parent ended first: Err is the parent's
-)
-
-// firstCtx is the first attempt's context.Context. It is handed out once
-// and never reused, so a callee that keeps it after the call keeps a valid
-// context: its Err never goes back to nil and its values stay those of the
-// caller's context. It is 32 bytes, carved from slabs (see newCall); what
-// Done and AfterFunc need is allocated on their first use.
+// firstCtx is the first attempt's context.Context: a lazyctx.Ctx whose
+// parent is the caller's context. Its Err is context.Canceled once a hedge
+// won (lazyctx.Finished), the caller's context's error once that one ended
+// first (lazyctx.ParentDone), nil before; once non-nil it never changes.
+// Deadline and Value are the caller's context's. It is handed out once and
+// never reused, so a callee that keeps it after the call keeps a valid
+// context. It is 32 bytes, carved from slabs (see newCall); what Done and
+// AfterFunc need is allocated on their first use.
 type firstCtx struct {
-	parent context.Context
-	cst    atomic.Uint32 // ctxHasDone | ctxCanceled | ctxParent
-	x      atomic.Pointer[ctxExtra]
-}
-
-// ctxExtra is the part of a firstCtx that only Done and AfterFunc need.
-type ctxExtra struct {
-	mu    sync.Mutex
-	done  chan struct{}
-	stop  func() bool // stops the AfterFunc on the parent
-	after map[*afterFunc]struct{}
-}
-
-// Deadline returns the caller's context's deadline.
-func (c *firstCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
-
-// Value returns the caller's context's value.
-func (c *firstCtx) Value(key any) any { return c.parent.Value(key) }
-
-// Err returns context.Canceled once a hedge won, the caller's context's
-// error once it ended, nil before. Once non-nil, it never changes.
-func (c *firstCtx) Err() error {
-	s := c.cst.Load()
-	switch {
-	case s&ctxCanceled != 0:
-		return context.Canceled
-	case s&ctxParent != 0:
-		return c.parent.Err()
-	}
-	if c.parent.Err() == nil {
-		return nil
-	}
-	// Freeze which error this context reports (the hedger may cancel it
-	// concurrently).
-	c.setErr(ctxParent)
-	return c.Err()
-}
-
-// setErr sets the error bit if no error bit is set yet; it reports whether
-// it did and returns the state word it left.
-func (c *firstCtx) setErr(bit uint32) (bool, uint32) {
-	for {
-		s := c.cst.Load()
-		if s&(ctxCanceled|ctxParent) != 0 {
-			return false, s
-		}
-		if c.cst.CompareAndSwap(s, s|bit) {
-			return true, s | bit
-		}
-	}
+	lazyctx.Ctx
 }
 
 // String names the context for debugging.
 func (c *firstCtx) String() string { return "hedge.firstAttemptContext" }
 
-var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
-
-// extra returns the Done/AfterFunc state, creating it on first use.
-func (c *firstCtx) extra() *ctxExtra {
-	if x := c.x.Load(); x != nil {
-		return x
-	}
-	c.x.CompareAndSwap(nil, new(ctxExtra))
-	return c.x.Load()
-}
-
-// Done returns a channel closed when a hedge wins or the caller's context
-// ends. It is created on the first call (slow path: allocations, and a
-// context.AfterFunc on the caller's context when that one can end).
-func (c *firstCtx) Done() <-chan struct{} {
-	x := c.extra()
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.done != nil {
-		return x.done
-	}
-	if c.cst.Load()&(ctxCanceled|ctxParent) != 0 || c.parent.Err() != nil {
-		c.setErr(ctxParent)
-		x.done = closedChan
-		return x.done
-	}
-	x.done = make(chan struct{})
-	for {
-		s := c.cst.Load()
-		if s&(ctxCanceled|ctxParent) != 0 {
-			// Cancelled after the check above: the canceller saw no
-			// channel, so close it here.
-			close(x.done)
-			return x.done
-		}
-		if c.cst.CompareAndSwap(s, s|ctxHasDone) {
-			break
-		}
-	}
-	if c.parent.Done() != nil {
-		x.stop = context.AfterFunc(c.parent, c.parentDone)
-	}
-	return x.done
-}
-
-// parentDone runs when the caller's context ends (only registered once Done
-// was called).
-func (c *firstCtx) parentDone() {
-	c.setErr(ctxParent)
-	c.closeDone()
-}
-
-// cancel cancels the first attempt's context because a hedge won.
-func (c *firstCtx) cancel() {
-	if ok, s := c.setErr(ctxCanceled); ok && s&ctxHasDone == 0 {
-		return // no channel and no AfterFunc to release
-	}
-	c.closeDone()
-}
-
-// closeDone closes the Done channel if it exists and is open, stops the
-// AfterFunc on the parent and runs the registered AfterFuncs.
-func (c *firstCtx) closeDone() {
-	x := c.x.Load()
-	if x == nil {
-		return
-	}
-	x.mu.Lock()
-	if x.done == nil || x.done == closedChan {
-		x.mu.Unlock()
-		return
-	}
-	select {
-	case <-x.done:
-		x.mu.Unlock()
-		return
-	default:
-	}
-	close(x.done)
-	stop, after := x.stop, x.after
-	x.stop, x.after = nil, nil
-	x.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	for a := range after {
-		go a.f()
-	}
-}
-
-// afterFunc is one registration of AfterFunc.
-type afterFunc struct{ f func() }
-
-// AfterFunc arranges for f to run on its own goroutine once the context is
-// done, as context.AfterFunc does. Implementing it lets the context package
-// derive children from this context without a goroutine per child.
-func (c *firstCtx) AfterFunc(f func()) (stop func() bool) {
-	done := c.Done()
-	x := c.x.Load()
-	a := &afterFunc{f: f}
-	x.mu.Lock()
-	select {
-	case <-done:
-		x.mu.Unlock()
-		go f()
-		return func() bool { return false }
-	default:
-	}
-	if x.after == nil {
-		x.after = make(map[*afterFunc]struct{})
-	}
-	x.after[a] = struct{}{}
-	x.mu.Unlock()
-	return func() bool {
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		if _, ok := x.after[a]; !ok {
-			return false
-		}
-		delete(x.after, a)
-		return true
-	}
-}
+// cancel cancels the first attempt's context because a hedge won. A
+// context that already ended (the caller's context was done first) keeps
+// its error.
+func (c *firstCtx) cancel() { c.Cancel(lazyctx.Finished) }
 
 // --- the race (hedge path: allocations allowed) ---
 
@@ -320,7 +148,7 @@ func newRace[T any](c *call) *race[T] {
 			return zero, f(ctx)
 		}
 	}
-	r := &race[T]{h: c.h, first: c.ctx, parent: c.ctx.parent, start: c.start, fn: fn, running: 1, done: make(chan struct{}), held: c.held}
+	r := &race[T]{h: c.h, first: c.ctx, parent: c.ctx.Parent(), start: c.start, fn: fn, running: 1, done: make(chan struct{}), held: c.held}
 	if r.held {
 		r.idle = make(chan struct{})
 	}

@@ -189,7 +189,9 @@ func abandon(c *call) {
 // on its own goroutine; the caller waits for the decision.
 func runAsync[T, F any](h *Hedger, ctx context.Context, fn F, start int64, held bool) (T, error) {
 	// The state is not pooled here: the race owns it from the start.
-	c := &call{h: h, ctx: &firstCtx{parent: ctx}, fn: fn, start: start, held: held}
+	first := new(firstCtx)
+	first.Init(ctx)
+	c := &call{h: h, ctx: first, fn: fn, start: start, held: held}
 	r := newRace[T](c)
 	r.mu.Lock()
 	r.armLocked(1, start)
