@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rampart-go/rampart/internal/bubble"
 	"math"
 	"slices"
 	"sync"
@@ -13,10 +12,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/bubble"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/retry"
 )
 
@@ -88,7 +86,7 @@ func tailScenario(do func(ctx context.Context, fn func(context.Context) error) e
 	return slices.Concat(lats...), seq.Load()
 }
 
-// TestTailLatency is the scenario: 1 ms with 5 % stragglers at
+// TestTailLatency is the tail-at-scale scenario: 1 ms with 5 % stragglers at
 // 50 ms. Unhedged, the p99 is 50 ms; hedged at the live p95, the p99 is at
 // most 3 ms and the extra attempts at most 10 % of the calls.
 func TestTailLatency(t *testing.T) {
@@ -302,49 +300,77 @@ func TestRatioBudget(t *testing.T) {
 	})
 }
 
+// TestBudgetRefusalLetsFirstAttemptFinish: a hedger whose budget refuses
+// the hedge runs the call to the first attempt's end, counts the refusal
+// once (in Stats and in OnBudgetRefused, for attempt 1), and calls the
+// budget's OnRequest, OnSuccess and AllowRetry once each.
+func TestBudgetRefusalLetsFirstAttemptFinish(t *testing.T) {
+	tk := rampart.NewManualTicker(1)
+	b := &testkit.Budget{}
+	b.SetAllow(false)
+	refused := make(chan int, 1)
+	h, err := New(Config{Delay: 10 * time.Millisecond, Ticker: tk, Tick: time.Millisecond, Budget: b,
+		OnBudgetRefused: func(attempt int) { refused <- attempt }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	calls := 0
+	err = h.Do(context.Background(), func(ctx context.Context) error {
+		calls++
+		tk.Advance(20 * time.Millisecond)
+		if a := <-refused; a != 1 {
+			t.Errorf("refused attempt %d, want 1", a)
+		}
+		return nil
+	})
+	if err != nil || calls != 1 {
+		t.Fatalf("err %v, calls %d", err, calls)
+	}
+	st := h.Stats()
+	if st.BudgetRefused != 1 || st.Hedges != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if b.Requests() != 1 || b.Successes() != 1 || b.Failures() != 0 || b.Asks() != 1 || b.Allowed() != 0 {
+		t.Fatalf("budget saw %d requests, %d successes, %d failures, %d asks (%d allowed); want 1, 1, 0, 1 (0)",
+			b.Requests(), b.Successes(), b.Failures(), b.Asks(), b.Allowed())
+	}
+}
+
 // TestFatalErrorEndsRace: a hedge that fails fatally decides the race; a
 // non-fatal one lets the first attempt win; when all fail non-fatally the
-// last error is returned.
-func TestErrors(t *testing.T) {
+// last error is returned; a non-fatal failure before the delay returns at
+// once, unhedged.
+func TestFatalErrorEndsRace(t *testing.T) {
 	errFatal, errSoft := errors.New("fatal"), errors.New("soft")
 	synctest.Test(t, func(t *testing.T) {
 		h := newBubbleHedger(t, Config{Delay: time.Millisecond, Fatal: func(err error) bool { return err == errFatal }})
-		var n atomic.Int32
-		// The hedge fails fatally at 2 ms while the first attempt runs to 10 ms.
-		err := h.Do(context.Background(), func(ctx context.Context) error {
-			if n.Add(1) == 1 {
-				return sleepCtx(ctx, 10*time.Millisecond)
+		for _, c := range []struct {
+			name         string
+			first, hedge func(ctx context.Context) error
+			want         error
+		}{
+			// The hedge fails fatally at 2 ms while the first attempt runs to 10 ms.
+			{"fatal", func(ctx context.Context) error { return sleepCtx(ctx, 10*time.Millisecond) },
+				func(ctx context.Context) error { _ = sleepCtx(ctx, time.Millisecond); return errFatal }, errFatal},
+			// The hedge fails softly; the first attempt's success wins.
+			{"soft", func(ctx context.Context) error { return sleepCtx(ctx, 5*time.Millisecond) },
+				func(context.Context) error { return errSoft }, nil},
+			// Both fail softly: the last error comes back.
+			{"all soft", func(ctx context.Context) error { _ = sleepCtx(ctx, 5*time.Millisecond); return errSoft },
+				func(context.Context) error { return fmt.Errorf("hedge: %w", errSoft) }, errSoft},
+		} {
+			var n atomic.Int32
+			err := h.Do(context.Background(), func(ctx context.Context) error {
+				if n.Add(1) == 1 {
+					return c.first(ctx)
+				}
+				return c.hedge(ctx)
+			})
+			if err != c.want {
+				t.Fatalf("%s: %v, want %v", c.name, err, c.want)
 			}
-			_ = sleepCtx(ctx, time.Millisecond)
-			return errFatal
-		})
-		if err != errFatal {
-			t.Fatalf("fatal: %v", err)
 		}
-		// The hedge fails softly; the first attempt's success wins.
-		n.Store(0)
-		err = h.Do(context.Background(), func(ctx context.Context) error {
-			if n.Add(1) == 1 {
-				return sleepCtx(ctx, 5*time.Millisecond)
-			}
-			return errSoft
-		})
-		if err != nil {
-			t.Fatalf("soft: %v", err)
-		}
-		// Both fail softly: the last error comes back.
-		n.Store(0)
-		err = h.Do(context.Background(), func(ctx context.Context) error {
-			if n.Add(1) == 1 {
-				_ = sleepCtx(ctx, 5*time.Millisecond)
-				return errSoft
-			}
-			return fmt.Errorf("hedge: %w", errSoft)
-		})
-		if err != errSoft {
-			t.Fatalf("all soft: %v", err)
-		}
-		// A soft failure before the delay returns at once, unhedged.
 		before := h.Stats().Hedges
 		if err := h.Do(context.Background(), func(context.Context) error { return errSoft }); err != errSoft || h.Stats().Hedges != before {
 			t.Fatalf("early failure: %v", err)
@@ -373,12 +399,7 @@ func TestPanics(t *testing.T) {
 		h := newBubbleHedger(t, Config{Delay: time.Millisecond})
 		hedgeErr := make(chan error, 1)
 		var n atomic.Int32
-		func() {
-			defer func() {
-				if r := recover(); r != "first" {
-					t.Fatalf("recovered %v", r)
-				}
-			}()
+		if r, goexited := testkit.Run(func() {
 			_ = h.Do(context.Background(), func(ctx context.Context) error {
 				if n.Add(1) == 1 {
 					_ = sleepCtx(ctx, 2*time.Millisecond)
@@ -387,30 +408,30 @@ func TestPanics(t *testing.T) {
 				hedgeErr <- sleepCtx(ctx, time.Hour)
 				return nil
 			})
-		}()
+		}); r != "first" || goexited {
+			t.Fatalf("the caller's goroutine ended with panic %v (Goexit %v), want the first attempt's", r, goexited)
+		}
 		if err := <-hedgeErr; !errors.Is(err, context.Canceled) {
 			t.Fatalf("hedge after the first attempt's panic: %v", err)
 		}
 		n.Store(0)
-		func() {
-			defer func() {
-				if r := recover(); r != "hedge" {
-					t.Fatalf("recovered %v", r)
-				}
-			}()
+		if r, goexited := testkit.Run(func() {
 			_ = h.Do(context.Background(), func(ctx context.Context) error {
 				if n.Add(1) == 1 {
 					return sleepCtx(ctx, time.Hour)
 				}
 				panic("hedge")
 			})
-		}()
+		}); r != "hedge" || goexited {
+			t.Fatalf("the caller's goroutine ended with panic %v (Goexit %v), want the hedge's", r, goexited)
+		}
 		// A panic before the delay disarms the trigger: no hedge later.
 		before := h.Stats().Hedges
-		func() {
-			defer func() { _ = recover() }()
+		if r, _ := testkit.Run(func() {
 			_ = h.Do(context.Background(), func(context.Context) error { panic("early") })
-		}()
+		}); r != "early" {
+			t.Fatalf("recovered %v, want the early panic", r)
+		}
 		time.Sleep(10 * time.Millisecond)
 		if h.Stats().Hedges != before {
 			t.Fatal("a hedge started after the first attempt panicked")
@@ -525,10 +546,10 @@ func TestContextContract(t *testing.T) {
 // TestStress hedges many concurrent calls with random latencies and
 // failures under -race, and checks the invariants afterwards.
 func TestStress(t *testing.T) {
+	testkit.LeakCheck(t)
 	// In a bubble so that synctest.Wait can wait for the losers; the
 	// goroutines still run in parallel.
 	synctest.Test(t, stress)
-	goleak.VerifyNone(t, goleak.IgnoreCurrent())
 }
 
 func stress(t *testing.T) {
@@ -575,25 +596,29 @@ func stress(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	bad := []Config{
-		{},
-		{Delay: -1},
-		{Percentile: 0.3},
-		{Percentile: 1},
-		{Delay: 1, MinDelay: -1},
-		{Delay: 1, MaxDelay: -1},
-		{Percentile: 0.9, MinDelay: 2, MaxDelay: 1},
-		{Delay: 1, WarmUp: -1},
-		{Delay: 1, Refresh: -1},
-		{Delay: 1, MaxHedges: MaxHedgesLimit + 1},
-		{Delay: 1, Tick: -1},
-		{Delay: 1, Budget: (*retry.TokenBucket)(nil)},
-		{Delay: 1, Budget: (*retry.RatioBudget)(nil)},
-	}
-	for _, c := range bad {
-		if _, err := New(c); !errors.Is(err, rampart.ErrInvalidConfig) {
-			t.Errorf("%+v: %v", c, err)
+	for _, c := range []struct {
+		cfg   Config
+		field string // the ConfigError's Field
+	}{
+		{Config{}, "Delay"},
+		{Config{Delay: -1}, "Delay"},
+		{Config{Percentile: 0.3}, "Percentile"},
+		{Config{Percentile: 1}, "Percentile"},
+		{Config{Delay: 1, MinDelay: -1}, "MinDelay"},
+		{Config{Delay: 1, MaxDelay: -1}, "MaxDelay"},
+		{Config{Percentile: 0.9, MinDelay: 2, MaxDelay: 1}, "MaxDelay"},
+		{Config{Delay: 1, WarmUp: -1}, "WarmUp"},
+		{Config{Delay: 1, Refresh: -1}, "Refresh"},
+		{Config{Delay: 1, MaxHedges: MaxHedgesLimit + 1}, "MaxHedges"},
+		{Config{Delay: 1, Tick: -1}, "Tick"},
+		{Config{Delay: 1, Budget: (*retry.TokenBucket)(nil)}, "Budget"},
+		{Config{Delay: 1, Budget: (*retry.RatioBudget)(nil)}, "Budget"},
+	} {
+		_, err := New(c.cfg)
+		if !errors.Is(err, rampart.ErrInvalidConfig) {
+			t.Errorf("%+v: %v does not match ErrInvalidConfig", c.cfg, err)
 		}
+		testkit.RequireConfigError(t, err, "hedge", c.field)
 	}
 	h, err := New(Config{Percentile: 0.95})
 	if err != nil || h.Delay() != -1 {
@@ -656,10 +681,56 @@ func TestPercentileRefresh(t *testing.T) {
 	}
 }
 
-func TestAllocsNoHedge(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
+// TestZeroPercentileDelayStillHedges: a percentile delay computed from
+// latencies that all read 0 (fast calls on a coarse clock such as
+// rampart.NewCachedTicker, or a manual ticker) is still a delay (at least
+// 1 ns: hedge after the next sweep), and the calls are hedged: -1 is the
+// only "no hedging" value of Delay and Stats.Delay.
+func TestZeroPercentileDelayStillHedges(t *testing.T) {
+	tk := rampart.NewManualTicker(1)
+	h, err := New(Config{Percentile: 0.9, Delay: 5 * time.Millisecond, WarmUp: 1, Refresh: time.Second, Ticker: tk})
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer h.Close()
+	tk.Advance(time.Second)
+	for range 10 {
+		h.Observe(0, tk.Now())
+	}
+	d := h.Delay()
+	if d == 0 {
+		t.Errorf("Delay() = 0: documented as a delay, but calls are not hedged")
+	}
+	hedged := false
+	_ = h.Do(context.Background(), func(ctx context.Context) error {
+		_, hedged = ctx.(*firstCtx) // only the hedged path wraps the context
+		return nil
+	})
+	if d != -1 && !hedged {
+		t.Errorf("Delay() = %d but the call ran unhedged", d)
+	}
+}
+
+// TestHugeRefreshKeepsDelayUntilRefresh: a huge Refresh (which New
+// accepts) means "almost never recompute": now+Refresh saturates instead of
+// wrapping into the past, so the samples do not recompute the delay.
+func TestHugeRefreshKeepsDelayUntilRefresh(t *testing.T) {
+	tk := rampart.NewManualTicker(1000)
+	h, err := New(Config{Percentile: 0.9, Delay: 5 * time.Millisecond, WarmUp: 1,
+		Refresh: time.Duration(math.MaxInt64), Ticker: tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for i := range 10 {
+		h.Observe(int64(50*time.Millisecond), tk.Now()+int64(i))
+	}
+	if d := h.Delay(); d != int64(5*time.Millisecond) {
+		t.Fatalf("delay recomputed to %v before Refresh passed", time.Duration(d))
+	}
+}
+
+func TestAllocsNoHedge(t *testing.T) {
 	for _, pct := range []float64{0, 0.95} {
 		h, err := New(Config{Delay: time.Second, Percentile: pct})
 		if err != nil {
@@ -672,19 +743,12 @@ func TestAllocsNoHedge(t *testing.T) {
 			_ = h.Do(ctx, fn)
 		}
 		// AllocsPerRun rounds down: the slab (one per 64 calls) shows as 0.
-		if n := testing.AllocsPerRun(10000, func() { _ = h.Do(ctx, fn) }); n != 0 {
-			t.Fatalf("Do (p=%v): %v allocs", pct, n)
-		}
-		if n := testing.AllocsPerRun(10000, func() { _, _ = Call(ctx, h, fnT) }); n != 0 {
-			t.Fatalf("Call (p=%v): %v allocs", pct, n)
-		}
+		name := fmt.Sprintf(" (p=%v)", pct)
+		testkit.WantAllocs(t, "Do"+name, 0, func() { _ = h.Do(ctx, fn) })
+		testkit.WantAllocs(t, "Call"+name, 0, func() { _, _ = Call(ctx, h, fnT) })
 		tk := h.Ticker()
-		if n := testing.AllocsPerRun(10000, func() { _ = h.DoAt(ctx, tk.Now(), fn) }); n != 0 {
-			t.Fatalf("DoAt (p=%v): %v allocs", pct, n)
-		}
-		if n := testing.AllocsPerRun(10000, func() { _, _ = CallAt(ctx, h, tk.Now(), fnT) }); n != 0 {
-			t.Fatalf("CallAt (p=%v): %v allocs", pct, n)
-		}
+		testkit.WantAllocs(t, "DoAt"+name, 0, func() { _ = h.DoAt(ctx, tk.Now(), fn) })
+		testkit.WantAllocs(t, "CallAt"+name, 0, func() { _, _ = CallAt(ctx, h, tk.Now(), fnT) })
 		if st := h.Stats(); st.Hedges != 0 {
 			t.Fatalf("hedged: %+v", st)
 		}
@@ -824,7 +888,8 @@ func TestDoneContextRunsNothing(t *testing.T) {
 			"async":      {Delay: time.Hour, AsyncFirst: true},
 			"warming up": {Percentile: 0.95, WarmUp: 1},
 		} {
-			b := &countingBudget{allow: true}
+			b := &testkit.Budget{}
+			b.KeepLog()
 			cfg.Budget = b
 			cfg.Ticker = rampart.NewManualTicker(0)
 			h, err := New(cfg)
@@ -847,8 +912,8 @@ func TestDoneContextRunsNothing(t *testing.T) {
 					t.Errorf("%s %s/%s: fn ran %d times, got %d, %v; want 0 runs, 0, %v", cname, name, entry, runs, v, err, ctx.Err())
 				}
 			}
-			if *b != (countingBudget{allow: true}) {
-				t.Errorf("%s %s: budget saw %+v", cname, name, *b)
+			if b.Requests()+b.Successes()+b.Failures()+b.Asks() != 0 {
+				t.Errorf("%s %s: budget saw %q", cname, name, b)
 			}
 			if st := h.Stats(); st.Samples != 0 || st.Hedges != 0 {
 				t.Errorf("%s %s: stats %+v", cname, name, st)
