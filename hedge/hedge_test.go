@@ -831,6 +831,7 @@ func TestNoGoroutineNoHedge(t *testing.T) {
 			return nil
 		}
 		_ = h.Do(context.Background(), fn) // starts the watchdog goroutine
+		synctest.Wait()                    // the count is exact once every goroutine is blocked
 		base := bubble.Goroutines()
 		for range 1000 {
 			if err := h.Do(context.Background(), fn); err != nil {
