@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 )
 
 // The accuracy of K shards under a load of 10× the rate: the window bound
@@ -45,13 +45,16 @@ func TestShardedAccuracy(t *testing.T) {
 	}
 	_, err := NewSharded(ShardedConfig{Config: Config{Rate: 1}, Shards: -1})
 	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	testkit.RequireConfigError(t, err, "ratelimit", "Shards")
 	// A huge K is refused at construction rather than exhausting memory in it.
 	_, err = NewSharded(ShardedConfig{Config: Config{Rate: 1e6}, Shards: 1 << 30})
 	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	testkit.RequireConfigError(t, err, "ratelimit", "Shards")
 	_, err = NewSharded(ShardedConfig{Config: Config{Rate: 1e6}, Shards: MaxShards})
 	require.NoError(t, err)
 	_, err = NewSharded(ShardedConfig{Config: Config{Rate: 1e-9}, Shards: 64})
 	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	testkit.RequireConfigError(t, err, "ratelimit", "Shards")
 	d, err := NewSharded(ShardedConfig{Config: Config{Rate: 1}})
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, d.Shards(), 1)
@@ -85,17 +88,100 @@ func TestShardedConcurrent(t *testing.T) {
 	require.Equal(t, 16, total) // no time passed: exactly the bursts
 }
 
-func TestAllocsSharded(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
+// TestShardedShardBurstAndStats: an n above the shard burst but within the
+// configured burst can never be admitted by any shard (Never, reported to
+// the listener and counted once, as is an n below 1); two shards of burst
+// 1 admit exactly two at one instant whatever shard is drawn first (the
+// second probe borrows from the neighbour); Stats reports the shards'
+// totals, the burst as K·⌈burst/K⌉.
+func TestShardedShardBurstAndStats(t *testing.T) {
+	var got []int64
+	s, err := NewSharded(ShardedConfig{Config: Config{Rate: 8, Burst: 8, CountStats: true,
+		OnRejected: func(_ int, w int64) { got = append(got, w) }}, Shards: 4})
+	require.NoError(t, err)
+	require.Equal(t, Never, s.TryAcquire(0, 3)) // shard burst 2
+	require.Equal(t, Never, s.TryAcquire(0, 0))
+	require.Zero(t, s.TryAcquire(0, 2))
+	require.Equal(t, []int64{Never, Never}, got)
+	require.Equal(t, uint64(2), s.Stats().Rejected)
+	require.Equal(t, 8, s.Stats().Burst)
+	require.InDelta(t, 8.0, s.Stats().Rate, 1e-9)
+
+	for range 50 {
+		s, err := NewSharded(ShardedConfig{Config: Config{Rate: 10, Burst: 2, Ticker: rampart.NewManualTicker(0), CountStats: true}, Shards: 2})
+		require.NoError(t, err)
+		require.Equal(t, Never, s.TryAcquire(0, 2)) // shard burst is 1
+		require.True(t, s.AllowN(0, 1))
+		require.True(t, s.AllowN(0, 1))
+		w := s.TryAcquire(0, 1)
+		require.Equal(t, int64(200*time.Millisecond), w) // each shard runs at 5/s
+		st := s.Stats()
+		require.Equal(t, uint64(2), st.Admitted)
+		require.Equal(t, uint64(2), st.Rejected)
+		require.InDelta(t, 10.0, st.Rate, 1e-9)
+		require.Equal(t, 2, st.Burst)
+		require.Equal(t, 100*time.Millisecond, st.Interval)
 	}
+	// Burst not divisible by K: the total is K·⌈burst/K⌉.
+	s, err = NewSharded(ShardedConfig{Config: Config{Rate: 10, Burst: 5}, Shards: 4})
+	require.NoError(t, err)
+	require.Equal(t, 8, s.Stats().Burst)
+}
+
+// TestShardedListenerPanicIsCounted: a panicking OnRejected never breaks
+// the call and is counted; the rejection is still reported and counted
+// once.
+func TestShardedListenerPanicIsCounted(t *testing.T) {
+	boom := func(int, int64) { panic("boom") }
+	s, err := NewSharded(ShardedConfig{Config: Config{Rate: 2, Burst: 2, OnRejected: boom, CountStats: true}, Shards: 2})
+	require.NoError(t, err)
+	admitted := countTrue(4, func() bool { return s.AllowN(0, 1) })
+	require.Equal(t, 2, admitted) // each shard: burst 1
+	ss := s.Stats()
+	require.Equal(t, uint64(2), ss.ListenerPanics)
+	require.Equal(t, uint64(2), ss.Rejected)
+	require.Equal(t, uint64(2), ss.Admitted)
+}
+
+// TestShardedNegativeOrigin: on a clock that started below 0, Sharded lets
+// time move from its origin: one shard refills one per second, two shards
+// wait and admit counting from the origin.
+func TestShardedNegativeOrigin(t *testing.T) {
+	const s = int64(time.Second)
+	tk := rampart.NewManualTicker(-20 * s)
+	one, err := NewSharded(ShardedConfig{Config: Config{Limit: 1, Period: time.Second, Ticker: tk}, Shards: 1})
+	require.NoError(t, err)
+	admitted := countTrue(10, func() bool { defer tk.Advance(time.Second); return one.TryAcquire(tk.Now(), 1) == 0 })
+	require.Equal(t, 10, admitted, "one shard: one per second over 10 s")
+
+	start := -10 * s
+	sh, err := NewSharded(ShardedConfig{Config: Config{Limit: 2, Period: time.Second, Ticker: rampart.NewManualTicker(start)}, Shards: 2})
+	require.NoError(t, err)
+	require.True(t, sh.AllowN(start, 1))
+	require.True(t, sh.AllowN(start, 1))
+	require.Equal(t, s, sh.TryAcquire(start, 1))
+	require.True(t, sh.AllowN(start+s, 1))
+}
+
+// TestAllocsSharded: a Sharded admission, and a rejection with a listener
+// and counters, allocate nothing.
+func TestAllocsSharded(t *testing.T) {
 	s, err := NewSharded(ShardedConfig{Config: Config{Limit: 1e9, Period: time.Second, Burst: 1 << 30}, Shards: 4})
 	require.NoError(t, err)
-	require.Zero(t, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Allow", 0, func() {
 		if !s.Allow() {
 			panic("rejected")
 		}
-	}))
+	})
+	r, err := NewSharded(ShardedConfig{Config: Config{Rate: 1e-3, Burst: 2, CountStats: true, OnRejected: func(int, int64) {}}, Shards: 2})
+	require.NoError(t, err)
+	require.True(t, r.AllowN(0, 1))
+	require.True(t, r.AllowN(0, 1))
+	testkit.WantAllocs(t, "TryAcquire rejected with listener and counters", 0, func() {
+		if r.TryAcquire(5, 1) == 0 {
+			panic("admitted")
+		}
+	})
 }
 
 // TestShardedAtTheReadingCap: at readings up to and past the cap of the
@@ -116,12 +202,7 @@ func TestShardedAtTheReadingCap(t *testing.T) {
 			for _, n := range []int{math.MinInt, -1, 0, 3, math.MaxInt} {
 				require.Equal(t, Never, s.TryAcquire(now, n), "n=%d", n)
 			}
-			admitted := 0
-			for range 20 {
-				if s.AllowN(now, 1) {
-					admitted++
-				}
-			}
+			admitted := countTrue(20, func() bool { return s.AllowN(now, 1) })
 			require.LessOrEqual(t, admitted, 4, "%+v at %d", c, now)
 			require.GreaterOrEqual(t, admitted, 2, "%+v at %d: at least one shard's burst", c, now)
 			for i, l := range s.shards {
