@@ -1,12 +1,13 @@
 package pipeline_test
 
-// Audit of the calls into user code (callbacks): reproductions of the bugs
-// found (skipped with "BUG: ..." until fixed) and guards that pass.
+// User code the pipeline calls back (the policies' listeners) that ends its
+// goroutine with runtime.Goexit (t.FailNow in a test's listener): the
+// outcome is recorded once, and a permit whose attempt never ran fn is
+// released without an outcome.
 
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,45 +15,31 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 )
 
 var errCB = errors.New("cb: attempt failed")
 
-func cbGo(f func()) {
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer func() { _ = recover() }()
-		f()
-	})
-	wg.Wait()
-}
-
-// TestCallbacksBreakerListenerGoexitRecordsTwice: the breaker's per-call
+// TestBreakerListenerGoexitRecordsTheOutcomeOnce: the breaker's per-call
 // listeners (OnFailure, OnSuccess) run deferred inside Record, after the
-// outcome is applied. settle (and run's fast success) clears heldBreaker
-// only after Record returns, so a listener that calls runtime.Goexit sends
-// run's guard to abort, which records a second Failure on the same permit:
-// one failed call counts as two consecutive failures, a success as a
-// success and a failure.
-func TestCallbacksBreakerListenerGoexitRecordsTwice(t *testing.T) {
+// outcome is applied. A listener that calls runtime.Goexit ends the
+// caller's goroutine, and the pipeline's guard, which runs then, records
+// nothing more on that permit: a failed call counts as one failure, a
+// success as one success.
+func TestBreakerListenerGoexitRecordsTheOutcomeOnce(t *testing.T) {
 	for _, name := range []string{"failure", "success"} {
 		t.Run(name, func(t *testing.T) {
 			tick := rampart.NewManualTicker(1)
-			goexit := true
 			cb := newBreaker(t, tick, func(c *circuitbreaker.Config) {
 				c.ConsecutiveFailures = 2
-				c.OnFailure = func(time.Duration) {
-					if goexit {
-						runtimeGoexit()
-					}
-				}
+				c.OnFailure = func(time.Duration) { testkit.Goexit() }
 				c.OnSuccess = c.OnFailure
 			})
 			p, err := pipeline.New(pipeline.Config{Breaker: cb})
 			require.NoError(t, err)
-			cbGo(func() {
+			_, goexited := testkit.Run(func() {
 				_ = p.Do(context.Background(), func(context.Context) error {
 					if name == "failure" {
 						return errCB
@@ -60,6 +47,7 @@ func TestCallbacksBreakerListenerGoexitRecordsTwice(t *testing.T) {
 					return nil
 				})
 			})
+			require.True(t, goexited, "Do returned after the listener's runtime.Goexit")
 			want := int64(0)
 			if name == "failure" {
 				want = 1
@@ -70,23 +58,22 @@ func TestCallbacksBreakerListenerGoexitRecordsTwice(t *testing.T) {
 	}
 }
 
-// TestCallbacksRejectionListenerGoexitCountsBreakerFailure: a rate
-// limiter's OnRejected (user code) runs inside TryAcquire while the
-// breaker's permit is held (heldBreaker, so that a Goexit does not leak
-// it). But abort then records that permit as a Failure, though fn never
-// ran: a test helper that calls t.FailNow from the listener opens a
-// breaker that saw no failure. The permit should be released as Ignored
-// (as unwind does) when fn has not run.
-func TestCallbacksRejectionListenerGoexitCountsBreakerFailure(t *testing.T) {
+// TestRejectionListenerGoexitRecordsNoBreakerFailure: a rate limiter's
+// OnRejected (user code) runs inside TryAcquire while the breaker's permit
+// is held. A listener that calls runtime.Goexit ends the caller's
+// goroutine; the permit is then released as Ignored, since fn never ran: a
+// rejected attempt does not open the breaker.
+func TestRejectionListenerGoexitRecordsNoBreakerFailure(t *testing.T) {
 	tick := rampart.NewManualTicker(1)
 	cb := newBreaker(t, tick, func(c *circuitbreaker.Config) { c.ConsecutiveFailures = 1 })
 	rl, err := ratelimit.New(ratelimit.Config{Rate: 1, Burst: 1, Ticker: tick,
-		OnRejected: func(int, int64) { runtimeGoexit() }})
+		OnRejected: func(int, int64) { testkit.Goexit() }})
 	require.NoError(t, err)
 	p, err := pipeline.New(pipeline.Config{Breaker: cb, RateLimit: rl})
 	require.NoError(t, err)
 	require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code)
-	cbGo(func() { _ = p.Do(context.Background(), ok) }) // rejected: the listener calls Goexit
+	_, goexited := testkit.Run(func() { _ = p.Do(context.Background(), ok) }) // rejected: the listener calls Goexit
+	require.True(t, goexited, "Do returned after the listener's runtime.Goexit")
 	require.Equal(t, circuitbreaker.Closed, cb.State(), "a rejected attempt opened the breaker")
 	require.Equal(t, int64(0), cb.Stats().ConsecutiveFailures)
 }

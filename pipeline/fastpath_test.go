@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -19,6 +17,7 @@ import (
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
@@ -40,52 +39,18 @@ import (
 // Everything runs in a synctest bubble on a manual ticker: the retry's sleeps
 // and the deadline watchdog's sweeps use the bubble's fake clock.
 
-// fpTicker is a manual clock that counts its reads and panics once, on the
-// first read after panicNext was set.
-type fpTicker struct {
-	*rampart.ManualTicker
-	reads     atomic.Int64
-	panicNext atomic.Bool
-}
-
+// fpTickerPanic is what a world's ticker panics with once armed (ArmOnce):
+// the world's ticker is a testkit.PanicTicker on a manual clock, which also
+// counts its reads.
 type fpTickerPanic struct{}
 
-func (k *fpTicker) Now() int64 {
-	k.reads.Add(1)
-	if k.panicNext.CompareAndSwap(true, false) {
-		panic(fpTickerPanic{})
-	}
-	return k.ManualTicker.Now()
-}
-
-// fpBudget is a retry budget (a token bucket underneath) that logs every
-// call with its time, so that the two paths' budget protocols can be
-// compared call for call.
-type fpBudget struct {
-	mu  sync.Mutex
-	log []string
-	tb  *retry.TokenBucket
-}
-
-func (b *fpBudget) add(s string, now int64) {
-	b.mu.Lock()
-	b.log = append(b.log, fmt.Sprintf("%s@%d", s, now))
-	b.mu.Unlock()
-}
-
-func (b *fpBudget) OnRequest(now int64) { b.add("req", now); b.tb.OnRequest(now) }
-func (b *fpBudget) OnSuccess(now int64) { b.add("ok", now); b.tb.OnSuccess(now) }
-func (b *fpBudget) OnFailure(now int64) { b.add("fail", now); b.tb.OnFailure(now) }
-func (b *fpBudget) AllowRetry(now int64) bool {
-	ok := b.tb.AllowRetry(now)
-	b.add(fmt.Sprintf("allow=%v", ok), now)
-	return ok
-}
-
-func (b *fpBudget) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Join(b.log, " ")
+// fpLogBudget is a retry budget with tb underneath that logs every call
+// with its time, so that the two paths' budget protocols can be compared
+// call for call.
+func fpLogBudget(tb *retry.TokenBucket) *testkit.Budget {
+	b := &testkit.Budget{Base: tb}
+	b.KeepLog()
+	return b
 }
 
 // fpAlgorithm's controller keeps the limit, and panics once when armed.
@@ -157,24 +122,26 @@ func (r fpRef) String() string { return [...]string{"fast", "hedged", "wait"}[r]
 
 // fpWorld is one set of policies and its pipeline.
 type fpWorld struct {
-	cfg  fpConfig
-	ref  fpRef
-	tick *fpTicker
-	bud  *fpBudget
-	rt   *retry.Policy
-	cb   *circuitbreaker.Breaker
-	rl   *ratelimit.Limiter
-	bh   *bulkhead.Bulkhead
-	al   *adaptive.Limiter
-	to   *timeout.Timeout
-	p    *pipeline.Pipeline
+	cfg   fpConfig
+	ref   fpRef
+	clock *rampart.ManualTicker // moved by the test
+	tick  *testkit.PanicTicker  // the policies' ticker: clock's readings, counted, panicking once armed
+	bud   *testkit.Budget
+	rt    *retry.Policy
+	cb    *circuitbreaker.Breaker
+	rl    *ratelimit.Limiter
+	bh    *bulkhead.Bulkhead
+	al    *adaptive.Limiter
+	to    *timeout.Timeout
+	p     *pipeline.Pipeline
 
 	cbPanic, alClassifyPanic, ctrlPanic atomic.Bool
 }
 
 func newFPWorld(t testing.TB, cfg fpConfig, ref fpRef) *fpWorld {
 	t.Helper()
-	w := &fpWorld{cfg: cfg, ref: ref, tick: &fpTicker{ManualTicker: rampart.NewManualTicker(1_000_000)}}
+	w := &fpWorld{cfg: cfg, ref: ref, clock: rampart.NewManualTicker(1_000_000)}
+	w.tick = &testkit.PanicTicker{Base: w.clock, Value: fpTickerPanic{}}
 	pc := pipeline.Config{Name: cfg.name, Ticker: w.tick}
 	if cfg.retry != 0 {
 		tb, err := retry.NewTokenBucket(retry.TokenBucketConfig{MaxTokens: 4, TokenRatio: 0.5})
@@ -182,7 +149,7 @@ func newFPWorld(t testing.TB, cfg fpConfig, ref fpRef) *fpWorld {
 		rc := retry.Config{Name: "rt", Ticker: w.tick, MaxAttempts: 3, Backoff: retry.Constant, BaseDelay: time.Microsecond}
 		switch cfg.retry {
 		case 1, 3:
-			w.bud = &fpBudget{tb: tb}
+			w.bud = fpLogBudget(tb)
 			rc.Budget = w.bud
 		case 2:
 			rc.Budget = tb
@@ -287,7 +254,7 @@ const (
 	opAdvanceOpen     // the clock moves 11 s (past the open period and the adaptive window), no call
 	opCount
 
-	// Known divergences between the two paths, each with its own test.
+	// Ops run by a test of their own, outside the generated scripts.
 	opCbPanicOnSuccess = 100 + iota // the breaker's Classify panics on a success
 	opCtrlPanic                     // the adaptive Controller panics when this call's success closes the window
 )
@@ -316,22 +283,22 @@ func (w *fpWorld) step(op byte, i int) string {
 		w.cbPanic.Store(false)
 		w.alClassifyPanic.Store(false)
 		w.ctrlPanic.Store(false)
-		w.tick.panicNext.Store(false)
+		w.tick.Disarm()
 	}()
 	switch op {
 	case opAdvance:
-		w.tick.Advance(10 * time.Millisecond)
+		w.clock.Advance(10 * time.Millisecond)
 		return "advance"
 	case opAdvanceOpen:
-		w.tick.Advance(11 * time.Second)
+		w.clock.Advance(11 * time.Second)
 		return "advance open"
 	case opCbPanicOnSuccess:
 		w.cbPanic.Store(true)
 	case opCtrlPanic:
-		w.tick.Advance(1500 * time.Millisecond) // the adaptive window is due
+		w.clock.Advance(1500 * time.Millisecond) // the adaptive window is due
 		w.ctrlPanic.Store(true)
 	case opTickPanicT0:
-		w.tick.panicNext.Store(true)
+		w.tick.ArmOnce()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -356,9 +323,9 @@ func (w *fpWorld) step(op byte, i int) string {
 		case opPanic:
 			panic(fpFnPanic{})
 		case opGoexit:
-			runtime.Goexit()
+			testkit.Goexit()
 		case opOverrun, opOverrunFail:
-			w.tick.Advance(fpTimeout + time.Millisecond)
+			w.clock.Advance(fpTimeout + time.Millisecond)
 			if w.cfg.timeout == 2 {
 				<-actx.Done() // the watchdog fires (fake time in the bubble)
 			}
@@ -385,26 +352,15 @@ func (w *fpWorld) step(op byte, i int) string {
 			w.alClassifyPanic.Store(true)
 			return n, errBoom
 		case opTickPanicT1:
-			w.tick.panicNext.Store(true)
+			w.tick.ArmOnce()
 		case opTickPanicT1Fail:
-			w.tick.panicNext.Store(true)
+			w.tick.ArmOnce()
 			return n, errBoom
 		}
 		return n, nil
 	}
-	done := make(chan string, 1)
-	go func() {
-		finished := false
-		defer func() {
-			if !finished {
-				if r := recover(); r != nil {
-					done <- fmt.Sprintf("panic %#v", r)
-				} else {
-					done <- "goexit"
-				}
-			}
-		}()
-		var s string
+	var s string
+	panicked, goexited := testkit.Run(func() {
 		if i%2 == 0 {
 			// Try: fnE.
 			fe := func(ctx context.Context) error { _, err := fn(ctx); return err }
@@ -426,11 +382,14 @@ func (w *fpWorld) step(op byte, i int) string {
 			}
 			s = fmt.Sprintf("%s v=%d", fpDescribe(o), v)
 		}
-		finished = true
-		done <- s
-	}()
-	r := <-done
-	return fmt.Sprintf("%s fn-runs=%d inner=[%s]", r, n, inner)
+	})
+	switch {
+	case goexited:
+		s = "goexit"
+	case panicked != nil:
+		s = fmt.Sprintf("panic %#v", panicked)
+	}
+	return fmt.Sprintf("%s fn-runs=%d inner=[%s]", s, n, inner)
 }
 
 func fpDescribe(o pipeline.Outcome) string {
@@ -444,7 +403,7 @@ func fpDescribe(o pipeline.Outcome) string {
 func (w *fpWorld) snapshot(reads bool) string {
 	var b strings.Builder
 	if reads {
-		fmt.Fprintf(&b, "reads %d\n", w.tick.reads.Load())
+		fmt.Fprintf(&b, "reads %d\n", w.tick.Reads())
 	}
 	if w.rt != nil {
 		fmt.Fprintf(&b, "retry %+v\n", w.rt.Stats())
@@ -530,7 +489,7 @@ func fpCompare(t testing.TB, cfg fpConfig, ref fpRef, script []byte) string {
 
 // fpScripts returns the scripts run for cfg: every op after each other op
 // (with clock moves), and a long pseudo-random one.
-func fpScripts(cfg fpConfig, seed uint64) [][]byte {
+func fpScripts(cfg fpConfig, stream uint64) [][]byte {
 	ops := cfg.ops()
 	var pairs []byte
 	for _, a := range ops {
@@ -539,7 +498,7 @@ func fpScripts(cfg fpConfig, seed uint64) [][]byte {
 		}
 		pairs = append(pairs, opAdvanceOpen)
 	}
-	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	r := rand.New(rand.NewPCG(stream, 0x5eed))
 	random := make([]byte, 300)
 	for i := range random {
 		random[i] = ops[r.IntN(len(ops))]
@@ -604,9 +563,9 @@ func FuzzFastPathMatchesGeneralPath(f *testing.F) {
 }
 
 // TestFastPathClassifyPanicOnSuccessMatchesGeneralPath: a breaker Classify
-// that panics on a success. The general path (settle) releases the adaptive
-// token as a Success before calling the breaker, the fast path releases it
-// after (as Ignored, from abort): the adaptive limit's samples differ.
+// that panics on a success: the fast path releases the adaptive token as
+// the general path (settle) does, so the adaptive limit's samples, and
+// every other policy's Stats, come out the same.
 func TestFastPathClassifyPanicOnSuccessMatchesGeneralPath(t *testing.T) {
 	cfg := fpConfig{name: "classify-adaptive", retry: 1, breaker: 2, bulkhead: 2, adaptive: 2}
 	for _, ref := range []fpRef{fpHedged, fpWait} {
@@ -622,12 +581,9 @@ func TestFastPathClassifyPanicOnSuccessMatchesGeneralPath(t *testing.T) {
 }
 
 // TestFastPathControllerPanicOnSuccessMatchesGeneralPath: an adaptive
-// Controller that panics when a success closes the window. The general path
-// (settle) releases the adaptive token first, so abort then records a
-// breaker Failure and a budget failure for the permits still held; the fast
-// path releases the token last, after recording the breaker's success, with
-// nothing left for abort: the breaker counts a success instead of a failure
-// and the budget gets neither OnSuccess nor OnFailure.
+// Controller that panics when a success closes the window: the fast path
+// releases the permits in the general path's (settle's) order, so the
+// breaker and the budget record what they record there.
 func TestFastPathControllerPanicOnSuccessMatchesGeneralPath(t *testing.T) {
 	cfg := fpConfig{name: "controller", retry: 1, breaker: 3, bulkhead: 2, adaptive: 2}
 	for _, ref := range []fpRef{fpHedged, fpWait} {
@@ -645,10 +601,10 @@ func TestFastPathControllerPanicOnSuccessMatchesGeneralPath(t *testing.T) {
 // TestFastPathGoexitInRejectionListenerReleasesBreakerPermit: a rate
 // limiter's OnRejected or a bulkhead's OnReject that calls runtime.Goexit
 // (t.FailNow in a test's listener; notify recovers panics, not Goexit)
-// while the breaker's permit is held. begin has set heldBreaker by then, so
-// the guard releases the permit; the fast first attempt stores no held bit
-// until every permit is taken (a.held is 0), so a half-open probe slot
-// leaks and the breaker rejects every later call as half-open-full.
+// while the breaker's permit is held ends the caller's goroutine, and the
+// guard releases the breaker's permit, on the fast first attempt as on the
+// general path: the half-open probe slot is free again, and the breaker
+// does not reject the later calls as half-open-full.
 func TestFastPathGoexitInRejectionListenerReleasesBreakerPermit(t *testing.T) {
 	for _, which := range []string{"ratelimit", "bulkhead"} {
 		for _, ref := range []fpRef{fpFast, fpHedged} {
@@ -662,7 +618,7 @@ func TestFastPathGoexitInRejectionListenerReleasesBreakerPermit(t *testing.T) {
 					rl, err := ratelimit.New(ratelimit.Config{Name: "rl", Rate: 1, Burst: 1, Ticker: tick,
 						OnRejected: func(int, int64) {
 							if goexit.Load() {
-								runtime.Goexit()
+								testkit.Goexit()
 							}
 						}})
 					require.NoError(t, err)
@@ -672,7 +628,7 @@ func TestFastPathGoexitInRejectionListenerReleasesBreakerPermit(t *testing.T) {
 					bh, err := bulkhead.New(bulkhead.Config{Name: "bh", Max: 1, Ticker: tick,
 						OnReject: func(int64, int64) {
 							if goexit.Load() {
-								runtime.Goexit()
+								testkit.Goexit()
 							}
 						}})
 					require.NoError(t, err)
@@ -684,15 +640,14 @@ func TestFastPathGoexitInRejectionListenerReleasesBreakerPermit(t *testing.T) {
 				require.True(t, cb.TransitionTo(circuitbreaker.HalfOpen))
 				require.True(t, take()) // the next attempt is rejected after the breaker admits it
 				goexit.Store(true)
-				var wg sync.WaitGroup
-				wg.Go(func() {
+				_, goexited := testkit.Run(func() {
 					if ref == fpHedged {
 						_ = p.DoHedged(context.Background(), ok)
 					} else {
 						_ = p.Do(context.Background(), ok)
 					}
 				})
-				wg.Wait()
+				require.True(t, goexited, "the call returned after the listener's runtime.Goexit")
 				require.Zero(t, cb.Stats().HalfOpenInFlight, "the half-open probe's permit leaked")
 			})
 		}
@@ -723,12 +678,12 @@ func TestFastPathBreakerRejectionPaths(t *testing.T) {
 					w.step(op, i)
 				}
 				require.Equal(t, circuitbreaker.Open, w.cb.State())
-				w.tick.Advance(4 * time.Second)
+				w.clock.Advance(4 * time.Second)
 				o := w.p.Try(context.Background(), ok)
 				require.Equal(t, pipeline.Outcome{Code: pipeline.Rejected, Policy: pipeline.Breaker, Attempts: 1,
 					Err: o.Err, RetryAfter: 6 * time.Second}, o)
 				require.ErrorIs(t, o.Err, circuitbreaker.ErrOpen)
-				w.tick.Advance(6 * time.Second)
+				w.clock.Advance(6 * time.Second)
 				require.Equal(t, pipeline.Outcome{Attempts: 1}, w.p.Try(context.Background(), ok))
 				s := w.cb.Stats()
 				// The probe's success was recorded: it closed the breaker
@@ -777,9 +732,10 @@ func TestFastPathPanicsReleaseOnce(t *testing.T) {
 					fails = 1
 				}
 				require.Equal(t, fails, w.cb.Stats().Failures)
-				require.Len(t, w.bud.log, c.budgetTimes, w.bud.String())
+				log := w.bud.Log()
+				require.Len(t, log, c.budgetTimes, w.bud.String())
 				if c.failure {
-					require.True(t, strings.HasPrefix(w.bud.log[1], "fail@"), w.bud.String())
+					require.True(t, strings.HasPrefix(log[1], "fail@"), w.bud.String())
 				}
 				// Exactly one permit each: one call admitted, a nested one
 				// rejected by the bulkhead.
@@ -805,15 +761,15 @@ func TestFastPathOutcomes(t *testing.T) {
 		require.Equal(t, pipeline.Outcome{Attempts: 1}, o)
 		// A soft-mode overrun of a success: a timeout, which this world's
 		// ShouldRetry refuses.
-		o = w.p.Try(ctx, func(context.Context) error { w.tick.Advance(fpTimeout); return nil })
+		o = w.p.Try(ctx, func(context.Context) error { w.clock.Advance(fpTimeout); return nil })
 		require.Equal(t, pipeline.Outcome{Code: pipeline.TimedOut, Policy: pipeline.Timeout, Attempts: 1, Err: w.to.Err()}, o)
-		w.tick.Advance(time.Second)                                       // the rate limiter refills
+		w.clock.Advance(time.Second)                                      // the rate limiter refills
 		require.Equal(t, pipeline.Outcome{Attempts: 1}, w.p.Try(ctx, ok)) // the breaker's count of failures in a row back to 0
 		// A hinted, non-retryable error.
 		o = w.p.Try(ctx, func(context.Context) error { return retry.Permanent(fpHinted{}) })
 		require.Equal(t, pipeline.Outcome{Code: pipeline.Failed, Attempts: 1, Err: fpHinted{}, RetryAfter: 3 * time.Second}, o)
 		// Rejections: the bulkhead (nested) and the rate limiter (burst 3 spent).
-		w.tick.Advance(time.Second)
+		w.clock.Advance(time.Second)
 		var inner pipeline.Outcome
 		require.Equal(t, pipeline.Outcome{Attempts: 1}, w.p.Try(ctx, func(ctx context.Context) error { inner = w.p.Try(ctx, ok); return nil }))
 		require.Equal(t, pipeline.Outcome{Code: pipeline.Rejected, Policy: pipeline.Bulkhead, Attempts: 1, Err: w.bh.RejectedError()}, inner)
@@ -921,7 +877,7 @@ func TestTimeoutFinishFastPath(t *testing.T) {
 func TestCachedTickerReadDirectly(t *testing.T) {
 	ct := rampart.NewCachedTicker(time.Hour) // refreshed only by hand here: never on its own
 	defer ct.Close()
-	bud := &fpBudget{tb: newTokenBucket(t)}
+	bud := fpLogBudget(newTokenBucket(t))
 	rt := newRetry(t, ct, func(c *retry.Config) { c.Budget = bud })
 	p, err := pipeline.New(pipeline.Config{Retry: rt, RateLimit: newRateLimit(t, 1e6, 100, ct)})
 	require.NoError(t, err)
@@ -929,10 +885,9 @@ func TestCachedTickerReadDirectly(t *testing.T) {
 	check := func(what string) {
 		t.Helper()
 		require.NoError(t, p.Do(context.Background(), ok))
-		bud.mu.Lock()
+		log := bud.Log()
 		var now int64
-		_, err := fmt.Sscanf(bud.log[len(bud.log)-1], "ok@%d", &now)
-		bud.mu.Unlock()
+		_, err := fmt.Sscanf(log[len(log)-1], "ok@%d", &now)
 		require.NoError(t, err)
 		require.Positive(t, now, what)
 		require.GreaterOrEqual(t, now, last, what+": time went backwards")
@@ -950,7 +905,7 @@ func TestCachedTickerReadDirectly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ct := rampart.NewCachedTicker(time.Millisecond)
 		defer ct.Close()
-		bud := &fpBudget{tb: newTokenBucket(t)}
+		bud := fpLogBudget(newTokenBucket(t))
 		rt := newRetry(t, ct, func(c *retry.Config) { c.Budget = bud })
 		p, err := pipeline.New(pipeline.Config{Retry: rt})
 		require.NoError(t, err)
@@ -958,7 +913,8 @@ func TestCachedTickerReadDirectly(t *testing.T) {
 		for range 3 {
 			require.NoError(t, p.Do(context.Background(), ok))
 			var now int64
-			_, err := fmt.Sscanf(bud.log[len(bud.log)-1], "ok@%d", &now)
+			log := bud.Log()
+			_, err := fmt.Sscanf(log[len(log)-1], "ok@%d", &now)
 			require.NoError(t, err)
 			require.Positive(t, now)
 			require.LessOrEqual(t, now, ct.Now())
@@ -974,9 +930,9 @@ func TestCachedTickerReadDirectly(t *testing.T) {
 // TestBreakerRejectionWithoutClockCountsOnce: with no policy reading t0, the
 // pipeline (fast first attempt and begin alike) first asks the breaker with
 // "not read", which an open breaker refuses, then reads the clock and asks
-// again. The breaker counts and notifies the first refusal too: a call
-// rejected once is counted twice (Stats.Rejections, OnRejected), and a call
-// admitted as a half-open probe is counted as rejected.
+// again. Only the call's final answer counts: a call rejected once is
+// counted once (Stats.Rejections, OnRejected), and a call admitted as a
+// half-open probe is not counted as rejected.
 func TestBreakerRejectionWithoutClockCountsOnce(t *testing.T) {
 	for _, ref := range []fpRef{fpFast, fpHedged} {
 		t.Run(ref.String(), func(t *testing.T) {
@@ -1008,28 +964,15 @@ func TestBreakerRejectionWithoutClockCountsOnce(t *testing.T) {
 
 // TestNewWithNilCachedTickerDoesNotPanic: New looks inside a
 // *rampart.CachedTicker for its reading word; a typed nil one (a
-// configuration mistake) must not make New panic (before the cached-read
-// change New accepted it; a rampart.ConfigError would be better still).
+// configuration mistake), or a typed nil of the other tickers, makes New
+// return a rampart.ConfigError instead of panicking.
 func TestNewWithNilCachedTickerDoesNotPanic(t *testing.T) {
 	for _, tick := range []rampart.Ticker{(*rampart.CachedTicker)(nil), (*rampart.NanoTicker)(nil), (*rampart.ManualTicker)(nil)} {
 		require.NotPanics(t, func() {
 			_, err := pipeline.New(pipeline.Config{Ticker: tick})
-			require.ErrorIs(t, err, rampart.ErrInvalidConfig, "%T", tick)
+			testkit.RequireConfigError(t, err, "pipeline", "Ticker")
 		})
 	}
-}
-
-// panickyTicker panics on every read once armed: a user Ticker with a bug.
-type panickyTicker struct {
-	*rampart.ManualTicker
-	armed atomic.Bool
-}
-
-func (p *panickyTicker) Now() int64 {
-	if p.armed.Load() {
-		panic("ticker bug")
-	}
-	return p.ManualTicker.Now()
 }
 
 // TestPanickingTickerAfterPanicReleasesEverything: after fn panics, the
@@ -1037,7 +980,7 @@ func (p *panickyTicker) Now() int64 {
 // panics there too must not leave the permits held, and the caller sees
 // fn's panic.
 func TestPanickingTickerAfterPanicReleasesEverything(t *testing.T) {
-	tick := &panickyTicker{ManualTicker: rampart.NewManualTicker(1)}
+	tick := &testkit.PanicTicker{Base: rampart.NewManualTicker(1), Value: "ticker bug"} // a user Ticker with a bug
 	bh := newBulkhead(t, 1, tick)
 	al := newAdaptive(t, tick, 1)
 	to := newTimeout(t, tick, time.Second, timeout.ModeSoft)
@@ -1046,26 +989,21 @@ func TestPanickingTickerAfterPanicReleasesEverything(t *testing.T) {
 	require.NoError(t, err)
 	require.PanicsWithValue(t, "fn", func() {
 		_ = p.Do(context.Background(), func(context.Context) error {
-			tick.armed.Store(true)
+			tick.Arm()
 			panic("fn")
 		})
 	})
-	tick.armed.Store(false)
+	tick.Disarm()
 	require.Zero(t, bh.Stats().InFlight, "bulkhead permit leaked")
 	require.Zero(t, al.InFlight(), "adaptive token leaked")
 	require.EqualValues(t, 1, cb.Stats().Failures, "the panic was not recorded")
 	require.NoError(t, p.Do(context.Background(), ok), "nothing is stuck")
 }
 
-// funcTicker is a Ticker of an uncomparable type (a func).
-type funcTicker func() int64
-
-func (f funcTicker) Now() int64 { return f() }
-
 // TestUncomparableTickerIsAConfigError: two policies sharing a Ticker whose
 // type cannot be compared (== would panic) make New return a ConfigError.
 func TestUncomparableTickerIsAConfigError(t *testing.T) {
-	tk := funcTicker(func() int64 { return 1 })
+	tk := testkit.FuncTicker(func() int64 { return 1 }) // a func: not comparable
 	rl, err := ratelimit.New(ratelimit.Config{Rate: 1, Burst: 1, Ticker: tk})
 	require.NoError(t, err)
 	rt, err := retry.New(retry.Config{Ticker: tk})
@@ -1073,5 +1011,5 @@ func TestUncomparableTickerIsAConfigError(t *testing.T) {
 	require.NotPanics(t, func() {
 		_, err = pipeline.New(pipeline.Config{Retry: rt, RateLimit: rl})
 	})
-	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	testkit.RequireConfigError(t, err, "pipeline", "Retry")
 }

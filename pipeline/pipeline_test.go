@@ -3,10 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,26 +14,25 @@ import (
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/hedge"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/timeout"
 )
 
-// countingTicker is a manual clock that counts its reads.
-type countingTicker struct {
-	*rampart.ManualTicker
-	reads atomic.Int64
+// newCountingTicker returns a manual clock that counts its reads: the
+// policies take the counting ticker, the test moves the manual one.
+func newCountingTicker() (*testkit.CountingTicker, *rampart.ManualTicker) {
+	clock := rampart.NewManualTicker(1_000_000)
+	return &testkit.CountingTicker{Base: clock}, clock
 }
 
-func newCountingTicker() *countingTicker {
-	return &countingTicker{ManualTicker: rampart.NewManualTicker(1_000_000)}
-}
-
-func (c *countingTicker) Now() int64 {
-	c.reads.Add(1)
-	return c.ManualTicker.Now()
+// readsSince returns a func that counts tick's reads since readsSince was
+// called (constructors may read the clock).
+func readsSince(tick *testkit.CountingTicker) func() int64 {
+	start := tick.Reads()
+	return func() int64 { return tick.Reads() - start }
 }
 
 var errBoom = errors.New("boom")
@@ -52,7 +48,7 @@ func newBulkhead(t testing.TB, max int, tick rampart.Ticker) *bulkhead.Bulkhead 
 }
 
 func TestEmptyPipelineCallsFnDirectlyWithoutClock(t *testing.T) {
-	tick := newCountingTicker()
+	tick, _ := newCountingTicker()
 	p, err := pipeline.New(pipeline.Config{Ticker: tick})
 	require.NoError(t, err)
 	require.NoError(t, p.Do(context.Background(), ok))
@@ -60,11 +56,11 @@ func TestEmptyPipelineCallsFnDirectlyWithoutClock(t *testing.T) {
 	v, err := pipeline.Call(context.Background(), p, func(context.Context) (int, error) { return 42, nil })
 	require.NoError(t, err)
 	require.Equal(t, 42, v)
-	require.Zero(t, tick.reads.Load(), "no policy needs time: no clock read")
+	require.Zero(t, tick.Reads(), "no policy needs time: no clock read")
 }
 
 func TestBulkheadRejectionAndRelease(t *testing.T) {
-	tick := newCountingTicker()
+	tick, _ := newCountingTicker()
 	bh := newBulkhead(t, 1, tick)
 	p, err := pipeline.New(pipeline.Config{Ticker: tick, Bulkhead: bh})
 	require.NoError(t, err)
@@ -81,7 +77,7 @@ func TestBulkheadRejectionAndRelease(t *testing.T) {
 	require.ErrorIs(t, inner.Err, bulkhead.ErrFull)
 	require.ErrorIs(t, inner.Err, rampart.ErrRejected)
 	require.Equal(t, int64(0), bh.Stats().InFlight)
-	require.Zero(t, tick.reads.Load(), "a fail-fast bulkhead needs no time")
+	require.Zero(t, tick.Reads(), "a fail-fast bulkhead needs no time")
 }
 
 func TestPanicReleasesAndReraises(t *testing.T) {
@@ -96,19 +92,36 @@ func TestPanicReleasesAndReraises(t *testing.T) {
 	require.NoError(t, p.Do(context.Background(), ok))
 }
 
-func TestGoexitReleases(t *testing.T) {
-	bh := newBulkhead(t, 1, nil)
-	p, err := pipeline.New(pipeline.Config{Bulkhead: bh})
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_ = p.Do(context.Background(), func(context.Context) error {
-			runtime.Goexit()
-			return nil
+// TestGoexitReleasesEverything: fn calling runtime.Goexit ends the
+// caller's goroutine (Do and Call do not return), and every permit is
+// released: a bulkhead alone, and every policy but the timeout together,
+// after which the pipeline admits again.
+func TestGoexitReleasesEverything(t *testing.T) {
+	t.Run("bulkhead/Do", func(t *testing.T) {
+		bh := newBulkhead(t, 1, nil)
+		p, err := pipeline.New(pipeline.Config{Bulkhead: bh})
+		require.NoError(t, err)
+		_, goexited := testkit.Run(func() {
+			_ = p.Do(context.Background(), func(context.Context) error {
+				testkit.Goexit()
+				return nil
+			})
 		})
+		require.True(t, goexited, "Do returned after runtime.Goexit")
+		require.Equal(t, int64(0), bh.Stats().InFlight)
 	})
-	wg.Wait()
-	require.Equal(t, int64(0), bh.Stats().InFlight)
+	t.Run("full/Call", func(t *testing.T) {
+		f := newFull(t)
+		_, goexited := testkit.Run(func() {
+			_, _ = pipeline.Call(context.Background(), f.p, func(context.Context) (int, error) {
+				testkit.Goexit()
+				return 0, nil
+			})
+		})
+		require.True(t, goexited, "Call returned after runtime.Goexit")
+		require.Equal(t, 0, f.al.InFlight())
+		require.Equal(t, pipeline.OK, f.p.Try(context.Background(), ok).Code)
+	})
 }
 
 func TestCanceledContextStartsNothing(t *testing.T) {
@@ -126,17 +139,14 @@ func TestCanceledContextStartsNothing(t *testing.T) {
 }
 
 func TestAllocsBulkhead(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	bh := newBulkhead(t, 1, nil)
 	p, err := pipeline.New(pipeline.Config{Bulkhead: bh})
 	require.NoError(t, err)
 	ctx := context.Background()
-	require.Zero(t, testing.AllocsPerRun(1000, func() { _ = p.Do(ctx, ok) }))
-	require.Zero(t, testing.AllocsPerRun(1000, func() {
+	testkit.WantAllocs(t, "Do", 0, func() { _ = p.Do(ctx, ok) })
+	testkit.WantAllocs(t, "Call", 0, func() {
 		_, _ = pipeline.Call(ctx, p, func(context.Context) (int, error) { return 1, nil })
-	}))
+	})
 }
 
 func newRateLimit(t testing.TB, rate float64, burst int, tick rampart.Ticker) *ratelimit.Limiter {
@@ -147,35 +157,35 @@ func newRateLimit(t testing.TB, rate float64, burst int, tick rampart.Ticker) *r
 }
 
 func TestRateLimitRejectionHintAndOneClockRead(t *testing.T) {
-	tick := newCountingTicker()
+	tick, clock := newCountingTicker()
 	rl := newRateLimit(t, 10, 1, tick) // one permit per 100 ms
 	bh := newBulkhead(t, 4, tick)
 	p, err := pipeline.New(pipeline.Config{RateLimit: rl, Bulkhead: bh})
 	require.NoError(t, err)
 	require.Same(t, tick, p.Ticker(), "the pipeline takes its policies' ticker")
-	tick.reads.Store(0) // constructors may read the clock
+	reads := readsSince(tick)
 
 	require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code)
-	require.Equal(t, int64(1), tick.reads.Load(), "a rate limit needs t0 only")
+	require.Equal(t, int64(1), reads(), "a rate limit needs t0 only")
 
 	o := p.Try(context.Background(), ok)
 	require.Equal(t, pipeline.Rejected, o.Code)
 	require.Equal(t, pipeline.RateLimit, o.Policy)
 	require.ErrorIs(t, o.Err, ratelimit.ErrLimited)
 	require.Equal(t, 100*time.Millisecond, o.RetryAfter)
-	require.Equal(t, int64(2), tick.reads.Load())
+	require.Equal(t, int64(2), reads())
 	require.Equal(t, int64(0), bh.Stats().InFlight)
 
-	tick.Advance(40 * time.Millisecond)
+	clock.Advance(40 * time.Millisecond)
 	require.Equal(t, 60*time.Millisecond, p.Try(context.Background(), ok).RetryAfter)
-	tick.Advance(60 * time.Millisecond)
+	clock.Advance(60 * time.Millisecond)
 	require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code)
 }
 
 func TestTickerMismatchIsConfigError(t *testing.T) {
 	rl := newRateLimit(t, 10, 1, rampart.NewManualTicker(0))
 	_, err := pipeline.New(pipeline.Config{RateLimit: rl, Ticker: rampart.NewManualTicker(0)})
-	require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+	testkit.RequireConfigError(t, err, "pipeline", "RateLimit")
 }
 
 // TestTickerMismatchNamesTheOddPolicy: a ticker mismatch names the policy
@@ -261,11 +271,9 @@ func TestTickerMismatchNamesTheOddPolicy(t *testing.T) {
 				require.NotNil(t, p)
 				return
 			}
-			require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+			testkit.RequireConfigError(t, err, "pipeline", c.field)
 			var ce *rampart.ConfigError
 			require.ErrorAs(t, err, &ce)
-			require.Equal(t, "pipeline", ce.Policy)
-			require.Equal(t, c.field, ce.Field, ce.Error())
 			for _, r := range c.reason {
 				require.Contains(t, ce.Reason, r)
 			}
@@ -273,8 +281,6 @@ func TestTickerMismatchNamesTheOddPolicy(t *testing.T) {
 		})
 	}
 }
-
-func runtimeGoexit() { runtime.Goexit() }
 
 // TestZeroValuePoliciesAreConfigErrors: a policy that its package's New did
 // not build (a zero value, &bulkhead.Bulkhead{}) is refused by New with a
@@ -294,11 +300,7 @@ func TestZeroValuePoliciesAreConfigErrors(t *testing.T) {
 	} {
 		t.Run(field, func(t *testing.T) {
 			p, err := pipeline.New(cfg)
-			require.ErrorIs(t, err, rampart.ErrInvalidConfig)
-			var ce *rampart.ConfigError
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, "pipeline", ce.Policy)
-			require.Equal(t, field, ce.Field)
+			testkit.RequireConfigError(t, err, "pipeline", field)
 			require.Nil(t, p)
 
 			// Next to valid policies on the same ticker, the zero one is
@@ -322,8 +324,7 @@ func TestZeroValuePoliciesAreConfigErrors(t *testing.T) {
 				full.Hedge = cfg.Hedge
 			}
 			_, err = pipeline.New(full)
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, field, ce.Field)
+			testkit.RequireConfigError(t, err, "pipeline", field)
 		})
 	}
 	// The same policies, built by their New, are accepted together.

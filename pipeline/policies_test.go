@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -14,9 +15,10 @@ import (
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
-	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/timeout"
 )
 
 func newBreaker(t testing.TB, tick rampart.Ticker, mod func(*circuitbreaker.Config)) *circuitbreaker.Breaker {
@@ -53,7 +55,7 @@ func newAdaptive(t testing.TB, tick rampart.Ticker, limit int) *adaptive.Limiter
 
 // full builds retry + breaker + rate limiter + bulkhead + adaptive on tick.
 type full struct {
-	tick *countingTicker
+	tick *rampart.ManualTicker
 	rt   *retry.Policy
 	cb   *circuitbreaker.Breaker
 	al   *adaptive.Limiter
@@ -61,7 +63,7 @@ type full struct {
 }
 
 func newFull(t testing.TB) *full {
-	f := &full{tick: newCountingTicker()}
+	f := &full{tick: rampart.NewManualTicker(1_000_000)}
 	f.rt = newRetry(t, f.tick, nil)
 	f.cb = newBreaker(t, f.tick, func(c *circuitbreaker.Config) { c.ConsecutiveFailures = 3 })
 	f.al = newAdaptive(t, f.tick, 8)
@@ -122,36 +124,60 @@ func TestClockReadsPerAttempt(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tick := newCountingTicker()
+			tick, _ := newCountingTicker()
 			p, err := pipeline.New(c.build(tick))
 			require.NoError(t, err)
-			tick.reads.Store(0) // constructors may read the clock
+			reads := readsSince(tick)
 			for range 10 {
 				require.NoError(t, p.Do(ctx, ok))
 			}
-			require.Equal(t, 10*c.success, tick.reads.Load())
+			require.Equal(t, 10*c.success, reads())
 		})
 	}
 }
 
+// TestClockReadsOnRetries: a call retried to exhaustion reads the clock
+// twice per attempt, t0 and t1, whatever needs them: with a rate limiter, t0
+// for it and t1 for the retry's decision; with a breaker that times calls
+// and a soft timeout, the same pair serves them all, and the decision reads
+// nothing more.
 func TestClockReadsOnRetries(t *testing.T) {
-	tick := newCountingTicker()
-	rt := newRetry(t, tick, nil)
-	p, err := pipeline.New(pipeline.Config{Retry: rt, RateLimit: newRateLimit(t, 1e6, 100, tick)})
-	require.NoError(t, err)
-	tick.reads.Store(0) // constructors may read the clock
-	var n int
-	o := p.Try(context.Background(), func(context.Context) error {
-		n++
-		return errBoom
-	})
-	require.Equal(t, 3, n)
-	require.Equal(t, pipeline.Failed, o.Code)
-	require.ErrorIs(t, o.Err, errBoom)
-	require.ErrorIs(t, o.Err, retry.ErrExhausted)
-	require.EqualValues(t, 3, o.Attempts)
-	// Each attempt: t0 for the rate limiter, and t1 for the decision.
-	require.Equal(t, int64(6), tick.reads.Load())
+	for _, c := range []struct {
+		name  string
+		build func(tick rampart.Ticker) pipeline.Config
+	}{
+		{"ratelimit", func(tk rampart.Ticker) pipeline.Config {
+			return pipeline.Config{RateLimit: newRateLimit(t, 1e6, 100, tk)}
+		}},
+		{"timed breaker+soft timeout", func(tk rampart.Ticker) pipeline.Config {
+			to, err := timeout.New(timeout.Config{Duration: time.Hour, Mode: timeout.ModeSoft, Ticker: tk})
+			require.NoError(t, err)
+			return pipeline.Config{Timeout: to, Breaker: newBreaker(t, tk, func(c *circuitbreaker.Config) {
+				c.SlowCallDuration = time.Second
+				c.ConsecutiveFailures = 10
+			})}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tick, _ := newCountingTicker()
+			cfg := c.build(tick)
+			cfg.Retry = newRetry(t, tick, nil)
+			p, err := pipeline.New(cfg)
+			require.NoError(t, err)
+			reads := readsSince(tick)
+			var n int
+			o := p.Try(context.Background(), func(context.Context) error {
+				n++
+				return errBoom
+			})
+			require.Equal(t, 3, n)
+			require.Equal(t, pipeline.Failed, o.Code)
+			require.ErrorIs(t, o.Err, errBoom)
+			require.ErrorIs(t, o.Err, retry.ErrExhausted)
+			require.EqualValues(t, 3, o.Attempts)
+			require.Equal(t, int64(6), reads())
+		})
+	}
 }
 
 func newTokenBucket(t testing.TB) *retry.TokenBucket {
@@ -172,13 +198,13 @@ func newRatioBudget(t testing.TB) *retry.RatioBudget {
 // still work, each decision reads the clock once, and the bucket sees every
 // outcome.
 func TestRetryWithoutStartTime(t *testing.T) {
-	tick := newCountingTicker()
+	tick, _ := newCountingTicker()
 	tb := newTokenBucket(t)
 	full := tb.Tokens()
 	rt := newRetry(t, tick, func(c *retry.Config) { c.Budget = tb })
 	p, err := pipeline.New(pipeline.Config{Retry: rt})
 	require.NoError(t, err)
-	tick.reads.Store(0)
+	reads := readsSince(tick)
 	var n int
 	o := p.Try(context.Background(), func(context.Context) error {
 		if n++; n < 3 {
@@ -188,17 +214,17 @@ func TestRetryWithoutStartTime(t *testing.T) {
 	})
 	require.Equal(t, pipeline.OK, o.Code, "%v", o.Err)
 	require.EqualValues(t, 3, o.Attempts)
-	require.Equal(t, int64(2), tick.reads.Load(), "one read per retry decision, none for the start")
+	require.Equal(t, int64(2), reads(), "one read per retry decision, none for the start")
 	require.Equal(t, uint64(2), rt.Stats().Retries)
 	require.Less(t, tb.Tokens(), full, "the bucket saw the failures")
 
-	tick.reads.Store(0)
+	reads = readsSince(tick)
 	require.NoError(t, p.Do(context.Background(), ok))
-	require.Zero(t, tick.reads.Load())
+	require.Zero(t, reads())
 }
 
 func TestBreakerRejectsWithRemainingOpenTimeAndSpendsNoQuota(t *testing.T) {
-	tick := newCountingTicker()
+	tick := rampart.NewManualTicker(1_000_000)
 	cb := newBreaker(t, tick, nil)
 	rl := newRateLimit(t, 1, 1, tick) // a single permit per second
 	p, err := pipeline.New(pipeline.Config{Breaker: cb, RateLimit: rl})
@@ -226,7 +252,7 @@ func TestBreakerRejectsWithRemainingOpenTimeAndSpendsNoQuota(t *testing.T) {
 }
 
 func TestBreakerOpenWithoutT0ReadsTheClock(t *testing.T) {
-	tick := newCountingTicker()
+	tick := rampart.NewManualTicker(1_000_000)
 	cb := newBreaker(t, tick, nil)
 	p, err := pipeline.New(pipeline.Config{Breaker: cb})
 	require.NoError(t, err)
@@ -243,7 +269,7 @@ func TestBreakerOpenWithoutT0ReadsTheClock(t *testing.T) {
 }
 
 func TestLaterRejectionFreesHalfOpenProbe(t *testing.T) {
-	tick := newCountingTicker()
+	tick := rampart.NewManualTicker(1_000_000)
 	cb := newBreaker(t, tick, nil)
 	bh := newBulkhead(t, 1, tick)
 	p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh})
@@ -265,7 +291,7 @@ func TestLaterRejectionFreesHalfOpenProbe(t *testing.T) {
 }
 
 func TestRetryReadmitsEachAttemptAndDoesNotRetryRejections(t *testing.T) {
-	tick := newCountingTicker()
+	tick := rampart.NewManualTicker(1_000_000)
 	rt := newRetry(t, tick, func(c *retry.Config) { c.MaxAttempts = 5 })
 	rl := newRateLimit(t, 1, 2, tick) // two permits, then rejection
 	p, err := pipeline.New(pipeline.Config{Retry: rt, RateLimit: rl})
@@ -277,6 +303,73 @@ func TestRetryReadmitsEachAttemptAndDoesNotRetryRejections(t *testing.T) {
 	require.Equal(t, pipeline.RateLimit, o.Policy)
 	require.EqualValues(t, 3, o.Attempts)
 	require.Equal(t, time.Second, o.RetryAfter)
+}
+
+// TestRejectionOnLaterAttemptNamesThePolicy: a retried call rejected on a
+// later attempt ends Rejected by the policy that refused it, with that
+// policy's hint: the rate limiter on the second attempt (its wait, fn run
+// once), or the breaker that two failures opened (ConsecutiveFailures 2)
+// on the third (the remaining open time).
+func TestRejectionOnLaterAttemptNamesThePolicy(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		cfg        func(rampart.Ticker) (pipeline.Config, *circuitbreaker.Breaker)
+		runs       int
+		policy     pipeline.Kind
+		attempts   int32
+		is         error
+		retryAfter time.Duration
+	}{
+		{"ratelimit", func(tick rampart.Ticker) (pipeline.Config, *circuitbreaker.Breaker) {
+			return pipeline.Config{RateLimit: newRateLimit(t, 10, 1, tick)}, nil // one permit per 100 ms
+		}, 1, pipeline.RateLimit, 2, rampart.ErrRejected, 100 * time.Millisecond},
+		{"breaker", func(tick rampart.Ticker) (pipeline.Config, *circuitbreaker.Breaker) {
+			cb := newBreaker(t, tick, nil)
+			return pipeline.Config{Breaker: cb}, cb
+		}, 2, pipeline.Breaker, 3, circuitbreaker.ErrOpen, 10 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tick := rampart.NewManualTicker(1_000_000)
+			cfg, cb := c.cfg(tick)
+			cfg.Retry = newRetry(t, tick, nil)
+			p, err := pipeline.New(cfg)
+			require.NoError(t, err)
+			var n int
+			o := p.Try(context.Background(), func(context.Context) error { n++; return errBoom })
+			require.Equal(t, c.runs, n)
+			require.Equal(t, pipeline.Rejected, o.Code)
+			require.Equal(t, c.policy, o.Policy)
+			require.EqualValues(t, c.attempts, o.Attempts)
+			require.ErrorIs(t, o.Err, c.is)
+			require.Equal(t, c.retryAfter, o.RetryAfter)
+			if cb != nil {
+				require.Equal(t, circuitbreaker.Open, cb.State())
+			}
+		})
+	}
+}
+
+// TestBulkheadRejectionOnRetryCarriesNoStaleHint: a bulkhead rejection on
+// the second attempt carries no hint, even though the first attempt's error
+// carried one (the rejection decides).
+func TestBulkheadRejectionOnRetryCarriesNoStaleHint(t *testing.T) {
+	// In a bubble: the retry honours the 3 s hint with a sleep on the fake clock.
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewManualTicker(1_000_000)
+		bh := newBulkhead(t, 1, tick)
+		rt := newRetry(t, tick, func(c *retry.Config) {
+			c.OnRetry = func(int, time.Duration, error) { require.True(t, bh.TryEnter()) } // fills it between attempts
+		})
+		p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh})
+		require.NoError(t, err)
+		o := p.Try(context.Background(), func(context.Context) error { return hinted{3 * time.Second} })
+		require.Equal(t, pipeline.Rejected, o.Code)
+		require.Equal(t, pipeline.Bulkhead, o.Policy)
+		require.EqualValues(t, 2, o.Attempts)
+		require.Zero(t, o.RetryAfter)
+		bh.Exit()
+		require.Zero(t, bh.Stats().InFlight)
+	})
 }
 
 func TestRetrySucceedsAfterFailures(t *testing.T) {
@@ -296,7 +389,7 @@ func TestRetrySucceedsAfterFailures(t *testing.T) {
 }
 
 func TestNonRetryableAndPermanentErrors(t *testing.T) {
-	tick := newCountingTicker()
+	tick := rampart.NewManualTicker(1_000_000)
 	p, err := pipeline.New(pipeline.Config{Retry: newRetry(t, tick, nil)})
 	require.NoError(t, err)
 	var n int
@@ -318,26 +411,72 @@ func TestRetryAfterHintFromError(t *testing.T) {
 	require.Equal(t, 3*time.Second, o.RetryAfter)
 }
 
+// TestCanceledDuringRetrySleep: a caller sleeping before its retry holds no
+// permit; cancelled there, the call ends Canceled after one attempt, with
+// no policy and no hint, and its error wraps fn's and the context's.
 func TestCanceledDuringRetrySleep(t *testing.T) {
-	tick := newCountingTicker()
-	rt := newRetry(t, tick, func(c *retry.Config) { c.BaseDelay = time.Hour; c.MaxDelay = time.Hour })
-	bh := newBulkhead(t, 1, tick)
-	p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh})
+	synctest.Test(t, func(t *testing.T) {
+		tick := rampart.NewManualTicker(1)
+		bh := newBulkhead(t, 1, tick)
+		rt := newRetry(t, tick, func(c *retry.Config) { c.BaseDelay = time.Hour; c.MaxDelay = time.Hour })
+		p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan pipeline.Outcome)
+		go func() { done <- p.Try(ctx, fail) }()
+		synctest.Wait()
+		require.Zero(t, bh.Stats().InFlight, "a sleeping caller holds no permit")
+		cancel()
+		o := <-done
+		require.Equal(t, pipeline.Canceled, o.Code)
+		require.Equal(t, pipeline.None, o.Policy)
+		require.EqualValues(t, 1, o.Attempts)
+		require.ErrorIs(t, o.Err, errBoom)
+		require.ErrorIs(t, o.Err, context.Canceled)
+		require.Zero(t, o.RetryAfter)
+		require.Zero(t, bh.Stats().InFlight)
+	})
+}
+
+// TestCanceledAttemptGrantsNoRetry: an attempt that fails with a retryable
+// error after the caller's context was cancelled ends the call without
+// granting a retry, as retry.Do does: the budget counts no retry, OnRetry
+// is not called, Stats.Retries stays 0.
+func TestCanceledAttemptGrantsNoRetry(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	budget, err := retry.NewRatioBudget(retry.RatioBudgetConfig{MinRetries: 10})
 	require.NoError(t, err)
+	var onRetry int
+	rt, err := retry.New(retry.Config{Ticker: tk, Budget: budget, BaseDelay: time.Millisecond,
+		OnRetry: func(int, time.Duration, error) { onRetry++ }})
+	require.NoError(t, err)
+	p, err := pipeline.New(pipeline.Config{Ticker: tk, Retry: rt})
+	require.NoError(t, err)
+
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	o := p.Try(ctx, func(context.Context) error {
-		time.AfterFunc(time.Millisecond, cancel)
+		cancel()
 		return errBoom
 	})
 	require.Equal(t, pipeline.Canceled, o.Code)
-	require.ErrorIs(t, o.Err, context.Canceled)
 	require.ErrorIs(t, o.Err, errBoom)
-	require.Equal(t, int64(0), bh.Stats().InFlight)
+	require.ErrorIs(t, o.Err, context.Canceled)
+	require.EqualValues(t, 1, o.Attempts)
+	_, retries := budget.Counts(tk.Now())
+	require.Zero(t, retries, "budget counted a retry that was never made")
+	require.Zero(t, onRetry)
+	require.Zero(t, rt.Stats().Retries)
+
+	// retry.Do, for comparison, grants nothing either.
+	ctx, cancel = context.WithCancel(context.Background())
+	err = rt.Do(ctx, func(context.Context) error { cancel(); return errBoom })
+	require.ErrorIs(t, err, context.Canceled)
+	_, retries = budget.Counts(tk.Now())
+	require.Zero(t, retries)
 }
 
 func TestCallerCancellationIsNotABreakerFailure(t *testing.T) {
-	tick := newCountingTicker()
+	tick := rampart.NewManualTicker(1_000_000)
 	cb := newBreaker(t, tick, nil)
 	p, err := pipeline.New(pipeline.Config{Breaker: cb})
 	require.NoError(t, err)
@@ -362,20 +501,6 @@ func TestPanicRecordsFailureEverywhere(t *testing.T) {
 	require.Equal(t, 0, f.al.InFlight())
 }
 
-func TestGoexitReleasesEverything(t *testing.T) {
-	f := newFull(t)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_, _ = pipeline.Call(context.Background(), f.p, func(context.Context) (int, error) {
-			runtimeGoexit()
-			return 0, nil
-		})
-	})
-	wg.Wait()
-	require.Equal(t, 0, f.al.InFlight())
-	require.Equal(t, pipeline.OK, f.p.Try(context.Background(), ok).Code)
-}
-
 func TestStressReleaseExactlyOnce(t *testing.T) {
 	tick := rampart.NewManualTicker(1)
 	cb := newBreaker(t, tick, func(c *circuitbreaker.Config) {
@@ -395,8 +520,7 @@ func TestStressReleaseExactlyOnce(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 300 {
-				func() {
-					defer func() { _ = recover() }()
+				testkit.Run(func() { // the calls whose fn panics panic here
 					o := p.Try(context.Background(), func(context.Context) error {
 						n := inside.Add(1)
 						defer inside.Add(-1)
@@ -415,7 +539,7 @@ func TestStressReleaseExactlyOnce(t *testing.T) {
 						return nil
 					})
 					codes[o.Code].Add(1)
-				}()
+				})
 			}
 		})
 	}
@@ -427,9 +551,6 @@ func TestStressReleaseExactlyOnce(t *testing.T) {
 }
 
 func TestAllocsSuccessAndRejections(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	ctx := context.Background()
 	tick := rampart.NewManualTicker(1)
 	rt := newRetry(t, tick, nil)
@@ -440,22 +561,22 @@ func TestAllocsSuccessAndRejections(t *testing.T) {
 	require.NoError(t, err)
 	call := func(context.Context) (int, error) { return 1, nil }
 
-	require.Zero(t, testing.AllocsPerRun(200, func() {
+	testkit.WantAllocs(t, "success", 0, func() {
 		tick.Advance(time.Second) // a fresh rate-limit permit
 		if p.Do(ctx, ok) != nil {
 			t.Fatal("not admitted")
 		}
-	}), "success")
-	require.Zero(t, testing.AllocsPerRun(200, func() {
+	})
+	testkit.WantAllocs(t, "success, Call", 0, func() {
 		tick.Advance(time.Second)
 		if _, err := pipeline.Call(ctx, p, call); err != nil {
 			t.Fatal("not admitted")
 		}
-	}), "success, Call")
+	})
 	// A closure that captures a variable stays on the caller's stack: fn
 	// does not escape through Do or Call.
 	calls := 0
-	require.Zero(t, testing.AllocsPerRun(200, func() {
+	testkit.WantAllocs(t, "success, capturing closures", 0, func() {
 		tick.Advance(time.Second)
 		if p.Do(ctx, func(context.Context) error { calls++; return nil }) != nil {
 			t.Fatal("not admitted")
@@ -464,72 +585,85 @@ func TestAllocsSuccessAndRejections(t *testing.T) {
 		if _, err := pipeline.Call(ctx, p, func(context.Context) (int, error) { calls++; return calls, nil }); err != nil {
 			t.Fatal("not admitted")
 		}
-	}), "success, capturing closures")
-	require.Equal(t, 2*201, calls) // AllocsPerRun runs the function once more to warm up
-	require.Zero(t, testing.AllocsPerRun(200, func() {
+	})
+	require.Equal(t, 2*(testkit.AllocRuns+1), calls) // AllocsPerRun runs the function once more to warm up
+	testkit.WantAllocs(t, "rate-limit rejection", 0, func() {
 		if p.Try(ctx, ok).Policy != pipeline.RateLimit {
 			t.Fatal("not rejected by the rate limiter")
 		}
-	}), "rate-limit rejection")
+	})
 	tick.Advance(time.Second)
 	require.True(t, bh.TryEnter())
-	require.Zero(t, testing.AllocsPerRun(200, func() {
+	testkit.WantAllocs(t, "bulkhead rejection", 0, func() {
 		tick.Advance(time.Second)
 		if p.Try(ctx, ok).Policy != pipeline.Bulkhead {
 			t.Fatal("not rejected by the bulkhead")
 		}
-	}), "bulkhead rejection")
+	})
 	bh.Exit()
 	require.True(t, cb.TransitionTo(circuitbreaker.Open))
-	require.Zero(t, testing.AllocsPerRun(200, func() {
+	testkit.WantAllocs(t, "breaker rejection", 0, func() {
 		if p.Try(ctx, ok).Policy != pipeline.Breaker {
 			t.Fatal("not rejected by the breaker")
 		}
-	}), "breaker rejection")
+	})
 }
 
 func TestAllocsAdaptive(t *testing.T) {
-	if israce.Enabled {
-		t.Skip("allocation counts differ under -race")
-	}
 	ctx := context.Background()
 	tick := rampart.NewManualTicker(1)
 	al := newAdaptive(t, tick, 1)
 	p, err := pipeline.New(pipeline.Config{Adaptive: al})
 	require.NoError(t, err)
-	require.Zero(t, testing.AllocsPerRun(200, func() { _ = p.Do(ctx, ok) }))
+	testkit.WantAllocs(t, "Do", 0, func() { _ = p.Do(ctx, ok) })
 	var rejected pipeline.Outcome
-	require.Zero(t, testing.AllocsPerRun(200, func() {
+	testkit.WantAllocs(t, "Do with a capturing closure, a nested call rejected", 0, func() {
 		// A capturing closure: Do must not make it escape.
 		_ = p.Do(ctx, func(ctx context.Context) error {
 			rejected = p.Try(ctx, ok)
 			return nil
 		})
-	}))
+	})
 	n := 0
-	require.Zero(t, testing.AllocsPerRun(200, func() {
+	testkit.WantAllocs(t, "Call with a capturing closure", 0, func() {
 		_, _ = pipeline.Call(ctx, p, func(context.Context) (*int, error) { n++; return &n, nil })
-	}), "Call with a capturing closure")
+	})
 	require.Equal(t, pipeline.Adaptive, rejected.Policy)
 	require.ErrorIs(t, rejected.Err, adaptive.ErrLimited)
 }
 
+// TestRetryBudgetRefusalIsARejectionByRetry: a retry the budget refuses
+// ends the call Rejected by Retry, with an error that is retry.ErrBudget
+// and rampart.ErrRejected and wraps fn's last error, and with that error's
+// Retry-After hint, if it has one.
 func TestRetryBudgetRefusalIsARejectionByRetry(t *testing.T) {
-	tick := newCountingTicker()
-	budget, err := retry.NewTokenBucket(retry.TokenBucketConfig{MaxTokens: 2, TokenRatio: 0.1})
-	require.NoError(t, err)
-	rt := newRetry(t, tick, func(c *retry.Config) { c.Budget = budget; c.MaxAttempts = 10 })
-	p, err := pipeline.New(pipeline.Config{Retry: rt})
-	require.NoError(t, err)
-	var o pipeline.Outcome
-	for range 5 {
-		o = p.Try(context.Background(), fail)
+	for _, c := range []struct {
+		name       string
+		err        error
+		retryAfter time.Duration
+	}{
+		{"plain error", errBoom, 0},
+		{"hinted error", hinted{1500 * time.Millisecond}, 1500 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tick := rampart.NewManualTicker(1_000_000)
+			budget, err := retry.NewTokenBucket(retry.TokenBucketConfig{MaxTokens: 2, TokenRatio: 0.1})
+			require.NoError(t, err)
+			rt := newRetry(t, tick, func(c *retry.Config) { c.Budget = budget; c.MaxAttempts = 10 })
+			p, err := pipeline.New(pipeline.Config{Retry: rt})
+			require.NoError(t, err)
+			var o pipeline.Outcome
+			for range 5 {
+				o = p.Try(context.Background(), func(context.Context) error { return c.err })
+			}
+			require.Equal(t, pipeline.Rejected, o.Code)
+			require.Equal(t, pipeline.Retry, o.Policy)
+			require.ErrorIs(t, o.Err, retry.ErrBudget)
+			require.ErrorIs(t, o.Err, rampart.ErrRejected)
+			require.ErrorIs(t, o.Err, c.err)
+			require.Equal(t, c.retryAfter, o.RetryAfter)
+		})
 	}
-	require.Equal(t, pipeline.Rejected, o.Code)
-	require.Equal(t, pipeline.Retry, o.Policy)
-	require.ErrorIs(t, o.Err, retry.ErrBudget)
-	require.ErrorIs(t, o.Err, rampart.ErrRejected)
-	require.ErrorIs(t, o.Err, errBoom)
 }
 
 func TestCancelWhileWaitingForBulkheadUnwindsBreaker(t *testing.T) {
@@ -554,4 +688,36 @@ func TestCancelWhileWaitingForBulkheadUnwindsBreaker(t *testing.T) {
 	bh.Exit()
 	require.Equal(t, int64(0), bh.Stats().InFlight)
 	require.Zero(t, cb.Stats().Failures, "the unwound permit recorded nothing")
+}
+
+// TestCancelInBulkheadWaitAfterRetryGivesUp: a call cancelled while its
+// second attempt waits for a bulkhead permit ends as one cancelled during
+// the retry's sleep does: the retry gives up (Stats.GiveUps, OnGiveUp) with
+// an error that wraps fn's last error and the context's.
+func TestCancelInBulkheadWaitAfterRetryGivesUp(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1, MaxWait: time.Hour, Ticker: tick})
+	require.NoError(t, err)
+	var giveUps int
+	rt := newRetry(t, tick, func(c *retry.Config) {
+		c.OnRetry = func(int, time.Duration, error) { require.True(t, bh.TryEnter()) }
+		c.OnGiveUp = func(int, retry.Stop, error) { giveUps++ }
+	})
+	p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan pipeline.Outcome)
+	go func() { done <- p.Try(ctx, fail) }()
+	for bh.Stats().Waiting == 0 {
+		runtime.Gosched()
+	}
+	cancel()
+	o := <-done
+	bh.Exit()
+	require.Equal(t, pipeline.Canceled, o.Code)
+	require.Equal(t, pipeline.None, o.Policy)
+	require.ErrorIs(t, o.Err, context.Canceled)
+	require.ErrorIs(t, o.Err, errBoom, "fn's last error is kept")
+	require.EqualValues(t, 1, rt.Stats().GiveUps)
+	require.Equal(t, 1, giveUps)
 }
