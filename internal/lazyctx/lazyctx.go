@@ -182,6 +182,11 @@ func (c *Ctx) Done() <-chan struct{} {
 // doneSlow is the slow path of Done: create the channel, then make sure the
 // parent's cancellation reaches it.
 func (c *Ctx) doneSlow() <-chan struct{} {
+	// A parent that ended before anyone watched it: end now, so that the
+	// channel returned is already closed (Err must not be non-nil while
+	// Done is open; the watch registered below would close it only later,
+	// on context.AfterFunc's goroutine).
+	_ = c.Err()
 	s := c.getSlow()
 	s.mu.Lock()
 	d, _ := s.done.Load().(chan struct{})
@@ -367,12 +372,13 @@ func (c *Ctx) watchParent(s *slowState) {
 	}
 	s.watching = true
 	s.mu.Unlock()
-	if c.parent.Done() == nil {
-		return // the parent is never cancelled
-	}
 	var stop func() bool
 	if a, ok := c.parent.(afterFuncer); ok {
+		// Checked first: asking such a parent (a Ctx) for Done would make
+		// its channel for nothing.
 		stop = a.AfterFunc(c.parentDone)
+	} else if c.parent.Done() == nil {
+		return // the parent is never cancelled
 	} else {
 		stop = context.AfterFunc(c.parent, c.parentDone)
 	}

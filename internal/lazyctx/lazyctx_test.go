@@ -1,0 +1,459 @@
+package lazyctx
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/rampart-go/rampart/internal/bubble"
+	"github.com/rampart-go/rampart/internal/testkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newCtx(parent context.Context) *Ctx {
+	c := new(Ctx)
+	c.Init(parent)
+	return c
+}
+
+type key struct{}
+
+// requireDone fails t unless d is closed.
+func requireDone(t *testing.T, d <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-d:
+	default:
+		t.Fatal("Done is open")
+	}
+}
+
+// requireOpen fails t if d is closed.
+func requireOpen(t *testing.T, d <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-d:
+		t.Fatal("Done is closed")
+	default:
+	}
+}
+
+// TestErrIsTheCodeAndNeverChanges ends a context with each code, with and
+// without a Done channel made first, and checks that Err, Code and Done
+// agree and stay as they are whatever ends it later.
+func TestErrIsTheCodeAndNeverChanges(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code Code
+		want error
+	}{
+		{"fired", Fired, context.DeadlineExceeded},
+		{"finished", Finished, context.Canceled},
+		{"parent", ParentDone, context.Canceled}, // the parent's Err: a cancelled parent's
+	} {
+		for _, doneFirst := range []bool{false, true} {
+			name := tc.name
+			if doneFirst {
+				name += "/done-first"
+			}
+			t.Run(name, func(t *testing.T) {
+				parent, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				c := newCtx(parent)
+				require.Equal(t, Live, c.Code())
+				require.NoError(t, c.Err())
+				var d <-chan struct{}
+				if doneFirst {
+					d = c.Done()
+					requireOpen(t, d)
+				}
+				require.False(t, c.Cancel(Live), "Live ends nothing")
+				if tc.code == ParentDone {
+					cancel() // the parent ends it (noticed by Err or by the watch)
+				} else {
+					require.True(t, c.Cancel(tc.code))
+				}
+				require.Equal(t, tc.want, c.Err())
+				require.Equal(t, tc.code, c.Code())
+				if d == nil {
+					d = c.Done()
+				}
+				requireDone(t, d)
+				require.Equal(t, d, c.Done(), "Done is stable")
+				// Whatever happens later, the first end stays.
+				cancel()
+				for _, code := range []Code{Fired, Finished, ParentDone} {
+					require.False(t, c.Cancel(code))
+				}
+				require.Equal(t, tc.want, c.Err())
+				require.Equal(t, tc.code, c.Code())
+			})
+		}
+	}
+}
+
+// TestErrSeesTheParentWithoutDone checks that a parent that ended is
+// noticed by Err alone (no watch was registered), and that the parent's
+// error is then frozen against a later Cancel.
+func TestErrSeesTheParentWithoutDone(t *testing.T) {
+	parent, cancel := context.WithTimeout(context.Background(), time.Hour)
+	c := newCtx(parent)
+	require.NoError(t, c.Err())
+	cancel()
+	require.Equal(t, context.Canceled, c.Err())
+	require.Equal(t, ParentDone, c.Code())
+	require.False(t, c.Cancel(Fired))
+	require.Equal(t, context.Canceled, c.Err())
+	requireDone(t, c.Done())
+
+	// A parent already done before the context was made.
+	done, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	c = newCtx(done)
+	requireDone(t, c.Done())
+	require.Equal(t, context.Canceled, c.Err())
+}
+
+// TestDeadlineValueAndStringAreTheParents checks the parts a Ctx takes
+// from its parent as they are.
+func TestDeadlineValueAndStringAreTheParents(t *testing.T) {
+	c := newCtx(context.WithValue(context.Background(), key{}, "v"))
+	_, ok := c.Deadline()
+	require.False(t, ok)
+	require.Equal(t, "v", c.Value(key{}))
+	require.Nil(t, c.Value("other"))
+	require.Equal(t, "lazyctx.Ctx", c.String())
+
+	at := time.Now().Add(time.Hour)
+	parent, cancel := context.WithDeadline(context.Background(), at)
+	defer cancel()
+	c = newCtx(parent)
+	dl, ok := c.Deadline()
+	require.True(t, ok)
+	require.Equal(t, at, dl)
+	require.Equal(t, parent, c.Parent())
+	c.Cancel(Finished)
+	require.Equal(t, "v", newCtx(context.WithValue(c, key{}, "v")).Value(key{}), "values pass through a derived context")
+}
+
+// TestCauseIsErrOrTheParentsCause checks context.Cause on a Ctx: nil while
+// live (even under a live WithCancelCause parent), Err when the owner ended
+// it (never nil, never the parent's cause), the parent's cause when the
+// parent ended it (seen through Err or through the watch).
+func TestCauseIsErrOrTheParentsCause(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		end  func(c *Ctx, cancel context.CancelCauseFunc)
+		want error
+	}{
+		{"fired", func(c *Ctx, _ context.CancelCauseFunc) { c.Cancel(Fired) }, context.DeadlineExceeded},
+		{"finished", func(c *Ctx, _ context.CancelCauseFunc) { c.Cancel(Finished) }, context.Canceled},
+		{"finished, then the parent", func(c *Ctx, cancel context.CancelCauseFunc) {
+			c.Cancel(Finished)
+			cancel(boom)
+		}, context.Canceled},
+		{"parent", func(_ *Ctx, cancel context.CancelCauseFunc) { cancel(boom) }, boom},
+	} {
+		for _, watched := range []bool{false, true} {
+			name := tc.name
+			if watched {
+				name += "/watched"
+			}
+			t.Run(name, func(t *testing.T) {
+				parent, cancel := context.WithCancelCause(context.Background())
+				defer cancel(nil)
+				c := newCtx(parent)
+				if watched {
+					c.Done()
+				}
+				require.NoError(t, context.Cause(c))
+				tc.end(c, cancel)
+				require.Equal(t, tc.want, context.Cause(c))
+				require.Equal(t, tc.want, context.Cause(c), "stable")
+				// A child derived from c inherits the same cause.
+				child, ccancel := context.WithCancel(c)
+				defer ccancel()
+				requireDone(t, child.Done())
+				require.Equal(t, tc.want, context.Cause(child))
+			})
+		}
+	}
+
+	// A parent ended by its own deadline, with a cause.
+	parent, cancel := context.WithDeadlineCause(context.Background(), time.Now().Add(-time.Second), boom)
+	defer cancel()
+	c := newCtx(parent)
+	require.Equal(t, boom, context.Cause(c))
+	require.Equal(t, context.DeadlineExceeded, c.Err())
+
+	// A parent that is not a cancelCtx but ends on its own, inside a live
+	// cancelCtx: Cause must not report the live one's nil cause.
+	outer, cancelOuter := context.WithCancelCause(context.Background())
+	defer cancelOuter(nil)
+	cp := &customCtx{Context: outer, done: make(chan struct{})}
+	c = newCtx(cp)
+	cp.cancel()
+	require.Equal(t, context.Canceled, context.Cause(c))
+}
+
+// customCtx is a parent without an AfterFunc method that ends on its own.
+type customCtx struct {
+	context.Context
+	done chan struct{}
+	err  atomic.Value
+}
+
+func (c *customCtx) Done() <-chan struct{} { return c.done }
+func (c *customCtx) Err() error {
+	if e, ok := c.err.Load().(error); ok {
+		return e
+	}
+	return nil
+}
+func (c *customCtx) cancel() { c.err.Store(context.Canceled); close(c.done) }
+
+// TestAfterFuncRunsAtTheEnd checks the AfterFunc method: a registration runs
+// once, synchronously on the goroutine that ends the context; a stopped one
+// never runs; one made after the end runs at once on its own goroutine.
+func TestAfterFuncRunsAtTheEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCtx(context.Background())
+		var ran atomic.Int32
+		stop1 := c.AfterFunc(func() { ran.Add(1) })
+		stop2 := c.AfterFunc(func() { ran.Add(10) })
+		require.True(t, stop2())
+		require.False(t, stop2())
+		require.True(t, c.Cancel(Fired))
+		require.Equal(t, int32(1), ran.Load(), "ran synchronously in Cancel")
+		require.False(t, stop1(), "already ran")
+		require.False(t, c.Cancel(Finished))
+		require.Equal(t, int32(1), ran.Load(), "runs once")
+
+		stop3 := c.AfterFunc(func() { ran.Add(100) })
+		synctest.Wait()
+		require.Equal(t, int32(101), ran.Load(), "after the end: at once, in a goroutine")
+		require.False(t, stop3())
+
+		// Ended by the parent through the watch: the registration runs.
+		parent, cancel := context.WithCancel(context.Background())
+		c = newCtx(parent)
+		c.AfterFunc(func() { ran.Add(1000) })
+		cancel()
+		synctest.Wait() // context.AfterFunc on the parent runs its f in a goroutine
+		require.Equal(t, int32(1101), ran.Load())
+		require.Equal(t, context.Canceled, c.Err())
+	})
+}
+
+// TestChildrenCostNoGoroutine derives children from a Ctx (whose parent is
+// a *context.cancelCtx, a Ctx, a parent without AfterFunc, or Background)
+// and checks that they cost no goroutine and all end with the Ctx, and that
+// the watch on the parent is released when the Ctx ends.
+func TestChildrenCostNoGoroutine(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		parent func(t *testing.T) context.Context
+		watch  int // goroutines the watch on the parent costs
+	}{
+		{"background", func(*testing.T) context.Context { return context.Background() }, 0},
+		{"cancelCtx", func(t *testing.T) context.Context { return t.Context() }, 0},
+		{"ctx", func(t *testing.T) context.Context { return newCtx(t.Context()) }, 0},
+		{"custom", func(t *testing.T) context.Context {
+			return &customCtx{Context: t.Context(), done: make(chan struct{})}
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				parent := tc.parent(t)
+				synctest.Wait()
+				base := bubble.Goroutines()
+				c := newCtx(parent)
+				const n = 20
+				var children []context.Context
+				var ran atomic.Int32
+				for range n {
+					cc, ccancel := context.WithCancel(c)
+					defer ccancel()
+					tc, tcancel := context.WithTimeout(c, time.Hour)
+					defer tcancel()
+					gc, gcancel := context.WithCancel(cc)
+					defer gcancel()
+					context.AfterFunc(c, func() { ran.Add(1) })
+					children = append(children, cc, tc, gc)
+				}
+				stop := context.AfterFunc(c, func() { ran.Add(1000) })
+				require.True(t, stop())
+				synctest.Wait()
+				require.Equal(t, base+tc.watch, bubble.Goroutines(), "children must not cost goroutines")
+				for _, ch := range children {
+					requireOpen(t, ch.Done())
+				}
+				c.Cancel(Fired)
+				for _, ch := range children {
+					requireDone(t, ch.Done()) // synchronously
+					require.Equal(t, context.DeadlineExceeded, ch.Err())
+				}
+				synctest.Wait() // context.AfterFunc runs f in a goroutine
+				require.Equal(t, int32(n), ran.Load())
+				require.Equal(t, base, bubble.Goroutines(), "the watch is released")
+			})
+		})
+	}
+}
+
+// TestParentWatchUnregisters checks that a Ctx that ended before its
+// parent no longer holds a registration on the parent: the parent's later
+// cancellation finds nothing of it (its Err stays its own).
+func TestParentWatchUnregisters(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	p := newCtx(parent)
+	c := newCtx(p)
+	d := c.Done()
+	require.Len(t, p.slow.Load().afters, 1, "c watches p through p's AfterFunc")
+	require.True(t, c.Cancel(Finished))
+	requireDone(t, d)
+	require.Empty(t, p.slow.Load().afters, "the watch is released")
+	cancel()
+	require.Equal(t, context.Canceled, p.Err())
+	requireDone(t, p.Done())
+	require.Equal(t, context.Canceled, c.Err())
+	require.Equal(t, Finished, c.Code(), "ended by the owner, not the parent")
+	require.Equal(t, ParentDone, p.Code())
+}
+
+// TestArmTimer checks the fallback timer: it fires f after d unless
+// StopTimer stopped it first, and StopTimer reports which.
+func TestArmTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCtx(context.Background())
+		require.False(t, c.StopTimer(), "no timer")
+		c.ArmTimer(time.Second, func() { c.Cancel(Fired) })
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, context.DeadlineExceeded, c.Err())
+		require.False(t, c.StopTimer(), "it fired")
+
+		c = newCtx(context.Background())
+		c.ArmTimer(time.Second, func() { c.Cancel(Fired) })
+		require.True(t, c.StopTimer())
+		c.Cancel(Finished)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.Equal(t, context.Canceled, c.Err())
+	})
+}
+
+// TestConcurrentEnd races every reader of a Ctx (Done, Err, Cause, AfterFunc
+// and its stop, derived children) against two enders (the owner's Cancel
+// and the parent's cancellation). Every observer must see the same error,
+// every Done closed, and every registration not stopped in time run
+// exactly once. Run it under -race.
+func TestConcurrentEnd(t *testing.T) {
+	// In a bubble so that synctest.Wait can wait for the registrations that
+	// run on goroutines of their own; the goroutines still run in parallel.
+	synctest.Test(t, func(t *testing.T) {
+		for range 200 {
+			concurrentEnd(t)
+		}
+	})
+}
+
+func concurrentEnd(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := newCtx(parent)
+	const readers = 8
+	var wg sync.WaitGroup
+	var ran, stopped atomic.Int32
+	errs := make([]error, readers)
+	start := make(chan struct{})
+	for i := range readers {
+		wg.Go(func() {
+			<-start
+			stop := c.AfterFunc(func() { ran.Add(1) })
+			child, ccancel := context.WithCancel(c)
+			defer ccancel()
+			if i%2 == 0 && stop() {
+				stopped.Add(1)
+			}
+			_ = c.Err()
+			_ = context.Cause(c)
+			<-c.Done()
+			<-child.Done()
+			errs[i] = c.Err()
+		})
+	}
+	wg.Go(func() { <-start; c.Cancel(Fired) })
+	wg.Go(func() { <-start; cancel() })
+	close(start)
+	wg.Wait()
+	want := c.Err()
+	require.True(t, want == context.DeadlineExceeded || want == context.Canceled, want)
+	for _, e := range errs {
+		require.Equal(t, want, e)
+	}
+	require.Equal(t, want, context.Cause(c))
+	// A registration runs synchronously, or (made after the end) on a
+	// goroutine of its own: wait for those.
+	synctest.Wait()
+	require.Equal(t, int32(readers), ran.Load()+stopped.Load())
+}
+
+var sink *Ctx
+
+// TestAllocs pins what a Ctx costs: one object for a callee that never
+// asks for Done (Err polled, ended by its owner), and the lazily made
+// state for one that does.
+func TestAllocs(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	testkit.WantAllocs(t, "Err only", 1, func() {
+		c := new(Ctx)
+		c.Init(parent)
+		_ = c.Err()
+		c.Cancel(Finished)
+		sink = c
+	})
+	// The slow state and the channel; Background is never done: no watch.
+	testkit.WantAllocs(t, "Done, parent never done", 3, func() {
+		c := new(Ctx)
+		c.Init(context.Background())
+		<-doneAfter(c)
+		sink = c
+	})
+	// Plus the watch on a cancelCtx parent (context.AfterFunc's
+	// registration and stop func, the bound parentDone).
+	testkit.WantAllocs(t, "Done, cancelCtx parent", 3+3, func() {
+		c := new(Ctx)
+		c.Init(parent)
+		<-doneAfter(c)
+		sink = c
+	})
+	// A parent that is itself a Ctx (one object more): the watch costs the
+	// parent's slow state (no channel), its AfterFunc entry, map and stop
+	// closure, and the bound parentDone, but no goroutine.
+	testkit.WantAllocs(t, "Done, Ctx parent", 1+3+6, func() {
+		p := new(Ctx)
+		p.Init(context.Background())
+		c := new(Ctx)
+		c.Init(p)
+		<-doneAfter(c)
+		sink = p
+	})
+}
+
+// doneAfter makes c's Done channel, ends c and returns the channel.
+func doneAfter(c *Ctx) <-chan struct{} {
+	d := c.Done()
+	c.Cancel(Finished)
+	return d
+}
