@@ -156,11 +156,9 @@ type Pipeline struct {
 	// not from the start of the queueing.
 	mayWait bool
 
-	// fast: run's fast first attempt applies (no policy can queue, see
-	// mayWait). held: the heldX bits of the policies present, which the
-	// fast path stores at once.
+	// fast: run's first attempt runs outside the retry loop (no policy
+	// can queue, see mayWait).
 	fast bool
-	held uint8
 
 	// cached is the reading of tick when it is a *rampart.CachedTicker,
 	// loaded directly instead of through the interface (see now); else
@@ -262,14 +260,6 @@ func New(cfg Config) (*Pipeline, error) {
 		p.cached = ticker.Reading(c)
 	}
 	p.fast = !p.mayWait
-	for _, h := range [...]struct {
-		present bool
-		bit     uint8
-	}{{p.cb != nil, heldBreaker}, {p.bh != nil, heldBulkhead}, {p.al != nil, heldAdaptive}, {p.to != nil, heldTimeout}} {
-		if h.present {
-			p.held |= h.bit
-		}
-	}
 	return p, nil
 }
 
