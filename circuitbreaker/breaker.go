@@ -139,7 +139,7 @@ type Breaker struct {
 	errHalfOpen *rampart.RejectedError
 	mode        Mode
 	fast        uint8 // fastCount, fastConsec: the closed success path needs no evaluation
-	healthyOK   bool  // fast == fastCount and no Classify: Record's inlined fast path applies
+	healthyOK   bool  // fast == fastCount and no Classify: Record's call-free fast path applies
 	timed       bool  // the shorthands must read the clock before and after every call
 	slowNs      int64
 	minCalls    int64
@@ -236,7 +236,9 @@ func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
 //
 // Closed: one atomic load and a branch. Open: one more load (the end of the
 // open period); the first caller after it wins a CAS to HalfOpen and becomes
-// the first probe. HalfOpen: a CAS that takes a probe slot.
+// the first probe. HalfOpen: a CAS that takes a probe slot. Acquire is one
+// call: it does not inline (the call to its out-of-line slow path spends 57
+// of Go's inlining budget of 80).
 //
 // now may be math.MinInt64, meaning "the clock was not read": a closed
 // breaker then admits (the permit's duration is unknown, so it is never
