@@ -562,39 +562,32 @@ func FuzzFastPathMatchesGeneralPath(f *testing.F) {
 	})
 }
 
-// TestFastPathClassifyPanicOnSuccessMatchesGeneralPath: a breaker Classify
-// that panics on a success: the fast path releases the adaptive token as
-// the general path (settle) does, so the adaptive limit's samples, and
-// every other policy's Stats, come out the same.
-func TestFastPathClassifyPanicOnSuccessMatchesGeneralPath(t *testing.T) {
-	cfg := fpConfig{name: "classify-adaptive", retry: 1, breaker: 2, bulkhead: 2, adaptive: 2}
-	for _, ref := range []fpRef{fpHedged, fpWait} {
-		t.Run(ref.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				script := []byte{opOK, opCbPanicOnSuccess, opAdvanceOpen, opOK, opAdvanceOpen, opOK}
-				if d := fpCompare(t, cfg, ref, script); d != "" {
-					t.Fatal(d)
-				}
+// TestFastPathUserPanicOnSuccessMatchesGeneralPath: user code that panics
+// while a success is released, on the fast path as on the general path
+// (settle): a breaker Classify that panics on a success (the adaptive
+// token is released the same way, so the adaptive limit's samples match),
+// and an adaptive Controller that panics when a success closes the window
+// (the permits are released in settle's order, so the breaker and the
+// budget record what they record there).
+func TestFastPathUserPanicOnSuccessMatchesGeneralPath(t *testing.T) {
+	for _, c := range []struct {
+		cfg    fpConfig
+		script []byte
+	}{
+		{fpConfig{name: "classify-adaptive", retry: 1, breaker: 2, bulkhead: 2, adaptive: 2},
+			[]byte{opOK, opCbPanicOnSuccess, opAdvanceOpen, opOK, opAdvanceOpen, opOK}},
+		{fpConfig{name: "controller", retry: 1, breaker: 3, bulkhead: 2, adaptive: 2},
+			[]byte{opOK, opCtrlPanic, opOK, opFail, opOK}},
+	} {
+		for _, ref := range []fpRef{fpHedged, fpWait} {
+			t.Run(c.cfg.name+"/"+ref.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					if d := fpCompare(t, c.cfg, ref, c.script); d != "" {
+						t.Fatal(d)
+					}
+				})
 			})
-		})
-	}
-}
-
-// TestFastPathControllerPanicOnSuccessMatchesGeneralPath: an adaptive
-// Controller that panics when a success closes the window: the fast path
-// releases the permits in the general path's (settle's) order, so the
-// breaker and the budget record what they record there.
-func TestFastPathControllerPanicOnSuccessMatchesGeneralPath(t *testing.T) {
-	cfg := fpConfig{name: "controller", retry: 1, breaker: 3, bulkhead: 2, adaptive: 2}
-	for _, ref := range []fpRef{fpHedged, fpWait} {
-		t.Run(ref.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				script := []byte{opOK, opCtrlPanic, opOK, opFail, opOK}
-				if d := fpCompare(t, cfg, ref, script); d != "" {
-					t.Fatal(d)
-				}
-			})
-		})
+		}
 	}
 }
 

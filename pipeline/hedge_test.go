@@ -458,76 +458,54 @@ func TestHedgedWaitingBulkhead(t *testing.T) {
 	})
 }
 
-// TestHedgedFirstAttemptPanicCancelsHedges: a panic in the first attempt
-// while a hedge runs: the hedge's context is cancelled, the panic goes on
-// to the caller, the permits are released once and the breaker records a
-// failure.
-func TestHedgedFirstAttemptPanicCancelsHedges(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tick := rampart.NewManualTicker(1)
-		h := newHedger(t, tick, nil)
-		bh := newBulkhead(t, 1, tick)
-		cb := newBreaker(t, tick, nil)
-		p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh, Hedge: h, Idempotent: true})
-		require.NoError(t, err)
-		started := make(chan struct{})
-		hedgeCtxDone := make(chan struct{})
-		var n atomic.Int32
-		require.PanicsWithValue(t, "first", func() {
-			_ = p.DoHedged(context.Background(), func(ctx context.Context) error {
-				if n.Add(1) == 1 {
-					tick.Advance(2 * time.Millisecond)
-					<-started
-					panic("first")
-				}
-				close(started)
-				<-ctx.Done()
-				close(hedgeCtxDone)
-				return ctx.Err()
-			})
-		})
-		<-hedgeCtxDone
-		synctest.Wait()
-		require.EqualValues(t, 0, bh.Stats().InFlight)
-		require.EqualValues(t, 1, cb.Stats().ConsecutiveFailures)
-	})
-}
-
-// TestHedgedFirstAttemptGoexitCancelsHedges: runtime.Goexit in the first
-// attempt while a hedge runs: the hedge's context is cancelled, the
-// caller's goroutine exits, the permits are released once and the breaker
+// TestHedgedFirstAttemptPanicOrGoexitCancelsHedges: a panic or a
+// runtime.Goexit in the first attempt while a hedge runs: the hedge's
+// context is cancelled, the panic goes on to the caller (a Goexit ends the
+// caller's goroutine), the permits are released once and the breaker
 // records a failure.
-func TestHedgedFirstAttemptGoexitCancelsHedges(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tick := rampart.NewManualTicker(1)
-		h := newHedger(t, tick, nil)
-		bh := newBulkhead(t, 1, tick)
-		cb := newBreaker(t, tick, nil)
-		p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh, Hedge: h, Idempotent: true})
-		require.NoError(t, err)
-		started := make(chan struct{})
-		hedgeCtxDone := make(chan struct{})
-		var n atomic.Int32
-		panicked, goexited := testkit.Run(func() {
-			_ = p.DoHedged(context.Background(), func(ctx context.Context) error {
-				if n.Add(1) == 1 {
-					tick.Advance(2 * time.Millisecond)
-					<-started
-					testkit.Goexit()
-				}
-				close(started)
-				<-ctx.Done()
-				close(hedgeCtxDone)
-				return ctx.Err()
+func TestHedgedFirstAttemptPanicOrGoexitCancelsHedges(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		end      func() // how the first attempt ends
+		panicked any
+		goexited bool
+	}{
+		{"panic", func() { panic("first") }, "first", false},
+		{"goexit", testkit.Goexit, nil, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tick := rampart.NewManualTicker(1)
+				h := newHedger(t, tick, nil)
+				bh := newBulkhead(t, 1, tick)
+				cb := newBreaker(t, tick, nil)
+				p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh, Hedge: h, Idempotent: true})
+				require.NoError(t, err)
+				started := make(chan struct{})
+				hedgeCtxDone := make(chan struct{})
+				var n atomic.Int32
+				panicked, goexited := testkit.Run(func() {
+					_ = p.DoHedged(context.Background(), func(ctx context.Context) error {
+						if n.Add(1) == 1 {
+							tick.Advance(2 * time.Millisecond)
+							<-started
+							c.end()
+						}
+						close(started)
+						<-ctx.Done()
+						close(hedgeCtxDone)
+						return ctx.Err()
+					})
+				})
+				require.Equal(t, c.panicked, panicked)
+				require.Equal(t, c.goexited, goexited, "DoHedged returned after runtime.Goexit")
+				<-hedgeCtxDone
+				synctest.Wait()
+				require.EqualValues(t, 0, bh.Stats().InFlight)
+				require.EqualValues(t, 1, cb.Stats().ConsecutiveFailures)
 			})
 		})
-		require.Nil(t, panicked)
-		require.True(t, goexited, "DoHedged returned after runtime.Goexit")
-		<-hedgeCtxDone
-		synctest.Wait()
-		require.EqualValues(t, 0, bh.Stats().InFlight)
-		require.EqualValues(t, 1, cb.Stats().ConsecutiveFailures)
-	})
+	}
 }
 
 // TestHedgesShareTheHalfOpenProbe: a half-open breaker admits one probe;

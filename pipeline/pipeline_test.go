@@ -197,26 +197,6 @@ func TestTickerMismatchNamesTheOddPolicy(t *testing.T) {
 	fields := []string{"Retry", "Breaker", "RateLimit", "Adaptive", "Timeout", "Hedge"}
 	pkgs := map[string]string{"Retry": "retry", "Breaker": "circuitbreaker", "RateLimit": "ratelimit",
 		"Adaptive": "adaptive", "Timeout": "timeout", "Hedge": "hedge"}
-	// with returns cfg with the policies of fields taken from from.
-	with := func(cfg, from pipeline.Config, fields ...string) pipeline.Config {
-		for _, f := range fields {
-			switch f {
-			case "Retry":
-				cfg.Retry = from.Retry
-			case "Breaker":
-				cfg.Breaker = from.Breaker
-			case "RateLimit":
-				cfg.RateLimit = from.RateLimit
-			case "Adaptive":
-				cfg.Adaptive = from.Adaptive
-			case "Timeout":
-				cfg.Timeout = from.Timeout
-			case "Hedge":
-				cfg.Hedge = from.Hedge
-			}
-		}
-		return cfg
-	}
 	m, m2 := rampart.NewManualTicker(1), rampart.NewManualTicker(1)
 	onM, onM2, onDef := validPolicies(t, m), validPolicies(t, m2), validPolicies(t, nil)
 	type tc struct {
@@ -234,7 +214,7 @@ func TestTickerMismatchNamesTheOddPolicy(t *testing.T) {
 			field: "Ticker", reason: []string{"is rampart.DefaultTicker(), but every policy uses a *rampart.ManualTicker", "leave Config.Ticker nil"}},
 		{name: "all default, Config.Ticker manual", cfg: func() pipeline.Config { c := onDef; c.Ticker = m; return c }(),
 			field: "Retry", reason: []string{"was built without a Ticker (rampart.DefaultTicker()), as were Breaker, RateLimit, Adaptive, Timeout, Hedge; the pipeline's Config.Ticker is a *rampart.ManualTicker: pass the same Ticker to retry.New, circuitbreaker.New, ratelimit.New, adaptive.New, timeout.New, hedge.New"}},
-		{name: "Retry and Timeout default", cfg: with(onM, onDef, "Retry", "Timeout"),
+		{name: "Retry and Timeout default", cfg: withPolicies(onM, onDef, "Retry", "Timeout"),
 			field: "Retry", reason: []string{"was built without a Ticker (rampart.DefaultTicker()), as was Timeout; the other policies (Breaker, RateLimit, Adaptive, Hedge) use a *rampart.ManualTicker: pass the same Ticker to retry.New, timeout.New"}},
 	}
 	for _, f := range fields {
@@ -245,22 +225,22 @@ func TestTickerMismatchNamesTheOddPolicy(t *testing.T) {
 			}
 		}
 		cases = append(cases,
-			tc{name: f + " default", cfg: with(onM, onDef, f), field: f, reason: []string{
+			tc{name: f + " default", cfg: withPolicies(onM, onDef, f), field: f, reason: []string{
 				"was built without a Ticker (rampart.DefaultTicker()); the other policies (" + strings.Join(others, ", ") +
 					") use a *rampart.ManualTicker: pass the same Ticker to " + pkgs[f] + ".New"}},
-			tc{name: f + " default, Config.Ticker set", cfg: func() pipeline.Config { c := with(onM, onDef, f); c.Ticker = m; return c }(),
+			tc{name: f + " default, Config.Ticker set", cfg: func() pipeline.Config { c := withPolicies(onM, onDef, f); c.Ticker = m; return c }(),
 				field: f, reason: []string{"was built without a Ticker (rampart.DefaultTicker()); the pipeline's Config.Ticker is a *rampart.ManualTicker, as are the Tickers of " +
 					strings.Join(others, ", ") + ": pass the same Ticker to " + pkgs[f] + ".New"}},
-			tc{name: f + " on another", cfg: with(onM, onM2, f), field: f, reason: []string{
+			tc{name: f + " on another", cfg: withPolicies(onM, onM2, f), field: f, reason: []string{
 				"uses a different Ticker (a *rampart.ManualTicker) than " + others[0] + " (a *rampart.ManualTicker"}},
-			tc{name: f + " on another, Config.Ticker set", cfg: func() pipeline.Config { c := with(onM, onM2, f); c.Ticker = m; return c }(),
+			tc{name: f + " on another, Config.Ticker set", cfg: func() pipeline.Config { c := withPolicies(onM, onM2, f); c.Ticker = m; return c }(),
 				field: f, reason: []string{"uses a different Ticker (a *rampart.ManualTicker) than the pipeline's Config.Ticker (a *rampart.ManualTicker"}},
 			tc{name: f + " alone on the default, Config.Ticker set", cfg: func() pipeline.Config {
-				c := with(pipeline.Config{Idempotent: true}, onDef, f)
+				c := withPolicies(pipeline.Config{Idempotent: true}, onDef, f)
 				c.Ticker = m
 				return c
 			}(), field: f, reason: []string{"was built without a Ticker (rampart.DefaultTicker()); the pipeline's Config.Ticker is a *rampart.ManualTicker: pass the same Ticker to " + pkgs[f] + ".New"}},
-			tc{name: f + " alone on a manual", cfg: with(pipeline.Config{Idempotent: true}, onM, f)},
+			tc{name: f + " alone on a manual", cfg: withPolicies(pipeline.Config{Idempotent: true}, onM, f)},
 		)
 	}
 	for _, c := range cases {
@@ -305,24 +285,7 @@ func TestZeroValuePoliciesAreConfigErrors(t *testing.T) {
 
 			// Next to valid policies on the same ticker, the zero one is
 			// still the one named.
-			tick := rampart.NewManualTicker(1)
-			full := validPolicies(t, tick)
-			switch field {
-			case "Retry":
-				full.Retry = cfg.Retry
-			case "Breaker":
-				full.Breaker = cfg.Breaker
-			case "RateLimit":
-				full.RateLimit = cfg.RateLimit
-			case "Bulkhead":
-				full.Bulkhead = cfg.Bulkhead
-			case "Adaptive":
-				full.Adaptive = cfg.Adaptive
-			case "Timeout":
-				full.Timeout = cfg.Timeout
-			case "Hedge":
-				full.Hedge = cfg.Hedge
-			}
+			full := withPolicies(validPolicies(t, rampart.NewManualTicker(1)), cfg, field)
 			_, err = pipeline.New(full)
 			testkit.RequireConfigError(t, err, "pipeline", field)
 		})
@@ -331,6 +294,32 @@ func TestZeroValuePoliciesAreConfigErrors(t *testing.T) {
 	p, err := pipeline.New(validPolicies(t, rampart.NewManualTicker(1)))
 	require.NoError(t, err)
 	require.NotNil(t, p)
+}
+
+// withPolicies returns cfg with the policies named by fields (Config's
+// field names) taken from from.
+func withPolicies(cfg, from pipeline.Config, fields ...string) pipeline.Config {
+	for _, f := range fields {
+		switch f {
+		case "Retry":
+			cfg.Retry = from.Retry
+		case "Breaker":
+			cfg.Breaker = from.Breaker
+		case "RateLimit":
+			cfg.RateLimit = from.RateLimit
+		case "Bulkhead":
+			cfg.Bulkhead = from.Bulkhead
+		case "Adaptive":
+			cfg.Adaptive = from.Adaptive
+		case "Timeout":
+			cfg.Timeout = from.Timeout
+		case "Hedge":
+			cfg.Hedge = from.Hedge
+		default:
+			panic("withPolicies: no policy field " + f)
+		}
+	}
+	return cfg
 }
 
 // validPolicies returns a Config with every policy built by its New on tick.

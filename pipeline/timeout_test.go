@@ -138,6 +138,13 @@ func TestTimeoutRetriedWithFreshDeadlineByDefault(t *testing.T) {
 	require.Equal(t, 2, n)
 }
 
+// retryTwiceOnAnyError makes a retry make two attempts whatever the first
+// one's error (a timeout included).
+func retryTwiceOnAnyError(c *retry.Config) {
+	c.MaxAttempts = 2
+	c.ShouldRetry = func(error) bool { return true }
+}
+
 // TestSoftTimeoutVerdictsOnRetries: a soft timeout on a retried call:
 // attempt 1 overruns (retried, since ShouldRetry says so), attempt 2
 // succeeds in time: OK, no policy. And the reverse: attempt 1 fails
@@ -147,10 +154,7 @@ func TestSoftTimeoutVerdictsOnRetries(t *testing.T) {
 	tick := rampart.NewManualTicker(1)
 	to, err := timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeSoft, Ticker: tick})
 	require.NoError(t, err)
-	rt := newRetry(t, tick, func(c *retry.Config) {
-		c.MaxAttempts = 2
-		c.ShouldRetry = func(error) bool { return true }
-	})
+	rt := newRetry(t, tick, retryTwiceOnAnyError)
 	p, err := pipeline.New(pipeline.Config{Retry: rt, Timeout: to})
 	require.NoError(t, err)
 
@@ -206,10 +210,7 @@ func TestDeadlineTimeoutVerdictsOnRetries(t *testing.T) {
 	t.Cleanup(func() { _ = wd.Close() })
 	to, err := timeout.New(timeout.Config{Duration: time.Second, Watchdog: wd})
 	require.NoError(t, err)
-	rt := newRetry(t, tick, func(c *retry.Config) {
-		c.MaxAttempts = 2
-		c.ShouldRetry = func(error) bool { return true }
-	})
+	rt := newRetry(t, tick, retryTwiceOnAnyError)
 	p, err := pipeline.New(pipeline.Config{Retry: rt, Timeout: to})
 	require.NoError(t, err)
 	overrun := func(ctx context.Context) error {
