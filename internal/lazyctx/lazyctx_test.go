@@ -8,6 +8,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -409,6 +410,15 @@ func concurrentEnd(t *testing.T) {
 }
 
 var sink *Ctx
+
+// TestSize pins the size the package documentation promises (64-bit):
+// what every call pays for a callee that never asks for Done.
+func TestSize(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("sizes are for 64-bit platforms")
+	}
+	require.Equal(t, uintptr(32), unsafe.Sizeof(Ctx{}))
+}
 
 // TestAllocs pins what a Ctx costs: one object for a callee that never
 // asks for Done (Err polled, ended by its owner), and the lazily made
