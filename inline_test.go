@@ -81,6 +81,7 @@ func TestIntendedInlining(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the packages with -gcflags=-m=2")
 	}
+	t.Parallel()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("go is not on PATH")
