@@ -9,6 +9,7 @@ import (
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/timeout"
@@ -54,13 +55,7 @@ func FuzzReleaseExactlyOnce(f *testing.F) {
 		}
 		for i, op := range ops {
 			var o pipeline.Outcome
-			panicked := false
-			func() {
-				defer func() {
-					if r := recover(); r != nil {
-						panicked = true
-					}
-				}()
+			r, _ := testkit.Run(func() {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				o = p.Try(ctx, func(ctx context.Context) error {
@@ -80,7 +75,8 @@ func FuzzReleaseExactlyOnce(f *testing.F) {
 					}
 					return nil
 				})
-			}()
+			})
+			panicked := r != nil
 			switch op % 8 {
 			case 6:
 				tick.Advance(10 * time.Millisecond)
