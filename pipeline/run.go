@@ -236,8 +236,16 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 	}
 	if p.bh != nil {
 		// One load and one add when a permit is free (no clock, no
-		// context); waits only with MaxWait set.
-		if err := p.bh.Enter(ctx); err != nil {
+		// context); waits only with MaxWait set. Without a queue in the
+		// pipeline, TryEnter directly: Enter would call it, one call level
+		// more.
+		var err error
+		if p.mayWait {
+			err = p.bh.Enter(ctx)
+		} else if !p.bh.TryEnter() {
+			err = p.bh.RejectedError()
+		}
+		if err != nil {
 			p.unwind(ctx, a)
 			p.rejectWait(l, o, Bulkhead, err)
 			return nil, false
@@ -303,7 +311,9 @@ const (
 // how says why the attempt ends:
 //   - released: fn returned err. The breaker records it (through its
 //     Classify), the budget counts a success, the adaptive limit gets the
-//     classified outcome. o's Code and Policy say OK, or TimedOut.
+//     classified outcome. An overrun sets o's Code and Policy to TimedOut
+//     (the caller has reset them: o is zero on run's first attempt, end
+//     resets them on the others).
 //   - unwound: a later stage refused the attempt: the permits come back
 //     with no result (breaker and adaptive Ignored, nothing in the budget).
 //   - aborted: fn panicked or called runtime.Goexit (heldCall), or a
@@ -321,14 +331,12 @@ const (
 // Goexit once the result is applied), so that nothing is released twice.
 func (p *Pipeline) release(ctx context.Context, a *attempt, err error, o *Outcome, how releaseHow) error {
 	a.held &^= heldCall
-	switch {
-	case how == released && p.needT1:
-		a.t1 = p.now() // clock read 2 of at most 2 per attempt
-	case how == aborted && p.needT1 && a.t1 == noTime:
-		a.t1 = p.readAfterPanic()
-	}
-	if how == released {
-		o.Code, o.Policy = OK, None
+	if p.needT1 {
+		if how == released {
+			a.t1 = p.now() // clock read 2 of at most 2 per attempt
+		} else if how == aborted && a.t1 == noTime {
+			a.t1 = p.readAfterPanic()
+		}
 	}
 	oc := adaptive.Ignored
 	if a.held&heldTimeout != 0 {
@@ -411,6 +419,7 @@ func (p *Pipeline) release(ctx context.Context, a *attempt, err error, o *Outcom
 // outcome, then decides whether the call is over (true, o filled) or is
 // retried (false, after the retry's sleep).
 func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *Outcome) bool {
+	o.Code, o.Policy = OK, None // the previous attempt's code; release may set TimedOut
 	if err = p.release(ctx, a, err, o, released); err == nil {
 		o.Code, o.Policy, o.Err = OK, None, nil
 		return true
