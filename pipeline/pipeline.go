@@ -156,10 +156,6 @@ type Pipeline struct {
 	// not from the start of the queueing.
 	mayWait bool
 
-	// fast: run's first attempt runs outside the retry loop (no policy
-	// can queue, see mayWait).
-	fast bool
-
 	// cached is the reading of tick when it is a *rampart.CachedTicker,
 	// loaded directly instead of through the interface (see now); else
 	// &notCached.
@@ -259,7 +255,6 @@ func New(cfg Config) (*Pipeline, error) {
 	if c, ok := tick.(*ticker.Cached); ok {
 		p.cached = ticker.Reading(c)
 	}
-	p.fast = !p.mayWait
 	return p, nil
 }
 
@@ -331,7 +326,7 @@ func (p *Pipeline) Name() string { return p.cfg.Name }
 //go:noinline
 func (p *Pipeline) Do(ctx context.Context, fn func(context.Context) error) error {
 	var o Outcome
-	run[struct{}](ctx, p, nil, fn, &o)
+	run[struct{}](ctx, p, nil, fn, nil, &o)
 	return o.Err
 }
 
@@ -341,7 +336,7 @@ func (p *Pipeline) Do(ctx context.Context, fn func(context.Context) error) error
 //go:noinline
 func (p *Pipeline) Try(ctx context.Context, fn func(context.Context) error) Outcome {
 	var o Outcome
-	run[struct{}](ctx, p, nil, fn, &o)
+	run[struct{}](ctx, p, nil, fn, nil, &o)
 	return o
 }
 
@@ -351,14 +346,14 @@ func (p *Pipeline) Try(ctx context.Context, fn func(context.Context) error) Outc
 // value.
 func Call[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, error) {
 	var o Outcome
-	v := run(ctx, p, fn, nil, &o)
+	v := run(ctx, p, fn, nil, nil, &o)
 	return v, o.Err
 }
 
 // TryCall is [Call] returning an [Outcome] instead of an error.
 func TryCall[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, Outcome) {
 	var o Outcome
-	v := run(ctx, p, fn, nil, &o)
+	v := run(ctx, p, fn, nil, nil, &o)
 	return v, o
 }
 

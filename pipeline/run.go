@@ -40,26 +40,29 @@ type loop struct {
 	last     error // the previous attempt's error, for a give-up
 }
 
-// run is the engine behind Do, Try, Call and TryCall. Exactly one of fnT and
-// fnE is non-nil. It returns the value of the last attempt and fills o, a
-// zero Outcome in the caller's frame. (Filling the caller's Outcome rather
+// run is the engine behind every entry point: Do, Try, Call and TryCall
+// (hedged nil), and the hedged ones through runHedged. Exactly one of fnT
+// and fnE is non-nil. It returns the value of the last attempt and fills o,
+// a zero Outcome in the caller's frame. (Filling the caller's Outcome rather
 // than returning one saves a copy that the CPU stalls on: the fields are
 // stored one by one and reloaded as two 16-byte words, which defeats store
 // forwarding, about 10 ns per call.)
 //
-// Every attempt, here and in runHedged, is admitted by begin and released by
-// release: the admission order and the release order are written once, in
-// those two functions. What run adds is a first attempt that is not inside
-// the retry loop: when no policy can queue (p.fast) the first attempt runs
-// here, and only a failure goes on to runLoop's retry decision, because a
-// call that succeeds at once is the common case and the loop's state (the
-// retry's delays, deadline and last error) is then never touched.
+// Each attempt is admitted here, in the one place that writes the
+// admission order (breaker, rate limiter, bulkhead, adaptive limit,
+// timeout), and released by release, the one place that writes the release
+// order (the success, a failure, a rejection's unwind and a panic's abort).
+// The admission is written out in this function rather than called, and
+// the retry's decision is called only after a failure, because a call that
+// succeeds at once is the common case and Go's calling convention, which
+// keeps no register across a call, makes each extra call level spill and
+// reload the engine's state.
 //
 // Per attempt, on a success with every policy present and a closed breaker
 // that needs no duration: one clock read (t0), then the policies' own
 // atomics (breaker: a load; rate limiter: a load and a CAS; bulkhead: an
 // add on entry and one on exit), the call, and the breaker's record.
-func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome) (v T) {
+func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, hedged func(context.Context, int64) (T, error), o *Outcome) (v T) {
 	// Zeroed, then the few non-zero fields stored: a composite literal
 	// with non-zero fields is copied from a static template, a load of a
 	// line outside the stack on every call.
@@ -73,31 +76,123 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	defer p.releaseHeld(&a)
 	var l loop
 	l.start, l.deadline = noTime, -1
-	if !p.fast {
-		// A queue may wait: the general loop from the first attempt.
-		return runLoop(ctx, p, fnT, fnE, o, &l, &a, v, nil)
-	}
 	// The arguments stay in memory (their address is taken), so the
 	// compiler loads each where it is used instead of reloading every one
 	// of them into registers after each policy call.
 	inMemory(&ctx, &fnT, &fnE, &o)
-	actx, admitted := p.begin(ctx, &l, &a, o)
-	if !admitted {
-		return v
+	for {
+		o.Attempts++
+		// One interface call: a context that is already done starts
+		// nothing.
+		if err := ctx.Err(); err != nil {
+			p.canceledBefore(&l, o, err)
+			return v
+		}
+		if p.needT0 || (p.rtNeedsStart && o.Attempts == 1) {
+			a.t0 = p.now() // clock read 1 of at most 2 per attempt
+		}
+		if o.Attempts == 1 && p.rt != nil {
+			// The call's start: noTime when neither the retry
+			// (rt.NeedsTime) nor another policy needed it, and then
+			// ignored by the retry and its budget.
+			l.start, a.start = a.t0, a.t0
+			if p.bud != nil {
+				p.bud.OnRequest(a.t0)
+			}
+		}
+		// Admission, in the pipeline's order. Each permit is marked held
+		// in a.held as soon as it is taken: the next stages' rejection
+		// listeners are user code, which may call runtime.Goexit (a
+		// test's FailNow), and the guard then releases what a.held names.
+		// On a rejection the permits taken so far are released and o is
+		// filled.
+		if p.cb != nil {
+			// Closed: one atomic load. Without t0 (no policy needed it) a
+			// closed breaker decides alone; any other state needs the
+			// time.
+			permit, err := p.cb.Acquire(a.t0)
+			if err != nil {
+				if permit, err = p.breakerRejected(&a, err); err != nil {
+					p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
+					return v
+				}
+			}
+			a.permit = permit
+			a.held |= heldBreaker
+		}
+		if p.rl != nil {
+			// One load and one CAS when admitted, one load when rejected.
+			if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
+				p.unwind(ctx, &a)
+				p.reject(o, RateLimit, p.rl.RejectedError(), wait)
+				return v
+			}
+		}
+		if p.bh != nil {
+			// One load and one add when a permit is free (no clock, no
+			// context); waits only with MaxWait set. Without a queue in
+			// the pipeline, TryEnter directly: Enter would call it, one
+			// call level more.
+			var err error
+			if p.mayWait {
+				err = p.bh.Enter(ctx)
+			} else if !p.bh.TryEnter() {
+				err = p.bh.RejectedError()
+			}
+			if err != nil {
+				p.unwind(ctx, &a)
+				p.rejectWait(&l, o, Bulkhead, err)
+				return v
+			}
+			a.held |= heldBulkhead
+		}
+		if p.al != nil {
+			// One atomic add when admitted; waits only with a queue.
+			tok, err := p.al.AcquireWait(ctx, a.t0)
+			if err != nil {
+				p.unwind(ctx, &a)
+				p.rejectWait(&l, o, Adaptive, err)
+				return v
+			}
+			a.token = tok
+			a.held |= heldAdaptive
+		}
+		if p.mayWait && a.t0 != noTime {
+			// Only when a bulkhead or adaptive queue can wait: the attempt
+			// may have queued since t0, so the timeout's deadline and the
+			// hedger's delay start from a fresh reading taken at
+			// admission.
+			a.t0 = p.now()
+		}
+		actx := ctx
+		if p.to != nil {
+			// Deadline mode: one allocation (the context) and a few CASes
+			// to arm a watchdog slot; soft mode: nothing.
+			actx, a.th = p.to.Start(ctx, a.t0)
+			a.held |= heldTimeout
+		}
+		a.held |= heldCall
+		a.ran = true
+		var err error
+		switch {
+		case hedged != nil:
+			v, err = hedged(actx, p.hedgeStart(&a))
+		case fnE != nil:
+			err = fnE(actx)
+		default:
+			v, err = fnT(actx)
+		}
+		if err = p.release(ctx, &a, err, o, released); err == nil {
+			return v // o: Code OK (release sets TimedOut only with an error), Err nil
+		}
+		if p.decide(ctx, &l, a.t1, err, o) {
+			return v
+		}
+		// Retried: the next attempt, o's Code back to OK (release may
+		// have set TimedOut).
+		a = attempt{t0: noTime, t1: noTime, start: l.start}
+		o.Code, o.Policy = OK, None
 	}
-	a.held |= heldCall
-	a.ran = true
-	var err error
-	if fnE != nil {
-		err = fnE(actx)
-	} else {
-		v, err = fnT(actx)
-	}
-	if err = p.release(ctx, &a, err, o, released); err == nil {
-		return v // o: Attempts 1, the rest zero (OK)
-	}
-	// Failed: the retry decides, in the general loop.
-	return runLoop(ctx, p, fnT, fnE, o, &l, &a, v, err)
 }
 
 // inMemory does nothing; taking its arguments' addresses keeps the
@@ -105,180 +200,43 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 func inMemory[T any](*context.Context, *func(context.Context) (T, error), *func(context.Context) error, **Outcome) {
 }
 
-// runLoop is run's general path, a loop of attempts through begin and end,
-// on run's loop l and attempt a (which run's guard watches). With err
-// non-nil, run's first attempt has run fn, failed with err and been
-// released: the retry decides first. v is the value of that attempt.
-func runLoop[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome, l *loop, a *attempt, v T, err error) T {
-	if err != nil {
-		if p.decide(ctx, l, a.t1, err, o) {
-			return v
-		}
-		*a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
+// runHedged is run with the call hedged (see Pipeline.DoHedged): each
+// attempt runs fn through the hedger. It is a separate function so that
+// only the hedged entry points hand fn to other goroutines, which makes a
+// closure passed to them escape to the heap.
+func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome) T {
+	if p.hg == nil {
+		return run(ctx, p, fnT, fnE, nil, o)
 	}
-	for {
-		actx, admitted := p.begin(ctx, l, a, o)
-		if !admitted {
-			return v
+	// Held: the hedger returns only when every hedge has returned (the
+	// permits released next never leave one running), and leaves the
+	// request and the outcome to this pipeline's books (a budget shared
+	// with the retry counts them once). start is the attempt's hedgeStart.
+	hedged := func(actx context.Context, start int64) (T, error) {
+		return hedge.CallAtHeld(actx, p.hg, start, fnT)
+	}
+	if fnE != nil {
+		hedged = func(actx context.Context, start int64) (v T, err error) {
+			return v, p.hg.DoAtHeld(actx, start, fnE)
 		}
-		a.held |= heldCall
-		a.ran = true
-		if fnE != nil {
-			err = fnE(actx)
-		} else {
-			v, err = fnT(actx)
-		}
-		if p.end(ctx, l, a, err, o) {
-			return v
-		}
-		*a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
+	}
+	return run(ctx, p, fnT, fnE, hedged, o)
+}
+
+// canceledBefore fills o for an attempt whose context was done before it
+// started. After a retry's sleep, the retry gives up on the last error.
+// Slow path.
+func (p *Pipeline) canceledBefore(l *loop, o *Outcome, err error) {
+	o.Code, o.Policy, o.Err = Canceled, None, err
+	if o.Attempts > 1 {
+		// Ended right after the retry's sleep: give up on the last
+		// error.
+		o.Attempts--
+		o.Err = p.rt.GiveUp(retry.Canceled, int(o.Attempts), l.last, err)
 	}
 }
 
-// runHedged is run with the call hedged (see Pipeline.DoHedged). It is a
-// separate function so that only the hedged entry points hand fn to other
-// goroutines, which makes a closure passed to them escape to the heap.
-func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome) (v T) {
-	var l loop // as in run
-	l.start, l.deadline = noTime, -1
-	var a attempt
-	a.t0, a.t1, a.start = noTime, noTime, noTime
-	defer p.releaseHeld(&a) // as in run
-	for {
-		actx, admitted := p.begin(ctx, &l, &a, o)
-		if !admitted {
-			return v
-		}
-		var err error
-		a.held |= heldCall
-		a.ran = true
-		switch {
-		case p.hg == nil:
-			if fnE != nil {
-				err = fnE(actx)
-			} else {
-				v, err = fnT(actx)
-			}
-		case fnE != nil:
-			// Held: returns only when every hedge has returned (the
-			// permits released next never leave one running), and
-			// leaves the request and the outcome to this pipeline's
-			// books (a budget shared with the retry counts them once).
-			err = p.hg.DoAtHeld(actx, p.hedgeStart(&a), fnE)
-		default:
-			v, err = hedge.CallAtHeld(actx, p.hg, p.hedgeStart(&a), fnT)
-		}
-		if p.end(ctx, &l, &a, err, o) {
-			return v
-		}
-		a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
-	}
-}
-
-// begin starts an attempt: it checks the context, reads t0 when a policy
-// needs it, counts the call in the retry budget (first attempt) and takes
-// the permits. It returns the context for fn, or false when the call ends
-// here (o is filled). It is the one place that writes the admission order
-// (breaker, rate limiter, bulkhead, adaptive limit, timeout): run's first
-// attempt, runLoop and runHedged all admit through it, and a rejection
-// gives back what was taken through release, the one place that writes the
-// release order.
-func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (context.Context, bool) {
-	o.Attempts++
-	// One interface call: a context that is already done starts nothing.
-	if err := ctx.Err(); err != nil {
-		o.Code, o.Policy, o.Err = Canceled, None, err
-		if o.Attempts > 1 {
-			// Ended right after the retry's sleep: give up on the last
-			// error.
-			o.Attempts--
-			o.Err = p.rt.GiveUp(retry.Canceled, int(o.Attempts), l.last, err)
-		}
-		return nil, false
-	}
-	if p.needT0 || (p.rtNeedsStart && o.Attempts == 1) {
-		a.t0 = p.now() // clock read 1 of at most 2 per attempt
-	}
-	if o.Attempts == 1 && p.rt != nil {
-		// The call's start: noTime when neither the retry
-		// (rt.NeedsTime) nor another policy needed it, and then ignored
-		// by the retry and its budget.
-		l.start, a.start = a.t0, a.t0
-		if p.bud != nil {
-			p.bud.OnRequest(a.t0)
-		}
-	}
-	// Admission, in the pipeline's order. Each permit is marked held in
-	// a.held as soon as it is taken: the next stages' rejection listeners
-	// are user code, which may call runtime.Goexit (a test's FailNow), and
-	// the guard then releases what a.held names. On a rejection the
-	// permits taken so far are released and o is filled.
-	if p.cb != nil {
-		// Closed: one atomic load. Without t0 (no policy needed it) a
-		// closed breaker decides alone; any other state needs the time.
-		permit, err := p.cb.Acquire(a.t0)
-		if err != nil {
-			if permit, err = p.breakerRejected(a, err); err != nil {
-				p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
-				return nil, false
-			}
-		}
-		a.permit = permit
-		a.held |= heldBreaker
-	}
-	if p.rl != nil {
-		// One load and one CAS when admitted, one load when rejected.
-		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
-			p.unwind(ctx, a)
-			p.reject(o, RateLimit, p.rl.RejectedError(), wait)
-			return nil, false
-		}
-	}
-	if p.bh != nil {
-		// One load and one add when a permit is free (no clock, no
-		// context); waits only with MaxWait set. Without a queue in the
-		// pipeline, TryEnter directly: Enter would call it, one call level
-		// more.
-		var err error
-		if p.mayWait {
-			err = p.bh.Enter(ctx)
-		} else if !p.bh.TryEnter() {
-			err = p.bh.RejectedError()
-		}
-		if err != nil {
-			p.unwind(ctx, a)
-			p.rejectWait(l, o, Bulkhead, err)
-			return nil, false
-		}
-		a.held |= heldBulkhead
-	}
-	if p.al != nil {
-		// One atomic add when admitted; waits only with a queue.
-		tok, err := p.al.AcquireWait(ctx, a.t0)
-		if err != nil {
-			p.unwind(ctx, a)
-			p.rejectWait(l, o, Adaptive, err)
-			return nil, false
-		}
-		a.token = tok
-		a.held |= heldAdaptive
-	}
-	if p.mayWait && a.t0 != noTime {
-		// Only when a bulkhead or adaptive queue can wait: the attempt may
-		// have queued since t0, so the timeout's deadline and the hedger's
-		// delay start from a fresh reading taken at admission.
-		a.t0 = p.now()
-	}
-	if p.to != nil {
-		// Deadline mode: one allocation (the context) and a few CASes to
-		// arm a watchdog slot; soft mode: nothing.
-		ctx, a.th = p.to.Start(ctx, a.t0)
-		a.held |= heldTimeout
-	}
-	return ctx, true
-}
-
-// breakerRejected is begin's slow path for a breaker that refused the
+// breakerRejected is run's slow path for a breaker that refused the
 // attempt: a call whose clock was not read (an open or half-open breaker
 // needs the time) is asked again with a reading. It returns the permit, or
 // the breaker's error when it still refuses. Rejection path.
@@ -312,8 +270,8 @@ const (
 //   - released: fn returned err. The breaker records it (through its
 //     Classify), the budget counts a success, the adaptive limit gets the
 //     classified outcome. An overrun sets o's Code and Policy to TimedOut
-//     (the caller has reset them: o is zero on run's first attempt, end
-//     resets them on the others).
+//     (run has reset them: o is zero on the first attempt, and run resets
+//     them before each retry).
 //   - unwound: a later stage refused the attempt: the permits come back
 //     with no result (breaker and adaptive Ignored, nothing in the budget).
 //   - aborted: fn panicked or called runtime.Goexit (heldCall), or a
@@ -415,22 +373,9 @@ func (p *Pipeline) release(ctx context.Context, a *attempt, err error, o *Outcom
 	return err
 }
 
-// end ends an attempt that ran fn: it releases the permits and records the
-// outcome, then decides whether the call is over (true, o filled) or is
-// retried (false, after the retry's sleep).
-func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *Outcome) bool {
-	o.Code, o.Policy = OK, None // the previous attempt's code; release may set TimedOut
-	if err = p.release(ctx, a, err, o, released); err == nil {
-		o.Code, o.Policy, o.Err = OK, None, nil
-		return true
-	}
-	return p.decide(ctx, l, a.t1, err, o)
-}
-
 // decide ends a failed attempt whose permits are released (t1 is its end
 // reading, noTime when none was read): the call is over (true, o filled) or
-// is retried (false, after the retry's sleep). run's first attempt calls it
-// (through runLoop) when that attempt failed.
+// is retried (false, after the retry's sleep). Failure path.
 func (p *Pipeline) decide(ctx context.Context, l *loop, t1 int64, err error, o *Outcome) bool {
 	rt := p.rt
 	if rt == nil || !rt.Retryable(err) {
@@ -551,7 +496,7 @@ func (p *Pipeline) hedgeStart(a *attempt) int64 {
 }
 
 // releaseHeld is run's deferred guard: after a panic or runtime.Goexit in
-// fn (heldCall set) or in a classifier during end, it releases what is
+// fn (heldCall set) or in a classifier during release, it releases what is
 // still held (see abort); on every normal return a.held is 0 and it does
 // nothing.
 func (p *Pipeline) releaseHeld(a *attempt) {
