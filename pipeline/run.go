@@ -182,14 +182,19 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 		default:
 			v, err = fnT(actx)
 		}
-		if err = p.release(ctx, &a, err, o, released); err == nil {
-			return v // o: Code OK (release sets TimedOut only with an error), Err nil
+		if err = p.release(ctx, &a, err, released); err == nil {
+			return v // o: Code OK, Err nil
+		}
+		if err == p.toErr {
+			// The timeout's verdict (release's Finish turned the overrun
+			// into its error; p.toErr is nil without a timeout).
+			o.Code, o.Policy = TimedOut, Timeout
 		}
 		if p.decide(ctx, &l, a.t1, err, o) {
 			return v
 		}
-		// Retried: the next attempt, o's Code back to OK (release may
-		// have set TimedOut).
+		// Retried: the next attempt, o's Code back to OK (it may say
+		// TimedOut).
 		a = attempt{t0: noTime, t1: noTime, start: l.start}
 		o.Code, o.Policy = OK, None
 	}
@@ -269,9 +274,8 @@ const (
 // how says why the attempt ends:
 //   - released: fn returned err. The breaker records it (through its
 //     Classify), the budget counts a success, the adaptive limit gets the
-//     classified outcome. An overrun sets o's Code and Policy to TimedOut
-//     (run has reset them: o is zero on the first attempt, and run resets
-//     them before each retry).
+//     classified outcome. An overrun comes back as the timeout's error
+//     (run then says TimedOut).
 //   - unwound: a later stage refused the attempt: the permits come back
 //     with no result (breaker and adaptive Ignored, nothing in the budget).
 //   - aborted: fn panicked or called runtime.Goexit (heldCall), or a
@@ -287,7 +291,7 @@ const (
 // whatever a.held still names (aborted). Each bit is cleared before its
 // release (the breaker's once its result is classified: a listener may call
 // Goexit once the result is applied), so that nothing is released twice.
-func (p *Pipeline) release(ctx context.Context, a *attempt, err error, o *Outcome, how releaseHow) error {
+func (p *Pipeline) release(ctx context.Context, a *attempt, err error, how releaseHow) error {
 	a.held &^= heldCall
 	if p.needT1 {
 		if how == released {
@@ -304,9 +308,7 @@ func (p *Pipeline) release(ctx context.Context, a *attempt, err error, o *Outcom
 			// a.t1 is noTime (timeout.NotRead) unless another policy read
 			// it: a deadline-mode timeout then takes the watchdog's
 			// verdict.
-			if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
-				o.Code, o.Policy = TimedOut, Timeout
-			}
+			err = p.to.Finish(a.th, a.t1, err)
 		} else {
 			// The verdict is discarded. Without an end reading (a
 			// deadline mode that needs none, or a Ticker that panicked)
@@ -458,7 +460,7 @@ func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.P
 // unwind releases the permits taken before a rejection, recording no
 // result (see release). Rejection path.
 func (p *Pipeline) unwind(ctx context.Context, a *attempt) {
-	_ = p.release(ctx, a, nil, nil, unwound)
+	_ = p.release(ctx, a, nil, unwound)
 }
 
 // rejectWait fills o for an attempt refused by the queue of policy k (a
@@ -521,5 +523,5 @@ func (p *Pipeline) readAfterPanic() (now int64) {
 // whose classifier panicked during its release: what a.held still names is
 // released as aborted (see release). Slow path.
 func (p *Pipeline) abort(a *attempt) {
-	_ = p.release(context.Background(), a, ErrPanicked, nil, aborted)
+	_ = p.release(context.Background(), a, ErrPanicked, aborted)
 }
