@@ -90,9 +90,10 @@
 // a context breaks the contract for callees that retain it: its Err would go
 // back to nil and its values would change); contexts are carved from slabs
 // of 128, so a call allocates 1/128 of a 4 KiB slab: 0 allocs/op and 32 B/op
-// of garbage (about 38 B/op as measured by -benchmem). A callee that calls Done on the context allocates its
-// Done channel (and a context.AfterFunc registration on the caller's context
-// when that one can end). A closure passed to Do or Call escapes to the heap
+// of garbage (about 38 B/op as measured by -benchmem). A callee that calls
+// Done on the context allocates its Done channel (and a registration on the
+// caller's context when that one can end, through the caller's own AfterFunc
+// method when it has one). A closure passed to Do or Call escapes to the heap
 // (hedges may run it on other goroutines): one that captures variables costs
 // the usual closure allocation; a func value that captures nothing costs
 // nothing. A hedge costs a goroutine, a context.WithCancel and the race's

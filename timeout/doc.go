@@ -113,7 +113,8 @@
 // The context implements the AfterFunc method that the context package
 // looks for on a custom parent, so children derived with context.WithCancel,
 // WithTimeout or AfterFunc cost no goroutine. context.Cause on it reports
-// its Err.
+// its Err, or the parent's cause (context.WithCancelCause) when the parent
+// ended it.
 //
 // # A result after the deadline
 //
