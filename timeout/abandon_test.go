@@ -463,7 +463,7 @@ func TestWorkersClose(t *testing.T) {
 		require.ErrorIs(t, tm.DoAbandon(t.Context(), func(context.Context) error { <-hang; return nil }, nil), ErrTimeout)
 		n := tm.Stats().Workers
 		require.GreaterOrEqual(t, n, int64(1))
-		synctest.Wait() // the count is exact once every goroutine is blocked
+		synctest.Wait()                         // the count is exact once every goroutine is blocked
 		base := bubbleGoroutines() - int(n) - 1 // without the workers and the watchdog
 		require.NoError(t, tm.Close())          // stops its own watchdog too
 		require.Equal(t, int64(1), tm.Stats().Workers, "only the busy worker is left")
