@@ -156,6 +156,12 @@ type Pipeline struct {
 	// not from the start of the queueing.
 	mayWait bool
 
+	// fast: run's fast first attempt applies (no policy can queue, see
+	// mayWait). held: the heldX bits of the policies present, which the
+	// fast path stores at once.
+	fast bool
+	held uint8
+
 	// cached is the reading of tick when it is a *rampart.CachedTicker,
 	// loaded directly instead of through the interface (see now); else
 	// &notCached.
@@ -255,6 +261,15 @@ func New(cfg Config) (*Pipeline, error) {
 	if c, ok := tick.(*ticker.Cached); ok {
 		p.cached = ticker.Reading(c)
 	}
+	p.fast = !p.mayWait
+	for _, h := range [...]struct {
+		present bool
+		bit     uint8
+	}{{p.cb != nil, heldBreaker}, {p.bh != nil, heldBulkhead}, {p.al != nil, heldAdaptive}, {p.to != nil, heldTimeout}} {
+		if h.present {
+			p.held |= h.bit
+		}
+	}
 	return p, nil
 }
 
@@ -326,7 +341,7 @@ func (p *Pipeline) Name() string { return p.cfg.Name }
 //go:noinline
 func (p *Pipeline) Do(ctx context.Context, fn func(context.Context) error) error {
 	var o Outcome
-	run[struct{}](ctx, p, nil, fn, nil, &o)
+	run[struct{}](ctx, p, nil, fn, &o)
 	return o.Err
 }
 
@@ -336,7 +351,7 @@ func (p *Pipeline) Do(ctx context.Context, fn func(context.Context) error) error
 //go:noinline
 func (p *Pipeline) Try(ctx context.Context, fn func(context.Context) error) Outcome {
 	var o Outcome
-	run[struct{}](ctx, p, nil, fn, nil, &o)
+	run[struct{}](ctx, p, nil, fn, &o)
 	return o
 }
 
@@ -346,14 +361,14 @@ func (p *Pipeline) Try(ctx context.Context, fn func(context.Context) error) Outc
 // value.
 func Call[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, error) {
 	var o Outcome
-	v := run(ctx, p, fn, nil, nil, &o)
+	v := run(ctx, p, fn, nil, &o)
 	return v, o.Err
 }
 
 // TryCall is [Call] returning an [Outcome] instead of an error.
 func TryCall[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, Outcome) {
 	var o Outcome
-	v := run(ctx, p, fn, nil, nil, &o)
+	v := run(ctx, p, fn, nil, &o)
 	return v, o
 }
 

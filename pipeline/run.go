@@ -40,29 +40,28 @@ type loop struct {
 	last     error // the previous attempt's error, for a give-up
 }
 
-// run is the engine behind every entry point: Do, Try, Call and TryCall
-// (hedged nil), and the hedged ones through runHedged. Exactly one of fnT
-// and fnE is non-nil. It returns the value of the last attempt and fills o,
-// a zero Outcome in the caller's frame. (Filling the caller's Outcome rather
+// run is the engine behind Do, Try, Call and TryCall. Exactly one of fnT and
+// fnE is non-nil. It returns the value of the last attempt and fills o, a
+// zero Outcome in the caller's frame. (Filling the caller's Outcome rather
 // than returning one saves a copy that the CPU stalls on: the fields are
 // stored one by one and reloaded as two 16-byte words, which defeats store
 // forwarding, about 10 ns per call.)
 //
-// Each attempt is admitted here, in the one place that writes the
-// admission order (breaker, rate limiter, bulkhead, adaptive limit,
-// timeout), and released by release, the one place that writes the release
-// order (the success, a failure, a rejection's unwind and a panic's abort).
-// The admission is written out in this function rather than called, and
-// the retry's decision is called only after a failure, because a call that
-// succeeds at once is the common case and Go's calling convention, which
-// keeps no register across a call, makes each extra call level spill and
-// reload the engine's state.
+// The first attempt takes a fast path written out here (begin and end
+// inlined by hand, held bits stored once instead of set and cleared per
+// policy, the success released without the retry's bookkeeping), because
+// a call that succeeds at once is the common case and Go's calling
+// convention, which keeps no register across a call, makes each extra
+// call level spill and reload the engine's state. Anything else (a queue
+// that may wait, a context already done, a failure) goes to runLoop, the
+// general loop through begin, settle and end. (runHedged has only the
+// general loop: a hedged call costs goroutines anyway.)
 //
 // Per attempt, on a success with every policy present and a closed breaker
 // that needs no duration: one clock read (t0), then the policies' own
 // atomics (breaker: a load; rate limiter: a load and a CAS; bulkhead: an
 // add on entry and one on exit), the call, and the breaker's record.
-func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, hedged func(context.Context, int64) (T, error), o *Outcome) (v T) {
+func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome) (v T) {
 	// Zeroed, then the few non-zero fields stored: a composite literal
 	// with non-zero fields is copied from a static template, a load of a
 	// line outside the stack on every call.
@@ -74,138 +73,129 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	// on unchanged (nothing is recovered). An open-coded defer: a
 	// nanosecond or two when nothing panics.
 	defer p.releaseHeld(&a)
-	var l loop
-	l.start, l.deadline = noTime, -1
+	if !p.fast || ctx.Err() != nil {
+		// A queue may wait, or the context is done: the general loop
+		// (begin reports the context's error).
+		return runLoop(ctx, p, fnT, fnE, o, &a, v, nil, false)
+	}
 	// The arguments stay in memory (their address is taken), so the
 	// compiler loads each where it is used instead of reloading every one
-	// of them into registers after each policy call. Measured against the
-	// same build without this line (bench/results/benchstat-pipeline-
-	// engine.txt, second table): Pipeline/Reject/rampart-cached is 11 %
-	// slower without it (p = 0.02), the other Pipeline benchmarks within
-	// noise. To tell whether it still pays: build ./bench with and without
+	// of them into registers after each policy call. Measured on a
+	// one-release variant of this engine against the same build without
+	// this line (bench/results/benchstat-pipeline-engine.txt, second
+	// table): Pipeline/Reject/rampart-cached is 11 % slower without it
+	// (p = 0.02), the other Pipeline benchmarks within noise; on this
+	// engine, bench/results/benchstat-pipeline-fastpath.txt. To tell whether it still pays: build ./bench with and without
 	// this line, run BenchmarkPipeline/Reject/rampart-cached and
 	// Pipeline/SuccessNoTimeout/rampart-cached alternately (-count 2, four
 	// rounds each) and benchstat them; if ns/op and cpu-ns/op are within
 	// noise, delete this line and inMemory.
 	inMemory(&ctx, &fnT, &fnE, &o)
-	for {
-		o.Attempts++
-		// One interface call: a context that is already done starts
-		// nothing.
-		if err := ctx.Err(); err != nil {
-			p.canceledBefore(&l, o, err)
+	// The fast first attempt. Admission, in the pipeline's order, as in
+	// begin; a rejection releases what was taken and fills o.
+	o.Attempts = 1
+	if p.needT0 || p.rtNeedsStart {
+		a.t0 = p.now() // clock read 1 of at most 2
+	}
+	if p.rt != nil {
+		a.start = a.t0 // the call's start (see begin)
+		if p.bud != nil {
+			p.bud.OnRequest(a.t0)
+		}
+	}
+	if p.cb != nil {
+		// Closed: one atomic load.
+		permit, err := p.cb.Acquire(a.t0)
+		if err != nil {
+			p.breakerRejected(&a, o, err)
+			if o.Code != OK {
+				return v
+			}
+			permit = a.permit // admitted after reading the clock
+		}
+		a.permit = permit
+		// Held from here: the next stages' rejection listeners are user
+		// code, which may call runtime.Goexit (a test's FailNow).
+		a.held = heldBreaker
+	}
+	if p.rl != nil {
+		// One load and one CAS when admitted.
+		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
+			p.rejectAt(&a, o, RateLimit, p.rl.RejectedError(), wait)
 			return v
 		}
-		if p.needT0 || (p.rtNeedsStart && o.Attempts == 1) {
-			a.t0 = p.now() // clock read 1 of at most 2 per attempt
+	}
+	if p.bh != nil {
+		// One load and one add (no queue: p.fast).
+		if !p.bh.TryEnter() {
+			p.rejectAt(&a, o, Bulkhead, p.bh.RejectedError(), 0)
+			return v
 		}
-		if o.Attempts == 1 && p.rt != nil {
-			// The call's start: noTime when neither the retry
-			// (rt.NeedsTime) nor another policy needed it, and then
-			// ignored by the retry and its budget.
-			l.start, a.start = a.t0, a.t0
-			if p.bud != nil {
-				p.bud.OnRequest(a.t0)
-			}
+		a.held |= heldBulkhead
+	}
+	if p.al != nil {
+		// One atomic add (no queue: p.fast).
+		tok, err := p.al.AcquireWait(ctx, a.t0)
+		if err != nil {
+			p.rejectAt(&a, o, Adaptive, err, 0)
+			return v
 		}
-		// Admission, in the pipeline's order. Each permit is marked held
-		// in a.held as soon as it is taken: the next stages' rejection
-		// listeners are user code, which may call runtime.Goexit (a
-		// test's FailNow), and the guard then releases what a.held names.
-		// On a rejection the permits taken so far are released and o is
-		// filled.
-		if p.cb != nil {
-			// Closed: one atomic load. Without t0 (no policy needed it) a
-			// closed breaker decides alone; any other state needs the
-			// time.
-			permit, err := p.cb.Acquire(a.t0)
-			if err != nil {
-				if permit, err = p.breakerRejected(&a, err); err != nil {
-					p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
-					return v
-				}
-			}
-			a.permit = permit
-			a.held |= heldBreaker
-		}
-		if p.rl != nil {
-			// One load and one CAS when admitted, one load when rejected.
-			if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
-				p.unwind(ctx, &a)
-				p.reject(o, RateLimit, p.rl.RejectedError(), wait)
-				return v
-			}
-		}
-		if p.bh != nil {
-			// One load and one add when a permit is free (no clock, no
-			// context); waits only with MaxWait set. Without a queue in
-			// the pipeline, TryEnter directly: Enter would call it, one
-			// call level more.
-			var err error
-			if p.mayWait {
-				err = p.bh.Enter(ctx)
-			} else if !p.bh.TryEnter() {
-				err = p.bh.RejectedError()
-			}
-			if err != nil {
-				p.unwind(ctx, &a)
-				p.rejectWait(&l, o, Bulkhead, err)
-				return v
-			}
-			a.held |= heldBulkhead
-		}
-		if p.al != nil {
-			// One atomic add when admitted; waits only with a queue.
-			tok, err := p.al.AcquireWait(ctx, a.t0)
-			if err != nil {
-				p.unwind(ctx, &a)
-				p.rejectWait(&l, o, Adaptive, err)
-				return v
-			}
-			a.token = tok
-			a.held |= heldAdaptive
-		}
-		if p.mayWait && a.t0 != noTime {
-			// Only when a bulkhead or adaptive queue can wait: the attempt
-			// may have queued since t0, so the timeout's deadline and the
-			// hedger's delay start from a fresh reading taken at
-			// admission.
-			a.t0 = p.now()
-		}
-		actx := ctx
-		if p.to != nil {
-			// Deadline mode: one allocation (the context) and a few CASes
-			// to arm a watchdog slot; soft mode: nothing.
-			actx, a.th = p.to.Start(ctx, a.t0)
-			a.held |= heldTimeout
-		}
-		a.held |= heldCall
-		a.ran = true
-		var err error
-		switch {
-		case hedged != nil:
-			v, err = hedged(actx, p.hedgeStart(&a))
-		case fnE != nil:
-			err = fnE(actx)
-		default:
-			v, err = fnT(actx)
-		}
-		if err = p.release(ctx, &a, err, released); err == nil {
-			return v // o: Code OK, Err nil
-		}
-		if err == p.toErr {
-			// The timeout's verdict (release's Finish turned the overrun
-			// into its error; p.toErr is nil without a timeout).
+		a.token = tok
+	}
+	actx := ctx
+	if p.to != nil {
+		// Deadline mode: the context (one allocation) and a watchdog
+		// slot; soft mode: nothing.
+		actx, a.th = p.to.Start(ctx, a.t0)
+	}
+	// Every permit taken, one store: the guard's list if fn panics.
+	a.held = p.held | heldCall
+	a.ran = true
+	var err error
+	if fnE != nil {
+		err = fnE(actx)
+	} else {
+		v, err = fnT(actx)
+	}
+	if p.needT1 {
+		a.t1 = p.now() // clock read 2 of at most 2
+	}
+	if p.to != nil {
+		a.held = p.held &^ heldTimeout
+		if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
 			o.Code, o.Policy = TimedOut, Timeout
 		}
-		if p.decide(ctx, &l, a.t1, err, o) {
-			return v
-		}
-		// Retried: the next attempt, o's Code back to OK (it may say
-		// TimedOut).
-		a = attempt{t0: noTime, t1: noTime, start: l.start}
-		o.Code, o.Policy = OK, None
 	}
+	if err == nil {
+		// Released in settle's order. The bulkhead runs no user code;
+		// the breaker's Classify and the adaptive Controller may panic,
+		// so the guard still names what they release until they run.
+		a.held = p.held & (heldBreaker | heldAdaptive)
+		if p.bh != nil {
+			p.bh.Exit() // one atomic add and one load
+		}
+		if p.cb != nil {
+			r := circuitbreaker.Success
+			if p.cbClassify {
+				r = p.cb.Classify(nil) // user code: a panic leaves the permit to the guard
+			}
+			// Recorded from here: a listener that calls Goexit once the
+			// result is applied must not make the guard record it again.
+			a.held = p.held & heldAdaptive
+			p.cb.RecordResult(a.permit, a.t1, r) // healthy count window: four loads
+		}
+		if p.bud != nil {
+			p.bud.OnSuccess(a.t0) // noTime when the retry does not use it
+		}
+		a.held = 0
+		if p.al != nil {
+			p.al.Release(a.token, a.t1, adaptive.Success) // last: it may run the Controller
+		}
+		return v // o: Attempts 1, the rest zero (OK)
+	}
+	// Failed: the general path records it and decides on a retry.
+	a.held = p.held &^ heldTimeout
+	return runLoop(ctx, p, fnT, fnE, o, &a, v, err, true)
 }
 
 // inMemory does nothing; taking its arguments' addresses keeps the
@@ -213,189 +203,255 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 func inMemory[T any](*context.Context, *func(context.Context) (T, error), *func(context.Context) error, **Outcome) {
 }
 
-// runHedged is run with the call hedged (see Pipeline.DoHedged): each
-// attempt runs fn through the hedger. It is a separate function so that
-// only the hedged entry points hand fn to other goroutines, which makes a
-// closure passed to them escape to the heap.
-func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome) T {
-	if p.hg == nil {
-		return run(ctx, p, fnT, fnE, nil, o)
-	}
-	// Held: the hedger returns only when every hedge has returned (the
-	// permits released next never leave one running), and leaves the
-	// request and the outcome to this pipeline's books (a budget shared
-	// with the retry counts them once). start is the attempt's hedgeStart.
-	hedged := func(actx context.Context, start int64) (T, error) {
-		return hedge.CallAtHeld(actx, p.hg, start, fnT)
-	}
-	if fnE != nil {
-		hedged = func(actx context.Context, start int64) (v T, err error) {
-			return v, p.hg.DoAtHeld(actx, start, fnE)
+// runLoop is run's general path, a loop of attempts through begin and end,
+// on run's attempt a (which run's guard watches). With failed set, run's
+// fast first attempt has run fn and failed with err (a.held names the
+// permits it still holds): the failure is recorded and the retry decides
+// first. v is the value of that attempt.
+func runLoop[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome, a *attempt, v T, err error, failed bool) T {
+	var l loop
+	l.start, l.deadline = noTime, -1
+	if failed {
+		l.start = a.start
+		if p.settle(ctx, &l, a, err, o) {
+			return v
 		}
+		*a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
 	}
-	return run(ctx, p, fnT, fnE, hedged, o)
-}
-
-// canceledBefore fills o for an attempt whose context was done before it
-// started. After a retry's sleep, the retry gives up on the last error.
-// Slow path.
-func (p *Pipeline) canceledBefore(l *loop, o *Outcome, err error) {
-	o.Code, o.Policy, o.Err = Canceled, None, err
-	if o.Attempts > 1 {
-		// Ended right after the retry's sleep: give up on the last
-		// error.
-		o.Attempts--
-		o.Err = p.rt.GiveUp(retry.Canceled, int(o.Attempts), l.last, err)
-	}
-}
-
-// breakerRejected is run's slow path for a breaker that refused the
-// attempt: a call whose clock was not read (an open or half-open breaker
-// needs the time) is asked again with a reading. It returns the permit, or
-// the breaker's error when it still refuses. Rejection path.
-func (p *Pipeline) breakerRejected(a *attempt, err error) (circuitbreaker.Permit, error) {
-	if a.t0 != noTime {
-		return circuitbreaker.Permit{}, err
-	}
-	a.t0 = p.now() // slow path: an open or half-open breaker
-	return p.cb.Acquire(a.t0)
-}
-
-// releaseHow says why release gives an attempt's permits back.
-type releaseHow uint8
-
-const (
-	released releaseHow = iota // fn returned: the outcome is recorded
-	unwound                    // a later stage refused the attempt before fn ran: nothing is recorded
-	aborted                    // fn (or a classifier in release) panicked or called runtime.Goexit
-)
-
-// release ends an attempt: it gives back every permit a.held names and
-// records the outcome, in the one release order, innermost first: t1 when a
-// policy needs it, the timeout (its verdict turns an overrun into its
-// error, which the policies below then see), the adaptive outcome
-// classified while every permit is held, the bulkhead, the breaker, the
-// retry budget, and the adaptive token last, since its Release may run the
-// user's Controller: if that panics, everything else is already released
-// and recorded. It returns err as the timeout left it.
-//
-// how says why the attempt ends:
-//   - released: fn returned err. The breaker records it (through its
-//     Classify), the budget counts a success, the adaptive limit gets the
-//     classified outcome. An overrun comes back as the timeout's error
-//     (run then says TimedOut).
-//   - unwound: a later stage refused the attempt: the permits come back
-//     with no result (breaker and adaptive Ignored, nothing in the budget).
-//   - aborted: fn panicked or called runtime.Goexit (heldCall), or a
-//     classifier did during a release: the timeout's verdict is discarded,
-//     the breaker records a Failure without its Classify (this may run
-//     because Classify itself panicked), the budget a failure, the
-//     adaptive limit frees the slot as Ignored. An attempt whose fn never
-//     ran (a rejection listener called Goexit) is released as Ignored,
-//     as unwound does, without a budget failure.
-//
-// A classifier is user code (Config.AdaptiveClassify, the limiter's or the
-// breaker's Classify): if one panics mid-release, the guard in run releases
-// whatever a.held still names (aborted). Each bit is cleared before its
-// release (the breaker's once its result is classified: a listener may call
-// Goexit once the result is applied), so that nothing is released twice.
-func (p *Pipeline) release(ctx context.Context, a *attempt, err error, how releaseHow) error {
-	a.held &^= heldCall
-	if p.needT1 {
-		if how == released {
-			a.t1 = p.now() // clock read 2 of at most 2 per attempt
-		} else if how == aborted && a.t1 == noTime {
-			a.t1 = p.readAfterPanic()
+	for {
+		actx, admitted := p.begin(ctx, &l, a, o)
+		if !admitted {
+			return v
 		}
-	}
-	oc := adaptive.Ignored
-	if a.held&heldTimeout != 0 {
-		// Disarms the watch and ends the context.
-		a.held &^= heldTimeout
-		if how == released {
-			// a.t1 is noTime (timeout.NotRead) unless another policy read
-			// it: a deadline-mode timeout then takes the watchdog's
-			// verdict.
-			err = p.to.Finish(a.th, a.t1, err)
+		a.held |= heldCall
+		a.ran = true
+		if fnE != nil {
+			err = fnE(actx)
 		} else {
-			// The verdict is discarded. Without an end reading (a
-			// deadline mode that needs none, or a Ticker that panicked)
-			// t0 stands in: NotRead would make a soft-mode Finish read
-			// the ticker itself.
-			end := a.t1
-			if end == noTime {
-				end = a.t0
+			v, err = fnT(actx)
+		}
+		a.held &^= heldCall
+		if p.end(ctx, &l, a, err, o) {
+			return v
+		}
+		*a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
+	}
+}
+
+// runHedged is run with the call hedged (see Pipeline.DoHedged). It is a
+// separate function so that only the hedged entry points hand fn to other
+// goroutines, which makes a closure passed to them escape to the heap.
+func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome) (v T) {
+	var l loop // as in run
+	l.start, l.deadline = noTime, -1
+	var a attempt
+	a.t0, a.t1, a.start = noTime, noTime, noTime
+	defer p.releaseHeld(&a) // as in run
+	for {
+		actx, admitted := p.begin(ctx, &l, &a, o)
+		if !admitted {
+			return v
+		}
+		var err error
+		a.held |= heldCall
+		a.ran = true
+		switch {
+		case p.hg == nil:
+			if fnE != nil {
+				err = fnE(actx)
+			} else {
+				v, err = fnT(actx)
 			}
-			_ = p.to.Finish(a.th, end, ErrPanicked)
+		case fnE != nil:
+			// Held: returns only when every hedge has returned (the
+			// permits released next never leave one running), and
+			// leaves the request and the outcome to this pipeline's
+			// books (a budget shared with the retry counts them once).
+			err = p.hg.DoAtHeld(actx, p.hedgeStart(&a), fnE)
+		default:
+			v, err = hedge.CallAtHeld(actx, p.hg, p.hedgeStart(&a), fnT)
+		}
+		a.held &^= heldCall
+		if p.end(ctx, &l, &a, err, o) {
+			return v
+		}
+		a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
+	}
+}
+
+// begin starts an attempt: it checks the context, reads t0 when a policy
+// needs it, counts the call in the retry budget (first attempt) and takes
+// the permits. It returns the context for fn, or false when the call ends
+// here (o is filled).
+func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (context.Context, bool) {
+	o.Attempts++
+	// One interface call: a context that is already done starts nothing.
+	if err := ctx.Err(); err != nil {
+		o.Code, o.Policy, o.Err = Canceled, None, err
+		if o.Attempts > 1 {
+			// Ended right after the retry's sleep: give up on the last
+			// error.
+			o.Attempts--
+			o.Err = p.rt.GiveUp(retry.Canceled, int(o.Attempts), l.last, err)
+		}
+		return nil, false
+	}
+	rt := p.rt
+	if p.needT0 || (p.rtNeedsStart && o.Attempts == 1) {
+		a.t0 = p.tick.Now() // clock read 1 of at most 2 per attempt
+	}
+	if o.Attempts == 1 && rt != nil {
+		// The call's start: noTime when neither the retry
+		// (rt.NeedsTime) nor another policy needed it, and then ignored
+		// by the retry and its budget.
+		l.start, a.start = a.t0, a.t0
+		if p.bud != nil {
+			p.bud.OnRequest(a.t0)
 		}
 	}
-	if how == released {
-		oc = adaptive.Success
-		if err != nil && a.held&heldAdaptive != 0 {
-			oc = p.classifyAdaptive(ctx, err) // user code: a panic leaves every permit to abort
+	// Admission, in the pipeline's order. On a rejection the permits taken
+	// so far are released and o is filled.
+	if p.cb != nil {
+		// Closed: one atomic load. Without t0 (no policy needed it) a
+		// closed breaker decides alone; any other state needs the time.
+		permit, err := p.cb.Acquire(a.t0)
+		if err != nil && a.t0 == noTime {
+			a.t0 = p.tick.Now() // slow path: an open or half-open breaker
+			permit, err = p.cb.Acquire(a.t0)
 		}
+		if err != nil {
+			p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
+			return nil, false
+		}
+		a.permit = permit
+		a.held |= heldBreaker
+	}
+	if p.rl != nil {
+		// One load and one CAS when admitted, one load when rejected.
+		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
+			p.unwind(a)
+			p.reject(o, RateLimit, p.rl.RejectedError(), wait)
+			return nil, false
+		}
+	}
+	if p.bh != nil {
+		// One load and one add when a permit is free (no clock, no
+		// context); waits only with MaxWait set.
+		if err := p.bh.Enter(ctx); err != nil {
+			p.unwind(a)
+			p.rejectWait(l, o, Bulkhead, err)
+			return nil, false
+		}
+		a.held |= heldBulkhead
+	}
+	if p.al != nil {
+		// One atomic add when admitted; waits only with a queue.
+		tok, err := p.al.AcquireWait(ctx, a.t0)
+		if err != nil {
+			p.unwind(a)
+			p.rejectWait(l, o, Adaptive, err)
+			return nil, false
+		}
+		a.token = tok
+		a.held |= heldAdaptive
+	}
+	if p.mayWait && a.t0 != noTime {
+		// Only when a bulkhead or adaptive queue can wait: the attempt may
+		// have queued since t0, so the timeout's deadline and the hedger's
+		// delay start from a fresh reading taken at admission.
+		a.t0 = p.tick.Now()
+	}
+	if p.to != nil {
+		// Deadline mode: one allocation (the context) and a few CASes to
+		// arm a watchdog slot; soft mode: nothing.
+		ctx, a.th = p.to.Start(ctx, a.t0)
+		a.held |= heldTimeout
+	}
+	return ctx, true
+}
+
+// end ends an attempt that ran fn: it releases the permits and records the
+// outcome, then decides whether the call is over (true, o filled) or is
+// retried (false, after the retry's sleep).
+func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *Outcome) bool {
+	// A classifier is user code (Config.AdaptiveClassify, the limiter's or
+	// the breaker's Classify): if one panics mid-release, the guard in run
+	// releases whatever a.held still names, as after a panicking fn.
+	// Release, innermost first: t1 when a policy needs it, the timeout's
+	// verdict, then the outcome recorded and the permits given back. Each
+	// bit of a.held is cleared as its permit is given back.
+	if p.needT1 {
+		a.t1 = p.tick.Now() // clock read 2 of at most 2 per attempt
+	}
+	o.Code, o.Policy = OK, None
+	if a.held&heldTimeout != 0 {
+		// Disarms the watch and ends the context; turns an overrun into
+		// the timeout's error, which the policies below then record.
+		a.held &^= heldTimeout
+		// a.t1 is noTime (timeout.NotRead) unless another policy read it:
+		// a deadline-mode timeout then takes the watchdog's verdict.
+		if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
+			o.Code, o.Policy = TimedOut, Timeout
+		}
+	}
+	return p.settle(ctx, l, a, err, o)
+}
+
+// settle is the rest of end, after the timeout's verdict: the outcome
+// recorded and the permits given back, then the retry's decision. run's
+// fast first attempt calls it when the attempt failed.
+func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o *Outcome) bool {
+	// The same order as run's fast first attempt: the adaptive outcome
+	// classified while every permit is held (a panicking classifier
+	// leaves them all to abort), then the releases that run no user code
+	// but the breaker's Classify, and the adaptive token last, since its
+	// Release may run the user's Controller: if that panics, everything
+	// else is already released and recorded.
+	oc := adaptive.Success
+	if err != nil && a.held&heldAdaptive != 0 {
+		oc = p.classifyAdaptive(ctx, err)
 	}
 	if a.held&heldBulkhead != 0 {
 		a.held &^= heldBulkhead
 		p.bh.Exit() // one atomic add and one load
 	}
 	if a.held&heldBreaker != 0 {
-		r, end := circuitbreaker.Ignored, a.t1
-		switch {
-		case how == released:
-			r = circuitbreaker.Success
-			if err != nil || p.cbClassify {
-				r = p.cb.Classify(err) // user code: a panic leaves the permit to abort
-			}
-		case how == unwound:
-			end = noTime
-		case a.ran:
-			r = circuitbreaker.Failure
+		r := circuitbreaker.Success
+		if err != nil || p.cbClassify {
+			r = p.cb.Classify(err) // user code: a panic leaves the permit to abort
 		}
-		a.held &^= heldBreaker              // recorded from here (a listener may Goexit)
-		p.cb.RecordResult(a.permit, end, r) // healthy count window: four loads
+		a.held &^= heldBreaker               // recorded from here (a listener may Goexit)
+		p.cb.RecordResult(a.permit, a.t1, r) // healthy count window: four loads
 	}
-	if p.bud != nil {
-		switch {
-		case how == released && err == nil:
-			now := a.t0
-			if now == noTime {
-				// A retry with no policy reading t0: the call's start
-				// (noTime when the retry does not use it).
-				now = a.start
-			}
-			p.bud.OnSuccess(now)
-		case how == aborted && a.ran:
-			p.bud.OnFailure(a.start)
+	if err == nil && p.bud != nil {
+		now := a.t0
+		if now == noTime {
+			// A retry with no policy reading t0: the call's start
+			// (noTime when the retry does not use it).
+			now = l.start
 		}
+		p.bud.OnSuccess(now)
 	}
 	if a.held&heldAdaptive != 0 {
 		// Cleared before Release: Release frees the slot first and may
 		// then run the user's Controller (closing a window), which may
 		// panic; abort must not release the token a second time.
 		a.held &^= heldAdaptive
-		end := a.t1
-		if how == unwound {
-			end = a.t0
-		}
-		p.al.Release(a.token, end, oc)
+		p.al.Release(a.token, a.t1, oc)
 	}
-	return err
-}
-
-// decide ends a failed attempt whose permits are released (t1 is its end
-// reading, noTime when none was read): the call is over (true, o filled) or
-// is retried (false, after the retry's sleep). Failure path.
-func (p *Pipeline) decide(ctx context.Context, l *loop, t1 int64, err error, o *Outcome) bool {
+	if err == nil {
+		o.Code, o.Policy, o.Err = OK, None, nil
+		return true
+	}
 	rt := p.rt
 	if rt == nil || !rt.Retryable(err) {
 		*o = p.failed(ctx, *o, err, rt)
 		return true
 	}
 	// Slow path: decide whether to retry.
-	now := t1
+	now := a.t1
 	if now == noTime {
-		now = p.now() // clock read 2, on the failure path only
+		now = p.tick.Now() // clock read 2, on the failure path only
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		// The caller is gone: no retry is granted (Decide would count one
@@ -465,10 +521,43 @@ func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.P
 	return o
 }
 
+// breakerRejected is the slow path of the fast first attempt's breaker
+// check, as in begin: a breaker that refused a call whose clock was not read
+// (an open or half-open breaker needs the time) is asked again with a
+// reading; it fills o when the breaker still refuses, else a.permit.
+func (p *Pipeline) breakerRejected(a *attempt, o *Outcome, err error) {
+	if a.t0 == noTime {
+		a.t0 = p.now()
+		if a.permit, err = p.cb.Acquire(a.t0); err == nil {
+			return
+		}
+	}
+	p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
+}
+
+// rejectAt releases the permits a.held names (taken before the rejection)
+// and fills o for a rejection by policy k. Rejection path.
+func (p *Pipeline) rejectAt(a *attempt, o *Outcome, k Kind, err error, retryAfter int64) {
+	p.unwind(a)
+	p.reject(o, k, err, retryAfter)
+}
+
 // unwind releases the permits taken before a rejection, recording no
-// result (see release). Rejection path.
-func (p *Pipeline) unwind(ctx context.Context, a *attempt) {
-	_ = p.release(ctx, a, nil, unwound)
+// result. Rejection path.
+func (p *Pipeline) unwind(a *attempt) {
+	held := a.held
+	a.held = 0
+	if held&heldBulkhead != 0 {
+		p.bh.Exit()
+	}
+	if held&heldBreaker != 0 {
+		p.cb.RecordResult(a.permit, noTime, circuitbreaker.Ignored)
+	}
+	if held&heldAdaptive != 0 {
+		// Last: closing a due window may run the user's Controller, which
+		// may panic; everything else is released by then.
+		p.al.Release(a.token, a.t0, adaptive.Ignored)
+	}
 }
 
 // rejectWait fills o for an attempt refused by the queue of policy k (a
@@ -506,7 +595,7 @@ func (p *Pipeline) hedgeStart(a *attempt) int64 {
 }
 
 // releaseHeld is run's deferred guard: after a panic or runtime.Goexit in
-// fn (heldCall set) or in a classifier during release, it releases what is
+// fn (heldCall set) or in a classifier during end, it releases what is
 // still held (see abort); on every normal return a.held is 0 and it does
 // nothing.
 func (p *Pipeline) releaseHeld(a *attempt) {
@@ -527,9 +616,47 @@ func (p *Pipeline) readAfterPanic() (now int64) {
 	return p.now()
 }
 
-// abort releases an attempt whose fn panicked or called runtime.Goexit, or
-// whose classifier panicked during its release: what a.held still names is
-// released as aborted (see release). Slow path.
+// abort releases an attempt whose fn panicked or called runtime.Goexit:
+// the breaker records a failure (without its Classify), the adaptive limit frees the
+// slot as Ignored, the retry budget records a failure. Slow path.
 func (p *Pipeline) abort(a *attempt) {
-	_ = p.release(context.Background(), a, ErrPanicked, aborted)
+	// Every bit is cleared before its release, and the releases that run
+	// no user code that may panic come first, so that a panic in one (a
+	// user Controller closing the adaptive window) neither releases a
+	// permit twice nor leaks the others.
+	held := a.held
+	a.held = 0
+	if p.needT1 && a.t1 == noTime {
+		a.t1 = p.readAfterPanic()
+	}
+	if held&heldTimeout != 0 {
+		// The verdict is discarded. Without an end reading (a deadline
+		// mode that needs none, or a Ticker that panicked) t0 stands in:
+		// NotRead would make a soft-mode Finish read the ticker itself.
+		end := a.t1
+		if end == noTime {
+			end = a.t0
+		}
+		_ = p.to.Finish(a.th, end, ErrPanicked)
+	}
+	if held&heldBulkhead != 0 {
+		p.bh.Exit()
+	}
+	if held&heldBreaker != 0 {
+		// A failure, without the breaker's Classify: this may run because
+		// Classify itself panicked. An attempt whose fn never ran (a later
+		// stage's rejection listener called Goexit) is released as
+		// Ignored, as unwind does.
+		r := circuitbreaker.Failure
+		if !a.ran {
+			r = circuitbreaker.Ignored
+		}
+		p.cb.RecordResult(a.permit, a.t1, r)
+	}
+	if p.bud != nil && a.ran {
+		p.bud.OnFailure(a.start)
+	}
+	if held&heldAdaptive != 0 {
+		p.al.Release(a.token, a.t1, adaptive.Ignored) // last: it may run the user's Controller
+	}
 }
