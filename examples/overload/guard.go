@@ -70,6 +70,7 @@ func newGuard(o options) (*guard, error) {
 		MinimumCalls:         50,
 		FailureRateThreshold: 20,
 		OpenDuration:         time.Second,
+		MaxOpenDuration:      time.Second, // a fixed probe period, the demo's phases are seconds long
 		HalfOpenProbes:       10,
 		HalfOpenSuccesses:    8,
 		Classify: func(err error) circuitbreaker.Result {

@@ -26,6 +26,7 @@ func newBreaker(cfg Config) (*breaker, error) {
 		Mode:                circuitbreaker.Consecutive,
 		ConsecutiveFailures: cfg.BreakerFailures,
 		OpenDuration:        cfg.BreakerOpen,
+		MaxOpenDuration:     cfg.BreakerOpen, // fixed: BreakerOpen is the probe period
 		HalfOpenProbes:      1,
 	})
 	if err != nil {
