@@ -25,7 +25,7 @@ import (
 // padded word plus its branch and arguments: circuitbreaker's Acquire (96)
 // and RecordResult (337), ratelimit's TryAcquire (299), bulkhead's Enter
 // (206), TryEnter (216) and Exit (90), adaptive's AcquireWait (it has a
-// defer) and Release (441), timeout's Start (153).
+// defer) and Release (441), timeout's StartAt (153).
 //
 // internal/pad declares only types (atomic words alone on a cache line):
 // its methods are sync/atomic's, which the compiler treats as intrinsics.
@@ -37,22 +37,22 @@ var intendedInlining = map[string][]string{
 		"(*Nano).Now",
 	},
 	"internal/atomicx": {
-		"Max",    // adaptive's Release (most in flight); bulkhead's new peak
-		"Min",    // adaptive's Release (least RTT)
-		"SatAdd", // timeout's Start (the deadline); adaptive's window end
+		"Max",    // adaptive's ReleaseAt (most in flight); bulkhead's new peak
+		"Min",    // adaptive's ReleaseAt (least RTT)
+		"SatAdd", // timeout's StartAt (the deadline); adaptive's window end
 	},
 	"circuitbreaker": {
 		"(*countWindow).allOK",     // RecordResult's healthy fast path
 		"(*Breaker).Classify",      // pipeline's release, on a failure or with Classify set
-		"(*Breaker).RemainingOpen", // pipeline's rejection by an open breaker
+		"(*Breaker).RemainingOpenAt", // pipeline's rejection by an open breaker
 	},
 	"ratelimit": {
 		"(*Limiter).Acquire",       // AllowN with the rejection error
 		"(*Limiter).RejectedError", // pipeline's rejection by the limiter
 	},
 	"adaptive": {
-		"(*Limiter).Acquire",    // one add, the rejection out of line
-		"(*Limiter).tryAcquire", // AcquireWait's immediate admission
+		"(*Limiter).AcquireAt",    // one add, the rejection out of line
+		"(*Limiter).tryAcquire", // AcquireWaitAt's immediate admission
 		"(*Limiter).Classify",   // pipeline's release, on a failure
 		"inFlightOf",
 	},
@@ -61,7 +61,7 @@ var intendedInlining = map[string][]string{
 		"(*TokenBucket).OnFailure",
 	},
 	"timeout": {
-		"(*Timeout).Finish", // the soft-mode early return, inlined into pipeline's release
+		"(*Timeout).FinishAt", // the soft-mode early return, inlined into pipeline's release
 	},
 	"pipeline": {
 		"(*Pipeline).now",         // a cached ticker read as one load, no interface call

@@ -36,15 +36,15 @@ type Controller interface {
 // built-in algorithms react to that rate, not to one drop ([Vegas] and
 // [AIMD] above their DropThreshold, default 5 %; [Gradient2] not at all).
 //
-// RTTs are in nanoseconds, measured from [Limiter.Acquire] to
-// [Limiter.Release] (or from [Limiter.Begin] to [Limiter.End]). AvgRTT,
+// RTTs are in nanoseconds, measured from [Limiter.AcquireAt] to
+// [Limiter.ReleaseAt] (or from [Limiter.Acquire] to [Limiter.Release]). AvgRTT,
 // MinRTT, Count and Samples are those of calls released with [Success].
 // Calls released with [Dropped] count in Drops, and the timed ones' RTT
 // (every one with Acquire/Release, a sample with Begin/End) in DropRTT;
 // calls released with [Ignored] appear nowhere.
 //
 // With Begin/End (and Do, Call) only a sample of the calls is timed (see
-// [Limiter.Begin]): a call timed at stride s stands for s calls, so Count
+// [Limiter.Acquire]): a call timed at stride s stands for s calls, so Count
 // and AvgRTT are estimates over every success of the window (weighted by
 // stride, unbiased even when the stride changes within the window), Samples
 // is the number of timed calls behind them, and MinRTT is the least of the

@@ -29,7 +29,7 @@ func TestCallbacksTickerPanicInBeginReleasesSlot(t *testing.T) {
 	tk.Arm()
 	p, _ := testkit.Run(func() { _ = l.Do(context.Background(), func(context.Context) error { return nil }) })
 	require.Equal(t, testkit.PanicTickerValue, p, "Do")
-	p, _ = testkit.Run(func() { _, _ = l.Begin() })
+	p, _ = testkit.Run(func() { _, _ = l.Acquire() })
 	require.Equal(t, testkit.PanicTickerValue, p, "Begin")
 	require.Equal(t, 0, l.InFlight(), "the slots taken before the panicking clock read are leaked")
 }
@@ -61,8 +61,8 @@ func TestCallbacksReentrantListenerAndController(t *testing.T) {
 	var l *Limiter
 	var nested atomic.Int64
 	ctrl := cbCtrl(func(s Sample) float64 {
-		if tok, ok := l.Acquire(s.Now); ok {
-			l.Release(tok, s.Now+int64(time.Hour), Success) // a window is due: the nested close must return
+		if tok, ok := l.AcquireAt(s.Now); ok {
+			l.ReleaseAt(tok, s.Now+int64(time.Hour), Success) // a window is due: the nested close must return
 			nested.Add(1)
 		}
 		return s.Limit + 1
@@ -70,17 +70,17 @@ func TestCallbacksReentrantListenerAndController(t *testing.T) {
 	var err error
 	l, err = New(Config{Algorithm: cbAlg{ctrl}, InitialLimit: 4, MinLimit: 1, MaxLimit: 100, MinWindowSamples: 1, Window: time.Millisecond,
 		OnLimitChange: func(int, int) {
-			tok, ok := l.Acquire(0)
+			tok, ok := l.AcquireAt(0)
 			if ok {
-				l.Release(tok, 0, Ignored)
+				l.ReleaseAt(tok, 0, Ignored)
 			}
 			_ = l.Stats()
 		}, Ticker: &testkit.PanicTicker{}})
 	require.NoError(t, err)
 	for i := range 5 {
-		tok, ok := l.Acquire(int64(i) * int64(time.Second))
+		tok, ok := l.AcquireAt(int64(i) * int64(time.Second))
 		require.True(t, ok)
-		l.Release(tok, int64(i)*int64(time.Second)+1, Success)
+		l.ReleaseAt(tok, int64(i)*int64(time.Second)+1, Success)
 	}
 	require.Equal(t, 0, l.InFlight())
 	require.Positive(t, nested.Load())
@@ -149,18 +149,18 @@ func TestCallbacksControllerGoexitKeepsWindowsClosing(t *testing.T) {
 		return 7
 	}), Window: 10, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0)})
 	require.NoError(t, err)
-	tok, ok := l.Acquire(0)
+	tok, ok := l.AcquireAt(0)
 	require.True(t, ok)
-	_, goexited := testkit.Run(func() { l.Release(tok, 20, Success) })
+	_, goexited := testkit.Run(func() { l.ReleaseAt(tok, 20, Success) })
 	require.True(t, goexited)
 	require.Equal(t, 1, updates)
 	require.Equal(t, 0, l.InFlight())
 	exit.Store(false)
 	for i := range 5 {
 		now := int64(100 * (i + 1))
-		tok, ok := l.Acquire(now)
+		tok, ok := l.AcquireAt(now)
 		require.True(t, ok)
-		l.Release(tok, now+20, Success)
+		l.ReleaseAt(tok, now+20, Success)
 	}
 	// Window is 10 ns: each of the five releases closes one window.
 	require.Equal(t, 6, updates, "no window closed after the Goexit")
@@ -177,12 +177,12 @@ func TestCallbacksQueueTickerPanicUnlocksQueue(t *testing.T) {
 		l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 1, MinLimit: 1, MaxLimit: 1,
 			Queue: QueueConfig{MaxLength: 2}, Ticker: tk})
 		require.NoError(t, err)
-		hold, ok := l.Acquire(0)
+		hold, ok := l.AcquireAt(0)
 		require.True(t, ok)
 		ctx, cancel := context.WithCancel(context.Background())
 		panicked := make(chan any, 1)
 		go func() {
-			p, _ := testkit.Run(func() { _, _ = l.AcquireWait(ctx, 0) })
+			p, _ := testkit.Run(func() { _, _ = l.AcquireWaitAt(ctx, 0) })
 			panicked <- p
 		}()
 		synctest.Wait()
@@ -194,7 +194,7 @@ func TestCallbacksQueueTickerPanicUnlocksQueue(t *testing.T) {
 		require.True(t, l.queue.mu.TryLock(), "the queue's mutex was left locked by the panic")
 		l.queue.mu.Unlock()
 		require.Equal(t, 0, l.Stats().Queued, "the abandoned waiter is still queued")
-		l.Release(hold, 1, Success)
+		l.ReleaseAt(hold, 1, Success)
 		require.Equal(t, 0, l.InFlight(), "the freed slot went to the abandoned waiter and leaked")
 	})
 }
@@ -215,25 +215,25 @@ func TestCallbacksControllerPanicStillHandsOff(t *testing.T) {
 		}), InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Window: time.Millisecond, MinWindowSamples: 1,
 			Queue: QueueConfig{MaxLength: 1}, Ticker: rampart.NewNanoTicker()})
 		require.NoError(t, err)
-		hold, ok := l.Acquire(l.Ticker().Now())
+		hold, ok := l.AcquireAt(l.Ticker().Now())
 		require.True(t, ok)
 		type res struct {
-			tok Token
+			tok Permit
 			err error
 		}
 		got := make(chan res, 1)
 		go func() {
-			tok, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+			tok, err := l.AcquireWaitAt(context.Background(), l.Ticker().Now())
 			got <- res{tok, err}
 		}()
 		synctest.Wait()
 		require.Equal(t, 1, l.Stats().Queued)
 		time.Sleep(2 * time.Millisecond) // the window is due
-		require.Panics(t, func() { l.Release(hold, l.Ticker().Now(), Success) })
+		require.Panics(t, func() { l.ReleaseAt(hold, l.Ticker().Now(), Success) })
 		boom.Store(false)
 		r := <-got
 		require.NoError(t, r.err, "the waiter was shed although the slot was free")
-		l.Release(r.tok, l.Ticker().Now(), Success)
+		l.ReleaseAt(r.tok, l.Ticker().Now(), Success)
 		require.Equal(t, 0, l.InFlight())
 	})
 }

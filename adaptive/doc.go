@@ -16,7 +16,7 @@
 // # RTT sampling
 //
 // Timing a call takes two clock reads, which cost more than the limiter
-// itself. [Limiter.Begin] and [Limiter.End] (and Do and Call, which use
+// itself. [Limiter.Acquire] and [Limiter.Release] (and Do and Call, which use
 // them) read the clock only for the calls they pick as RTT samples, as
 // high-rate systems do: about one call in a stride, picked by a hash of the
 // admission's sequence number (which the slot's atomic add returns, so
@@ -63,16 +63,16 @@
 // the window's drop rate (see Drops below), and an [Ignored] call (the
 // caller cancelled) only frees its slot.
 //
-// Which method to use: [Limiter.Begin] and [Limiter.End] admit and release
+// Which method to use: [Limiter.Acquire] and [Limiter.Release] admit and release
 // a call, reading the limiter's ticker for sampled calls only (the
 // recommended form when the caller has no clock readings of its own);
 // [Limiter.Do] and [Call] wrap a function the same way;
-// [Limiter.BeginPriority] admits by priority partition
-// (Config.Partitions). [Limiter.Acquire] and [Limiter.Release] are the
+// [Limiter.AcquirePartition] admits by priority partition
+// (Config.Partitions). [Limiter.AcquireAt] and [Limiter.ReleaseAt] are the
 // primitives for callers that already read the clock (they take the current
 // time as an argument, time every call and allocate nothing; package
-// pipeline uses them with its own readings), with [Limiter.AcquirePriority]
-// and [Limiter.AcquireWait], which waits in the optional CoDel /
+// pipeline uses them with its own readings), with [Limiter.AcquirePartitionAt]
+// and [Limiter.AcquireWaitAt], which waits in the optional CoDel /
 // adaptive-LIFO queue (Config.Queue).
 //
 // # Drops
@@ -125,8 +125,8 @@
 // A [Throttler] is the SRE book's client-side adaptive throttling: it rejects
 // calls locally with probability max(0, (requests − K·accepts)/(requests+1))
 // over a sliding window of time buckets, so a client whose backend is
-// refusing work stops sending it. Call [Throttler.Allow] before and
-// [Throttler.Record] after each call, or use [Throttler.Do].
+// refusing work stops sending it. Call [Throttler.AllowAt] before and
+// [Throttler.RecordAt] after each call, or use [Throttler.Do].
 //
 // # Zero values and concurrency
 //

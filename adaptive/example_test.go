@@ -28,32 +28,32 @@ func Example() {
 
 	// Begin and End: the limiter reads its clock itself, only for the
 	// calls it samples for their RTT (every call while the rate is low).
-	if tok, ok := l.Begin(); ok {
+	if tok, ok := l.Acquire(); ok {
 		// ... call the dependency ...
-		l.End(tok, adaptive.Success)
+		l.Release(tok, adaptive.Success)
 	}
 
 	// The primitives, for a caller that reads the clock anyway (package
 	// pipeline): every call is timed with the caller's readings.
 	now := l.Ticker().Now()
-	a, _ := l.Acquire(now)
-	b, _ := l.Acquire(now)
-	if _, ok := l.Acquire(now); !ok {
+	a, _ := l.AcquireAt(now)
+	b, _ := l.AcquireAt(now)
+	if _, ok := l.AcquireAt(now); !ok {
 		err := l.RejectedError()
 		fmt.Println(err, errors.Is(err, adaptive.ErrLimited), errors.Is(err, rampart.ErrRejected))
 	}
-	l.Release(a, l.Ticker().Now(), adaptive.Success)
-	l.Release(b, l.Ticker().Now(), adaptive.Dropped) // a timeout: a loss
+	l.ReleaseAt(a, l.Ticker().Now(), adaptive.Success)
+	l.ReleaseAt(b, l.Ticker().Now(), adaptive.Dropped) // a timeout: a loss
 	fmt.Println("in flight:", l.InFlight(), "limit:", l.Limit())
 
 	// Client-side throttling of a backend that refuses work.
 	th, _ := adaptive.NewThrottler(adaptive.ThrottlerConfig{K: 2})
 	t0 := time.Now()
 	now = int64(time.Since(t0))
-	if th.Allow(now) {
-		th.Record(now, true) // the backend accepted the call
+	if th.AllowAt(now) {
+		th.RecordAt(now, true) // the backend accepted the call
 	}
-	fmt.Println("throttle probability:", th.Probability(now))
+	fmt.Println("throttle probability:", th.ProbabilityAt(now))
 	// Output:
 	// Do: <nil>
 	// adaptive "db": concurrency limit reached true true

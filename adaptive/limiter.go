@@ -21,7 +21,7 @@ import (
 // through errors.Is.
 var ErrLimited = errors.New("concurrency limit reached")
 
-// Outcome says how a call released with [Limiter.Release] ended, and so what
+// Outcome says how a call released with [Limiter.ReleaseAt] ended, and so what
 // it teaches the algorithm.
 type Outcome uint8
 
@@ -55,11 +55,11 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// Token is an admitted call's permit, returned by [Limiter.Acquire] (or
-// [Limiter.Begin]) and handed back exactly once to [Limiter.Release] (or
-// [Limiter.End]). It is a small value (no pointer, nothing escapes) carrying
-// the admission time. The zero Token is not a permit: never release it.
-type Token struct {
+// Permit is an admitted call's permit, returned by [Limiter.AcquireAt] (or
+// [Limiter.Acquire]) and handed back exactly once to [Limiter.ReleaseAt] (or
+// [Limiter.Release]). It is a small value (no pointer, nothing escapes) carrying
+// the admission time. The zero Permit is not a permit: never release it.
+type Permit struct {
 	start    int64 // the now given to Acquire, or read by Begin for a sampled call
 	inflight int32 // calls in flight right after this one was admitted
 	part     int16 // 1 + the priority partition; 0 when none
@@ -76,17 +76,17 @@ const (
 
 // Start returns the time the call was admitted: the now given to Acquire,
 // or the clock reading Begin took for a call it picked as an RTT sample (0
-// for a call Begin did not pick: see [Token.Sampled]).
-func (t Token) Start() int64 { return t.start }
+// for a call Begin did not pick: see [Permit.Sampled]).
+func (t Permit) Start() int64 { return t.start }
 
 // Sampled reports whether the call's RTT is measured: always for a Token
 // from Acquire, AcquirePriority and AcquireWait; for one from Begin or
 // BeginPriority, only when it was picked as an RTT sample (see
-// [Limiter.Begin]).
-func (t Token) Sampled() bool { return t.state >= weight1 }
+// [Limiter.Acquire]).
+func (t Permit) Sampled() bool { return t.state >= weight1 }
 
 // Valid reports whether t is a permit (false for the zero Token).
-func (t Token) Valid() bool { return t.state != 0 }
+func (t Permit) Valid() bool { return t.state != 0 }
 
 // Config configures a [Limiter]. The zero value is valid: Vegas, limits
 // 20 initial / 1 min / 1000 max, 1 s windows of at least 10 samples.
@@ -160,7 +160,7 @@ func DefaultClassify(ctx context.Context, err error) Outcome {
 type Stats struct {
 	Limit          int    // the published limit
 	InFlight       int    // calls admitted and not yet released
-	Peak           int    // the most calls in flight seen at an admission (recorded when that call is released)
+	PeakInFlight           int    // the most calls in flight seen at an admission (recorded when that call is released)
 	Rejected       uint64 // calls refused (including those shed from the queue)
 	Samples        uint64 // RTT samples (timed Success releases) counted in closed windows
 	Drops          uint64 // Dropped releases counted in closed windows
@@ -380,54 +380,54 @@ func New(c Config) (*Limiter, error) {
 	return l, nil
 }
 
-// Acquire admits a call if fewer calls than the limit are in flight, and
+// AcquireAt admits a call if fewer calls than the limit are in flight, and
 // returns its Token; otherwise it returns (Token{}, false) and counts a
 // rejection. now is the current time from the limiter's ticker (it becomes
 // the start of the call's RTT). An admitted call must be released exactly
-// once with [Limiter.Release]. Every call admitted by Acquire is an RTT
+// once with [Limiter.ReleaseAt]. Every call admitted by AcquireAt is an RTT
 // sample; callers that read the clock only for the limiter's sake should
-// use [Limiter.Begin] and [Limiter.End], which time a sample of the calls.
+// use [Limiter.Acquire] and [Limiter.Release], which time a sample of the calls.
 //
 // Cost: one atomic add when admitted; a rejection adds one more (undo) and a
-// counter increment. No allocation, no lock, no clock read. Acquire does not
+// counter increment. No allocation, no lock, no clock read. AcquireAt does not
 // look at partitions or the queue: see AcquirePriority and AcquireWait.
 //
 // In flight never exceeds the limit because of admissions: a transient
-// excess, at most one per goroutine concurrently inside Acquire, exists only
+// excess, at most one per goroutine concurrently inside AcquireAt, exists only
 // between an over-limit add and its undo, and is never admitted. When a
 // window lowers the limit, the calls already in flight above it finish
 // normally.
-func (l *Limiter) Acquire(now int64) (Token, bool) {
+func (l *Limiter) AcquireAt(now int64) (Permit, bool) {
 	n := inFlightOf(l.slots.Add(admitOne)) // atomic 1: take a slot
 	if n > l.limit.Load() {
 		return l.reject()
 	}
-	return Token{start: now, inflight: int32(n), state: weight1}, true
+	return Permit{start: now, inflight: int32(n), state: weight1}, true
 }
 
 // reject undoes an admission attempt. Slow path.
-func (l *Limiter) reject() (Token, bool) {
+func (l *Limiter) reject() (Permit, bool) {
 	l.slots.Add(-admitOne) // atomic 2: give the slot (and the sequence number) back
 	l.rejected.Add(1)      // atomic 3: stats
-	return Token{}, false
+	return Permit{}, false
 }
 
 // tryAcquire is Acquire without counting a rejection (the waiting path).
-func (l *Limiter) tryAcquire(now int64) (Token, bool) {
+func (l *Limiter) tryAcquire(now int64) (Permit, bool) {
 	n := inFlightOf(l.slots.Add(admitOne))
 	if n > l.limit.Load() {
 		l.slots.Add(-admitOne)
-		return Token{}, false
+		return Permit{}, false
 	}
-	return Token{start: now, inflight: int32(n), state: weight1}, true
+	return Permit{start: now, inflight: int32(n), state: weight1}, true
 }
 
-// Release ends the call of t at time now with outcome o, freeing its slot.
+// ReleaseAt ends the call of t at time now with outcome o, freeing its slot.
 // A Success contributes the RTT now − t.Start() to the window; a Dropped call
 // counts as a loss; an Ignored one only frees the slot. If now is past the
 // end of the window, the caller closes it: it swaps the aggregates out and
 // runs the algorithm (a few hundred nanoseconds, once per window). A Token
-// from Begin that was not picked as a sample ([Token.Sampled] false)
+// from Begin that was not picked as a sample ([Permit.Sampled] false)
 // contributes no RTT: its Success only frees the slot.
 //
 // Cost on Success: three atomic adds (slot, weighted RTT sum, samples and
@@ -440,7 +440,7 @@ func (l *Limiter) tryAcquire(now int64) (Token, bool) {
 // Plus one add on a partition's counter for a token from AcquirePriority,
 // and one load of the waiter count when a queue is configured. No
 // allocation, no lock, no clock read.
-func (l *Limiter) Release(t Token, now int64, o Outcome) {
+func (l *Limiter) ReleaseAt(t Permit, now int64, o Outcome) {
 	l.slots.Add(-1) // atomic 1: free the slot
 	if t.part > 0 {
 		l.parts[t.part-1].inflight.Add(-1) // the partition's slot
@@ -601,7 +601,7 @@ func (l *Limiter) Stats() Stats {
 	s := Stats{
 		Limit:          int(l.limit.Load()),
 		InFlight:       l.InFlight(),
-		Peak:           int(max(l.peak.Load(), l.win.maxIn.Load())),
+		PeakInFlight:           int(max(l.peak.Load(), l.win.maxIn.Load())),
 		Rejected:       l.rejected.Load(),
 		Samples:        l.samples.Load(),
 		Drops:          l.drops.Load(),
@@ -616,10 +616,10 @@ func (l *Limiter) Stats() Stats {
 	return s
 }
 
-// Do runs fn under the limiter: it admits with [Limiter.Begin] (waiting in
+// Do runs fn under the limiter: it admits with [Limiter.Acquire] (waiting in
 // the queue when one is configured and the limit is reached, else rejecting
 // at once with [Limiter.RejectedError]), runs fn, and releases with
-// [Limiter.End] and the outcome Config.Classify gives fn's error, so it reads
+// [Limiter.Release] and the outcome Config.Classify gives fn's error, so it reads
 // the clock only for the calls sampled for their RTT (and for losses and
 // waits). fn's error is returned unchanged. If fn panics or calls
 // runtime.Goexit the slot is released as [Ignored] and the panic continues.
@@ -631,13 +631,13 @@ func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error 
 	done := false
 	defer func() {
 		if !done { // fn panicked or called Goexit
-			l.End(t, Ignored)
+			l.Release(t, Ignored)
 		}
 	}()
 	err = fn(ctx)
 	o := l.classify(ctx, err) // user code: a panic or Goexit here releases as Ignored
 	done = true               // before End: a panicking Controller must not release twice
-	l.End(t, o)
+	l.Release(t, o)
 	return err
 }
 
@@ -652,28 +652,28 @@ func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, e
 	done := false
 	defer func() {
 		if !done {
-			l.End(t, Ignored)
+			l.Release(t, Ignored)
 		}
 	}()
 	v, err := fn(ctx)
 	o := l.classify(ctx, err) // as in Do
 	done = true
-	l.End(t, o)
+	l.Release(t, o)
 	return v, err
 }
 
 // admit is the acquisition of Do and Call: Begin, or, when the limit is
 // reached and a queue is configured, AcquireWait (which reads the clock and
 // returns a sampled Token).
-func (l *Limiter) admit(ctx context.Context) (Token, error) {
+func (l *Limiter) admit(ctx context.Context) (Permit, error) {
 	if l.queue == nil {
-		if t, ok := l.Begin(); ok {
+		if t, ok := l.Acquire(); ok {
 			return t, nil
 		}
-		return Token{}, l.rejErr
+		return Permit{}, l.rejErr
 	}
 	if t, ok := l.tryBegin(); ok {
 		return t, nil
 	}
-	return l.AcquireWait(ctx, l.ticker.Now()) // slow path: may wait
+	return l.AcquireWaitAt(ctx, l.ticker.Now()) // slow path: may wait
 }

@@ -87,21 +87,21 @@ func TestConfigValidation(t *testing.T) {
 
 func TestAcquireRelease(t *testing.T) {
 	l, _ := fixed(t, 2, nil)
-	a, ok := l.Acquire(1)
+	a, ok := l.AcquireAt(1)
 	require.True(t, ok)
 	require.True(t, a.Valid())
 	require.Equal(t, int64(1), a.Start())
-	b, ok := l.Acquire(2)
+	b, ok := l.AcquireAt(2)
 	require.True(t, ok)
-	_, ok = l.Acquire(3)
+	_, ok = l.AcquireAt(3)
 	require.False(t, ok)
 	require.Equal(t, 2, l.InFlight())
-	l.Release(a, 10, Success)
-	l.Release(b, 10, Ignored)
+	l.ReleaseAt(a, 10, Success)
+	l.ReleaseAt(b, 10, Ignored)
 	require.Equal(t, 0, l.InFlight())
 	st := l.Stats()
 	require.Equal(t, uint64(1), st.Rejected)
-	require.Equal(t, 2, st.Peak)
+	require.Equal(t, 2, st.PeakInFlight)
 	err := l.RejectedError()
 	require.ErrorIs(t, err, ErrLimited)
 	require.ErrorIs(t, err, rampart.ErrRejected)
@@ -114,12 +114,12 @@ func TestOutcomes(t *testing.T) {
 	l, err := New(Config{Algorithm: alg, InitialLimit: 10, Window: time.Second, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0)})
 	require.NoError(t, err)
 	for i, o := range []Outcome{Success, Success, Dropped, Ignored, Ignored} {
-		tok, ok := l.Acquire(int64(i))
+		tok, ok := l.AcquireAt(int64(i))
 		require.True(t, ok)
-		l.Release(tok, int64(i)+int64(10*(i+1)), o)
+		l.ReleaseAt(tok, int64(i)+int64(10*(i+1)), o)
 	}
-	tok, _ := l.Acquire(int64(time.Second))
-	l.Release(tok, int64(time.Second)+30, Ignored) // closes the window
+	tok, _ := l.AcquireAt(int64(time.Second))
+	l.ReleaseAt(tok, int64(time.Second)+30, Ignored) // closes the window
 	require.Len(t, got, 1)
 	s := got[0]
 	require.Equal(t, int64(2), s.Count)
@@ -216,9 +216,9 @@ func TestLimitClampAndListener(t *testing.T) {
 	})
 	require.NoError(t, err)
 	step := func(now int64) {
-		tok, ok := l.Acquire(now)
+		tok, ok := l.AcquireAt(now)
 		require.True(t, ok)
-		l.Release(tok, now+20, Success)
+		l.ReleaseAt(tok, now+20, Success)
 	}
 	step(0)
 	require.Equal(t, 50, l.Limit())
@@ -243,11 +243,11 @@ func TestControllerPanicKeepsLimiterAlive(t *testing.T) {
 		return 7
 	}), Window: 10, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0)})
 	require.NoError(t, err)
-	tok, _ := l.Acquire(0)
-	require.Panics(t, func() { l.Release(tok, 20, Success) })
+	tok, _ := l.AcquireAt(0)
+	require.Panics(t, func() { l.ReleaseAt(tok, 20, Success) })
 	boom = false
-	tok, _ = l.Acquire(100)
-	l.Release(tok, 120, Success)
+	tok, _ = l.AcquireAt(100)
+	l.ReleaseAt(tok, 120, Success)
 	require.Equal(t, 7, l.Limit())
 }
 
@@ -256,12 +256,12 @@ func TestMinSamplesDelaysWindow(t *testing.T) {
 	l, err := New(Config{Algorithm: algFunc(func(s Sample) float64 { n++; return s.Limit }), Window: 10, MinWindowSamples: 3, Ticker: rampart.NewManualTicker(0)})
 	require.NoError(t, err)
 	for i := range 2 {
-		tok, _ := l.Acquire(int64(100 * i))
-		l.Release(tok, int64(100*i+50), Success)
+		tok, _ := l.AcquireAt(int64(100 * i))
+		l.ReleaseAt(tok, int64(100*i+50), Success)
 	}
 	require.Equal(t, 0, n)
-	tok, _ := l.Acquire(300)
-	l.Release(tok, 350, Success)
+	tok, _ := l.AcquireAt(300)
+	l.ReleaseAt(tok, 350, Success)
 	require.Equal(t, 1, n)
 }
 
@@ -273,11 +273,11 @@ func TestDoAndCall(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 42, v)
 	// Rejected while full.
-	tok, _ := l.Acquire(0)
+	tok, _ := l.AcquireAt(0)
 	require.ErrorIs(t, l.Do(context.Background(), func(context.Context) error { return nil }), ErrLimited)
 	_, err = Call(context.Background(), l, func(context.Context) (int, error) { return 1, nil })
 	require.ErrorIs(t, err, rampart.ErrRejected)
-	l.Release(tok, 0, Ignored)
+	l.ReleaseAt(tok, 0, Ignored)
 	// A panic releases the slot and propagates.
 	require.Panics(t, func() { _ = l.Do(context.Background(), func(context.Context) error { panic("x") }) })
 	require.Panics(t, func() { _, _ = Call(context.Background(), l, func(context.Context) (int, error) { panic("x") }) })
@@ -310,9 +310,9 @@ func TestPartitions(t *testing.T) {
 		c.Partitions = []Partition{{Name: "critical", Share: 0.6}, {Name: "batch", Share: 0.4}}
 	})
 	// Batch borrows the idle critical share: all 10.
-	var batch []Token
+	var batch []Permit
 	for {
-		tok, ok := l.AcquirePriority(0, 1)
+		tok, ok := l.AcquirePartitionAt(0, 1)
 		if !ok {
 			break
 		}
@@ -321,41 +321,41 @@ func TestPartitions(t *testing.T) {
 	require.Len(t, batch, 10)
 	// Critical still gets its guaranteed share (the total transiently
 	// exceeds the limit by the borrowed calls), and nothing beyond it.
-	var crit []Token
+	var crit []Permit
 	for range 6 {
-		tok, ok := l.AcquirePriority(0, 0)
+		tok, ok := l.AcquirePartitionAt(0, 0)
 		require.True(t, ok)
 		crit = append(crit, tok)
 	}
-	_, ok := l.AcquirePriority(0, 0)
+	_, ok := l.AcquirePartitionAt(0, 0)
 	require.False(t, ok)
 	require.Equal(t, 16, l.InFlight())
 	require.Equal(t, 6, l.PartitionInFlight(0))
 	require.Equal(t, 0, l.PartitionInFlight(7))
-	_, ok = l.AcquirePriority(0, 5) // out of range: the last partition, over its share, no room
+	_, ok = l.AcquirePartitionAt(0, 5) // out of range: the last partition, over its share, no room
 	require.False(t, ok)
 	for _, tok := range batch {
-		l.Release(tok, 1, Success)
+		l.ReleaseAt(tok, 1, Success)
 	}
 	// Now critical may borrow batch's idle share.
 	for range 4 {
-		tok, ok := l.AcquirePriority(0, 0)
+		tok, ok := l.AcquirePartitionAt(0, 0)
 		require.True(t, ok)
 		crit = append(crit, tok)
 	}
-	_, ok = l.AcquirePriority(0, 0)
+	_, ok = l.AcquirePartitionAt(0, 0)
 	require.False(t, ok)
 	for _, tok := range crit {
-		l.Release(tok, 1, Success)
+		l.ReleaseAt(tok, 1, Success)
 	}
 	require.Equal(t, 0, l.InFlight())
 	require.Equal(t, 0, l.PartitionInFlight(0))
 
 	// Without partitions AcquirePriority is Acquire.
 	l2, _ := fixed(t, 1, nil)
-	tok, ok := l2.AcquirePriority(0, 3)
+	tok, ok := l2.AcquirePartitionAt(0, 3)
 	require.True(t, ok)
-	l2.Release(tok, 1, Success)
+	l2.ReleaseAt(tok, 1, Success)
 }
 
 // TestStress: many goroutines admit and release under short windows that
@@ -387,12 +387,12 @@ func TestStress(t *testing.T) {
 			defer wg.Done()
 			for i := range 3000 {
 				now := tk.Now()
-				var tok Token
+				var tok Permit
 				var ok bool
 				if g%2 == 0 {
-					tok, ok = l.Acquire(now)
+					tok, ok = l.AcquireAt(now)
 				} else {
-					tok, ok = l.AcquirePriority(now, g%4/2)
+					tok, ok = l.AcquirePartitionAt(now, g%4/2)
 				}
 				if !ok {
 					continue
@@ -404,7 +404,7 @@ func TestStress(t *testing.T) {
 					tk.Advance(time.Duration(100 + i%50))
 				}
 				active.Add(-1)
-				l.Release(tok, tk.Now(), Outcome(i%3))
+				l.ReleaseAt(tok, tk.Now(), Outcome(i%3))
 			}
 		}()
 	}
@@ -425,30 +425,30 @@ func TestAllocsAdmit(t *testing.T) {
 	now := int64(0)
 	testkit.WantAllocs(t, "admit + release", 0, func() {
 		now += 100
-		tok, ok := l.Acquire(now)
+		tok, ok := l.AcquireAt(now)
 		if !ok {
 			t.Fatal("rejected")
 		}
-		l.Release(tok, now+50, Success) // closes a window every 10 calls
+		l.ReleaseAt(tok, now+50, Success) // closes a window every 10 calls
 	})
 	testkit.WantAllocs(t, "priority", 0, func() {
-		tok, ok := l.AcquirePriority(now, 1)
+		tok, ok := l.AcquirePartitionAt(now, 1)
 		if !ok {
 			t.Fatal("rejected")
 		}
-		l.Release(tok, now, Dropped)
+		l.ReleaseAt(tok, now, Dropped)
 	})
 	full, _ := fixed(t, 1, nil)
-	tok, _ := full.Acquire(0)
+	tok, _ := full.AcquireAt(0)
 	testkit.WantAllocs(t, "reject", 0, func() {
-		if _, ok := full.Acquire(0); ok {
+		if _, ok := full.AcquireAt(0); ok {
 			t.Fatal("admitted")
 		}
 		if err := full.Do(context.Background(), func(context.Context) error { return nil }); err == nil {
 			t.Fatal("admitted")
 		}
 	})
-	full.Release(tok, 1, Ignored)
+	full.ReleaseAt(tok, 1, Ignored)
 	fn := func(context.Context) error { return nil }
 	testkit.WantAllocs(t, "Do", 0, func() {
 		if err := full.Do(context.Background(), fn); err != nil {
@@ -485,7 +485,7 @@ func TestStressStrict(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 4000 {
-				tok, ok := l.Acquire(tk.Now())
+				tok, ok := l.AcquireAt(tk.Now())
 				if !ok {
 					continue
 				}
@@ -501,7 +501,7 @@ func TestStressStrict(t *testing.T) {
 				if (i+g)%97 == 0 {
 					o = Dropped
 				}
-				l.Release(tok, tk.Now(), o)
+				l.ReleaseAt(tok, tk.Now(), o)
 			}
 		}()
 	}
@@ -509,7 +509,7 @@ func TestStressStrict(t *testing.T) {
 	require.Zero(t, worst.Load(), "admitted beyond the highest limit")
 	require.Equal(t, 0, l.InFlight())
 	st := l.Stats()
-	require.LessOrEqual(t, int64(st.Peak), highest.Load())
+	require.LessOrEqual(t, int64(st.PeakInFlight), highest.Load())
 	require.NotZero(t, st.Windows)
 }
 
@@ -525,25 +525,25 @@ func TestWindowLockHoldsAtMaxInt64(t *testing.T) {
 	tk := rampart.NewManualTicker(math.MaxInt64 - 10)
 	var l *Limiter
 	var depth, maxDepth int
-	var other Token
+	var other Permit
 	l, err := New(Config{Algorithm: algFunc(func(s Sample) float64 {
 		depth++
 		maxDepth = max(maxDepth, depth)
 		if depth == 1 && other.Valid() {
 			tok := other
-			other = Token{}
-			l.Release(tok, math.MaxInt64, Dropped) // another goroutine's release, in effect
+			other = Permit{}
+			l.ReleaseAt(tok, math.MaxInt64, Dropped) // another goroutine's release, in effect
 		}
 		depth--
 		return s.Limit
 	}), Window: time.Second, Ticker: tk})
 	require.NoError(t, err)
-	a, ok := l.Acquire(tk.Now())
+	a, ok := l.AcquireAt(tk.Now())
 	require.True(t, ok)
-	other, ok = l.Acquire(tk.Now())
+	other, ok = l.AcquireAt(tk.Now())
 	require.True(t, ok)
 	tk.Set(math.MaxInt64)
-	l.Release(a, math.MaxInt64, Dropped)
+	l.ReleaseAt(a, math.MaxInt64, Dropped)
 	require.Equal(t, 0, l.InFlight())
 	require.Equal(t, 1, maxDepth, "Controller.Update ran inside another Update: the window lock did not hold")
 }

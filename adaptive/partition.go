@@ -10,7 +10,7 @@ import (
 
 // Partition is one priority's share of a [Limiter]'s limit (Netflix's
 // partitioned limiter): e.g. {Name: "critical", Share: 0.8}, {Name: "batch",
-// Share: 0.2}. See [Limiter.AcquirePriority].
+// Share: 0.2}. See [Limiter.AcquirePartitionAt].
 type Partition struct {
 	Name  string  // for humans; unused by the limiter
 	Share float64 // fraction of the limit reserved for this priority, in [0, 1]
@@ -44,7 +44,7 @@ func newPartitions(ps []Partition) ([]partition, error) {
 	return out, nil
 }
 
-// AcquirePriority admits a call of partition p (an index into
+// AcquirePartitionAt admits a call of partition p (an index into
 // Config.Partitions) and returns its Token, or (Token{}, false). This is
 // Netflix's partitioned limiter:
 //
@@ -59,22 +59,22 @@ func newPartitions(ps []Partition) ([]partition, error) {
 // admitted, so the total in flight may exceed the limit, by at most the
 // borrowed calls, until they finish; a low priority can therefore delay a
 // high one by no more than one call duration. An out-of-range p is treated
-// as the last partition; on a limiter without partitions AcquirePriority is
+// as the last partition; on a limiter without partitions AcquirePartitionAt is
 // Acquire.
 //
 // Cost: two atomic adds and two loads when admitted; no allocation.
-func (l *Limiter) AcquirePriority(now int64, p int) (Token, bool) {
+func (l *Limiter) AcquirePartitionAt(now int64, p int) (Permit, bool) {
 	if len(l.parts) == 0 {
-		return l.Acquire(now)
+		return l.AcquireAt(now)
 	}
 	if p < 0 || p >= len(l.parts) {
 		p = len(l.parts) - 1
 	}
 	n, _, ok := l.admitPriority(p)
 	if !ok {
-		return Token{}, false
+		return Permit{}, false
 	}
-	return Token{start: now, inflight: n, part: int16(p + 1), state: weight1}, true
+	return Permit{start: now, inflight: n, part: int16(p + 1), state: weight1}, true
 }
 
 // admitPriority takes a slot of partition p (already in range) and of the

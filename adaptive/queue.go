@@ -43,7 +43,7 @@ type QueueConfig struct {
 
 type waiter struct {
 	enq int64
-	ch  chan Token // buffered 1: the handoff never blocks
+	ch  chan Permit // buffered 1: the handoff never blocks
 }
 
 type queue struct {
@@ -116,7 +116,7 @@ func (q *queue) handoff(l *Limiter, now int64) {
 		q.removeAt(0, now)
 		q.shed.Add(1)
 		l.rejected.Add(1)
-		w.ch <- Token{}
+		w.ch <- Permit{}
 	}
 	// Give out every free slot, not just the one this release freed: a
 	// window closed by the release may have raised the limit.
@@ -136,7 +136,7 @@ func (q *queue) handoff(l *Limiter, now int64) {
 	q.mu.Unlock()
 }
 
-// AcquireWait admits a call like Acquire, but when the limit is reached and
+// AcquireWaitAt admits a call like Acquire, but when the limit is reached and
 // Config.Queue is set it waits for a slot, under the queue's CoDel and
 // adaptive-LIFO discipline (see [QueueConfig]), until ctx is done. It
 // returns the Token, or the limiter's rejection (the queue was full or shed
@@ -146,29 +146,29 @@ func (q *queue) handoff(l *Limiter, now int64) {
 //
 // The waiting path allocates (a waiter and a timer) and takes a mutex; the immediate
 // admission does neither.
-func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
+func (l *Limiter) AcquireWaitAt(ctx context.Context, now int64) (Permit, error) {
 	if t, ok := l.tryAcquire(now); ok {
 		return t, nil
 	}
 	q := l.queue
 	if q == nil {
 		l.rejected.Add(1)
-		return Token{}, l.rejErr
+		return Permit{}, l.rejErr
 	}
 	if err := ctx.Err(); err != nil {
-		return Token{}, err
+		return Permit{}, err
 	}
 	q.mu.Lock()
 	if len(q.items) >= q.maxLen {
 		q.mu.Unlock()
 		q.shed.Add(1)
 		l.rejected.Add(1)
-		return Token{}, l.rejErr
+		return Permit{}, l.rejErr
 	}
 	if len(q.items) == 0 {
 		q.lastEmpty = now
 	}
-	w := &waiter{enq: now, ch: make(chan Token, 1)} // waiting path: allocates
+	w := &waiter{enq: now, ch: make(chan Permit, 1)} // waiting path: allocates
 	q.items = append(q.items, w)
 	q.waiting.Add(1)
 	// A release between the failed tryAcquire and the enqueue saw no
@@ -187,7 +187,7 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 	select {
 	case t := <-w.ch:
 		if !t.Valid() {
-			return Token{}, l.rejErr
+			return Permit{}, l.rejErr
 		}
 		return t, nil
 	case <-ctx.Done():
@@ -205,18 +205,18 @@ func (l *Limiter) AcquireWait(ctx context.Context, now int64) (Token, error) {
 				q.shed.Add(1)
 				l.rejected.Add(1)
 			}
-			return Token{}, cause
+			return Permit{}, cause
 		}
 	}
 	q.mu.Unlock()
 	// Handed a result just as we gave up: it is in the channel.
 	t := <-w.ch
 	if !t.Valid() {
-		return Token{}, l.rejErr
+		return Permit{}, l.rejErr
 	}
 	if cause != l.rejErr { // the caller is gone: give the slot back
-		l.Release(t, now, Ignored)
-		return Token{}, cause
+		l.ReleaseAt(t, now, Ignored)
+		return Permit{}, cause
 	}
 	return t, nil
 }
@@ -241,7 +241,7 @@ func (l *Limiter) waitEnd(q *queue, w *waiter) int64 {
 		}
 		q.mu.Unlock()
 		if t := <-w.ch; t.Valid() { // handed a slot just as it gave up
-			l.Release(t, w.enq, Ignored)
+			l.ReleaseAt(t, w.enq, Ignored)
 		}
 	}()
 	now := l.ticker.Now()

@@ -23,33 +23,33 @@ func queued(t *testing.T, q QueueConfig) *Limiter {
 
 type waitResult struct {
 	id  int
-	tok Token
+	tok Permit
 	err error
 }
 
 func TestQueueHandoffFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := queued(t, QueueConfig{MaxLength: 4})
-		hold, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+		hold, err := l.AcquireWaitAt(context.Background(), l.Ticker().Now())
 		require.NoError(t, err)
 		res := make(chan waitResult, 4)
 		for i := range 2 {
 			go func() {
-				tok, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+				tok, err := l.AcquireWaitAt(context.Background(), l.Ticker().Now())
 				res <- waitResult{i, tok, err}
 			}()
 			synctest.Wait()
 		}
 		require.Equal(t, 2, l.Stats().Queued)
 		time.Sleep(time.Millisecond)
-		l.Release(hold, l.Ticker().Now(), Success)
+		l.ReleaseAt(hold, l.Ticker().Now(), Success)
 		r := <-res
 		require.NoError(t, r.err)
 		require.Equal(t, 0, r.id) // not overloaded yet: FIFO
-		l.Release(r.tok, l.Ticker().Now(), Success)
+		l.ReleaseAt(r.tok, l.Ticker().Now(), Success)
 		r = <-res
 		require.Equal(t, 1, r.id)
-		l.Release(r.tok, l.Ticker().Now(), Success)
+		l.ReleaseAt(r.tok, l.Ticker().Now(), Success)
 		require.Equal(t, 0, l.InFlight())
 	})
 }
@@ -59,11 +59,11 @@ func TestQueueHandoffFIFO(t *testing.T) {
 func TestQueueCoDelLIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := queued(t, QueueConfig{MaxLength: 10, Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond})
-		hold, _ := l.AcquireWait(context.Background(), l.Ticker().Now())
+		hold, _ := l.AcquireWaitAt(context.Background(), l.Ticker().Now())
 		res := make(chan waitResult, 10)
 		start := func(id int) {
 			go func() {
-				tok, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+				tok, err := l.AcquireWaitAt(context.Background(), l.Ticker().Now())
 				res <- waitResult{id, tok, err}
 			}()
 			synctest.Wait()
@@ -75,7 +75,7 @@ func TestQueueCoDelLIFO(t *testing.T) {
 		start(2)
 		time.Sleep(time.Millisecond)
 		start(3)
-		l.Release(hold, l.Ticker().Now(), Success)
+		l.ReleaseAt(hold, l.Ticker().Now(), Success)
 		// 0 (120 ms) and 1 (60 ms) are older than the 5 ms target: shed.
 		// Of 2 and 3, the newest (3) is served.
 		got := map[int]waitResult{}
@@ -92,7 +92,7 @@ func TestQueueCoDelLIFO(t *testing.T) {
 		r := <-res
 		require.Equal(t, 2, r.id)
 		require.ErrorIs(t, r.err, rampart.ErrRejected)
-		l.Release(got[3].tok, l.Ticker().Now(), Success)
+		l.ReleaseAt(got[3].tok, l.Ticker().Now(), Success)
 		require.Equal(t, 0, l.InFlight())
 		require.Equal(t, 0, l.Stats().Queued)
 	})
@@ -101,31 +101,31 @@ func TestQueueCoDelLIFO(t *testing.T) {
 func TestQueueFullCancelAndDo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := queued(t, QueueConfig{MaxLength: 1, FIFO: true})
-		hold, _ := l.AcquireWait(context.Background(), l.Ticker().Now())
+		hold, _ := l.AcquireWaitAt(context.Background(), l.Ticker().Now())
 		ctx, cancel := context.WithCancel(context.Background())
 		res := make(chan error, 1)
 		go func() { res <- l.Do(ctx, func(context.Context) error { return nil }) }()
 		synctest.Wait()
 		// Queue full: rejected at once.
-		_, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+		_, err := l.AcquireWaitAt(context.Background(), l.Ticker().Now())
 		require.ErrorIs(t, err, ErrLimited)
 		cancel()
 		require.True(t, errors.Is(<-res, context.Canceled))
-		_, err = l.AcquireWait(ctx, l.Ticker().Now())
+		_, err = l.AcquireWaitAt(ctx, l.Ticker().Now())
 		require.ErrorIs(t, err, context.Canceled)
 		// Do waits for the slot.
 		go func() { res <- l.Do(context.Background(), func(context.Context) error { return nil }) }()
 		synctest.Wait()
-		l.Release(hold, l.Ticker().Now(), Success)
+		l.ReleaseAt(hold, l.Ticker().Now(), Success)
 		require.NoError(t, <-res)
 		require.Equal(t, 0, l.InFlight())
 	})
 	// Without a queue AcquireWait is a rejecting Acquire.
 	l, _ := fixed(t, 1, nil)
-	tok, _ := l.AcquireWait(context.Background(), 0)
-	_, err := l.AcquireWait(context.Background(), 0)
+	tok, _ := l.AcquireWaitAt(context.Background(), 0)
+	_, err := l.AcquireWaitAt(context.Background(), 0)
 	require.ErrorIs(t, err, ErrLimited)
-	l.Release(tok, 1, Success)
+	l.ReleaseAt(tok, 1, Success)
 }
 
 // TestQueueStress: many goroutines through Do with a small limit and a
@@ -169,22 +169,22 @@ func TestQueueRaisedLimitServesAllWaiters(t *testing.T) {
 		l, err := New(Config{Algorithm: algFunc(func(Sample) float64 { return 3 }), InitialLimit: 1, MaxLimit: 10,
 			MinWindowSamples: 1, Window: time.Second, Queue: QueueConfig{MaxLength: 4, Interval: time.Minute}, Ticker: clock})
 		require.NoError(t, err)
-		hold, ok := l.Acquire(clock.Now())
+		hold, ok := l.AcquireAt(clock.Now())
 		require.True(t, ok)
 		res := make(chan waitResult, 2)
 		for i := range 2 {
 			go func() {
-				tok, err := l.AcquireWait(context.Background(), clock.Now())
+				tok, err := l.AcquireWaitAt(context.Background(), clock.Now())
 				res <- waitResult{i, tok, err}
 			}()
 		}
 		synctest.Wait()
 		require.Equal(t, 2, l.Stats().Queued)
 		clock.Advance(2 * time.Second)
-		l.Release(hold, clock.Now(), Success) // closes the window: limit 1 -> 3
+		l.ReleaseAt(hold, clock.Now(), Success) // closes the window: limit 1 -> 3
 		synctest.Wait()
 		require.Equal(t, 3, l.Limit())
-		var toks []Token
+		var toks []Permit
 		for range 2 {
 			select {
 			case r := <-res:
@@ -195,7 +195,7 @@ func TestQueueRaisedLimitServesAllWaiters(t *testing.T) {
 			}
 		}
 		for _, tok := range toks {
-			l.Release(tok, clock.Now(), Ignored)
+			l.ReleaseAt(tok, clock.Now(), Ignored)
 		}
 		require.Zero(t, l.InFlight())
 	})
@@ -210,27 +210,27 @@ func TestQueueWithPartitions(t *testing.T) {
 			Partitions: []Partition{{Share: 0.5}, {Share: 0.5}},
 			Queue:      QueueConfig{MaxLength: 4}, Ticker: rampart.NewNanoTicker()})
 		require.NoError(t, err)
-		a, ok := l.AcquirePriority(0, 0)
+		a, ok := l.AcquirePartitionAt(0, 0)
 		require.True(t, ok)
-		b, ok := l.AcquirePriority(0, 1)
+		b, ok := l.AcquirePartitionAt(0, 1)
 		require.True(t, ok)
-		_, ok = l.AcquirePriority(0, 1) // beyond its share, nothing to borrow
+		_, ok = l.AcquirePartitionAt(0, 1) // beyond its share, nothing to borrow
 		require.False(t, ok)
-		got := make(chan Token, 1)
+		got := make(chan Permit, 1)
 		go func() {
-			tok, err := l.AcquireWait(context.Background(), l.Ticker().Now())
+			tok, err := l.AcquireWaitAt(context.Background(), l.Ticker().Now())
 			if err != nil {
 				t.Error(err)
 			}
 			got <- tok
 		}()
 		synctest.Wait()
-		l.Release(a, l.Ticker().Now(), Success)
+		l.ReleaseAt(a, l.Ticker().Now(), Success)
 		w := <-got
 		require.Equal(t, 0, l.PartitionInFlight(0))
 		require.Equal(t, 1, l.PartitionInFlight(1))
-		l.End(w, Success)
-		l.End(b, Dropped)
+		l.Release(w, Success)
+		l.Release(b, Dropped)
 		require.Equal(t, 0, l.InFlight())
 		require.Equal(t, 0, l.PartitionInFlight(1))
 		require.Equal(t, uint64(1), l.Stats().Rejected)

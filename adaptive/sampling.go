@@ -107,9 +107,9 @@ func mix32(x uint32) uint32 {
 // sample stands for stride = m+1 calls.
 func weight(m uint32) uint8 { return weight1 + uint8(bits.Len32(m)) }
 
-// Begin admits a call like [Limiter.Acquire] but takes no time argument: it
+// Acquire admits a call like [Limiter.AcquireAt] but takes no time argument: it
 // reads the limiter's ticker itself, and only for the calls it picks as RTT
-// samples. Release the Token with [Limiter.End] exactly once. It returns
+// samples. Release the Token with [Limiter.Release] exactly once. It returns
 // (Token{}, false) and counts a rejection when the limit is reached.
 //
 // Which calls are timed: about one in Stats().Stride, picked by a hash of the
@@ -128,54 +128,54 @@ func weight(m uint32) uint8 { return weight1 + uint8(bits.Len32(m)) }
 // (Each return builds its Token whole: filling fields of a Token after
 // building it made the compiler spill it field by field and reload it in
 // one wide load, a store-forwarding stall that cost more than the hash.)
-func (l *Limiter) Begin() (Token, bool) {
+func (l *Limiter) Acquire() (Permit, bool) {
 	w := l.slots.Add(admitOne) // atomic 1: take a slot and number the admission
 	n := inFlightOf(w)
 	if n > l.limit.Load() {
 		return l.reject()
 	}
 	if m := l.stride.Load(); mix32(seqOf(w)^l.seed)&m == 0 { // a load of the limit's line, a hash
-		return Token{start: l.sampledNow(0), inflight: int32(n), state: weight(m)}, true // clock read: sampled calls only
+		return Permit{start: l.sampledNow(0), inflight: int32(n), state: weight(m)}, true // clock read: sampled calls only
 	}
-	return Token{inflight: int32(n), state: unsampled}, true
+	return Permit{inflight: int32(n), state: unsampled}, true
 }
 
 // tryBegin is Begin without counting a rejection (Do with a queue).
-func (l *Limiter) tryBegin() (Token, bool) {
+func (l *Limiter) tryBegin() (Permit, bool) {
 	w := l.slots.Add(admitOne)
 	n := inFlightOf(w)
 	if n > l.limit.Load() {
 		l.slots.Add(-admitOne)
-		return Token{}, false
+		return Permit{}, false
 	}
 	if m := l.stride.Load(); mix32(seqOf(w)^l.seed)&m == 0 {
-		return Token{start: l.sampledNow(0), inflight: int32(n), state: weight(m)}, true
+		return Permit{start: l.sampledNow(0), inflight: int32(n), state: weight(m)}, true
 	}
-	return Token{inflight: int32(n), state: unsampled}, true
+	return Permit{inflight: int32(n), state: unsampled}, true
 }
 
-// BeginPriority is [Limiter.AcquirePriority] with Begin's sampled clock
+// AcquirePartition is [Limiter.AcquirePartitionAt] with Begin's sampled clock
 // reads: it admits a call of partition p (see AcquirePriority for the rule)
 // and reads the ticker only for a call picked as an RTT sample. Release with
-// [Limiter.End]. On a limiter without partitions it is Begin.
+// [Limiter.Release]. On a limiter without partitions it is Begin.
 //
 // Cost: two atomic adds and three loads when admitted, the hash, and a clock
 // read for a sampled call only.
-func (l *Limiter) BeginPriority(p int) (Token, bool) {
+func (l *Limiter) AcquirePartition(p int) (Permit, bool) {
 	if len(l.parts) == 0 {
-		return l.Begin()
+		return l.Acquire()
 	}
 	if p < 0 || p >= len(l.parts) {
 		p = len(l.parts) - 1
 	}
 	n, seq, ok := l.admitPriority(p)
 	if !ok {
-		return Token{}, false
+		return Permit{}, false
 	}
 	if m := l.stride.Load(); mix32(seq^l.seed)&m == 0 {
-		return Token{start: l.sampledNow(int16(p + 1)), inflight: n, part: int16(p + 1), state: weight(m)}, true // clock read: sampled calls only
+		return Permit{start: l.sampledNow(int16(p + 1)), inflight: n, part: int16(p + 1), state: weight(m)}, true // clock read: sampled calls only
 	}
-	return Token{inflight: n, part: int16(p + 1), state: unsampled}, true
+	return Permit{inflight: n, part: int16(p + 1), state: unsampled}, true
 }
 
 // sampledNow is the clock read of a sampled admission or release. The Ticker
@@ -197,9 +197,9 @@ func (l *Limiter) sampledNow(part int16) int64 {
 	return now
 }
 
-// End releases a call admitted by [Limiter.Begin] or BeginPriority (any
+// Release releases a call admitted by [Limiter.Acquire] or BeginPriority (any
 // Token is accepted) with outcome o, reading the limiter's ticker only when
-// the call is an RTT sample ([Token.Sampled]): then it is Release(t, now, o),
+// the call is an RTT sample ([Permit.Sampled]): then it is Release(t, now, o),
 // which adds the RTT to the window and closes a window that is due. An
 // unsampled call frees its slot and updates the window's most calls in
 // flight; an unsampled Dropped call also counts its loss and reads the clock
@@ -211,9 +211,9 @@ func (l *Limiter) sampledNow(part int16) int64 {
 // partition's counter for a token from BeginPriority and one load of the
 // waiter count when a queue is configured. No clock read, no allocation, no
 // lock. A sampled call costs a clock read plus Release.
-func (l *Limiter) End(t Token, o Outcome) {
+func (l *Limiter) Release(t Permit, o Outcome) {
 	if t.state >= weight1 {
-		l.Release(t, l.sampledNow(t.part), o) // clock read: a sampled call
+		l.ReleaseAt(t, l.sampledNow(t.part), o) // clock read: a sampled call
 		return
 	}
 	l.slots.Add(-1) // atomic 1: free the slot

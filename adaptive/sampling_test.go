@@ -43,13 +43,13 @@ func callsUntilClose(t *testing.T, l *Limiter, tk *rampart.ManualTicker, rtt tim
 	t.Helper()
 	w := l.Stats().Windows
 	for l.Stats().Windows == w {
-		tok, ok := l.Begin()
+		tok, ok := l.Acquire()
 		require.True(t, ok)
 		if tok.Sampled() {
 			sampled++
 		}
 		tk.Advance(rtt)
-		l.End(tok, Success)
+		l.Release(tok, Success)
 		calls++
 		require.Less(t, calls, 10_000_000, "the window never closed")
 	}
@@ -131,16 +131,16 @@ func TestSamplingDropsAlwaysCounted(t *testing.T) {
 	require.Equal(t, 64, l.Stats().Stride)
 	drops, unsampled := 0, 0
 	for i := range 5000 {
-		tok, _ := l.Begin()
+		tok, _ := l.Acquire()
 		tk.Advance(10)
 		if i%10 == 0 {
 			drops++
 			if !tok.Sampled() {
 				unsampled++
 			}
-			l.End(tok, Dropped)
+			l.Release(tok, Dropped)
 		} else {
-			l.End(tok, Success)
+			l.Release(tok, Success)
 		}
 	}
 	require.Greater(t, unsampled, drops/2, "most drops were not RTT samples")
@@ -150,13 +150,13 @@ func TestSamplingDropsAlwaysCounted(t *testing.T) {
 	// An unsampled drop past the end closes the window.
 	tk.Advance(time.Millisecond)
 	for {
-		tok, _ := l.Begin()
+		tok, _ := l.Acquire()
 		if tok.Sampled() {
-			l.End(tok, Ignored)
+			l.Release(tok, Ignored)
 			continue
 		}
 		drops++
-		l.End(tok, Dropped)
+		l.Release(tok, Dropped)
 		break
 	}
 	require.Len(t, *got, n+1, "the drop closed the window")
@@ -174,20 +174,20 @@ func TestSamplingWindowClosesAfterRateFalls(t *testing.T) {
 	callsUntilClose(t, l, tk, 10)
 	require.Equal(t, 64, l.Stats().Stride)
 	for range 50 { // a few calls: about one sample
-		tok, _ := l.Begin()
+		tok, _ := l.Acquire()
 		tk.Advance(10)
-		l.End(tok, Success)
+		l.Release(tok, Success)
 	}
 	tk.Advance(time.Millisecond) // the window is due, without its 10 samples
 	w := l.Stats().Windows
 	calls, firstSampled := 0, -1
 	for l.Stats().Windows == w {
-		tok, _ := l.Begin()
+		tok, _ := l.Acquire()
 		if tok.Sampled() && firstSampled < 0 {
 			firstSampled = calls
 		}
 		tk.Advance(10)
-		l.End(tok, Success)
+		l.Release(tok, Success)
 		calls++
 		if firstSampled >= 0 && calls == firstSampled+1 && l.Stats().Windows == w {
 			require.Equal(t, 1, l.Stats().Stride, "short of samples past the end: every call timed")
@@ -205,12 +205,12 @@ func TestSamplingWeightedMean(t *testing.T) {
 	l, tk, got := sampledLimiter(t, nil)
 	var sum, n float64
 	for i := 0; l.Stats().Windows == 0; i++ {
-		tok, _ := l.Begin()
+		tok, _ := l.Acquire()
 		rtt := time.Duration(1 + i/50)
 		tk.Advance(rtt)
 		sum += float64(rtt)
 		n++
-		l.End(tok, Success)
+		l.Release(tok, Success)
 	}
 	s := (*got)[0]
 	require.Less(t, s.Samples, int64(n)/4, "the stride grew within the window")
@@ -227,11 +227,11 @@ func TestSamplingNotAliased(t *testing.T) {
 	l.stride.Store(63)
 	var kinds [2]int
 	for i := range 64 * 1024 {
-		tok, _ := l.Begin()
+		tok, _ := l.Acquire()
 		if tok.Sampled() {
 			kinds[i%2]++
 		}
-		l.End(tok, Ignored)
+		l.Release(tok, Ignored)
 	}
 	for k, n := range kinds {
 		require.InDelta(t, 512, n, 150, "kind %d sampled %d times of 32768", k, n)
@@ -243,33 +243,33 @@ func TestSamplingNotAliased(t *testing.T) {
 func TestSamplingTokens(t *testing.T) {
 	l, tk, got := sampledLimiter(t, func(c *Config) { c.MinWindowSamples = 1 })
 	l.stride.Store(1<<20 - 1) // effectively never sampled, until a window closes
-	tok, ok := l.Begin()
+	tok, ok := l.Acquire()
 	require.True(t, ok)
 	require.False(t, tok.Sampled())
 	require.Zero(t, tok.Start())
-	l.Release(tok, tk.Now()+5, Success) // unsampled: frees the slot, no RTT
+	l.ReleaseAt(tok, tk.Now()+5, Success) // unsampled: frees the slot, no RTT
 	require.Equal(t, 0, l.InFlight())
-	a, _ := l.Acquire(tk.Now())
+	a, _ := l.AcquireAt(tk.Now())
 	require.True(t, a.Sampled())
 	tk.Advance(7)
 	tk.Advance(time.Millisecond)
-	l.End(a, Success) // reads the clock: an RTT of 1 ms + 7 ns, closes the window
+	l.Release(a, Success) // reads the clock: an RTT of 1 ms + 7 ns, closes the window
 	require.Len(t, *got, 1)
 	require.Equal(t, int64(1), (*got)[0].Samples)
 	require.Equal(t, int64(time.Millisecond+7), (*got)[0].AvgRTT)
 
 	// BeginPriority without partitions is Begin; with them it counts the
 	// partition, and End frees it.
-	p, ok := l.BeginPriority(3)
+	p, ok := l.AcquirePartition(3)
 	require.True(t, ok)
-	l.End(p, Success)
+	l.Release(p, Success)
 	lp, _, _ := sampledLimiter(t, func(c *Config) {
 		c.InitialLimit, c.MinLimit, c.MaxLimit = 4, 4, 4
 		c.Partitions = []Partition{{Share: 0.5}, {Share: 0.5}}
 	})
-	var toks []Token
+	var toks []Permit
 	for {
-		tok, ok := lp.BeginPriority(7) // out of range: the last partition
+		tok, ok := lp.AcquirePartition(7) // out of range: the last partition
 		if !ok {
 			break
 		}
@@ -278,7 +278,7 @@ func TestSamplingTokens(t *testing.T) {
 	require.Len(t, toks, 4)
 	require.Equal(t, 4, lp.PartitionInFlight(1))
 	for _, tok := range toks {
-		lp.End(tok, Success)
+		lp.Release(tok, Success)
 	}
 	require.Equal(t, 0, lp.PartitionInFlight(1))
 	require.Equal(t, 0, lp.InFlight())
@@ -286,12 +286,12 @@ func TestSamplingTokens(t *testing.T) {
 
 	// The admission sequence wraps without touching the in-flight count.
 	l.slots.Store(-1 << 32) // admissions 2^32−1: the next one wraps to 0
-	x, _ := l.Begin()
-	y, _ := l.Begin()
+	x, _ := l.Acquire()
+	y, _ := l.Acquire()
 	require.Equal(t, 2, l.InFlight())
 	require.Equal(t, uint32(1), seqOf(l.slots.Load()))
-	l.End(x, Ignored)
-	l.End(y, Ignored)
+	l.Release(x, Ignored)
+	l.Release(y, Ignored)
 	require.Equal(t, 0, l.InFlight())
 }
 
@@ -344,12 +344,12 @@ func TestStressSampled(t *testing.T) {
 		for g := range 8 {
 			wg.Go(func() {
 				for i := range 4000 {
-					var tok Token
+					var tok Permit
 					var ok bool
 					if parts {
-						tok, ok = l.BeginPriority(g % 2)
+						tok, ok = l.AcquirePartition(g % 2)
 					} else {
-						tok, ok = l.Begin()
+						tok, ok = l.Acquire()
 					}
 					if !ok {
 						continue
@@ -373,7 +373,7 @@ func TestStressSampled(t *testing.T) {
 					case (i+g)%13 == 0:
 						o = Ignored
 					}
-					l.End(tok, o)
+					l.Release(tok, o)
 				}
 			})
 		}
@@ -400,33 +400,33 @@ func TestAllocsBeginEnd(t *testing.T) {
 	// 100 calls a run, so that the runs cover many sampling strides.
 	testkit.WantAllocs(t, "Begin + End", 0, func() {
 		for range 100 {
-			tok, ok := l.Begin()
+			tok, ok := l.Acquire()
 			if !ok {
 				t.Fatal("rejected")
 			}
 			tk.Advance(3)
-			l.End(tok, Success) // sampled or not; closes a window every 1000 ns
+			l.Release(tok, Success) // sampled or not; closes a window every 1000 ns
 		}
 	})
 	require.NotZero(t, l.Stats().Windows)
 	testkit.WantAllocs(t, "BeginPriority + End(Dropped)", 0, func() {
 		for range 10 {
-			tok, ok := l.BeginPriority(1)
+			tok, ok := l.AcquirePartition(1)
 			if !ok {
 				t.Fatal("rejected")
 			}
 			tk.Advance(3)
-			l.End(tok, Dropped)
+			l.Release(tok, Dropped)
 		}
 	})
 	full, _ := fixed(t, 1, nil)
-	tok, _ := full.Begin()
+	tok, _ := full.Acquire()
 	testkit.WantAllocs(t, "rejected Begin", 0, func() {
-		if _, ok := full.Begin(); ok {
+		if _, ok := full.Acquire(); ok {
 			t.Fatal("admitted")
 		}
 	})
-	full.End(tok, Ignored)
+	full.Release(tok, Ignored)
 	testkit.WantAllocs(t, "Call", 0, func() {
 		_, err := Call(context.Background(), full, func(context.Context) (int, error) { return 1, nil })
 		if err != nil {
@@ -442,8 +442,8 @@ func TestSamplingHugeMinWindowSamples(t *testing.T) {
 	require.Equal(t, uint32(1<<30), sampleTarget(10, math.MaxInt64))
 	l, err := New(Config{MinWindowSamples: math.MaxInt, Ticker: rampart.NewManualTicker(0)})
 	require.NoError(t, err)
-	tok, ok := l.Begin()
+	tok, ok := l.Acquire()
 	require.True(t, ok)
-	l.End(tok, Success)
+	l.Release(tok, Success)
 	require.Zero(t, l.InFlight())
 }

@@ -52,7 +52,7 @@ func (h *eventHeap) Pop() any {
 }
 
 type simReq struct {
-	tok    Token
+	tok    Permit
 	arrive int64 // the admission time (a Begin token carries none unless sampled)
 }
 
@@ -133,7 +133,7 @@ func (s *sim) run(d time.Duration) {
 		switch ev.kind {
 		case 0:
 			s.arrivals++
-			var tok Token
+			var tok Permit
 			var ok bool
 			if s.sampled {
 				s.tk.Set(s.now)
@@ -145,17 +145,17 @@ func (s *sim) run(d time.Duration) {
 					s.critArrivals++
 				}
 				if s.sampled {
-					tok, ok = s.l.BeginPriority(p)
+					tok, ok = s.l.AcquirePartition(p)
 				} else {
-					tok, ok = s.l.AcquirePriority(s.now, p)
+					tok, ok = s.l.AcquirePartitionAt(s.now, p)
 				}
 				if !ok && p == 0 {
 					s.critRejected++
 				}
 			} else if s.sampled {
-				tok, ok = s.l.Begin()
+				tok, ok = s.l.Acquire()
 			} else {
-				tok, ok = s.l.Acquire(s.now)
+				tok, ok = s.l.AcquireAt(s.now)
 			}
 			if ok {
 				var i int
@@ -197,9 +197,9 @@ func (s *sim) run(d time.Duration) {
 			}
 			if s.sampled {
 				s.tk.Set(s.now)
-				s.l.End(r.tok, o)
+				s.l.Release(r.tok, o)
 			} else {
-				s.l.Release(r.tok, s.now, o)
+				s.l.ReleaseAt(r.tok, s.now, o)
 			}
 			for s.busy < s.capacity && len(s.queue) > 0 {
 				i := s.queue[0]
@@ -213,9 +213,9 @@ func (s *sim) run(d time.Duration) {
 			s.lost++
 			if s.sampled {
 				s.tk.Set(s.now)
-				s.l.End(r.tok, Dropped)
+				s.l.Release(r.tok, Dropped)
 			} else {
-				s.l.Release(r.tok, s.now, Dropped)
+				s.l.ReleaseAt(r.tok, s.now, Dropped)
 			}
 		}
 	}

@@ -56,7 +56,7 @@ type ThrottlerConfig struct {
 // ThrottlerStats is a snapshot of a [Throttler].
 type ThrottlerStats struct {
 	Requests    uint64  // requests counted in the window
-	Accepts     uint64  // accepts counted in the window
+	Accepted     uint64  // accepts counted in the window
 	Probability float64 // the current rejection probability
 	Rejected    uint64  // local rejections since creation
 }
@@ -226,14 +226,14 @@ func (t *Throttler) probability(req, acc int64) float64 {
 	return min(max(p, 0), t.maxP)
 }
 
-// Allow counts a request at time now and reports whether to send it: false
+// AllowAt counts a request at time now and reports whether to send it: false
 // means reject it locally (return [Throttler.RejectedError]). A call that
-// Allow admitted must be followed by [Throttler.Record].
+// AllowAt admitted must be followed by [Throttler.RecordAt].
 //
 // Cost: a load and a division to find the bucket, two atomic adds (the
 // bucket and the window total) and a load; a random draw only while the
 // rejection probability is positive. No allocation.
-func (t *Throttler) Allow(now int64) bool {
+func (t *Throttler) AllowAt(now int64) bool {
 	var req int64
 	if b := t.bucket(now); b != nil {
 		b.Add(oneRequest)     // atomic 1: the bucket
@@ -252,9 +252,9 @@ func (t *Throttler) Allow(now int64) bool {
 	return true
 }
 
-// Record reports at time now whether the backend accepted a call that
+// RecordAt reports at time now whether the backend accepted a call that
 // Allow admitted. Cost: two atomic adds when accepted, nothing otherwise.
-func (t *Throttler) Record(now int64, accepted bool) {
+func (t *Throttler) RecordAt(now int64, accepted bool) {
 	if accepted {
 		if b := t.bucket(now); b != nil {
 			b.Add(oneAccept)
@@ -263,8 +263,8 @@ func (t *Throttler) Record(now int64, accepted bool) {
 	}
 }
 
-// Probability returns the rejection probability at time now.
-func (t *Throttler) Probability(now int64) float64 {
+// ProbabilityAt returns the rejection probability at time now.
+func (t *Throttler) ProbabilityAt(now int64) float64 {
 	req, acc := t.totals(now)
 	return t.probability(req, acc)
 }
@@ -285,28 +285,28 @@ func (t *Throttler) Ticker() rampart.Ticker { return t.ticker }
 // Stats returns a snapshot (the window as of the ticker's now).
 func (t *Throttler) Stats() ThrottlerStats {
 	req, acc := t.totals(t.ticker.Now())
-	return ThrottlerStats{Requests: uint64(req), Accepts: uint64(acc), Probability: t.probability(req, acc), Rejected: t.rejected.Load()}
+	return ThrottlerStats{Requests: uint64(req), Accepted: uint64(acc), Probability: t.probability(req, acc), Rejected: t.rejected.Load()}
 }
 
 // Do runs fn unless the throttler rejects it locally, and records whether
 // the backend accepted it (ThrottlerConfig.Accepted). fn's error is
 // returned unchanged; a panic in fn records nothing and continues.
 func (t *Throttler) Do(ctx context.Context, fn func(context.Context) error) error {
-	if !t.Allow(t.ticker.Now()) {
+	if !t.AllowAt(t.ticker.Now()) {
 		return t.rejErr
 	}
 	err := fn(ctx)
-	t.Record(t.ticker.Now(), t.accepted(err))
+	t.RecordAt(t.ticker.Now(), t.accepted(err))
 	return err
 }
 
 // Throttle is the typed form of [Throttler.Do].
 func Throttle[T any](ctx context.Context, t *Throttler, fn func(context.Context) (T, error)) (T, error) {
-	if !t.Allow(t.ticker.Now()) {
+	if !t.AllowAt(t.ticker.Now()) {
 		var zero T
 		return zero, t.rejErr
 	}
 	v, err := fn(ctx)
-	t.Record(t.ticker.Now(), t.accepted(err))
+	t.RecordAt(t.ticker.Now(), t.accepted(err))
 	return v, err
 }

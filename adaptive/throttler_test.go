@@ -32,7 +32,7 @@ func TestThrottlerFormula(t *testing.T) {
 			if now%int64(time.Second) == 0 {
 				acceptedThisSecond = 0
 			}
-			if !th.Allow(now) {
+			if !th.AllowAt(now) {
 				local++
 				continue
 			}
@@ -41,14 +41,14 @@ func TestThrottlerFormula(t *testing.T) {
 			if ok {
 				acceptedThisSecond++
 			}
-			th.Record(now, ok)
+			th.RecordAt(now, ok)
 		}
 	}
 	run(20 * time.Second) // fill the window
 	run(20 * time.Second)
 	frac := float64(local) / float64(local+sent)
 	want := (offered - 2.0*float64(capacity)) / offered
-	t.Logf("backend at 10%% of the offered load: local rejections %.3f (formula %.3f), probability now %.3f", frac, want, th.Probability(tk.Now()))
+	t.Logf("backend at 10%% of the offered load: local rejections %.3f (formula %.3f), probability now %.3f", frac, want, th.ProbabilityAt(tk.Now()))
 	require.InDelta(t, want, frac, 0.05)
 	require.Equal(t, ThrottlerStats{}.Rejected, uint64(0)) // (type sanity)
 	st := th.Stats()
@@ -58,7 +58,7 @@ func TestThrottlerFormula(t *testing.T) {
 	// Everything rejected: the probability reaches the cap (0.9).
 	capacity = 0
 	run(20 * time.Second)
-	require.InDelta(t, 0.9, th.Probability(tk.Now()), 1e-9)
+	require.InDelta(t, 0.9, th.ProbabilityAt(tk.Now()), 1e-9)
 	require.InDelta(t, 0.9, float64(local)/float64(local+sent), 0.03)
 
 	// Recovery: measure how long until no call is rejected locally.
@@ -78,11 +78,11 @@ func TestThrottlerFormula(t *testing.T) {
 	require.NoError(t, err)
 	for range 10000 {
 		now := tk.Advance(time.Millisecond)
-		if th2.Allow(now) {
-			th2.Record(now, false)
+		if th2.AllowAt(now) {
+			th2.RecordAt(now, false)
 		}
 	}
-	require.Greater(t, th2.Probability(tk.Now()), 0.99)
+	require.Greater(t, th2.ProbabilityAt(tk.Now()), 0.99)
 }
 
 // TestThrottlerRateNotOneFailure: the throttler is drop-based by design, on
@@ -101,12 +101,12 @@ func TestThrottlerRateNotOneFailure(t *testing.T) {
 		var local int
 		for i := range 30_000 { // 30 s at 1000 calls/s: three windows
 			now := tk.Advance(time.Millisecond)
-			if !th.Allow(now) {
+			if !th.AllowAt(now) {
 				local++
 				continue
 			}
 			failed := int(float64(i+1)*c.fail) != int(float64(i)*c.fail)
-			th.Record(now, !failed)
+			th.RecordAt(now, !failed)
 		}
 		if c.throttled {
 			require.NotZero(t, local, "failures %v", c.fail)
@@ -124,7 +124,7 @@ func TestThrottlerCapAndDo(t *testing.T) {
 	for range 1000 {
 		_ = th.Do(context.Background(), func(context.Context) error { return boom })
 	}
-	require.InDelta(t, 0.5, th.Probability(tk.Now()), 1e-9)
+	require.InDelta(t, 0.5, th.ProbabilityAt(tk.Now()), 1e-9)
 	errUser := errors.New("user")
 	rejected := 0
 	for range 1000 {
@@ -156,8 +156,8 @@ func TestThrottlerConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range 5000 {
 				now := tk.Now()
-				if th.Allow(now) {
-					th.Record(now, true)
+				if th.AllowAt(now) {
+					th.RecordAt(now, true)
 				}
 				if g == 0 && i%100 == 0 {
 					tk.Advance(time.Millisecond)
@@ -167,7 +167,7 @@ func TestThrottlerConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	st := th.Stats()
-	require.Equal(t, st.Requests, st.Accepts) // nothing lost in bucket resets
+	require.Equal(t, st.Requests, st.Accepted) // nothing lost in bucket resets
 	require.Zero(t, st.Rejected)
 }
 
@@ -177,8 +177,8 @@ func TestAllocsThrottler(t *testing.T) {
 	require.NoError(t, err)
 	testkit.WantAllocs(t, "Allow + Record", 0, func() {
 		now := tk.Advance(time.Millisecond)
-		if th.Allow(now) {
-			th.Record(now, false)
+		if th.AllowAt(now) {
+			th.RecordAt(now, false)
 		}
 	})
 }
@@ -197,9 +197,9 @@ func FuzzConfig(f *testing.F) {
 			}
 			for i := range 200 {
 				now := int64(i) * 1000
-				tok, ok := l.AcquirePriority(now, i%2)
+				tok, ok := l.AcquirePartitionAt(now, i%2)
 				if ok {
-					l.Release(tok, now+int64(i%7)*100, Outcome(i%3))
+					l.ReleaseAt(tok, now+int64(i%7)*100, Outcome(i%3))
 				}
 				lim := l.Limit()
 				require.GreaterOrEqual(t, lim, max(minL, 1))
@@ -215,10 +215,10 @@ func FuzzConfig(f *testing.F) {
 			return
 		}
 		for i := range 100 {
-			if th.Allow(int64(i)) {
-				th.Record(int64(i), i%3 == 0)
+			if th.AllowAt(int64(i)) {
+				th.RecordAt(int64(i), i%3 == 0)
 			}
-			p := th.Probability(int64(i))
+			p := th.ProbabilityAt(int64(i))
 			require.True(t, p >= 0 && p <= 1)
 		}
 	})
@@ -238,16 +238,16 @@ func TestThrottlerExtremeReadings(t *testing.T) {
 		require.NoError(t, err)
 		for _, now := range []int64{math.MinInt64, -1, 0, math.MaxInt64 / 2, math.MaxInt64 - 1, math.MaxInt64} {
 			for range 20 {
-				if th.Allow(now) {
-					th.Record(now, false)
+				if th.AllowAt(now) {
+					th.RecordAt(now, false)
 				}
 			}
-			p := th.Probability(now)
+			p := th.ProbabilityAt(now)
 			require.True(t, p >= 0 && p <= 0.9, "p = %v", p)
 		}
 		tk.Set(math.MaxInt64)
 		st := th.Stats()
-		require.LessOrEqual(t, st.Accepts, st.Requests)
+		require.LessOrEqual(t, st.Accepted, st.Requests)
 	}
 }
 
@@ -259,12 +259,12 @@ func TestThrottlerOneNanoBucketAtMaxInt64(t *testing.T) {
 	tk := rampart.NewManualTicker(math.MaxInt64 - 5)
 	th, err := NewThrottler(ThrottlerConfig{Window: 1024, Buckets: 1024, Ticker: tk})
 	require.NoError(t, err)
-	require.True(t, th.Allow(tk.Now()))
-	th.Record(tk.Now(), true)
+	require.True(t, th.AllowAt(tk.Now()))
+	th.RecordAt(tk.Now(), true)
 	tk.Set(math.MaxInt64)
 	require.NotPanics(t, func() {
-		if th.Allow(math.MaxInt64) {
-			th.Record(math.MaxInt64, true)
+		if th.AllowAt(math.MaxInt64) {
+			th.RecordAt(math.MaxInt64, true)
 		}
 	})
 	require.NotPanics(t, func() { _ = th.Stats() })

@@ -52,11 +52,11 @@ func BenchmarkAdaptive(b *testing.B) {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			tok, ok := l.Acquire(tk.Now())
+			tok, ok := l.AcquireAt(tk.Now())
 			if !ok {
 				b.Fatal("rejected")
 			}
-			l.Release(tok, tk.Now(), adaptive.Success)
+			l.ReleaseAt(tok, tk.Now(), adaptive.Success)
 		}
 		sink.Add(int64(l.Limit()))
 	})
@@ -97,10 +97,10 @@ func BenchmarkAdaptive(b *testing.B) {
 		tk := rampart.DefaultTicker()
 		for b.Loop() {
 			now := tk.Now()
-			if !t.Allow(now) {
+			if !t.AllowAt(now) {
 				b.Fatal("throttled")
 			}
-			t.Record(now, true)
+			t.RecordAt(now, true)
 		}
 		sink.Add(int64(t.Stats().Rejected))
 	})
@@ -122,11 +122,11 @@ func BenchmarkAdaptive(b *testing.B) {
 func benchBeginEnd(b *testing.B, l *adaptive.Limiter, parallel bool) {
 	b.ReportAllocs()
 	one := func() {
-		tok, ok := l.Begin()
+		tok, ok := l.Acquire()
 		if !ok {
 			b.Fatal("rejected")
 		}
-		l.End(tok, adaptive.Success)
+		l.Release(tok, adaptive.Success)
 	}
 	if parallel {
 		b.RunParallel(func(pb *testing.PB) {

@@ -269,21 +269,21 @@ func benchRampartPrimitives(b *testing.B, tick rampart.Ticker) {
 			b.Fatal("context done")
 		}
 		t0 := tick.Now()
-		permit, err := cb.Acquire(t0)
+		permit, err := cb.AcquireAt(t0)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if rl.TryAcquire(t0, 1) != 0 {
+		if rl.AdmitN(t0, 1) != 0 {
 			b.Fatal("rate limited")
 		}
-		if !bh.TryEnter() {
+		if !bh.Acquire() {
 			b.Fatal("bulkhead full")
 		}
-		fctx, h := to.Start(ctx, t0)
+		fctx, h := to.StartAt(ctx, t0)
 		err = pipelineOK(fctx)
 		t1 := tick.Now()
-		err = to.Finish(h, t1, err)
-		bh.Exit()
+		err = to.FinishAt(h, t1, err)
+		bh.Release()
 		cb.Record(permit, t1, err)
 		if err != nil {
 			b.Fatal(err)

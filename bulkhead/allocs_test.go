@@ -11,20 +11,20 @@ import (
 func TestAllocsAdmit(t *testing.T) {
 	b := mustNew(t, Config{Max: 4})
 	testkit.WantAllocs(t, "TryEnter+Exit", 0, func() {
-		if !b.TryEnter() {
+		if !b.Acquire() {
 			t.Fatal("rejected")
 		}
-		b.Exit()
+		b.Release()
 	})
 }
 
 func TestAllocsReject(t *testing.T) {
-	b := mustNew(t, Config{Max: 1, OnReject: func(int64, int64) {}})
-	b.TryEnter()
-	defer b.Exit()
+	b := mustNew(t, Config{Max: 1, OnRejected: func(int64, int64) {}})
+	b.Acquire()
+	defer b.Release()
 	ctx := context.Background()
 	testkit.WantAllocs(t, "TryEnter+Enter rejected", 0, func() {
-		if b.TryEnter() || b.Enter(ctx) == nil {
+		if b.Acquire() || b.AcquireWait(ctx) == nil {
 			t.Fatal("admitted")
 		}
 	})
@@ -35,10 +35,10 @@ func TestAllocsEnterNoWait(t *testing.T) {
 	b := mustNew(t, Config{Max: 4, MaxWait: time.Second})
 	ctx := context.Background()
 	testkit.WantAllocs(t, "Enter+Exit", 0, func() {
-		if b.Enter(ctx) != nil {
+		if b.AcquireWait(ctx) != nil {
 			t.Fatal("rejected")
 		}
-		b.Exit()
+		b.Release()
 	})
 }
 

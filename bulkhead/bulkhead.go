@@ -7,8 +7,8 @@
 //
 // A [Bulkhead] is an in-flight counter compared against a maximum (the
 // semaphore bulkhead of resilience4j and Polly). The fail-fast path,
-// [Bulkhead.TryEnter], is one atomic add to take a permit and
-// [Bulkhead.Exit] is one atomic add to give it back:
+// [Bulkhead.Acquire], is one atomic add to take a permit and
+// [Bulkhead.Release] is one atomic add to give it back:
 //
 //	if inFlight.Load() >= max { reject }          // read-only: overload does not bounce the line
 //	if inFlight.Add(1) > max  { inFlight.Add(-1); reject } // lost a race at the limit
@@ -29,16 +29,16 @@
 // count is Stats.Overshoots), which bounds the windows in which a spurious
 // rejection can happen.
 //
-// Waiting mode ([Config.MaxWait] > 0, used by [Bulkhead.Enter], [Bulkhead.Do]
+// Waiting mode ([Config.MaxWait] > 0, used by [Bulkhead.AcquireWait], [Bulkhead.Do]
 // and [Call]) adds a FIFO queue behind a mutex. Only the waiting path pays
 // for it: when a permit is free and nobody is queued, Enter is TryEnter
-// without allocation. [Bulkhead.Exit] loads the waiter count (one plain
+// without allocation. [Bulkhead.Release] loads the waiter count (one plain
 // atomic load) and takes the lock only when someone is queued. A queued
 // waiter is granted its permit by the goroutine that frees one (the permit
 // is handed over under the lock, so nobody can overtake the queue's head
 // between release and wake-up); a waiter whose context ends or whose
 // MaxWait expires at the same moment it is granted gives the permit back.
-// Fail-fast callers ([Bulkhead.TryEnter]) do not queue; they take a free
+// Fail-fast callers ([Bulkhead.Acquire]) do not queue; they take a free
 // permit if there is one, even while others are queued.
 //
 // # Zero value and configuration
@@ -58,15 +58,15 @@
 //   - [Bulkhead.Do] and [Call] for ordinary code: they enter (waiting if
 //     configured), run the function, and exit on every path, panics and
 //     runtime.Goexit included.
-//   - [Bulkhead.TryEnter] / [Bulkhead.Exit] for hot paths and for package
+//   - [Bulkhead.Acquire] / [Bulkhead.Release] for hot paths and for package
 //     pipeline: no closure, no context, no clock read, no allocation.
-//   - [Bulkhead.Enter] / [Bulkhead.Exit] for the waiting mode without a
+//   - [Bulkhead.AcquireWait] / [Bulkhead.Release] for the waiting mode without a
 //     closure.
 //
 // Every successful TryEnter or Enter must be matched by exactly one Exit.
 // An Exit without an Enter would silently widen the limit; the bulkhead
 // detects it when it would drive the in-flight count below zero and panics
-// with a message naming the bulkhead (see [Bulkhead.Exit]).
+// with a message naming the bulkhead (see [Bulkhead.Release]).
 package bulkhead
 
 import (
@@ -113,11 +113,11 @@ type Config struct {
 	// testing/synctest, pass a ticker created inside the bubble.
 	Ticker rampart.Ticker
 
-	// OnReject, when set, is called on the rejecting goroutine each time a
+	// OnRejected, when set, is called on the rejecting goroutine each time a
 	// call is refused a permit (full, MaxWait expired, or context ended
 	// while waiting), with the in-flight count it saw and the nanoseconds it
 	// waited (0 for fail-fast). A panic in it is recovered and counted.
-	OnReject func(inFlight, waitedNanos int64)
+	OnRejected func(inFlight, waitedNanos int64)
 
 	// OnWaitAdmit, when set, is called when a call that had to queue is
 	// granted a permit, with the nanoseconds it waited. Calls admitted
@@ -140,7 +140,7 @@ type Stats struct {
 	Waiting        int64  // calls queued now
 	Overshoots     uint64 // adds that lost the race for the last permit and were undone (each opens a window of a few ns in which another caller may be refused spuriously)
 	Waited         uint64 // calls admitted after queueing
-	WaitedNanos    int64  // total time spent queueing, admitted or not
+	WaitTime    int64  // total time spent queueing, admitted or not
 	ListenerPanics uint64 // listener panics recovered
 }
 
@@ -200,7 +200,7 @@ func New(cfg Config) (*Bulkhead, error) {
 		maxWait:     int64(cfg.MaxWait),
 		name:        cfg.Name,
 		ticker:      cfg.Ticker,
-		onReject:    cfg.OnReject,
+		onReject:    cfg.OnRejected,
 		onWaitAdmit: cfg.OnWaitAdmit,
 		errFull:     rampart.NewRejectedError("bulkhead", cfg.Name, ErrFull),
 	}
@@ -214,15 +214,15 @@ func New(cfg Config) (*Bulkhead, error) {
 	return b, nil
 }
 
-// TryEnter takes a permit if one is free and reports whether it did. It
+// Acquire takes a permit if one is free and reports whether it did. It
 // never waits, reads no clock and allocates nothing. A true result must be
-// matched by exactly one [Bulkhead.Exit].
+// matched by exactly one [Bulkhead.Release].
 //
 // Cost: on admission one atomic add (plus loads of read-mostly words); on
 // rejection no write to the in-flight word, only the rejection counter's add
 // (so a rejection is cheaper than an admission, and an overloaded bulkhead's
 // in-flight line stays shared between cores).
-func (b *Bulkhead) TryEnter() bool {
+func (b *Bulkhead) Acquire() bool {
 	// tryAcquire(true) written out, so that a rejection by the load costs no
 	// further call: under overload, rejecting is the common case.
 	limit := b.max.Load() // read-mostly: changes only in SetMax
@@ -302,18 +302,18 @@ func (b *Bulkhead) notifyReject(waited int64) {
 	notify.Call2(&b.listenerPanics, b.onReject, b.inFlight.Load(), waited)
 }
 
-// Exit gives back a permit taken by TryEnter or Enter: one atomic add, plus
+// Release gives back a permit taken by TryEnter or Enter: one atomic add, plus
 // one load of the waiter count; the lock is taken only when a caller is
 // queued, to hand it the permit.
 //
-// Exit without a matching Enter is a programming error that would silently
+// Release without a matching Enter is a programming error that would silently
 // let one more call in than the limit allows. The bulkhead detects it when it
 // would drive the in-flight count below zero, restores the count, and panics
 // with a message naming the bulkhead. Detection is therefore certain once the
 // bulkhead drains, not at the faulty call itself when other calls are in
-// flight (the panic may then surface in a correct caller's Exit): the counter
+// flight (the panic may then surface in a correct caller's Release): the counter
 // carries no per-permit identity.
-func (b *Bulkhead) Exit() {
+func (b *Bulkhead) Release() {
 	// Atomic 1: give the permit back. Load 1: is anybody queued? The load is
 	// ordered after the add (Go's atomics are sequentially consistent), so a
 	// waiter that registered before it is seen here, and one that registers
@@ -342,19 +342,19 @@ func (b *Bulkhead) unmatchedExit() {
 		": the in-flight count would go negative, which would let more calls in than Max")
 }
 
-// Enter takes a permit, waiting for one in FIFO order for at most
+// AcquireWait takes a permit, waiting for one in FIFO order for at most
 // [Config.MaxWait] or until ctx ends. It returns nil when admitted (match it
-// with one [Bulkhead.Exit]); the bulkhead's rejection error (matching
+// with one [Bulkhead.Release]); the bulkhead's rejection error (matching
 // [ErrFull] and rampart.ErrRejected) when it is full and MaxWait is 0 or
 // expired; or ctx.Err() when the context ended first.
 //
-// When a permit is free and nobody is queued, Enter does what TryEnter does
+// When a permit is free and nobody is queued, AcquireWait does what TryEnter does
 // and allocates nothing; it then does not look at ctx (a free permit is
 // granted even to a context that is already done, like a ready case of a
 // select). Only a call that has to wait pays for the queue.
-func (b *Bulkhead) Enter(ctx context.Context) error {
+func (b *Bulkhead) AcquireWait(ctx context.Context) error {
 	if b.maxWait == 0 { // fail-fast configuration: exactly TryEnter
-		if b.TryEnter() {
+		if b.Acquire() {
 			return nil
 		}
 		return b.errFull
@@ -401,7 +401,7 @@ func (b *Bulkhead) enterSlow(ctx context.Context) error {
 		admitted := false
 		defer func() {
 			if !admitted {
-				b.Exit()
+				b.Release()
 			}
 		}()
 		waited := b.ticker.Now() - start
@@ -428,7 +428,7 @@ func (b *Bulkhead) enterSlow(ctx context.Context) error {
 	if granted {
 		// Granted at the same moment the wait ended: give the permit back
 		// (it goes to the next waiter, if any).
-		b.Exit()
+		b.Release()
 	}
 	waited := b.ticker.Now() - start
 	b.waitedNanos.Add(waited)
@@ -547,7 +547,7 @@ func (b *Bulkhead) Stats() Stats {
 		Canceled:       b.canceled.Load(),
 		Waiting:        b.waiters.Load(),
 		Waited:         b.waited.Load(),
-		WaitedNanos:    b.waitedNanos.Load(),
+		WaitTime:    b.waitedNanos.Load(),
 		ListenerPanics: b.listenerPanics.Load(),
 	}
 }
@@ -557,20 +557,20 @@ func (b *Bulkhead) Stats() Stats {
 // error unchanged. The permit is released on every path out of fn, a panic
 // (re-raised) and runtime.Goexit included.
 func (b *Bulkhead) Do(ctx context.Context, fn func(context.Context) error) error {
-	if err := b.Enter(ctx); err != nil {
+	if err := b.AcquireWait(ctx); err != nil {
 		return err
 	}
-	defer b.Exit()
+	defer b.Release()
 	return fn(ctx)
 }
 
 // Call is [Bulkhead.Do] for a function with a typed result. When refused it
 // returns the zero T and Enter's error.
 func Call[T any](ctx context.Context, b *Bulkhead, fn func(context.Context) (T, error)) (T, error) {
-	if err := b.Enter(ctx); err != nil {
+	if err := b.AcquireWait(ctx); err != nil {
 		var zero T
 		return zero, err
 	}
-	defer b.Exit()
+	defer b.Release()
 	return fn(ctx)
 }

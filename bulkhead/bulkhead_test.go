@@ -50,25 +50,25 @@ func TestNewValidation(t *testing.T) {
 
 func TestTryEnterExit(t *testing.T) {
 	var rejects []int64
-	b := mustNew(t, Config{Max: 2, OnReject: func(inFlight, waited int64) { rejects = append(rejects, inFlight, waited) }})
-	require.True(t, b.TryEnter())
-	require.True(t, b.TryEnter())
-	require.False(t, b.TryEnter())
+	b := mustNew(t, Config{Max: 2, OnRejected: func(inFlight, waited int64) { rejects = append(rejects, inFlight, waited) }})
+	require.True(t, b.Acquire())
+	require.True(t, b.Acquire())
+	require.False(t, b.Acquire())
 	s := b.Stats()
 	require.Equal(t, Stats{Max: 2, InFlight: 2, PeakInFlight: 2, Rejected: 1}, s)
 	require.Equal(t, []int64{2, 0}, rejects)
-	b.Exit()
-	require.True(t, b.TryEnter())
-	b.Exit()
-	b.Exit()
+	b.Release()
+	require.True(t, b.Acquire())
+	b.Release()
+	b.Release()
 	require.Equal(t, int64(0), b.Stats().InFlight)
 	require.Equal(t, int64(2), b.Stats().PeakInFlight)
 }
 
 func TestRejectedError(t *testing.T) {
 	b := mustNew(t, Config{Max: 1, Name: "db"})
-	require.True(t, b.TryEnter())
-	err := b.Enter(context.Background())
+	require.True(t, b.Acquire())
+	err := b.AcquireWait(context.Background())
 	require.ErrorIs(t, err, ErrFull)
 	require.ErrorIs(t, err, rampart.ErrRejected)
 	require.Same(t, b.RejectedError(), err)
@@ -80,23 +80,23 @@ func TestRejectedError(t *testing.T) {
 	v, err := Call(context.Background(), b, func(context.Context) (int, error) { return 7, nil })
 	require.Zero(t, v)
 	require.ErrorIs(t, err, ErrFull)
-	b.Exit()
+	b.Release()
 	require.Equal(t, uint64(3), b.Stats().Rejected)
 }
 
 func TestExitWithoutEnterPanics(t *testing.T) {
 	b := mustNew(t, Config{Max: 2, Name: "db"})
-	p, _ := testkit.Run(b.Exit)
+	p, _ := testkit.Run(b.Release)
 	msg, _ := p.(string)
 	require.True(t, strings.Contains(msg, "Exit without a matching Enter"), msg)
 	require.True(t, strings.Contains(msg, "db"), msg)
 	// The count was restored: the limit is still 2, not 3.
 	require.Equal(t, int64(0), b.Stats().InFlight)
-	require.True(t, b.TryEnter())
-	require.True(t, b.TryEnter())
-	require.False(t, b.TryEnter())
-	b.Exit()
-	b.Exit()
+	require.True(t, b.Acquire())
+	require.True(t, b.Acquire())
+	require.False(t, b.Acquire())
+	b.Release()
+	b.Release()
 }
 
 func TestDoReleasesOnEveryPath(t *testing.T) {
@@ -128,29 +128,29 @@ func TestDoReleasesOnEveryPath(t *testing.T) {
 func TestSetMax(t *testing.T) {
 	b := mustNew(t, Config{Max: 3})
 	for range 3 {
-		require.True(t, b.TryEnter())
+		require.True(t, b.Acquire())
 	}
 	require.NoError(t, b.SetMax(1)) // shrink: nobody is evicted
 	require.Equal(t, int64(3), b.Stats().InFlight)
-	require.False(t, b.TryEnter())
-	b.Exit()
-	b.Exit()
-	require.False(t, b.TryEnter()) // 1 in flight, max 1
-	b.Exit()
-	require.True(t, b.TryEnter())
+	require.False(t, b.Acquire())
+	b.Release()
+	b.Release()
+	require.False(t, b.Acquire()) // 1 in flight, max 1
+	b.Release()
+	require.True(t, b.Acquire())
 	require.NoError(t, b.SetMax(2)) // grow
-	require.True(t, b.TryEnter())
-	require.False(t, b.TryEnter())
-	b.Exit()
-	b.Exit()
+	require.True(t, b.Acquire())
+	require.False(t, b.Acquire())
+	b.Release()
+	b.Release()
 }
 
 func TestListenerPanicRecovered(t *testing.T) {
-	b := mustNew(t, Config{Max: 1, OnReject: func(int64, int64) { panic("listener") }})
-	require.True(t, b.TryEnter())
-	require.False(t, b.TryEnter())
+	b := mustNew(t, Config{Max: 1, OnRejected: func(int64, int64) { panic("listener") }})
+	require.True(t, b.Acquire())
+	require.False(t, b.Acquire())
 	require.Equal(t, uint64(1), b.Stats().ListenerPanics)
-	b.Exit()
+	b.Release()
 }
 
 // TestNoRejectionAtExactlyMax: with no more goroutines than Max, each holds
@@ -167,11 +167,11 @@ func TestNoRejectionAtExactlyMax(t *testing.T) {
 	for range max {
 		wg.Go(func() {
 			for range n {
-				if !b.TryEnter() {
+				if !b.Acquire() {
 					t.Error("rejected with no more goroutines than Max")
 					return
 				}
-				b.Exit()
+				b.Release()
 			}
 		})
 	}
@@ -195,7 +195,7 @@ func TestOverCountRate(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for i := range n {
-				if b.TryEnter() {
+				if b.Acquire() {
 					if cur.Add(1) > max {
 						over.Add(1)
 					}
@@ -203,7 +203,7 @@ func TestOverCountRate(t *testing.T) {
 						runtime.Gosched()
 					}
 					cur.Add(-1)
-					b.Exit()
+					b.Release()
 				}
 			}
 		})

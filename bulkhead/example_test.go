@@ -18,9 +18,9 @@ func Example() {
 	ctx := context.Background()
 
 	// The primitive form, for hot paths: no closure, no allocation.
-	if db.TryEnter() {
+	if db.Acquire() {
 		// ... query ...
-		db.Exit()
+		db.Release()
 	}
 
 	// The convenient form: Exit is guaranteed, panics included.
@@ -28,12 +28,12 @@ func Example() {
 	fmt.Println(rows, err)
 
 	// Full: hold both permits, then try again.
-	db.TryEnter()
-	db.TryEnter()
+	db.Acquire()
+	db.Acquire()
 	err = db.Do(ctx, func(ctx context.Context) error { return nil })
 	fmt.Println(err, errors.Is(err, bulkhead.ErrFull), errors.Is(err, rampart.ErrRejected))
-	db.Exit()
-	db.Exit()
+	db.Release()
+	db.Release()
 	fmt.Println(db.Stats().InFlight, db.Stats().Rejected)
 	// Output:
 	// 42 <nil>

@@ -38,17 +38,17 @@ func checkModel(t *testing.T, ops []byte) {
 	for i, op := range ops {
 		switch op & 7 {
 		case 0, 1:
-			require.Equal(t, admit(), b.TryEnter(), "step %d TryEnter", i)
+			require.Equal(t, admit(), b.Acquire(), "step %d TryEnter", i)
 		case 2:
 			want := admit()
-			err := b.Enter(ctx)
+			err := b.AcquireWait(ctx)
 			require.Equal(t, want, err == nil, "step %d Enter: %v", i, err)
 		case 3, 4:
 			if m.inFlight == 0 {
-				require.Panics(t, b.Exit, "step %d unmatched Exit", i)
+				require.Panics(t, b.Release, "step %d unmatched Exit", i)
 			} else {
 				m.inFlight--
-				b.Exit()
+				b.Release()
 			}
 		case 5:
 			n := int64(op>>3) % 6
@@ -124,12 +124,12 @@ func FuzzNew(f *testing.F) {
 		require.NoError(t, err)
 		n := min(max, 64)
 		for range n {
-			require.True(t, b.TryEnter())
+			require.True(t, b.Acquire())
 		}
-		require.Equal(t, max > 64, b.TryEnter())
+		require.Equal(t, max > 64, b.Acquire())
 		s := b.Stats()
 		for range s.InFlight {
-			b.Exit()
+			b.Release()
 		}
 		require.Zero(t, b.Stats().InFlight)
 	})

@@ -96,9 +96,9 @@ func TestStress(t *testing.T) {
 						t.Errorf("Do returned %v after its fn called runtime.Goexit", err)
 					}
 				case 6: // fail-fast primitive
-					if b.TryEnter() {
+					if b.Acquire() {
 						err = fn(ctx)
-						b.Exit()
+						b.Release()
 					} else {
 						err = b.RejectedError()
 					}
@@ -212,10 +212,10 @@ func TestStressCancelRacingGrant(t *testing.T) {
 			wg.Go(func() {
 				for i := range N {
 					if (g+i)%5 == 0 {
-						if b.TryEnter() {
+						if b.Acquire() {
 							tryAdmitted.Add(1)
 							body()
-							b.Exit()
+							b.Release()
 						} else {
 							tryRefused.Add(1)
 						}
@@ -239,7 +239,7 @@ func TestStressCancelRacingGrant(t *testing.T) {
 		require.LessOrEqual(t, st.Waited, uint64(admitted.Load()))
 		require.Equal(t, int64(0), st.InFlight)
 		require.Equal(t, int64(0), st.Waiting)
-		require.True(t, b.TryEnter(), "a permit leaked")
-		b.Exit()
+		require.True(t, b.Acquire(), "a permit leaked")
+		b.Release()
 	})
 }

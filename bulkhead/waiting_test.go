@@ -24,23 +24,23 @@ func waitingBulkhead(t *testing.T, max int, maxWait time.Duration) *Bulkhead {
 func TestWaitFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := waitingBulkhead(t, 1, time.Hour)
-		require.True(t, b.TryEnter())
+		require.True(t, b.Acquire())
 		order := make(chan int, 10)
 		for i := range 10 {
 			go func() {
-				if err := b.Enter(t.Context()); err != nil {
+				if err := b.AcquireWait(t.Context()); err != nil {
 					t.Errorf("waiter %d: %v", i, err)
 					return
 				}
 				order <- i
 				time.Sleep(time.Millisecond)
-				b.Exit()
+				b.Release()
 			}()
 			synctest.Wait() // waiter i is queued before waiter i+1 starts
 		}
 		require.Equal(t, int64(10), b.Stats().Waiting)
 		// A new Enter goes behind the queue even though Exit frees a permit.
-		b.Exit()
+		b.Release()
 		synctest.Wait()
 		for i := range 10 {
 			require.Equal(t, i, <-order)
@@ -52,7 +52,7 @@ func TestWaitFIFO(t *testing.T) {
 		require.Zero(t, s.Waiting)
 		require.Equal(t, uint64(10), s.Waited)
 		// Waiter i waited i ms: 1 ms for each waiter ahead of it.
-		require.Equal(t, int64(45*time.Millisecond), s.WaitedNanos)
+		require.Equal(t, int64(45*time.Millisecond), s.WaitTime)
 		require.Zero(t, s.Rejected)
 	})
 }
@@ -63,10 +63,10 @@ func TestWaitMaxWaitExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var waited []int64
 		b := mustNew(t, Config{Max: 1, MaxWait: 50 * time.Millisecond, Ticker: rampart.NewNanoTicker(),
-			OnReject: func(_, w int64) { waited = append(waited, w) }})
-		require.True(t, b.TryEnter())
+			OnRejected: func(_, w int64) { waited = append(waited, w) }})
+		require.True(t, b.Acquire())
 		start := time.Now()
-		err := b.Enter(t.Context())
+		err := b.AcquireWait(t.Context())
 		require.Same(t, b.RejectedError(), err)
 		require.ErrorIs(t, err, ErrFull)
 		require.Equal(t, 50*time.Millisecond, time.Since(start), "refused exactly when MaxWait has passed")
@@ -74,9 +74,9 @@ func TestWaitMaxWaitExpires(t *testing.T) {
 		require.Equal(t, uint64(1), s.Rejected)
 		require.Equal(t, uint64(1), s.TimedOut)
 		require.Zero(t, s.Waiting)
-		require.Equal(t, int64(50*time.Millisecond), s.WaitedNanos)
+		require.Equal(t, int64(50*time.Millisecond), s.WaitTime)
 		require.Equal(t, []int64{int64(50 * time.Millisecond)}, waited)
-		b.Exit()
+		b.Release()
 		require.Zero(t, b.Stats().InFlight)
 	})
 }
@@ -87,7 +87,7 @@ func TestWaitMaxWaitExpires(t *testing.T) {
 func TestWaitFIFOSkipsCanceledWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := mustNew(t, Config{Max: 1, MaxWait: time.Hour})
-		require.True(t, b.TryEnter())
+		require.True(t, b.Acquire())
 		const N = 6
 		order := make(chan int, N)
 		ctxs := make([]context.CancelFunc, N)
@@ -96,7 +96,7 @@ func TestWaitFIFOSkipsCanceledWaiter(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			ctxs[i] = cancel
 			wg.Go(func() {
-				if err := b.Enter(ctx); err != nil {
+				if err := b.AcquireWait(ctx); err != nil {
 					require.ErrorIs(t, err, context.Canceled)
 					return
 				}
@@ -110,11 +110,11 @@ func TestWaitFIFOSkipsCanceledWaiter(t *testing.T) {
 		require.Equal(t, int64(N-1), b.Stats().Waiting)
 		var got []int
 		for range N - 1 {
-			b.Exit()
+			b.Release()
 			synctest.Wait()
 			got = append(got, <-order)
 		}
-		b.Exit()
+		b.Release()
 		wg.Wait()
 		require.Equal(t, []int{0, 1, 3, 4, 5}, got)
 		st := b.Stats()
@@ -132,16 +132,16 @@ func TestWaitFIFOSkipsCanceledWaiter(t *testing.T) {
 func TestWaitContextEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := waitingBulkhead(t, 1, time.Duration(math.MaxInt64))
-		require.True(t, b.TryEnter())
+		require.True(t, b.Acquire())
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
 		defer cancel()
-		err := b.Enter(ctx)
+		err := b.AcquireWait(ctx)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 
 		// Already done before queueing: refused at once.
 		ctx2, cancel2 := context.WithCancel(t.Context())
 		cancel2()
-		require.ErrorIs(t, b.Enter(ctx2), context.Canceled)
+		require.ErrorIs(t, b.AcquireWait(ctx2), context.Canceled)
 
 		// Canceled while queued, between two other waiters: they keep their order.
 		ctx3, cancel3 := context.WithCancel(t.Context())
@@ -151,19 +151,19 @@ func TestWaitContextEnds(t *testing.T) {
 			ctx  context.Context
 		}{{"a", t.Context()}, {"b", ctx3}, {"c", t.Context()}} {
 			go func() {
-				if err := b.Enter(w.ctx); err != nil {
+				if err := b.AcquireWait(w.ctx); err != nil {
 					got <- w.name + ":" + err.Error()
 					return
 				}
 				got <- w.name
-				b.Exit()
+				b.Release()
 			}()
 			synctest.Wait()
 		}
 		cancel3()
 		synctest.Wait()
 		require.Equal(t, "b:context canceled", <-got)
-		b.Exit()
+		b.Release()
 		synctest.Wait()
 		require.Equal(t, "a", <-got)
 		require.Equal(t, "c", <-got)
@@ -183,30 +183,30 @@ func TestWaitGrantCancelRace(t *testing.T) {
 	for range 200 {
 		synctest.Test(t, func(t *testing.T) {
 			b := waitingBulkhead(t, 1, time.Hour)
-			require.True(t, b.TryEnter())
+			require.True(t, b.Acquire())
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 			defer cancel()
 			go func() {
 				time.Sleep(10 * time.Millisecond)
-				b.Exit()
+				b.Release()
 			}()
 			// A second waiter queued behind: it must get the permit either way.
 			second := make(chan error, 1)
 			go func() {
 				time.Sleep(time.Millisecond)
-				second <- b.Enter(t.Context())
+				second <- b.AcquireWait(t.Context())
 			}()
-			err := b.Enter(ctx)
+			err := b.AcquireWait(ctx)
 			if err == nil {
 				admitted++
-				b.Exit()
+				b.Release()
 			} else {
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 				refused++
 			}
 			require.NoError(t, <-second)
 			require.Equal(t, int64(1), b.Stats().InFlight)
-			b.Exit()
+			b.Release()
 			s := b.Stats()
 			require.Zero(t, s.InFlight)
 			require.Zero(t, s.Waiting)
@@ -218,11 +218,11 @@ func TestWaitGrantCancelRace(t *testing.T) {
 func TestWaitResize(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := waitingBulkhead(t, 1, time.Hour)
-		require.True(t, b.TryEnter())
+		require.True(t, b.Acquire())
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Go(func() {
-				if err := b.Enter(t.Context()); err != nil {
+				if err := b.AcquireWait(t.Context()); err != nil {
 					t.Error(err)
 				}
 			})
@@ -235,17 +235,17 @@ func TestWaitResize(t *testing.T) {
 		require.Equal(t, int64(3), s.InFlight)
 		require.Equal(t, int64(1), s.Waiting)
 		require.NoError(t, b.SetMax(1)) // shrink: nobody evicted, the waiter stays queued
-		b.Exit()
-		b.Exit()
+		b.Release()
+		b.Release()
 		synctest.Wait()
 		require.Equal(t, int64(1), b.Stats().Waiting)
-		b.Exit() // now 0 in flight: the last waiter enters
+		b.Release() // now 0 in flight: the last waiter enters
 		wg.Wait()
 		s = b.Stats()
 		require.Equal(t, int64(1), s.InFlight)
 		require.Zero(t, s.Waiting)
 		require.Equal(t, uint64(3), s.Waited)
-		b.Exit()
+		b.Release()
 	})
 }
 
@@ -281,10 +281,10 @@ func TestWaitHugeMaxWaitEndsWithContext(t *testing.T) {
 	for _, mw := range []time.Duration{math.MaxInt64 - 1, math.MaxInt64} {
 		synctest.Test(t, func(t *testing.T) {
 			b := mustNew(t, Config{Max: 1, MaxWait: mw})
-			require.True(t, b.TryEnter())
+			require.True(t, b.Acquire())
 			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 			defer cancel()
-			err := b.Enter(ctx)
+			err := b.AcquireWait(ctx)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			st := b.Stats()
 			require.Equal(t, uint64(1), st.Canceled)
@@ -292,7 +292,7 @@ func TestWaitHugeMaxWaitEndsWithContext(t *testing.T) {
 			require.Equal(t, uint64(1), st.Rejected)
 			require.Equal(t, int64(0), st.Waiting)
 			require.Equal(t, int64(1), st.InFlight)
-			b.Exit()
+			b.Release()
 		})
 	}
 }
@@ -306,17 +306,17 @@ func TestWaitDoneContextRefusedBehindQueue(t *testing.T) {
 		b := mustNew(t, Config{Max: 1, MaxWait: time.Second})
 		done, cancel := context.WithCancel(context.Background())
 		cancel()
-		require.NoError(t, b.Enter(done)) // free permit, empty queue: admitted
+		require.NoError(t, b.AcquireWait(done)) // free permit, empty queue: admitted
 		errc := make(chan error, 1)
-		go func() { errc <- b.Enter(context.Background()) }()
+		go func() { errc <- b.AcquireWait(context.Background()) }()
 		synctest.Wait()
-		require.ErrorIs(t, b.Enter(done), context.Canceled)
+		require.ErrorIs(t, b.AcquireWait(done), context.Canceled)
 		st := b.Stats()
 		require.Equal(t, uint64(1), st.Canceled)
 		require.Equal(t, int64(1), st.Waiting)
-		b.Exit()
+		b.Release()
 		require.NoError(t, <-errc)
-		b.Exit()
+		b.Release()
 		require.Equal(t, int64(0), b.Stats().InFlight)
 	})
 }
@@ -338,7 +338,7 @@ func TestWaitAdmitListenerGoexitReleasesPermit(t *testing.T) {
 					cfg.OnWaitAdmit = func(int64) { testkit.Goexit() }
 				}
 				b := mustNew(t, cfg)
-				require.True(t, b.TryEnter())
+				require.True(t, b.Acquire())
 				ran := false
 				type ending struct {
 					panicked any
@@ -354,7 +354,7 @@ func TestWaitAdmitListenerGoexitReleasesPermit(t *testing.T) {
 				synctest.Wait()
 				require.Equal(t, int64(1), b.Stats().Waiting)
 				tk.Arm() // only the read after the grant remains
-				b.Exit() // hands the permit to the waiter
+				b.Release() // hands the permit to the waiter
 				end := <-done
 				if tc == "goexit-listener" {
 					require.True(t, end.goexited, "the listener's Goexit did not end the caller's goroutine")
@@ -363,8 +363,8 @@ func TestWaitAdmitListenerGoexitReleasesPermit(t *testing.T) {
 				}
 				require.False(t, ran)
 				require.Equal(t, int64(0), b.Stats().InFlight, "the granted permit was never given back")
-				require.True(t, b.TryEnter(), "the bulkhead stays full for ever")
-				b.Exit()
+				require.True(t, b.Acquire(), "the bulkhead stays full for ever")
+				b.Release()
 			})
 		})
 	}

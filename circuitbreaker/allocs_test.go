@@ -32,18 +32,18 @@ func TestAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		gate(mode.String()+"/success", func() {
-			p, err := b.Acquire(tk.Now())
+			p, err := b.AcquireAt(tk.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
 			b.Record(p, tk.Now(), nil)
 		})
 		gate(mode.String()+"/slow-success", func() {
-			p, _ := b.Acquire(tk.Now())
+			p, _ := b.AcquireAt(tk.Now())
 			b.Record(p, tk.Advance(2*time.Millisecond), nil)
 		})
 		gate(mode.String()+"/failure", func() {
-			p, _ := b.Acquire(tk.Now())
+			p, _ := b.AcquireAt(tk.Now())
 			b.Record(p, tk.Now(), errBoom)
 		})
 		gate(mode.String()+"/do-success", func() { _ = b.Do(ctx, ok) })
@@ -51,7 +51,7 @@ func TestAllocs(t *testing.T) {
 		gate(mode.String()+"/call", func() { _, _ = Call(ctx, b, func(context.Context) (int, error) { return 1, nil }) })
 		b.TransitionTo(Open)
 		gate(mode.String()+"/open-rejection", func() {
-			if _, err := b.Acquire(tk.Now()); err == nil {
+			if _, err := b.AcquireAt(tk.Now()); err == nil {
 				t.Fatal("admitted")
 			}
 		})
@@ -63,14 +63,14 @@ func TestAllocs(t *testing.T) {
 		b.TransitionTo(HalfOpen)
 		var ps []Permit
 		for range 5 {
-			p, err := b.Acquire(tk.Now())
+			p, err := b.AcquireAt(tk.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
 			ps = append(ps, p)
 		}
 		gate(mode.String()+"/half-open-rejection", func() {
-			if _, err := b.Acquire(tk.Now()); err == nil {
+			if _, err := b.AcquireAt(tk.Now()); err == nil {
 				t.Fatal("admitted")
 			}
 		})

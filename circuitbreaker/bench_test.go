@@ -27,7 +27,7 @@ func BenchmarkPrimitiveSuccess(b *testing.B) {
 	cb, _ := New(Config{})
 	b.ReportAllocs()
 	for b.Loop() {
-		p, err := cb.Acquire(0)
+		p, err := cb.AcquireAt(0)
 		if err != nil {
 			b.Fatal("rejected")
 		}

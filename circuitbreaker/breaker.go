@@ -85,7 +85,7 @@ func field(w uint64, shift uint) int { return int(w >> shift & fieldMax) }
 
 // Permit is the admission of one call: the state word it was admitted under
 // (generation and state) and the time it started. Pass it back to
-// [Breaker.Record] or [Breaker.RecordResult] exactly once. A permit from an
+// [Breaker.Record] or [Breaker.ReleaseAt] exactly once. A permit from an
 // older generation (the breaker changed state since) is ignored when
 // recorded. The zero Permit is never current.
 type Permit struct {
@@ -229,14 +229,14 @@ func (b *Breaker) Ticker() rampart.Ticker { return b.ticker }
 // passed still reports Open until the next Acquire moves it to HalfOpen.
 func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
 
-// Acquire asks to admit one call at time now (a reading of the breaker's
+// AcquireAt asks to admit one call at time now (a reading of the breaker's
 // Ticker). It returns a permit to pass to Record, or a preallocated
 // rejection error matching ErrOpen (and ErrHalfOpenFull for a half-open
 // rejection) and rampart.ErrRejected. It never blocks and never allocates.
 //
 // Closed: one atomic load and a branch. Open: one more load (the end of the
 // open period); the first caller after it wins a CAS to HalfOpen and becomes
-// the first probe. HalfOpen: a CAS that takes a probe slot. Acquire is one
+// the first probe. HalfOpen: a CAS that takes a probe slot. AcquireAt is one
 // call: it does not inline (the call to its out-of-line slow path spends 57
 // of Go's inlining budget of 80).
 //
@@ -245,7 +245,7 @@ func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
 // judged slow) and an open one rejects; a caller that gets a rejection this
 // way should read the clock and ask again. Such a rejection is not counted
 // in Stats nor passed to OnRejected: the second answer is.
-func (b *Breaker) Acquire(now int64) (Permit, error) {
+func (b *Breaker) AcquireAt(now int64) (Permit, error) {
 	w := b.state.Load() // atomic 1: the state word
 	if w&stateMask == uint64(Closed) {
 		return Permit{word: w, start: now}, nil
@@ -364,11 +364,11 @@ func (b *Breaker) record(p Permit, now int64, err error) {
 	if err != nil || b.classify != nil {
 		r = b.classifyErr(err)
 	}
-	b.RecordResult(p, now, r)
+	b.ReleaseAt(p, now, r)
 }
 
 // Classify returns the Result that Record gives err: Config.Classify's, or
-// DefaultClassify's. With it and [Breaker.RecordResult] a caller can run the
+// DefaultClassify's. With it and [Breaker.ReleaseAt] a caller can run the
 // user's classifier and record the result as two steps (package pipeline
 // does, so that a listener that calls runtime.Goexit after the result is
 // applied does not make it record the call twice).
@@ -381,10 +381,10 @@ func (b *Breaker) classifyErr(err error) Result {
 	return DefaultClassify(err)
 }
 
-// RecordResult records an outcome the caller classified itself, e.g. a
+// ReleaseAt records an outcome the caller classified itself, e.g. a
 // Failure for an HTTP 503 that came with a nil error. Otherwise it is
 // Record.
-func (b *Breaker) RecordResult(p Permit, now int64, r Result) {
+func (b *Breaker) ReleaseAt(p Permit, now int64, r Result) {
 	if r == Success && b.fast == fastCount && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK() {
 		return // Record's fast path: a success over a healthy count window writes nothing
 	}
@@ -720,11 +720,11 @@ func (b *Breaker) notifyState(from, to State) {
 	}
 }
 
-// RemainingOpen returns how long the breaker will still reject at time now,
+// RemainingOpenAt returns how long the breaker will still reject at time now,
 // for a Retry-After header: the rest of the open period when Open, the
 // configured OpenDuration when ForcedOpen (a hint: it opens only by hand),
 // and 0 otherwise.
-func (b *Breaker) RemainingOpen(now int64) time.Duration {
+func (b *Breaker) RemainingOpenAt(now int64) time.Duration {
 	switch State(b.state.Load() & stateMask) {
 	case Open:
 		return time.Duration(max(b.openUntil.Load()-now, 0))
@@ -787,7 +787,7 @@ type Stats struct {
 	Calls          uint64
 	Failures       uint64 // failures recorded (closed, half-open, metrics-only)
 	SlowCalls      uint64
-	Rejections     uint64
+	Rejected     uint64
 	StaleResults   uint64 // results ignored because their permit was from an older generation
 	Transitions    uint64
 	Trips          uint64 // automatic transitions to Open
@@ -813,7 +813,7 @@ func (b *Breaker) Stats() Stats {
 		HalfOpenSlowCalls:   field(w, slowShift),
 		Failures:            b.failures.Load(),
 		SlowCalls:           b.slowCalls.Load(),
-		Rejections:          b.rejections.Load(),
+		Rejected:          b.rejections.Load(),
 		StaleResults:        b.stale.Load(),
 		Transitions:         b.transitions.Load(),
 		Trips:               b.trips.Load(),
@@ -831,7 +831,7 @@ func (b *Breaker) Stats() Stats {
 		s.SlowCallRate = float64(s.WindowSlowCalls) * 100 / float64(s.WindowCalls)
 	}
 	if s.State == Open || s.State == ForcedOpen {
-		s.RemainingOpen = b.RemainingOpen(b.ticker.Now())
+		s.RemainingOpen = b.RemainingOpenAt(b.ticker.Now())
 	}
 	return s
 }

@@ -33,7 +33,7 @@ func newTest(t *testing.T, cfg Config) (*Breaker, *rampart.ManualTicker) {
 // call acquires at the ticker's time, advances by d, and records err.
 func call(t *testing.T, b *Breaker, tk *rampart.ManualTicker, d time.Duration, err error) error {
 	t.Helper()
-	p, aerr := b.Acquire(tk.Now())
+	p, aerr := b.AcquireAt(tk.Now())
 	if aerr != nil {
 		return aerr
 	}
@@ -128,37 +128,37 @@ func TestCountWindowTransitions(t *testing.T) {
 	require.Equal(t, Open, b.State())
 	tripAt := tk.Now()
 
-	_, err := b.Acquire(tk.Now())
+	_, err := b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrOpen)
 	require.ErrorIs(t, err, rampart.ErrRejected)
 	require.NotErrorIs(t, err, ErrHalfOpenFull)
 	require.Equal(t, `circuitbreaker "db": open`, err.Error())
-	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()))
+	require.Equal(t, time.Second, b.RemainingOpenAt(tk.Now()))
 
 	tk.Set(tripAt + int64(time.Second) - 1)
-	_, err = b.Acquire(tk.Now())
+	_, err = b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrOpen)
-	require.Equal(t, time.Duration(1), b.RemainingOpen(tk.Now()))
+	require.Equal(t, time.Duration(1), b.RemainingOpenAt(tk.Now()))
 
 	tk.Set(tripAt + int64(time.Second))
-	p1, err := b.Acquire(tk.Now())
+	p1, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
 	require.Equal(t, HalfOpen, b.State())
-	_, err = b.Acquire(tk.Now()) // concurrency limit 1
+	_, err = b.AcquireAt(tk.Now()) // concurrency limit 1
 	require.ErrorIs(t, err, ErrHalfOpenFull)
 	require.ErrorIs(t, err, ErrOpen)
 	require.ErrorIs(t, err, rampart.ErrRejected)
 	b.Record(p1, tk.Now(), nil)
 	require.Equal(t, HalfOpen, b.State())
-	p2, err := b.Acquire(tk.Now())
+	p2, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
-	_, err = b.Acquire(tk.Now()) // both probes of the period used
+	_, err = b.AcquireAt(tk.Now()) // both probes of the period used
 	require.ErrorIs(t, err, ErrHalfOpenFull)
 	b.Record(p2, tk.Now(), nil)
 	require.Equal(t, Closed, b.State())
 	s := b.Stats()
 	require.Zero(t, s.WindowCalls, "closing empties the window")
-	require.Equal(t, uint64(4), s.Rejections)
+	require.Equal(t, uint64(4), s.Rejected)
 	require.Equal(t, uint64(3), s.Transitions)
 	require.Equal(t, uint64(1), s.Trips)
 	require.Equal(t, []string{"closed>open", "open>half-open", "half-open>closed"}, changes)
@@ -192,18 +192,18 @@ func TestHalfOpenReopensWithBackoff(t *testing.T) {
 	})
 	require.NoError(t, call(t, b, tk, 0, errBoom))
 	want := []time.Duration{2, 4, 4, 4}
-	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()))
+	require.Equal(t, time.Second, b.RemainingOpenAt(tk.Now()))
 	for _, w := range want {
-		tk.Advance(b.RemainingOpen(tk.Now()))
+		tk.Advance(b.RemainingOpenAt(tk.Now()))
 		require.NoError(t, call(t, b, tk, 0, errBoom)) // the probe fails
 		require.Equal(t, Open, b.State())
-		require.Equal(t, w*time.Second, b.RemainingOpen(tk.Now()))
+		require.Equal(t, w*time.Second, b.RemainingOpenAt(tk.Now()))
 	}
 	tk.Advance(4 * time.Second)
 	require.NoError(t, call(t, b, tk, 0, nil))
 	require.Equal(t, Closed, b.State())
 	require.NoError(t, call(t, b, tk, 0, errBoom))
-	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()), "closing resets the backoff")
+	require.Equal(t, time.Second, b.RemainingOpenAt(tk.Now()), "closing resets the backoff")
 }
 
 func TestOpenJitter(t *testing.T) {
@@ -212,7 +212,7 @@ func TestOpenJitter(t *testing.T) {
 	for range 20 {
 		b.Reset()
 		require.NoError(t, call(t, b, tk, 0, errBoom))
-		d := b.RemainingOpen(tk.Now())
+		d := b.RemainingOpenAt(tk.Now())
 		require.LessOrEqual(t, d, time.Second)
 		require.Greater(t, d, time.Second/2)
 		seen[d] = true
@@ -235,25 +235,25 @@ func TestExtremeDurations(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, call(t, b, tk, 0, errBoom))
 			require.Equal(t, Open, b.State())
-			d := b.RemainingOpen(tk.Now())
+			d := b.RemainingOpenAt(tk.Now())
 			require.Greater(t, d, time.Duration(0))
 			require.LessOrEqual(t, d, time.Second)
 			tk.Advance(d)
 			require.NoError(t, call(t, b, tk, 0, errBoom), "the probe")
 			require.Equal(t, Open, b.State())
 			// 1 s × 1e300 saturates at MaxOpenDuration (jitter halves it at most).
-			d = b.RemainingOpen(tk.Now())
+			d = b.RemainingOpenAt(tk.Now())
 			require.GreaterOrEqual(t, d, time.Duration(0))
 			if start <= 0 {
 				require.Greater(t, d, time.Duration(math.MaxInt64/2-1))
 			}
 			_ = b.Stats()
-			_, err = b.Acquire(tk.Now())
+			_, err = b.AcquireAt(tk.Now())
 			require.ErrorIs(t, err, ErrOpen)
 			b.TransitionTo(HalfOpen)
-			_, err = b.Acquire(tk.Now())
+			_, err = b.AcquireAt(tk.Now())
 			require.NoError(t, err)
-			_, err = b.Acquire(tk.Now())
+			_, err = b.AcquireAt(tk.Now())
 			require.ErrorIs(t, err, ErrHalfOpenFull, "MaxHalfOpenDuration MaxInt64 never expires")
 		})
 	}
@@ -262,18 +262,18 @@ func TestExtremeDurations(t *testing.T) {
 	b, err := New(Config{Ticker: tk, Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: math.MaxInt64})
 	require.NoError(t, err)
 	require.NoError(t, call(t, b, tk, 0, errBoom))
-	require.Equal(t, time.Duration(10), b.RemainingOpen(tk.Now()))
-	_, err = b.Acquire(tk.Now())
+	require.Equal(t, time.Duration(10), b.RemainingOpenAt(tk.Now()))
+	_, err = b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrOpen)
 }
 
 func TestStalePermitNeverDecidesProbe(t *testing.T) {
 	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: 1})
-	slow, err := b.Acquire(tk.Now()) // admitted while closed
+	slow, err := b.AcquireAt(tk.Now()) // admitted while closed
 	require.NoError(t, err)
 	require.NoError(t, call(t, b, tk, 0, errBoom))
 	tk.Advance(time.Second)
-	probe, err := b.Acquire(tk.Now())
+	probe, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
 	require.Equal(t, HalfOpen, b.State())
 	b.Record(slow, tk.Now(), nil) // the closed-era call ends now: stale
@@ -303,7 +303,7 @@ func TestZeroPermitStaleAfterGenerationWrap(t *testing.T) {
 	// The same through Open → HalfOpen, the transition Acquire makes.
 	b.state.Store(genMask | uint64(Open))
 	b.openUntil.Store(tk.Now())
-	p, err := b.Acquire(tk.Now())
+	p, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
 	require.NotZero(t, p.word>>genShift)
 }
@@ -315,13 +315,13 @@ func TestMaxHalfOpenDuration(t *testing.T) {
 	})
 	require.NoError(t, call(t, b, tk, 0, errBoom))
 	tk.Advance(time.Second)
-	stuck, err := b.Acquire(tk.Now())
+	stuck, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
 	tk.Advance(5*time.Second - 1)
-	_, err = b.Acquire(tk.Now())
+	_, err = b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrHalfOpenFull)
 	tk.Advance(1)
-	fresh, err := b.Acquire(tk.Now())
+	fresh, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err, "a stuck probe no longer blocks recovery")
 	b.Record(stuck, tk.Now(), errBoom) // from the older period: ignored
 	require.Equal(t, HalfOpen, b.State())
@@ -340,11 +340,11 @@ func TestMaxHalfOpenDurationCountsFromHalfOpenEntry(t *testing.T) {
 	})
 	require.NoError(t, call(t, b, tk, 0, errBoom))
 	tk.Advance(time.Hour) // nobody calls for an hour after the open period
-	probe, err := b.Acquire(tk.Now())
+	probe, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
 	require.Equal(t, HalfOpen, b.State())
 	tk.Advance(time.Millisecond)
-	_, err = b.Acquire(tk.Now())
+	_, err = b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrHalfOpenFull, "the probe admitted 1 ms ago is not stuck")
 	b.Record(probe, tk.Now(), nil)
 	require.Equal(t, Closed, b.State(), "the probe's success closes the breaker")
@@ -356,16 +356,16 @@ func TestHalfOpenSuccessesAndFailures(t *testing.T) {
 	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: 4, HalfOpenSuccesses: 2})
 	trip := func() {
 		require.NoError(t, call(t, b, tk, 0, errBoom))
-		tk.Advance(b.RemainingOpen(tk.Now()))
+		tk.Advance(b.RemainingOpenAt(tk.Now()))
 	}
 	trip()
 	var ps []Permit
 	for range 4 {
-		p, err := b.Acquire(tk.Now())
+		p, err := b.AcquireAt(tk.Now())
 		require.NoError(t, err)
 		ps = append(ps, p)
 	}
-	_, err := b.Acquire(tk.Now())
+	_, err := b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrHalfOpenFull)
 	b.Record(ps[0], tk.Now(), errBoom)
 	b.Record(ps[1], tk.Now(), errBoom)
@@ -384,7 +384,7 @@ func TestHalfOpenSuccessesAndFailures(t *testing.T) {
 	trip()
 	b.TransitionTo(HalfOpen)
 	for range 10 {
-		p, err := b.Acquire(tk.Now())
+		p, err := b.AcquireAt(tk.Now())
 		require.NoError(t, err)
 		b.Record(p, tk.Now(), context.Canceled)
 	}
@@ -400,9 +400,9 @@ func TestHalfOpenSuccessesAndFailures(t *testing.T) {
 // consumed by a cancelled call, and the next probe decides it.
 func TestIgnoredProbeReturnsSlot(t *testing.T) {
 	b, tk := tripped(t, Config{})
-	p, err := b.Acquire(tk.Now())
+	p, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
-	_, err = b.Acquire(tk.Now())
+	_, err = b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrHalfOpenFull)
 	b.Record(p, tk.Now(), context.Canceled)
 	s := b.Stats()
@@ -515,9 +515,9 @@ func TestClassification(t *testing.T) {
 	require.NoError(t, call(t, b, tk, 0, context.Canceled))
 	require.NoError(t, call(t, b, tk, 0, fmt.Errorf("wrapped: %w", context.Canceled)))
 	require.Equal(t, Closed, b.State())
-	p, err := b.Acquire(tk.Now())
+	p, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
-	b.RecordResult(p, tk.Now(), Failure) // e.g. an HTTP 503 with a nil error
+	b.ReleaseAt(p, tk.Now(), Failure) // e.g. an HTTP 503 with a nil error
 	require.Equal(t, Open, b.State())
 
 	errBad := errors.New("bad request")
@@ -543,9 +543,9 @@ func TestClassification(t *testing.T) {
 func TestUnknownResultIsAFailure(t *testing.T) {
 	b, err := New(Config{Ticker: rampart.NewManualTicker(1)})
 	require.NoError(t, err)
-	p, err := b.Acquire(1)
+	p, err := b.AcquireAt(1)
 	require.NoError(t, err)
-	b.RecordResult(p, 1, Result(7))
+	b.ReleaseAt(p, 1, Result(7))
 	require.EqualValues(t, 1, b.Stats().Failures)
 }
 
@@ -561,11 +561,11 @@ func TestForcedStates(t *testing.T) {
 	require.Zero(t, b.Stats().Failures)
 
 	require.True(t, b.TransitionTo(ForcedOpen))
-	_, err := b.Acquire(tk.Now() + int64(time.Hour))
+	_, err := b.AcquireAt(tk.Now() + int64(time.Hour))
 	require.ErrorIs(t, err, ErrOpen)
-	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()))
+	require.Equal(t, time.Second, b.RemainingOpenAt(tk.Now()))
 	tk.Advance(time.Hour)
-	_, err = b.Acquire(tk.Now())
+	_, err = b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrOpen)
 
 	require.True(t, b.TransitionTo(MetricsOnly))
@@ -578,7 +578,7 @@ func TestForcedStates(t *testing.T) {
 	require.Equal(t, int64(4), s.WindowCalls)
 
 	require.True(t, b.TransitionTo(Open))
-	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()))
+	require.Equal(t, time.Second, b.RemainingOpenAt(tk.Now()))
 	require.True(t, b.TransitionTo(HalfOpen))
 	require.True(t, b.TransitionTo(Closed))
 	require.Zero(t, b.Stats().WindowCalls)
@@ -721,21 +721,21 @@ func TestIsCanceled(t *testing.T) {
 func TestNoTimeArgument(t *testing.T) {
 	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second,
 		HalfOpenProbes: 1, MaxHalfOpenDuration: time.Second, SlowCallDuration: time.Millisecond})
-	p, err := b.Acquire(noTime)
+	p, err := b.AcquireAt(noTime)
 	require.NoError(t, err)
 	tk.Advance(time.Hour)
 	b.Record(p, tk.Now(), nil) // unknown start: not slow
 	require.Equal(t, Closed, b.State())
-	p, _ = b.Acquire(noTime)
+	p, _ = b.AcquireAt(noTime)
 	b.Record(p, noTime, errBoom) // the trip reads the ticker
 	require.Equal(t, Open, b.State())
-	require.Equal(t, time.Second, b.RemainingOpen(tk.Now()))
-	_, err = b.Acquire(noTime)
+	require.Equal(t, time.Second, b.RemainingOpenAt(tk.Now()))
+	_, err = b.AcquireAt(noTime)
 	require.ErrorIs(t, err, ErrOpen)
 	tk.Advance(time.Second)
-	_, err = b.Acquire(tk.Now())
+	_, err = b.AcquireAt(tk.Now())
 	require.NoError(t, err)
-	_, err = b.Acquire(noTime) // probes taken; the unknown time must not restart half-open
+	_, err = b.AcquireAt(noTime) // probes taken; the unknown time must not restart half-open
 	require.ErrorIs(t, err, ErrHalfOpenFull)
 	require.Equal(t, uint64(2), b.Stats().Transitions)
 }
@@ -748,15 +748,15 @@ func TestNoTimeNeverCountedOrTransitions(t *testing.T) {
 	rejected := 0
 	b, tk := tripped(t, Config{OnRejected: func(State) { rejected++ }})
 	tk.Advance(time.Hour)
-	_, err := b.Acquire(math.MinInt64)
+	_, err := b.AcquireAt(math.MinInt64)
 	require.ErrorIs(t, err, ErrOpen)
 	require.Equal(t, Open, b.State())
-	require.Zero(t, b.Stats().Rejections)
+	require.Zero(t, b.Stats().Rejected)
 	require.Zero(t, rejected)
 
 	b2, tk2 := newTest(t, Config{WindowSize: 2, MinimumCalls: 2, SlowCallDuration: time.Nanosecond})
 	for range 2 {
-		p, err := b2.Acquire(math.MinInt64)
+		p, err := b2.AcquireAt(math.MinInt64)
 		require.NoError(t, err)
 		tk2.Advance(time.Second)
 		b2.Record(p, tk2.Now(), nil)
@@ -791,9 +791,9 @@ func probeRound(t *testing.T, b *Breaker, tk *rampart.ManualTicker, outcomes str
 	t.Helper()
 	require.NoError(t, call(t, b, tk, 0, errBoom))
 	require.Equal(t, Open, b.State())
-	tk.Advance(b.RemainingOpen(tk.Now()))
+	tk.Advance(b.RemainingOpenAt(tk.Now()))
 	for i, o := range outcomes {
-		p, err := b.Acquire(tk.Now())
+		p, err := b.AcquireAt(tk.Now())
 		require.NoError(t, err, "probe %d", i)
 		require.Equal(t, HalfOpen, b.State())
 		d, e := time.Duration(0), error(nil)
@@ -980,7 +980,7 @@ func TestHalfOpenRoundCloseProbability(t *testing.T) {
 			for range rounds {
 				require.True(t, b.TransitionTo(HalfOpen))
 				for b.State() == HalfOpen {
-					pm, err := b.Acquire(tk.Now())
+					pm, err := b.AcquireAt(tk.Now())
 					require.NoError(t, err)
 					var e error
 					if r.Float64() < p {
@@ -1023,7 +1023,7 @@ func steadyFailureRun(t *testing.T, cfg Config, p float64, interval time.Duratio
 	n := 0
 	for range calls {
 		tk.Advance(interval)
-		pm, err := b.Acquire(tk.Now())
+		pm, err := b.AcquireAt(tk.Now())
 		if err != nil {
 			n++
 			continue

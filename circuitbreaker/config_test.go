@@ -52,14 +52,14 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("inconsistent config accepted: %+v", g)
 		}
 		for i := range 200 {
-			p, err := b.Acquire(tk.Now())
+			p, err := b.AcquireAt(tk.Now())
 			if err == nil {
 				tk.Advance(time.Duration(i%7) * time.Millisecond)
-				b.RecordResult(p, tk.Now(), Result(i%3))
+				b.ReleaseAt(p, tk.Now(), Result(i%3))
 			} else {
-				tk.Advance(b.RemainingOpen(tk.Now()))
+				tk.Advance(b.RemainingOpenAt(tk.Now()))
 			}
-			if d := b.RemainingOpen(tk.Now()); d < 0 {
+			if d := b.RemainingOpenAt(tk.Now()); d < 0 {
 				t.Fatalf("negative RemainingOpen %v", d)
 			}
 		}

@@ -6,7 +6,7 @@ import "context"
 // or Call admitted on their closed, clockless path.
 func (b *Breaker) successUntimed(p Permit) {
 	if b.state.Load() != p.word { // atomic 1: still closed in the same generation?
-		b.RecordResult(p, noTime, Success) // stale: counted there
+		b.ReleaseAt(p, noTime, Success) // stale: counted there
 		return
 	}
 	if b.fast == fastCount {
@@ -37,7 +37,7 @@ func (b *Breaker) finishSlow(p Permit, err error, returned *bool) {
 		r = b.classifyErr(err)
 	}
 	*returned = true
-	b.RecordResult(p, now, r)
+	b.ReleaseAt(p, now, r)
 }
 
 // finishAbnormal runs when fn did not return, or Config.Classify panicked
@@ -49,10 +49,10 @@ func (b *Breaker) finishAbnormal(p Permit, r any) {
 		if p.start != noTime {
 			now = b.ticker.Now()
 		}
-		b.RecordResult(p, now, Failure)
+		b.ReleaseAt(p, now, Failure)
 		panic(r)
 	}
-	b.RecordResult(p, noTime, Ignored)
+	b.ReleaseAt(p, noTime, Ignored)
 }
 
 // Do runs fn if the breaker admits it and records its outcome. It returns
@@ -82,7 +82,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 		return b.errOpen
 	default:
 		var err error
-		if p, err = b.Acquire(b.ticker.Now()); err != nil { // clock read: the decision or the duration needs it
+		if p, err = b.AcquireAt(b.ticker.Now()); err != nil { // clock read: the decision or the duration needs it
 			return err
 		}
 	}
@@ -119,7 +119,7 @@ func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, e
 		return zero, b.errOpen
 	default:
 		var err error
-		if p, err = b.Acquire(b.ticker.Now()); err != nil {
+		if p, err = b.AcquireAt(b.ticker.Now()); err != nil {
 			var zero T
 			return zero, err
 		}

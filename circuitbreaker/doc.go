@@ -109,11 +109,11 @@
 // # Which method to use
 //
 // [Breaker.Do] and [Call] wrap a function. A pipeline or middleware that
-// already reads the clock uses the primitives: [Breaker.Acquire] with a
+// already reads the clock uses the primitives: [Breaker.AcquireAt] with a
 // reading of [Breaker.Ticker], then exactly one [Breaker.Record] (classifies
-// an error) or [Breaker.RecordResult] (the caller classified the outcome,
+// an error) or [Breaker.ReleaseAt] (the caller classified the outcome,
 // e.g. an HTTP 503) with the permit and the end time.
-// [Breaker.RemainingOpen] gives a Retry-After.
+// [Breaker.RemainingOpenAt] gives a Retry-After.
 //
 // # Cost
 //

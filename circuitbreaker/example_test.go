@@ -32,7 +32,7 @@ func Example() {
 	}
 	err = b.Do(ctx, func(context.Context) error { return nil })
 	fmt.Println(errors.Is(err, circuitbreaker.ErrOpen), errors.Is(err, rampart.ErrRejected))
-	fmt.Println("retry after", b.RemainingOpen(clock.Now()))
+	fmt.Println("retry after", b.RemainingOpenAt(clock.Now()))
 
 	clock.Advance(30 * time.Second)
 	for range 5 { // the default 5 probes, all successful
@@ -50,12 +50,12 @@ func Example() {
 
 // The primitive API, as a pipeline or an HTTP middleware uses it: read the
 // clock once before and once after, classify the outcome yourself.
-func ExampleBreaker_Acquire() {
+func ExampleBreaker_AcquireAt() {
 	b, _ := circuitbreaker.New(circuitbreaker.Config{Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 1})
 	tk := b.Ticker()
-	p, err := b.Acquire(tk.Now())
+	p, err := b.AcquireAt(tk.Now())
 	if err != nil {
-		fmt.Println("rejected; retry after", b.RemainingOpen(tk.Now()))
+		fmt.Println("rejected; retry after", b.RemainingOpenAt(tk.Now()))
 		return
 	}
 	status := 503 // the response came back with a nil error
@@ -63,7 +63,7 @@ func ExampleBreaker_Acquire() {
 	if status >= 500 {
 		r = circuitbreaker.Failure
 	}
-	b.RecordResult(p, tk.Now(), r)
+	b.ReleaseAt(p, tk.Now(), r)
 	fmt.Println(b.State())
 	// Output:
 	// open

@@ -58,7 +58,7 @@ func TestGoexitInOutcomeListenerAppliesProbeResult(t *testing.T) {
 		}
 	}})
 	exit = true
-	p, err := b.Acquire(tk.Now())
+	p, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
 	require.Equal(t, HalfOpen, b.State())
 	_, goexited := testkit.Run(func() { b.Record(p, tk.Now(), errBoom) })
@@ -144,7 +144,7 @@ func TestPanickingListenersReleaseEverything(t *testing.T) {
 	require.ErrorIs(t, b.Do(ctx, func(context.Context) error { return nil }), ErrOpen)
 	s = b.Stats()
 	require.Zero(t, s.StaleResults)
-	require.Equal(t, uint64(1), s.Rejections)
+	require.Equal(t, uint64(1), s.Rejected)
 	// HalfOpen entry, OnSuccess, OnFailure, HalfOpen→Open, OnRejected.
 	require.Equal(t, base+5, s.ListenerPanics)
 	tk.Advance(2 * time.Second) // backoff: 2 s

@@ -260,7 +260,7 @@ func (m *refBreaker) stats(now int64) Stats {
 	s := Stats{
 		State: m.state, Generation: m.gen, ConsecutiveFailures: m.consec,
 		HalfOpenAdmitted: m.adm, HalfOpenInFlight: m.infl, HalfOpenSucceeded: m.succ, HalfOpenFailed: m.fail, HalfOpenSlowCalls: m.slowp,
-		Failures: m.failures, SlowCalls: m.slows, Rejections: m.rejections, StaleResults: m.stale,
+		Failures: m.failures, SlowCalls: m.slows, Rejected: m.rejections, StaleResults: m.stale,
 		Transitions: m.transitions, Trips: m.trips,
 	}
 	if m.c.Mode == CountWindow {
@@ -340,7 +340,7 @@ func FuzzReference(f *testing.F) {
 			case 0:
 				tk.Advance(time.Duration(arg%16) * time.Millisecond)
 			case 1, 2, 3:
-				p, err := b.Acquire(now)
+				p, err := b.AcquireAt(now)
 				rp, rej := m.acquire(now)
 				switch {
 				case rej == 0 && err != nil, rej == 1 && err != b.errOpen, rej == 2 && err != b.errHalfOpen:
@@ -357,7 +357,7 @@ func FuzzReference(f *testing.F) {
 				h := hs[k]
 				hs = append(hs[:k], hs[k+1:]...)
 				r := Result(arg % 3)
-				b.RecordResult(h.p, now, r)
+				b.ReleaseAt(h.p, now, r)
 				m.record(h.r, now, r)
 			case 7:
 				if arg%7 == 6 {

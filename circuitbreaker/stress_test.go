@@ -24,7 +24,7 @@ func TestStressHalfOpenExactlyK(t *testing.T) {
 		if round == 2 {
 			b.TransitionTo(HalfOpen) // arrive in half-open rather than at the end of open
 		} else {
-			p, _ := b.Acquire(tk.Now())
+			p, _ := b.AcquireAt(tk.Now())
 			b.Record(p, tk.Now(), errBoom)
 			tk.Advance(time.Second)
 		}
@@ -34,7 +34,7 @@ func TestStressHalfOpenExactlyK(t *testing.T) {
 		for range G {
 			wg.Go(func() {
 				<-start
-				if _, err := b.Acquire(tk.Now()); err == nil {
+				if _, err := b.AcquireAt(tk.Now()); err == nil {
 					admitted.Add(1)
 				} else {
 					require.ErrorIs(t, err, ErrOpen)
@@ -46,7 +46,7 @@ func TestStressHalfOpenExactlyK(t *testing.T) {
 		wg.Wait()
 		require.Equal(t, int64(K), admitted.Load(), "round %d", round)
 		require.Equal(t, int64(G-K), rejected.Load())
-		require.Equal(t, uint64(G-K), b.Stats().Rejections)
+		require.Equal(t, uint64(G-K), b.Stats().Rejected)
 		require.Equal(t, HalfOpen, b.State())
 	}
 }
@@ -84,7 +84,7 @@ func TestStressMixed(t *testing.T) {
 							b.Reset()
 						}
 					}
-					p, err := b.Acquire(tk.Now())
+					p, err := b.AcquireAt(tk.Now())
 					if err != nil {
 						rejected.Add(1)
 						continue
@@ -113,7 +113,7 @@ func TestStressMixed(t *testing.T) {
 						inflight[gen]--
 						mu.Unlock()
 					}
-					b.RecordResult(p, now, res)
+					b.ReleaseAt(p, now, res)
 				}
 			})
 		}
@@ -121,7 +121,7 @@ func TestStressMixed(t *testing.T) {
 		require.Zero(t, overLimit.Load(), "%v: more probes in flight than the limit", mode)
 		require.Equal(t, int64(G*N), admitted.Load()+rejected.Load())
 		s := b.Stats()
-		require.Equal(t, uint64(rejected.Load()), s.Rejections, "%v", mode)
+		require.Equal(t, uint64(rejected.Load()), s.Rejected, "%v", mode)
 		require.Greater(t, s.Transitions, uint64(3), "%v: the stress should move the state", mode)
 		if mode == CountWindow {
 			var total, fails, slows int64
@@ -149,14 +149,14 @@ func TestStressStaleNeverCounted(t *testing.T) {
 		require.NoError(t, err)
 		old := make([]Permit, stale)
 		for i := range old {
-			old[i], _ = b.Acquire(tk.Now())
+			old[i], _ = b.AcquireAt(tk.Now())
 		}
-		p, _ := b.Acquire(tk.Now())
+		p, _ := b.AcquireAt(tk.Now())
 		b.Record(p, tk.Now(), errBoom) // trip
 		tk.Advance(time.Second)
 		probes := make([]Permit, K)
 		for i := range probes {
-			probes[i], err = b.Acquire(tk.Now())
+			probes[i], err = b.AcquireAt(tk.Now())
 			require.NoError(t, err)
 		}
 		var wg sync.WaitGroup
@@ -218,7 +218,7 @@ func TestStressProbeAccounting(t *testing.T) {
 	for g := range G {
 		wg.Go(func() {
 			for i := range N {
-				p, err := b.Acquire(tk.Now())
+				p, err := b.AcquireAt(tk.Now())
 				if err != nil {
 					continue
 				}
@@ -250,7 +250,7 @@ func TestStressProbeAccounting(t *testing.T) {
 					mu.Unlock()
 				}
 				if ignored {
-					b.RecordResult(p, tk.Now(), Ignored)
+					b.ReleaseAt(p, tk.Now(), Ignored)
 				} else {
 					b.Record(p, tk.Now(), rerr)
 				}
@@ -273,7 +273,7 @@ func TestStressProbeAccounting(t *testing.T) {
 	require.True(t, b.TransitionTo(HalfOpen))
 	var ps []Permit
 	for range M + 1 {
-		if p, err := b.Acquire(tk.Now()); err == nil {
+		if p, err := b.AcquireAt(tk.Now()); err == nil {
 			ps = append(ps, p)
 		} else {
 			require.ErrorIs(t, err, ErrHalfOpenFull)
@@ -300,7 +300,7 @@ func TestStressTimeWindowRecyclingConsistent(t *testing.T) {
 	for g := range G {
 		wg.Go(func() {
 			for i := range N {
-				p, err := b.Acquire(tk.Now())
+				p, err := b.AcquireAt(tk.Now())
 				require.NoError(t, err)
 				var rerr error
 				if i%2 == 0 {

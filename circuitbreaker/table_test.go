@@ -62,12 +62,12 @@ func TestTransitionTable(t *testing.T) {
 					t.Fatalf("step %d %q at %v: "+format, append([]any{i, step, time.Duration(tk.Now())}, args...)...)
 				}
 				record := func(d time.Duration, r Result) {
-					p, err := b.Acquire(tk.Now())
+					p, err := b.AcquireAt(tk.Now())
 					if err != nil {
 						fail("rejected: %v", err)
 					}
 					tk.Advance(d)
-					b.RecordResult(p, tk.Now(), r)
+					b.ReleaseAt(p, tk.Now(), r)
 				}
 				switch step[0] {
 				case 's':
@@ -79,19 +79,19 @@ func TestTransitionTable(t *testing.T) {
 				case 'i':
 					record(0, Ignored)
 				case 'x', 'h':
-					_, err := b.Acquire(tk.Now())
+					_, err := b.AcquireAt(tk.Now())
 					if want := map[byte]error{'x': b.errOpen, 'h': b.errHalfOpen}[step[0]]; err != want {
 						fail("got %v, want %v", err, want)
 					}
 				case 'p':
-					p, err := b.Acquire(tk.Now())
+					p, err := b.AcquireAt(tk.Now())
 					if err != nil {
 						fail("rejected: %v", err)
 					}
 					held = append(held, p)
 				case 'P':
 					for _, p := range held {
-						b.RecordResult(p, tk.Now(), Success)
+						b.ReleaseAt(p, tk.Now(), Success)
 					}
 					held = nil
 				case '+':
@@ -99,7 +99,7 @@ func TestTransitionTable(t *testing.T) {
 					tk.Advance(time.Duration(n) * time.Millisecond)
 				case '~':
 					n, _ := strconv.Atoi(step[1:])
-					if got := b.RemainingOpen(tk.Now()); got != time.Duration(n)*time.Millisecond {
+					if got := b.RemainingOpenAt(tk.Now()); got != time.Duration(n)*time.Millisecond {
 						fail("RemainingOpen %v", got)
 					}
 				case '=':

@@ -271,7 +271,7 @@ func (r *race[T]) run(i int, ctx context.Context) {
 	fatal := err != nil && r.h.isFatal(err)
 	if i == 0 { // AsyncFirst: the first attempt's latency feeds the percentile
 		now := r.h.ticker.Now()
-		r.h.Observe(now-r.start, now)
+		r.h.ObserveAt(now-r.start, now)
 	}
 	returned = true
 	r.report(i, v, err, fatal, false, nil)

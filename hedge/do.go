@@ -136,7 +136,7 @@ func (h *Hedger) done(start int64, err error, held bool) {
 	now := start
 	if h.percentile {
 		now = h.ticker.Now()
-		h.Observe(now-start, now)
+		h.ObserveAt(now-start, now)
 	}
 	if h.budget != nil && !held {
 		if err == nil {
@@ -164,7 +164,7 @@ func joinRace[T any](h *Hedger, c *call, v T, err error) (T, error) {
 		}
 	}()
 	now := h.ticker.Now()
-	h.Observe(now-start, now) // a cancelled loser records a lower bound
+	h.ObserveAt(now-start, now) // a cancelled loser records a lower bound
 	fatal := err != nil && h.isFatal(err)
 	reported = true
 	r.report(0, v, err, fatal, false, nil)

@@ -296,12 +296,12 @@ func (h *Hedger) Delay() int64 {
 	return h.delay.Load()
 }
 
-// Observe records one latency (ns) in the percentile histogram and, when
+// ObserveAt records one latency (ns) in the percentile histogram and, when
 // the Refresh period has passed at now, recomputes the delay. Do and Call
 // call it for every first attempt; call it yourself for calls made around
 // the hedger (non-idempotent ones) whose latency should count. No-op with a
 // fixed delay. Atomics: one add (histogram), one load (refresh check).
-func (h *Hedger) Observe(latency, now int64) {
+func (h *Hedger) ObserveAt(latency, now int64) {
 	if !h.percentile {
 		return
 	}

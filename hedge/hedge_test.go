@@ -645,34 +645,34 @@ func TestPercentileRefresh(t *testing.T) {
 	}
 	defer h.Close()
 	for range 5 {
-		h.Observe(int64(10*time.Millisecond), tk.Now())
+		h.ObserveAt(int64(10*time.Millisecond), tk.Now())
 	}
 	tk.Advance(time.Second)
-	h.Observe(int64(10*time.Millisecond), tk.Now())
+	h.ObserveAt(int64(10*time.Millisecond), tk.Now())
 	if h.Delay() != int64(7*time.Millisecond) {
 		t.Fatalf("warming up: %d", h.Delay())
 	}
 	for range 10 {
-		h.Observe(int64(10*time.Millisecond), tk.Now())
+		h.ObserveAt(int64(10*time.Millisecond), tk.Now())
 	}
 	tk.Advance(time.Second)
-	h.Observe(int64(10*time.Millisecond), tk.Now())
+	h.ObserveAt(int64(10*time.Millisecond), tk.Now())
 	if d := h.Delay(); d < int64(10*time.Millisecond) || d > int64(10.4*float64(time.Millisecond)) {
 		t.Fatalf("p50: %d", d)
 	}
 	for range 100 {
-		h.Observe(int64(time.Second), tk.Now())
+		h.ObserveAt(int64(time.Second), tk.Now())
 	}
 	tk.Advance(time.Second)
-	h.Observe(int64(time.Second), tk.Now())
+	h.ObserveAt(int64(time.Second), tk.Now())
 	if d := h.Delay(); d != int64(40*time.Millisecond) {
 		t.Fatalf("clamped to MaxDelay: %d", d)
 	}
 	for range 1000 {
-		h.Observe(1000, tk.Now())
+		h.ObserveAt(1000, tk.Now())
 	}
 	tk.Advance(time.Second)
-	h.Observe(1000, tk.Now())
+	h.ObserveAt(1000, tk.Now())
 	if d := h.Delay(); d != int64(2*time.Millisecond) {
 		t.Fatalf("clamped to MinDelay: %d", d)
 	}
@@ -695,7 +695,7 @@ func TestZeroPercentileDelayStillHedges(t *testing.T) {
 	defer h.Close()
 	tk.Advance(time.Second)
 	for range 10 {
-		h.Observe(0, tk.Now())
+		h.ObserveAt(0, tk.Now())
 	}
 	d := h.Delay()
 	if d == 0 {
@@ -723,7 +723,7 @@ func TestHugeRefreshKeepsDelayUntilRefresh(t *testing.T) {
 	}
 	defer h.Close()
 	for i := range 10 {
-		h.Observe(int64(50*time.Millisecond), tk.Now()+int64(i))
+		h.ObserveAt(int64(50*time.Millisecond), tk.Now()+int64(i))
 	}
 	if d := h.Delay(); d != int64(5*time.Millisecond) {
 		t.Fatalf("delay recomputed to %v before Refresh passed", time.Duration(d))

@@ -39,11 +39,11 @@ type ServerConfig struct {
 	// second.
 	DefaultRetryAfter time.Duration
 
-	// OnReject, when set, writes the rejection response instead of the
+	// OnRejected, when set, writes the rejection response instead of the
 	// default plain-text one. The status and the Retry-After header are
 	// decided already: status is 429 or 503, and w's Retry-After header is
-	// set; OnReject must call w.WriteHeader(status) itself.
-	OnReject func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome)
+	// set; OnRejected must call w.WriteHeader(status) itself.
+	OnRejected func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome)
 }
 
 // server is the middleware's handler.
@@ -87,7 +87,7 @@ func NewHandler(next http.Handler, cfg ServerConfig) (http.Handler, error) {
 		isFailure:         cfg.IsFailure,
 		timeoutStatus:     cfg.TimeoutStatus,
 		defaultRetryAfter: cfg.DefaultRetryAfter,
-		onReject:          cfg.OnReject,
+		onReject:          cfg.OnRejected,
 	}
 	if s.isFailure == nil {
 		s.isFailure = func(status int) bool { return status >= 500 }

@@ -212,7 +212,7 @@ func TestServerOnRejectAndMiddleware(t *testing.T) {
 	require.NoError(t, err)
 	mw, err := httpguard.Middleware(httpguard.ServerConfig{
 		Pipeline: mustPipeline(t, pipeline.Config{RateLimit: rl}),
-		OnReject: func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
+		OnRejected: func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
 			_, _ = io.WriteString(w, `{"error":"`+o.Policy.String()+`"}`)
@@ -374,8 +374,8 @@ func TestServerAllocsAdmittedRequest(t *testing.T) {
 func TestServerHugeRetryAfterDoesNotWrap(t *testing.T) {
 	bh, err := bulkhead.New(bulkhead.Config{Max: 1})
 	require.NoError(t, err)
-	require.True(t, bh.TryEnter()) // the bulkhead is full
-	defer bh.Exit()
+	require.True(t, bh.Acquire()) // the bulkhead is full
+	defer bh.Release()
 	h, err := httpguard.NewHandler(http.NotFoundHandler(), httpguard.ServerConfig{
 		Pipeline:          mustPipeline(t, pipeline.Config{Bulkhead: bh}),
 		DefaultRetryAfter: time.Duration(math.MaxInt64),
@@ -620,7 +620,7 @@ func TestServerOnRejectGetsStatusAndOutcome(t *testing.T) {
 	var got pipeline.Outcome
 	h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{
 		Pipeline: mustPipeline(t, pipeline.Config{Breaker: cb}),
-		OnReject: func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
+		OnRejected: func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
 			got = o
 			require.Equal(t, "90", w.Header().Get("Retry-After"))
 			w.WriteHeader(status)

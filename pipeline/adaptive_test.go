@@ -201,8 +201,8 @@ func TestPanickingControllerReleasesOnce(t *testing.T) {
 			require.Zero(t, bh.Stats().InFlight, "bulkhead permit leaked")
 			require.Zero(t, al.InFlight(), "adaptive slot")
 			// Exactly one slot at limit 1: one admission, not two.
-			_, ok1 := al.Acquire(tick.Now())
-			_, ok2 := al.Acquire(tick.Now())
+			_, ok1 := al.AcquireAt(tick.Now())
+			_, ok2 := al.AcquireAt(tick.Now())
 			require.True(t, ok1)
 			require.False(t, ok2, "the token was released twice: two admitted at limit 1")
 		})

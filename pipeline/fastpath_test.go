@@ -616,17 +616,17 @@ func TestFastPathGoexitInRejectionListenerReleasesBreakerPermit(t *testing.T) {
 						}})
 					require.NoError(t, err)
 					cfg.RateLimit = rl
-					take = func() bool { return rl.TryAcquire(tick.Now(), 1) == 0 }
+					take = func() bool { return rl.AdmitN(tick.Now(), 1) == 0 }
 				} else {
 					bh, err := bulkhead.New(bulkhead.Config{Name: "bh", Max: 1, Ticker: tick,
-						OnReject: func(int64, int64) {
+						OnRejected: func(int64, int64) {
 							if goexit.Load() {
 								testkit.Goexit()
 							}
 						}})
 					require.NoError(t, err)
 					cfg.Bulkhead = bh
-					take = bh.TryEnter
+					take = bh.Acquire
 				}
 				p, err := pipeline.New(cfg)
 				require.NoError(t, err)
@@ -786,7 +786,7 @@ func TestBreakerRecordFastPathSkipsNoProbeOrStalePermit(t *testing.T) {
 	require.NoError(t, err)
 	healthy := func() {
 		for range 2 {
-			pm, err := cb.Acquire(tick.Now())
+			pm, err := cb.AcquireAt(tick.Now())
 			require.NoError(t, err)
 			cb.Record(pm, tick.Now(), nil)
 		}
@@ -797,7 +797,7 @@ func TestBreakerRecordFastPathSkipsNoProbeOrStalePermit(t *testing.T) {
 	healthy()
 	// A stale permit: taken in this generation, recorded after a reset
 	// whose new window is healthy again.
-	stale, err := cb.Acquire(tick.Now())
+	stale, err := cb.AcquireAt(tick.Now())
 	require.NoError(t, err)
 	cb.Reset()
 	healthy()
@@ -807,9 +807,9 @@ func TestBreakerRecordFastPathSkipsNoProbeOrStalePermit(t *testing.T) {
 	// A half-open probe over a window full of successes.
 	require.True(t, cb.TransitionTo(circuitbreaker.HalfOpen))
 	require.Equal(t, int64(2), cb.Stats().WindowCalls, "the window is still full of successes")
-	probe, err := cb.Acquire(tick.Now())
+	probe, err := cb.AcquireAt(tick.Now())
 	require.NoError(t, err)
-	_, err = cb.Acquire(tick.Now())
+	_, err = cb.AcquireAt(tick.Now())
 	require.ErrorIs(t, err, circuitbreaker.ErrHalfOpenFull)
 	cb.Record(probe, tick.Now(), nil)
 	require.Equal(t, circuitbreaker.Closed, cb.State(), "the probe's success was not recorded")
@@ -831,35 +831,35 @@ func TestBreakerRecordFastPathSkipsNoProbeOrStalePermit(t *testing.T) {
 func TestTimeoutFinishFastPath(t *testing.T) {
 	tick := rampart.NewManualTicker(1000)
 	soft := newTimeout(t, tick, fpTimeout, timeout.ModeSoft)
-	_, h := soft.Start(context.Background(), 1000)
+	_, h := soft.StartAt(context.Background(), 1000)
 	d := h.Deadline()
 	require.Equal(t, int64(1000)+int64(fpTimeout), d)
-	require.Same(t, errBoom, soft.Finish(h, d-1, errBoom))
-	require.NoError(t, soft.Finish(h, d-1, nil))
+	require.Same(t, errBoom, soft.FinishAt(h, d-1, errBoom))
+	require.NoError(t, soft.FinishAt(h, d-1, nil))
 	require.Zero(t, soft.Stats().Timeouts)
-	require.ErrorIs(t, soft.Finish(h, d, nil), timeout.ErrTimeout)
+	require.ErrorIs(t, soft.FinishAt(h, d, nil), timeout.ErrTimeout)
 	require.EqualValues(t, 1, soft.Stats().Timeouts)
 	// NotRead: soft mode reads the ticker.
-	require.NoError(t, soft.Finish(h, timeout.NotRead, nil))
+	require.NoError(t, soft.FinishAt(h, timeout.NotRead, nil))
 	tick.Set(d)
-	require.ErrorIs(t, soft.Finish(h, timeout.NotRead, nil), timeout.ErrTimeout)
+	require.ErrorIs(t, soft.FinishAt(h, timeout.NotRead, nil), timeout.ErrTimeout)
 	require.EqualValues(t, 2, soft.Stats().Timeouts)
 	// The zero Handle: deadline 0.
-	require.Same(t, errBoom, soft.Finish(timeout.Handle{}, -1, errBoom))
-	require.ErrorIs(t, soft.Finish(timeout.Handle{}, 0, errBoom), timeout.ErrTimeout)
-	require.ErrorIs(t, soft.Finish(timeout.Handle{}, timeout.NotRead, nil), timeout.ErrTimeout, "NotRead reads the clock: past deadline 0")
+	require.Same(t, errBoom, soft.FinishAt(timeout.Handle{}, -1, errBoom))
+	require.ErrorIs(t, soft.FinishAt(timeout.Handle{}, 0, errBoom), timeout.ErrTimeout)
+	require.ErrorIs(t, soft.FinishAt(timeout.Handle{}, timeout.NotRead, nil), timeout.ErrTimeout, "NotRead reads the clock: past deadline 0")
 
 	// Deadline mode, in time: Finish must still end the context.
 	dl := newTimeoutTick(t, tick, fpTimeout, timeout.ModeDeadline, time.Millisecond)
 	for _, now := range []int64{tick.Now() + 1, timeout.NotRead} {
-		ctx, h := dl.Start(context.Background(), tick.Now())
+		ctx, h := dl.StartAt(context.Background(), tick.Now())
 		require.NoError(t, ctx.Err())
-		require.NoError(t, dl.Finish(h, now, nil))
+		require.NoError(t, dl.FinishAt(h, now, nil))
 		require.ErrorIs(t, ctx.Err(), context.Canceled, "Finish did not end a deadline-mode context")
 	}
 	require.Zero(t, dl.Stats().Timeouts)
-	ctx, h := dl.Start(context.Background(), tick.Now())
-	require.ErrorIs(t, dl.Finish(h, h.Deadline(), nil), timeout.ErrTimeout)
+	ctx, h := dl.StartAt(context.Background(), tick.Now())
+	require.ErrorIs(t, dl.FinishAt(h, h.Deadline(), nil), timeout.ErrTimeout)
 	require.Error(t, ctx.Err())
 }
 
@@ -945,11 +945,11 @@ func TestBreakerRejectionWithoutClockCountsOnce(t *testing.T) {
 			require.True(t, cb.TransitionTo(circuitbreaker.Open))
 			o := try()
 			require.Equal(t, pipeline.Rejected, o.Code)
-			require.EqualValues(t, 1, cb.Stats().Rejections, "one rejected call")
+			require.EqualValues(t, 1, cb.Stats().Rejected, "one rejected call")
 			require.EqualValues(t, 1, notified.Load(), "one OnRejected")
 			tick.Advance(11 * time.Second) // the open period is over
 			require.Equal(t, pipeline.OK, try().Code)
-			require.EqualValues(t, 1, cb.Stats().Rejections, "the admitted probe was counted as rejected")
+			require.EqualValues(t, 1, cb.Stats().Rejected, "the admitted probe was counted as rejected")
 			require.EqualValues(t, 1, notified.Load())
 		})
 	}

@@ -280,10 +280,10 @@ func TestLaterRejectionFreesHalfOpenProbe(t *testing.T) {
 	tick.Advance(10 * time.Second)
 	// Hold the bulkhead's only permit so that the probe is rejected after
 	// the breaker admitted it.
-	require.True(t, bh.TryEnter())
+	require.True(t, bh.Acquire())
 	o := p.Try(ctx, ok)
 	require.Equal(t, pipeline.Bulkhead, o.Policy)
-	bh.Exit()
+	bh.Release()
 	require.Equal(t, circuitbreaker.HalfOpen, cb.State())
 	require.Zero(t, cb.Stats().HalfOpenInFlight, "the probe slot was given back")
 	require.Equal(t, pipeline.OK, p.Try(ctx, ok).Code)
@@ -358,7 +358,7 @@ func TestBulkheadRejectionOnRetryCarriesNoStaleHint(t *testing.T) {
 		tick := rampart.NewManualTicker(1_000_000)
 		bh := newBulkhead(t, 1, tick)
 		rt := newRetry(t, tick, func(c *retry.Config) {
-			c.OnRetry = func(int, time.Duration, error) { require.True(t, bh.TryEnter()) } // fills it between attempts
+			c.OnRetry = func(int, time.Duration, error) { require.True(t, bh.Acquire()) } // fills it between attempts
 		})
 		p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh})
 		require.NoError(t, err)
@@ -367,7 +367,7 @@ func TestBulkheadRejectionOnRetryCarriesNoStaleHint(t *testing.T) {
 		require.Equal(t, pipeline.Bulkhead, o.Policy)
 		require.EqualValues(t, 2, o.Attempts)
 		require.Zero(t, o.RetryAfter)
-		bh.Exit()
+		bh.Release()
 		require.Zero(t, bh.Stats().InFlight)
 	})
 }
@@ -593,14 +593,14 @@ func TestAllocsSuccessAndRejections(t *testing.T) {
 		}
 	})
 	tick.Advance(time.Second)
-	require.True(t, bh.TryEnter())
+	require.True(t, bh.Acquire())
 	testkit.WantAllocs(t, "bulkhead rejection", 0, func() {
 		tick.Advance(time.Second)
 		if p.Try(ctx, ok).Policy != pipeline.Bulkhead {
 			t.Fatal("not rejected by the bulkhead")
 		}
 	})
-	bh.Exit()
+	bh.Release()
 	require.True(t, cb.TransitionTo(circuitbreaker.Open))
 	testkit.WantAllocs(t, "breaker rejection", 0, func() {
 		if p.Try(ctx, ok).Policy != pipeline.Breaker {
@@ -673,7 +673,7 @@ func TestCancelWhileWaitingForBulkheadUnwindsBreaker(t *testing.T) {
 	require.NoError(t, err)
 	p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh})
 	require.NoError(t, err)
-	require.True(t, bh.TryEnter()) // full
+	require.True(t, bh.Acquire()) // full
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan pipeline.Outcome)
 	go func() { done <- p.Try(ctx, ok) }()
@@ -685,7 +685,7 @@ func TestCancelWhileWaitingForBulkheadUnwindsBreaker(t *testing.T) {
 	require.Equal(t, pipeline.Canceled, o.Code)
 	require.Equal(t, pipeline.None, o.Policy)
 	require.ErrorIs(t, o.Err, context.Canceled)
-	bh.Exit()
+	bh.Release()
 	require.Equal(t, int64(0), bh.Stats().InFlight)
 	require.Zero(t, cb.Stats().Failures, "the unwound permit recorded nothing")
 }
@@ -700,7 +700,7 @@ func TestCancelInBulkheadWaitAfterRetryGivesUp(t *testing.T) {
 	require.NoError(t, err)
 	var giveUps int
 	rt := newRetry(t, tick, func(c *retry.Config) {
-		c.OnRetry = func(int, time.Duration, error) { require.True(t, bh.TryEnter()) }
+		c.OnRetry = func(int, time.Duration, error) { require.True(t, bh.Acquire()) }
 		c.OnGiveUp = func(int, retry.Stop, error) { giveUps++ }
 	})
 	p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh})
@@ -713,7 +713,7 @@ func TestCancelInBulkheadWaitAfterRetryGivesUp(t *testing.T) {
 	}
 	cancel()
 	o := <-done
-	bh.Exit()
+	bh.Release()
 	require.Equal(t, pipeline.Canceled, o.Code)
 	require.Equal(t, pipeline.None, o.Policy)
 	require.ErrorIs(t, o.Err, context.Canceled)

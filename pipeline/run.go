@@ -18,7 +18,7 @@ type attempt struct {
 	t0, t1 int64 // clock readings, noTime when not read
 	start  int64 // the first attempt's t0, for the retry budget on a panic
 	permit circuitbreaker.Permit
-	token  adaptive.Token
+	token  adaptive.Permit
 	th     timeout.Handle
 	held   uint8 // heldX bits: the permits to release
 	ran    bool  // fn was called: abort records a failure (else the attempt was never made)
@@ -105,7 +105,7 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	}
 	if p.cb != nil {
 		// Closed: one atomic load.
-		permit, err := p.cb.Acquire(a.t0)
+		permit, err := p.cb.AcquireAt(a.t0)
 		if err != nil {
 			p.breakerRejected(&a, o, err)
 			if o.Code != OK {
@@ -120,14 +120,14 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	}
 	if p.rl != nil {
 		// One load and one CAS when admitted.
-		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
+		if wait := p.rl.AdmitN(a.t0, 1); wait != 0 {
 			p.rejectAt(&a, o, RateLimit, p.rl.RejectedError(), wait)
 			return v
 		}
 	}
 	if p.bh != nil {
 		// One load and one add (no queue: p.fast).
-		if !p.bh.TryEnter() {
+		if !p.bh.Acquire() {
 			p.rejectAt(&a, o, Bulkhead, p.bh.RejectedError(), 0)
 			return v
 		}
@@ -135,7 +135,7 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	}
 	if p.al != nil {
 		// One atomic add (no queue: p.fast).
-		tok, err := p.al.AcquireWait(ctx, a.t0)
+		tok, err := p.al.AcquireWaitAt(ctx, a.t0)
 		if err != nil {
 			p.rejectAt(&a, o, Adaptive, err, 0)
 			return v
@@ -146,7 +146,7 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	if p.to != nil {
 		// Deadline mode: the context (one allocation) and a watchdog
 		// slot; soft mode: nothing.
-		actx, a.th = p.to.Start(ctx, a.t0)
+		actx, a.th = p.to.StartAt(ctx, a.t0)
 	}
 	// Every permit taken, one store: the guard's list if fn panics.
 	a.held = p.held | heldCall
@@ -162,7 +162,7 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	}
 	if p.to != nil {
 		a.held = p.held &^ heldTimeout
-		if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
+		if err = p.to.FinishAt(a.th, a.t1, err); err != nil && err == p.toErr {
 			o.Code, o.Policy = TimedOut, Timeout
 		}
 	}
@@ -172,7 +172,7 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 		// so the guard still names what they release until they run.
 		a.held = p.held & (heldBreaker | heldAdaptive)
 		if p.bh != nil {
-			p.bh.Exit() // one atomic add and one load
+			p.bh.Release() // one atomic add and one load
 		}
 		if p.cb != nil {
 			r := circuitbreaker.Success
@@ -182,14 +182,14 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 			// Recorded from here: a listener that calls Goexit once the
 			// result is applied must not make the guard record it again.
 			a.held = p.held & heldAdaptive
-			p.cb.RecordResult(a.permit, a.t1, r) // healthy count window: four loads
+			p.cb.ReleaseAt(a.permit, a.t1, r) // healthy count window: four loads
 		}
 		if p.bud != nil {
 			p.bud.OnSuccess(a.t0) // noTime when the retry does not use it
 		}
 		a.held = 0
 		if p.al != nil {
-			p.al.Release(a.token, a.t1, adaptive.Success) // last: it may run the Controller
+			p.al.ReleaseAt(a.token, a.t1, adaptive.Success) // last: it may run the Controller
 		}
 		return v // o: Attempts 1, the rest zero (OK)
 	}
@@ -314,13 +314,13 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 	if p.cb != nil {
 		// Closed: one atomic load. Without t0 (no policy needed it) a
 		// closed breaker decides alone; any other state needs the time.
-		permit, err := p.cb.Acquire(a.t0)
+		permit, err := p.cb.AcquireAt(a.t0)
 		if err != nil && a.t0 == noTime {
 			a.t0 = p.tick.Now() // slow path: an open or half-open breaker
-			permit, err = p.cb.Acquire(a.t0)
+			permit, err = p.cb.AcquireAt(a.t0)
 		}
 		if err != nil {
-			p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
+			p.reject(o, Breaker, err, int64(p.cb.RemainingOpenAt(a.t0)))
 			return nil, false
 		}
 		a.permit = permit
@@ -328,7 +328,7 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 	}
 	if p.rl != nil {
 		// One load and one CAS when admitted, one load when rejected.
-		if wait := p.rl.TryAcquire(a.t0, 1); wait != 0 {
+		if wait := p.rl.AdmitN(a.t0, 1); wait != 0 {
 			p.unwind(a)
 			p.reject(o, RateLimit, p.rl.RejectedError(), wait)
 			return nil, false
@@ -337,7 +337,7 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 	if p.bh != nil {
 		// One load and one add when a permit is free (no clock, no
 		// context); waits only with MaxWait set.
-		if err := p.bh.Enter(ctx); err != nil {
+		if err := p.bh.AcquireWait(ctx); err != nil {
 			p.unwind(a)
 			p.rejectWait(l, o, Bulkhead, err)
 			return nil, false
@@ -346,7 +346,7 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 	}
 	if p.al != nil {
 		// One atomic add when admitted; waits only with a queue.
-		tok, err := p.al.AcquireWait(ctx, a.t0)
+		tok, err := p.al.AcquireWaitAt(ctx, a.t0)
 		if err != nil {
 			p.unwind(a)
 			p.rejectWait(l, o, Adaptive, err)
@@ -364,7 +364,7 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 	if p.to != nil {
 		// Deadline mode: one allocation (the context) and a few CASes to
 		// arm a watchdog slot; soft mode: nothing.
-		ctx, a.th = p.to.Start(ctx, a.t0)
+		ctx, a.th = p.to.StartAt(ctx, a.t0)
 		a.held |= heldTimeout
 	}
 	return ctx, true
@@ -390,7 +390,7 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 		a.held &^= heldTimeout
 		// a.t1 is noTime (timeout.NotRead) unless another policy read it:
 		// a deadline-mode timeout then takes the watchdog's verdict.
-		if err = p.to.Finish(a.th, a.t1, err); err != nil && err == p.toErr {
+		if err = p.to.FinishAt(a.th, a.t1, err); err != nil && err == p.toErr {
 			o.Code, o.Policy = TimedOut, Timeout
 		}
 	}
@@ -413,7 +413,7 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 	}
 	if a.held&heldBulkhead != 0 {
 		a.held &^= heldBulkhead
-		p.bh.Exit() // one atomic add and one load
+		p.bh.Release() // one atomic add and one load
 	}
 	if a.held&heldBreaker != 0 {
 		r := circuitbreaker.Success
@@ -421,7 +421,7 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 			r = p.cb.Classify(err) // user code: a panic leaves the permit to abort
 		}
 		a.held &^= heldBreaker               // recorded from here (a listener may Goexit)
-		p.cb.RecordResult(a.permit, a.t1, r) // healthy count window: four loads
+		p.cb.ReleaseAt(a.permit, a.t1, r) // healthy count window: four loads
 	}
 	if err == nil && p.bud != nil {
 		now := a.t0
@@ -437,7 +437,7 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 		// then run the user's Controller (closing a window), which may
 		// panic; abort must not release the token a second time.
 		a.held &^= heldAdaptive
-		p.al.Release(a.token, a.t1, oc)
+		p.al.ReleaseAt(a.token, a.t1, oc)
 	}
 	if err == nil {
 		o.Code, o.Policy, o.Err = OK, None, nil
@@ -528,11 +528,11 @@ func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.P
 func (p *Pipeline) breakerRejected(a *attempt, o *Outcome, err error) {
 	if a.t0 == noTime {
 		a.t0 = p.now()
-		if a.permit, err = p.cb.Acquire(a.t0); err == nil {
+		if a.permit, err = p.cb.AcquireAt(a.t0); err == nil {
 			return
 		}
 	}
-	p.reject(o, Breaker, err, int64(p.cb.RemainingOpen(a.t0)))
+	p.reject(o, Breaker, err, int64(p.cb.RemainingOpenAt(a.t0)))
 }
 
 // rejectAt releases the permits a.held names (taken before the rejection)
@@ -548,15 +548,15 @@ func (p *Pipeline) unwind(a *attempt) {
 	held := a.held
 	a.held = 0
 	if held&heldBulkhead != 0 {
-		p.bh.Exit()
+		p.bh.Release()
 	}
 	if held&heldBreaker != 0 {
-		p.cb.RecordResult(a.permit, noTime, circuitbreaker.Ignored)
+		p.cb.ReleaseAt(a.permit, noTime, circuitbreaker.Ignored)
 	}
 	if held&heldAdaptive != 0 {
 		// Last: closing a due window may run the user's Controller, which
 		// may panic; everything else is released by then.
-		p.al.Release(a.token, a.t0, adaptive.Ignored)
+		p.al.ReleaseAt(a.token, a.t0, adaptive.Ignored)
 	}
 }
 
@@ -637,10 +637,10 @@ func (p *Pipeline) abort(a *attempt) {
 		if end == noTime {
 			end = a.t0
 		}
-		_ = p.to.Finish(a.th, end, ErrPanicked)
+		_ = p.to.FinishAt(a.th, end, ErrPanicked)
 	}
 	if held&heldBulkhead != 0 {
-		p.bh.Exit()
+		p.bh.Release()
 	}
 	if held&heldBreaker != 0 {
 		// A failure, without the breaker's Classify: this may run because
@@ -651,12 +651,12 @@ func (p *Pipeline) abort(a *attempt) {
 		if !a.ran {
 			r = circuitbreaker.Ignored
 		}
-		p.cb.RecordResult(a.permit, a.t1, r)
+		p.cb.ReleaseAt(a.permit, a.t1, r)
 	}
 	if p.bud != nil && a.ran {
 		p.bud.OnFailure(a.start)
 	}
 	if held&heldAdaptive != 0 {
-		p.al.Release(a.token, a.t1, adaptive.Ignored) // last: it may run the user's Controller
+		p.al.ReleaseAt(a.token, a.t1, adaptive.Ignored) // last: it may run the user's Controller
 	}
 }

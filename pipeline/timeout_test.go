@@ -390,10 +390,10 @@ func TestDeadlineCountsFromAdmission(t *testing.T) {
 		p, err := pipeline.New(pipeline.Config{Bulkhead: bh, Timeout: to})
 		require.NoError(t, err)
 
-		require.True(t, bh.TryEnter()) // another caller holds the only permit for 500 ms
+		require.True(t, bh.Acquire()) // another caller holds the only permit for 500 ms
 		go func() {
 			time.Sleep(500 * time.Millisecond)
-			bh.Exit()
+			bh.Release()
 		}()
 		var left time.Duration
 		err = p.Do(context.Background(), func(ctx context.Context) error {

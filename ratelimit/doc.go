@@ -49,12 +49,12 @@
 // # Which method
 //
 //   - Fail fast: [Limiter.Allow] (reads the ticker), or [Limiter.AllowN] /
-//     [Limiter.TryAcquire] with a now shared with other policies;
+//     [Limiter.AdmitN] with a now shared with other policies;
 //     TryAcquire also tells how long to wait when it rejects.
-//   - Wait: [Limiter.Wait] blocks until admitted, or fails at once when the
+//   - Wait: [Limiter.WaitN] blocks until admitted, or fails at once when the
 //     wait would pass the context's deadline.
-//   - Schedule: [Limiter.Reserve] commits permits at a future time and
-//     returns the delay; [Reservation.Cancel] gives them back when that is
+//   - Schedule: [Limiter.ReserveN] commits permits at a future time and
+//     returns the delay; [Reservation.CancelAt] gives them back when that is
 //     exact (see its rule).
 //   - Per client or tenant: [Keyed], one limit per key, bounded, idle keys
 //     evicted.

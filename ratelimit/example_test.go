@@ -20,7 +20,7 @@ func Example() {
 		fmt.Println(l.Allow())
 	}
 	// A rejection says how long until the next permit.
-	wait := l.TryAcquire(clock.Now(), 1)
+	wait := l.AdmitN(clock.Now(), 1)
 	fmt.Println(time.Duration(wait))
 	clock.Advance(time.Duration(wait))
 	fmt.Println(l.Allow())

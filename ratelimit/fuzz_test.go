@@ -15,10 +15,10 @@ func checkParams(t *testing.T, l *Limiter) {
 		t.Fatalf("bad params %+v", s.params)
 	}
 	burst := int(s.burst)
-	if w := l.TryAcquire(0, burst); w != 0 {
+	if w := l.AdmitN(0, burst); w != 0 {
 		t.Fatalf("a full burst of %d refused at 0 (wait %d)", burst, w)
 	}
-	w := l.TryAcquire(0, 1)
+	w := l.AdmitN(0, 1)
 	// The wait is the interval num/den, rounded up, within a ns.
 	ideal := new(big.Rat).SetFrac(new(big.Int).SetUint64(s.num), new(big.Int).SetUint64(s.den))
 	f, _ := ideal.Float64()
@@ -117,7 +117,7 @@ func FuzzOps(f *testing.F) {
 			case 1: // acquire
 				m.advance(now)
 				want := m.float()
-				w := l.TryAcquire(now, n)
+				w := l.AdmitN(now, n)
 				g.check(t, i, now, n, w == 0)
 				if w == 0 {
 					if want < float64(n)-eps {
@@ -134,7 +134,7 @@ func FuzzOps(f *testing.F) {
 			case 2: // reserve, waiting at most arg/64 of a period
 				m.advance(now)
 				before := g.clone()
-				r, err := l.Reserve(now, n, time.Duration(int64(arg)*int64(period)/64))
+				r, err := l.ReserveN(now, n, time.Duration(int64(arg)*int64(period)/64))
 				if err == nil {
 					m.tokens.Sub(m.tokens, new(big.Rat).SetInt64(int64(n)))
 					g.checkWait(t, i, now, n, r.Delay().Nanoseconds())
@@ -143,7 +143,7 @@ func FuzzOps(f *testing.F) {
 				}
 			case 3: // cancel the last reservation
 				m.advance(now)
-				if last.Cancel(now) {
+				if last.CancelAt(now) {
 					m.tokens.Add(m.tokens, new(big.Rat).SetInt64(int64(lastN)))
 					if m.tokens.Cmp(m.burst) > 0 {
 						m.tokens.Set(m.burst)
@@ -159,8 +159,8 @@ func FuzzOps(f *testing.F) {
 				}
 			}
 			m.advance(now)
-			if d := l.Tokens(now) - m.float(); d > eps || d < -eps {
-				t.Fatalf("op %d: limiter %.6f tokens, model %.6f", i, l.Tokens(now), m.float())
+			if d := l.TokensAt(now) - m.float(); d > eps || d < -eps {
+				t.Fatalf("op %d: limiter %.6f tokens, model %.6f", i, l.TokensAt(now), m.float())
 			}
 		}
 	})

@@ -102,11 +102,11 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 	return k, nil
 }
 
-// TryAcquire takes n permits of key's limit at time now, with the contract
-// of [Limiter.TryAcquire]: 0 when admitted, otherwise the ns to wait
+// AdmitN takes n permits of key's limit at time now, with the contract
+// of [Limiter.AdmitN]: 0 when admitted, otherwise the ns to wait
 // (read-only), [Never] for n < 1 or n > the burst. When key is new and the
 // table is full of active keys, the wait is until a key goes idle.
-func (k *Keyed) TryAcquire(key string, now int64, n int) (wait int64) {
+func (k *Keyed) AdmitN(key string, now int64, n int) (wait int64) {
 	if uint64(n-1) >= uint64(k.p.burst) {
 		return k.reject(n, Never)
 	}
@@ -224,10 +224,10 @@ func (k *Keyed) fullWait(soonest, now int64) int64 {
 	return max(k.p.earliest(soonest)-now, 1)
 }
 
-// Sweep evicts every key idle at time now (back to a full burst) and
+// SweepAt evicts every key idle at time now (back to a full burst) and
 // returns how many it evicted. Calling it periodically bounds memory by the
 // active keys rather than MaxKeys; it is never needed for correctness.
-func (k *Keyed) Sweep(now int64) int {
+func (k *Keyed) SweepAt(now int64) int {
 	before := k.evictedN.Load()
 	k.sweep(k.p.units(now))
 	return int(k.evictedN.Load() - before)
@@ -247,10 +247,10 @@ func (k *Keyed) reject(n int, wait int64) int64 {
 }
 
 // AllowN reports whether n permits of key were taken at time now.
-func (k *Keyed) AllowN(key string, now int64, n int) bool { return k.TryAcquire(key, now, n) == 0 }
+func (k *Keyed) AllowN(key string, now int64, n int) bool { return k.AdmitN(key, now, n) == 0 }
 
 // Allow takes one permit of key now if its rate allows it.
-func (k *Keyed) Allow(key string) bool { return k.TryAcquire(key, k.tk.Now(), 1) == 0 }
+func (k *Keyed) Allow(key string) bool { return k.AdmitN(key, k.tk.Now(), 1) == 0 }
 
 // RejectedError returns the preallocated rejection error (matching
 // [ErrLimited] and [rampart.ErrRejected]).

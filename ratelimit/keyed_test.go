@@ -27,13 +27,13 @@ func mustKeyed(t testing.TB, c KeyedConfig) *Keyed {
 func TestKeyedPerKey(t *testing.T) {
 	ms := int64(time.Millisecond)
 	k := mustKeyed(t, KeyedConfig{Config: Config{Rate: 10, Burst: 2, CountStats: true}})
-	require.Zero(t, k.TryAcquire("a", 0, 1))
-	require.Zero(t, k.TryAcquire("a", 0, 1))
-	require.Equal(t, 100*ms, k.TryAcquire("a", 0, 1))
-	require.Zero(t, k.TryAcquire("b", 0, 2)) // b has its own bucket
-	require.Equal(t, 50*ms, k.TryAcquire("b", 150*ms, 2))
+	require.Zero(t, k.AdmitN("a", 0, 1))
+	require.Zero(t, k.AdmitN("a", 0, 1))
+	require.Equal(t, 100*ms, k.AdmitN("a", 0, 1))
+	require.Zero(t, k.AdmitN("b", 0, 2)) // b has its own bucket
+	require.Equal(t, 50*ms, k.AdmitN("b", 150*ms, 2))
 	require.True(t, k.AllowN("a", 100*ms, 1))
-	require.Equal(t, Never, k.TryAcquire("a", 100*ms, 3))
+	require.Equal(t, Never, k.AdmitN("a", 100*ms, 3))
 	require.Equal(t, 2, k.Len())
 	st := k.Stats()
 	require.Equal(t, uint64(4), st.Admitted)
@@ -53,8 +53,8 @@ func TestKeyedListenerPanicIsCounted(t *testing.T) {
 	boom := func(int, int64) { panic("boom") }
 	k := mustKeyed(t, KeyedConfig{Config: Config{Rate: 1, OnRejected: boom, CountStats: true}})
 	require.True(t, k.AllowN("a", 0, 1))
-	require.Equal(t, int64(time.Second), k.TryAcquire("a", 0, 1))
-	require.Equal(t, Never, k.TryAcquire("a", 0, 2))
+	require.Equal(t, int64(time.Second), k.AdmitN("a", 0, 1))
+	require.Equal(t, Never, k.AdmitN("a", 0, 2))
 	ks := k.Stats()
 	require.Equal(t, uint64(2), ks.ListenerPanics)
 	require.Equal(t, uint64(2), ks.Rejected)
@@ -71,7 +71,7 @@ func TestKeyedBoundAndEviction(t *testing.T) {
 	}
 	// Full of active keys: a new key waits until the oldest goes idle (k0
 	// is back to a full burst at 100 ms).
-	require.Equal(t, 70*ms, k.TryAcquire("new", tk.Now(), 1))
+	require.Equal(t, 70*ms, k.AdmitN("new", tk.Now(), 1))
 	require.Equal(t, 3, k.Len())
 	tk.Set(100 * ms)
 	require.True(t, k.Allow("new")) // k0 evicted to make room
@@ -84,7 +84,7 @@ func TestKeyedBoundAndEviction(t *testing.T) {
 	require.False(t, k.Allow("k0"))
 	require.Equal(t, 3, k.Len())
 	tk.Set(time.Hour.Nanoseconds())
-	require.Equal(t, 3, k.Sweep(tk.Now()))
+	require.Equal(t, 3, k.SweepAt(tk.Now()))
 	require.Zero(t, k.Len())
 }
 
@@ -99,20 +99,20 @@ func TestKeyedSweepLenFloor(t *testing.T) {
 	require.True(t, k.AllowN("a", 0, 1))
 	require.True(t, k.AllowN("b", s/2, 1))
 	require.Equal(t, 2, k.Len())
-	require.Equal(t, 0, k.Sweep(s/2))
+	require.Equal(t, 0, k.SweepAt(s/2))
 	// Full of active keys: "a" idles at 1 s.
-	require.Equal(t, s-s/4, k.TryAcquire("c", s/4, 1))
+	require.Equal(t, s-s/4, k.AdmitN("c", s/4, 1))
 	require.Equal(t, 2, k.Len())
 	// At 1 s "a" is idle: "c" takes its slot.
 	require.True(t, k.AllowN("c", s, 1))
 	require.Equal(t, 2, k.Len())
 	require.Equal(t, uint64(1), k.Stats().Evicted)
 	// Sweep at 2 s evicts both ("b" idle at 1.5 s, "c" at 2 s).
-	require.Equal(t, 2, k.Sweep(2*s))
+	require.Equal(t, 2, k.SweepAt(2*s))
 	require.Equal(t, 0, k.Len())
-	require.Equal(t, 0, k.Sweep(2*s))
+	require.Equal(t, 0, k.SweepAt(2*s))
 	// Floor: the evicted TAT was 2 s; a reading of 1.5 s is an early arrival.
-	require.Equal(t, s/2, k.TryAcquire("d", 3*s/2, 1))
+	require.Equal(t, s/2, k.AdmitN("d", 3*s/2, 1))
 	require.Equal(t, 1, k.Len()) // the cell was inserted even though rejected
 	require.True(t, k.AllowN("d", 2*s, 1))
 }
@@ -133,7 +133,7 @@ func TestKeyedEvictionGivesNoCreditToAStaleReading(t *testing.T) {
 		require.True(t, k.AllowN("a", 10*sec, 1))
 		require.True(t, l.AllowN(10*sec, 1))
 	}
-	require.Equal(t, 1, k.Sweep(11*sec)) // idle at 11 s: evicted
+	require.Equal(t, 1, k.SweepAt(11*sec)) // idle at 11 s: evicted
 	require.False(t, l.AllowN(10*sec, 1), "the Limiter refuses the stale reading")
 	require.False(t, k.AllowN("a", 10*sec, 1), "the evicted key must refuse it too")
 }
@@ -161,7 +161,7 @@ func TestKeyedFullTableWaitIsFinite(t *testing.T) {
 				// key held is idle, so a sweep can always free its slot.
 				now := clock.Add(int64(time.Second))
 				key[3], key[4], key[5], key[6] = byte('0'+i/1000%10), byte('0'+i/100%10), byte('0'+i/10%10), byte('0'+i%10)
-				if k.TryAcquire(string(key), now, 1) == Never {
+				if k.AdmitN(string(key), now, 1) == Never {
 					never.Add(1)
 				}
 			}
@@ -205,18 +205,18 @@ func TestKeyedNegativeOrigin(t *testing.T) {
 	tk := rampart.NewManualTicker(-20 * s)
 	kl, err := NewKeyed(KeyedConfig{Config: Config{Limit: 1, Period: time.Second, Ticker: tk}})
 	require.NoError(t, err)
-	admitted := countTrue(10, func() bool { defer tk.Advance(time.Second); return kl.TryAcquire("k", tk.Now(), 1) == 0 })
+	admitted := countTrue(10, func() bool { defer tk.Advance(time.Second); return kl.AdmitN("k", tk.Now(), 1) == 0 })
 	require.Equal(t, 10, admitted, "one per second over 10 s")
 
 	start := -10 * s
 	k, err := NewKeyed(KeyedConfig{Config: Config{Limit: 1, Period: time.Second, Ticker: rampart.NewManualTicker(start)}, MaxKeys: 1})
 	require.NoError(t, err)
 	require.True(t, k.AllowN("a", start, 1))
-	require.Equal(t, s, k.TryAcquire("a", start, 1))
-	require.Equal(t, s, k.TryAcquire("b", start, 1)) // full table: until "a" idles
+	require.Equal(t, s, k.AdmitN("a", start, 1))
+	require.Equal(t, s, k.AdmitN("b", start, 1)) // full table: until "a" idles
 	require.True(t, k.AllowN("b", start+s, 1))       // "a" evicted
 	require.Equal(t, 1, k.Len())
-	require.Equal(t, 1, k.Sweep(start+2*s))
+	require.Equal(t, 1, k.SweepAt(start+2*s))
 }
 
 // Many goroutines on a few keys with a table too small for them, so keys are
@@ -239,7 +239,7 @@ func TestKeyedStress(t *testing.T) {
 					tk.Advance(time.Duration(rng.Int64N(20000)))
 				}
 				if g == 1 && i%500 == 0 {
-					k.Sweep(tk.Now())
+					k.SweepAt(tk.Now())
 				}
 				key := "key" + strconv.Itoa(rng.IntN(keys))
 				now := tk.Now()
@@ -276,9 +276,9 @@ func TestKeyedConcurrentLen(t *testing.T) {
 		wg.Go(func() {
 			for i := range 5000 {
 				now := tk.Now()
-				k.TryAcquire(keys[(i*7+g)%len(keys)], now, 1)
+				k.AdmitN(keys[(i*7+g)%len(keys)], now, 1)
 				if i%50 == 0 {
-					k.Sweep(now)
+					k.SweepAt(now)
 				}
 			}
 		})
@@ -294,7 +294,7 @@ func TestKeyedConcurrentLen(t *testing.T) {
 	k.m.Range(func(_, _ any) bool { n++; return true })
 	require.Equal(t, n, k.Len())
 	require.LessOrEqual(t, k.Len(), 8)
-	k.Sweep(tk.Now() + int64(time.Second))
+	k.SweepAt(tk.Now() + int64(time.Second))
 	require.Equal(t, 0, k.Len())
 }
 
@@ -318,7 +318,7 @@ func TestAllocsKeyedExisting(t *testing.T) {
 	r := mustKeyed(t, KeyedConfig{Config: Config{Rate: 1e-3}})
 	require.True(t, r.AllowN("x", 0, 1))
 	testkit.WantAllocs(t, "TryAcquire existing key rejected", 0, func() {
-		if r.TryAcquire("x", 5, 1) == 0 {
+		if r.AdmitN("x", 5, 1) == 0 {
 			panic("admitted")
 		}
 	})
@@ -326,7 +326,7 @@ func TestAllocsKeyedExisting(t *testing.T) {
 	lc := mustKeyed(t, KeyedConfig{Config: Config{Rate: 1e-3, CountStats: true, OnRejected: func(int, int64) {}}})
 	require.True(t, lc.AllowN("x", 0, 1))
 	testkit.WantAllocs(t, "TryAcquire rejected with listener and counters", 0, func() {
-		if lc.TryAcquire("x", 5, 1) == 0 || lc.TryAcquire("x", 5, 2) != Never {
+		if lc.AdmitN("x", 5, 1) == 0 || lc.AdmitN("x", 5, 2) != Never {
 			panic("admitted")
 		}
 	})
@@ -344,16 +344,16 @@ func TestKeyedTATStaysBelowEvictedAtTheReadingCap(t *testing.T) {
 		for _, now := range capReadings(&probe.p) {
 			k := mustKeyed(t, KeyedConfig{Config: c, MaxKeys: 2})
 			for _, n := range []int{math.MinInt, -1, 0, 4, math.MaxInt} {
-				require.Equal(t, Never, k.TryAcquire("a", now, n), "n=%d", n)
+				require.Equal(t, Never, k.AdmitN("a", now, n), "n=%d", n)
 			}
 			require.Zero(t, k.Len(), "an invalid n made a key")
-			require.Zero(t, k.TryAcquire("a", now, 3), "%+v at %d: a full burst", c, now)
+			require.Zero(t, k.AdmitN("a", now, 3), "%+v at %d: a full burst", c, now)
 			v, ok := k.m.Load("a")
 			require.True(t, ok)
 			require.Less(t, v.(*cell).tat.Load(), evicted, "%+v at %d", c, now)
-			require.Zero(t, k.Sweep(now), "an active key evicted")
+			require.Zero(t, k.SweepAt(now), "an active key evicted")
 			require.Equal(t, 1, k.Len())
-			require.NotZero(t, k.TryAcquire("a", now, 1), "%+v at %d: beyond the burst", c, now)
+			require.NotZero(t, k.AdmitN("a", now, 1), "%+v at %d: beyond the burst", c, now)
 		}
 	}
 }

@@ -55,8 +55,8 @@ type state struct {
 //
 // The primitive methods take the current reading of the limiter's ticker
 // (now, in ns) so a pipeline can share one clock read between policies:
-// [Limiter.TryAcquire] (admit or say how long to wait), [Limiter.AllowN],
-// [Limiter.Reserve]. The shorthands ([Limiter.Allow], [Limiter.Wait],
+// [Limiter.AdmitN] (admit or say how long to wait), [Limiter.AllowN],
+// [Limiter.ReserveN]. The shorthands ([Limiter.Allow], [Limiter.WaitN],
 // [Limiter.Do]) read the ticker themselves.
 type Limiter struct {
 	st         atomic.Pointer[state] // the current epoch; read by every call, written by SetRate/SetBurst
@@ -99,7 +99,7 @@ func New(c Config) (*Limiter, error) {
 	return l, nil
 }
 
-// TryAcquire takes n permits at time now if the rate allows it.
+// AdmitN takes n permits at time now if the rate allows it.
 //
 // It returns 0 when the permits were taken (two loads, the state pointer
 // and its TAT word, and one CAS). Otherwise it returns how many ns after
@@ -110,7 +110,7 @@ func New(c Config) (*Limiter, error) {
 // the limiter counts (2⁶² units: time stands still there). now is a reading of the limiter's ticker. A now older than other
 // callers' readings never creates credit (the state never moves back): it
 // counts as an early arrival, which may be rejected.
-func (l *Limiter) TryAcquire(now int64, n int) (wait int64) {
+func (l *Limiter) AdmitN(now int64, n int) (wait int64) {
 	s := l.st.Load()                   // the epoch: a read-mostly pointer
 	u, ph := s.unitsPhase(now)         // one multiplication, no clock read
 	tat := s.tat.Load()                // the hot word: one load
@@ -224,7 +224,7 @@ func (l *Limiter) RejectedError() error { return l.rejected }
 func (l *Limiter) Ticker() rampart.Ticker { return l.tk }
 
 // Reservation is a commitment of n permits at a future time, made by
-// [Limiter.Reserve]. It is a small value; keep it in a variable and call
+// [Limiter.ReserveN]. It is a small value; keep it in a variable and call
 // Cancel on that variable if the permits go unused.
 type Reservation struct {
 	l     *Limiter
@@ -256,18 +256,18 @@ func (r *Reservation) DelayFrom(now int64) time.Duration {
 // N returns the number of permits reserved.
 func (r *Reservation) N() int { return r.n }
 
-// Cancel gives the permits back if they can be given back exactly, and
+// CancelAt gives the permits back if they can be given back exactly, and
 // reports whether it did. The rule: the permits return only when their time
 // has not passed (now ≤ TimeToAct) and the reservation is still the
 // latest commitment of the limiter (no admission or reservation was made
-// after it, or all those were cancelled first). Cancel then restores the
+// after it, or all those were cancelled first). CancelAt then restores the
 // state the limiter had just before Reserve, so nobody can ever use more
 // than the rate would have allowed without the reservation. Otherwise
 // nothing is given back: later callers were scheduled behind this
 // reservation and giving its permits to someone else would let the
-// admissions of some window exceed the rate. Cancel also gives nothing back
+// admissions of some window exceed the rate. CancelAt also gives nothing back
 // after SetRate or SetBurst. Cancelling twice is a no-op.
-func (r *Reservation) Cancel(now int64) bool {
+func (r *Reservation) CancelAt(now int64) bool {
 	if r.l == nil {
 		return false
 	}
@@ -279,12 +279,12 @@ func (r *Reservation) Cancel(now int64) bool {
 	return s.tat.CompareAndSwap(r.end, r.start)
 }
 
-// Reserve commits n permits at the earliest time they are available and
+// ReserveN commits n permits at the earliest time they are available and
 // returns the reservation, provided that time is at most maxWait after now.
 // If it is later, nothing is committed (read-only, as for TryAcquire) and
 // the limiter's rejection error is returned; for n < 1 or n > the burst,
 // [ErrInvalidN]. The caller must wait r.Delay() before acting, or Cancel.
-func (l *Limiter) Reserve(now int64, n int, maxWait time.Duration) (Reservation, error) {
+func (l *Limiter) ReserveN(now int64, n int, maxWait time.Duration) (Reservation, error) {
 	for {
 		s := l.st.Load()
 		if n < 1 || int64(n) > s.burst {
@@ -315,13 +315,13 @@ func (l *Limiter) Reserve(now int64, n int, maxWait time.Duration) (Reservation,
 	}
 }
 
-// Wait blocks until n permits are taken, and returns nil; or returns
+// WaitN blocks until n permits are taken, and returns nil; or returns
 // ctx.Err() if ctx ends first (the reservation is cancelled by the rule of
-// [Reservation.Cancel]); or returns the rejection error at once, without
+// [Reservation.CancelAt]); or returns the rejection error at once, without
 // waiting, if the permits would come after ctx's deadline; or [ErrInvalidN].
 // It sleeps on a time.Timer, so the limiter's ticker must follow real time
 // (the default ticker, a cached one, or one made inside a synctest bubble).
-func (l *Limiter) Wait(ctx context.Context, n int) error {
+func (l *Limiter) WaitN(ctx context.Context, n int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -330,7 +330,7 @@ func (l *Limiter) Wait(ctx context.Context, n int) error {
 	if dl, ok := ctx.Deadline(); ok {
 		maxWait = time.Until(dl)
 	}
-	r, err := l.Reserve(now, n, maxWait)
+	r, err := l.ReserveN(now, n, maxWait)
 	if err != nil {
 		return err
 	}
@@ -349,7 +349,7 @@ func (l *Limiter) waitSlow(ctx context.Context, r *Reservation) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		r.Cancel(l.tk.Now())
+		r.CancelAt(l.tk.Now())
 		return ctx.Err()
 	}
 }
@@ -374,9 +374,9 @@ func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, e
 	return fn(ctx)
 }
 
-// Tokens returns the number of permits available at time now (negative when
+// TokensAt returns the number of permits available at time now (negative when
 // reservations have committed permits ahead of time).
-func (l *Limiter) Tokens(now int64) float64 {
+func (l *Limiter) TokensAt(now int64) float64 {
 	var s *state
 	var tat int64
 	for {

@@ -131,7 +131,7 @@ func TestConfigValidation(t *testing.T) {
 		isConfigError(tc.err, tc.what, tc.field)
 	}
 	require.Same(t, st, l.st.Load(), "a refused change must not replace the state")
-	require.InDelta(t, 3.0, l.Tokens(0), 1e-9)
+	require.InDelta(t, 3.0, l.TokensAt(0), 1e-9)
 }
 
 func TestDefaults(t *testing.T) {
@@ -169,7 +169,7 @@ func TestSteps(t *testing.T) {
 		{1100 * ms, 1, 0},
 	}
 	for i, s := range steps {
-		require.Equal(t, s.wait, l.TryAcquire(s.at, s.n), "step %d: %+v", i, s)
+		require.Equal(t, s.wait, l.AdmitN(s.at, s.n), "step %d: %+v", i, s)
 	}
 }
 
@@ -184,27 +184,27 @@ func TestExactNoDrift(t *testing.T) {
 	l := mustNew(t, Config{Limit: 3, Period: time.Second, Burst: 1})
 	for k := int64(0); k < 30000; k++ {
 		ideal := (k*int64(time.Second) + 2) / 3 // ceil(k·1e9/3)
-		r, err := l.Reserve(0, 1, time.Duration(math.MaxInt64))
+		r, err := l.ReserveN(0, 1, time.Duration(math.MaxInt64))
 		require.NoError(t, err)
 		require.Equal(t, ideal, r.TimeToAct(), "slot %d", k)
 	}
 	poll := mustNew(t, Config{Limit: 3, Period: time.Second, Burst: 1})
 	var now, prev int64
 	for k := range 30000 {
-		require.Zero(t, poll.TryAcquire(now, 1))
+		require.Zero(t, poll.AdmitN(now, 1))
 		if k > 0 {
 			require.GreaterOrEqual(t, 3*(now-prev), int64(time.Second), "admission %d only %d ns after the previous", k, now-prev)
 		}
 		prev = now
-		now += poll.TryAcquire(now, 1)
+		now += poll.AdmitN(now, 1)
 	}
 	// 1e9 admissions: a burst of 1e9 spent at 0 is back exactly at
 	// 1e9·(1e9/3) ns = 333333333333333333.33… ns. A whole-ns interval would be
 	// off by a third of a second.
 	big := mustNew(t, Config{Limit: 3, Period: time.Second, Burst: 1e9})
-	require.Zero(t, big.TryAcquire(0, 1e9))
+	require.Zero(t, big.AdmitN(0, 1e9))
 	const back = 333333333333333334 // ceil(1e18/3)
-	w := big.TryAcquire(0, 1e9)
+	w := big.AdmitN(0, 1e9)
 	require.InDelta(t, float64(back), float64(w), 1, "wait %d", w)
 	require.False(t, big.AllowN(back-2, 1e9))
 	require.True(t, big.AllowN(back+1, 1e9))
@@ -333,11 +333,11 @@ func TestStressConcurrent(t *testing.T) {
 						results[g] = append(results[g], now)
 					}
 				case 1:
-					if l.TryAcquire(now, 1) == 0 {
+					if l.AdmitN(now, 1) == 0 {
 						results[g] = append(results[g], now)
 					}
 				default:
-					if r, err := l.Reserve(now, 1, 0); err == nil {
+					if r, err := l.ReserveN(now, 1, 0); err == nil {
 						require.Zero(t, r.Delay())
 						results[g] = append(results[g], now)
 					}
@@ -367,10 +367,10 @@ func TestReserveCancelRestoresTheStateBeforeReserve(t *testing.T) {
 		l := mustNew(t, c)
 		require.True(t, l.AllowN(0, 1))
 		before := l.st.Load().tat.Load()
-		r, err := l.Reserve(500*ms, 1, 0)
+		r, err := l.ReserveN(500*ms, 1, 0)
 		require.NoError(t, err)
 		require.Zero(t, r.Delay())
-		require.True(t, r.Cancel(300*ms))
+		require.True(t, r.CancelAt(300*ms))
 		require.Equal(t, before, l.st.Load().tat.Load(), "%+v", c)
 		require.Equal(t, c.Rate == 10, l.AllowN(300*ms, 1), "%+v: as without the reservation", c)
 	}
@@ -378,17 +378,17 @@ func TestReserveCancelRestoresTheStateBeforeReserve(t *testing.T) {
 	tk := rampart.NewManualTicker(0)
 	l := mustNew(t, Config{Rate: 3, Burst: 3, Ticker: tk})
 	now := int64(12345)
-	before := l.Tokens(now)
+	before := l.TokensAt(now)
 	var rs []Reservation
 	for range 10 {
-		r, err := l.Reserve(now, 2, time.Hour)
+		r, err := l.ReserveN(now, 2, time.Hour)
 		require.NoError(t, err)
 		rs = append(rs, r)
 	}
 	for i := len(rs) - 1; i >= 0; i-- {
-		require.True(t, rs[i].Cancel(now), "reservation %d", i)
+		require.True(t, rs[i].CancelAt(now), "reservation %d", i)
 	}
-	require.Equal(t, before, l.Tokens(now))
+	require.Equal(t, before, l.TokensAt(now))
 	require.True(t, l.AllowN(now, 3))
 	require.False(t, l.AllowN(now, 1))
 }
@@ -396,51 +396,51 @@ func TestReserveCancelRestoresTheStateBeforeReserve(t *testing.T) {
 func TestReserveCancel(t *testing.T) {
 	ms := int64(time.Millisecond)
 	l := mustNew(t, Config{Rate: 10, Burst: 1}) // 100 ms
-	r0, err := l.Reserve(0, 1, 0)
+	r0, err := l.ReserveN(0, 1, 0)
 	require.NoError(t, err)
 	require.Zero(t, r0.Delay())
 	require.True(t, r0.OK())
 
 	// Not within maxWait: read-only rejection.
-	_, err = l.Reserve(0, 1, 50*time.Millisecond)
+	_, err = l.ReserveN(0, 1, 50*time.Millisecond)
 	require.ErrorIs(t, err, ErrLimited)
 	require.ErrorIs(t, err, rampart.ErrRejected)
 	require.Same(t, l.RejectedError(), err)
 
-	r1, err := l.Reserve(0, 1, time.Second)
+	r1, err := l.ReserveN(0, 1, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 100*time.Millisecond, r1.Delay())
 	require.Equal(t, 100*ms, r1.TimeToAct())
 	require.Equal(t, 60*time.Millisecond, r1.DelayFrom(40*ms))
-	r2, err := l.Reserve(10*ms, 1, time.Second)
+	r2, err := l.ReserveN(10*ms, 1, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 190*time.Millisecond, r2.Delay())
 
 	// r1 is not the latest: cancelling it gives nothing back.
-	require.False(t, r1.Cancel(20*ms))
+	require.False(t, r1.CancelAt(20*ms))
 	require.False(t, r1.OK())
 	// r2 is the latest and still ahead: it is given back exactly.
-	require.True(t, r2.Cancel(20*ms))
-	require.False(t, r2.Cancel(20*ms), "twice")
-	require.Equal(t, 180*ms, l.TryAcquire(20*ms, 1)) // next slot right after r1's
+	require.True(t, r2.CancelAt(20*ms))
+	require.False(t, r2.CancelAt(20*ms), "twice")
+	require.Equal(t, 180*ms, l.AdmitN(20*ms, 1)) // next slot right after r1's
 
 	// A reservation whose time has come is not given back.
-	r3, err := l.Reserve(100*ms, 1, time.Second)
+	r3, err := l.ReserveN(100*ms, 1, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 100*time.Millisecond, r3.Delay()) // r1 took 100 ms
-	require.False(t, r3.Cancel(200*ms+1))
+	require.False(t, r3.CancelAt(200*ms+1))
 
-	_, err = l.Reserve(0, 2, time.Hour)
+	_, err = l.ReserveN(0, 2, time.Hour)
 	require.ErrorIs(t, err, ErrInvalidN)
 	// An immediate reservation can be given back at the same instant.
-	r4, err := l.Reserve(500*ms, 1, 0)
+	r4, err := l.ReserveN(500*ms, 1, 0)
 	require.NoError(t, err)
 	require.Zero(t, r4.Delay())
-	require.True(t, r4.Cancel(500*ms))
+	require.True(t, r4.CancelAt(500*ms))
 	require.True(t, l.AllowN(500*ms, 1))
 
 	var zero Reservation
-	require.False(t, zero.Cancel(0))
+	require.False(t, zero.CancelAt(0))
 	require.Equal(t, 1, r3.N())
 }
 
@@ -450,12 +450,12 @@ func TestReservationAccessors(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	tk := rampart.NewManualTicker(0)
 	l := mustNew(t, Config{Rate: 10, Burst: 2, Ticker: tk}) // 100 ms interval
-	r0, err := l.Reserve(0, 2, 0)
+	r0, err := l.ReserveN(0, 2, 0)
 	require.NoError(t, err)
 	require.Zero(t, r0.Delay())
 	require.Equal(t, int64(0), r0.TimeToAct())
 
-	r1, err := l.Reserve(10*ms, 1, time.Second)
+	r1, err := l.ReserveN(10*ms, 1, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 90*time.Millisecond, r1.Delay())
 	require.Equal(t, 100*ms, r1.TimeToAct())
@@ -464,35 +464,35 @@ func TestReservationAccessors(t *testing.T) {
 	require.Equal(t, 1, r1.N())
 	require.True(t, r1.OK())
 
-	r2, err := l.Reserve(10*ms, 2, time.Second)
+	r2, err := l.ReserveN(10*ms, 2, time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 290*time.Millisecond, r2.Delay())
 
 	// r1 is not the latest: nothing back, and it is spent.
-	require.False(t, r1.Cancel(20*ms))
+	require.False(t, r1.CancelAt(20*ms))
 	require.False(t, r1.OK())
 	// r2's time has passed: nothing back.
 	r2b := r2
-	require.False(t, r2b.Cancel(301*ms))
+	require.False(t, r2b.CancelAt(301*ms))
 	// r2 at its time exactly: back.
-	require.True(t, r2.Cancel(300*ms))
-	require.False(t, r2.Cancel(300*ms)) // twice: no-op
+	require.True(t, r2.CancelAt(300*ms))
+	require.False(t, r2.CancelAt(300*ms)) // twice: no-op
 	// Now r1 is the latest again but was spent by its failed Cancel.
-	require.False(t, r1.Cancel(20*ms))
-	require.InDelta(t, -0.8, l.Tokens(20*ms), 1e-9)
+	require.False(t, r1.CancelAt(20*ms))
+	require.InDelta(t, -0.8, l.TokensAt(20*ms), 1e-9)
 
 	// A rejected reservation commits nothing and its zero value is not OK.
-	before := l.Tokens(20 * ms)
-	r3, err := l.Reserve(20*ms, 2, 10*time.Millisecond)
+	before := l.TokensAt(20 * ms)
+	r3, err := l.ReserveN(20*ms, 2, 10*time.Millisecond)
 	require.ErrorIs(t, err, ErrLimited)
 	require.False(t, r3.OK())
-	require.Equal(t, before, l.Tokens(20*ms))
+	require.Equal(t, before, l.TokensAt(20*ms))
 
 	// Cancel after SetBurst gives nothing back.
-	r4, err := l.Reserve(20*ms, 1, time.Second)
+	r4, err := l.ReserveN(20*ms, 1, time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.SetBurst(2))
-	require.False(t, r4.Cancel(20*ms))
+	require.False(t, r4.CancelAt(20*ms))
 }
 
 // TestReserveCancelConcurrentAccounting: goroutines reserve one permit at a
@@ -511,13 +511,13 @@ func TestReserveCancelConcurrentAccounting(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 300 {
-				r, err := l.Reserve(0, 1, 0)
+				r, err := l.ReserveN(0, 1, 0)
 				if err != nil {
 					require.ErrorIs(t, err, ErrLimited)
 					refused.Add(1)
 					continue
 				}
-				if i%2 == 0 && r.Cancel(0) {
+				if i%2 == 0 && r.CancelAt(0) {
 					cancelled.Add(1)
 					continue
 				}
@@ -527,7 +527,7 @@ func TestReserveCancelConcurrentAccounting(t *testing.T) {
 	}
 	wg.Wait()
 	require.LessOrEqual(t, kept.Load(), int64(burst))
-	require.InDelta(t, float64(burst-kept.Load()), l.Tokens(0), 1e-9)
+	require.InDelta(t, float64(burst-kept.Load()), l.TokensAt(0), 1e-9)
 	st := l.Stats()
 	require.Equal(t, uint64(kept.Load()+cancelled.Load()), st.Admitted) // Reserve counts; Cancel does not uncount
 	require.Equal(t, uint64(refused.Load()), st.Rejected)
@@ -538,16 +538,16 @@ func TestWait(t *testing.T) {
 		tk := rampart.NewNanoTicker() // inside the bubble: fake time
 		l := mustNew(t, Config{Rate: 10, Burst: 1, Ticker: tk})
 		ctx := context.Background()
-		require.NoError(t, l.Wait(ctx, 1))
+		require.NoError(t, l.WaitN(ctx, 1))
 		start := time.Now()
-		require.NoError(t, l.Wait(ctx, 1))
+		require.NoError(t, l.WaitN(ctx, 1))
 		require.Equal(t, 100*time.Millisecond, time.Since(start).Round(time.Microsecond))
 		require.Equal(t, uint64(1), l.Stats().Waited)
 
 		// The wait would pass the deadline: error at once, nothing taken.
 		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		start = time.Now()
-		err := l.Wait(dctx, 1)
+		err := l.WaitN(dctx, 1)
 		cancel()
 		require.ErrorIs(t, err, ErrLimited)
 		require.Zero(t, time.Since(start))
@@ -555,17 +555,17 @@ func TestWait(t *testing.T) {
 		// Cancellation wakes the waiter and gives its slot back.
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan error)
-		go func() { done <- l.Wait(cctx, 1) }()
+		go func() { done <- l.WaitN(cctx, 1) }()
 		time.Sleep(30 * time.Millisecond)
 		synctest.Wait()
 		cancel()
 		require.ErrorIs(t, <-done, context.Canceled)
-		require.InDelta(t, 0.3, l.Tokens(tk.Now()), 1e-6) // as before the reservation
-		require.Equal(t, int64(70*time.Millisecond), l.TryAcquire(tk.Now(), 1))
+		require.InDelta(t, 0.3, l.TokensAt(tk.Now()), 1e-6) // as before the reservation
+		require.Equal(t, int64(70*time.Millisecond), l.AdmitN(tk.Now(), 1))
 
 		// Already cancelled, and an impossible n.
-		require.ErrorIs(t, l.Wait(cctx, 1), context.Canceled)
-		require.ErrorIs(t, l.Wait(ctx, 2), ErrInvalidN)
+		require.ErrorIs(t, l.WaitN(cctx, 1), context.Canceled)
+		require.ErrorIs(t, l.WaitN(ctx, 2), ErrInvalidN)
 	})
 }
 
@@ -580,29 +580,29 @@ func TestSetRateAndBurst(t *testing.T) {
 	require.Equal(t, 3, l.Stats().Burst)
 
 	require.NoError(t, l.SetBurst(20))
-	require.InDelta(t, 0.0, l.Tokens(0), 1e-9) // raising adds nothing at once
+	require.InDelta(t, 0.0, l.TokensAt(0), 1e-9) // raising adds nothing at once
 	tk.Set(int64(time.Second))
-	require.InDelta(t, 10.0, l.Tokens(tk.Now()), 1e-6)
+	require.InDelta(t, 10.0, l.TokensAt(tk.Now()), 1e-6)
 
 	require.NoError(t, l.SetRate(100))
-	require.InDelta(t, 10.0, l.Tokens(tk.Now()), 1e-6) // permits kept
+	require.InDelta(t, 10.0, l.TokensAt(tk.Now()), 1e-6) // permits kept
 	tk.Advance(100 * time.Millisecond)
-	require.InDelta(t, 20.0, l.Tokens(tk.Now()), 1e-6) // 10 more at 100/s, capped at 20
+	require.InDelta(t, 20.0, l.TokensAt(tk.Now()), 1e-6) // 10 more at 100/s, capped at 20
 	require.InDelta(t, 100.0, l.Stats().Rate, 1e-9)
 
 	require.NoError(t, l.SetLimit(1, time.Second))
 	require.True(t, l.AllowN(tk.Now(), 20))
-	require.Equal(t, int64(time.Second), l.TryAcquire(tk.Now(), 1))
+	require.Equal(t, int64(time.Second), l.AdmitN(tk.Now(), 1))
 
 	require.Error(t, l.SetRate(-1))
 	require.Error(t, l.SetBurst(0))
 	require.Error(t, l.SetLimit(0, time.Second))
 
 	// A reservation made before a change cannot be cancelled after it.
-	r, err := l.Reserve(tk.Now(), 1, time.Hour)
+	r, err := l.ReserveN(tk.Now(), 1, time.Hour)
 	require.NoError(t, err)
 	require.NoError(t, l.SetBurst(20))
-	require.False(t, r.Cancel(tk.Now()))
+	require.False(t, r.CancelAt(tk.Now()))
 }
 
 // Concurrent SetRate while others admit: no panic, no race, no burst above
@@ -641,12 +641,12 @@ func TestSetRateKeepsAHugeDebt(t *testing.T) {
 	tk := rampart.NewManualTicker(0)
 	l := mustNew(t, Config{Rate: 1e9, Burst: 1_000_000, Ticker: tk})
 	for range 2000 { // 2e9 permits, two seconds ahead at 1e9 per second
-		_, err := l.Reserve(0, 1_000_000, time.Duration(math.MaxInt64))
+		_, err := l.ReserveN(0, 1_000_000, time.Duration(math.MaxInt64))
 		require.NoError(t, err)
 	}
-	require.Less(t, l.Tokens(0), -1e9)
+	require.Less(t, l.TokensAt(0), -1e9)
 	require.NoError(t, l.SetRate(0.1)) // 2e9 permits at 0.1/s: 2e19 units, past int64
-	require.Less(t, l.Tokens(0), 0.0, "the debt must survive the rate change (capped at maxReserve)")
+	require.Less(t, l.TokensAt(0), 0.0, "the debt must survive the rate change (capped at maxReserve)")
 	require.False(t, l.AllowN(0, 1))
 }
 
@@ -667,7 +667,7 @@ func TestTokensDuringSetRateNeverNegative(t *testing.T) {
 	})
 	worst := math.Inf(1)
 	for range 200000 {
-		worst = min(worst, l.Tokens(0))
+		worst = min(worst, l.TokensAt(0))
 		if worst < -1 {
 			break
 		}
@@ -695,7 +695,7 @@ func TestAdmissionBoundUnderSetRate(t *testing.T) {
 				n := 1 + (i+g)%3
 				switch i % 3 {
 				case 0:
-					if l.TryAcquire(now, n) == 0 {
+					if l.AdmitN(now, n) == 0 {
 						admitted.Add(int64(n))
 					}
 				case 1:
@@ -703,10 +703,10 @@ func TestAdmissionBoundUnderSetRate(t *testing.T) {
 						admitted.Add(int64(n))
 					}
 				default:
-					r, err := l.Reserve(now, n, 0)
+					r, err := l.ReserveN(now, n, 0)
 					if err == nil {
 						admitted.Add(int64(n))
-						if i%2 == 0 && r.Cancel(now) {
+						if i%2 == 0 && r.CancelAt(now) {
 							admitted.Add(-int64(n))
 						}
 					}
@@ -762,18 +762,18 @@ func TestNegativeOrigin(t *testing.T) {
 	tk = rampart.NewManualTicker(start)
 	l = mustNew(t, Config{Limit: 1, Period: time.Second, Ticker: tk})
 	require.True(t, l.AllowN(start, 1))
-	r, err := l.Reserve(start, 1, time.Hour)
+	r, err := l.ReserveN(start, 1, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, start+s, r.TimeToAct())
 	require.Equal(t, time.Second, r.Delay())
-	require.True(t, r.Cancel(start))
-	require.Equal(t, s, l.TryAcquire(start, 1))
+	require.True(t, r.CancelAt(start))
+	require.Equal(t, s, l.AdmitN(start, 1))
 	// A reading older than the origin: an early arrival, wait measured from it.
-	require.Equal(t, 2*s, l.TryAcquire(start-s, 1))
+	require.Equal(t, 2*s, l.AdmitN(start-s, 1))
 	require.True(t, l.AllowN(start+s, 1))
 	tk.Set(start + s) // SetRate counts the permits at the ticker's reading
 	require.NoError(t, l.SetRate(2))
-	require.InDelta(t, 0.0, l.Tokens(start+s), 1e-9)
+	require.InDelta(t, 0.0, l.TokensAt(start+s), 1e-9)
 	require.True(t, l.AllowN(start+s+s/2, 1)) // origin kept across SetRate
 }
 
@@ -787,8 +787,8 @@ func TestListenerAndStats(t *testing.T) {
 	}})
 	require.True(t, l.AllowN(0, 1))
 	require.False(t, l.AllowN(0, 1))
-	require.Equal(t, int64(time.Second), l.TryAcquire(0, 1))
-	require.Equal(t, Never, l.TryAcquire(0, 5))
+	require.Equal(t, int64(time.Second), l.AdmitN(0, 1))
+	require.Equal(t, Never, l.AdmitN(0, 5))
 	require.Equal(t, []int64{1, int64(time.Second), 1, int64(time.Second), 5, Never}, calls)
 	st := l.Stats()
 	require.Equal(t, uint64(1), st.Admitted)
@@ -817,7 +817,7 @@ func TestDoAndCall(t *testing.T) {
 func TestAllocsAdmit(t *testing.T) {
 	l := mustNew(t, Config{Limit: 1e9, Period: time.Second, Burst: 1 << 30})
 	testkit.WantAllocs(t, "Allow+TryAcquire admitted", 0, func() {
-		if !l.Allow() || l.TryAcquire(l.tk.Now(), 1) != 0 {
+		if !l.Allow() || l.AdmitN(l.tk.Now(), 1) != 0 {
 			panic("rejected")
 		}
 	})
@@ -827,10 +827,10 @@ func TestAllocsReject(t *testing.T) {
 	l := mustNew(t, Config{Rate: 1e-3, CountStats: true, OnRejected: func(int, int64) {}})
 	require.True(t, l.Allow())
 	testkit.WantAllocs(t, "Allow+TryAcquire+Acquire+Reserve rejected", 0, func() {
-		if l.Allow() || l.TryAcquire(5, 1) == 0 || l.Acquire(5) == nil {
+		if l.Allow() || l.AdmitN(5, 1) == 0 || l.Acquire(5) == nil {
 			panic("admitted")
 		}
-		if _, err := l.Reserve(5, 1, time.Second); err == nil {
+		if _, err := l.ReserveN(5, 1, time.Second); err == nil {
 			panic("reserved")
 		}
 	})
@@ -841,8 +841,8 @@ func TestAllocsReject(t *testing.T) {
 func TestAllocsReserve(t *testing.T) {
 	l := mustNew(t, Config{Rate: 10, Burst: 1})
 	testkit.WantAllocs(t, "Reserve+Cancel+Stats", 0, func() {
-		r, err := l.Reserve(0, 1, time.Hour)
-		if err != nil || !r.Cancel(0) && r.Delay() > 0 {
+		r, err := l.ReserveN(0, 1, time.Hour)
+		if err != nil || !r.CancelAt(0) && r.Delay() > 0 {
 			panic("not given back")
 		}
 		_ = l.Stats()
@@ -850,7 +850,7 @@ func TestAllocsReserve(t *testing.T) {
 	ahead := mustNew(t, Config{Limit: 1e9, Period: time.Second, Burst: 1})
 	require.True(t, ahead.AllowN(0, 1))
 	testkit.WantAllocs(t, "Reserve ahead", 0, func() {
-		r, err := ahead.Reserve(0, 1, time.Hour) // a slot further ahead each time
+		r, err := ahead.ReserveN(0, 1, time.Hour) // a slot further ahead each time
 		if err != nil || r.Delay() == 0 {
 			panic("not reserved ahead")
 		}
@@ -861,7 +861,7 @@ func TestAllocsWaitNoDelay(t *testing.T) {
 	l := mustNew(t, Config{Limit: 1e9, Period: time.Second, Burst: 1 << 30})
 	ctx := context.Background()
 	testkit.WantAllocs(t, "Wait admitted at once", 0, func() {
-		if l.Wait(ctx, 1) != nil {
+		if l.WaitN(ctx, 1) != nil {
 			panic("wait failed")
 		}
 	})
@@ -887,12 +887,12 @@ func BenchmarkTryAcquire(b *testing.B) {
 			b.ReportAllocs()
 			l := mustNew(b, bc.c)
 			now := int64(1)
-			if !bc.admit && l.TryAcquire(now, 1) != 0 {
+			if !bc.admit && l.AdmitN(now, 1) != 0 {
 				b.Fatal("first permit refused")
 			}
 			for b.Loop() {
 				now += bc.stride
-				if (l.TryAcquire(now, 1) == 0) != bc.admit {
+				if (l.AdmitN(now, 1) == 0) != bc.admit {
 					b.Fatal("unexpected decision")
 				}
 			}
@@ -928,16 +928,16 @@ func TestTATStaysBelowRetiredAtTheReadingCap(t *testing.T) {
 			l := mustNew(t, c)
 			s := l.st.Load()
 			for _, n := range []int{math.MinInt, -1, 0, c.Burst + 1, math.MaxInt} {
-				require.Equal(t, Never, l.TryAcquire(now, n), "n=%d", n)
+				require.Equal(t, Never, l.AdmitN(now, n), "n=%d", n)
 				require.False(t, l.AllowN(now, n), "n=%d", n)
-				_, err := l.Reserve(now, n, time.Duration(math.MaxInt64))
+				_, err := l.ReserveN(now, n, time.Duration(math.MaxInt64))
 				require.ErrorIs(t, err, ErrInvalidN, "n=%d", n)
 			}
 			require.Equal(t, int64(math.MinInt64/2), s.tat.Load(), "invalid n touched the TAT")
 			require.True(t, l.AllowN(now, c.Burst), "%+v at %d: a full burst", c, now)
 			rejected := false
 			for i := 0; i < 10 && !rejected; i++ {
-				r, err := l.Reserve(now, c.Burst, time.Duration(math.MaxInt64))
+				r, err := l.ReserveN(now, c.Burst, time.Duration(math.MaxInt64))
 				if err != nil {
 					require.ErrorIs(t, err, ErrLimited)
 					rejected = true
@@ -949,7 +949,7 @@ func TestTATStaysBelowRetiredAtTheReadingCap(t *testing.T) {
 			require.True(t, rejected, "%+v at %d: reservations without end", c, now)
 			require.Less(t, s.tat.Load(), retired)
 			require.False(t, l.AllowN(now, 1))
-			require.NotZero(t, l.TryAcquire(now, 1))
+			require.NotZero(t, l.AdmitN(now, 1))
 		}
 	}
 }
@@ -980,7 +980,7 @@ func TestPastTheReadingCapKeepsTheLimit(t *testing.T) {
 				require.False(t, l.AllowN(now, 1), "%+v at %d: burst 1 admitted twice", c, now)
 			}
 			for range 100 {
-				r, err := l.Reserve(now, 1, time.Hour)
+				r, err := l.ReserveN(now, 1, time.Hour)
 				if err != nil {
 					require.ErrorIs(t, err, ErrLimited)
 					break
@@ -988,7 +988,7 @@ func TestPastTheReadingCapKeepsTheLimit(t *testing.T) {
 				require.GreaterOrEqual(t, r.TimeToAct(), now, "TimeToAct wrapped")
 				require.GreaterOrEqual(t, r.Delay(), time.Hour, "%+v at %d: a reservation ready within the hour at a burst of 1", c, now)
 			}
-			require.Equal(t, Never, l.TryAcquire(now, 1), "%+v at %d: a wait that never comes", c, now)
+			require.Equal(t, Never, l.AdmitN(now, 1), "%+v at %d: a wait that never comes", c, now)
 
 			kd := mustKeyed(t, KeyedConfig{Config: c, MaxKeys: 4})
 			require.True(t, kd.AllowN("a", now, 1), "Keyed %+v at %d", c, now)

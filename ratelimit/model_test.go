@@ -60,11 +60,11 @@ func checkAgainstModel(t testing.TB, l *Limiter, rng *rand.Rand, steps int, mean
 		n := 1 + rng.IntN(int(p.burst))
 		m.advance(now)
 		want := m.float()
-		got := l.Tokens(now)
+		got := l.TokensAt(now)
 		if d := got - want; d > eps || d < -eps {
 			t.Fatalf("step %d at %d: limiter has %.9f tokens, model %.9f (eps %.3g)", i, now, got, want, eps)
 		}
-		wait := l.TryAcquire(now, n)
+		wait := l.AdmitN(now, n)
 		admitted := wait == 0
 		switch {
 		case want >= float64(n)+eps && !admitted:
@@ -300,7 +300,7 @@ func TestExactGCRALimiter(t *testing.T) {
 						g.take(now, n)
 					}
 				case 2:
-					w := l.TryAcquire(now, n)
+					w := l.AdmitN(now, n)
 					g.check(t, step, now, n, w == 0)
 					if w == 0 {
 						g.take(now, n)
@@ -310,7 +310,7 @@ func TestExactGCRALimiter(t *testing.T) {
 				case 3:
 					maxWait := time.Duration(rng.Int64N(int64(g.burst) * 2 * int64(l.st.Load().k)))
 					before := g.clone()
-					r, err := l.Reserve(now, n, maxWait)
+					r, err := l.ReserveN(now, n, maxWait)
 					if err != nil {
 						if want := g.firstReading(n) - now; want+1 <= int64(maxWait) {
 							t.Fatalf("step %d: reservation refused with an exact wait of %d ≤ maxWait %d", step, want, maxWait)
@@ -321,7 +321,7 @@ func TestExactGCRALimiter(t *testing.T) {
 					g.take(now, n)
 					last, beforeLast = r, before
 				case 4:
-					if last.Cancel(now) {
+					if last.CancelAt(now) {
 						g = beforeLast
 					}
 				}
@@ -375,7 +375,7 @@ func TestExactGCRAKeyed(t *testing.T) {
 						g.take(now, n)
 					}
 				case 2:
-					w := k.TryAcquire(key, now, n)
+					w := k.AdmitN(key, now, n)
 					g.check(t, step, now, n, w == 0)
 					if w == 0 {
 						g.take(now, n)
@@ -419,7 +419,7 @@ func TestExactGCRASharded(t *testing.T) {
 			for i, l := range s.shards {
 				tats[i] = l.st.Load().tat.Load()
 			}
-			w := s.TryAcquire(now, n)
+			w := s.AdmitN(now, n)
 			took := -1
 			for i, l := range s.shards {
 				if l.st.Load().tat.Load() != tats[i] {
@@ -476,7 +476,7 @@ func TestExactGCRAWait(t *testing.T) {
 				if rng.IntN(4) == 0 { // a deadline that may come first
 					d := time.Duration(1 + rng.Int64N(int64(2*iv)+2))
 					dctx, cancel := context.WithTimeout(ctx, d)
-					err := l.Wait(dctx, n)
+					err := l.WaitN(dctx, n)
 					cancel()
 					if errors.Is(err, context.DeadlineExceeded) {
 						// The permits' time is the deadline: the timer and
@@ -496,7 +496,7 @@ func TestExactGCRAWait(t *testing.T) {
 						}
 						continue
 					}
-				} else if err := l.Wait(ctx, n); err != nil {
+				} else if err := l.WaitN(ctx, n); err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}
 				g.checkWait(t, step, before, n, tk.Now()-before)

@@ -91,19 +91,19 @@ func NewSharded(c ShardedConfig) (*Sharded, error) {
 	return s, nil
 }
 
-// TryAcquire takes n permits (n at most the shard burst ⌈burst/K⌉) at time
+// AdmitN takes n permits (n at most the shard burst ⌈burst/K⌉) at time
 // now from a random shard, or from the next one if that one rejects; it
 // returns 0 or the shorter of the two waits, with the contract of
-// [Limiter.TryAcquire].
-func (s *Sharded) TryAcquire(now int64, n int) (wait int64) {
+// [Limiter.AdmitN].
+func (s *Sharded) AdmitN(now int64, n int) (wait int64) {
 	i := rand.Uint32() % uint32(len(s.shards)) // per-thread generator: no shared write
-	w := s.shards[i].TryAcquire(now, n)
+	w := s.shards[i].AdmitN(now, n)
 	if w != 0 && len(s.shards) > 1 {
 		i++
 		if int(i) == len(s.shards) {
 			i = 0
 		}
-		w = min(w, s.shards[i].TryAcquire(now, n))
+		w = min(w, s.shards[i].AdmitN(now, n))
 	}
 	if w == 0 {
 		if s.countStats {
@@ -121,10 +121,10 @@ func (s *Sharded) TryAcquire(now int64, n int) (wait int64) {
 }
 
 // AllowN reports whether n permits were taken at time now.
-func (s *Sharded) AllowN(now int64, n int) bool { return s.TryAcquire(now, n) == 0 }
+func (s *Sharded) AllowN(now int64, n int) bool { return s.AdmitN(now, n) == 0 }
 
 // Allow takes one permit now if the rate allows it.
-func (s *Sharded) Allow() bool { return s.TryAcquire(s.tk.Now(), 1) == 0 }
+func (s *Sharded) Allow() bool { return s.AdmitN(s.tk.Now(), 1) == 0 }
 
 // RejectedError returns the preallocated rejection error.
 func (s *Sharded) RejectedError() error { return s.rejected }

@@ -96,7 +96,7 @@ type Config struct {
 type Stats struct {
 	Retries        uint64 // retries granted (Decide returned Continue)
 	GiveUps        uint64 // give-up errors built
-	BudgetRefusals uint64 // retries the budget refused
+	BudgetRefused uint64 // retries the budget refused
 	ListenerPanics uint64 // listener panics recovered
 }
 
@@ -237,7 +237,7 @@ func (p *Policy) MaxAttempts() int { return p.maxAttempts }
 // Stats returns the policy's counters.
 func (p *Policy) Stats() Stats {
 	return Stats{Retries: p.retries.Load(), GiveUps: p.giveUps.Load(),
-		BudgetRefusals: p.refusals.Load(), ListenerPanics: p.panics.Load()}
+		BudgetRefused: p.refusals.Load(), ListenerPanics: p.panics.Load()}
 }
 
 // Retryable reports whether err would be retried if limits allowed and the

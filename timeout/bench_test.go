@@ -19,8 +19,8 @@ func BenchmarkStartFinish(b *testing.B) {
 	b.ReportAllocs()
 	now := int64(1)
 	for b.Loop() {
-		_, h := tm.Start(parent, now)
-		if err := tm.Finish(h, now, nil); err != nil {
+		_, h := tm.StartAt(parent, now)
+		if err := tm.FinishAt(h, now, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -29,7 +29,7 @@
 //
 // Abandoning is a choice at the call site, not a mode (as in Polly v8,
 // whose timeout strategy keeps only cooperative cancellation): [Timeout.Do],
-// [Call], [Timeout.Start] and [Timeout.Finish] never abandon, so a
+// [Call], [Timeout.StartAt] and [Timeout.FinishAt] never abandon, so a
 // function handed to them never outlives the call.
 //
 // # Which method to use
@@ -45,7 +45,7 @@
 //     escapes and its closure is allocated, and an abandoned call's result
 //     is lost. Release what the call holds (a bulkhead permit) in onDone,
 //     never after the call returns.
-//   - [Timeout.Start] and [Timeout.Finish], the primitives, for a caller
+//   - [Timeout.StartAt] and [Timeout.FinishAt], the primitives, for a caller
 //     that reads the clock itself; they take no function, so they cost only
 //     the context whatever the callee captures.
 //
@@ -91,7 +91,7 @@
 //
 // Precision: a deadline fires no earlier than the deadline and no later than
 // one tick after it (plus the watchdog goroutine's scheduling delay on a
-// saturated machine). [Timeout.Finish] classifies with the caller's own end
+// saturated machine). [Timeout.FinishAt] classifies with the caller's own end
 // reading, so it is exact: a call that ended at or after its deadline is a
 // timeout even if the watchdog had not fired yet. [Timeout.Do] and [Call]
 // in deadline mode read the clock only at the start (a clock read costs as
@@ -119,7 +119,7 @@
 // # A result after the deadline
 //
 // A call that ends after its deadline is a timeout whatever the function
-// returned: [Timeout.Finish] and [Timeout.Do] return the instance's
+// returned: [Timeout.FinishAt] and [Timeout.Do] return the instance's
 // [*Error] (matching [ErrTimeout] and context.DeadlineExceeded), and
 // [Call] returns the function's value next to it. Upstream policies (a
 // breaker counting failures, a retry) thus see one consistent outcome for a

@@ -67,18 +67,18 @@ func ExampleTimeout_DoAbandon() {
 
 // The primitives, as package pipeline uses them: the caller reads the clock
 // and hands the readings in; Finish classifies with the end reading.
-func ExampleTimeout_Start() {
+func ExampleTimeout_StartAt() {
 	clock := rampart.NewManualTicker(0) // a test clock; use the pipeline's ticker
 	t, _ := timeout.New(timeout.Config{Duration: 100 * time.Millisecond, Ticker: clock})
 	defer t.Close()
 
-	ctx, h := t.Start(context.Background(), clock.Now())
+	ctx, h := t.StartAt(context.Background(), clock.Now())
 	clock.Advance(30 * time.Millisecond) // the call takes 30 ms
-	fmt.Println(t.Finish(h, clock.Now(), nil), ctx.Err())
+	fmt.Println(t.FinishAt(h, clock.Now(), nil), ctx.Err())
 
-	_, h = t.Start(context.Background(), clock.Now())
+	_, h = t.StartAt(context.Background(), clock.Now())
 	clock.Advance(150 * time.Millisecond) // this one takes 150 ms
-	fmt.Println(t.Finish(h, clock.Now(), nil))
+	fmt.Println(t.FinishAt(h, clock.Now(), nil))
 	// Output:
 	// <nil> context canceled
 	// timeout: deadline exceeded (100ms)

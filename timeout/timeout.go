@@ -65,7 +65,7 @@ func (e *Error) Name() string { return e.name }
 func (e *Error) Duration() time.Duration { return e.d }
 
 // Mode selects how a Timeout enforces its deadline on the caller's
-// goroutine ([Timeout.Do], [Call], [Timeout.Start] and [Timeout.Finish]).
+// goroutine ([Timeout.Do], [Call], [Timeout.StartAt] and [Timeout.FinishAt]).
 // Abandoning a callee that ignores its context is not a mode but a choice
 // at the call site: [Timeout.DoAbandon] and [CallAbandon], on a Timeout of
 // either mode.
@@ -333,7 +333,7 @@ func (t *Timeout) Ticker() rampart.Ticker { return t.tk }
 // call that overran).
 func (t *Timeout) Err() *Error { return t.err }
 
-// NotRead, passed to [Timeout.Finish] as now, says that the caller did not
+// NotRead, passed to [Timeout.FinishAt] as now, says that the caller did not
 // read the clock at the end of the call (math.MinInt64, the value package
 // circuitbreaker's primitives take for the same meaning).
 const NotRead int64 = math.MinInt64
@@ -349,7 +349,7 @@ type Handle struct {
 // Deadline returns the call's deadline as a ticker reading.
 func (h Handle) Deadline() int64 { return h.deadline }
 
-// Start begins a call at now (a reading of t.Ticker()) and returns the
+// StartAt begins a call at now (a reading of t.Ticker()) and returns the
 // context to hand to the callee and the Handle to pass to Finish.
 //
 // In ModeDeadline the context is a fresh object, done at
@@ -358,9 +358,9 @@ func (h Handle) Deadline() int64 { return h.deadline }
 // and no goroutine. In ModeSoft the context is parent itself: nothing is
 // allocated or scheduled.
 //
-// Every Start must be followed by exactly one Finish, on every path (a
+// Every StartAt must be followed by exactly one Finish, on every path (a
 // panic included), or the watch slot stays armed until the deadline.
-func (t *Timeout) Start(parent context.Context, now int64) (context.Context, Handle) {
+func (t *Timeout) StartAt(parent context.Context, now int64) (context.Context, Handle) {
 	deadline := atomicx.SatAdd(now, t.d) // a huge Duration must not wrap into the past
 	if t.mode == ModeSoft {
 		return parent, Handle{deadline: deadline}
@@ -393,21 +393,21 @@ func (t *Timeout) unwatch(c *ctx, wh watchdog.Handle) bool {
 	return c.StopTimer()
 }
 
-// Finish ends the call started with h at now (a reading of t.Ticker()) and
+// FinishAt ends the call started with h at now (a reading of t.Ticker()) and
 // classifies it. It returns t.Err() (matching ErrTimeout and
 // context.DeadlineExceeded) when the call overran: now is at or past the
-// deadline, or the deadline fired before Finish. Otherwise it returns err
+// deadline, or the deadline fired before FinishAt. Otherwise it returns err
 // unchanged, including when the parent context's own deadline or
 // cancellation ended the call (that is not this Timeout's doing).
 //
 // A call that overran is a timeout whatever the function returned: a
 // result (even a success) that arrives after the deadline is discarded by
-// Finish (Call still hands the value back next to the error), so that the
+// FinishAt (Call still hands the value back next to the error), so that the
 // caller's budget and the upstream policies (a breaker's failure rate, a
 // retry) see one consistent outcome. A callee that wants its late success
 // kept must finish before the deadline.
 //
-// In deadline mode Finish also releases the watch slot and ends the context
+// In deadline mode FinishAt also releases the watch slot and ends the context
 // with context.Canceled if it is still live (like the cancel func of
 // context.WithTimeout); a context the callee kept stays done with that error
 // forever. Costs: one CAS to disarm the watch, one to cache its slot for
@@ -416,11 +416,11 @@ func (t *Timeout) unwatch(c *ctx, wh watchdog.Handle) bool {
 // now may be [NotRead] when the caller has no end reading and needs none
 // for itself (package pipeline, when no other policy takes the end time):
 // deadline mode then classifies as [Timeout.Do] does, by the watchdog alone
-// (a timeout when the deadline fired before Finish: the verdict agrees with
+// (a timeout when the deadline fired before FinishAt: the verdict agrees with
 // what the callee's context said, and is as precise as the watchdog, one
 // tick), which saves a clock read; soft mode, which has no watchdog, reads
 // the ticker.
-func (t *Timeout) Finish(h Handle, now int64, err error) error {
+func (t *Timeout) FinishAt(h Handle, now int64, err error) error {
 	if h.c == nil && now != NotRead && now < h.deadline {
 		// Soft mode, in time: small enough to be inlined into the caller.
 		return err
@@ -472,7 +472,7 @@ func (t *Timeout) timedOut(elapsed int64) error {
 func (t *Timeout) end(h Handle, err error) error {
 	c := h.c
 	if c == nil {
-		return t.Finish(h, t.tk.Now(), err)
+		return t.FinishAt(h, t.tk.Now(), err)
 	}
 	t.unwatch(c, h.wh)
 	return t.endFired(c, h.deadline, err)
@@ -519,7 +519,7 @@ func (t *Timeout) abort(h Handle) {
 // deadline mode, the context; none in soft mode; see the package doc,
 // Allocations).
 func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error {
-	c, h := t.Start(ctx, t.tk.Now())
+	c, h := t.StartAt(ctx, t.tk.Now())
 	ok := false
 	defer func() {
 		if !ok {
@@ -537,7 +537,7 @@ func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error 
 // is whatever fn returned, usually to be ignored). CallAbandon is the typed
 // form of DoAbandon.
 func Call[T any](ctx context.Context, t *Timeout, fn func(context.Context) (T, error)) (T, error) {
-	c, h := t.Start(ctx, t.tk.Now())
+	c, h := t.StartAt(ctx, t.tk.Now())
 	ok := false
 	defer func() {
 		if !ok {

@@ -248,13 +248,13 @@ func TestSoftMode(t *testing.T) {
 	require.NoError(t, err)
 	defer tm.Close()
 	parent := context.WithValue(context.Background(), ctxKey{}, 1)
-	c, h := tm.Start(parent, 100)
+	c, h := tm.StartAt(parent, 100)
 	require.Equal(t, parent, c, "soft mode hands the parent through")
 	require.Equal(t, int64(110), h.Deadline())
 	boom := errors.New("boom")
-	require.Same(t, boom, tm.Finish(h, 109, boom))
-	require.Same(t, tm.Err(), tm.Finish(h, 110, boom))
-	require.Same(t, tm.Err(), tm.Finish(h, 110, nil))
+	require.Same(t, boom, tm.FinishAt(h, 109, boom))
+	require.Same(t, tm.Err(), tm.FinishAt(h, 110, boom))
+	require.Same(t, tm.Err(), tm.FinishAt(h, 110, nil))
 
 	err = tm.Do(context.Background(), func(context.Context) error { tk.Advance(10); return nil })
 	require.ErrorIs(t, err, ErrTimeout)
@@ -275,10 +275,10 @@ func TestExtremeReadingsSaturate(t *testing.T) {
 		require.NoError(t, err)
 		defer tm.Close()
 		boom := errors.New("boom")
-		_, h := tm.Start(context.Background(), tk.Now())
+		_, h := tm.StartAt(context.Background(), tk.Now())
 		require.Equal(t, int64(math.MaxInt64), h.Deadline(), "deadline not saturated")
-		require.Same(t, boom, tm.Finish(h, math.MaxInt64-1, boom), "Finish before the deadline: the user's error unchanged")
-		require.ErrorIs(t, tm.Finish(h, math.MaxInt64, nil), ErrTimeout, "Finish at the deadline")
+		require.Same(t, boom, tm.FinishAt(h, math.MaxInt64-1, boom), "Finish before the deadline: the user's error unchanged")
+		require.ErrorIs(t, tm.FinishAt(h, math.MaxInt64, nil), ErrTimeout, "Finish at the deadline")
 	})
 	t.Run("deadline", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -289,7 +289,7 @@ func TestExtremeReadingsSaturate(t *testing.T) {
 			require.NoError(t, err)
 			defer tm.Close()
 			boom := errors.New("boom")
-			c, h := tm.Start(context.Background(), tk.Now())
+			c, h := tm.StartAt(context.Background(), tk.Now())
 			require.Equal(t, int64(math.MaxInt64), h.Deadline(), "deadline not saturated")
 			d, ok := c.Deadline()
 			require.True(t, ok && d.After(time.Now()), "Deadline() = %v, %v: not in the future", d, ok)
@@ -298,14 +298,14 @@ func TestExtremeReadingsSaturate(t *testing.T) {
 			tk.Advance(time.Hour - 1)
 			time.Sleep(10 * time.Millisecond)
 			require.NoError(t, c.Err(), "fired 1 ns early")
-			require.Same(t, boom, tm.Finish(h, tk.Now(), boom), "Finish: the user's error unchanged")
+			require.Same(t, boom, tm.FinishAt(h, tk.Now(), boom), "Finish: the user's error unchanged")
 			require.ErrorIs(t, c.Err(), context.Canceled, "after Finish")
 			// A call at the very end of the clock fires when it reaches MaxInt64.
-			c, h = tm.Start(context.Background(), tk.Now())
+			c, h = tm.StartAt(context.Background(), tk.Now())
 			tk.Set(math.MaxInt64)
 			time.Sleep(2 * time.Millisecond)
 			require.ErrorIs(t, c.Err(), context.DeadlineExceeded, "at MaxInt64")
-			require.ErrorIs(t, tm.Finish(h, tk.Now(), nil), ErrTimeout)
+			require.ErrorIs(t, tm.FinishAt(h, tk.Now(), nil), ErrTimeout)
 		})
 	})
 }
@@ -340,18 +340,18 @@ func TestPrimitivesManual(t *testing.T) {
 	require.NoError(t, err)
 
 	// Finishes in time.
-	c, h := tm.Start(context.Background(), tk.Now())
+	c, h := tm.StartAt(context.Background(), tk.Now())
 	require.NoError(t, c.Err())
-	require.NoError(t, tm.Finish(h, 1099, nil))
+	require.NoError(t, tm.FinishAt(h, 1099, nil))
 	require.ErrorIs(t, c.Err(), context.Canceled, "a finished context is cancelled, like WithTimeout's cancel")
 
 	// Overruns without the watchdog having fired: still a timeout.
-	c, h = tm.Start(context.Background(), tk.Now())
-	require.Same(t, tm.Err(), tm.Finish(h, 1100, nil))
+	c, h = tm.StartAt(context.Background(), tk.Now())
+	require.Same(t, tm.Err(), tm.FinishAt(h, 1100, nil))
 	require.ErrorIs(t, c.Err(), context.Canceled)
 
 	// The watchdog fires first: the context says DeadlineExceeded forever.
-	c, h = tm.Start(context.Background(), tk.Now())
+	c, h = tm.StartAt(context.Background(), tk.Now())
 	tk.Set(1100)
 	require.Equal(t, 1, wd.Sweep())
 	require.ErrorIs(t, c.Err(), context.DeadlineExceeded)
@@ -361,7 +361,7 @@ func TestPrimitivesManual(t *testing.T) {
 		t.Fatal("Done not closed after fire")
 	}
 	// A stale clock reading (a cached ticker) is still classified by the fire.
-	require.Same(t, tm.Err(), tm.Finish(h, 1050, nil))
+	require.Same(t, tm.Err(), tm.FinishAt(h, 1050, nil))
 	require.Equal(t, context.DeadlineExceeded, c.Err())
 	require.Equal(t, 0, wd.Stats().Armed)
 }
@@ -377,16 +377,16 @@ func TestFinishNotRead(t *testing.T) {
 	require.NoError(t, err)
 	boom := errors.New("boom")
 
-	c, h := tm.Start(context.Background(), tk.Now())
+	c, h := tm.StartAt(context.Background(), tk.Now())
 	tk.Set(1100) // past the deadline, but the watchdog has not swept
-	require.Same(t, boom, tm.Finish(h, NotRead, boom), "not fired: the call's own result")
+	require.Same(t, boom, tm.FinishAt(h, NotRead, boom), "not fired: the call's own result")
 	require.ErrorIs(t, c.Err(), context.Canceled)
 	require.Equal(t, uint64(0), tm.Stats().Timeouts)
 
-	c, h = tm.Start(context.Background(), tk.Now())
+	c, h = tm.StartAt(context.Background(), tk.Now())
 	tk.Set(1200)
 	require.Equal(t, 1, wd.Sweep())
-	require.Same(t, tm.Err(), tm.Finish(h, NotRead, nil), "fired first: a timeout")
+	require.Same(t, tm.Err(), tm.FinishAt(h, NotRead, nil), "fired first: a timeout")
 	require.Equal(t, context.DeadlineExceeded, c.Err())
 	require.Equal(t, uint64(1), tm.Stats().Timeouts)
 	require.Equal(t, 0, wd.Stats().Armed)
@@ -394,11 +394,11 @@ func TestFinishNotRead(t *testing.T) {
 	soft, err := New(Config{Duration: 100, Mode: ModeSoft, Ticker: tk})
 	require.NoError(t, err)
 	defer soft.Close()
-	_, h = soft.Start(context.Background(), tk.Now())
-	require.NoError(t, soft.Finish(h, NotRead, nil), "soft mode reads the ticker: in time")
-	_, h = soft.Start(context.Background(), tk.Now())
+	_, h = soft.StartAt(context.Background(), tk.Now())
+	require.NoError(t, soft.FinishAt(h, NotRead, nil), "soft mode reads the ticker: in time")
+	_, h = soft.StartAt(context.Background(), tk.Now())
 	tk.Advance(100)
-	require.Same(t, soft.Err(), soft.Finish(h, NotRead, nil), "soft mode reads the ticker: late")
+	require.Same(t, soft.Err(), soft.FinishAt(h, NotRead, nil), "soft mode reads the ticker: late")
 }
 
 type ctxKey struct{}
@@ -476,36 +476,36 @@ func TestParentCancel(t *testing.T) {
 
 		// Err sees the parent's cancellation at once, without Done.
 		parent, cancel := context.WithCancel(t.Context())
-		c, h := tm.Start(parent, tm.Ticker().Now())
+		c, h := tm.StartAt(parent, tm.Ticker().Now())
 		cancel()
 		require.Equal(t, context.Canceled, c.Err())
-		require.Equal(t, context.Canceled, tm.Finish(h, tm.Ticker().Now(), c.Err()))
+		require.Equal(t, context.Canceled, tm.FinishAt(h, tm.Ticker().Now(), c.Err()))
 
 		// Done is closed when the parent is cancelled later.
 		parent, cancelCause := context.WithCancelCause(t.Context())
-		c, h = tm.Start(parent, tm.Ticker().Now())
+		c, h = tm.StartAt(parent, tm.Ticker().Now())
 		d := c.Done()
 		boom := errors.New("boom")
 		cancelCause(boom)
 		<-d
 		require.Equal(t, context.Canceled, c.Err())
-		tm.Finish(h, tm.Ticker().Now(), nil)
+		tm.FinishAt(h, tm.Ticker().Now(), nil)
 		require.Equal(t, context.Canceled, c.Err())
 
 		// A parent cancelled before Start.
 		parent, cancel = context.WithCancel(t.Context())
 		cancel()
-		c, h = tm.Start(parent, tm.Ticker().Now())
+		c, h = tm.StartAt(parent, tm.Ticker().Now())
 		<-c.Done()
 		require.Equal(t, context.Canceled, c.Err())
-		tm.Finish(h, tm.Ticker().Now(), nil)
+		tm.FinishAt(h, tm.Ticker().Now(), nil)
 
 		// A custom parent without AfterFunc: one goroutine (context.AfterFunc's), cleaned up at Finish.
 		cp := &customCtx{Context: t.Context(), done: make(chan struct{})}
-		c, h = tm.Start(cp, tm.Ticker().Now())
+		c, h = tm.StartAt(cp, tm.Ticker().Now())
 		<-doneSoon(c.Done(), cp)
 		require.Equal(t, context.Canceled, c.Err())
-		tm.Finish(h, tm.Ticker().Now(), nil)
+		tm.FinishAt(h, tm.Ticker().Now(), nil)
 		synctest.Wait()
 	})
 }
@@ -589,7 +589,7 @@ func TestChildrenCostNoGoroutine(t *testing.T) {
 func TestAfterFuncMethod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := newT(t, Config{Duration: 10 * time.Millisecond})
-		c, h := tm.Start(t.Context(), tm.Ticker().Now())
+		c, h := tm.StartAt(t.Context(), tm.Ticker().Now())
 		af := c.(interface{ AfterFunc(func()) func() bool })
 		var ran atomic.Int32
 		stop1 := af.AfterFunc(func() { ran.Add(1) })
@@ -604,7 +604,7 @@ func TestAfterFuncMethod(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, int32(101), ran.Load())
 		require.False(t, stop3())
-		require.ErrorIs(t, tm.Finish(h, tm.Ticker().Now(), nil), ErrTimeout)
+		require.ErrorIs(t, tm.FinishAt(h, tm.Ticker().Now(), nil), ErrTimeout)
 	})
 }
 
@@ -613,13 +613,13 @@ func TestListeners(t *testing.T) {
 	var got []time.Duration
 	tm, err := New(Config{Duration: 100, Mode: ModeSoft, Ticker: tk, OnTimeout: func(e time.Duration) { got = append(got, e) }})
 	require.NoError(t, err)
-	_, h := tm.Start(context.Background(), 10)
-	require.ErrorIs(t, tm.Finish(h, 150, nil), ErrTimeout)
+	_, h := tm.StartAt(context.Background(), 10)
+	require.ErrorIs(t, tm.FinishAt(h, 150, nil), ErrTimeout)
 	require.Equal(t, []time.Duration{140}, got)
 	tm2, err := New(Config{Duration: 100, Mode: ModeSoft, Ticker: tk, OnTimeout: func(time.Duration) { panic("x") }})
 	require.NoError(t, err)
-	_, h = tm2.Start(context.Background(), 10)
-	require.ErrorIs(t, tm2.Finish(h, 150, nil), ErrTimeout)
+	_, h = tm2.StartAt(context.Background(), 10)
+	require.ErrorIs(t, tm2.FinishAt(h, 150, nil), ErrTimeout)
 	require.Equal(t, uint64(1), tm2.Stats().ListenerPanics)
 }
 
@@ -673,7 +673,7 @@ func TestCloseKeepsInFlightDeadlines(t *testing.T) {
 		tk := rampart.NewNanoTicker()
 		tm, err := New(Config{Duration: time.Second, Tick: time.Millisecond, Ticker: tk})
 		require.NoError(t, err)
-		ctx, h := tm.Start(context.Background(), tk.Now())
+		ctx, h := tm.StartAt(context.Background(), tk.Now())
 		done := ctx.Done()
 		aband := make(chan error, 1)
 		release := make(chan struct{})
@@ -689,7 +689,7 @@ func TestCloseKeepsInFlightDeadlines(t *testing.T) {
 			t.Fatal("the context in flight at Close never reached its deadline")
 		}
 		require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
-		require.ErrorIs(t, tm.Finish(h, tk.Now(), nil), ErrTimeout, "Finish")
+		require.ErrorIs(t, tm.FinishAt(h, tk.Now(), nil), ErrTimeout, "Finish")
 		require.ErrorIs(t, <-aband, ErrTimeout, "DoAbandon")
 		close(release)
 		synctest.Wait()
@@ -766,15 +766,15 @@ func FuzzConfig(f *testing.F) {
 		}
 		defer tm.Close()
 		// A huge Duration saturates instead of wrapping into the past.
-		_, h := tm.Start(context.Background(), 1000)
+		_, h := tm.StartAt(context.Background(), 1000)
 		require.GreaterOrEqual(t, h.Deadline(), int64(1000))
-		tm.Finish(h, 1000, nil)
-		c, h := tm.Start(context.Background(), 0)
+		tm.FinishAt(h, 1000, nil)
+		c, h := tm.StartAt(context.Background(), 0)
 		_ = c.Err()
-		err = tm.Finish(h, d, nil)
+		err = tm.FinishAt(h, d, nil)
 		require.ErrorIs(t, err, ErrTimeout, "finishing at the deadline is a timeout")
-		_, h = tm.Start(context.Background(), 0)
-		require.NoError(t, tm.Finish(h, d-1, nil))
+		_, h = tm.StartAt(context.Background(), 0)
+		require.NoError(t, tm.FinishAt(h, d-1, nil))
 	})
 }
 
@@ -784,8 +784,8 @@ func TestAllocsDeadline(t *testing.T) {
 	tm.Do(context.Background(), fn) // grow the watchdog table
 	testkit.WantAllocs(t, "Do", 1, func() { tm.Do(context.Background(), fn) })
 	testkit.WantAllocs(t, "Start+Finish", 1, func() {
-		_, h := tm.Start(context.Background(), 1)
-		tm.Finish(h, 2, nil)
+		_, h := tm.StartAt(context.Background(), 1)
+		tm.FinishAt(h, 2, nil)
 	})
 	cfn := func(context.Context) (int, error) { return 1, nil }
 	testkit.WantAllocs(t, "Call", 1, func() { Call(context.Background(), tm, cfn) })
@@ -804,8 +804,8 @@ func TestAllocsDeadline(t *testing.T) {
 	defer wd.Close()
 	tm2, _ := New(Config{Duration: 10, Watchdog: wd})
 	testkit.WantAllocs(t, "timeout", 1, func() {
-		_, h := tm2.Start(context.Background(), 0)
-		if tm2.Finish(h, 10, nil) == nil {
+		_, h := tm2.StartAt(context.Background(), 0)
+		if tm2.FinishAt(h, 10, nil) == nil {
 			t.Fatal("not a timeout")
 		}
 	})
@@ -816,14 +816,14 @@ func TestAllocsSoft(t *testing.T) {
 	fn := func(context.Context) error { return nil }
 	testkit.WantAllocs(t, "Do", 0, func() { tm.Do(context.Background(), fn) })
 	testkit.WantAllocs(t, "Start+Finish", 0, func() {
-		_, h := tm.Start(context.Background(), 1)
-		tm.Finish(h, 2, nil)
+		_, h := tm.StartAt(context.Background(), 1)
+		tm.FinishAt(h, 2, nil)
 	})
 	cfn := func(context.Context) (int, error) { return 1, nil }
 	testkit.WantAllocs(t, "Call", 0, func() { Call(context.Background(), tm, cfn) })
 	testkit.WantAllocs(t, "timeout", 0, func() {
-		_, h := tm.Start(context.Background(), 1)
-		if tm.Finish(h, int64(time.Hour)+1, nil) == nil {
+		_, h := tm.StartAt(context.Background(), 1)
+		if tm.FinishAt(h, int64(time.Hour)+1, nil) == nil {
 			t.Fatal("not a timeout")
 		}
 	})
@@ -839,7 +839,7 @@ func TestContextConcurrent(t *testing.T) {
 	require.NoError(t, err)
 	for round := range 200 {
 		parent, cancel := context.WithCancel(context.Background())
-		c, h := tm.Start(parent, tm.Ticker().Now())
+		c, h := tm.StartAt(parent, tm.Ticker().Now())
 		var ran, stopped atomic.Int32
 		var wg sync.WaitGroup
 		for g := range 6 {
@@ -866,10 +866,10 @@ func TestContextConcurrent(t *testing.T) {
 		case 0:
 			cancel()
 		case 1:
-			tm.Finish(h, tm.Ticker().Now(), nil)
+			tm.FinishAt(h, tm.Ticker().Now(), nil)
 		}
 		wg.Wait()
-		tm.Finish(h, tm.Ticker().Now(), nil)
+		tm.FinishAt(h, tm.Ticker().Now(), nil)
 		cancel()
 		e := c.Err()
 		require.Error(t, e)
@@ -917,8 +917,8 @@ func TestAllocsCapturingClosure(t *testing.T) {
 			_, _ = Call(ctx, tm, func(c context.Context) (int, error) { return len(q), db.exec(c, q) })
 		})
 		testkit.WantAllocs(t, tc.mode.String()+" Start/Finish", tc.startFinish, func() {
-			c, h := tm.Start(ctx, tm.Ticker().Now())
-			_ = tm.Finish(h, tm.Ticker().Now(), db.exec(c, q))
+			c, h := tm.StartAt(ctx, tm.Ticker().Now())
+			_ = tm.FinishAt(h, tm.Ticker().Now(), db.exec(c, q))
 		})
 		testkit.WantAllocs(t, tc.mode.String()+" DoAbandon", tc.doAbandon, func() {
 			_ = tm.DoAbandon(ctx, func(c context.Context) error { return db.exec(c, q) }, nil)

@@ -37,7 +37,7 @@ func newBreaker(cfg Config) (*breaker, error) {
 
 // acquire asks the breaker for a permit to call Redis.
 func (b *breaker) acquire(now int64) (circuitbreaker.Permit, bool) {
-	p, err := b.cb.Acquire(now)
+	p, err := b.cb.AcquireAt(now)
 	return p, err == nil
 }
 
@@ -51,7 +51,7 @@ func (b *breaker) record(p circuitbreaker.Permit, now int64, ok bool) {
 }
 
 // remaining is how long the breaker stays open (0 when closed).
-func (b *breaker) remaining(now int64) time.Duration { return b.cb.RemainingOpen(now) }
+func (b *breaker) remaining(now int64) time.Duration { return b.cb.RemainingOpenAt(now) }
 
 // open reports whether the breaker rejects calls now.
 func (b *breaker) open() bool { return b.cb.State() != circuitbreaker.Closed }

@@ -44,7 +44,7 @@ func (l *Limiter) dropLeases() {
 
 // allowLeased is AllowN in lease mode. The fast path is two loads and one
 // CAS on the key's lease, with no round trip.
-func (l *Limiter) allowLeased(ctx context.Context, key, full string, n int) (Result, error) {
+func (l *Limiter) allowLeased(ctx context.Context, key, full string, n int) (Decision, error) {
 	now := l.cfg.Ticker.Now() // the lease's age decides whether it may be spent
 	v, ok := l.leases.Load(full)
 	if !ok {
@@ -58,14 +58,14 @@ func (l *Limiter) allowLeased(ctx context.Context, key, full string, n int) (Res
 	if ls.spend(now, int64(n)) {
 		l.leaseHits.Add(1)
 		l.allowed.Add(1)
-		return Result{Allowed: true, Remaining: int(ls.tokens.Load()), Source: SourceLease}, nil
+		return Decision{Allowed: true, Remaining: int(ls.tokens.Load()), Source: SourceLease}, nil
 	}
 	return l.refillLease(ctx, key, full, ls, n, now)
 }
 
 // refillLease is the slow path of lease mode: take a new lease of up to
 // Lease events (at least n, spent at once) in one round trip.
-func (l *Limiter) refillLease(ctx context.Context, key, full string, ls *lease, n int, now int64) (Result, error) {
+func (l *Limiter) refillLease(ctx context.Context, key, full string, ls *lease, n int, now int64) (Decision, error) {
 	// One atomic load, on the slow path only: it tells below whether a
 	// refill attempt finished while this caller waited for the lock.
 	seen := ls.refills.Load()
@@ -75,7 +75,7 @@ func (l *Limiter) refillLease(ctx context.Context, key, full string, ls *lease, 
 	if ls.spend(now, int64(n)) {
 		l.leaseHits.Add(1)
 		l.allowed.Add(1)
-		return Result{Allowed: true, Remaining: int(ls.tokens.Load()), Source: SourceLease}, nil
+		return Decision{Allowed: true, Remaining: int(ls.tokens.Load()), Source: SourceLease}, nil
 	}
 	if ls.refills.Load() != seen && ls.failed != nil {
 		// The refill this caller waited for failed (Redis did not answer

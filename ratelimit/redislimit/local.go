@@ -69,13 +69,13 @@ func (ll *localLimits) limiter(k localKey) (*ratelimit.Limiter, error) {
 }
 
 // allow decides n events for key locally.
-func (ll *localLimits) allow(key string, n int, lim Limit, now int64) Result {
+func (ll *localLimits) allow(key string, n int, lim Limit, now int64) Decision {
 	rl, err := ll.limiter(localKey{key, lim})
 	if err != nil {
-		return Result{Remaining: -1, Source: SourceFallback}
+		return Decision{Remaining: -1, Source: SourceFallback}
 	}
-	if wait := rl.TryAcquire(now, n); wait > 0 {
-		return Result{RetryAfter: time.Duration(wait), Remaining: -1, Source: SourceFallback}
+	if wait := rl.AdmitN(now, n); wait > 0 {
+		return Decision{RetryAfter: time.Duration(wait), Remaining: -1, Source: SourceFallback}
 	}
-	return Result{Allowed: true, Remaining: -1, Source: SourceFallback}
+	return Decision{Allowed: true, Remaining: -1, Source: SourceFallback}
 }

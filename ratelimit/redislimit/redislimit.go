@@ -202,8 +202,8 @@ type Config struct {
 	OnRedisError func(err error)
 }
 
-// Result is a decision.
-type Result struct {
+// Decision is a decision.
+type Decision struct {
 	Allowed    bool          // whether the n events were admitted
 	RetryAfter time.Duration // when rejected: the wait until n could be admitted
 	Remaining  int           // events that could still be admitted at once (-1: unknown)
@@ -212,7 +212,7 @@ type Result struct {
 
 // Stats is a snapshot of a Limiter's counters.
 type Stats struct {
-	Allowed, Rejected     uint64 // decisions
+	Admitted, Rejected     uint64 // decisions
 	RoundTrips            uint64 // script runs that reached Redis
 	LeaseHits             uint64 // decisions served by a local lease
 	RedisErrors           uint64 // failed Redis calls (timeouts, connection errors)
@@ -312,18 +312,18 @@ func New(cfg Config) (*Limiter, error) {
 }
 
 // Allow decides one event for key under the default limit.
-func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
+func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	return l.AllowN(ctx, key, 1)
 }
 
 // AllowN decides n events for key under the default limit, using a local
 // lease when Lease mode is on.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Decision, error) {
 	if n < 1 {
-		return Result{}, fmt.Errorf("redislimit: n must be at least 1, got %d", n)
+		return Decision{}, fmt.Errorf("redislimit: n must be at least 1, got %d", n)
 	}
 	if n > l.cfg.Limit.Burst {
-		return Result{Remaining: -1}, ErrExceedsBurst
+		return Decision{Remaining: -1}, ErrExceedsBurst
 	}
 	full := l.cfg.Prefix + "{" + key + "}"
 	if l.cfg.Lease > 0 {
@@ -335,23 +335,23 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 // AllowLimitN decides n events for key under lim instead of the default
 // limit (per-client tiers, say). It always makes a round trip. Keys used with
 // different limits must differ.
-func (l *Limiter) AllowLimitN(ctx context.Context, key string, lim Limit, n int) (Result, error) {
+func (l *Limiter) AllowLimitN(ctx context.Context, key string, lim Limit, n int) (Decision, error) {
 	lim, err := lim.normalize()
 	if err != nil {
-		return Result{}, err
+		return Decision{}, err
 	}
 	if n < 1 {
-		return Result{}, fmt.Errorf("redislimit: n must be at least 1, got %d", n)
+		return Decision{}, fmt.Errorf("redislimit: n must be at least 1, got %d", n)
 	}
 	if n > lim.Burst {
-		return Result{Remaining: -1}, ErrExceedsBurst
+		return Decision{Remaining: -1}, ErrExceedsBurst
 	}
 	iv := strconv.FormatFloat(lim.intervalMicros(), 'f', -1, 64)
 	return l.decide(ctx, key, l.cfg.Prefix+"{"+key+"}", iv, strconv.Itoa(lim.Burst), n, n, lim)
 }
 
 // decide runs the script for [need, want] events, or the failure mode.
-func (l *Limiter) decide(ctx context.Context, key, full, iv, burst string, want, need int, lim Limit) (Result, error) {
+func (l *Limiter) decide(ctx context.Context, key, full, iv, burst string, want, need int, lim Limit) (Decision, error) {
 	granted, res, err := l.run(ctx, full, iv, burst, want, need)
 	if err != nil {
 		return l.fallback(key, need, lim, err)
@@ -363,14 +363,14 @@ func (l *Limiter) decide(ctx context.Context, key, full, iv, burst string, want,
 
 // run makes the round trip through the breaker. It returns how many events
 // were granted.
-func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need int) (int, Result, error) {
+func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need int) (int, Decision, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, Result{}, err // the caller is gone: no round trip, nothing learnt about Redis
+		return 0, Decision{}, err // the caller is gone: no round trip, nothing learnt about Redis
 	}
 	now := l.cfg.Ticker.Now() // the breaker's open state is judged against it
 	permit, ok := l.brk.acquire(now)
 	if !ok {
-		return 0, Result{}, errBreakerOpen
+		return 0, Decision{}, errBreakerOpen
 	}
 	parent := ctx
 	ctx, cancel := context.WithTimeoutCause(ctx, l.cfg.Timeout, l.errTimeout)
@@ -382,8 +382,8 @@ func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need in
 	if err != nil && errors.Is(parent.Err(), context.Canceled) {
 		// The caller cancelled mid-call: not a Redis failure (a deadline
 		// of the caller's still counts, as a hung Redis would cause it).
-		l.brk.cb.RecordResult(permit, l.cfg.Ticker.Now(), circuitbreaker.Ignored)
-		return 0, Result{}, err
+		l.brk.cb.ReleaseAt(permit, l.cfg.Ticker.Now(), circuitbreaker.Ignored)
+		return 0, Decision{}, err
 	}
 	if err != nil {
 		l.redisErrors.Add(1)
@@ -391,12 +391,12 @@ func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need in
 		if f := l.cfg.OnRedisError; f != nil {
 			l.notify(f, err)
 		}
-		return 0, Result{}, err
+		return 0, Decision{}, err
 	}
 	l.brk.record(permit, now, true)
 	l.roundTrips.Add(1)
 	g, wait, rem := vals[0], vals[1], vals[2]
-	res := Result{Allowed: g > 0, Remaining: int(rem), Source: SourceRedis}
+	res := Decision{Allowed: g > 0, Remaining: int(rem), Source: SourceRedis}
 	if !res.Allowed {
 		if wait < 0 {
 			res.RetryAfter = math.MaxInt64
@@ -461,12 +461,12 @@ func (l *Limiter) roundTrip(ctx context.Context, full, iv, burst string, want, n
 }
 
 // fallback applies the Failure mode after Redis could not decide.
-func (l *Limiter) fallback(key string, n int, lim Limit, cause error) (Result, error) {
+func (l *Limiter) fallback(key string, n int, lim Limit, cause error) (Decision, error) {
 	l.fallbacks.Add(1)
 	switch l.cfg.Failure {
 	case FailClosed:
 		l.rejected.Add(1)
-		return Result{RetryAfter: l.brk.remaining(l.cfg.Ticker.Now()), Remaining: -1, Source: SourceFallback},
+		return Decision{RetryAfter: l.brk.remaining(l.cfg.Ticker.Now()), Remaining: -1, Source: SourceFallback},
 			fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	case FailLocal:
 		res := l.local.allow(key, n, lim, l.cfg.Ticker.Now())
@@ -474,7 +474,7 @@ func (l *Limiter) fallback(key string, n int, lim Limit, cause error) (Result, e
 		return res, nil
 	default:
 		l.allowed.Add(1)
-		return Result{Allowed: true, Remaining: -1, Source: SourceFallback}, nil
+		return Decision{Allowed: true, Remaining: -1, Source: SourceFallback}, nil
 	}
 }
 
@@ -498,7 +498,7 @@ func (l *Limiter) notify(f func(error), err error) {
 // Stats returns a snapshot of the counters.
 func (l *Limiter) Stats() Stats {
 	return Stats{
-		Allowed:        l.allowed.Load(),
+		Admitted:        l.allowed.Load(),
 		Rejected:       l.rejected.Load(),
 		RoundTrips:     l.roundTrips.Load(),
 		LeaseHits:      l.leaseHits.Load(),

@@ -67,7 +67,7 @@ func TestBurstThenReject(t *testing.T) {
 	require.Greater(t, ttl, time.Duration(0))
 	require.LessOrEqual(t, ttl, 500*time.Millisecond)
 	st := l.Stats()
-	require.Equal(t, uint64(5), st.Allowed)
+	require.Equal(t, uint64(5), st.Admitted)
 	require.Equal(t, uint64(1), st.Rejected)
 	require.Equal(t, uint64(6), st.RoundTrips)
 }
