@@ -84,9 +84,9 @@ func TestNilPointerTickerIsAConfigError(t *testing.T) {
 // ConfigError on the Budget field, by every policy that takes a budget;
 // budgets built by their constructors are accepted.
 func TestNilAndZeroBudgetsAreConfigErrors(t *testing.T) {
-	news := map[string]func(retry.Budget) error{
-		"retry": func(b retry.Budget) error { _, err := retry.New(retry.Config{Budget: b}); return err },
-		"hedge": func(b retry.Budget) error {
+	news := map[string]func(rampart.Budget) error{
+		"retry": func(b rampart.Budget) error { _, err := retry.New(retry.Config{Budget: b}); return err },
+		"hedge": func(b rampart.Budget) error {
 			h, err := hedge.New(hedge.Config{Delay: time.Millisecond, Budget: b})
 			if h != nil {
 				require.NoError(t, h.Close())
@@ -94,7 +94,7 @@ func TestNilAndZeroBudgetsAreConfigErrors(t *testing.T) {
 			return err
 		},
 	}
-	bad := []retry.Budget{(*retry.TokenBucket)(nil), (*retry.RatioBudget)(nil), &retry.TokenBucket{}, &retry.RatioBudget{}}
+	bad := []rampart.Budget{(*retry.TokenBucket)(nil), (*retry.RatioBudget)(nil), &retry.TokenBucket{}, &retry.RatioBudget{}}
 	tb, err := retry.NewTokenBucket(retry.TokenBucketConfig{})
 	require.NoError(t, err)
 	rb, err := retry.NewRatioBudget(retry.RatioBudgetConfig{})
@@ -105,7 +105,7 @@ func TestNilAndZeroBudgetsAreConfigErrors(t *testing.T) {
 			require.ErrorIs(t, err, rampart.ErrInvalidConfig, "%s with a nil or zero %T", name, b)
 			testkit.RequireConfigError(t, err, name, "Budget")
 		}
-		for _, b := range []retry.Budget{nil, tb, rb} {
+		for _, b := range []rampart.Budget{nil, tb, rb} {
 			require.NoError(t, newFn(b), "%s with %T", name, b)
 		}
 	}

@@ -62,7 +62,7 @@ func TestCallbacksReentrantListenerAndController(t *testing.T) {
 	var nested atomic.Int64
 	ctrl := cbCtrl(func(s Sample) float64 {
 		if tok, ok := l.AcquireAt(s.Now); ok {
-			l.ReleaseAt(tok, s.Now+int64(time.Hour), Success) // a window is due: the nested close must return
+			l.ReleaseAt(tok, s.Now+int64(time.Hour), rampart.Success) // a window is due: the nested close must return
 			nested.Add(1)
 		}
 		return s.Limit + 1
@@ -72,7 +72,7 @@ func TestCallbacksReentrantListenerAndController(t *testing.T) {
 		OnLimitChange: func(int, int) {
 			tok, ok := l.AcquireAt(0)
 			if ok {
-				l.ReleaseAt(tok, 0, Ignored)
+				l.ReleaseAt(tok, 0, rampart.Ignored)
 			}
 			_ = l.Stats()
 		}, Ticker: &testkit.PanicTicker{}})
@@ -80,7 +80,7 @@ func TestCallbacksReentrantListenerAndController(t *testing.T) {
 	for i := range 5 {
 		tok, ok := l.AcquireAt(int64(i) * int64(time.Second))
 		require.True(t, ok)
-		l.ReleaseAt(tok, int64(i)*int64(time.Second)+1, Success)
+		l.ReleaseAt(tok, int64(i)*int64(time.Second)+1, rampart.Success)
 	}
 	require.Equal(t, 0, l.InFlight())
 	require.Positive(t, nested.Load())
@@ -105,14 +105,14 @@ func TestCallbacksClassifyPanicOrGoexitReleasesSlot(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 2, MinLimit: 2, MaxLimit: 2,
 				Ticker: rampart.NewManualTicker(0),
-				Classify: func(ctx context.Context, err error) Outcome {
+				Classify: func(ctx context.Context, err error) rampart.Result {
 					if err != nil {
 						if kind == "panic" {
 							panic("classify")
 						}
 						testkit.Goexit()
 					}
-					return Success
+					return rampart.Success
 				}})
 			require.NoError(t, err)
 			ended := func(panicked any, goexited bool) {
@@ -151,7 +151,7 @@ func TestCallbacksControllerGoexitKeepsWindowsClosing(t *testing.T) {
 	require.NoError(t, err)
 	tok, ok := l.AcquireAt(0)
 	require.True(t, ok)
-	_, goexited := testkit.Run(func() { l.ReleaseAt(tok, 20, Success) })
+	_, goexited := testkit.Run(func() { l.ReleaseAt(tok, 20, rampart.Success) })
 	require.True(t, goexited)
 	require.Equal(t, 1, updates)
 	require.Equal(t, 0, l.InFlight())
@@ -160,7 +160,7 @@ func TestCallbacksControllerGoexitKeepsWindowsClosing(t *testing.T) {
 		now := int64(100 * (i + 1))
 		tok, ok := l.AcquireAt(now)
 		require.True(t, ok)
-		l.ReleaseAt(tok, now+20, Success)
+		l.ReleaseAt(tok, now+20, rampart.Success)
 	}
 	// Window is 10 ns: each of the five releases closes one window.
 	require.Equal(t, 6, updates, "no window closed after the Goexit")
@@ -194,7 +194,7 @@ func TestCallbacksQueueTickerPanicUnlocksQueue(t *testing.T) {
 		require.True(t, l.queue.mu.TryLock(), "the queue's mutex was left locked by the panic")
 		l.queue.mu.Unlock()
 		require.Equal(t, 0, l.Stats().Queued, "the abandoned waiter is still queued")
-		l.ReleaseAt(hold, 1, Success)
+		l.ReleaseAt(hold, 1, rampart.Success)
 		require.Equal(t, 0, l.InFlight(), "the freed slot went to the abandoned waiter and leaked")
 	})
 }
@@ -229,11 +229,11 @@ func TestCallbacksControllerPanicStillHandsOff(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, 1, l.Stats().Queued)
 		time.Sleep(2 * time.Millisecond) // the window is due
-		require.Panics(t, func() { l.ReleaseAt(hold, l.Ticker().Now(), Success) })
+		require.Panics(t, func() { l.ReleaseAt(hold, l.Ticker().Now(), rampart.Success) })
 		boom.Store(false)
 		r := <-got
 		require.NoError(t, r.err, "the waiter was shed although the slot was free")
-		l.ReleaseAt(r.tok, l.Ticker().Now(), Success)
+		l.ReleaseAt(r.tok, l.Ticker().Now(), rampart.Success)
 		require.Equal(t, 0, l.InFlight())
 	})
 }

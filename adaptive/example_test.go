@@ -30,7 +30,7 @@ func Example() {
 	// calls it samples for their RTT (every call while the rate is low).
 	if tok, ok := l.Acquire(); ok {
 		// ... call the dependency ...
-		l.Release(tok, adaptive.Success)
+		l.Release(tok, rampart.Success)
 	}
 
 	// The primitives, for a caller that reads the clock anyway (package
@@ -42,8 +42,8 @@ func Example() {
 		err := l.RejectedError()
 		fmt.Println(err, errors.Is(err, adaptive.ErrLimited), errors.Is(err, rampart.ErrRejected))
 	}
-	l.ReleaseAt(a, l.Ticker().Now(), adaptive.Success)
-	l.ReleaseAt(b, l.Ticker().Now(), adaptive.Dropped) // a timeout: a loss
+	l.ReleaseAt(a, l.Ticker().Now(), rampart.Success)
+	l.ReleaseAt(b, l.Ticker().Now(), rampart.Failure) // a timeout: a loss
 	fmt.Println("in flight:", l.InFlight(), "limit:", l.Limit())
 
 	// Client-side throttling of a backend that refuses work.

@@ -21,40 +21,6 @@ import (
 // through errors.Is.
 var ErrLimited = errors.New("concurrency limit reached")
 
-// Outcome says how a call released with [Limiter.ReleaseAt] ended, and so what
-// it teaches the algorithm.
-type Outcome uint8
-
-const (
-	// Success: the call completed (with or without an application error);
-	// its RTT is a latency sample.
-	Success Outcome = iota
-	// Dropped: the call timed out or the dependency shed it (an overload
-	// error): a loss. It counts toward the window's drop rate
-	// ([Sample.DropRate]), which makes Vegas and AIMD decrease the limit
-	// above their DropThreshold (default 5 %), and, when timed, its RTT
-	// enters Gradient2's short-term RTT ([Sample.DropRTT]); one drop among
-	// many successes is not overload.
-	Dropped
-	// Ignored: the call ended for a reason that says nothing about the
-	// dependency (the caller cancelled, the caller panicked): it frees its
-	// slot and is not counted (Netflix concurrency-limits PR #146).
-	Ignored
-)
-
-// String returns "success", "dropped" or "ignored".
-func (o Outcome) String() string {
-	switch o {
-	case Success:
-		return "success"
-	case Dropped:
-		return "dropped"
-	case Ignored:
-		return "ignored"
-	}
-	return "unknown"
-}
-
 // Permit is an admitted call's permit, returned by [Limiter.AcquireAt] (or
 // [Limiter.Acquire]) and handed back exactly once to [Limiter.ReleaseAt] (or
 // [Limiter.Release]). It is a small value (no pointer, nothing escapes) carrying
@@ -73,11 +39,6 @@ const (
 	unsampled = 1 // Token.state of a permit whose RTT is not measured
 	weight1   = 2 // Token.state of an RTT sample of weight 1 (Acquire's); +k: weight 2^k
 )
-
-// Start returns the time the call was admitted: the now given to Acquire,
-// or the clock reading Begin took for a call it picked as an RTT sample (0
-// for a call Begin did not pick: see [Permit.Sampled]).
-func (t Permit) Start() int64 { return t.start }
 
 // Sampled reports whether the call's RTT is measured: always for a Token
 // from Acquire, AcquirePriority and AcquireWait; for one from Begin or
@@ -121,7 +82,7 @@ type Config struct {
 	Queue QueueConfig
 	// Classify maps the error of a function run by Do or Call to an
 	// outcome. Default [DefaultClassify].
-	Classify func(ctx context.Context, err error) Outcome
+	Classify func(ctx context.Context, err error) rampart.Result
 	// OnLimitChange is called with the old and new limit when a window
 	// changes the published limit. It runs on the goroutine that closed
 	// the window.
@@ -144,23 +105,23 @@ type Config struct {
 // context.DeadlineExceeded and rejections by other rampart policies
 // (rampart.ErrRejected) are [Dropped]; any other error is a [Success] (the
 // dependency answered, and its latency is a sample).
-func DefaultClassify(ctx context.Context, err error) Outcome {
+func DefaultClassify(ctx context.Context, err error) rampart.Result {
 	switch {
 	case err == nil:
-		return Success
+		return rampart.Success
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		return Ignored
+		return rampart.Ignored
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, rampart.ErrRejected):
-		return Dropped
+		return rampart.Failure
 	}
-	return Success
+	return rampart.Success
 }
 
 // Stats is a snapshot of a [Limiter], returned by value.
 type Stats struct {
 	Limit          int    // the published limit
 	InFlight       int    // calls admitted and not yet released
-	PeakInFlight           int    // the most calls in flight seen at an admission (recorded when that call is released)
+	PeakInFlight   int    // the most calls in flight seen at an admission (recorded when that call is released)
 	Rejected       uint64 // calls refused (including those shed from the queue)
 	Samples        uint64 // RTT samples (timed Success releases) counted in closed windows
 	Drops          uint64 // Dropped releases counted in closed windows
@@ -257,7 +218,7 @@ type Limiter struct {
 	parts              []partition
 	rejErr             *rampart.RejectedError
 	ticker             rampart.Ticker
-	classify           func(context.Context, error) Outcome
+	classify           func(context.Context, error) rampart.Result
 	onLimit            func(int, int)
 	queue              *queue // nil without Config.Queue
 	maxStride          uint32 // Config.MaxSampleStride − 1 (a mask)
@@ -440,14 +401,14 @@ func (l *Limiter) tryAcquire(now int64) (Permit, bool) {
 // Plus one add on a partition's counter for a token from AcquirePriority,
 // and one load of the waiter count when a queue is configured. No
 // allocation, no lock, no clock read.
-func (l *Limiter) ReleaseAt(t Permit, now int64, o Outcome) {
+func (l *Limiter) ReleaseAt(t Permit, now int64, o rampart.Result) {
 	l.slots.Add(-1) // atomic 1: free the slot
 	if t.part > 0 {
 		l.parts[t.part-1].inflight.Add(-1) // the partition's slot
 	}
 	atomicx.Max(&l.win.maxIn, int64(t.inflight)) // a load; a CAS only for a new maximum
 	switch o {
-	case Success:
+	case rampart.Success:
 		if t.state < weight1 {
 			break // a Begin token not picked as a sample: no RTT
 		}
@@ -464,7 +425,7 @@ func (l *Limiter) ReleaseAt(t Permit, now int64, o Outcome) {
 			l.grow() // slow path: Begin's stride doubles (sampling.go)
 		}
 		atomicx.Min(&l.win.min, rtt) // a load; a CAS only for a new minimum
-	case Dropped:
+	case rampart.Failure:
 		if t.state < weight1 {
 			l.win.drops.Add(oneDrop) // atomic 2: count the loss (no RTT: an unsampled Begin token)
 			break
@@ -589,7 +550,9 @@ func (l *Limiter) RejectedError() error { return l.rejErr }
 // Classify returns the outcome Config.Classify (default [DefaultClassify])
 // gives err, for callers of the primitives (package pipeline) that release
 // with the same classification as Do.
-func (l *Limiter) Classify(ctx context.Context, err error) Outcome { return l.classify(ctx, err) }
+func (l *Limiter) Classify(ctx context.Context, err error) rampart.Result {
+	return l.classify(ctx, err)
+}
 
 // Ticker returns the clock of the limiter's shorthands.
 func (l *Limiter) Ticker() rampart.Ticker { return l.ticker }
@@ -601,7 +564,7 @@ func (l *Limiter) Stats() Stats {
 	s := Stats{
 		Limit:          int(l.limit.Load()),
 		InFlight:       l.InFlight(),
-		PeakInFlight:           int(max(l.peak.Load(), l.win.maxIn.Load())),
+		PeakInFlight:   int(max(l.peak.Load(), l.win.maxIn.Load())),
 		Rejected:       l.rejected.Load(),
 		Samples:        l.samples.Load(),
 		Drops:          l.drops.Load(),
@@ -631,7 +594,7 @@ func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error 
 	done := false
 	defer func() {
 		if !done { // fn panicked or called Goexit
-			l.Release(t, Ignored)
+			l.Release(t, rampart.Ignored)
 		}
 	}()
 	err = fn(ctx)
@@ -652,7 +615,7 @@ func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, e
 	done := false
 	defer func() {
 		if !done {
-			l.Release(t, Ignored)
+			l.Release(t, rampart.Ignored)
 		}
 	}()
 	v, err := fn(ctx)

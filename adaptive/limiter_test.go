@@ -90,14 +90,14 @@ func TestAcquireRelease(t *testing.T) {
 	a, ok := l.AcquireAt(1)
 	require.True(t, ok)
 	require.True(t, a.Valid())
-	require.Equal(t, int64(1), a.Start())
+	require.Equal(t, int64(1), a.start)
 	b, ok := l.AcquireAt(2)
 	require.True(t, ok)
 	_, ok = l.AcquireAt(3)
 	require.False(t, ok)
 	require.Equal(t, 2, l.InFlight())
-	l.ReleaseAt(a, 10, Success)
-	l.ReleaseAt(b, 10, Ignored)
+	l.ReleaseAt(a, 10, rampart.Success)
+	l.ReleaseAt(b, 10, rampart.Ignored)
 	require.Equal(t, 0, l.InFlight())
 	st := l.Stats()
 	require.Equal(t, uint64(1), st.Rejected)
@@ -113,13 +113,13 @@ func TestOutcomes(t *testing.T) {
 	alg := algFunc(func(s Sample) float64 { got = append(got, s); return s.Limit })
 	l, err := New(Config{Algorithm: alg, InitialLimit: 10, Window: time.Second, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0)})
 	require.NoError(t, err)
-	for i, o := range []Outcome{Success, Success, Dropped, Ignored, Ignored} {
+	for i, o := range []rampart.Result{rampart.Success, rampart.Success, rampart.Failure, rampart.Ignored, rampart.Ignored} {
 		tok, ok := l.AcquireAt(int64(i))
 		require.True(t, ok)
 		l.ReleaseAt(tok, int64(i)+int64(10*(i+1)), o)
 	}
 	tok, _ := l.AcquireAt(int64(time.Second))
-	l.ReleaseAt(tok, int64(time.Second)+30, Ignored) // closes the window
+	l.ReleaseAt(tok, int64(time.Second)+30, rampart.Ignored) // closes the window
 	require.Len(t, got, 1)
 	s := got[0]
 	require.Equal(t, int64(2), s.Count)
@@ -132,7 +132,7 @@ func TestOutcomes(t *testing.T) {
 	require.Equal(t, uint64(2), st.Samples)
 	require.Equal(t, uint64(1), st.Drops)
 	require.Equal(t, uint64(1), st.Windows)
-	require.Equal(t, "success dropped ignored unknown", Success.String()+" "+Dropped.String()+" "+Ignored.String()+" "+Outcome(9).String())
+	require.Equal(t, "success failure ignored invalid", rampart.Success.String()+" "+rampart.Failure.String()+" "+rampart.Ignored.String()+" "+rampart.Result(9).String())
 }
 
 // TestDropRateNotOneDrop: Vegas and AIMD lower the limit when a window's
@@ -218,7 +218,7 @@ func TestLimitClampAndListener(t *testing.T) {
 	step := func(now int64) {
 		tok, ok := l.AcquireAt(now)
 		require.True(t, ok)
-		l.ReleaseAt(tok, now+20, Success)
+		l.ReleaseAt(tok, now+20, rampart.Success)
 	}
 	step(0)
 	require.Equal(t, 50, l.Limit())
@@ -244,10 +244,10 @@ func TestControllerPanicKeepsLimiterAlive(t *testing.T) {
 	}), Window: 10, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0)})
 	require.NoError(t, err)
 	tok, _ := l.AcquireAt(0)
-	require.Panics(t, func() { l.ReleaseAt(tok, 20, Success) })
+	require.Panics(t, func() { l.ReleaseAt(tok, 20, rampart.Success) })
 	boom = false
 	tok, _ = l.AcquireAt(100)
-	l.ReleaseAt(tok, 120, Success)
+	l.ReleaseAt(tok, 120, rampart.Success)
 	require.Equal(t, 7, l.Limit())
 }
 
@@ -257,11 +257,11 @@ func TestMinSamplesDelaysWindow(t *testing.T) {
 	require.NoError(t, err)
 	for i := range 2 {
 		tok, _ := l.AcquireAt(int64(100 * i))
-		l.ReleaseAt(tok, int64(100*i+50), Success)
+		l.ReleaseAt(tok, int64(100*i+50), rampart.Success)
 	}
 	require.Equal(t, 0, n)
 	tok, _ := l.AcquireAt(300)
-	l.ReleaseAt(tok, 350, Success)
+	l.ReleaseAt(tok, 350, rampart.Success)
 	require.Equal(t, 1, n)
 }
 
@@ -277,7 +277,7 @@ func TestDoAndCall(t *testing.T) {
 	require.ErrorIs(t, l.Do(context.Background(), func(context.Context) error { return nil }), ErrLimited)
 	_, err = Call(context.Background(), l, func(context.Context) (int, error) { return 1, nil })
 	require.ErrorIs(t, err, rampart.ErrRejected)
-	l.ReleaseAt(tok, 0, Ignored)
+	l.ReleaseAt(tok, 0, rampart.Ignored)
 	// A panic releases the slot and propagates.
 	require.Panics(t, func() { _ = l.Do(context.Background(), func(context.Context) error { panic("x") }) })
 	require.Panics(t, func() { _, _ = Call(context.Background(), l, func(context.Context) (int, error) { panic("x") }) })
@@ -294,15 +294,15 @@ func TestDefaultClassify(t *testing.T) {
 	bg := context.Background()
 	cancelled, cancel := context.WithCancel(bg)
 	cancel()
-	require.Equal(t, Success, DefaultClassify(bg, nil))
-	require.Equal(t, Success, DefaultClassify(bg, errors.New("app")))
-	require.Equal(t, Ignored, DefaultClassify(cancelled, context.Canceled))
-	require.Equal(t, Success, DefaultClassify(bg, context.Canceled)) // the callee's own cancellation
-	require.Equal(t, Dropped, DefaultClassify(bg, context.DeadlineExceeded))
-	require.Equal(t, Dropped, DefaultClassify(bg, rampart.NewRejectedError("x", "", errors.New("y"))))
-	l, err := New(Config{Classify: func(context.Context, error) Outcome { return Dropped }})
+	require.Equal(t, rampart.Success, DefaultClassify(bg, nil))
+	require.Equal(t, rampart.Success, DefaultClassify(bg, errors.New("app")))
+	require.Equal(t, rampart.Ignored, DefaultClassify(cancelled, context.Canceled))
+	require.Equal(t, rampart.Success, DefaultClassify(bg, context.Canceled)) // the callee's own cancellation
+	require.Equal(t, rampart.Failure, DefaultClassify(bg, context.DeadlineExceeded))
+	require.Equal(t, rampart.Failure, DefaultClassify(bg, rampart.NewRejectedError("x", "", errors.New("y"))))
+	l, err := New(Config{Classify: func(context.Context, error) rampart.Result { return rampart.Failure }})
 	require.NoError(t, err)
-	require.Equal(t, Dropped, l.Classify(bg, nil))
+	require.Equal(t, rampart.Failure, l.Classify(bg, nil))
 }
 
 func TestPartitions(t *testing.T) {
@@ -335,7 +335,7 @@ func TestPartitions(t *testing.T) {
 	_, ok = l.AcquirePartitionAt(0, 5) // out of range: the last partition, over its share, no room
 	require.False(t, ok)
 	for _, tok := range batch {
-		l.ReleaseAt(tok, 1, Success)
+		l.ReleaseAt(tok, 1, rampart.Success)
 	}
 	// Now critical may borrow batch's idle share.
 	for range 4 {
@@ -346,7 +346,7 @@ func TestPartitions(t *testing.T) {
 	_, ok = l.AcquirePartitionAt(0, 0)
 	require.False(t, ok)
 	for _, tok := range crit {
-		l.ReleaseAt(tok, 1, Success)
+		l.ReleaseAt(tok, 1, rampart.Success)
 	}
 	require.Equal(t, 0, l.InFlight())
 	require.Equal(t, 0, l.PartitionInFlight(0))
@@ -355,7 +355,7 @@ func TestPartitions(t *testing.T) {
 	l2, _ := fixed(t, 1, nil)
 	tok, ok := l2.AcquirePartitionAt(0, 3)
 	require.True(t, ok)
-	l2.ReleaseAt(tok, 1, Success)
+	l2.ReleaseAt(tok, 1, rampart.Success)
 }
 
 // TestStress: many goroutines admit and release under short windows that
@@ -404,7 +404,7 @@ func TestStress(t *testing.T) {
 					tk.Advance(time.Duration(100 + i%50))
 				}
 				active.Add(-1)
-				l.ReleaseAt(tok, tk.Now(), Outcome(i%3))
+				l.ReleaseAt(tok, tk.Now(), rampart.Result(i%3))
 			}
 		}()
 	}
@@ -429,14 +429,14 @@ func TestAllocsAdmit(t *testing.T) {
 		if !ok {
 			t.Fatal("rejected")
 		}
-		l.ReleaseAt(tok, now+50, Success) // closes a window every 10 calls
+		l.ReleaseAt(tok, now+50, rampart.Success) // closes a window every 10 calls
 	})
 	testkit.WantAllocs(t, "priority", 0, func() {
 		tok, ok := l.AcquirePartitionAt(now, 1)
 		if !ok {
 			t.Fatal("rejected")
 		}
-		l.ReleaseAt(tok, now, Dropped)
+		l.ReleaseAt(tok, now, rampart.Failure)
 	})
 	full, _ := fixed(t, 1, nil)
 	tok, _ := full.AcquireAt(0)
@@ -448,7 +448,7 @@ func TestAllocsAdmit(t *testing.T) {
 			t.Fatal("admitted")
 		}
 	})
-	full.ReleaseAt(tok, 1, Ignored)
+	full.ReleaseAt(tok, 1, rampart.Ignored)
 	fn := func(context.Context) error { return nil }
 	testkit.WantAllocs(t, "Do", 0, func() {
 		if err := full.Do(context.Background(), fn); err != nil {
@@ -497,9 +497,9 @@ func TestStressStrict(t *testing.T) {
 					tk.Advance(100)
 				}
 				active.Add(-1)
-				o := Success
+				o := rampart.Success
 				if (i+g)%97 == 0 {
-					o = Dropped
+					o = rampart.Failure
 				}
 				l.ReleaseAt(tok, tk.Now(), o)
 			}
@@ -532,7 +532,7 @@ func TestWindowLockHoldsAtMaxInt64(t *testing.T) {
 		if depth == 1 && other.Valid() {
 			tok := other
 			other = Permit{}
-			l.ReleaseAt(tok, math.MaxInt64, Dropped) // another goroutine's release, in effect
+			l.ReleaseAt(tok, math.MaxInt64, rampart.Failure) // another goroutine's release, in effect
 		}
 		depth--
 		return s.Limit
@@ -543,7 +543,7 @@ func TestWindowLockHoldsAtMaxInt64(t *testing.T) {
 	other, ok = l.AcquireAt(tk.Now())
 	require.True(t, ok)
 	tk.Set(math.MaxInt64)
-	l.ReleaseAt(a, math.MaxInt64, Dropped)
+	l.ReleaseAt(a, math.MaxInt64, rampart.Failure)
 	require.Equal(t, 0, l.InFlight())
 	require.Equal(t, 1, maxDepth, "Controller.Update ran inside another Update: the window lock did not hold")
 }

@@ -215,7 +215,7 @@ func (l *Limiter) AcquireWaitAt(ctx context.Context, now int64) (Permit, error) 
 		return Permit{}, l.rejErr
 	}
 	if cause != l.rejErr { // the caller is gone: give the slot back
-		l.ReleaseAt(t, now, Ignored)
+		l.ReleaseAt(t, now, rampart.Ignored)
 		return Permit{}, cause
 	}
 	return t, nil
@@ -241,7 +241,7 @@ func (l *Limiter) waitEnd(q *queue, w *waiter) int64 {
 		}
 		q.mu.Unlock()
 		if t := <-w.ch; t.Valid() { // handed a slot just as it gave up
-			l.ReleaseAt(t, w.enq, Ignored)
+			l.ReleaseAt(t, w.enq, rampart.Ignored)
 		}
 	}()
 	now := l.ticker.Now()

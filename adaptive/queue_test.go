@@ -42,14 +42,14 @@ func TestQueueHandoffFIFO(t *testing.T) {
 		}
 		require.Equal(t, 2, l.Stats().Queued)
 		time.Sleep(time.Millisecond)
-		l.ReleaseAt(hold, l.Ticker().Now(), Success)
+		l.ReleaseAt(hold, l.Ticker().Now(), rampart.Success)
 		r := <-res
 		require.NoError(t, r.err)
 		require.Equal(t, 0, r.id) // not overloaded yet: FIFO
-		l.ReleaseAt(r.tok, l.Ticker().Now(), Success)
+		l.ReleaseAt(r.tok, l.Ticker().Now(), rampart.Success)
 		r = <-res
 		require.Equal(t, 1, r.id)
-		l.ReleaseAt(r.tok, l.Ticker().Now(), Success)
+		l.ReleaseAt(r.tok, l.Ticker().Now(), rampart.Success)
 		require.Equal(t, 0, l.InFlight())
 	})
 }
@@ -75,7 +75,7 @@ func TestQueueCoDelLIFO(t *testing.T) {
 		start(2)
 		time.Sleep(time.Millisecond)
 		start(3)
-		l.ReleaseAt(hold, l.Ticker().Now(), Success)
+		l.ReleaseAt(hold, l.Ticker().Now(), rampart.Success)
 		// 0 (120 ms) and 1 (60 ms) are older than the 5 ms target: shed.
 		// Of 2 and 3, the newest (3) is served.
 		got := map[int]waitResult{}
@@ -92,7 +92,7 @@ func TestQueueCoDelLIFO(t *testing.T) {
 		r := <-res
 		require.Equal(t, 2, r.id)
 		require.ErrorIs(t, r.err, rampart.ErrRejected)
-		l.ReleaseAt(got[3].tok, l.Ticker().Now(), Success)
+		l.ReleaseAt(got[3].tok, l.Ticker().Now(), rampart.Success)
 		require.Equal(t, 0, l.InFlight())
 		require.Equal(t, 0, l.Stats().Queued)
 	})
@@ -116,7 +116,7 @@ func TestQueueFullCancelAndDo(t *testing.T) {
 		// Do waits for the slot.
 		go func() { res <- l.Do(context.Background(), func(context.Context) error { return nil }) }()
 		synctest.Wait()
-		l.ReleaseAt(hold, l.Ticker().Now(), Success)
+		l.ReleaseAt(hold, l.Ticker().Now(), rampart.Success)
 		require.NoError(t, <-res)
 		require.Equal(t, 0, l.InFlight())
 	})
@@ -125,7 +125,7 @@ func TestQueueFullCancelAndDo(t *testing.T) {
 	tok, _ := l.AcquireWaitAt(context.Background(), 0)
 	_, err := l.AcquireWaitAt(context.Background(), 0)
 	require.ErrorIs(t, err, ErrLimited)
-	l.ReleaseAt(tok, 1, Success)
+	l.ReleaseAt(tok, 1, rampart.Success)
 }
 
 // TestQueueStress: many goroutines through Do with a small limit and a
@@ -181,7 +181,7 @@ func TestQueueRaisedLimitServesAllWaiters(t *testing.T) {
 		synctest.Wait()
 		require.Equal(t, 2, l.Stats().Queued)
 		clock.Advance(2 * time.Second)
-		l.ReleaseAt(hold, clock.Now(), Success) // closes the window: limit 1 -> 3
+		l.ReleaseAt(hold, clock.Now(), rampart.Success) // closes the window: limit 1 -> 3
 		synctest.Wait()
 		require.Equal(t, 3, l.Limit())
 		var toks []Permit
@@ -195,7 +195,7 @@ func TestQueueRaisedLimitServesAllWaiters(t *testing.T) {
 			}
 		}
 		for _, tok := range toks {
-			l.ReleaseAt(tok, clock.Now(), Ignored)
+			l.ReleaseAt(tok, clock.Now(), rampart.Ignored)
 		}
 		require.Zero(t, l.InFlight())
 	})
@@ -225,12 +225,12 @@ func TestQueueWithPartitions(t *testing.T) {
 			got <- tok
 		}()
 		synctest.Wait()
-		l.ReleaseAt(a, l.Ticker().Now(), Success)
+		l.ReleaseAt(a, l.Ticker().Now(), rampart.Success)
 		w := <-got
 		require.Equal(t, 0, l.PartitionInFlight(0))
 		require.Equal(t, 1, l.PartitionInFlight(1))
-		l.Release(w, Success)
-		l.Release(b, Dropped)
+		l.Release(w, rampart.Success)
+		l.Release(b, rampart.Failure)
 		require.Equal(t, 0, l.InFlight())
 		require.Equal(t, 0, l.PartitionInFlight(1))
 		require.Equal(t, uint64(1), l.Stats().Rejected)

@@ -3,6 +3,7 @@ package adaptive
 import (
 	"math/bits"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/atomicx"
 )
 
@@ -211,7 +212,7 @@ func (l *Limiter) sampledNow(part int16) int64 {
 // partition's counter for a token from BeginPriority and one load of the
 // waiter count when a queue is configured. No clock read, no allocation, no
 // lock. A sampled call costs a clock read plus Release.
-func (l *Limiter) Release(t Permit, o Outcome) {
+func (l *Limiter) Release(t Permit, o rampart.Result) {
 	if t.state >= weight1 {
 		l.ReleaseAt(t, l.sampledNow(t.part), o) // clock read: a sampled call
 		return
@@ -221,16 +222,16 @@ func (l *Limiter) Release(t Permit, o Outcome) {
 		l.parts[t.part-1].inflight.Add(-1) // the partition's slot
 	}
 	atomicx.Max(&l.win.maxIn, int64(t.inflight)) // a load; a CAS only for a new maximum
-	if o == Dropped || (l.queue != nil && l.queue.waiting.Load() > 0) {
+	if o == rampart.Failure || (l.queue != nil && l.queue.waiting.Load() > 0) {
 		l.endSlow(o)
 	}
 }
 
 // endSlow is the rest of an unsampled End that needs the time: a loss
 // (counted, and it may close the window) or waiters to hand the slot to.
-func (l *Limiter) endSlow(o Outcome) {
+func (l *Limiter) endSlow(o rampart.Result) {
 	now := l.ticker.Now() // clock read: failure or waiting path
-	if o == Dropped {
+	if o == rampart.Failure {
 		l.win.drops.Add(oneDrop) // the loss counts; an unsampled token has no RTT
 		if now >= l.windowEnd.Load() {
 			l.closeWindow(now)

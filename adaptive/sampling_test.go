@@ -49,7 +49,7 @@ func callsUntilClose(t *testing.T, l *Limiter, tk *rampart.ManualTicker, rtt tim
 			sampled++
 		}
 		tk.Advance(rtt)
-		l.Release(tok, Success)
+		l.Release(tok, rampart.Success)
 		calls++
 		require.Less(t, calls, 10_000_000, "the window never closed")
 	}
@@ -138,9 +138,9 @@ func TestSamplingDropsAlwaysCounted(t *testing.T) {
 			if !tok.Sampled() {
 				unsampled++
 			}
-			l.Release(tok, Dropped)
+			l.Release(tok, rampart.Failure)
 		} else {
-			l.Release(tok, Success)
+			l.Release(tok, rampart.Success)
 		}
 	}
 	require.Greater(t, unsampled, drops/2, "most drops were not RTT samples")
@@ -152,11 +152,11 @@ func TestSamplingDropsAlwaysCounted(t *testing.T) {
 	for {
 		tok, _ := l.Acquire()
 		if tok.Sampled() {
-			l.Release(tok, Ignored)
+			l.Release(tok, rampart.Ignored)
 			continue
 		}
 		drops++
-		l.Release(tok, Dropped)
+		l.Release(tok, rampart.Failure)
 		break
 	}
 	require.Len(t, *got, n+1, "the drop closed the window")
@@ -176,7 +176,7 @@ func TestSamplingWindowClosesAfterRateFalls(t *testing.T) {
 	for range 50 { // a few calls: about one sample
 		tok, _ := l.Acquire()
 		tk.Advance(10)
-		l.Release(tok, Success)
+		l.Release(tok, rampart.Success)
 	}
 	tk.Advance(time.Millisecond) // the window is due, without its 10 samples
 	w := l.Stats().Windows
@@ -187,7 +187,7 @@ func TestSamplingWindowClosesAfterRateFalls(t *testing.T) {
 			firstSampled = calls
 		}
 		tk.Advance(10)
-		l.Release(tok, Success)
+		l.Release(tok, rampart.Success)
 		calls++
 		if firstSampled >= 0 && calls == firstSampled+1 && l.Stats().Windows == w {
 			require.Equal(t, 1, l.Stats().Stride, "short of samples past the end: every call timed")
@@ -210,7 +210,7 @@ func TestSamplingWeightedMean(t *testing.T) {
 		tk.Advance(rtt)
 		sum += float64(rtt)
 		n++
-		l.Release(tok, Success)
+		l.Release(tok, rampart.Success)
 	}
 	s := (*got)[0]
 	require.Less(t, s.Samples, int64(n)/4, "the stride grew within the window")
@@ -231,7 +231,7 @@ func TestSamplingNotAliased(t *testing.T) {
 		if tok.Sampled() {
 			kinds[i%2]++
 		}
-		l.Release(tok, Ignored)
+		l.Release(tok, rampart.Ignored)
 	}
 	for k, n := range kinds {
 		require.InDelta(t, 512, n, 150, "kind %d sampled %d times of 32768", k, n)
@@ -246,14 +246,14 @@ func TestSamplingTokens(t *testing.T) {
 	tok, ok := l.Acquire()
 	require.True(t, ok)
 	require.False(t, tok.Sampled())
-	require.Zero(t, tok.Start())
-	l.ReleaseAt(tok, tk.Now()+5, Success) // unsampled: frees the slot, no RTT
+	require.Zero(t, tok.start)
+	l.ReleaseAt(tok, tk.Now()+5, rampart.Success) // unsampled: frees the slot, no RTT
 	require.Equal(t, 0, l.InFlight())
 	a, _ := l.AcquireAt(tk.Now())
 	require.True(t, a.Sampled())
 	tk.Advance(7)
 	tk.Advance(time.Millisecond)
-	l.Release(a, Success) // reads the clock: an RTT of 1 ms + 7 ns, closes the window
+	l.Release(a, rampart.Success) // reads the clock: an RTT of 1 ms + 7 ns, closes the window
 	require.Len(t, *got, 1)
 	require.Equal(t, int64(1), (*got)[0].Samples)
 	require.Equal(t, int64(time.Millisecond+7), (*got)[0].AvgRTT)
@@ -262,7 +262,7 @@ func TestSamplingTokens(t *testing.T) {
 	// partition, and End frees it.
 	p, ok := l.AcquirePartition(3)
 	require.True(t, ok)
-	l.Release(p, Success)
+	l.Release(p, rampart.Success)
 	lp, _, _ := sampledLimiter(t, func(c *Config) {
 		c.InitialLimit, c.MinLimit, c.MaxLimit = 4, 4, 4
 		c.Partitions = []Partition{{Share: 0.5}, {Share: 0.5}}
@@ -278,7 +278,7 @@ func TestSamplingTokens(t *testing.T) {
 	require.Len(t, toks, 4)
 	require.Equal(t, 4, lp.PartitionInFlight(1))
 	for _, tok := range toks {
-		lp.Release(tok, Success)
+		lp.Release(tok, rampart.Success)
 	}
 	require.Equal(t, 0, lp.PartitionInFlight(1))
 	require.Equal(t, 0, lp.InFlight())
@@ -290,8 +290,8 @@ func TestSamplingTokens(t *testing.T) {
 	y, _ := l.Acquire()
 	require.Equal(t, 2, l.InFlight())
 	require.Equal(t, uint32(1), seqOf(l.slots.Load()))
-	l.Release(x, Ignored)
-	l.Release(y, Ignored)
+	l.Release(x, rampart.Ignored)
+	l.Release(y, rampart.Ignored)
 	require.Equal(t, 0, l.InFlight())
 }
 
@@ -365,13 +365,13 @@ func TestStressSampled(t *testing.T) {
 						tk.Advance(10)
 					}
 					active.Add(-1)
-					o := Success
+					o := rampart.Success
 					switch {
 					case (i+g)%2003 == 0:
-						o = Dropped
+						o = rampart.Failure
 						drops.Add(1)
 					case (i+g)%13 == 0:
-						o = Ignored
+						o = rampart.Ignored
 					}
 					l.Release(tok, o)
 				}
@@ -405,7 +405,7 @@ func TestAllocsBeginEnd(t *testing.T) {
 				t.Fatal("rejected")
 			}
 			tk.Advance(3)
-			l.Release(tok, Success) // sampled or not; closes a window every 1000 ns
+			l.Release(tok, rampart.Success) // sampled or not; closes a window every 1000 ns
 		}
 	})
 	require.NotZero(t, l.Stats().Windows)
@@ -416,7 +416,7 @@ func TestAllocsBeginEnd(t *testing.T) {
 				t.Fatal("rejected")
 			}
 			tk.Advance(3)
-			l.Release(tok, Dropped)
+			l.Release(tok, rampart.Failure)
 		}
 	})
 	full, _ := fixed(t, 1, nil)
@@ -426,7 +426,7 @@ func TestAllocsBeginEnd(t *testing.T) {
 			t.Fatal("admitted")
 		}
 	})
-	full.Release(tok, Ignored)
+	full.Release(tok, rampart.Ignored)
 	testkit.WantAllocs(t, "Call", 0, func() {
 		_, err := Call(context.Background(), full, func(context.Context) (int, error) { return 1, nil })
 		if err != nil {
@@ -444,6 +444,6 @@ func TestSamplingHugeMinWindowSamples(t *testing.T) {
 	require.NoError(t, err)
 	tok, ok := l.Acquire()
 	require.True(t, ok)
-	l.Release(tok, Success)
+	l.Release(tok, rampart.Success)
 	require.Zero(t, l.InFlight())
 }

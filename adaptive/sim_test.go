@@ -184,10 +184,10 @@ func (s *sim) run(d time.Duration) {
 			r := s.reqs[ev.req]
 			s.free = append(s.free, ev.req)
 			rtt := s.now - r.arrive
-			o := Success
+			o := rampart.Success
 			if s.timeout > 0 && rtt > s.timeout {
 				s.dropped++
-				o = Dropped
+				o = rampart.Failure
 			} else {
 				s.completed++
 				s.rtts = append(s.rtts, rtt)
@@ -213,9 +213,9 @@ func (s *sim) run(d time.Duration) {
 			s.lost++
 			if s.sampled {
 				s.tk.Set(s.now)
-				s.l.Release(r.tok, Dropped)
+				s.l.Release(r.tok, rampart.Failure)
 			} else {
-				s.l.ReleaseAt(r.tok, s.now, Dropped)
+				s.l.ReleaseAt(r.tok, s.now, rampart.Failure)
 			}
 		}
 	}

@@ -199,7 +199,7 @@ func FuzzConfig(f *testing.F) {
 				now := int64(i) * 1000
 				tok, ok := l.AcquirePartitionAt(now, i%2)
 				if ok {
-					l.ReleaseAt(tok, now+int64(i%7)*100, Outcome(i%3))
+					l.ReleaseAt(tok, now+int64(i%7)*100, rampart.Result(i%3))
 				}
 				lim := l.Limit()
 				require.GreaterOrEqual(t, lim, max(minL, 1))

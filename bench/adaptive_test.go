@@ -56,7 +56,7 @@ func BenchmarkAdaptive(b *testing.B) {
 			if !ok {
 				b.Fatal("rejected")
 			}
-			l.ReleaseAt(tok, tk.Now(), adaptive.Success)
+			l.ReleaseAt(tok, tk.Now(), rampart.Success)
 		}
 		sink.Add(int64(l.Limit()))
 	})
@@ -126,7 +126,7 @@ func benchBeginEnd(b *testing.B, l *adaptive.Limiter, parallel bool) {
 		if !ok {
 			b.Fatal("rejected")
 		}
-		l.Release(tok, adaptive.Success)
+		l.Release(tok, rampart.Success)
 	}
 	if parallel {
 		b.RunParallel(func(pb *testing.PB) {

@@ -284,7 +284,7 @@ func benchRampartPrimitives(b *testing.B, tick rampart.Ticker) {
 		t1 := tick.Now()
 		err = to.FinishAt(h, t1, err)
 		bh.Release()
-		cb.Record(permit, t1, err)
+		cb.ReleaseAt(permit, t1, cb.Classify(err))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -140,7 +140,7 @@ type Stats struct {
 	Waiting        int64  // calls queued now
 	Overshoots     uint64 // adds that lost the race for the last permit and were undone (each opens a window of a few ns in which another caller may be refused spuriously)
 	Waited         uint64 // calls admitted after queueing
-	WaitTime    int64  // total time spent queueing, admitted or not
+	WaitTime       int64  // total time spent queueing, admitted or not
 	ListenerPanics uint64 // listener panics recovered
 }
 
@@ -531,9 +531,6 @@ func (b *Bulkhead) MayWait() bool { return b.maxWait > 0 }
 // rampart.ErrRejected; pipelines return it after a false TryEnter.
 func (b *Bulkhead) RejectedError() error { return b.errFull }
 
-// Name returns the configured name.
-func (b *Bulkhead) Name() string { return b.name }
-
 // Stats returns a snapshot of the counters. It allocates nothing; the
 // fields are read one by one, so they are not one atomic snapshot.
 func (b *Bulkhead) Stats() Stats {
@@ -547,7 +544,7 @@ func (b *Bulkhead) Stats() Stats {
 		Canceled:       b.canceled.Load(),
 		Waiting:        b.waiters.Load(),
 		Waited:         b.waited.Load(),
-		WaitTime:    b.waitedNanos.Load(),
+		WaitTime:       b.waitedNanos.Load(),
 		ListenerPanics: b.listenerPanics.Load(),
 	}
 }

@@ -42,7 +42,6 @@ func TestNewValidation(t *testing.T) {
 	require.EqualError(t, err, "bulkhead: invalid config: Max must be at least 1, got 0")
 	b := mustNew(t, Config{Max: 3, Name: "db"})
 	require.Equal(t, 3, b.Max())
-	require.Equal(t, "db", b.Name())
 	require.ErrorIs(t, b.SetMax(0), rampart.ErrInvalidConfig)
 	testkit.RequireConfigError(t, b.SetMax(0), "bulkhead", "Max")
 	require.Equal(t, 3, b.Max())

@@ -36,15 +36,15 @@ func TestAllocs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b.Record(p, tk.Now(), nil)
+			b.ReleaseAt(p, tk.Now(), b.Classify(nil))
 		})
 		gate(mode.String()+"/slow-success", func() {
 			p, _ := b.AcquireAt(tk.Now())
-			b.Record(p, tk.Advance(2*time.Millisecond), nil)
+			b.ReleaseAt(p, tk.Advance(2*time.Millisecond), b.Classify(nil))
 		})
 		gate(mode.String()+"/failure", func() {
 			p, _ := b.AcquireAt(tk.Now())
-			b.Record(p, tk.Now(), errBoom)
+			b.ReleaseAt(p, tk.Now(), b.Classify(errBoom))
 		})
 		gate(mode.String()+"/do-success", func() { _ = b.Do(ctx, ok) })
 		gate(mode.String()+"/do-failure", func() { _ = b.Do(ctx, fail) })

@@ -31,7 +31,7 @@ func BenchmarkPrimitiveSuccess(b *testing.B) {
 		if err != nil {
 			b.Fatal("rejected")
 		}
-		cb.Record(p, 0, nil)
+		cb.ReleaseAt(p, 0, cb.Classify(nil))
 	}
 }
 

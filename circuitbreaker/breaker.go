@@ -66,7 +66,6 @@ const (
 	slowOne    = 1 << slowShift
 	failOne    = 1 << failShift
 	genOne     = 1 << genShift
-	noTime     = math.MinInt64 // Permit.start / now when the clock was not read
 	fastNone   = 0
 	fastCount  = 1
 	fastConsec = 2
@@ -92,10 +91,6 @@ type Permit struct {
 	word  uint64
 	start int64
 }
-
-// Start returns the time passed to Acquire (math.MinInt64 when a shorthand
-// did not read the clock).
-func (p Permit) Start() int64 { return p.start }
 
 // Breaker is a circuit breaker. Create it with [New]; it is safe for
 // concurrent use. See the package documentation for the algorithm.
@@ -130,7 +125,7 @@ type Breaker struct {
 	// Read-only after New.
 	tw          *timeWindow
 	ticker      rampart.Ticker
-	classify    func(error) Result
+	classify    func(error) rampart.Result
 	onState     func(from, to State)
 	onSuccess   func(time.Duration)
 	onFailure   func(time.Duration)
@@ -287,7 +282,7 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 			}
 		case HalfOpen:
 			if field(w, admShift) >= b.probes || field(w, inflShift) >= b.maxConc {
-				if b.maxHalfNs > 0 && now != noTime && now-b.openUntil.Load() >= b.maxHalfNs {
+				if b.maxHalfNs > 0 && now != rampart.NotRead && now-b.openUntil.Load() >= b.maxHalfNs {
 					// A probe is stuck: start a fresh half-open period and
 					// compete for its first slot.
 					b.transition(w, true, HalfOpen, now)
@@ -314,7 +309,7 @@ func (b *Breaker) notifyProbeStart(nw uint64, now int64) {
 	ok := false
 	defer func() {
 		if !ok {
-			b.recordProbe(nw, now, Ignored, false)
+			b.recordProbe(nw, now, rampart.Ignored, false)
 		}
 	}()
 	b.notifyState(Open, HalfOpen)
@@ -326,7 +321,7 @@ func (b *Breaker) notifyProbeStart(nw uint64, now int64) {
 // math.MinInt64) is neither counted nor notified: its caller asks again with
 // a reading (see Acquire), and that answer is the one counted.
 func (b *Breaker) reject(now int64, s State, err *rampart.RejectedError) error {
-	if now == noTime {
+	if now == rampart.NotRead {
 		return err
 	}
 	b.rejections.Add(1)
@@ -340,27 +335,9 @@ func (b *Breaker) notifyRejected(s State) {
 	notify.Call1(&b.listenerPanics, b.onRejected, s)
 }
 
-// Record records the outcome of the call admitted by p, which ended at now
-// with err. err is classified by Config.Classify (default: nil success,
-// context.Canceled ignored, anything else failure). A permit from an older
-// generation is ignored (counted in Stats().StaleResults). The duration
-// now-p.Start() is judged against SlowCallDuration; now (or the permit's
-// start) may be math.MinInt64, "not read", and the call is then not judged
-// slow; the breaker reads its Ticker itself if a transition needs the time.
-func (b *Breaker) Record(p Permit, now int64, err error) {
-	// Fast path, in Record's own body (no further call): a success (with
-	// no Classify to consult) in a closed count-window breaker, in the
-	// permit's generation, whose window is full of successes changes
-	// nothing: four loads, no write (see RecordResult).
-	if err == nil && b.healthyOK && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK() {
-		return
-	}
-	b.record(p, now, err)
-}
-
 // record is Record after its fast path.
 func (b *Breaker) record(p Permit, now int64, err error) {
-	r := Success
+	r := rampart.Success
 	if err != nil || b.classify != nil {
 		r = b.classifyErr(err)
 	}
@@ -372,9 +349,9 @@ func (b *Breaker) record(p Permit, now int64, err error) {
 // user's classifier and record the result as two steps (package pipeline
 // does, so that a listener that calls runtime.Goexit after the result is
 // applied does not make it record the call twice).
-func (b *Breaker) Classify(err error) Result { return b.classifyErr(err) }
+func (b *Breaker) Classify(err error) rampart.Result { return b.classifyErr(err) }
 
-func (b *Breaker) classifyErr(err error) Result {
+func (b *Breaker) classifyErr(err error) rampart.Result {
 	if b.classify != nil {
 		return b.classify(err)
 	}
@@ -384,8 +361,8 @@ func (b *Breaker) classifyErr(err error) Result {
 // ReleaseAt records an outcome the caller classified itself, e.g. a
 // Failure for an HTTP 503 that came with a nil error. Otherwise it is
 // Record.
-func (b *Breaker) ReleaseAt(p Permit, now int64, r Result) {
-	if r == Success && b.fast == fastCount && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK() {
+func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
+	if r == rampart.Success && b.fast == fastCount && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK() {
 		return // Record's fast path: a success over a healthy count window writes nothing
 	}
 	w := b.state.Load() // atomic 1: is the permit current?
@@ -393,7 +370,7 @@ func (b *Breaker) ReleaseAt(p Permit, now int64, r Result) {
 		b.stale.Add(1)
 		return
 	}
-	if w&stateMask == uint64(Closed) && r == Success {
+	if w&stateMask == uint64(Closed) && r == rampart.Success {
 		switch b.fast {
 		case fastCount:
 			// Healthy (the window full of successes): three loads, no
@@ -419,27 +396,27 @@ func (b *Breaker) ReleaseAt(p Permit, now int64, r Result) {
 
 // recordSlow is the slow path of RecordResult: failures, slow calls,
 // listeners, time window, half-open probes, metrics-only.
-func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r Result) {
-	if r > Ignored {
-		r = Failure // not a Result: the conservative reading (see Result)
+func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
+	if r > rampart.Ignored {
+		r = rampart.Failure // not a Result: the conservative reading (see Result)
 	}
 	st := State(w & stateMask)
 	if st == Disabled {
 		return
 	}
-	if r == Ignored {
+	if r == rampart.Ignored {
 		if st == HalfOpen {
-			b.recordProbe(w, now, Ignored, false)
+			b.recordProbe(w, now, rampart.Ignored, false)
 		}
 		return
 	}
-	timed := p.start != noTime && now != noTime
+	timed := p.start != rampart.NotRead && now != rampart.NotRead
 	var d int64
 	if timed {
 		d = now - p.start
 	}
 	slow := b.slowNs > 0 && timed && d >= b.slowNs
-	failed := r == Failure
+	failed := r == rampart.Failure
 	if failed {
 		b.failures.Add(1)
 	}
@@ -459,7 +436,7 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r Result) {
 		// window, a slow success is a success that counts towards the slow
 		// rate; in Consecutive mode a slow call is a failure.
 		if b.mode == Consecutive && slow {
-			r, slow = Failure, false
+			r, slow = rampart.Failure, false
 		}
 		b.recordProbe(w, now, r, slow)
 	case Closed, MetricsOnly:
@@ -471,7 +448,7 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r Result) {
 				b.evaluateCount(w, now)
 			}
 		case TimeWindow:
-			if now == noTime {
+			if now == rampart.NotRead {
 				now = b.ticker.Now()
 			}
 			slid := b.tw.add(now, failed, slow)
@@ -530,7 +507,7 @@ func (b *Breaker) evaluateTime(w uint64, now int64) {
 
 // recordProbe applies a half-open probe's result with one CAS, then closes
 // or reopens when the period is decided (see probeVerdict).
-func (b *Breaker) recordProbe(w uint64, now int64, r Result, slow bool) {
+func (b *Breaker) recordProbe(w uint64, now int64, r rampart.Result, slow bool) {
 	key := w
 	for {
 		if (w^key)&keyMask != 0 {
@@ -542,11 +519,11 @@ func (b *Breaker) recordProbe(w uint64, now int64, r Result, slow bool) {
 			nw -= inflOne
 		}
 		switch r {
-		case Ignored:
+		case rampart.Ignored:
 			if field(w, admShift) > 0 {
 				nw -= admOne // give the probe slot back
 			}
-		case Failure:
+		case rampart.Failure:
 			nw += failOne
 		}
 		if slow {
@@ -633,7 +610,7 @@ func (b *Breaker) probeVerdict(w uint64) int {
 // state needs (open deadline, empty window) is prepared before the new word
 // is published.
 func (b *Breaker) transition(expect uint64, check bool, to State, now int64) bool {
-	if now == noTime && (to == Open || to == HalfOpen) {
+	if now == rampart.NotRead && (to == Open || to == HalfOpen) {
 		now = b.ticker.Now() // a trip decided on a path that read no clock
 	}
 	b.mu.Lock()
@@ -754,7 +731,7 @@ func (b *Breaker) TransitionTo(to State) bool {
 // Reset moves the breaker to Closed with an empty window and the open
 // backoff reset, whatever its state, even if already Closed.
 func (b *Breaker) Reset() {
-	b.transition(0, false, Closed, noTime)
+	b.transition(0, false, Closed, rampart.NotRead)
 }
 
 // Stats is a snapshot of a breaker's state and counters.
@@ -787,7 +764,7 @@ type Stats struct {
 	Calls          uint64
 	Failures       uint64 // failures recorded (closed, half-open, metrics-only)
 	SlowCalls      uint64
-	Rejected     uint64
+	Rejected       uint64
 	StaleResults   uint64 // results ignored because their permit was from an older generation
 	Transitions    uint64
 	Trips          uint64 // automatic transitions to Open
@@ -813,7 +790,7 @@ func (b *Breaker) Stats() Stats {
 		HalfOpenSlowCalls:   field(w, slowShift),
 		Failures:            b.failures.Load(),
 		SlowCalls:           b.slowCalls.Load(),
-		Rejected:          b.rejections.Load(),
+		Rejected:            b.rejections.Load(),
 		StaleResults:        b.stale.Load(),
 		Transitions:         b.transitions.Load(),
 		Trips:               b.trips.Load(),

@@ -38,7 +38,7 @@ func call(t *testing.T, b *Breaker, tk *rampart.ManualTicker, d time.Duration, e
 		return aerr
 	}
 	tk.Advance(d)
-	b.Record(p, tk.Now(), err)
+	b.ReleaseAt(p, tk.Now(), b.Classify(err))
 	return nil
 }
 
@@ -148,13 +148,13 @@ func TestCountWindowTransitions(t *testing.T) {
 	require.ErrorIs(t, err, ErrHalfOpenFull)
 	require.ErrorIs(t, err, ErrOpen)
 	require.ErrorIs(t, err, rampart.ErrRejected)
-	b.Record(p1, tk.Now(), nil)
+	b.ReleaseAt(p1, tk.Now(), b.Classify(nil))
 	require.Equal(t, HalfOpen, b.State())
 	p2, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
 	_, err = b.AcquireAt(tk.Now()) // both probes of the period used
 	require.ErrorIs(t, err, ErrHalfOpenFull)
-	b.Record(p2, tk.Now(), nil)
+	b.ReleaseAt(p2, tk.Now(), b.Classify(nil))
 	require.Equal(t, Closed, b.State())
 	s := b.Stats()
 	require.Zero(t, s.WindowCalls, "closing empties the window")
@@ -276,14 +276,14 @@ func TestStalePermitNeverDecidesProbe(t *testing.T) {
 	probe, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
 	require.Equal(t, HalfOpen, b.State())
-	b.Record(slow, tk.Now(), nil) // the closed-era call ends now: stale
+	b.ReleaseAt(slow, tk.Now(), b.Classify(nil)) // the closed-era call ends now: stale
 	require.Equal(t, HalfOpen, b.State())
-	b.Record(slow, tk.Now(), errBoom)
+	b.ReleaseAt(slow, tk.Now(), b.Classify(errBoom))
 	require.Equal(t, HalfOpen, b.State())
 	require.Equal(t, uint64(2), b.Stats().StaleResults)
-	b.Record(probe, tk.Now(), nil)
+	b.ReleaseAt(probe, tk.Now(), b.Classify(nil))
 	require.Equal(t, Closed, b.State())
-	b.Record(Permit{}, tk.Now(), errBoom) // the zero permit is never current
+	b.ReleaseAt(Permit{}, tk.Now(), b.Classify(errBoom)) // the zero permit is never current
 	require.Equal(t, Closed, b.State())
 }
 
@@ -296,7 +296,7 @@ func TestZeroPermitStaleAfterGenerationWrap(t *testing.T) {
 	require.True(t, b.TransitionTo(Open))
 	require.True(t, b.TransitionTo(Closed))
 	require.NotZero(t, b.Stats().Generation)
-	b.Record(Permit{}, tk.Now(), errBoom)
+	b.ReleaseAt(Permit{}, tk.Now(), b.Classify(errBoom))
 	require.Equal(t, Closed, b.State(), "a zero Permit must not trip the breaker")
 	require.Equal(t, uint64(1), b.Stats().StaleResults)
 
@@ -323,9 +323,9 @@ func TestMaxHalfOpenDuration(t *testing.T) {
 	tk.Advance(1)
 	fresh, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err, "a stuck probe no longer blocks recovery")
-	b.Record(stuck, tk.Now(), errBoom) // from the older period: ignored
+	b.ReleaseAt(stuck, tk.Now(), b.Classify(errBoom)) // from the older period: ignored
 	require.Equal(t, HalfOpen, b.State())
-	b.Record(fresh, tk.Now(), nil)
+	b.ReleaseAt(fresh, tk.Now(), b.Classify(nil))
 	require.Equal(t, Closed, b.State())
 }
 
@@ -346,7 +346,7 @@ func TestMaxHalfOpenDurationCountsFromHalfOpenEntry(t *testing.T) {
 	tk.Advance(time.Millisecond)
 	_, err = b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrHalfOpenFull, "the probe admitted 1 ms ago is not stuck")
-	b.Record(probe, tk.Now(), nil)
+	b.ReleaseAt(probe, tk.Now(), b.Classify(nil))
 	require.Equal(t, Closed, b.State(), "the probe's success closes the breaker")
 	require.Zero(t, b.Stats().StaleResults)
 }
@@ -367,16 +367,16 @@ func TestHalfOpenSuccessesAndFailures(t *testing.T) {
 	}
 	_, err := b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrHalfOpenFull)
-	b.Record(ps[0], tk.Now(), errBoom)
-	b.Record(ps[1], tk.Now(), errBoom)
+	b.ReleaseAt(ps[0], tk.Now(), b.Classify(errBoom))
+	b.ReleaseAt(ps[1], tk.Now(), b.Classify(errBoom))
 	require.Equal(t, HalfOpen, b.State())
 	s := b.Stats()
 	require.Equal(t, 4, s.HalfOpenAdmitted)
 	require.Equal(t, 2, s.HalfOpenInFlight)
 	require.Equal(t, 2, s.HalfOpenFailed)
-	b.Record(ps[2], tk.Now(), errBoom)
+	b.ReleaseAt(ps[2], tk.Now(), b.Classify(errBoom))
 	require.Equal(t, Open, b.State())
-	b.Record(ps[3], tk.Now(), nil) // stale now
+	b.ReleaseAt(ps[3], tk.Now(), b.Classify(nil)) // stale now
 	require.Equal(t, Open, b.State())
 
 	// Ignored probes give their slot back.
@@ -386,7 +386,7 @@ func TestHalfOpenSuccessesAndFailures(t *testing.T) {
 	for range 10 {
 		p, err := b.AcquireAt(tk.Now())
 		require.NoError(t, err)
-		b.Record(p, tk.Now(), context.Canceled)
+		b.ReleaseAt(p, tk.Now(), b.Classify(context.Canceled))
 	}
 	require.Equal(t, HalfOpen, b.State())
 	require.Equal(t, 0, b.Stats().HalfOpenAdmitted)
@@ -404,7 +404,7 @@ func TestIgnoredProbeReturnsSlot(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.AcquireAt(tk.Now())
 	require.ErrorIs(t, err, ErrHalfOpenFull)
-	b.Record(p, tk.Now(), context.Canceled)
+	b.ReleaseAt(p, tk.Now(), b.Classify(context.Canceled))
 	s := b.Stats()
 	require.Equal(t, HalfOpen, s.State)
 	require.Zero(t, s.HalfOpenAdmitted)
@@ -517,25 +517,25 @@ func TestClassification(t *testing.T) {
 	require.Equal(t, Closed, b.State())
 	p, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
-	b.ReleaseAt(p, tk.Now(), Failure) // e.g. an HTTP 503 with a nil error
+	b.ReleaseAt(p, tk.Now(), rampart.Failure) // e.g. an HTTP 503 with a nil error
 	require.Equal(t, Open, b.State())
 
 	errBad := errors.New("bad request")
-	b, tk = newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, Classify: func(err error) Result {
+	b, tk = newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, Classify: func(err error) rampart.Result {
 		switch {
 		case err == nil:
-			return Success
+			return rampart.Success
 		case errors.Is(err, errBad):
-			return Ignored
+			return rampart.Ignored
 		}
-		return Failure
+		return rampart.Failure
 	}})
 	require.NoError(t, call(t, b, tk, 0, errBad))
 	require.Equal(t, Closed, b.State())
 	require.NoError(t, call(t, b, tk, 0, context.Canceled))
 	require.Equal(t, Open, b.State())
-	require.Equal(t, Success, DefaultClassify(nil))
-	require.Equal(t, "ignored", Ignored.String())
+	require.Equal(t, rampart.Success, DefaultClassify(nil))
+	require.Equal(t, "ignored", rampart.Ignored.String())
 }
 
 // TestUnknownResultIsAFailure: a Result outside the three constants
@@ -545,7 +545,7 @@ func TestUnknownResultIsAFailure(t *testing.T) {
 	require.NoError(t, err)
 	p, err := b.AcquireAt(1)
 	require.NoError(t, err)
-	b.ReleaseAt(p, 1, Result(7))
+	b.ReleaseAt(p, 1, rampart.Result(7))
 	require.EqualValues(t, 1, b.Stats().Failures)
 }
 
@@ -644,9 +644,9 @@ func TestDoAndCall(t *testing.T) {
 func TestDoAndCallReturnUserErrorUnchanged(t *testing.T) {
 	errOK := errors.New("fine")
 	wrapped := fmt.Errorf("ctx: %w", context.Canceled)
-	b, _ := newTest(t, Config{WindowSize: 4, MinimumCalls: 4, Classify: func(err error) Result {
+	b, _ := newTest(t, Config{WindowSize: 4, MinimumCalls: 4, Classify: func(err error) rampart.Result {
 		if err == errOK {
-			return Success
+			return rampart.Success
 		}
 		return DefaultClassify(err)
 	}})
@@ -721,21 +721,21 @@ func TestIsCanceled(t *testing.T) {
 func TestNoTimeArgument(t *testing.T) {
 	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second,
 		HalfOpenProbes: 1, MaxHalfOpenDuration: time.Second, SlowCallDuration: time.Millisecond})
-	p, err := b.AcquireAt(noTime)
+	p, err := b.AcquireAt(rampart.NotRead)
 	require.NoError(t, err)
 	tk.Advance(time.Hour)
-	b.Record(p, tk.Now(), nil) // unknown start: not slow
+	b.ReleaseAt(p, tk.Now(), b.Classify(nil)) // unknown start: not slow
 	require.Equal(t, Closed, b.State())
-	p, _ = b.AcquireAt(noTime)
-	b.Record(p, noTime, errBoom) // the trip reads the ticker
+	p, _ = b.AcquireAt(rampart.NotRead)
+	b.ReleaseAt(p, rampart.NotRead, b.Classify(errBoom)) // the trip reads the ticker
 	require.Equal(t, Open, b.State())
 	require.Equal(t, time.Second, b.RemainingOpenAt(tk.Now()))
-	_, err = b.AcquireAt(noTime)
+	_, err = b.AcquireAt(rampart.NotRead)
 	require.ErrorIs(t, err, ErrOpen)
 	tk.Advance(time.Second)
 	_, err = b.AcquireAt(tk.Now())
 	require.NoError(t, err)
-	_, err = b.AcquireAt(noTime) // probes taken; the unknown time must not restart half-open
+	_, err = b.AcquireAt(rampart.NotRead) // probes taken; the unknown time must not restart half-open
 	require.ErrorIs(t, err, ErrHalfOpenFull)
 	require.Equal(t, uint64(2), b.Stats().Transitions)
 }
@@ -759,7 +759,7 @@ func TestNoTimeNeverCountedOrTransitions(t *testing.T) {
 		p, err := b2.AcquireAt(math.MinInt64)
 		require.NoError(t, err)
 		tk2.Advance(time.Second)
-		b2.Record(p, tk2.Now(), nil)
+		b2.ReleaseAt(p, tk2.Now(), b2.Classify(nil))
 	}
 	require.Equal(t, Closed, b2.State())
 	require.Zero(t, b2.Stats().SlowCalls)
@@ -804,7 +804,7 @@ func probeRound(t *testing.T, b *Breaker, tk *rampart.ManualTicker, outcomes str
 			d = time.Second
 		}
 		tk.Advance(d)
-		b.Record(p, tk.Now(), e)
+		b.ReleaseAt(p, tk.Now(), b.Classify(e))
 		if st := b.State(); st != HalfOpen {
 			return st, i + 1
 		}
@@ -986,7 +986,7 @@ func TestHalfOpenRoundCloseProbability(t *testing.T) {
 					if r.Float64() < p {
 						e = errBoom
 					}
-					b.Record(pm, tk.Now(), e)
+					b.ReleaseAt(pm, tk.Now(), b.Classify(e))
 				}
 				if b.State() == Closed {
 					closed++
@@ -1032,7 +1032,7 @@ func steadyFailureRun(t *testing.T, cfg Config, p float64, interval time.Duratio
 		if r.Float64() < p {
 			e = errBoom
 		}
-		b.Record(pm, tk.Now(), e)
+		b.ReleaseAt(pm, tk.Now(), b.Classify(e))
 	}
 	return float64(n) * 100 / float64(calls), closed, reopened
 }

@@ -42,29 +42,6 @@ func (s State) String() string {
 	return "invalid"
 }
 
-// Result is the classification of one call's outcome. A value other than
-// the three constants (from a Classify with a bug, say) counts as Failure.
-type Result uint8
-
-const (
-	// Success counts as a healthy call.
-	Success Result = iota
-	// Failure counts against the breaker's health.
-	Failure
-	// Ignored is not counted at all (in half-open it returns the probe slot).
-	Ignored
-)
-
-var resultNames = [...]string{"success", "failure", "ignored"}
-
-// String returns the result's name.
-func (r Result) String() string {
-	if int(r) < len(resultNames) {
-		return resultNames[r]
-	}
-	return "invalid"
-}
-
 // Mode selects how health is judged in the closed state.
 type Mode uint8
 
@@ -185,7 +162,7 @@ type Config struct {
 	// nil is Success, an error matching context.Canceled is Ignored, every
 	// other error is Failure. It is called for every recorded error (nil
 	// included) when set.
-	Classify func(err error) Result
+	Classify func(err error) rampart.Result
 
 	// OnStateChange is called after every transition, on the goroutine that
 	// made it. Optional.
@@ -207,14 +184,14 @@ type Config struct {
 
 // DefaultClassify is the classification used when Config.Classify is nil:
 // nil is Success, context.Canceled is Ignored, anything else is Failure.
-func DefaultClassify(err error) Result {
+func DefaultClassify(err error) rampart.Result {
 	if err == nil {
-		return Success
+		return rampart.Success
 	}
 	if isCanceled(err) {
-		return Ignored
+		return rampart.Ignored
 	}
-	return Failure
+	return rampart.Failure
 }
 
 // isCanceled is errors.Is(err, context.Canceled) without its reflection

@@ -55,7 +55,7 @@ func FuzzConfig(f *testing.F) {
 			p, err := b.AcquireAt(tk.Now())
 			if err == nil {
 				tk.Advance(time.Duration(i%7) * time.Millisecond)
-				b.ReleaseAt(p, tk.Now(), Result(i%3))
+				b.ReleaseAt(p, tk.Now(), rampart.Result(i%3))
 			} else {
 				tk.Advance(b.RemainingOpenAt(tk.Now()))
 			}

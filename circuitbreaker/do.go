@@ -1,19 +1,22 @@
 package circuitbreaker
 
-import "context"
+import (
+	"context"
+	"github.com/rampart-go/rampart"
+)
 
-// successUntimed is RecordResult(p, noTime, Success) for a permit that Do
+// successUntimed is RecordResult(p, rampart.NotRead, Success) for a permit that Do
 // or Call admitted on their closed, clockless path.
 func (b *Breaker) successUntimed(p Permit) {
 	if b.state.Load() != p.word { // atomic 1: still closed in the same generation?
-		b.ReleaseAt(p, noTime, Success) // stale: counted there
+		b.ReleaseAt(p, rampart.NotRead, rampart.Success) // stale: counted there
 		return
 	}
 	if b.fast == fastCount {
 		// Atomics 2–3 (+0–3 counter adds while the window warms); a fast
 		// success in a warm window cannot raise any rate: no evaluation.
 		if b.count.add(codeOK) == codeEmpty {
-			b.evaluateCount(p.word, noTime)
+			b.evaluateCount(p.word, rampart.NotRead)
 		}
 		return
 	}
@@ -25,14 +28,14 @@ func (b *Breaker) successUntimed(p Permit) {
 // finishSlow records the outcome of a Do or Call that is not an untimed
 // success: errors, timed permits, a custom classifier.
 func (b *Breaker) finishSlow(p Permit, err error, returned *bool) {
-	now := int64(noTime)
-	if p.start != noTime {
+	now := int64(rampart.NotRead)
+	if p.start != rampart.NotRead {
 		now = b.ticker.Now() // clock read: the call's duration is judged
 	}
 	// Classify first: a panic in it still finds *returned false, and the
 	// deferred release records a failure. From here the permit is
 	// recorded exactly once, whatever a listener does.
-	r := Success
+	r := rampart.Success
 	if err != nil || b.classify != nil {
 		r = b.classifyErr(err)
 	}
@@ -45,14 +48,14 @@ func (b *Breaker) finishSlow(p Permit, err error, returned *bool) {
 // runtime.Goexit releases the permit as Ignored.
 func (b *Breaker) finishAbnormal(p Permit, r any) {
 	if r != nil {
-		now := int64(noTime)
-		if p.start != noTime {
+		now := int64(rampart.NotRead)
+		if p.start != rampart.NotRead {
 			now = b.ticker.Now()
 		}
-		b.ReleaseAt(p, now, Failure)
+		b.ReleaseAt(p, now, rampart.Failure)
 		panic(r)
 	}
-	b.ReleaseAt(p, noTime, Ignored)
+	b.ReleaseAt(p, rampart.NotRead, rampart.Ignored)
 }
 
 // Do runs fn if the breaker admits it and records its outcome. It returns
@@ -73,7 +76,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 	w := b.state.Load() // atomic 1: the state word
 	switch {
 	case w&stateMask == uint64(Closed) && !b.timed:
-		p = Permit{word: w, start: noTime}
+		p = Permit{word: w, start: rampart.NotRead}
 	case w&stateMask == uint64(Open) && b.openTimer != nil && b.openExpired.Load() != w: // atomic 2: the timer's hint
 		b.rejections.Add(1) // atomic 3: count the rejection
 		if b.onRejected != nil {
@@ -93,7 +96,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 		}
 	}()
 	err := fn(ctx)
-	if err == nil && p.start == noTime && b.classify == nil {
+	if err == nil && p.start == rampart.NotRead && b.classify == nil {
 		returned = true
 		b.successUntimed(p) // closed, no duration needed: b.fast is set
 	} else {
@@ -109,7 +112,7 @@ func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, e
 	w := b.state.Load() // atomic 1: the state word (as in Do)
 	switch {
 	case w&stateMask == uint64(Closed) && !b.timed:
-		p = Permit{word: w, start: noTime}
+		p = Permit{word: w, start: rampart.NotRead}
 	case w&stateMask == uint64(Open) && b.openTimer != nil && b.openExpired.Load() != w:
 		b.rejections.Add(1)
 		if b.onRejected != nil {
@@ -131,7 +134,7 @@ func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, e
 		}
 	}()
 	v, err := fn(ctx)
-	if err == nil && p.start == noTime && b.classify == nil {
+	if err == nil && p.start == rampart.NotRead && b.classify == nil {
 		returned = true
 		b.successUntimed(p)
 	} else {

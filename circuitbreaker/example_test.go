@@ -59,9 +59,9 @@ func ExampleBreaker_AcquireAt() {
 		return
 	}
 	status := 503 // the response came back with a nil error
-	r := circuitbreaker.Success
+	r := rampart.Success
 	if status >= 500 {
-		r = circuitbreaker.Failure
+		r = rampart.Failure
 	}
 	b.ReleaseAt(p, tk.Now(), r)
 	fmt.Println(b.State())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/testkit"
 )
 
@@ -61,7 +62,7 @@ func TestGoexitInOutcomeListenerAppliesProbeResult(t *testing.T) {
 	p, err := b.AcquireAt(tk.Now())
 	require.NoError(t, err)
 	require.Equal(t, HalfOpen, b.State())
-	_, goexited := testkit.Run(func() { b.Record(p, tk.Now(), errBoom) })
+	_, goexited := testkit.Run(func() { b.ReleaseAt(p, tk.Now(), b.Classify(errBoom)) })
 	require.True(t, goexited, "the listener's Goexit ends the recording goroutine")
 	exit = false
 	require.Equal(t, Open, b.State(), "the failed probe reopens (the result is applied before the listener runs)")
@@ -163,7 +164,7 @@ func TestDoReleasesProbeWhenClassifyPanics(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			b, tk := newTest(t, Config{
 				Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: 1,
-				Classify: func(err error) Result {
+				Classify: func(err error) rampart.Result {
 					if err == errOdd {
 						panic("classifier bug")
 					}

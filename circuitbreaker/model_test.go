@@ -128,7 +128,7 @@ func (m *refBreaker) acquire(now int64) (refPermit, int) {
 	}
 }
 
-func (m *refBreaker) record(p refPermit, now int64, r Result) {
+func (m *refBreaker) record(p refPermit, now int64, r rampart.Result) {
 	if p.gen != m.gen || p.st != m.state {
 		m.stale++
 		return
@@ -136,7 +136,7 @@ func (m *refBreaker) record(p refPermit, now int64, r Result) {
 	if m.state == Disabled {
 		return
 	}
-	if r == Ignored {
+	if r == rampart.Ignored {
 		if m.state == HalfOpen {
 			m.infl--
 			m.adm--
@@ -144,7 +144,7 @@ func (m *refBreaker) record(p refPermit, now int64, r Result) {
 		return
 	}
 	slow := m.c.SlowCallDuration > 0 && now-p.start >= int64(m.c.SlowCallDuration)
-	failed := r == Failure
+	failed := r == rampart.Failure
 	if failed {
 		m.failures++
 	}
@@ -356,7 +356,7 @@ func FuzzReference(f *testing.F) {
 				k := int(arg>>2) % len(hs)
 				h := hs[k]
 				hs = append(hs[:k], hs[k+1:]...)
-				r := Result(arg % 3)
+				r := rampart.Result(arg % 3)
 				b.ReleaseAt(h.p, now, r)
 				m.record(h.r, now, r)
 			case 7:

@@ -25,7 +25,7 @@ func TestStressHalfOpenExactlyK(t *testing.T) {
 			b.TransitionTo(HalfOpen) // arrive in half-open rather than at the end of open
 		} else {
 			p, _ := b.AcquireAt(tk.Now())
-			b.Record(p, tk.Now(), errBoom)
+			b.ReleaseAt(p, tk.Now(), b.Classify(errBoom))
 			tk.Advance(time.Second)
 		}
 		var admitted, rejected atomic.Int64
@@ -100,12 +100,12 @@ func TestStressMixed(t *testing.T) {
 						}
 						mu.Unlock()
 					}
-					var res Result
+					var res rampart.Result
 					switch x := r.IntN(10); {
 					case x < 2:
-						res = Failure
+						res = rampart.Failure
 					case x < 3:
-						res = Ignored
+						res = rampart.Ignored
 					}
 					now := tk.Now() + int64(r.IntN(5))*int64(time.Millisecond)
 					if probe {
@@ -152,7 +152,7 @@ func TestStressStaleNeverCounted(t *testing.T) {
 			old[i], _ = b.AcquireAt(tk.Now())
 		}
 		p, _ := b.AcquireAt(tk.Now())
-		b.Record(p, tk.Now(), errBoom) // trip
+		b.ReleaseAt(p, tk.Now(), b.Classify(errBoom)) // trip
 		tk.Advance(time.Second)
 		probes := make([]Permit, K)
 		for i := range probes {
@@ -161,10 +161,10 @@ func TestStressStaleNeverCounted(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		for i := range old {
-			wg.Go(func() { b.Record(old[i], tk.Now(), errBoom) })
+			wg.Go(func() { b.ReleaseAt(old[i], tk.Now(), b.Classify(errBoom)) })
 		}
 		for i := range probes {
-			wg.Go(func() { b.Record(probes[i], tk.Now(), nil) })
+			wg.Go(func() { b.ReleaseAt(probes[i], tk.Now(), b.Classify(nil)) })
 		}
 		wg.Wait()
 		require.Equal(t, Closed, b.State())
@@ -250,9 +250,9 @@ func TestStressProbeAccounting(t *testing.T) {
 					mu.Unlock()
 				}
 				if ignored {
-					b.ReleaseAt(p, tk.Now(), Ignored)
+					b.ReleaseAt(p, tk.Now(), rampart.Ignored)
 				} else {
-					b.Record(p, tk.Now(), rerr)
+					b.ReleaseAt(p, tk.Now(), b.Classify(rerr))
 				}
 				recorded.Add(1)
 			}
@@ -306,7 +306,7 @@ func TestStressTimeWindowRecyclingConsistent(t *testing.T) {
 				if i%2 == 0 {
 					rerr = errBoom
 				}
-				b.Record(p, tk.Now(), rerr)
+				b.ReleaseAt(p, tk.Now(), b.Classify(rerr))
 				total.Add(1)
 				if g == 0 && i%10 == 0 {
 					tk.Advance(3 * time.Nanosecond)

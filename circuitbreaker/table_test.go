@@ -61,7 +61,7 @@ func TestTransitionTable(t *testing.T) {
 					t.Helper()
 					t.Fatalf("step %d %q at %v: "+format, append([]any{i, step, time.Duration(tk.Now())}, args...)...)
 				}
-				record := func(d time.Duration, r Result) {
+				record := func(d time.Duration, r rampart.Result) {
 					p, err := b.AcquireAt(tk.Now())
 					if err != nil {
 						fail("rejected: %v", err)
@@ -71,13 +71,13 @@ func TestTransitionTable(t *testing.T) {
 				}
 				switch step[0] {
 				case 's':
-					record(0, Success)
+					record(0, rampart.Success)
 				case 'f':
-					record(0, Failure)
+					record(0, rampart.Failure)
 				case 'w':
-					record(10*time.Millisecond, Success)
+					record(10*time.Millisecond, rampart.Success)
 				case 'i':
-					record(0, Ignored)
+					record(0, rampart.Ignored)
 				case 'x', 'h':
 					_, err := b.AcquireAt(tk.Now())
 					if want := map[byte]error{'x': b.errOpen, 'h': b.errHalfOpen}[step[0]]; err != want {
@@ -91,7 +91,7 @@ func TestTransitionTable(t *testing.T) {
 					held = append(held, p)
 				case 'P':
 					for _, p := range held {
-						b.ReleaseAt(p, tk.Now(), Success)
+						b.ReleaseAt(p, tk.Now(), rampart.Success)
 					}
 					held = nil
 				case '+':

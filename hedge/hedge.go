@@ -19,28 +19,6 @@ import (
 	_ "github.com/rampart-go/rampart/retry"
 )
 
-// Budget is a retry budget that hedges obey, shared with the retry policies
-// of the same dependency. Package retry's Budget interface, TokenBucket and
-// RatioBudget satisfy it. The hedger calls OnRequest once per call,
-// AllowRetry before each hedge (true grants and counts it), OnSuccess after
-// each attempt that succeeded and OnFailure after each attempt that failed
-// with a non-fatal error. All now arguments are readings of Config.Ticker.
-//
-// When a retry policy that wraps the hedged calls shares the same budget,
-// both count the logical call in OnRequest; for retry.RatioBudget that
-// doubles the request count (the ratio is then relative to twice the calls).
-type Budget interface {
-	// OnRequest records the start of a logical call.
-	OnRequest(now int64)
-	// OnSuccess records an attempt that succeeded.
-	OnSuccess(now int64)
-	// OnFailure records an attempt that failed with a non-fatal error.
-	OnFailure(now int64)
-	// AllowRetry reports whether one more hedge may start now, and counts
-	// it when it may.
-	AllowRetry(now int64) bool
-}
-
 // Limits of the configuration.
 const (
 	// MaxHedgesLimit is the largest Config.MaxHedges (gRPC A6 allows 5
@@ -87,7 +65,7 @@ type Config struct {
 	// hedges are limited by MaxHedges only. A nil *retry.TokenBucket or
 	// *retry.RatioBudget, and one not built by retry.NewTokenBucket or
 	// retry.NewRatioBudget (a zero value), is refused.
-	Budget Budget
+	Budget rampart.Budget
 
 	// Fatal reports whether an attempt's error ends the race (the error is
 	// returned and the other attempts are cancelled) rather than letting
@@ -150,7 +128,7 @@ type Hedger struct {
 	ticker     rampart.Ticker
 	wd         *watchdog.Watchdog
 	ownWD      bool
-	budget     Budget
+	budget     rampart.Budget
 	fatal      func(error) bool
 	onHedge    func(int)
 	onWon      func(int)
@@ -279,9 +257,6 @@ func (h *Hedger) Close() error {
 	}
 	return nil
 }
-
-// Name returns the configured name.
-func (h *Hedger) Name() string { return h.name }
 
 // Ticker returns the clock the hedger reads.
 func (h *Hedger) Ticker() rampart.Ticker { return h.ticker }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/pipeline"
@@ -202,7 +201,7 @@ func NewTransport(cfg ClientConfig) (http.RoundTripper, error) {
 		// The limiter classifies an attempt timeout as it classifies
 		// context.DeadlineExceeded (a drop by default), which the
 		// timeout's error no longer matches. Failure path only.
-		pc.AdaptiveClassify = func(ctx context.Context, err error) adaptive.Outcome {
+		pc.AdaptiveClassify = func(ctx context.Context, err error) rampart.Result {
 			if errors.Is(err, ErrAttemptTimeout) {
 				err = context.DeadlineExceeded
 			}

@@ -623,7 +623,7 @@ func TestClientAttemptTimeoutClassifiedAsDeadlineByAdaptive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tick := rampart.NewNanoTicker()
 		var seen []error
-		al, err := adaptive.New(adaptive.Config{Ticker: tick, Classify: func(ctx context.Context, err error) adaptive.Outcome {
+		al, err := adaptive.New(adaptive.Config{Ticker: tick, Classify: func(ctx context.Context, err error) rampart.Result {
 			seen = append(seen, err)
 			return adaptive.DefaultClassify(ctx, err)
 		}})

@@ -20,11 +20,11 @@ import (
 // classifyLog records the outcomes a limiter's classifier returned.
 type classifyLog struct {
 	mu  sync.Mutex
-	out []adaptive.Outcome
+	out []rampart.Result
 }
 
-func (c *classifyLog) wrap(f func(context.Context, error) adaptive.Outcome) func(context.Context, error) adaptive.Outcome {
-	return func(ctx context.Context, err error) adaptive.Outcome {
+func (c *classifyLog) wrap(f func(context.Context, error) rampart.Result) func(context.Context, error) rampart.Result {
+	return func(ctx context.Context, err error) rampart.Result {
 		o := f(ctx, err)
 		c.mu.Lock()
 		c.out = append(c.out, o)
@@ -33,7 +33,7 @@ func (c *classifyLog) wrap(f func(context.Context, error) adaptive.Outcome) func
 	}
 }
 
-func (c *classifyLog) take() []adaptive.Outcome {
+func (c *classifyLog) take() []rampart.Result {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := c.out
@@ -49,9 +49,9 @@ func newClassifiedAdaptive(t *testing.T, tick rampart.Ticker) (*adaptive.Limiter
 	log := &classifyLog{}
 	l, err := adaptive.New(adaptive.Config{
 		Name: "al", Ticker: tick, InitialLimit: 2, MinLimit: 2, MaxLimit: 2,
-		Classify: log.wrap(func(ctx context.Context, err error) adaptive.Outcome {
+		Classify: log.wrap(func(ctx context.Context, err error) rampart.Result {
 			if errors.Is(err, errBoom) {
-				return adaptive.Dropped
+				return rampart.Failure
 			}
 			return adaptive.DefaultClassify(ctx, err)
 		}),
@@ -73,7 +73,7 @@ func TestAdaptiveUsesTheLimitersClassify(t *testing.T) {
 
 	// An error from fn that the limiter's Classify calls a drop.
 	require.ErrorIs(t, p.Do(context.Background(), fail), errBoom)
-	require.Equal(t, []adaptive.Outcome{adaptive.Dropped}, log.take())
+	require.Equal(t, []rampart.Result{rampart.Failure}, log.take())
 
 	// An attempt that overran the timeout: the timeout's error, a drop.
 	o := p.Try(context.Background(), func(context.Context) error {
@@ -81,7 +81,7 @@ func TestAdaptiveUsesTheLimitersClassify(t *testing.T) {
 		return nil
 	})
 	require.Equal(t, pipeline.TimedOut, o.Code)
-	require.Equal(t, []adaptive.Outcome{adaptive.Dropped}, log.take())
+	require.Equal(t, []rampart.Result{rampart.Failure}, log.take())
 
 	// The caller cancelled: ignored (it says nothing about the dependency).
 	ctx, cancel := context.WithCancel(context.Background())
@@ -90,23 +90,23 @@ func TestAdaptiveUsesTheLimitersClassify(t *testing.T) {
 		return ctx.Err()
 	})
 	require.Equal(t, pipeline.Canceled, o.Code)
-	require.Equal(t, []adaptive.Outcome{adaptive.Ignored}, log.take())
+	require.Equal(t, []rampart.Result{rampart.Ignored}, log.take())
 	require.Zero(t, al.InFlight(), "every token released")
 }
 
 func TestAdaptiveClassifyOverridesTheLimiters(t *testing.T) {
 	tick := rampart.NewManualTicker(1)
 	al, log := newClassifiedAdaptive(t, tick)
-	var got []adaptive.Outcome
+	var got []rampart.Result
 	p, err := pipeline.New(pipeline.Config{Adaptive: al,
-		AdaptiveClassify: func(ctx context.Context, err error) adaptive.Outcome {
-			got = append(got, adaptive.Ignored)
-			return adaptive.Ignored
+		AdaptiveClassify: func(ctx context.Context, err error) rampart.Result {
+			got = append(got, rampart.Ignored)
+			return rampart.Ignored
 		}})
 	require.NoError(t, err)
 	require.ErrorIs(t, p.Do(context.Background(), fail), errBoom)
 	require.Empty(t, log.take(), "the override replaces the limiter's classifier")
-	require.Equal(t, []adaptive.Outcome{adaptive.Ignored}, got)
+	require.Equal(t, []rampart.Result{rampart.Ignored}, got)
 	require.Zero(t, al.InFlight())
 }
 
@@ -118,7 +118,7 @@ func TestPanickingClassifierReleasesEverything(t *testing.T) {
 		t.Run(which, func(t *testing.T) {
 			tick := rampart.NewManualTicker(1)
 			var healed atomic.Bool // set: the classifiers stop panicking
-			panicky := func(ctx context.Context, err error) adaptive.Outcome {
+			panicky := func(ctx context.Context, err error) rampart.Result {
 				if !healed.Load() {
 					panic("classifier bug")
 				}
@@ -136,7 +136,7 @@ func TestPanickingClassifierReleasesEverything(t *testing.T) {
 				// on a success too, released by run's fast first attempt.
 				onSuccess := which == "breaker-on-success"
 				cfg.Breaker = newBreaker(t, tick, func(c *circuitbreaker.Config) {
-					c.Classify = func(err error) circuitbreaker.Result {
+					c.Classify = func(err error) rampart.Result {
 						if (err != nil) != onSuccess && !healed.Load() {
 							panic("classifier bug")
 						}

@@ -170,7 +170,7 @@ func newFPWorld(t testing.TB, cfg fpConfig, ref fpRef) *fpWorld {
 			OpenDuration: 10 * time.Second, HalfOpenProbes: 2}
 		switch cfg.breaker {
 		case 2:
-			bc.Classify = func(err error) circuitbreaker.Result {
+			bc.Classify = func(err error) rampart.Result {
 				if w.cbPanic.CompareAndSwap(true, false) {
 					panic(fpClassifyPanic{"breaker"})
 				}
@@ -208,7 +208,7 @@ func newFPWorld(t testing.TB, cfg fpConfig, ref fpRef) *fpWorld {
 		require.NoError(t, err)
 		w.al = al
 		pc.Adaptive = al
-		pc.AdaptiveClassify = func(ctx context.Context, err error) adaptive.Outcome {
+		pc.AdaptiveClassify = func(ctx context.Context, err error) rampart.Result {
 			if w.alClassifyPanic.CompareAndSwap(true, false) {
 				panic(fpClassifyPanic{"adaptive"})
 			}
@@ -788,7 +788,7 @@ func TestBreakerRecordFastPathSkipsNoProbeOrStalePermit(t *testing.T) {
 		for range 2 {
 			pm, err := cb.AcquireAt(tick.Now())
 			require.NoError(t, err)
-			cb.Record(pm, tick.Now(), nil)
+			cb.ReleaseAt(pm, tick.Now(), cb.Classify(nil))
 		}
 		s := cb.Stats()
 		require.Equal(t, int64(2), s.WindowCalls)
@@ -801,7 +801,7 @@ func TestBreakerRecordFastPathSkipsNoProbeOrStalePermit(t *testing.T) {
 	require.NoError(t, err)
 	cb.Reset()
 	healthy()
-	cb.Record(stale, tick.Now(), nil)
+	cb.ReleaseAt(stale, tick.Now(), cb.Classify(nil))
 	require.EqualValues(t, 1, cb.Stats().StaleResults, "a stale permit's success was taken for a current one")
 
 	// A half-open probe over a window full of successes.
@@ -811,7 +811,7 @@ func TestBreakerRecordFastPathSkipsNoProbeOrStalePermit(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cb.AcquireAt(tick.Now())
 	require.ErrorIs(t, err, circuitbreaker.ErrHalfOpenFull)
-	cb.Record(probe, tick.Now(), nil)
+	cb.ReleaseAt(probe, tick.Now(), cb.Classify(nil))
 	require.Equal(t, circuitbreaker.Closed, cb.State(), "the probe's success was not recorded")
 
 	// Through a pipeline: the probe is the fast first attempt's.
@@ -840,18 +840,18 @@ func TestTimeoutFinishFastPath(t *testing.T) {
 	require.ErrorIs(t, soft.FinishAt(h, d, nil), timeout.ErrTimeout)
 	require.EqualValues(t, 1, soft.Stats().Timeouts)
 	// NotRead: soft mode reads the ticker.
-	require.NoError(t, soft.FinishAt(h, timeout.NotRead, nil))
+	require.NoError(t, soft.FinishAt(h, rampart.NotRead, nil))
 	tick.Set(d)
-	require.ErrorIs(t, soft.FinishAt(h, timeout.NotRead, nil), timeout.ErrTimeout)
+	require.ErrorIs(t, soft.FinishAt(h, rampart.NotRead, nil), timeout.ErrTimeout)
 	require.EqualValues(t, 2, soft.Stats().Timeouts)
 	// The zero Handle: deadline 0.
 	require.Same(t, errBoom, soft.FinishAt(timeout.Handle{}, -1, errBoom))
 	require.ErrorIs(t, soft.FinishAt(timeout.Handle{}, 0, errBoom), timeout.ErrTimeout)
-	require.ErrorIs(t, soft.FinishAt(timeout.Handle{}, timeout.NotRead, nil), timeout.ErrTimeout, "NotRead reads the clock: past deadline 0")
+	require.ErrorIs(t, soft.FinishAt(timeout.Handle{}, rampart.NotRead, nil), timeout.ErrTimeout, "NotRead reads the clock: past deadline 0")
 
 	// Deadline mode, in time: Finish must still end the context.
 	dl := newTimeoutTick(t, tick, fpTimeout, timeout.ModeDeadline, time.Millisecond)
-	for _, now := range []int64{tick.Now() + 1, timeout.NotRead} {
+	for _, now := range []int64{tick.Now() + 1, rampart.NotRead} {
 		ctx, h := dl.StartAt(context.Background(), tick.Now())
 		require.NoError(t, ctx.Err())
 		require.NoError(t, dl.FinishAt(h, now, nil))

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"math"
 	"sync/atomic"
 
 	"github.com/rampart-go/rampart"
@@ -15,11 +14,6 @@ import (
 	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/timeout"
 )
-
-// noTime stands for "the clock was not read". The breaker's primitives
-// accept it (see circuitbreaker.Permit.Start): a closed breaker that needs
-// no duration decides without the time.
-const noTime = math.MinInt64
 
 // Config lists the policies of a pipeline, one field per kind; a nil field
 // is absent. The policies are built by their own packages' New and may be
@@ -116,7 +110,7 @@ type Config struct {
 	// same classification as its Do. A success is always released as
 	// adaptive.Success without calling either; an attempt that panics is
 	// released as adaptive.Ignored.
-	AdaptiveClassify func(ctx context.Context, err error) adaptive.Outcome
+	AdaptiveClassify func(ctx context.Context, err error) rampart.Result
 }
 
 // Pipeline runs calls through a fixed sequence of policies. Build it with
@@ -126,7 +120,7 @@ type Pipeline struct {
 	// and the clock flags.
 	tick  rampart.Ticker
 	rt    *retry.Policy
-	bud   retry.Budget
+	bud   rampart.Budget
 	cb    *circuitbreaker.Breaker
 	rl    *ratelimit.Limiter
 	bh    *bulkhead.Bulkhead
@@ -135,8 +129,8 @@ type Pipeline struct {
 	hg    *hedge.Hedger
 	toErr error // the timeout's preallocated error, to recognise a timeout
 
-	alClassify func(context.Context, error) adaptive.Outcome // Config.AdaptiveClassify; nil: al.Classify
-	cbClassify bool                                          // the breaker has a Classify: consulted on a success too
+	alClassify func(context.Context, error) rampart.Result // Config.AdaptiveClassify; nil: al.Classify
+	cbClassify bool                                        // the breaker has a Classify: consulted on a success too
 
 	// needT0: a policy takes the time before the call (rate limiter,
 	// adaptive limit, timeout, a breaker that times calls). needT1: a
@@ -323,9 +317,6 @@ func (p *Pipeline) Config() Config { return p.cfg }
 
 // Ticker returns the pipeline's clock.
 func (p *Pipeline) Ticker() rampart.Ticker { return p.tick }
-
-// Name returns the configured name.
-func (p *Pipeline) Name() string { return p.cfg.Name }
 
 // Do calls fn through the pipeline's policies. It returns nil, fn's error
 // unchanged (or the retry's give-up error wrapping it), the preallocated

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/hedge"
@@ -15,7 +16,7 @@ import (
 // once, on the normal path or from the deferred guard when fn panics or
 // calls runtime.Goexit.
 type attempt struct {
-	t0, t1 int64 // clock readings, noTime when not read
+	t0, t1 int64 // clock readings, rampart.NotRead when not read
 	start  int64 // the first attempt's t0, for the retry budget on a panic
 	permit circuitbreaker.Permit
 	token  adaptive.Permit
@@ -34,7 +35,7 @@ const (
 
 // loop is the per-call state of the retry loop, in the caller's frame.
 type loop struct {
-	start    int64 // the first attempt's t0 (noTime before it)
+	start    int64 // the first attempt's t0 (rampart.NotRead before it)
 	prev     int64 // the previous retry delay
 	deadline int64 // the context's deadline on the ticker; -1: not computed
 	last     error // the previous attempt's error, for a give-up
@@ -66,7 +67,7 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	// with non-zero fields is copied from a static template, a load of a
 	// line outside the stack on every call.
 	var a attempt
-	a.t0, a.t1, a.start = noTime, noTime, noTime
+	a.t0, a.t1, a.start = rampart.NotRead, rampart.NotRead, rampart.NotRead
 	// The one guard of the call: when fn panics or calls runtime.Goexit
 	// (heldCall still set), or a classifier panics while the permits are
 	// released, whatever a.held still names is released and the panic goes
@@ -175,7 +176,7 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 			p.bh.Release() // one atomic add and one load
 		}
 		if p.cb != nil {
-			r := circuitbreaker.Success
+			r := rampart.Success
 			if p.cbClassify {
 				r = p.cb.Classify(nil) // user code: a panic leaves the permit to the guard
 			}
@@ -185,11 +186,11 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 			p.cb.ReleaseAt(a.permit, a.t1, r) // healthy count window: four loads
 		}
 		if p.bud != nil {
-			p.bud.OnSuccess(a.t0) // noTime when the retry does not use it
+			p.bud.OnSuccess(a.t0) // rampart.NotRead when the retry does not use it
 		}
 		a.held = 0
 		if p.al != nil {
-			p.al.ReleaseAt(a.token, a.t1, adaptive.Success) // last: it may run the Controller
+			p.al.ReleaseAt(a.token, a.t1, rampart.Success) // last: it may run the Controller
 		}
 		return v // o: Attempts 1, the rest zero (OK)
 	}
@@ -210,13 +211,13 @@ func inMemory[T any](*context.Context, *func(context.Context) (T, error), *func(
 // first. v is the value of that attempt.
 func runLoop[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome, a *attempt, v T, err error, failed bool) T {
 	var l loop
-	l.start, l.deadline = noTime, -1
+	l.start, l.deadline = rampart.NotRead, -1
 	if failed {
 		l.start = a.start
 		if p.settle(ctx, &l, a, err, o) {
 			return v
 		}
-		*a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
+		*a = attempt{t0: rampart.NotRead, t1: rampart.NotRead, start: l.start} // the next attempt
 	}
 	for {
 		actx, admitted := p.begin(ctx, &l, a, o)
@@ -234,7 +235,7 @@ func runLoop[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) 
 		if p.end(ctx, &l, a, err, o) {
 			return v
 		}
-		*a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
+		*a = attempt{t0: rampart.NotRead, t1: rampart.NotRead, start: l.start} // the next attempt
 	}
 }
 
@@ -243,9 +244,9 @@ func runLoop[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) 
 // goroutines, which makes a closure passed to them escape to the heap.
 func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome) (v T) {
 	var l loop // as in run
-	l.start, l.deadline = noTime, -1
+	l.start, l.deadline = rampart.NotRead, -1
 	var a attempt
-	a.t0, a.t1, a.start = noTime, noTime, noTime
+	a.t0, a.t1, a.start = rampart.NotRead, rampart.NotRead, rampart.NotRead
 	defer p.releaseHeld(&a) // as in run
 	for {
 		actx, admitted := p.begin(ctx, &l, &a, o)
@@ -275,7 +276,7 @@ func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context
 		if p.end(ctx, &l, &a, err, o) {
 			return v
 		}
-		a = attempt{t0: noTime, t1: noTime, start: l.start} // the next attempt
+		a = attempt{t0: rampart.NotRead, t1: rampart.NotRead, start: l.start} // the next attempt
 	}
 }
 
@@ -301,7 +302,7 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 		a.t0 = p.tick.Now() // clock read 1 of at most 2 per attempt
 	}
 	if o.Attempts == 1 && rt != nil {
-		// The call's start: noTime when neither the retry
+		// The call's start: rampart.NotRead when neither the retry
 		// (rt.NeedsTime) nor another policy needed it, and then ignored
 		// by the retry and its budget.
 		l.start, a.start = a.t0, a.t0
@@ -315,7 +316,7 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 		// Closed: one atomic load. Without t0 (no policy needed it) a
 		// closed breaker decides alone; any other state needs the time.
 		permit, err := p.cb.AcquireAt(a.t0)
-		if err != nil && a.t0 == noTime {
+		if err != nil && a.t0 == rampart.NotRead {
 			a.t0 = p.tick.Now() // slow path: an open or half-open breaker
 			permit, err = p.cb.AcquireAt(a.t0)
 		}
@@ -355,7 +356,7 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 		a.token = tok
 		a.held |= heldAdaptive
 	}
-	if p.mayWait && a.t0 != noTime {
+	if p.mayWait && a.t0 != rampart.NotRead {
 		// Only when a bulkhead or adaptive queue can wait: the attempt may
 		// have queued since t0, so the timeout's deadline and the hedger's
 		// delay start from a fresh reading taken at admission.
@@ -388,7 +389,7 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 		// Disarms the watch and ends the context; turns an overrun into
 		// the timeout's error, which the policies below then record.
 		a.held &^= heldTimeout
-		// a.t1 is noTime (timeout.NotRead) unless another policy read it:
+		// a.t1 is rampart.NotRead (timeout.NotRead) unless another policy read it:
 		// a deadline-mode timeout then takes the watchdog's verdict.
 		if err = p.to.FinishAt(a.th, a.t1, err); err != nil && err == p.toErr {
 			o.Code, o.Policy = TimedOut, Timeout
@@ -407,7 +408,7 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 	// but the breaker's Classify, and the adaptive token last, since its
 	// Release may run the user's Controller: if that panics, everything
 	// else is already released and recorded.
-	oc := adaptive.Success
+	oc := rampart.Success
 	if err != nil && a.held&heldAdaptive != 0 {
 		oc = p.classifyAdaptive(ctx, err)
 	}
@@ -416,18 +417,18 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 		p.bh.Release() // one atomic add and one load
 	}
 	if a.held&heldBreaker != 0 {
-		r := circuitbreaker.Success
+		r := rampart.Success
 		if err != nil || p.cbClassify {
 			r = p.cb.Classify(err) // user code: a panic leaves the permit to abort
 		}
-		a.held &^= heldBreaker               // recorded from here (a listener may Goexit)
+		a.held &^= heldBreaker            // recorded from here (a listener may Goexit)
 		p.cb.ReleaseAt(a.permit, a.t1, r) // healthy count window: four loads
 	}
 	if err == nil && p.bud != nil {
 		now := a.t0
-		if now == noTime {
+		if now == rampart.NotRead {
 			// A retry with no policy reading t0: the call's start
-			// (noTime when the retry does not use it).
+			// (rampart.NotRead when the retry does not use it).
 			now = l.start
 		}
 		p.bud.OnSuccess(now)
@@ -450,7 +451,7 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 	}
 	// Slow path: decide whether to retry.
 	now := a.t1
-	if now == noTime {
+	if now == rampart.NotRead {
 		now = p.tick.Now() // clock read 2, on the failure path only
 	}
 	if cerr := ctx.Err(); cerr != nil {
@@ -494,7 +495,7 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 // classifyAdaptive gives a failed attempt's outcome for the adaptive limit:
 // Config.AdaptiveClassify when set, else the limiter's own classification.
 // Failure path only.
-func (p *Pipeline) classifyAdaptive(ctx context.Context, err error) adaptive.Outcome {
+func (p *Pipeline) classifyAdaptive(ctx context.Context, err error) rampart.Result {
 	if p.alClassify != nil {
 		return p.alClassify(ctx, err)
 	}
@@ -526,7 +527,7 @@ func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.P
 // (an open or half-open breaker needs the time) is asked again with a
 // reading; it fills o when the breaker still refuses, else a.permit.
 func (p *Pipeline) breakerRejected(a *attempt, o *Outcome, err error) {
-	if a.t0 == noTime {
+	if a.t0 == rampart.NotRead {
 		a.t0 = p.now()
 		if a.permit, err = p.cb.AcquireAt(a.t0); err == nil {
 			return
@@ -551,12 +552,12 @@ func (p *Pipeline) unwind(a *attempt) {
 		p.bh.Release()
 	}
 	if held&heldBreaker != 0 {
-		p.cb.ReleaseAt(a.permit, noTime, circuitbreaker.Ignored)
+		p.cb.ReleaseAt(a.permit, rampart.NotRead, rampart.Ignored)
 	}
 	if held&heldAdaptive != 0 {
 		// Last: closing a due window may run the user's Controller, which
 		// may panic; everything else is released by then.
-		p.al.ReleaseAt(a.token, a.t0, adaptive.Ignored)
+		p.al.ReleaseAt(a.token, a.t0, rampart.Ignored)
 	}
 }
 
@@ -588,7 +589,7 @@ func (p *Pipeline) reject(o *Outcome, k Kind, err error, retryAfter int64) {
 // admission, when a policy could have queued), which saves the hedger its
 // own read; otherwise a fresh reading (the read the hedger would make itself).
 func (p *Pipeline) hedgeStart(a *attempt) int64 {
-	if a.t0 != noTime {
+	if a.t0 != rampart.NotRead {
 		return a.t0
 	}
 	return p.tick.Now() // the hedger's clock (New checks it is the pipeline's)
@@ -605,12 +606,12 @@ func (p *Pipeline) releaseHeld(a *attempt) {
 }
 
 // readAfterPanic is abort's end reading. The Ticker may be user code: if it
-// panics here, abort goes on without the reading (noTime) rather than
+// panics here, abort goes on without the reading (rampart.NotRead) rather than
 // leaving the permits held; the panic that ran abort goes on unchanged.
 func (p *Pipeline) readAfterPanic() (now int64) {
 	defer func() {
 		if recover() != nil {
-			now = noTime
+			now = rampart.NotRead
 		}
 	}()
 	return p.now()
@@ -626,7 +627,7 @@ func (p *Pipeline) abort(a *attempt) {
 	// permit twice nor leaks the others.
 	held := a.held
 	a.held = 0
-	if p.needT1 && a.t1 == noTime {
+	if p.needT1 && a.t1 == rampart.NotRead {
 		a.t1 = p.readAfterPanic()
 	}
 	if held&heldTimeout != 0 {
@@ -634,7 +635,7 @@ func (p *Pipeline) abort(a *attempt) {
 		// mode that needs none, or a Ticker that panicked) t0 stands in:
 		// NotRead would make a soft-mode Finish read the ticker itself.
 		end := a.t1
-		if end == noTime {
+		if end == rampart.NotRead {
 			end = a.t0
 		}
 		_ = p.to.FinishAt(a.th, end, ErrPanicked)
@@ -647,9 +648,9 @@ func (p *Pipeline) abort(a *attempt) {
 		// Classify itself panicked. An attempt whose fn never ran (a later
 		// stage's rejection listener called Goexit) is released as
 		// Ignored, as unwind does.
-		r := circuitbreaker.Failure
+		r := rampart.Failure
 		if !a.ran {
-			r = circuitbreaker.Ignored
+			r = rampart.Ignored
 		}
 		p.cb.ReleaseAt(a.permit, a.t1, r)
 	}
@@ -657,6 +658,6 @@ func (p *Pipeline) abort(a *attempt) {
 		p.bud.OnFailure(a.start)
 	}
 	if held&heldAdaptive != 0 {
-		p.al.ReleaseAt(a.token, a.t1, adaptive.Ignored) // last: it may run the user's Controller
+		p.al.ReleaseAt(a.token, a.t1, rampart.Ignored) // last: it may run the user's Controller
 	}
 }

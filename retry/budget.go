@@ -10,37 +10,6 @@ import (
 	"github.com/rampart-go/rampart/internal/pad"
 )
 
-// Budget limits retries (and hedges) across every caller of one dependency,
-// so that an outage is not multiplied by the retries themselves. Share one
-// Budget between all the policies, hedgers and pipelines that call the same
-// dependency, and give them the same ticker (the now arguments must be
-// comparable).
-//
-// Two implementations: [TokenBucket] (gRPC A6 retry throttling) and
-// [RatioBudget] (the SRE book's retry ratio over a sliding window). All
-// methods are safe for concurrent use, lock-free and allocation-free.
-//
-// The protocol, which [Policy.Do], [Call], [CallIf] and [Policy.Decide]
-// follow and which a hedger follows too:
-//
-//   - OnRequest(now) once per logical call, before its first attempt;
-//   - OnSuccess(now) after an attempt that succeeded;
-//   - OnFailure(now) after an attempt that failed with a retryable error
-//     ([Policy.Decide] calls it: do not call it again for the same attempt);
-//   - AllowRetry(now) before each retry or hedge: true grants it (and
-//     counts it, for budgets that count retries), false refuses it.
-type Budget interface {
-	// OnRequest records the start of a logical call (not a retry).
-	OnRequest(now int64)
-	// OnSuccess records an attempt that succeeded.
-	OnSuccess(now int64)
-	// OnFailure records an attempt that failed with a retryable error.
-	OnFailure(now int64)
-	// AllowRetry reports whether one more retry (or hedge) may start now,
-	// and counts it when it may.
-	AllowRetry(now int64) bool
-}
-
 // milli is the fixed-point scale of TokenBucket: 1 token = 1000 milli-tokens
 // (A6 specifies up to three decimal places for the token ratio).
 const milli = 1000
@@ -375,6 +344,6 @@ func budgetReason(b any, qual string) string {
 func init() { budgetcheck.Reason = budgetReason }
 
 var (
-	_ Budget = (*TokenBucket)(nil)
-	_ Budget = (*RatioBudget)(nil)
+	_ rampart.Budget = (*TokenBucket)(nil)
+	_ rampart.Budget = (*RatioBudget)(nil)
 )

@@ -368,7 +368,7 @@ func TestAllocsBudgets(t *testing.T) {
 	now := int64(0)
 	testkit.WantAllocs(t, "budgets", 0, func() {
 		now += int64(time.Millisecond)
-		for _, b := range []Budget{tb, rb} {
+		for _, b := range []rampart.Budget{tb, rb} {
 			b.OnRequest(now)
 			b.OnFailure(now)
 			b.AllowRetry(now)
@@ -595,7 +595,7 @@ func TestRatioBudgetMinRetriesAcrossEpochWraps(t *testing.T) {
 func TestBudgetsUnderRandomFailures(t *testing.T) {
 	for _, c := range []struct {
 		name     string
-		budget   func() Budget
+		budget   func() rampart.Budget
 		p        float64 // failure rate of an attempt
 		min, max float64 // retries granted per call
 	}{
@@ -605,7 +605,7 @@ func TestBudgetsUnderRandomFailures(t *testing.T) {
 		{"ratio 0.25 at 20 %", ratioBudget(0.25), 0.20, 0.24 * 0.98, 0.24 * 1.02},
 		{"ratio 0.25 at 30 %", ratioBudget(0.25), 0.30, 0.245, 0.25},
 		{"ratio 0.1 at 30 %", ratioBudget(0.1), 0.30, 0.098, 0.1},
-		{"token ratio 0.5 at 20 %", func() Budget {
+		{"token ratio 0.5 at 20 %", func() rampart.Budget {
 			b, _ := NewTokenBucket(TokenBucketConfig{TokenRatio: 0.5})
 			return b
 		}, 0.20, 0.24 * 0.9, 0.24 * 1.02},
@@ -632,13 +632,13 @@ func TestBudgetsUnderRandomFailures(t *testing.T) {
 	}
 }
 
-func defaultBucket() Budget {
+func defaultBucket() rampart.Budget {
 	b, _ := NewTokenBucket(TokenBucketConfig{})
 	return b
 }
 
-func ratioBudget(ratio float64) func() Budget {
-	return func() Budget {
+func ratioBudget(ratio float64) func() rampart.Budget {
+	return func() rampart.Budget {
 		b, _ := NewRatioBudget(RatioBudgetConfig{Ratio: ratio})
 		return b
 	}

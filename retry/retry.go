@@ -65,7 +65,7 @@ type Config struct {
 	// shares it; see [Budget]. A nil *TokenBucket or *RatioBudget, and one
 	// not built by [NewTokenBucket] or [NewRatioBudget] (a zero value), is
 	// refused.
-	Budget Budget
+	Budget rampart.Budget
 
 	// Ticker is the clock for MaxDuration, deadlines and budgets. nil means
 	// [rampart.DefaultTicker]. Share it with the budget's other users. The
@@ -96,7 +96,7 @@ type Config struct {
 type Stats struct {
 	Retries        uint64 // retries granted (Decide returned Continue)
 	GiveUps        uint64 // give-up errors built
-	BudgetRefused uint64 // retries the budget refused
+	BudgetRefused  uint64 // retries the budget refused
 	ListenerPanics uint64 // listener panics recovered
 }
 
@@ -112,7 +112,7 @@ type Policy struct {
 	maxDur      int64
 	needStart   bool // read the clock before the first attempt (MaxDuration or a time-keeping budget)
 	full        bool // needStart || budget != nil: the first attempt needs more than a call
-	budget      Budget
+	budget      rampart.Budget
 	bucket      *TokenBucket // budget's dynamic type when it is one: calls devirtualised
 	ticker      rampart.Ticker
 	shouldRetry func(error) bool
@@ -210,7 +210,7 @@ func New(c Config) (*Policy, error) {
 // Budget returns the configured budget, or nil. Callers of the primitives
 // call its OnRequest and OnSuccess themselves; [Policy.Decide] calls
 // OnFailure and AllowRetry.
-func (p *Policy) Budget() Budget { return p.budget }
+func (p *Policy) Budget() rampart.Budget { return p.budget }
 
 // NeedsTime reports whether the policy uses the start of a call: true when
 // Config.MaxDuration is set or the budget keeps time (a [RatioBudget]'s
@@ -224,9 +224,6 @@ func (p *Policy) Budget() Budget { return p.budget }
 // Decide's now is used whatever NeedsTime says (the delay is checked
 // against the deadline): pass a real reading there.
 func (p *Policy) NeedsTime() bool { return p.needStart }
-
-// Name returns the configured name.
-func (p *Policy) Name() string { return p.name }
 
 // Ticker returns the policy's clock.
 func (p *Policy) Ticker() rampart.Ticker { return p.ticker }

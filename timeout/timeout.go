@@ -3,7 +3,6 @@ package timeout
 import (
 	"context"
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -323,20 +322,12 @@ func (t *Timeout) Duration() time.Duration { return time.Duration(t.d) }
 // Mode returns the configured mode.
 func (t *Timeout) Mode() Mode { return t.mode }
 
-// Name returns the configured name.
-func (t *Timeout) Name() string { return t.name }
-
 // Ticker returns the clock the primitive methods' now arguments come from.
 func (t *Timeout) Ticker() rampart.Ticker { return t.tk }
 
 // Err returns the instance's timeout error (the value Finish returns for a
 // call that overran).
 func (t *Timeout) Err() *Error { return t.err }
-
-// NotRead, passed to [Timeout.FinishAt] as now, says that the caller did not
-// read the clock at the end of the call (math.MinInt64, the value package
-// circuitbreaker's primitives take for the same meaning).
-const NotRead int64 = math.MinInt64
 
 // Handle is one call in progress between Start and Finish. It is a small
 // value; pass it back to Finish exactly once.
@@ -421,7 +412,7 @@ func (t *Timeout) unwatch(c *ctx, wh watchdog.Handle) bool {
 // tick), which saves a clock read; soft mode, which has no watchdog, reads
 // the ticker.
 func (t *Timeout) FinishAt(h Handle, now int64, err error) error {
-	if h.c == nil && now != NotRead && now < h.deadline {
+	if h.c == nil && now != rampart.NotRead && now < h.deadline {
 		// Soft mode, in time: small enough to be inlined into the caller.
 		return err
 	}
@@ -430,7 +421,7 @@ func (t *Timeout) FinishAt(h Handle, now int64, err error) error {
 
 // finish is Finish after its soft-mode fast path.
 func (t *Timeout) finish(h Handle, now int64, err error) error {
-	if now == NotRead {
+	if now == rampart.NotRead {
 		return t.end(h, err)
 	}
 	c := h.c

@@ -379,14 +379,14 @@ func TestFinishNotRead(t *testing.T) {
 
 	c, h := tm.StartAt(context.Background(), tk.Now())
 	tk.Set(1100) // past the deadline, but the watchdog has not swept
-	require.Same(t, boom, tm.FinishAt(h, NotRead, boom), "not fired: the call's own result")
+	require.Same(t, boom, tm.FinishAt(h, rampart.NotRead, boom), "not fired: the call's own result")
 	require.ErrorIs(t, c.Err(), context.Canceled)
 	require.Equal(t, uint64(0), tm.Stats().Timeouts)
 
 	c, h = tm.StartAt(context.Background(), tk.Now())
 	tk.Set(1200)
 	require.Equal(t, 1, wd.Sweep())
-	require.Same(t, tm.Err(), tm.FinishAt(h, NotRead, nil), "fired first: a timeout")
+	require.Same(t, tm.Err(), tm.FinishAt(h, rampart.NotRead, nil), "fired first: a timeout")
 	require.Equal(t, context.DeadlineExceeded, c.Err())
 	require.Equal(t, uint64(1), tm.Stats().Timeouts)
 	require.Equal(t, 0, wd.Stats().Armed)
@@ -395,10 +395,10 @@ func TestFinishNotRead(t *testing.T) {
 	require.NoError(t, err)
 	defer soft.Close()
 	_, h = soft.StartAt(context.Background(), tk.Now())
-	require.NoError(t, soft.FinishAt(h, NotRead, nil), "soft mode reads the ticker: in time")
+	require.NoError(t, soft.FinishAt(h, rampart.NotRead, nil), "soft mode reads the ticker: in time")
 	_, h = soft.StartAt(context.Background(), tk.Now())
 	tk.Advance(100)
-	require.Same(t, soft.Err(), soft.FinishAt(h, NotRead, nil), "soft mode reads the ticker: late")
+	require.Same(t, soft.Err(), soft.FinishAt(h, rampart.NotRead, nil), "soft mode reads the ticker: late")
 }
 
 type ctxKey struct{}

@@ -73,9 +73,9 @@ func newGuard(o options) (*guard, error) {
 		MaxOpenDuration:      time.Second, // a fixed probe period, the demo's phases are seconds long
 		HalfOpenProbes:       10,
 		HalfOpenSuccesses:    8,
-		Classify: func(err error) circuitbreaker.Result {
+		Classify: func(err error) rampart.Result {
 			if errors.Is(err, errNoTime) {
-				return circuitbreaker.Ignored // nothing was asked of the database
+				return rampart.Ignored // nothing was asked of the database
 			}
 			return circuitbreaker.DefaultClassify(err)
 		},

@@ -25,9 +25,9 @@ var (
 	_ rampart.Ticker         = testkit.FuncTicker(nil)
 	_ rampart.Ticker         = (*testkit.PanicTicker)(nil)
 	_ testkit.Ticker         = rampart.NewManualTicker(0)
-	_ retry.Budget           = (*testkit.Budget)(nil)
+	_ rampart.Budget         = (*testkit.Budget)(nil)
 	_ testkit.BudgetProtocol = (*retry.TokenBucket)(nil)
-	_ testkit.BudgetProtocol = retry.Budget(nil)
+	_ testkit.BudgetProtocol = rampart.Budget(nil)
 )
 
 // fakeT records what a helper reports; its Fatalf, FailNow and Skip end

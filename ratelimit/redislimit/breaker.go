@@ -47,7 +47,10 @@ func (b *breaker) record(p circuitbreaker.Permit, now int64, ok bool) {
 	if !ok {
 		err = errRedis
 	}
-	b.cb.Record(p, now, err)
+	{
+		var b *circuitbreaker.Breaker = b.cb
+		b.ReleaseAt(p, now, b.Classify(err))
+	}
 }
 
 // remaining is how long the breaker stays open (0 when closed).

@@ -61,7 +61,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rampart-go/rampart"
-	"github.com/rampart-go/rampart/circuitbreaker"
 )
 
 // ErrUnavailable is returned, wrapping the cause, when Redis cannot decide
@@ -212,7 +211,7 @@ type Decision struct {
 
 // Stats is a snapshot of a Limiter's counters.
 type Stats struct {
-	Admitted, Rejected     uint64 // decisions
+	Admitted, Rejected    uint64 // decisions
 	RoundTrips            uint64 // script runs that reached Redis
 	LeaseHits             uint64 // decisions served by a local lease
 	RedisErrors           uint64 // failed Redis calls (timeouts, connection errors)
@@ -382,7 +381,7 @@ func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need in
 	if err != nil && errors.Is(parent.Err(), context.Canceled) {
 		// The caller cancelled mid-call: not a Redis failure (a deadline
 		// of the caller's still counts, as a hung Redis would cause it).
-		l.brk.cb.ReleaseAt(permit, l.cfg.Ticker.Now(), circuitbreaker.Ignored)
+		l.brk.cb.ReleaseAt(permit, l.cfg.Ticker.Now(), rampart.Ignored)
 		return 0, Decision{}, err
 	}
 	if err != nil {
@@ -498,7 +497,7 @@ func (l *Limiter) notify(f func(error), err error) {
 // Stats returns a snapshot of the counters.
 func (l *Limiter) Stats() Stats {
 	return Stats{
-		Admitted:        l.allowed.Load(),
+		Admitted:       l.allowed.Load(),
 		Rejected:       l.rejected.Load(),
 		RoundTrips:     l.roundTrips.Load(),
 		LeaseHits:      l.leaseHits.Load(),
