@@ -42,16 +42,15 @@ var intendedInlining = map[string][]string{
 		"SatAdd", // timeout's StartAt (the deadline); adaptive's window end
 	},
 	"circuitbreaker": {
-		"(*countWindow).allOK",     // RecordResult's healthy fast path
-		"(*Breaker).Classify",      // pipeline's release, on a failure or with Classify set
+		"(*countWindow).allOK",       // RecordResult's healthy fast path
+		"(*Breaker).Classify",        // pipeline's release, on a failure or with Classify set
 		"(*Breaker).RemainingOpenAt", // pipeline's rejection by an open breaker
 	},
 	"ratelimit": {
-		"(*Limiter).Acquire",       // AllowN with the rejection error
 		"(*Limiter).RejectedError", // pipeline's rejection by the limiter
 	},
 	"adaptive": {
-		"(*Limiter).AcquireAt",    // one add, the rejection out of line
+		"(*Limiter).AcquireAt",  // one add, the rejection out of line
 		"(*Limiter).tryAcquire", // AcquireWaitAt's immediate admission
 		"(*Limiter).Classify",   // pipeline's release, on a failure
 		"inFlightOf",

@@ -61,7 +61,7 @@ func TestCallbacksReentrantListenerAndController(t *testing.T) {
 	var l *Limiter
 	var nested atomic.Int64
 	ctrl := cbCtrl(func(s Sample) float64 {
-		if tok, ok := l.AcquireAt(s.Now); ok {
+		if tok, err := l.AcquireAt(s.Now); err == nil {
 			l.ReleaseAt(tok, s.Now+int64(time.Hour), rampart.Success) // a window is due: the nested close must return
 			nested.Add(1)
 		}
@@ -70,7 +70,7 @@ func TestCallbacksReentrantListenerAndController(t *testing.T) {
 	var err error
 	l, err = New(Config{Algorithm: cbAlg{ctrl}, InitialLimit: 4, MinLimit: 1, MaxLimit: 100, MinWindowSamples: 1, Window: time.Millisecond,
 		OnLimitChange: func(int, int) {
-			tok, ok := l.AcquireAt(0)
+			tok, ok := admitted(l.AcquireAt(0))
 			if ok {
 				l.ReleaseAt(tok, 0, rampart.Ignored)
 			}
@@ -78,7 +78,7 @@ func TestCallbacksReentrantListenerAndController(t *testing.T) {
 		}, Ticker: &testkit.PanicTicker{}})
 	require.NoError(t, err)
 	for i := range 5 {
-		tok, ok := l.AcquireAt(int64(i) * int64(time.Second))
+		tok, ok := admitted(l.AcquireAt(int64(i) * int64(time.Second)))
 		require.True(t, ok)
 		l.ReleaseAt(tok, int64(i)*int64(time.Second)+1, rampart.Success)
 	}
@@ -149,7 +149,7 @@ func TestCallbacksControllerGoexitKeepsWindowsClosing(t *testing.T) {
 		return 7
 	}), Window: 10, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0)})
 	require.NoError(t, err)
-	tok, ok := l.AcquireAt(0)
+	tok, ok := admitted(l.AcquireAt(0))
 	require.True(t, ok)
 	_, goexited := testkit.Run(func() { l.ReleaseAt(tok, 20, rampart.Success) })
 	require.True(t, goexited)
@@ -158,7 +158,7 @@ func TestCallbacksControllerGoexitKeepsWindowsClosing(t *testing.T) {
 	exit.Store(false)
 	for i := range 5 {
 		now := int64(100 * (i + 1))
-		tok, ok := l.AcquireAt(now)
+		tok, ok := admitted(l.AcquireAt(now))
 		require.True(t, ok)
 		l.ReleaseAt(tok, now+20, rampart.Success)
 	}
@@ -177,7 +177,7 @@ func TestCallbacksQueueTickerPanicUnlocksQueue(t *testing.T) {
 		l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 1, MinLimit: 1, MaxLimit: 1,
 			Queue: QueueConfig{MaxLength: 2}, Ticker: tk})
 		require.NoError(t, err)
-		hold, ok := l.AcquireAt(0)
+		hold, ok := admitted(l.AcquireAt(0))
 		require.True(t, ok)
 		ctx, cancel := context.WithCancel(context.Background())
 		panicked := make(chan any, 1)
@@ -215,7 +215,7 @@ func TestCallbacksControllerPanicStillHandsOff(t *testing.T) {
 		}), InitialLimit: 1, MinLimit: 1, MaxLimit: 1, Window: time.Millisecond, MinWindowSamples: 1,
 			Queue: QueueConfig{MaxLength: 1}, Ticker: rampart.NewNanoTicker()})
 		require.NoError(t, err)
-		hold, ok := l.AcquireAt(l.Ticker().Now())
+		hold, ok := admitted(l.AcquireAt(l.Ticker().Now()))
 		require.True(t, ok)
 		type res struct {
 			tok Permit

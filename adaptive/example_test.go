@@ -28,7 +28,7 @@ func Example() {
 
 	// Begin and End: the limiter reads its clock itself, only for the
 	// calls it samples for their RTT (every call while the rate is low).
-	if tok, ok := l.Acquire(); ok {
+	if tok, err := l.Acquire(); err == nil {
 		// ... call the dependency ...
 		l.Release(tok, rampart.Success)
 	}
@@ -38,7 +38,7 @@ func Example() {
 	now := l.Ticker().Now()
 	a, _ := l.AcquireAt(now)
 	b, _ := l.AcquireAt(now)
-	if _, ok := l.AcquireAt(now); !ok {
+	if _, err := l.AcquireAt(now); err != nil {
 		err := l.RejectedError()
 		fmt.Println(err, errors.Is(err, adaptive.ErrLimited), errors.Is(err, rampart.ErrRejected))
 	}

@@ -342,7 +342,8 @@ func New(c Config) (*Limiter, error) {
 }
 
 // AcquireAt admits a call if fewer calls than the limit are in flight, and
-// returns its Token; otherwise it returns (Token{}, false) and counts a
+// returns its Token; otherwise it returns the preallocated
+// rejection ([Limiter.RejectedError]) and counts a
 // rejection. now is the current time from the limiter's ticker (it becomes
 // the start of the call's RTT). An admitted call must be released exactly
 // once with [Limiter.ReleaseAt]. Every call admitted by AcquireAt is an RTT
@@ -358,19 +359,19 @@ func New(c Config) (*Limiter, error) {
 // between an over-limit add and its undo, and is never admitted. When a
 // window lowers the limit, the calls already in flight above it finish
 // normally.
-func (l *Limiter) AcquireAt(now int64) (Permit, bool) {
-	n := inFlightOf(l.slots.Add(admitOne)) // atomic 1: take a slot
-	if n > l.limit.Load() {
+func (l *Limiter) AcquireAt(now int64) (Permit, error) {
+	n := int32(l.slots.Add(admitOne)) // atomic 1: take a slot (the low half is the in-flight count, see inFlightOf)
+	if int64(n) > l.limit.Load() {
 		return l.reject()
 	}
-	return Permit{start: now, inflight: int32(n), state: weight1}, true
+	return Permit{start: now, inflight: n, state: weight1}, nil
 }
 
 // reject undoes an admission attempt. Slow path.
-func (l *Limiter) reject() (Permit, bool) {
+func (l *Limiter) reject() (Permit, error) {
 	l.slots.Add(-admitOne) // atomic 2: give the slot (and the sequence number) back
 	l.rejected.Add(1)      // atomic 3: stats
-	return Permit{}, false
+	return Permit{}, l.rejErr
 }
 
 // tryAcquire is Acquire without counting a rejection (the waiting path).
@@ -630,7 +631,7 @@ func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, e
 // returns a sampled Token).
 func (l *Limiter) admit(ctx context.Context) (Permit, error) {
 	if l.queue == nil {
-		if t, ok := l.Acquire(); ok {
+		if t, err := l.Acquire(); err == nil {
 			return t, nil
 		}
 		return Permit{}, l.rejErr

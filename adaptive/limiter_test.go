@@ -87,13 +87,13 @@ func TestConfigValidation(t *testing.T) {
 
 func TestAcquireRelease(t *testing.T) {
 	l, _ := fixed(t, 2, nil)
-	a, ok := l.AcquireAt(1)
+	a, ok := admitted(l.AcquireAt(1))
 	require.True(t, ok)
 	require.True(t, a.Valid())
 	require.Equal(t, int64(1), a.start)
-	b, ok := l.AcquireAt(2)
+	b, ok := admitted(l.AcquireAt(2))
 	require.True(t, ok)
-	_, ok = l.AcquireAt(3)
+	_, ok = admitted(l.AcquireAt(3))
 	require.False(t, ok)
 	require.Equal(t, 2, l.InFlight())
 	l.ReleaseAt(a, 10, rampart.Success)
@@ -114,7 +114,7 @@ func TestOutcomes(t *testing.T) {
 	l, err := New(Config{Algorithm: alg, InitialLimit: 10, Window: time.Second, MinWindowSamples: 1, Ticker: rampart.NewManualTicker(0)})
 	require.NoError(t, err)
 	for i, o := range []rampart.Result{rampart.Success, rampart.Success, rampart.Failure, rampart.Ignored, rampart.Ignored} {
-		tok, ok := l.AcquireAt(int64(i))
+		tok, ok := admitted(l.AcquireAt(int64(i)))
 		require.True(t, ok)
 		l.ReleaseAt(tok, int64(i)+int64(10*(i+1)), o)
 	}
@@ -216,7 +216,7 @@ func TestLimitClampAndListener(t *testing.T) {
 	})
 	require.NoError(t, err)
 	step := func(now int64) {
-		tok, ok := l.AcquireAt(now)
+		tok, ok := admitted(l.AcquireAt(now))
 		require.True(t, ok)
 		l.ReleaseAt(tok, now+20, rampart.Success)
 	}
@@ -312,7 +312,7 @@ func TestPartitions(t *testing.T) {
 	// Batch borrows the idle critical share: all 10.
 	var batch []Permit
 	for {
-		tok, ok := l.AcquirePartitionAt(0, 1)
+		tok, ok := admitted(l.AcquirePartitionAt(0, 1))
 		if !ok {
 			break
 		}
@@ -323,27 +323,27 @@ func TestPartitions(t *testing.T) {
 	// exceeds the limit by the borrowed calls), and nothing beyond it.
 	var crit []Permit
 	for range 6 {
-		tok, ok := l.AcquirePartitionAt(0, 0)
+		tok, ok := admitted(l.AcquirePartitionAt(0, 0))
 		require.True(t, ok)
 		crit = append(crit, tok)
 	}
-	_, ok := l.AcquirePartitionAt(0, 0)
+	_, ok := admitted(l.AcquirePartitionAt(0, 0))
 	require.False(t, ok)
 	require.Equal(t, 16, l.InFlight())
 	require.Equal(t, 6, l.PartitionInFlight(0))
 	require.Equal(t, 0, l.PartitionInFlight(7))
-	_, ok = l.AcquirePartitionAt(0, 5) // out of range: the last partition, over its share, no room
+	_, ok = admitted(l.AcquirePartitionAt(0, 5)) // out of range: the last partition, over its share, no room
 	require.False(t, ok)
 	for _, tok := range batch {
 		l.ReleaseAt(tok, 1, rampart.Success)
 	}
 	// Now critical may borrow batch's idle share.
 	for range 4 {
-		tok, ok := l.AcquirePartitionAt(0, 0)
+		tok, ok := admitted(l.AcquirePartitionAt(0, 0))
 		require.True(t, ok)
 		crit = append(crit, tok)
 	}
-	_, ok = l.AcquirePartitionAt(0, 0)
+	_, ok = admitted(l.AcquirePartitionAt(0, 0))
 	require.False(t, ok)
 	for _, tok := range crit {
 		l.ReleaseAt(tok, 1, rampart.Success)
@@ -353,7 +353,7 @@ func TestPartitions(t *testing.T) {
 
 	// Without partitions AcquirePriority is Acquire.
 	l2, _ := fixed(t, 1, nil)
-	tok, ok := l2.AcquirePartitionAt(0, 3)
+	tok, ok := admitted(l2.AcquirePartitionAt(0, 3))
 	require.True(t, ok)
 	l2.ReleaseAt(tok, 1, rampart.Success)
 }
@@ -390,9 +390,9 @@ func TestStress(t *testing.T) {
 				var tok Permit
 				var ok bool
 				if g%2 == 0 {
-					tok, ok = l.AcquireAt(now)
+					tok, ok = admitted(l.AcquireAt(now))
 				} else {
-					tok, ok = l.AcquirePartitionAt(now, g%4/2)
+					tok, ok = admitted(l.AcquirePartitionAt(now, g%4/2))
 				}
 				if !ok {
 					continue
@@ -425,14 +425,14 @@ func TestAllocsAdmit(t *testing.T) {
 	now := int64(0)
 	testkit.WantAllocs(t, "admit + release", 0, func() {
 		now += 100
-		tok, ok := l.AcquireAt(now)
+		tok, ok := admitted(l.AcquireAt(now))
 		if !ok {
 			t.Fatal("rejected")
 		}
 		l.ReleaseAt(tok, now+50, rampart.Success) // closes a window every 10 calls
 	})
 	testkit.WantAllocs(t, "priority", 0, func() {
-		tok, ok := l.AcquirePartitionAt(now, 1)
+		tok, ok := admitted(l.AcquirePartitionAt(now, 1))
 		if !ok {
 			t.Fatal("rejected")
 		}
@@ -441,7 +441,7 @@ func TestAllocsAdmit(t *testing.T) {
 	full, _ := fixed(t, 1, nil)
 	tok, _ := full.AcquireAt(0)
 	testkit.WantAllocs(t, "reject", 0, func() {
-		if _, ok := full.AcquireAt(0); ok {
+		if _, err := full.AcquireAt(0); err == nil {
 			t.Fatal("admitted")
 		}
 		if err := full.Do(context.Background(), func(context.Context) error { return nil }); err == nil {
@@ -485,7 +485,7 @@ func TestStressStrict(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 4000 {
-				tok, ok := l.AcquireAt(tk.Now())
+				tok, ok := admitted(l.AcquireAt(tk.Now()))
 				if !ok {
 					continue
 				}
@@ -538,9 +538,9 @@ func TestWindowLockHoldsAtMaxInt64(t *testing.T) {
 		return s.Limit
 	}), Window: time.Second, Ticker: tk})
 	require.NoError(t, err)
-	a, ok := l.AcquireAt(tk.Now())
+	a, ok := admitted(l.AcquireAt(tk.Now()))
 	require.True(t, ok)
-	other, ok = l.AcquireAt(tk.Now())
+	other, ok = admitted(l.AcquireAt(tk.Now()))
 	require.True(t, ok)
 	tk.Set(math.MaxInt64)
 	l.ReleaseAt(a, math.MaxInt64, rampart.Failure)
@@ -570,3 +570,7 @@ func TestAlgorithmsExtremeSamplesStayFinite(t *testing.T) {
 		}
 	}
 }
+
+// admitted turns the (Permit, error) of an Acquire into the (Permit, bool)
+// that the tests assert on: true when admitted.
+func admitted(p Permit, err error) (Permit, bool) { return p, err == nil }

@@ -45,7 +45,7 @@ func newPartitions(ps []Partition) ([]partition, error) {
 }
 
 // AcquirePartitionAt admits a call of partition p (an index into
-// Config.Partitions) and returns its Token, or (Token{}, false). This is
+// Config.Partitions) and returns its Token, or (Permit{}, [Limiter.RejectedError]). This is
 // Netflix's partitioned limiter:
 //
 //   - a call of p is admitted while p has fewer calls in flight than its
@@ -63,7 +63,7 @@ func newPartitions(ps []Partition) ([]partition, error) {
 // Acquire.
 //
 // Cost: two atomic adds and two loads when admitted; no allocation.
-func (l *Limiter) AcquirePartitionAt(now int64, p int) (Permit, bool) {
+func (l *Limiter) AcquirePartitionAt(now int64, p int) (Permit, error) {
 	if len(l.parts) == 0 {
 		return l.AcquireAt(now)
 	}
@@ -72,9 +72,9 @@ func (l *Limiter) AcquirePartitionAt(now int64, p int) (Permit, bool) {
 	}
 	n, _, ok := l.admitPriority(p)
 	if !ok {
-		return Permit{}, false
+		return Permit{}, l.rejErr
 	}
-	return Permit{start: now, inflight: n, part: int16(p + 1), state: weight1}, true
+	return Permit{start: now, inflight: n, part: int16(p + 1), state: weight1}, nil
 }
 
 // admitPriority takes a slot of partition p (already in range) and of the

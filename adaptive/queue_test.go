@@ -169,7 +169,7 @@ func TestQueueRaisedLimitServesAllWaiters(t *testing.T) {
 		l, err := New(Config{Algorithm: algFunc(func(Sample) float64 { return 3 }), InitialLimit: 1, MaxLimit: 10,
 			MinWindowSamples: 1, Window: time.Second, Queue: QueueConfig{MaxLength: 4, Interval: time.Minute}, Ticker: clock})
 		require.NoError(t, err)
-		hold, ok := l.AcquireAt(clock.Now())
+		hold, ok := admitted(l.AcquireAt(clock.Now()))
 		require.True(t, ok)
 		res := make(chan waitResult, 2)
 		for i := range 2 {
@@ -210,11 +210,11 @@ func TestQueueWithPartitions(t *testing.T) {
 			Partitions: []Partition{{Share: 0.5}, {Share: 0.5}},
 			Queue:      QueueConfig{MaxLength: 4}, Ticker: rampart.NewNanoTicker()})
 		require.NoError(t, err)
-		a, ok := l.AcquirePartitionAt(0, 0)
+		a, ok := admitted(l.AcquirePartitionAt(0, 0))
 		require.True(t, ok)
-		b, ok := l.AcquirePartitionAt(0, 1)
+		b, ok := admitted(l.AcquirePartitionAt(0, 1))
 		require.True(t, ok)
-		_, ok = l.AcquirePartitionAt(0, 1) // beyond its share, nothing to borrow
+		_, ok = admitted(l.AcquirePartitionAt(0, 1)) // beyond its share, nothing to borrow
 		require.False(t, ok)
 		got := make(chan Permit, 1)
 		go func() {

@@ -111,7 +111,7 @@ func weight(m uint32) uint8 { return weight1 + uint8(bits.Len32(m)) }
 // Acquire admits a call like [Limiter.AcquireAt] but takes no time argument: it
 // reads the limiter's ticker itself, and only for the calls it picks as RTT
 // samples. Release the Token with [Limiter.Release] exactly once. It returns
-// (Token{}, false) and counts a rejection when the limit is reached.
+// (Permit{}, [Limiter.RejectedError]) and counts a rejection when the limit is reached.
 //
 // Which calls are timed: about one in Stats().Stride, picked by a hash of the
 // admission's sequence number; the stride adapts per window so that each
@@ -129,16 +129,16 @@ func weight(m uint32) uint8 { return weight1 + uint8(bits.Len32(m)) }
 // (Each return builds its Token whole: filling fields of a Token after
 // building it made the compiler spill it field by field and reload it in
 // one wide load, a store-forwarding stall that cost more than the hash.)
-func (l *Limiter) Acquire() (Permit, bool) {
+func (l *Limiter) Acquire() (Permit, error) {
 	w := l.slots.Add(admitOne) // atomic 1: take a slot and number the admission
 	n := inFlightOf(w)
 	if n > l.limit.Load() {
 		return l.reject()
 	}
 	if m := l.stride.Load(); mix32(seqOf(w)^l.seed)&m == 0 { // a load of the limit's line, a hash
-		return Permit{start: l.sampledNow(0), inflight: int32(n), state: weight(m)}, true // clock read: sampled calls only
+		return Permit{start: l.sampledNow(0), inflight: int32(n), state: weight(m)}, nil // clock read: sampled calls only
 	}
-	return Permit{inflight: int32(n), state: unsampled}, true
+	return Permit{inflight: int32(n), state: unsampled}, nil
 }
 
 // tryBegin is Begin without counting a rejection (Do with a queue).
@@ -162,7 +162,7 @@ func (l *Limiter) tryBegin() (Permit, bool) {
 //
 // Cost: two atomic adds and three loads when admitted, the hash, and a clock
 // read for a sampled call only.
-func (l *Limiter) AcquirePartition(p int) (Permit, bool) {
+func (l *Limiter) AcquirePartition(p int) (Permit, error) {
 	if len(l.parts) == 0 {
 		return l.Acquire()
 	}
@@ -171,12 +171,12 @@ func (l *Limiter) AcquirePartition(p int) (Permit, bool) {
 	}
 	n, seq, ok := l.admitPriority(p)
 	if !ok {
-		return Permit{}, false
+		return Permit{}, l.rejErr
 	}
 	if m := l.stride.Load(); mix32(seq^l.seed)&m == 0 {
-		return Permit{start: l.sampledNow(int16(p + 1)), inflight: n, part: int16(p + 1), state: weight(m)}, true // clock read: sampled calls only
+		return Permit{start: l.sampledNow(int16(p + 1)), inflight: n, part: int16(p + 1), state: weight(m)}, nil // clock read: sampled calls only
 	}
-	return Permit{inflight: n, part: int16(p + 1), state: unsampled}, true
+	return Permit{inflight: n, part: int16(p + 1), state: unsampled}, nil
 }
 
 // sampledNow is the clock read of a sampled admission or release. The Ticker

@@ -43,7 +43,7 @@ func callsUntilClose(t *testing.T, l *Limiter, tk *rampart.ManualTicker, rtt tim
 	t.Helper()
 	w := l.Stats().Windows
 	for l.Stats().Windows == w {
-		tok, ok := l.Acquire()
+		tok, ok := admitted(l.Acquire())
 		require.True(t, ok)
 		if tok.Sampled() {
 			sampled++
@@ -243,7 +243,7 @@ func TestSamplingNotAliased(t *testing.T) {
 func TestSamplingTokens(t *testing.T) {
 	l, tk, got := sampledLimiter(t, func(c *Config) { c.MinWindowSamples = 1 })
 	l.stride.Store(1<<20 - 1) // effectively never sampled, until a window closes
-	tok, ok := l.Acquire()
+	tok, ok := admitted(l.Acquire())
 	require.True(t, ok)
 	require.False(t, tok.Sampled())
 	require.Zero(t, tok.start)
@@ -260,7 +260,7 @@ func TestSamplingTokens(t *testing.T) {
 
 	// BeginPriority without partitions is Begin; with them it counts the
 	// partition, and End frees it.
-	p, ok := l.AcquirePartition(3)
+	p, ok := admitted(l.AcquirePartition(3))
 	require.True(t, ok)
 	l.Release(p, rampart.Success)
 	lp, _, _ := sampledLimiter(t, func(c *Config) {
@@ -269,7 +269,7 @@ func TestSamplingTokens(t *testing.T) {
 	})
 	var toks []Permit
 	for {
-		tok, ok := lp.AcquirePartition(7) // out of range: the last partition
+		tok, ok := admitted(lp.AcquirePartition(7)) // out of range: the last partition
 		if !ok {
 			break
 		}
@@ -347,9 +347,9 @@ func TestStressSampled(t *testing.T) {
 					var tok Permit
 					var ok bool
 					if parts {
-						tok, ok = l.AcquirePartition(g % 2)
+						tok, ok = admitted(l.AcquirePartition(g % 2))
 					} else {
-						tok, ok = l.Acquire()
+						tok, ok = admitted(l.Acquire())
 					}
 					if !ok {
 						continue
@@ -400,7 +400,7 @@ func TestAllocsBeginEnd(t *testing.T) {
 	// 100 calls a run, so that the runs cover many sampling strides.
 	testkit.WantAllocs(t, "Begin + End", 0, func() {
 		for range 100 {
-			tok, ok := l.Acquire()
+			tok, ok := admitted(l.Acquire())
 			if !ok {
 				t.Fatal("rejected")
 			}
@@ -411,7 +411,7 @@ func TestAllocsBeginEnd(t *testing.T) {
 	require.NotZero(t, l.Stats().Windows)
 	testkit.WantAllocs(t, "BeginPriority + End(Dropped)", 0, func() {
 		for range 10 {
-			tok, ok := l.AcquirePartition(1)
+			tok, ok := admitted(l.AcquirePartition(1))
 			if !ok {
 				t.Fatal("rejected")
 			}
@@ -422,7 +422,7 @@ func TestAllocsBeginEnd(t *testing.T) {
 	full, _ := fixed(t, 1, nil)
 	tok, _ := full.Acquire()
 	testkit.WantAllocs(t, "rejected Begin", 0, func() {
-		if _, ok := full.Acquire(); ok {
+		if _, err := full.Acquire(); err == nil {
 			t.Fatal("admitted")
 		}
 	})
@@ -442,7 +442,7 @@ func TestSamplingHugeMinWindowSamples(t *testing.T) {
 	require.Equal(t, uint32(1<<30), sampleTarget(10, math.MaxInt64))
 	l, err := New(Config{MinWindowSamples: math.MaxInt, Ticker: rampart.NewManualTicker(0)})
 	require.NoError(t, err)
-	tok, ok := l.Acquire()
+	tok, ok := admitted(l.Acquire())
 	require.True(t, ok)
 	l.Release(tok, rampart.Success)
 	require.Zero(t, l.InFlight())

@@ -145,17 +145,17 @@ func (s *sim) run(d time.Duration) {
 					s.critArrivals++
 				}
 				if s.sampled {
-					tok, ok = s.l.AcquirePartition(p)
+					tok, ok = admitted(s.l.AcquirePartition(p))
 				} else {
-					tok, ok = s.l.AcquirePartitionAt(s.now, p)
+					tok, ok = admitted(s.l.AcquirePartitionAt(s.now, p))
 				}
 				if !ok && p == 0 {
 					s.critRejected++
 				}
 			} else if s.sampled {
-				tok, ok = s.l.Acquire()
+				tok, ok = admitted(s.l.Acquire())
 			} else {
-				tok, ok = s.l.AcquireAt(s.now)
+				tok, ok = admitted(s.l.AcquireAt(s.now))
 			}
 			if ok {
 				var i int

@@ -197,7 +197,7 @@ func FuzzConfig(f *testing.F) {
 			}
 			for i := range 200 {
 				now := int64(i) * 1000
-				tok, ok := l.AcquirePartitionAt(now, i%2)
+				tok, ok := admitted(l.AcquirePartitionAt(now, i%2))
 				if ok {
 					l.ReleaseAt(tok, now+int64(i%7)*100, rampart.Result(i%3))
 				}

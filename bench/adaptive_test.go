@@ -52,8 +52,8 @@ func BenchmarkAdaptive(b *testing.B) {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			tok, ok := l.AcquireAt(tk.Now())
-			if !ok {
+			tok, err := l.AcquireAt(tk.Now())
+			if err != nil {
 				b.Fatal("rejected")
 			}
 			l.ReleaseAt(tok, tk.Now(), rampart.Success)
@@ -122,8 +122,8 @@ func BenchmarkAdaptive(b *testing.B) {
 func benchBeginEnd(b *testing.B, l *adaptive.Limiter, parallel bool) {
 	b.ReportAllocs()
 	one := func() {
-		tok, ok := l.Acquire()
-		if !ok {
+		tok, err := l.Acquire()
+		if err != nil {
 			b.Fatal("rejected")
 		}
 		l.Release(tok, rampart.Success)

@@ -48,7 +48,7 @@ func bulkheadPeers() []bulkheadPeer {
 			if err != nil {
 				b.Fatal(err)
 			}
-			return plain(bh.Acquire, bh.Release)
+			return plain(func() bool { return bh.Acquire() == nil }, bh.Release)
 		}},
 		{"rampart-do", func(b *testing.B, max int) peerOps {
 			// The convenience form, the counterpart of failsafe's executor:
@@ -59,7 +59,7 @@ func bulkheadPeers() []bulkheadPeer {
 			}
 			ctx := context.Background()
 			fn := func(context.Context) error { return nil }
-			return peerOps{func() bool { return bh.Do(ctx, fn) == nil }, func() {}, bh.Acquire, bh.Release}
+			return peerOps{func() bool { return bh.Do(ctx, fn) == nil }, func() {}, func() bool { return bh.Acquire() == nil }, bh.Release}
 		}},
 		{"failsafe", func(b *testing.B, max int) peerOps {
 			// failsafe-go's bulkhead through its executor, as users call it.

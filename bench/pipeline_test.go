@@ -276,7 +276,7 @@ func benchRampartPrimitives(b *testing.B, tick rampart.Ticker) {
 		if rl.AdmitN(t0, 1) != 0 {
 			b.Fatal("rate limited")
 		}
-		if !bh.Acquire() {
+		if bh.Acquire() != nil {
 			b.Fatal("bulkhead full")
 		}
 		fctx, h := to.StartAt(ctx, t0)

@@ -11,7 +11,7 @@ import (
 func TestAllocsAdmit(t *testing.T) {
 	b := mustNew(t, Config{Max: 4})
 	testkit.WantAllocs(t, "TryEnter+Exit", 0, func() {
-		if !b.Acquire() {
+		if b.Acquire() != nil {
 			t.Fatal("rejected")
 		}
 		b.Release()
@@ -24,7 +24,7 @@ func TestAllocsReject(t *testing.T) {
 	defer b.Release()
 	ctx := context.Background()
 	testkit.WantAllocs(t, "TryEnter+Enter rejected", 0, func() {
-		if b.Acquire() || b.AcquireWait(ctx) == nil {
+		if b.Acquire() == nil || b.AcquireWait(ctx) == nil {
 			t.Fatal("admitted")
 		}
 	})

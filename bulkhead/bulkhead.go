@@ -222,7 +222,7 @@ func New(cfg Config) (*Bulkhead, error) {
 // rejection no write to the in-flight word, only the rejection counter's add
 // (so a rejection is cheaper than an admission, and an overloaded bulkhead's
 // in-flight line stays shared between cores).
-func (b *Bulkhead) Acquire() bool {
+func (b *Bulkhead) Acquire() error {
 	// tryAcquire(true) written out, so that a rejection by the load costs no
 	// further call: under overload, rejecting is the common case.
 	limit := b.max.Load() // read-mostly: changes only in SetMax
@@ -232,15 +232,18 @@ func (b *Bulkhead) Acquire() bool {
 		if b.onReject != nil {
 			b.notifyReject(0)
 		}
-		return false
+		return b.errFull
 	}
 	// Atomic 1: take the permit.
 	n := b.inFlight.Add(1)
 	// Load 2: peak is read-mostly: written only when a new peak is reached.
 	if n <= limit && n <= b.peak.Load() {
-		return true
+		return nil
 	}
-	return b.acquireSlow(n, limit, true)
+	if !b.acquireSlow(n, limit, true) {
+		return b.errFull
+	}
+	return nil
 }
 
 // tryAcquire is the fast path of Enter (TryEnter writes it out).
@@ -354,7 +357,7 @@ func (b *Bulkhead) unmatchedExit() {
 // select). Only a call that has to wait pays for the queue.
 func (b *Bulkhead) AcquireWait(ctx context.Context) error {
 	if b.maxWait == 0 { // fail-fast configuration: exactly TryEnter
-		if b.Acquire() {
+		if b.Acquire() == nil {
 			return nil
 		}
 		return b.errFull

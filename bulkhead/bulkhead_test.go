@@ -50,14 +50,14 @@ func TestNewValidation(t *testing.T) {
 func TestTryEnterExit(t *testing.T) {
 	var rejects []int64
 	b := mustNew(t, Config{Max: 2, OnRejected: func(inFlight, waited int64) { rejects = append(rejects, inFlight, waited) }})
-	require.True(t, b.Acquire())
-	require.True(t, b.Acquire())
-	require.False(t, b.Acquire())
+	require.NoError(t, b.Acquire())
+	require.NoError(t, b.Acquire())
+	require.Error(t, b.Acquire())
 	s := b.Stats()
 	require.Equal(t, Stats{Max: 2, InFlight: 2, PeakInFlight: 2, Rejected: 1}, s)
 	require.Equal(t, []int64{2, 0}, rejects)
 	b.Release()
-	require.True(t, b.Acquire())
+	require.NoError(t, b.Acquire())
 	b.Release()
 	b.Release()
 	require.Equal(t, int64(0), b.Stats().InFlight)
@@ -66,7 +66,7 @@ func TestTryEnterExit(t *testing.T) {
 
 func TestRejectedError(t *testing.T) {
 	b := mustNew(t, Config{Max: 1, Name: "db"})
-	require.True(t, b.Acquire())
+	require.NoError(t, b.Acquire())
 	err := b.AcquireWait(context.Background())
 	require.ErrorIs(t, err, ErrFull)
 	require.ErrorIs(t, err, rampart.ErrRejected)
@@ -91,9 +91,9 @@ func TestExitWithoutEnterPanics(t *testing.T) {
 	require.True(t, strings.Contains(msg, "db"), msg)
 	// The count was restored: the limit is still 2, not 3.
 	require.Equal(t, int64(0), b.Stats().InFlight)
-	require.True(t, b.Acquire())
-	require.True(t, b.Acquire())
-	require.False(t, b.Acquire())
+	require.NoError(t, b.Acquire())
+	require.NoError(t, b.Acquire())
+	require.Error(t, b.Acquire())
 	b.Release()
 	b.Release()
 }
@@ -127,27 +127,27 @@ func TestDoReleasesOnEveryPath(t *testing.T) {
 func TestSetMax(t *testing.T) {
 	b := mustNew(t, Config{Max: 3})
 	for range 3 {
-		require.True(t, b.Acquire())
+		require.NoError(t, b.Acquire())
 	}
 	require.NoError(t, b.SetMax(1)) // shrink: nobody is evicted
 	require.Equal(t, int64(3), b.Stats().InFlight)
-	require.False(t, b.Acquire())
+	require.Error(t, b.Acquire())
 	b.Release()
 	b.Release()
-	require.False(t, b.Acquire()) // 1 in flight, max 1
+	require.Error(t, b.Acquire()) // 1 in flight, max 1
 	b.Release()
-	require.True(t, b.Acquire())
+	require.NoError(t, b.Acquire())
 	require.NoError(t, b.SetMax(2)) // grow
-	require.True(t, b.Acquire())
-	require.False(t, b.Acquire())
+	require.NoError(t, b.Acquire())
+	require.Error(t, b.Acquire())
 	b.Release()
 	b.Release()
 }
 
 func TestListenerPanicRecovered(t *testing.T) {
 	b := mustNew(t, Config{Max: 1, OnRejected: func(int64, int64) { panic("listener") }})
-	require.True(t, b.Acquire())
-	require.False(t, b.Acquire())
+	require.NoError(t, b.Acquire())
+	require.Error(t, b.Acquire())
 	require.Equal(t, uint64(1), b.Stats().ListenerPanics)
 	b.Release()
 }
@@ -166,7 +166,7 @@ func TestNoRejectionAtExactlyMax(t *testing.T) {
 	for range max {
 		wg.Go(func() {
 			for range n {
-				if !b.Acquire() {
+				if b.Acquire() != nil {
 					t.Error("rejected with no more goroutines than Max")
 					return
 				}
@@ -194,7 +194,7 @@ func TestOverCountRate(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for i := range n {
-				if b.Acquire() {
+				if b.Acquire() == nil {
 					if cur.Add(1) > max {
 						over.Add(1)
 					}

@@ -18,7 +18,7 @@ func Example() {
 	ctx := context.Background()
 
 	// The primitive form, for hot paths: no closure, no allocation.
-	if db.Acquire() {
+	if db.Acquire() == nil {
 		// ... query ...
 		db.Release()
 	}

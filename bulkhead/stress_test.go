@@ -96,7 +96,7 @@ func TestStress(t *testing.T) {
 						t.Errorf("Do returned %v after its fn called runtime.Goexit", err)
 					}
 				case 6: // fail-fast primitive
-					if b.Acquire() {
+					if b.Acquire() == nil {
 						err = fn(ctx)
 						b.Release()
 					} else {
@@ -212,7 +212,7 @@ func TestStressCancelRacingGrant(t *testing.T) {
 			wg.Go(func() {
 				for i := range N {
 					if (g+i)%5 == 0 {
-						if b.Acquire() {
+						if b.Acquire() == nil {
 							tryAdmitted.Add(1)
 							body()
 							b.Release()
@@ -239,7 +239,7 @@ func TestStressCancelRacingGrant(t *testing.T) {
 		require.LessOrEqual(t, st.Waited, uint64(admitted.Load()))
 		require.Equal(t, int64(0), st.InFlight)
 		require.Equal(t, int64(0), st.Waiting)
-		require.True(t, b.Acquire(), "a permit leaked")
+		require.NoError(t, b.Acquire(), "a permit leaked")
 		b.Release()
 	})
 }

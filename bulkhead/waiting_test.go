@@ -24,7 +24,7 @@ func waitingBulkhead(t *testing.T, max int, maxWait time.Duration) *Bulkhead {
 func TestWaitFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := waitingBulkhead(t, 1, time.Hour)
-		require.True(t, b.Acquire())
+		require.NoError(t, b.Acquire())
 		order := make(chan int, 10)
 		for i := range 10 {
 			go func() {
@@ -64,7 +64,7 @@ func TestWaitMaxWaitExpires(t *testing.T) {
 		var waited []int64
 		b := mustNew(t, Config{Max: 1, MaxWait: 50 * time.Millisecond, Ticker: rampart.NewNanoTicker(),
 			OnRejected: func(_, w int64) { waited = append(waited, w) }})
-		require.True(t, b.Acquire())
+		require.NoError(t, b.Acquire())
 		start := time.Now()
 		err := b.AcquireWait(t.Context())
 		require.Same(t, b.RejectedError(), err)
@@ -87,7 +87,7 @@ func TestWaitMaxWaitExpires(t *testing.T) {
 func TestWaitFIFOSkipsCanceledWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := mustNew(t, Config{Max: 1, MaxWait: time.Hour})
-		require.True(t, b.Acquire())
+		require.NoError(t, b.Acquire())
 		const N = 6
 		order := make(chan int, N)
 		ctxs := make([]context.CancelFunc, N)
@@ -132,7 +132,7 @@ func TestWaitFIFOSkipsCanceledWaiter(t *testing.T) {
 func TestWaitContextEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := waitingBulkhead(t, 1, time.Duration(math.MaxInt64))
-		require.True(t, b.Acquire())
+		require.NoError(t, b.Acquire())
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
 		defer cancel()
 		err := b.AcquireWait(ctx)
@@ -183,7 +183,7 @@ func TestWaitGrantCancelRace(t *testing.T) {
 	for range 200 {
 		synctest.Test(t, func(t *testing.T) {
 			b := waitingBulkhead(t, 1, time.Hour)
-			require.True(t, b.Acquire())
+			require.NoError(t, b.Acquire())
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 			defer cancel()
 			go func() {
@@ -218,7 +218,7 @@ func TestWaitGrantCancelRace(t *testing.T) {
 func TestWaitResize(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := waitingBulkhead(t, 1, time.Hour)
-		require.True(t, b.Acquire())
+		require.NoError(t, b.Acquire())
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Go(func() {
@@ -281,7 +281,7 @@ func TestWaitHugeMaxWaitEndsWithContext(t *testing.T) {
 	for _, mw := range []time.Duration{math.MaxInt64 - 1, math.MaxInt64} {
 		synctest.Test(t, func(t *testing.T) {
 			b := mustNew(t, Config{Max: 1, MaxWait: mw})
-			require.True(t, b.Acquire())
+			require.NoError(t, b.Acquire())
 			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 			defer cancel()
 			err := b.AcquireWait(ctx)
@@ -338,7 +338,7 @@ func TestWaitAdmitListenerGoexitReleasesPermit(t *testing.T) {
 					cfg.OnWaitAdmit = func(int64) { testkit.Goexit() }
 				}
 				b := mustNew(t, cfg)
-				require.True(t, b.Acquire())
+				require.NoError(t, b.Acquire())
 				ran := false
 				type ending struct {
 					panicked any
@@ -353,7 +353,7 @@ func TestWaitAdmitListenerGoexitReleasesPermit(t *testing.T) {
 				}()
 				synctest.Wait()
 				require.Equal(t, int64(1), b.Stats().Waiting)
-				tk.Arm() // only the read after the grant remains
+				tk.Arm()    // only the read after the grant remains
 				b.Release() // hands the permit to the waiter
 				end := <-done
 				if tc == "goexit-listener" {
@@ -363,7 +363,7 @@ func TestWaitAdmitListenerGoexitReleasesPermit(t *testing.T) {
 				}
 				require.False(t, ran)
 				require.Equal(t, int64(0), b.Stats().InFlight, "the granted permit was never given back")
-				require.True(t, b.Acquire(), "the bulkhead stays full for ever")
+				require.NoError(t, b.Acquire(), "the bulkhead stays full for ever")
 				b.Release()
 			})
 		})

@@ -23,14 +23,6 @@ func (h *Hedger) Do(ctx context.Context, fn func(context.Context) error) error {
 	return err
 }
 
-// DoAt is [Hedger.Do] for a caller that has just read the hedger's ticker:
-// now is that reading, the start of the first attempt (a pipeline passes
-// its own reading), so the call reads the clock once less.
-func (h *Hedger) DoAt(ctx context.Context, now int64, fn func(context.Context) error) error {
-	_, err := run(h, ctx, now, fn, invokeDo, false)
-	return err
-}
-
 // Call runs fn hedged through h, like [Hedger.Do], and returns the winning
 // attempt's result. Calling it is the caller's promise that fn is
 // idempotent. The winner's context is not cancelled when Call returns, so a
@@ -39,14 +31,10 @@ func Call[T any](ctx context.Context, h *Hedger, fn func(context.Context) (T, er
 	return run(h, ctx, h.ticker.Now(), fn, invokeCall[T], false)
 }
 
-// CallAt is [Call] for a caller that has just read the hedger's ticker (see
-// [Hedger.DoAt]).
-func CallAt[T any](ctx context.Context, h *Hedger, now int64, fn func(context.Context) (T, error)) (T, error) {
-	return run(h, ctx, now, fn, invokeCall[T], false)
-}
-
-// DoAtHeld is [Hedger.DoAt] for a caller that holds permits for the call
-// and keeps its own books, as package pipeline does:
+// DoAtHeld is [Hedger.Do] for a caller that has just read the hedger's
+// ticker (now is that reading, the start of the first attempt, so the call
+// reads the clock once less), holds permits for the call and keeps its own
+// books, as package pipeline does:
 //   - it returns only once every attempt it started has returned (the
 //     losers' contexts are cancelled when the race is decided, so a callee
 //     that honours its context returns at once): a concurrency permit the
@@ -60,7 +48,7 @@ func (h *Hedger) DoAtHeld(ctx context.Context, now int64, fn func(context.Contex
 	return err
 }
 
-// CallAtHeld is [CallAt] with the contract of [Hedger.DoAtHeld].
+// CallAtHeld is [Call] with the reading and the contract of [Hedger.DoAtHeld].
 func CallAtHeld[T any](ctx context.Context, h *Hedger, now int64, fn func(context.Context) (T, error)) (T, error) {
 	return run(h, ctx, now, fn, invokeCall[T], true)
 }

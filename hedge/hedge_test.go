@@ -747,8 +747,8 @@ func TestAllocsNoHedge(t *testing.T) {
 		testkit.WantAllocs(t, "Do"+name, 0, func() { _ = h.Do(ctx, fn) })
 		testkit.WantAllocs(t, "Call"+name, 0, func() { _, _ = Call(ctx, h, fnT) })
 		tk := h.Ticker()
-		testkit.WantAllocs(t, "DoAt"+name, 0, func() { _ = h.DoAt(ctx, tk.Now(), fn) })
-		testkit.WantAllocs(t, "CallAt"+name, 0, func() { _, _ = CallAt(ctx, h, tk.Now(), fnT) })
+		testkit.WantAllocs(t, "DoAtHeld"+name, 0, func() { _ = h.DoAtHeld(ctx, tk.Now(), fn) })
+		testkit.WantAllocs(t, "CallAtHeld"+name, 0, func() { _, _ = CallAtHeld(ctx, h, tk.Now(), fnT) })
 		if st := h.Stats(); st.Hedges != 0 {
 			t.Fatalf("hedged: %+v", st)
 		}
@@ -844,7 +844,7 @@ func TestNoGoroutineNoHedge(t *testing.T) {
 	})
 }
 
-// TestAt: DoAt and CallAt take the start from the caller; a start in the
+// TestAt: DoAtHeld and CallAtHeld take the start from the caller; a start in the
 // past brings the hedge forward.
 func TestAt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -859,12 +859,12 @@ func TestAt(t *testing.T) {
 		}
 		t0 := time.Now()
 		// Started 8 ms ago by the caller's reading: the hedge fires 2 ms from now.
-		v, err := CallAt(context.Background(), h, h.Ticker().Now()-int64(8*time.Millisecond), slowFirst)
+		v, err := CallAtHeld(context.Background(), h, h.Ticker().Now()-int64(8*time.Millisecond), slowFirst)
 		if el := time.Since(t0); v != 2 || err != nil || el < 2*time.Millisecond || el > 2*time.Millisecond+100*time.Microsecond {
-			t.Fatalf("CallAt: %d, %v after %v", v, err, time.Since(t0))
+			t.Fatalf("CallAtHeld: %d, %v after %v", v, err, time.Since(t0))
 		}
 		n.Store(0)
-		if err := h.DoAt(context.Background(), h.Ticker().Now(), func(ctx context.Context) error {
+		if err := h.DoAtHeld(context.Background(), h.Ticker().Now(), func(ctx context.Context) error {
 			_, err := slowFirst(ctx)
 			return err
 		}); err != nil {
@@ -873,7 +873,7 @@ func TestAt(t *testing.T) {
 	})
 }
 
-// TestDoneContextRunsNothing: every entry point (Do, DoAt, Call, CallAt,
+// TestDoneContextRunsNothing: every entry point (Do, DoAtHeld, Call, CallAtHeld,
 // DoAtHeld, CallAtHeld), with a fixed delay, AsyncFirst or a percentile
 // still warming up, given a context that is already done (cancelled, or
 // past its deadline), runs no attempt and returns ctx.Err() itself, as
@@ -902,10 +902,8 @@ func TestDoneContextRunsNothing(t *testing.T) {
 			okInt := func(context.Context) (int, error) { runs++; return 7, nil }
 			for entry, call := range map[string]func() (int, error){
 				"Do":         func() (int, error) { return 0, h.Do(ctx, ok) },
-				"DoAt":       func() (int, error) { return 0, h.DoAt(ctx, 0, ok) },
 				"DoAtHeld":   func() (int, error) { return 0, h.DoAtHeld(ctx, 0, ok) },
 				"Call":       func() (int, error) { return Call(ctx, h, okInt) },
-				"CallAt":     func() (int, error) { return CallAt(ctx, h, 0, okInt) },
 				"CallAtHeld": func() (int, error) { return CallAtHeld(ctx, h, 0, okInt) },
 			} {
 				runs = 0

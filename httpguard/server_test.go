@@ -374,7 +374,7 @@ func TestServerAllocsAdmittedRequest(t *testing.T) {
 func TestServerHugeRetryAfterDoesNotWrap(t *testing.T) {
 	bh, err := bulkhead.New(bulkhead.Config{Max: 1})
 	require.NoError(t, err)
-	require.True(t, bh.Acquire()) // the bulkhead is full
+	require.NoError(t, bh.Acquire()) // the bulkhead is full
 	defer bh.Release()
 	h, err := httpguard.NewHandler(http.NotFoundHandler(), httpguard.ServerConfig{
 		Pipeline:          mustPipeline(t, pipeline.Config{Bulkhead: bh}),

@@ -201,10 +201,10 @@ func TestPanickingControllerReleasesOnce(t *testing.T) {
 			require.Zero(t, bh.Stats().InFlight, "bulkhead permit leaked")
 			require.Zero(t, al.InFlight(), "adaptive slot")
 			// Exactly one slot at limit 1: one admission, not two.
-			_, ok1 := al.AcquireAt(tick.Now())
-			_, ok2 := al.AcquireAt(tick.Now())
-			require.True(t, ok1)
-			require.False(t, ok2, "the token was released twice: two admitted at limit 1")
+			_, err1 := al.AcquireAt(tick.Now())
+			_, err2 := al.AcquireAt(tick.Now())
+			require.NoError(t, err1)
+			require.Error(t, err2, "the token was released twice: two admitted at limit 1")
 		})
 	}
 }

@@ -626,7 +626,7 @@ func TestFastPathGoexitInRejectionListenerReleasesBreakerPermit(t *testing.T) {
 						}})
 					require.NoError(t, err)
 					cfg.Bulkhead = bh
-					take = bh.Acquire
+					take = func() bool { return bh.Acquire() == nil }
 				}
 				p, err := pipeline.New(cfg)
 				require.NoError(t, err)

@@ -280,7 +280,7 @@ func TestLaterRejectionFreesHalfOpenProbe(t *testing.T) {
 	tick.Advance(10 * time.Second)
 	// Hold the bulkhead's only permit so that the probe is rejected after
 	// the breaker admitted it.
-	require.True(t, bh.Acquire())
+	require.NoError(t, bh.Acquire())
 	o := p.Try(ctx, ok)
 	require.Equal(t, pipeline.Bulkhead, o.Policy)
 	bh.Release()
@@ -358,7 +358,7 @@ func TestBulkheadRejectionOnRetryCarriesNoStaleHint(t *testing.T) {
 		tick := rampart.NewManualTicker(1_000_000)
 		bh := newBulkhead(t, 1, tick)
 		rt := newRetry(t, tick, func(c *retry.Config) {
-			c.OnRetry = func(int, time.Duration, error) { require.True(t, bh.Acquire()) } // fills it between attempts
+			c.OnRetry = func(int, time.Duration, error) { require.NoError(t, bh.Acquire()) } // fills it between attempts
 		})
 		p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh})
 		require.NoError(t, err)
@@ -593,7 +593,7 @@ func TestAllocsSuccessAndRejections(t *testing.T) {
 		}
 	})
 	tick.Advance(time.Second)
-	require.True(t, bh.Acquire())
+	require.NoError(t, bh.Acquire())
 	testkit.WantAllocs(t, "bulkhead rejection", 0, func() {
 		tick.Advance(time.Second)
 		if p.Try(ctx, ok).Policy != pipeline.Bulkhead {
@@ -673,7 +673,7 @@ func TestCancelWhileWaitingForBulkheadUnwindsBreaker(t *testing.T) {
 	require.NoError(t, err)
 	p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh})
 	require.NoError(t, err)
-	require.True(t, bh.Acquire()) // full
+	require.NoError(t, bh.Acquire()) // full
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan pipeline.Outcome)
 	go func() { done <- p.Try(ctx, ok) }()
@@ -700,7 +700,7 @@ func TestCancelInBulkheadWaitAfterRetryGivesUp(t *testing.T) {
 	require.NoError(t, err)
 	var giveUps int
 	rt := newRetry(t, tick, func(c *retry.Config) {
-		c.OnRetry = func(int, time.Duration, error) { require.True(t, bh.Acquire()) }
+		c.OnRetry = func(int, time.Duration, error) { require.NoError(t, bh.Acquire()) }
 		c.OnGiveUp = func(int, retry.Stop, error) { giveUps++ }
 	})
 	p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh})

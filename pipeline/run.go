@@ -128,7 +128,7 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	}
 	if p.bh != nil {
 		// One load and one add (no queue: p.fast).
-		if !p.bh.Acquire() {
+		if p.bh.Acquire() != nil {
 			p.rejectAt(&a, o, Bulkhead, p.bh.RejectedError(), 0)
 			return v
 		}

@@ -390,7 +390,7 @@ func TestDeadlineCountsFromAdmission(t *testing.T) {
 		p, err := pipeline.New(pipeline.Config{Bulkhead: bh, Timeout: to})
 		require.NoError(t, err)
 
-		require.True(t, bh.Acquire()) // another caller holds the only permit for 500 ms
+		require.NoError(t, bh.Acquire()) // another caller holds the only permit for 500 ms
 		go func() {
 			time.Sleep(500 * time.Millisecond)
 			bh.Release()

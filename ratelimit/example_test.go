@@ -25,7 +25,9 @@ func Example() {
 	clock.Advance(time.Duration(wait))
 	fmt.Println(l.Allow())
 
-	err = l.Acquire(clock.Now())
+	if !l.AllowN(clock.Now(), 1) {
+		err = l.RejectedError()
+	}
 	fmt.Println(err, errors.Is(err, ratelimit.ErrLimited), errors.Is(err, rampart.ErrRejected))
 	// Output:
 	// true

@@ -206,16 +206,6 @@ func (l *Limiter) reject(n int, wait int64) int64 {
 // loads, one CAS.
 func (l *Limiter) Allow() bool { return l.AllowN(l.tk.Now(), 1) }
 
-// Acquire takes one permit at time now, or returns the limiter's
-// preallocated rejection error (matching [ErrLimited] and
-// [rampart.ErrRejected]).
-func (l *Limiter) Acquire(now int64) error {
-	if l.AllowN(now, 1) {
-		return nil
-	}
-	return l.rejected
-}
-
 // RejectedError returns the limiter's preallocated rejection error, which
 // matches [ErrLimited] and [rampart.ErrRejected].
 func (l *Limiter) RejectedError() error { return l.rejected }

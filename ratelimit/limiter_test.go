@@ -795,7 +795,7 @@ func TestListenerAndStats(t *testing.T) {
 	require.Equal(t, uint64(3), st.Rejected)
 	require.Equal(t, uint64(2), st.ListenerPanics)
 	require.Equal(t, `ratelimit "api": rate limited`, l.RejectedError().Error())
-	require.Equal(t, l.RejectedError(), l.Acquire(0))
+	require.False(t, l.AllowN(0, 1))
 }
 
 func TestDoAndCall(t *testing.T) {
@@ -811,7 +811,7 @@ func TestDoAndCall(t *testing.T) {
 	v, err = Call(context.Background(), l, func(context.Context) (int, error) { return 42, nil })
 	require.ErrorIs(t, err, rampart.ErrRejected)
 	require.Zero(t, v)
-	require.NoError(t, l.Acquire(tk.Advance(time.Second)))
+	require.True(t, l.AllowN(tk.Advance(time.Second), 1))
 }
 
 func TestAllocsAdmit(t *testing.T) {
@@ -827,7 +827,7 @@ func TestAllocsReject(t *testing.T) {
 	l := mustNew(t, Config{Rate: 1e-3, CountStats: true, OnRejected: func(int, int64) {}})
 	require.True(t, l.Allow())
 	testkit.WantAllocs(t, "Allow+TryAcquire+Acquire+Reserve rejected", 0, func() {
-		if l.Allow() || l.AdmitN(5, 1) == 0 || l.Acquire(5) == nil {
+		if l.Allow() || l.AdmitN(5, 1) == 0 || l.AllowN(5, 1) {
 			panic("admitted")
 		}
 		if _, err := l.ReserveN(5, 1, time.Second); err == nil {

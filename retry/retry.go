@@ -338,15 +338,6 @@ func (p *Policy) Decide(attempt int, err error, start, now, deadline, prev int64
 	return delay, Continue
 }
 
-// Next is the yes/no shorthand of [Policy.Decide] for callers that do not
-// keep the previous delay (DecorrelatedJitter then draws as for a first
-// retry) and do not need the reason. Prefer Decide in new code: GiveUp needs
-// the reason.
-func (p *Policy) Next(attempt int, err error, start, now, deadline int64) (delay int64, ok bool) {
-	delay, stop := p.Decide(attempt, err, start, now, deadline, 0)
-	return delay, stop == Continue
-}
-
 // GiveUp returns the error a caller returns when [Policy.Decide] (or the
 // sleep) stopped the retries: for [NotRetryable], last itself (without its
 // [Permanent] marker, when the marker is the outermost error); otherwise a

@@ -591,9 +591,6 @@ func TestDecideOrder(t *testing.T) {
 		if d != c.wantDelay || s != c.wantStop {
 			t.Errorf("case %d: Decide = %v, %v; want %v, %v", i, time.Duration(d), s, time.Duration(c.wantDelay), c.wantStop)
 		}
-		if d2, ok := p.Next(c.attempt, c.err, c.start, c.now, c.dl); ok != (c.wantStop == Continue) || d2 != d {
-			t.Errorf("case %d: Next = %v, %v", i, d2, ok)
-		}
 	}
 	if err := p.GiveUp(NotRetryable, 1, Permanent(errBoom), nil); err != errBoom {
 		t.Fatalf("GiveUp(NotRetryable) = %v", err)
