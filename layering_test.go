@@ -69,6 +69,27 @@ func TestLayering(t *testing.T) {
 	}
 }
 
+// TestPoliciesImportNoPolicy: a policy package never imports another (the
+// pipeline composes them): what they share, the Ticker, Result, NotRead and
+// Budget, lives in the root package.
+func TestPoliciesImportNoPolicy(t *testing.T) {
+	policies := []string{"adaptive", "bulkhead", "circuitbreaker", "hedge", "ratelimit", "retry", "timeout"}
+	for _, dir := range policies {
+		for file, paths := range imports(t, dir, false) {
+			if strings.Contains(file, "redislimit") {
+				continue // a module of its own, an adapter over circuitbreaker and ratelimit
+			}
+			for _, p := range paths {
+				for _, other := range policies {
+					if other != dir && p == modulePath+"/"+other {
+						t.Errorf("%s imports %s", file, p)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestDefaultClockIsShared: the process-wide watchdog and DefaultTicker read
 // one clock instance, so that deadlines armed on the default watchdog are
 // readings of DefaultTicker.

@@ -13,10 +13,6 @@ import (
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/internal/watchdog"
-
-	// Package retry sets budgetcheck.Reason, its check of its own budget
-	// types, in its init function, which runs before this package's.
-	_ "github.com/rampart-go/rampart/retry"
 )
 
 // Limits of the configuration.
@@ -61,7 +57,13 @@ type Config struct {
 	// apart. 0 means 1. Must be in [0, MaxHedgesLimit].
 	MaxHedges int
 
-	// Budget, when set, must grant every hedge (see [Budget]). Nil means
+	// Budget, when set, must grant every hedge (see [rampart.Budget]; the
+	// hedger calls OnRequest once per call, AllowRetry before each hedge,
+	// OnSuccess after each attempt that succeeded and OnFailure after each
+	// attempt that failed with a non-fatal error). A retry policy that wraps
+	// the hedged calls and shares the budget also counts the logical call in
+	// OnRequest; for retry.RatioBudget that doubles the request count (the
+	// ratio is then relative to twice the calls). Nil means
 	// hedges are limited by MaxHedges only. A nil *retry.TokenBucket or
 	// *retry.RatioBudget, and one not built by retry.NewTokenBucket or
 	// retry.NewRatioBudget (a zero value), is refused.
@@ -187,10 +189,14 @@ func New(cfg Config) (*Hedger, error) {
 	case cfg.Tick < 0:
 		return nil, bad("Tick", "must not be negative, got %v", cfg.Tick)
 	}
-	// retry's own check (set by package retry, which this package
-	// imports): a nil or zero retry.TokenBucket or retry.RatioBudget.
-	if why := budgetcheck.Reason(cfg.Budget, "retry."); why != "" {
-		return nil, bad("Budget", "%s", why)
+	// Package retry's check of its own budget types (a nil or zero
+	// retry.TokenBucket or retry.RatioBudget), set by retry's init. This
+	// package does not import retry: when retry is not linked in, Reason is
+	// nil, no budget of retry's types exists, and there is nothing to check.
+	if budgetcheck.Reason != nil {
+		if why := budgetcheck.Reason(cfg.Budget, "retry."); why != "" {
+			return nil, bad("Budget", "%s", why)
+		}
 	}
 	h := &Hedger{
 		ticker:     cfg.Ticker,
