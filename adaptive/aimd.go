@@ -84,7 +84,7 @@ type aimd struct {
 }
 
 func (c *aimd) Update(s Sample) float64 {
-	if lossy(s, c.dropThreshold) || (c.timeout > 0 && s.Count > 0 && s.AvgRTT > c.timeout) {
+	if lossy(s, c.dropThreshold) || (c.timeout > 0 && s.Count > 0 && int64(s.AvgRTT) > c.timeout) {
 		return s.Limit * c.backoff
 	}
 	if s.AppLimited() {

@@ -51,16 +51,16 @@ type Controller interface {
 // timed calls, at or above the true least. With Acquire/Release every
 // success is timed and Count equals Samples.
 type Sample struct {
-	Now         int64   // the time of the release that closed the window
-	Limit       float64 // the current (unclamped-fraction) limit
-	Count       int64   // successful calls completed in the window (estimated under sampling: Σ stride of the timed ones)
-	Samples     int64   // timed successes behind AvgRTT and MinRTT
-	Drops       int64   // calls released as Dropped (timeouts, overload errors), every one
-	AvgRTT      int64   // mean RTT of the successful calls, stride-weighted (0 when Count is 0)
-	DropRTT     int64   // mean RTT of the timed Dropped calls, stride-weighted (0 when none was timed)
-	MinRTT      int64   // least RTT of the timed successful calls (0 when Count is 0)
-	MaxInFlight int64   // the most calls in flight seen by any call of the window, itself included
-	InFlight    int64   // calls in flight when the window closed
+	Now         int64         // the time of the release that closed the window
+	Limit       float64       // the current (unclamped-fraction) limit
+	Count       int64         // successful calls completed in the window (estimated under sampling: Σ stride of the timed ones)
+	Samples     int64         // timed successes behind AvgRTT and MinRTT
+	Drops       int64         // calls released as Dropped (timeouts, overload errors), every one
+	AvgRTT      time.Duration // mean RTT of the successful calls, stride-weighted (0 when Count is 0)
+	DropRTT     time.Duration // mean RTT of the timed Dropped calls, stride-weighted (0 when none was timed)
+	MinRTT      time.Duration // least RTT of the timed successful calls (0 when Count is 0)
+	MaxInFlight int64         // the most calls in flight seen by any call of the window, itself included
+	InFlight    int64         // calls in flight when the window closed
 }
 
 // DropRate returns the fraction of the window's calls with an outcome that

@@ -496,11 +496,11 @@ func (l *Limiter) closeWindow(now int64) {
 	l.lastSeq = seq
 	s := Sample{Now: now, Limit: l.est, Count: count, Samples: samples, Drops: drops, MaxInFlight: maxIn, InFlight: inFlightOf(w)}
 	if count > 0 {
-		s.AvgRTT = sum / count
-		s.MinRTT = mn
+		s.AvgRTT = time.Duration(sum / count)
+		s.MinRTT = time.Duration(mn)
 	}
 	if dropWeight > 0 {
-		s.DropRTT = dropSum / dropWeight
+		s.DropRTT = time.Duration(dropSum / dropWeight)
 	}
 	est := l.ctrl.Update(s)
 	if est != est { // NaN: keep the limit

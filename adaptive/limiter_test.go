@@ -124,9 +124,9 @@ func TestOutcomes(t *testing.T) {
 	s := got[0]
 	require.Equal(t, int64(2), s.Count)
 	require.Equal(t, int64(1), s.Drops)
-	require.Equal(t, int64(15), s.AvgRTT)
-	require.Equal(t, int64(10), s.MinRTT)
-	require.Equal(t, int64(30), s.DropRTT, "the dropped call's RTT, apart from the successes'")
+	require.Equal(t, time.Duration(15), s.AvgRTT)
+	require.Equal(t, time.Duration(10), s.MinRTT)
+	require.Equal(t, time.Duration(30), s.DropRTT, "the dropped call's RTT, apart from the successes'")
 	require.InDelta(t, 1.0/3, s.DropRate(), 1e-12)
 	st := l.Stats()
 	require.Equal(t, uint64(2), st.Samples)
@@ -141,7 +141,7 @@ func TestOutcomes(t *testing.T) {
 // reaction to any drop, and 1 ignores drops. Gradient2 has no drop rule:
 // drops move it only through their RTT (Sample.DropRTT).
 func TestDropRateNotOneDrop(t *testing.T) {
-	const rtt = int64(10 * time.Millisecond)
+	const rtt = 10 * time.Millisecond
 	healthy := func(drops, count int64) Sample {
 		return Sample{Limit: 100, Count: count, Samples: count, Drops: drops, AvgRTT: rtt, MinRTT: rtt, MaxInFlight: 100, InFlight: 50}
 	}

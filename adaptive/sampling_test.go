@@ -84,7 +84,7 @@ func TestSamplingStrideFollowsRate(t *testing.T) {
 		require.GreaterOrEqual(t, s.Samples, int64(128*8/10), "about T..2T samples per window")
 		require.Less(t, s.Samples, int64(2*128*12/10))
 		require.InDelta(t, 100_000, float64(s.Count), 100_000*0.2, "Count estimates every success")
-		require.Equal(t, int64(10), s.AvgRTT)
+		require.Equal(t, time.Duration(10), s.AvgRTT)
 	}
 	// 1,000 calls per window: 1000/128 → stride 4. (The window that
 	// spans the change overruns its end by up to 512 calls, the wait for
@@ -102,8 +102,8 @@ func TestSamplingStrideFollowsRate(t *testing.T) {
 	require.Equal(t, calls, sampled)
 	s := (*got)[len(*got)-1]
 	require.Equal(t, s.Count, s.Samples)
-	require.Equal(t, int64(10_000), s.AvgRTT)
-	require.Equal(t, int64(10_000), s.MinRTT)
+	require.Equal(t, time.Duration(10_000), s.AvgRTT)
+	require.Equal(t, time.Duration(10_000), s.MinRTT)
 
 	// The default cap is 64.
 	l2, tk2, _ := sampledLimiter(t, nil)
@@ -163,7 +163,7 @@ func TestSamplingDropsAlwaysCounted(t *testing.T) {
 	require.Equal(t, int64(drops), (*got)[n].Drops)
 	require.Equal(t, uint64(drops), l.Stats().Drops)
 	require.Less(t, unsampled, drops, "some drops were RTT samples")
-	require.Equal(t, int64(10), (*got)[n].DropRTT, "the sampled drops' RTT (every call took 10 ns)")
+	require.Equal(t, time.Duration(10), (*got)[n].DropRTT, "the sampled drops' RTT (every call took 10 ns)")
 }
 
 // TestSamplingWindowClosesAfterRateFalls: a window at stride 64 that sees
@@ -256,7 +256,7 @@ func TestSamplingTokens(t *testing.T) {
 	l.Release(a, rampart.Success) // reads the clock: an RTT of 1 ms + 7 ns, closes the window
 	require.Len(t, *got, 1)
 	require.Equal(t, int64(1), (*got)[0].Samples)
-	require.Equal(t, int64(time.Millisecond+7), (*got)[0].AvgRTT)
+	require.Equal(t, time.Duration(time.Millisecond+7), (*got)[0].AvgRTT)
 
 	// BeginPriority without partitions is Begin; with them it counts the
 	// partition, and End frees it.
@@ -307,7 +307,7 @@ func TestSamplingDoCall(t *testing.T) {
 	require.Equal(t, 64, l.Stats().Stride)
 	s := (*got)[1]
 	require.Less(t, s.Samples, s.Count/16)
-	require.Equal(t, int64(10), s.AvgRTT)
+	require.Equal(t, time.Duration(10), s.AvgRTT)
 	require.Equal(t, 0, l.InFlight())
 }
 

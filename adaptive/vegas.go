@@ -128,12 +128,12 @@ type vegas struct {
 func (c *vegas) Update(s Sample) float64 {
 	if lim, handled, measured := c.probe.step(s); handled {
 		if measured {
-			c.baseline = s.AvgRTT
+			c.baseline = int64(s.AvgRTT)
 		}
 		return lim
 	}
-	if s.Count > 0 && (c.baseline == 0 || s.AvgRTT < c.baseline) {
-		c.baseline = s.AvgRTT
+	if s.Count > 0 && (c.baseline == 0 || int64(s.AvgRTT) < c.baseline) {
+		c.baseline = int64(s.AvgRTT)
 	}
 	l := s.Limit
 	lg := log10(l)

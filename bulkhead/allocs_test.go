@@ -19,7 +19,7 @@ func TestAllocsAdmit(t *testing.T) {
 }
 
 func TestAllocsReject(t *testing.T) {
-	b := mustNew(t, Config{Max: 1, OnRejected: func(int64, int64) {}})
+	b := mustNew(t, Config{Max: 1, OnRejected: func(int64, time.Duration) {}})
 	b.Acquire()
 	defer b.Release()
 	ctx := context.Background()

@@ -117,12 +117,12 @@ type Config struct {
 	// call is refused a permit (full, MaxWait expired, or context ended
 	// while waiting), with the in-flight count it saw and the nanoseconds it
 	// waited (0 for fail-fast). A panic in it is recovered and counted.
-	OnRejected func(inFlight, waitedNanos int64)
+	OnRejected func(inFlight int64, waited time.Duration)
 
 	// OnWaitAdmit, when set, is called when a call that had to queue is
-	// granted a permit, with the nanoseconds it waited. Calls admitted
+	// granted a permit, with how long it waited. Calls admitted
 	// without waiting do not call it (so the fast path stays free).
-	OnWaitAdmit func(waitedNanos int64)
+	OnWaitAdmit func(waited time.Duration)
 }
 
 // Stats is a snapshot of a bulkhead's counters, returned by value.
@@ -131,17 +131,17 @@ type Config struct {
 // add to the admit path. Callers that need it count themselves (or derive
 // it from their own request count minus Rejected).
 type Stats struct {
-	Max            int64  // the current limit
-	InFlight       int64  // permits held now (may read one above the truth while a racing rejection undoes its add)
-	PeakInFlight   int64  // highest in-flight count ever admitted; never above the Max in force at the time (or, for a call racing a shrinking SetMax, the Max it read)
-	Rejected       uint64 // calls refused a permit, for any reason (includes TimedOut and Canceled)
-	TimedOut       uint64 // waiting calls whose MaxWait expired
-	Canceled       uint64 // waiting calls whose context ended first (or was done before they queued)
-	Waiting        int64  // calls queued now
-	Overshoots     uint64 // adds that lost the race for the last permit and were undone (each opens a window of a few ns in which another caller may be refused spuriously)
-	Waited         uint64 // calls admitted after queueing
-	WaitTime       int64  // total time spent queueing, admitted or not
-	ListenerPanics uint64 // listener panics recovered
+	Max            int64         // the current limit
+	InFlight       int64         // permits held now (may read one above the truth while a racing rejection undoes its add)
+	PeakInFlight   int64         // highest in-flight count ever admitted; never above the Max in force at the time (or, for a call racing a shrinking SetMax, the Max it read)
+	Rejected       uint64        // calls refused a permit, for any reason (includes TimedOut and Canceled)
+	TimedOut       uint64        // waiting calls whose MaxWait expired
+	Canceled       uint64        // waiting calls whose context ended first (or was done before they queued)
+	Waiting        int64         // calls queued now
+	Overshoots     uint64        // adds that lost the race for the last permit and were undone (each opens a window of a few ns in which another caller may be refused spuriously)
+	Waited         uint64        // calls admitted after queueing
+	WaitTime       time.Duration // total time spent queueing, admitted or not
+	ListenerPanics uint64        // listener panics recovered
 }
 
 // Bulkhead is a concurrency limit. Create it with [New]; see the package
@@ -164,8 +164,8 @@ type Bulkhead struct {
 	maxWait     int64
 	name        string
 	ticker      rampart.Ticker
-	onReject    func(inFlight, waitedNanos int64)
-	onWaitAdmit func(waitedNanos int64)
+	onReject    func(inFlight int64, waited time.Duration)
+	onWaitAdmit func(waited time.Duration)
 	errFull     *rampart.RejectedError
 
 	// Waiting path and rare counters.
@@ -302,7 +302,7 @@ func (b *Bulkhead) reject(waited int64) {
 }
 
 func (b *Bulkhead) notifyReject(waited int64) {
-	notify.Call2(&b.listenerPanics, b.onReject, b.inFlight.Load(), waited)
+	notify.Call2(&b.listenerPanics, b.onReject, b.inFlight.Load(), time.Duration(waited))
 }
 
 // Release gives back a permit taken by TryEnter or Enter: one atomic add, plus
@@ -411,7 +411,7 @@ func (b *Bulkhead) enterSlow(ctx context.Context) error {
 		b.waited.Add(1)
 		b.waitedNanos.Add(waited)
 		if b.onWaitAdmit != nil {
-			notify.Call1(&b.listenerPanics, b.onWaitAdmit, waited)
+			notify.Call1(&b.listenerPanics, b.onWaitAdmit, time.Duration(waited))
 		}
 		admitted = true
 		return nil
@@ -547,7 +547,7 @@ func (b *Bulkhead) Stats() Stats {
 		Canceled:       b.canceled.Load(),
 		Waiting:        b.waiters.Load(),
 		Waited:         b.waited.Load(),
-		WaitTime:       b.waitedNanos.Load(),
+		WaitTime:       time.Duration(b.waitedNanos.Load()),
 		ListenerPanics: b.listenerPanics.Load(),
 	}
 }

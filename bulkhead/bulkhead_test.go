@@ -49,7 +49,7 @@ func TestNewValidation(t *testing.T) {
 
 func TestTryEnterExit(t *testing.T) {
 	var rejects []int64
-	b := mustNew(t, Config{Max: 2, OnRejected: func(inFlight, waited int64) { rejects = append(rejects, inFlight, waited) }})
+	b := mustNew(t, Config{Max: 2, OnRejected: func(inFlight int64, waited time.Duration) { rejects = append(rejects, inFlight, int64(waited)) }})
 	require.NoError(t, b.Acquire())
 	require.NoError(t, b.Acquire())
 	require.Error(t, b.Acquire())
@@ -145,7 +145,7 @@ func TestSetMax(t *testing.T) {
 }
 
 func TestListenerPanicRecovered(t *testing.T) {
-	b := mustNew(t, Config{Max: 1, OnRejected: func(int64, int64) { panic("listener") }})
+	b := mustNew(t, Config{Max: 1, OnRejected: func(int64, time.Duration) { panic("listener") }})
 	require.NoError(t, b.Acquire())
 	require.Error(t, b.Acquire())
 	require.Equal(t, uint64(1), b.Stats().ListenerPanics)

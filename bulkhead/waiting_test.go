@@ -52,7 +52,7 @@ func TestWaitFIFO(t *testing.T) {
 		require.Zero(t, s.Waiting)
 		require.Equal(t, uint64(10), s.Waited)
 		// Waiter i waited i ms: 1 ms for each waiter ahead of it.
-		require.Equal(t, int64(45*time.Millisecond), s.WaitTime)
+		require.Equal(t, 45*time.Millisecond, s.WaitTime)
 		require.Zero(t, s.Rejected)
 	})
 }
@@ -63,7 +63,7 @@ func TestWaitMaxWaitExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var waited []int64
 		b := mustNew(t, Config{Max: 1, MaxWait: 50 * time.Millisecond, Ticker: rampart.NewNanoTicker(),
-			OnRejected: func(_, w int64) { waited = append(waited, w) }})
+			OnRejected: func(_ int64, w time.Duration) { waited = append(waited, int64(w)) }})
 		require.NoError(t, b.Acquire())
 		start := time.Now()
 		err := b.AcquireWait(t.Context())
@@ -74,7 +74,7 @@ func TestWaitMaxWaitExpires(t *testing.T) {
 		require.Equal(t, uint64(1), s.Rejected)
 		require.Equal(t, uint64(1), s.TimedOut)
 		require.Zero(t, s.Waiting)
-		require.Equal(t, int64(50*time.Millisecond), s.WaitTime)
+		require.Equal(t, 50*time.Millisecond, s.WaitTime)
 		require.Equal(t, []int64{int64(50 * time.Millisecond)}, waited)
 		b.Release()
 		require.Zero(t, b.Stats().InFlight)
@@ -255,7 +255,7 @@ func TestWaitDoReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var admitted []int64
 		b := mustNew(t, Config{Max: 1, MaxWait: time.Second, Ticker: rampart.NewNanoTicker(),
-			OnWaitAdmit: func(w int64) { admitted = append(admitted, w) }})
+			OnWaitAdmit: func(w time.Duration) { admitted = append(admitted, int64(w)) }})
 		boom := errors.New("boom")
 		done := make(chan error, 1)
 		go testkit.Run(func() {
@@ -335,7 +335,7 @@ func TestWaitAdmitListenerGoexitReleasesPermit(t *testing.T) {
 				cfg := Config{Max: 1, MaxWait: time.Second, Ticker: tk}
 				if tc == "goexit-listener" {
 					cfg.Ticker = rampart.NewNanoTicker()
-					cfg.OnWaitAdmit = func(int64) { testkit.Goexit() }
+					cfg.OnWaitAdmit = func(time.Duration) { testkit.Goexit() }
 				}
 				b := mustNew(t, cfg)
 				require.NoError(t, b.Acquire())

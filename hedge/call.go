@@ -229,7 +229,7 @@ func (r *race[T]) armLocked(i int, now int64) {
 	if i > r.h.maxHedges {
 		return
 	}
-	if d := r.h.Delay(); d > 0 {
+	if d := r.h.delayNs(); d > 0 {
 		var ok bool
 		if r.next, ok = r.h.wd.Schedule(atomicx.SatAdd(now, d), r, uint64(i)); !ok {
 			r.h.full.Add(1)

@@ -77,7 +77,7 @@ func run[T, F any](h *Hedger, ctx context.Context, start int64, fn F, invoke fun
 	if h.async {
 		return runAsync[T](h, ctx, fn, start, held)
 	}
-	d := h.Delay() // one atomic load with a percentile delay
+	d := h.delayNs() // one atomic load with a percentile delay
 	if d <= 0 {
 		return runPlain(h, ctx, fn, invoke, start, held)
 	}

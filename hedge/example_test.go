@@ -51,6 +51,6 @@ func ExampleCall() {
 		return "profile", ctx.Err()
 	}
 	p, err := hedge.Call(context.Background(), h, getProfile)
-	fmt.Println(p, err, time.Duration(h.Stats().Delay))
+	fmt.Println(p, err, h.Stats().Delay)
 	// Output: profile <nil> 20ms
 }

@@ -112,9 +112,9 @@ type Stats struct {
 	BudgetRefused  uint64 // hedges the budget refused
 	TriggerFull    uint64 // triggers the watchdog refused (table full, or closed by Close): those calls ran unhedged
 	ListenerPanics uint64 // listener panics recovered
-	// Delay is the current hedging delay in nanoseconds (-1: no hedging
-	// yet, a percentile still warming up with Delay 0).
-	Delay int64
+	// Delay is the current hedging delay (-1: no hedging yet, a
+	// percentile still warming up with Delay 0).
+	Delay time.Duration
 	// Samples is the number of latencies in the histogram at the last
 	// refresh (0 with a fixed delay).
 	Samples uint64
@@ -267,10 +267,14 @@ func (h *Hedger) Close() error {
 // Ticker returns the clock the hedger reads.
 func (h *Hedger) Ticker() rampart.Ticker { return h.ticker }
 
-// Delay returns the current hedging delay in nanoseconds, or -1 when calls
-// are not hedged (a percentile still warming up with Config.Delay 0). One
-// atomic load with a percentile delay, none with a fixed one.
-func (h *Hedger) Delay() int64 {
+// Delay returns the current hedging delay, or -1 when calls are not hedged
+// (a percentile still warming up with Config.Delay 0). One atomic load with
+// a percentile delay, none with a fixed one.
+func (h *Hedger) Delay() time.Duration { return time.Duration(h.delayNs()) }
+
+// delayNs is Delay in the int64 nanoseconds that readings add to (the hot
+// path: Do, Call and each hedge's trigger).
+func (h *Hedger) delayNs() int64 {
 	if !h.percentile {
 		return h.fixed
 	}

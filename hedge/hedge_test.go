@@ -100,7 +100,7 @@ func TestTailLatency(t *testing.T) {
 		delays := map[time.Duration]int{} // the delay each call started with
 		latH, attempts := tailScenario(func(ctx context.Context, fn func(context.Context) error) error {
 			mu.Lock()
-			delays[time.Duration(h.Delay())]++
+			delays[h.Delay()]++
 			mu.Unlock()
 			return h.Do(ctx, fn)
 		})
@@ -649,7 +649,7 @@ func TestPercentileRefresh(t *testing.T) {
 	}
 	tk.Advance(time.Second)
 	h.ObserveAt(int64(10*time.Millisecond), tk.Now())
-	if h.Delay() != int64(7*time.Millisecond) {
+	if h.Delay() != 7*time.Millisecond {
 		t.Fatalf("warming up: %d", h.Delay())
 	}
 	for range 10 {
@@ -657,7 +657,7 @@ func TestPercentileRefresh(t *testing.T) {
 	}
 	tk.Advance(time.Second)
 	h.ObserveAt(int64(10*time.Millisecond), tk.Now())
-	if d := h.Delay(); d < int64(10*time.Millisecond) || d > int64(10.4*float64(time.Millisecond)) {
+	if d := h.Delay(); d < 10*time.Millisecond || d > time.Duration(10.4*float64(time.Millisecond)) {
 		t.Fatalf("p50: %d", d)
 	}
 	for range 100 {
@@ -665,7 +665,7 @@ func TestPercentileRefresh(t *testing.T) {
 	}
 	tk.Advance(time.Second)
 	h.ObserveAt(int64(time.Second), tk.Now())
-	if d := h.Delay(); d != int64(40*time.Millisecond) {
+	if d := h.Delay(); d != 40*time.Millisecond {
 		t.Fatalf("clamped to MaxDelay: %d", d)
 	}
 	for range 1000 {
@@ -673,7 +673,7 @@ func TestPercentileRefresh(t *testing.T) {
 	}
 	tk.Advance(time.Second)
 	h.ObserveAt(1000, tk.Now())
-	if d := h.Delay(); d != int64(2*time.Millisecond) {
+	if d := h.Delay(); d != 2*time.Millisecond {
 		t.Fatalf("clamped to MinDelay: %d", d)
 	}
 	if st := h.Stats(); st.Samples == 0 {
@@ -725,7 +725,7 @@ func TestHugeRefreshKeepsDelayUntilRefresh(t *testing.T) {
 	for i := range 10 {
 		h.ObserveAt(int64(50*time.Millisecond), tk.Now()+int64(i))
 	}
-	if d := h.Delay(); d != int64(5*time.Millisecond) {
+	if d := h.Delay(); d != 5*time.Millisecond {
 		t.Fatalf("delay recomputed to %v before Refresh passed", time.Duration(d))
 	}
 }

@@ -67,7 +67,7 @@ func TestRejectionListenerGoexitRecordsNoBreakerFailure(t *testing.T) {
 	tick := rampart.NewManualTicker(1)
 	cb := newBreaker(t, tick, func(c *circuitbreaker.Config) { c.ConsecutiveFailures = 1 })
 	rl, err := ratelimit.New(ratelimit.Config{Rate: 1, Burst: 1, Ticker: tick,
-		OnRejected: func(int, int64) { testkit.Goexit() }})
+		OnRejected: func(int, time.Duration) { testkit.Goexit() }})
 	require.NoError(t, err)
 	p, err := pipeline.New(pipeline.Config{Breaker: cb, RateLimit: rl})
 	require.NoError(t, err)

@@ -609,7 +609,7 @@ func TestFastPathGoexitInRejectionListenerReleasesBreakerPermit(t *testing.T) {
 				var take func() bool
 				if which == "ratelimit" {
 					rl, err := ratelimit.New(ratelimit.Config{Name: "rl", Rate: 1, Burst: 1, Ticker: tick,
-						OnRejected: func(int, int64) {
+						OnRejected: func(int, time.Duration) {
 							if goexit.Load() {
 								testkit.Goexit()
 							}
@@ -619,7 +619,7 @@ func TestFastPathGoexitInRejectionListenerReleasesBreakerPermit(t *testing.T) {
 					take = func() bool { return rl.AdmitN(tick.Now(), 1) == 0 }
 				} else {
 					bh, err := bulkhead.New(bulkhead.Config{Name: "bh", Max: 1, Ticker: tick,
-						OnRejected: func(int64, int64) {
+						OnRejected: func(int64, time.Duration) {
 							if goexit.Load() {
 								testkit.Goexit()
 							}

@@ -10,6 +10,7 @@ import (
 	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/timeout"
+	"time"
 )
 
 // attempt holds what one attempt acquired, so that it is released exactly
@@ -35,10 +36,10 @@ const (
 
 // loop is the per-call state of the retry loop, in the caller's frame.
 type loop struct {
-	start    int64 // the first attempt's t0 (rampart.NotRead before it)
-	prev     int64 // the previous retry delay
-	deadline int64 // the context's deadline on the ticker; -1: not computed
-	last     error // the previous attempt's error, for a give-up
+	start    int64         // the first attempt's t0 (rampart.NotRead before it)
+	prev     time.Duration // the previous retry delay
+	deadline int64         // the context's deadline on the ticker; -1: not computed
+	last     error         // the previous attempt's error, for a give-up
 }
 
 // run is the engine behind Do, Try, Call and TryCall. Exactly one of fnT and
@@ -321,7 +322,7 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 			permit, err = p.cb.AcquireAt(a.t0)
 		}
 		if err != nil {
-			p.reject(o, Breaker, err, int64(p.cb.RemainingOpenAt(a.t0)))
+			p.reject(o, Breaker, err, p.cb.RemainingOpenAt(a.t0))
 			return nil, false
 		}
 		a.permit = permit
@@ -517,7 +518,7 @@ func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.P
 		}
 	}
 	if h, ok := errors.AsType[retry.RetryAfterHint](err); ok {
-		o.RetryAfter = durationOf(int64(h.RetryAfter()))
+		o.RetryAfter = max(h.RetryAfter(), 0)
 	}
 	return o
 }
@@ -533,12 +534,12 @@ func (p *Pipeline) breakerRejected(a *attempt, o *Outcome, err error) {
 			return
 		}
 	}
-	p.reject(o, Breaker, err, int64(p.cb.RemainingOpenAt(a.t0)))
+	p.reject(o, Breaker, err, p.cb.RemainingOpenAt(a.t0))
 }
 
 // rejectAt releases the permits a.held names (taken before the rejection)
 // and fills o for a rejection by policy k. Rejection path.
-func (p *Pipeline) rejectAt(a *attempt, o *Outcome, k Kind, err error, retryAfter int64) {
+func (p *Pipeline) rejectAt(a *attempt, o *Outcome, k Kind, err error, retryAfter time.Duration) {
 	p.unwind(a)
 	p.reject(o, k, err, retryAfter)
 }
@@ -576,8 +577,8 @@ func (p *Pipeline) rejectWait(l *loop, o *Outcome, k Kind, err error) {
 }
 
 // reject fills o for a rejection by policy k.
-func (p *Pipeline) reject(o *Outcome, k Kind, err error, retryAfter int64) {
-	o.Code, o.Policy, o.Err, o.RetryAfter = Rejected, k, err, durationOf(retryAfter)
+func (p *Pipeline) reject(o *Outcome, k Kind, err error, retryAfter time.Duration) {
+	o.Code, o.Policy, o.Err, o.RetryAfter = Rejected, k, err, max(retryAfter, 0)
 	if !isRejection(err) {
 		// A wait for a permit ended with the context: not a rejection.
 		o.Code, o.Policy, o.RetryAfter = Canceled, None, 0

@@ -3,20 +3,10 @@ package pipeline
 import (
 	"errors"
 	"fmt"
-	"strings"
-	"time"
-
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/ticker"
+	"strings"
 )
-
-// durationOf converts a nanosecond count to a Duration, 0 for negatives.
-func durationOf(ns int64) time.Duration {
-	if ns <= 0 {
-		return 0
-	}
-	return time.Duration(ns)
-}
 
 // isRejection reports whether err is a rampart rejection. The policies'
 // rejection errors are *rampart.RejectedError, so the common case is one

@@ -56,7 +56,7 @@ type Config struct {
 	// would be admitted ([Never] for an n that can never be admitted). It
 	// runs on the caller's goroutine; a panic in it is recovered and
 	// counted in Stats().ListenerPanics.
-	OnRejected func(n int, wait int64)
+	OnRejected func(n int, wait time.Duration)
 }
 
 // Rate limits of the configuration.
@@ -253,7 +253,7 @@ func (p *params) earliestOf(target int64) int64 {
 // time stands still there, so the wait would never end).
 func (p *params) waitFor(now, next int64) int64 {
 	if next-p.tau > maxUnits {
-		return Never
+		return never
 	}
 	return max(p.earliest(next-p.tau)-now, 1)
 }

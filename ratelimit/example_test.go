@@ -21,8 +21,8 @@ func Example() {
 	}
 	// A rejection says how long until the next permit.
 	wait := l.AdmitN(clock.Now(), 1)
-	fmt.Println(time.Duration(wait))
-	clock.Advance(time.Duration(wait))
+	fmt.Println(wait)
+	clock.Advance(wait)
 	fmt.Println(l.Allow())
 
 	if !l.AllowN(clock.Now(), 1) {

@@ -15,10 +15,10 @@ func checkParams(t *testing.T, l *Limiter) {
 		t.Fatalf("bad params %+v", s.params)
 	}
 	burst := int(s.burst)
-	if w := l.AdmitN(0, burst); w != 0 {
+	if w := int64(l.AdmitN(0, burst)); w != 0 {
 		t.Fatalf("a full burst of %d refused at 0 (wait %d)", burst, w)
 	}
-	w := l.AdmitN(0, 1)
+	w := int64(l.AdmitN(0, 1))
 	// The wait is the interval num/den, rounded up, within a ns.
 	ideal := new(big.Rat).SetFrac(new(big.Int).SetUint64(s.num), new(big.Int).SetUint64(s.den))
 	f, _ := ideal.Float64()
@@ -117,7 +117,7 @@ func FuzzOps(f *testing.F) {
 			case 1: // acquire
 				m.advance(now)
 				want := m.float()
-				w := l.AdmitN(now, n)
+				w := int64(l.AdmitN(now, n))
 				g.check(t, i, now, n, w == 0)
 				if w == 0 {
 					if want < float64(n)-eps {

@@ -10,6 +10,7 @@ import (
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/ticker"
+	"time"
 )
 
 // DefaultMaxKeys is the key bound of a [Keyed] limiter whose MaxKeys is 0.
@@ -57,7 +58,7 @@ type Keyed struct {
 	maxKeys    int64
 	tk         rampart.Ticker
 	rejected   *rampart.RejectedError
-	onRejected func(n int, wait int64)
+	onRejected func(n int, wait time.Duration)
 	countStats bool
 
 	sweepMu sync.Mutex // one sweep at a time (slow path)
@@ -106,9 +107,9 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 // of [Limiter.AdmitN]: 0 when admitted, otherwise the ns to wait
 // (read-only), [Never] for n < 1 or n > the burst. When key is new and the
 // table is full of active keys, the wait is until a key goes idle.
-func (k *Keyed) AdmitN(key string, now int64, n int) (wait int64) {
+func (k *Keyed) AdmitN(key string, now int64, n int) (wait time.Duration) {
 	if uint64(n-1) >= uint64(k.p.burst) {
-		return k.reject(n, Never)
+		return time.Duration(k.reject(n, never))
 	}
 	u, ph := k.p.unitsPhase(now) // floor for the test, phase for a new TAT (see params)
 	inc := int64(n) * k.p.k
@@ -120,7 +121,7 @@ func (k *Keyed) AdmitN(key string, now int64, n int) (wait int64) {
 				break // evicted since the lookup: take the slow path
 			}
 			if tat+inc-u > k.p.tau { // as in Limiter.TryAcquire
-				return k.reject(n, k.p.waitFor(now, tat+inc)) // read-only
+				return time.Duration(k.reject(n, k.p.waitFor(now, tat+inc))) // read-only
 			}
 			if c.tat.CompareAndSwap(tat, max(tat, ph)+inc) { // the one write, on the key's word
 				if k.countStats {
@@ -130,7 +131,7 @@ func (k *Keyed) AdmitN(key string, now int64, n int) (wait int64) {
 			}
 		}
 	}
-	return k.insertSlow(key, now, u, ph, n)
+	return time.Duration(k.insertSlow(key, now, u, ph, n))
 }
 
 // insertSlow is the slow path of TryAcquire for a key not in the table (or
@@ -241,7 +242,7 @@ func (k *Keyed) reject(n int, wait int64) int64 {
 		k.rejectedN.Add(1)
 	}
 	if k.onRejected != nil {
-		notify.Call2(&k.listenerPanics, k.onRejected, n, wait)
+		notify.Call2(&k.listenerPanics, k.onRejected, n, time.Duration(wait))
 	}
 	return wait
 }

@@ -27,13 +27,13 @@ func mustKeyed(t testing.TB, c KeyedConfig) *Keyed {
 func TestKeyedPerKey(t *testing.T) {
 	ms := int64(time.Millisecond)
 	k := mustKeyed(t, KeyedConfig{Config: Config{Rate: 10, Burst: 2, CountStats: true}})
-	require.Zero(t, k.AdmitN("a", 0, 1))
-	require.Zero(t, k.AdmitN("a", 0, 1))
-	require.Equal(t, 100*ms, k.AdmitN("a", 0, 1))
-	require.Zero(t, k.AdmitN("b", 0, 2)) // b has its own bucket
-	require.Equal(t, 50*ms, k.AdmitN("b", 150*ms, 2))
+	require.Zero(t, int64(k.AdmitN("a", 0, 1)))
+	require.Zero(t, int64(k.AdmitN("a", 0, 1)))
+	require.Equal(t, 100*ms, int64(k.AdmitN("a", 0, 1)))
+	require.Zero(t, int64(k.AdmitN("b", 0, 2))) // b has its own bucket
+	require.Equal(t, 50*ms, int64(k.AdmitN("b", 150*ms, 2)))
 	require.True(t, k.AllowN("a", 100*ms, 1))
-	require.Equal(t, Never, k.AdmitN("a", 100*ms, 3))
+	require.Equal(t, int64(Never), int64(k.AdmitN("a", 100*ms, 3)))
 	require.Equal(t, 2, k.Len())
 	st := k.Stats()
 	require.Equal(t, uint64(4), st.Admitted)
@@ -50,11 +50,11 @@ func TestKeyedPerKey(t *testing.T) {
 // TestKeyedListenerPanicIsCounted: a panicking OnRejected never breaks the
 // call and is counted; the rejection is still reported and counted once.
 func TestKeyedListenerPanicIsCounted(t *testing.T) {
-	boom := func(int, int64) { panic("boom") }
+	boom := func(int, time.Duration) { panic("boom") }
 	k := mustKeyed(t, KeyedConfig{Config: Config{Rate: 1, OnRejected: boom, CountStats: true}})
 	require.True(t, k.AllowN("a", 0, 1))
-	require.Equal(t, int64(time.Second), k.AdmitN("a", 0, 1))
-	require.Equal(t, Never, k.AdmitN("a", 0, 2))
+	require.Equal(t, int64(time.Second), int64(k.AdmitN("a", 0, 1)))
+	require.Equal(t, int64(Never), int64(k.AdmitN("a", 0, 2)))
 	ks := k.Stats()
 	require.Equal(t, uint64(2), ks.ListenerPanics)
 	require.Equal(t, uint64(2), ks.Rejected)
@@ -71,7 +71,7 @@ func TestKeyedBoundAndEviction(t *testing.T) {
 	}
 	// Full of active keys: a new key waits until the oldest goes idle (k0
 	// is back to a full burst at 100 ms).
-	require.Equal(t, 70*ms, k.AdmitN("new", tk.Now(), 1))
+	require.Equal(t, 70*ms, int64(k.AdmitN("new", tk.Now(), 1)))
 	require.Equal(t, 3, k.Len())
 	tk.Set(100 * ms)
 	require.True(t, k.Allow("new")) // k0 evicted to make room
@@ -101,7 +101,7 @@ func TestKeyedSweepLenFloor(t *testing.T) {
 	require.Equal(t, 2, k.Len())
 	require.Equal(t, 0, k.SweepAt(s/2))
 	// Full of active keys: "a" idles at 1 s.
-	require.Equal(t, s-s/4, k.AdmitN("c", s/4, 1))
+	require.Equal(t, s-s/4, int64(k.AdmitN("c", s/4, 1)))
 	require.Equal(t, 2, k.Len())
 	// At 1 s "a" is idle: "c" takes its slot.
 	require.True(t, k.AllowN("c", s, 1))
@@ -112,7 +112,7 @@ func TestKeyedSweepLenFloor(t *testing.T) {
 	require.Equal(t, 0, k.Len())
 	require.Equal(t, 0, k.SweepAt(2*s))
 	// Floor: the evicted TAT was 2 s; a reading of 1.5 s is an early arrival.
-	require.Equal(t, s/2, k.AdmitN("d", 3*s/2, 1))
+	require.Equal(t, s/2, int64(k.AdmitN("d", 3*s/2, 1)))
 	require.Equal(t, 1, k.Len()) // the cell was inserted even though rejected
 	require.True(t, k.AllowN("d", 2*s, 1))
 }
@@ -161,7 +161,7 @@ func TestKeyedFullTableWaitIsFinite(t *testing.T) {
 				// key held is idle, so a sweep can always free its slot.
 				now := clock.Add(int64(time.Second))
 				key[3], key[4], key[5], key[6] = byte('0'+i/1000%10), byte('0'+i/100%10), byte('0'+i/10%10), byte('0'+i%10)
-				if k.AdmitN(string(key), now, 1) == Never {
+				if int64(k.AdmitN(string(key), now, 1)) == int64(Never) {
 					never.Add(1)
 				}
 			}
@@ -169,7 +169,7 @@ func TestKeyedFullTableWaitIsFinite(t *testing.T) {
 	}
 	wg.Wait()
 	if n := never.Load(); n != 0 {
-		t.Fatalf("%d valid requests for a new key got Never", n)
+		t.Fatalf("%d valid requests for a new key got int64(Never)", n)
 	}
 }
 
@@ -180,7 +180,7 @@ func TestKeyedFullTableWaitIsFinite(t *testing.T) {
 func TestKeyedFullTableListenerGoexitKeepsTheSlot(t *testing.T) {
 	sec := int64(time.Second)
 	var goexit atomic.Bool
-	k := mustKeyed(t, KeyedConfig{Config: Config{Limit: 1, Period: time.Second, OnRejected: func(int, int64) {
+	k := mustKeyed(t, KeyedConfig{Config: Config{Limit: 1, Period: time.Second, OnRejected: func(int, time.Duration) {
 		if goexit.Load() {
 			testkit.Goexit()
 		}
@@ -205,16 +205,16 @@ func TestKeyedNegativeOrigin(t *testing.T) {
 	tk := rampart.NewManualTicker(-20 * s)
 	kl, err := NewKeyed(KeyedConfig{Config: Config{Limit: 1, Period: time.Second, Ticker: tk}})
 	require.NoError(t, err)
-	admitted := countTrue(10, func() bool { defer tk.Advance(time.Second); return kl.AdmitN("k", tk.Now(), 1) == 0 })
+	admitted := countTrue(10, func() bool { defer tk.Advance(time.Second); return int64(kl.AdmitN("k", tk.Now(), 1)) == 0 })
 	require.Equal(t, 10, admitted, "one per second over 10 s")
 
 	start := -10 * s
 	k, err := NewKeyed(KeyedConfig{Config: Config{Limit: 1, Period: time.Second, Ticker: rampart.NewManualTicker(start)}, MaxKeys: 1})
 	require.NoError(t, err)
 	require.True(t, k.AllowN("a", start, 1))
-	require.Equal(t, s, k.AdmitN("a", start, 1))
-	require.Equal(t, s, k.AdmitN("b", start, 1)) // full table: until "a" idles
-	require.True(t, k.AllowN("b", start+s, 1))       // "a" evicted
+	require.Equal(t, s, int64(k.AdmitN("a", start, 1)))
+	require.Equal(t, s, int64(k.AdmitN("b", start, 1))) // full table: until "a" idles
+	require.True(t, k.AllowN("b", start+s, 1))          // "a" evicted
 	require.Equal(t, 1, k.Len())
 	require.Equal(t, 1, k.SweepAt(start+2*s))
 }
@@ -318,15 +318,15 @@ func TestAllocsKeyedExisting(t *testing.T) {
 	r := mustKeyed(t, KeyedConfig{Config: Config{Rate: 1e-3}})
 	require.True(t, r.AllowN("x", 0, 1))
 	testkit.WantAllocs(t, "TryAcquire existing key rejected", 0, func() {
-		if r.AdmitN("x", 5, 1) == 0 {
+		if int64(r.AdmitN("x", 5, 1)) == 0 {
 			panic("admitted")
 		}
 	})
 	// The same with a listener and counters.
-	lc := mustKeyed(t, KeyedConfig{Config: Config{Rate: 1e-3, CountStats: true, OnRejected: func(int, int64) {}}})
+	lc := mustKeyed(t, KeyedConfig{Config: Config{Rate: 1e-3, CountStats: true, OnRejected: func(int, time.Duration) {}}})
 	require.True(t, lc.AllowN("x", 0, 1))
 	testkit.WantAllocs(t, "TryAcquire rejected with listener and counters", 0, func() {
-		if lc.AdmitN("x", 5, 1) == 0 || lc.AdmitN("x", 5, 2) != Never {
+		if int64(lc.AdmitN("x", 5, 1)) == 0 || int64(lc.AdmitN("x", 5, 2)) != int64(Never) {
 			panic("admitted")
 		}
 	})
@@ -344,16 +344,16 @@ func TestKeyedTATStaysBelowEvictedAtTheReadingCap(t *testing.T) {
 		for _, now := range capReadings(&probe.p) {
 			k := mustKeyed(t, KeyedConfig{Config: c, MaxKeys: 2})
 			for _, n := range []int{math.MinInt, -1, 0, 4, math.MaxInt} {
-				require.Equal(t, Never, k.AdmitN("a", now, n), "n=%d", n)
+				require.Equal(t, int64(Never), int64(k.AdmitN("a", now, n)), "n=%d", n)
 			}
 			require.Zero(t, k.Len(), "an invalid n made a key")
-			require.Zero(t, k.AdmitN("a", now, 3), "%+v at %d: a full burst", c, now)
+			require.Zero(t, int64(k.AdmitN("a", now, 3)), "%+v at %d: a full burst", c, now)
 			v, ok := k.m.Load("a")
 			require.True(t, ok)
 			require.Less(t, v.(*cell).tat.Load(), evicted, "%+v at %d", c, now)
 			require.Zero(t, k.SweepAt(now), "an active key evicted")
 			require.Equal(t, 1, k.Len())
-			require.NotZero(t, k.AdmitN("a", now, 1), "%+v at %d: beyond the burst", c, now)
+			require.NotZero(t, int64(k.AdmitN("a", now, 1)), "%+v at %d: beyond the burst", c, now)
 		}
 	}
 }

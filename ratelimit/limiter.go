@@ -27,7 +27,10 @@ var ErrInvalidN = errors.New("ratelimit: n is below 1 or above the burst")
 
 // Never is the wait returned by TryAcquire for an n that can never be
 // admitted (n < 1 or n > the burst).
-const Never = int64(math.MaxInt64)
+const Never = time.Duration(never)
+
+// never is Never as the int64 the algorithm computes in.
+const never = int64(math.MaxInt64)
 
 // retired marks the TAT word of a state replaced by SetRate or SetBurst.
 // Every real TAT stays below it (readings are capped at maxUnits, 2⁶² units,
@@ -62,7 +65,7 @@ type Limiter struct {
 	st         atomic.Pointer[state] // the current epoch; read by every call, written by SetRate/SetBurst
 	tk         rampart.Ticker
 	rejected   *rampart.RejectedError
-	onRejected func(n int, wait int64)
+	onRejected func(n int, wait time.Duration)
 	countStats bool
 
 	mu sync.Mutex // serialises SetRate and SetBurst; never taken by admission
@@ -110,7 +113,7 @@ func New(c Config) (*Limiter, error) {
 // the limiter counts (2⁶² units: time stands still there). now is a reading of the limiter's ticker. A now older than other
 // callers' readings never creates credit (the state never moves back): it
 // counts as an early arrival, which may be rejected.
-func (l *Limiter) AdmitN(now int64, n int) (wait int64) {
+func (l *Limiter) AdmitN(now int64, n int) (wait time.Duration) {
 	s := l.st.Load()                   // the epoch: a read-mostly pointer
 	u, ph := s.unitsPhase(now)         // one multiplication, no clock read
 	tat := s.tat.Load()                // the hot word: one load
@@ -128,10 +131,10 @@ func (l *Limiter) AdmitN(now int64, n int) (wait int64) {
 				return 0
 			}
 		} else if tat < retired && !l.countStats && l.onRejected == nil {
-			return s.waitFor(now, tat+inc) // read-only rejection, nothing to count
+			return time.Duration(s.waitFor(now, tat+inc)) // read-only rejection, nothing to count
 		}
 	}
-	return l.acquireSlow(now, n, true)
+	return time.Duration(l.acquireSlow(now, n, true))
 }
 
 // AllowN reports whether n permits were taken at time now. It is
@@ -164,7 +167,7 @@ func (l *Limiter) acquireSlow(now int64, n int, wantWait bool) int64 {
 	for {
 		s := l.st.Load()
 		if n < 1 || int64(n) > s.burst {
-			return l.reject(n, Never)
+			return l.reject(n, never)
 		}
 		tat := s.tat.Load()
 		if tat >= retired { // SetRate is publishing the next state
@@ -197,7 +200,7 @@ func (l *Limiter) reject(n int, wait int64) int64 {
 		l.rejectedN.Add(1)
 	}
 	if l.onRejected != nil {
-		notify.Call2(&l.listenerPanics, l.onRejected, n, wait)
+		notify.Call2(&l.listenerPanics, l.onRejected, n, time.Duration(wait))
 	}
 	return wait
 }
@@ -291,7 +294,7 @@ func (l *Limiter) ReserveN(now int64, n int, maxWait time.Duration) (Reservation
 		var wait int64
 		if d := tat + inc - u - s.tau; d > 0 { // then tat > u, so next = tat + inc
 			wait = s.waitFor(now, next)
-			if wait == Never || wait > int64(maxWait) || d > maxReserve {
+			if wait == never || wait > int64(maxWait) || d > maxReserve {
 				l.reject(n, wait)
 				return Reservation{}, l.rejected
 			}

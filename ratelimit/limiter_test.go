@@ -163,13 +163,13 @@ func TestSteps(t *testing.T) {
 		{200 * ms, 1, 0},
 		{250 * ms, 1, 50 * ms},
 		{1000 * ms, 2, 0},
-		{1000 * ms, 3, Never},
-		{1000 * ms, 0, Never},
-		{1000 * ms, -1, Never},
+		{1000 * ms, 3, int64(Never)},
+		{1000 * ms, 0, int64(Never)},
+		{1000 * ms, -1, int64(Never)},
 		{1100 * ms, 1, 0},
 	}
 	for i, s := range steps {
-		require.Equal(t, s.wait, l.AdmitN(s.at, s.n), "step %d: %+v", i, s)
+		require.Equal(t, s.wait, int64(l.AdmitN(s.at, s.n)), "step %d: %+v", i, s)
 	}
 }
 
@@ -191,20 +191,20 @@ func TestExactNoDrift(t *testing.T) {
 	poll := mustNew(t, Config{Limit: 3, Period: time.Second, Burst: 1})
 	var now, prev int64
 	for k := range 30000 {
-		require.Zero(t, poll.AdmitN(now, 1))
+		require.Zero(t, int64(poll.AdmitN(now, 1)))
 		if k > 0 {
 			require.GreaterOrEqual(t, 3*(now-prev), int64(time.Second), "admission %d only %d ns after the previous", k, now-prev)
 		}
 		prev = now
-		now += poll.AdmitN(now, 1)
+		now += int64(poll.AdmitN(now, 1))
 	}
 	// 1e9 admissions: a burst of 1e9 spent at 0 is back exactly at
 	// 1e9·(1e9/3) ns = 333333333333333333.33… ns. A whole-ns interval would be
 	// off by a third of a second.
 	big := mustNew(t, Config{Limit: 3, Period: time.Second, Burst: 1e9})
-	require.Zero(t, big.AdmitN(0, 1e9))
+	require.Zero(t, int64(big.AdmitN(0, 1e9)))
 	const back = 333333333333333334 // ceil(1e18/3)
-	w := big.AdmitN(0, 1e9)
+	w := int64(big.AdmitN(0, 1e9))
 	require.InDelta(t, float64(back), float64(w), 1, "wait %d", w)
 	require.False(t, big.AllowN(back-2, 1e9))
 	require.True(t, big.AllowN(back+1, 1e9))
@@ -333,7 +333,7 @@ func TestStressConcurrent(t *testing.T) {
 						results[g] = append(results[g], now)
 					}
 				case 1:
-					if l.AdmitN(now, 1) == 0 {
+					if int64(l.AdmitN(now, 1)) == 0 {
 						results[g] = append(results[g], now)
 					}
 				default:
@@ -422,7 +422,7 @@ func TestReserveCancel(t *testing.T) {
 	// r2 is the latest and still ahead: it is given back exactly.
 	require.True(t, r2.CancelAt(20*ms))
 	require.False(t, r2.CancelAt(20*ms), "twice")
-	require.Equal(t, 180*ms, l.AdmitN(20*ms, 1)) // next slot right after r1's
+	require.Equal(t, 180*ms, int64(l.AdmitN(20*ms, 1))) // next slot right after r1's
 
 	// A reservation whose time has come is not given back.
 	r3, err := l.ReserveN(100*ms, 1, time.Second)
@@ -561,7 +561,7 @@ func TestWait(t *testing.T) {
 		cancel()
 		require.ErrorIs(t, <-done, context.Canceled)
 		require.InDelta(t, 0.3, l.TokensAt(tk.Now()), 1e-6) // as before the reservation
-		require.Equal(t, int64(70*time.Millisecond), l.AdmitN(tk.Now(), 1))
+		require.Equal(t, int64(70*time.Millisecond), int64(l.AdmitN(tk.Now(), 1)))
 
 		// Already cancelled, and an impossible n.
 		require.ErrorIs(t, l.WaitN(cctx, 1), context.Canceled)
@@ -592,7 +592,7 @@ func TestSetRateAndBurst(t *testing.T) {
 
 	require.NoError(t, l.SetLimit(1, time.Second))
 	require.True(t, l.AllowN(tk.Now(), 20))
-	require.Equal(t, int64(time.Second), l.AdmitN(tk.Now(), 1))
+	require.Equal(t, int64(time.Second), int64(l.AdmitN(tk.Now(), 1)))
 
 	require.Error(t, l.SetRate(-1))
 	require.Error(t, l.SetBurst(0))
@@ -695,7 +695,7 @@ func TestAdmissionBoundUnderSetRate(t *testing.T) {
 				n := 1 + (i+g)%3
 				switch i % 3 {
 				case 0:
-					if l.AdmitN(now, n) == 0 {
+					if int64(l.AdmitN(now, n)) == 0 {
 						admitted.Add(int64(n))
 					}
 				case 1:
@@ -767,9 +767,9 @@ func TestNegativeOrigin(t *testing.T) {
 	require.Equal(t, start+s, r.TimeToAct())
 	require.Equal(t, time.Second, r.Delay())
 	require.True(t, r.CancelAt(start))
-	require.Equal(t, s, l.AdmitN(start, 1))
+	require.Equal(t, s, int64(l.AdmitN(start, 1)))
 	// A reading older than the origin: an early arrival, wait measured from it.
-	require.Equal(t, 2*s, l.AdmitN(start-s, 1))
+	require.Equal(t, 2*s, int64(l.AdmitN(start-s, 1)))
 	require.True(t, l.AllowN(start+s, 1))
 	tk.Set(start + s) // SetRate counts the permits at the ticker's reading
 	require.NoError(t, l.SetRate(2))
@@ -779,17 +779,17 @@ func TestNegativeOrigin(t *testing.T) {
 
 func TestListenerAndStats(t *testing.T) {
 	var calls []int64
-	l := mustNew(t, Config{Rate: 1, Burst: 1, CountStats: true, Name: "api", OnRejected: func(n int, wait int64) {
-		calls = append(calls, int64(n), wait)
+	l := mustNew(t, Config{Rate: 1, Burst: 1, CountStats: true, Name: "api", OnRejected: func(n int, wait time.Duration) {
+		calls = append(calls, int64(n), int64(wait))
 		if n == 1 {
 			panic("listener bug")
 		}
 	}})
 	require.True(t, l.AllowN(0, 1))
 	require.False(t, l.AllowN(0, 1))
-	require.Equal(t, int64(time.Second), l.AdmitN(0, 1))
-	require.Equal(t, Never, l.AdmitN(0, 5))
-	require.Equal(t, []int64{1, int64(time.Second), 1, int64(time.Second), 5, Never}, calls)
+	require.Equal(t, int64(time.Second), int64(l.AdmitN(0, 1)))
+	require.Equal(t, int64(Never), int64(l.AdmitN(0, 5)))
+	require.Equal(t, []int64{1, int64(time.Second), 1, int64(time.Second), 5, int64(Never)}, calls)
 	st := l.Stats()
 	require.Equal(t, uint64(1), st.Admitted)
 	require.Equal(t, uint64(3), st.Rejected)
@@ -817,17 +817,17 @@ func TestDoAndCall(t *testing.T) {
 func TestAllocsAdmit(t *testing.T) {
 	l := mustNew(t, Config{Limit: 1e9, Period: time.Second, Burst: 1 << 30})
 	testkit.WantAllocs(t, "Allow+TryAcquire admitted", 0, func() {
-		if !l.Allow() || l.AdmitN(l.tk.Now(), 1) != 0 {
+		if !l.Allow() || int64(l.AdmitN(l.tk.Now(), 1)) != 0 {
 			panic("rejected")
 		}
 	})
 }
 
 func TestAllocsReject(t *testing.T) {
-	l := mustNew(t, Config{Rate: 1e-3, CountStats: true, OnRejected: func(int, int64) {}})
+	l := mustNew(t, Config{Rate: 1e-3, CountStats: true, OnRejected: func(int, time.Duration) {}})
 	require.True(t, l.Allow())
 	testkit.WantAllocs(t, "Allow+TryAcquire+Acquire+Reserve rejected", 0, func() {
-		if l.Allow() || l.AdmitN(5, 1) == 0 || l.AllowN(5, 1) {
+		if l.Allow() || int64(l.AdmitN(5, 1)) == 0 || l.AllowN(5, 1) {
 			panic("admitted")
 		}
 		if _, err := l.ReserveN(5, 1, time.Second); err == nil {
@@ -887,12 +887,12 @@ func BenchmarkTryAcquire(b *testing.B) {
 			b.ReportAllocs()
 			l := mustNew(b, bc.c)
 			now := int64(1)
-			if !bc.admit && l.AdmitN(now, 1) != 0 {
+			if !bc.admit && int64(l.AdmitN(now, 1)) != 0 {
 				b.Fatal("first permit refused")
 			}
 			for b.Loop() {
 				now += bc.stride
-				if (l.AdmitN(now, 1) == 0) != bc.admit {
+				if (int64(l.AdmitN(now, 1)) == 0) != bc.admit {
 					b.Fatal("unexpected decision")
 				}
 			}
@@ -928,7 +928,7 @@ func TestTATStaysBelowRetiredAtTheReadingCap(t *testing.T) {
 			l := mustNew(t, c)
 			s := l.st.Load()
 			for _, n := range []int{math.MinInt, -1, 0, c.Burst + 1, math.MaxInt} {
-				require.Equal(t, Never, l.AdmitN(now, n), "n=%d", n)
+				require.Equal(t, int64(Never), int64(l.AdmitN(now, n)), "n=%d", n)
 				require.False(t, l.AllowN(now, n), "n=%d", n)
 				_, err := l.ReserveN(now, n, time.Duration(math.MaxInt64))
 				require.ErrorIs(t, err, ErrInvalidN, "n=%d", n)
@@ -949,7 +949,7 @@ func TestTATStaysBelowRetiredAtTheReadingCap(t *testing.T) {
 			require.True(t, rejected, "%+v at %d: reservations without end", c, now)
 			require.Less(t, s.tat.Load(), retired)
 			require.False(t, l.AllowN(now, 1))
-			require.NotZero(t, l.AdmitN(now, 1))
+			require.NotZero(t, int64(l.AdmitN(now, 1)))
 		}
 	}
 }
@@ -988,7 +988,7 @@ func TestPastTheReadingCapKeepsTheLimit(t *testing.T) {
 				require.GreaterOrEqual(t, r.TimeToAct(), now, "TimeToAct wrapped")
 				require.GreaterOrEqual(t, r.Delay(), time.Hour, "%+v at %d: a reservation ready within the hour at a burst of 1", c, now)
 			}
-			require.Equal(t, Never, l.AdmitN(now, 1), "%+v at %d: a wait that never comes", c, now)
+			require.Equal(t, int64(Never), int64(l.AdmitN(now, 1)), "%+v at %d: a wait that never comes", c, now)
 
 			kd := mustKeyed(t, KeyedConfig{Config: c, MaxKeys: 4})
 			require.True(t, kd.AllowN("a", now, 1), "Keyed %+v at %d", c, now)

@@ -64,7 +64,7 @@ func checkAgainstModel(t testing.TB, l *Limiter, rng *rand.Rand, steps int, mean
 		if d := got - want; d > eps || d < -eps {
 			t.Fatalf("step %d at %d: limiter has %.9f tokens, model %.9f (eps %.3g)", i, now, got, want, eps)
 		}
-		wait := l.AdmitN(now, n)
+		wait := int64(l.AdmitN(now, n))
 		admitted := wait == 0
 		switch {
 		case want >= float64(n)+eps && !admitted:
@@ -300,7 +300,7 @@ func TestExactGCRALimiter(t *testing.T) {
 						g.take(now, n)
 					}
 				case 2:
-					w := l.AdmitN(now, n)
+					w := int64(l.AdmitN(now, n))
 					g.check(t, step, now, n, w == 0)
 					if w == 0 {
 						g.take(now, n)
@@ -375,7 +375,7 @@ func TestExactGCRAKeyed(t *testing.T) {
 						g.take(now, n)
 					}
 				case 2:
-					w := k.AdmitN(key, now, n)
+					w := int64(k.AdmitN(key, now, n))
 					g.check(t, step, now, n, w == 0)
 					if w == 0 {
 						g.take(now, n)
@@ -419,7 +419,7 @@ func TestExactGCRASharded(t *testing.T) {
 			for i, l := range s.shards {
 				tats[i] = l.st.Load().tat.Load()
 			}
-			w := s.AdmitN(now, n)
+			w := int64(s.AdmitN(now, n))
 			took := -1
 			for i, l := range s.shards {
 				if l.st.Load().tat.Load() != tats[i] {

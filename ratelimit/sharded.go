@@ -45,7 +45,7 @@ type Sharded struct {
 	shards     []*Limiter // each without listener or counters
 	tk         rampart.Ticker
 	rejected   *rampart.RejectedError
-	onRejected func(n int, wait int64)
+	onRejected func(n int, wait time.Duration)
 	countStats bool
 
 	admitted       pad.Uint64 // only with CountStats
@@ -95,7 +95,7 @@ func NewSharded(c ShardedConfig) (*Sharded, error) {
 // now from a random shard, or from the next one if that one rejects; it
 // returns 0 or the shorter of the two waits, with the contract of
 // [Limiter.AdmitN].
-func (s *Sharded) AdmitN(now int64, n int) (wait int64) {
+func (s *Sharded) AdmitN(now int64, n int) (wait time.Duration) {
 	i := rand.Uint32() % uint32(len(s.shards)) // per-thread generator: no shared write
 	w := s.shards[i].AdmitN(now, n)
 	if w != 0 && len(s.shards) > 1 {

@@ -97,12 +97,12 @@ func TestShardedConcurrent(t *testing.T) {
 func TestShardedShardBurstAndStats(t *testing.T) {
 	var got []int64
 	s, err := NewSharded(ShardedConfig{Config: Config{Rate: 8, Burst: 8, CountStats: true,
-		OnRejected: func(_ int, w int64) { got = append(got, w) }}, Shards: 4})
+		OnRejected: func(_ int, w time.Duration) { got = append(got, int64(w)) }}, Shards: 4})
 	require.NoError(t, err)
-	require.Equal(t, Never, s.AdmitN(0, 3)) // shard burst 2
-	require.Equal(t, Never, s.AdmitN(0, 0))
-	require.Zero(t, s.AdmitN(0, 2))
-	require.Equal(t, []int64{Never, Never}, got)
+	require.Equal(t, int64(Never), int64(s.AdmitN(0, 3))) // shard burst 2
+	require.Equal(t, int64(Never), int64(s.AdmitN(0, 0)))
+	require.Zero(t, int64(s.AdmitN(0, 2)))
+	require.Equal(t, []int64{int64(Never), int64(Never)}, got)
 	require.Equal(t, uint64(2), s.Stats().Rejected)
 	require.Equal(t, 8, s.Stats().Burst)
 	require.InDelta(t, 8.0, s.Stats().Rate, 1e-9)
@@ -110,10 +110,10 @@ func TestShardedShardBurstAndStats(t *testing.T) {
 	for range 50 {
 		s, err := NewSharded(ShardedConfig{Config: Config{Rate: 10, Burst: 2, Ticker: rampart.NewManualTicker(0), CountStats: true}, Shards: 2})
 		require.NoError(t, err)
-		require.Equal(t, Never, s.AdmitN(0, 2)) // shard burst is 1
+		require.Equal(t, int64(Never), int64(s.AdmitN(0, 2))) // shard burst is 1
 		require.True(t, s.AllowN(0, 1))
 		require.True(t, s.AllowN(0, 1))
-		w := s.AdmitN(0, 1)
+		w := int64(s.AdmitN(0, 1))
 		require.Equal(t, int64(200*time.Millisecond), w) // each shard runs at 5/s
 		st := s.Stats()
 		require.Equal(t, uint64(2), st.Admitted)
@@ -132,7 +132,7 @@ func TestShardedShardBurstAndStats(t *testing.T) {
 // the call and is counted; the rejection is still reported and counted
 // once.
 func TestShardedListenerPanicIsCounted(t *testing.T) {
-	boom := func(int, int64) { panic("boom") }
+	boom := func(int, time.Duration) { panic("boom") }
 	s, err := NewSharded(ShardedConfig{Config: Config{Rate: 2, Burst: 2, OnRejected: boom, CountStats: true}, Shards: 2})
 	require.NoError(t, err)
 	admitted := countTrue(4, func() bool { return s.AllowN(0, 1) })
@@ -151,7 +151,7 @@ func TestShardedNegativeOrigin(t *testing.T) {
 	tk := rampart.NewManualTicker(-20 * s)
 	one, err := NewSharded(ShardedConfig{Config: Config{Limit: 1, Period: time.Second, Ticker: tk}, Shards: 1})
 	require.NoError(t, err)
-	admitted := countTrue(10, func() bool { defer tk.Advance(time.Second); return one.AdmitN(tk.Now(), 1) == 0 })
+	admitted := countTrue(10, func() bool { defer tk.Advance(time.Second); return int64(one.AdmitN(tk.Now(), 1)) == 0 })
 	require.Equal(t, 10, admitted, "one shard: one per second over 10 s")
 
 	start := -10 * s
@@ -159,7 +159,7 @@ func TestShardedNegativeOrigin(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, sh.AllowN(start, 1))
 	require.True(t, sh.AllowN(start, 1))
-	require.Equal(t, s, sh.AdmitN(start, 1))
+	require.Equal(t, s, int64(sh.AdmitN(start, 1)))
 	require.True(t, sh.AllowN(start+s, 1))
 }
 
@@ -173,12 +173,12 @@ func TestAllocsSharded(t *testing.T) {
 			panic("rejected")
 		}
 	})
-	r, err := NewSharded(ShardedConfig{Config: Config{Rate: 1e-3, Burst: 2, CountStats: true, OnRejected: func(int, int64) {}}, Shards: 2})
+	r, err := NewSharded(ShardedConfig{Config: Config{Rate: 1e-3, Burst: 2, CountStats: true, OnRejected: func(int, time.Duration) {}}, Shards: 2})
 	require.NoError(t, err)
 	require.True(t, r.AllowN(0, 1))
 	require.True(t, r.AllowN(0, 1))
 	testkit.WantAllocs(t, "TryAcquire rejected with listener and counters", 0, func() {
-		if r.AdmitN(5, 1) == 0 {
+		if int64(r.AdmitN(5, 1)) == 0 {
 			panic("admitted")
 		}
 	})
@@ -200,7 +200,7 @@ func TestShardedAtTheReadingCap(t *testing.T) {
 			s, err := NewSharded(ShardedConfig{Config: c, Shards: 2})
 			require.NoError(t, err)
 			for _, n := range []int{math.MinInt, -1, 0, 3, math.MaxInt} {
-				require.Equal(t, Never, s.AdmitN(now, n), "n=%d", n)
+				require.Equal(t, int64(Never), int64(s.AdmitN(now, n)), "n=%d", n)
 			}
 			admitted := countTrue(20, func() bool { return s.AllowN(now, 1) })
 			require.LessOrEqual(t, admitted, 4, "%+v at %d", c, now)

@@ -65,7 +65,7 @@ func ExamplePolicy_Decide() {
 	tk := p.Ticker()
 	start := tk.Now()
 	deadline := p.Deadline(ctx, start)
-	var prev int64
+	var prev time.Duration
 	for attempt := 1; ; attempt++ {
 		err := errUnavailable // the attempt
 		delay, stop := p.Decide(attempt, err, start, tk.Now(), deadline, prev)

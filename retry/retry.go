@@ -293,7 +293,14 @@ func callerEnded(err, cerr error) bool { return errors.Is(err, cerr) }
 // OnBudgetRefused.
 //
 // Decide allocates nothing and takes no lock.
-func (p *Policy) Decide(attempt int, err error, start, now, deadline, prev int64) (delay int64, stop Stop) {
+func (p *Policy) Decide(attempt int, err error, start, now, deadline int64, prev time.Duration) (delay time.Duration, stop Stop) {
+	d, stop := p.decide(attempt, err, start, now, deadline, int64(prev))
+	return time.Duration(d), stop
+}
+
+// decide is Decide in the int64 nanoseconds that readings add to (the
+// retry loops).
+func (p *Policy) decide(attempt int, err error, start, now, deadline, prev int64) (delay int64, stop Stop) {
 	if !p.Retryable(err) {
 		return 0, NotRetryable
 	}
@@ -369,10 +376,15 @@ func (p *Policy) Deadline(ctx context.Context, now int64) int64 {
 	return max(atomicx.SatAdd(now, int64(time.Until(d))), 1)
 }
 
-// Sleep waits delay nanoseconds, or until ctx is done, whichever comes
+// Sleep waits for delay, or until ctx is done, whichever comes
 // first; it returns ctx's error in the second case (at once when ctx is
 // already done, and when it ended as the delay ran out). It allocates one timer when ctx can be canceled.
-func (p *Policy) Sleep(ctx context.Context, delay int64) error {
+func (p *Policy) Sleep(ctx context.Context, delay time.Duration) error {
+	return p.sleep(ctx, int64(delay))
+}
+
+// sleep is Sleep in nanoseconds (the retry loops).
+func (p *Policy) sleep(ctx context.Context, delay int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -501,11 +513,11 @@ func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, er
 			return p.GiveUp(Canceled, attempt, err, cerr)
 		}
 		*pending = false // Decide records the failure
-		delay, stop := p.Decide(attempt, err, start, now, deadline, prev)
+		delay, stop := p.decide(attempt, err, start, now, deadline, prev)
 		if stop != Continue {
 			return p.GiveUp(stop, attempt, err, nil)
 		}
-		if cerr := p.Sleep(ctx, delay); cerr != nil {
+		if cerr := p.sleep(ctx, delay); cerr != nil {
 			return p.GiveUp(Canceled, attempt, err, cerr)
 		}
 		prev = delay
@@ -616,11 +628,11 @@ func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (
 			return v, p.GiveUp(Canceled, attempt, err, cerr)
 		}
 		*pending = false // Decide records the failure
-		delay, stop := p.Decide(attempt, err, start, now, deadline, prev)
+		delay, stop := p.decide(attempt, err, start, now, deadline, prev)
 		if stop != Continue {
 			return v, p.GiveUp(stop, attempt, err, nil)
 		}
-		if cerr := p.Sleep(ctx, delay); cerr != nil {
+		if cerr := p.sleep(ctx, delay); cerr != nil {
 			return v, p.GiveUp(Canceled, attempt, err, cerr)
 		}
 		prev = delay

@@ -363,10 +363,10 @@ func TestCancelStopsSleepAtOnce(t *testing.T) {
 			t.Fatalf("err=%v elapsed=%v", err, time.Since(t0))
 		}
 		// Already canceled: Sleep returns at once.
-		if err := p.Sleep(ctx, int64(time.Hour)); !errors.Is(err, context.Canceled) {
+		if err := p.Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Sleep on a canceled ctx: %v", err)
 		}
-		if err := p.Sleep(context.Background(), int64(time.Millisecond)); err != nil || time.Since(t0) != 51*time.Millisecond {
+		if err := p.Sleep(context.Background(), time.Millisecond); err != nil || time.Since(t0) != 51*time.Millisecond {
 			t.Fatalf("Sleep without Done: %v", err)
 		}
 	})
@@ -400,7 +400,7 @@ func TestRetryAfterHint(t *testing.T) {
 func TestDecideHintBoundaries(t *testing.T) {
 	p := mustNew(t, Config{BaseDelay: time.Millisecond, MaxDelay: time.Second, MaxAttempts: 3})
 	d, stop := p.Decide(1, WithRetryAfter(errBoom, time.Second), 0, 100, 0, 0)
-	if stop != Continue || d != int64(time.Second) {
+	if stop != Continue || d != time.Second {
 		t.Fatalf("hint = MaxDelay: %v %v", d, stop)
 	}
 	if _, stop = p.Decide(1, WithRetryAfter(errBoom, time.Second+1), 0, 100, 0, 0); stop != HintTooLong {
@@ -588,7 +588,7 @@ func TestDecideOrder(t *testing.T) {
 	}
 	for i, c := range cases {
 		d, s := p.Decide(c.attempt, c.err, c.start, c.now, c.dl, 0)
-		if d != c.wantDelay || s != c.wantStop {
+		if int64(d) != c.wantDelay || s != c.wantStop {
 			t.Errorf("case %d: Decide = %v, %v; want %v, %v", i, time.Duration(d), s, time.Duration(c.wantDelay), c.wantStop)
 		}
 	}
@@ -674,7 +674,8 @@ func FuzzDecide(f *testing.F) {
 				t.Fatalf("attempt at %d at or past the deadline %d", now, deadline)
 			}
 			now = atomicSat(now, attemptCost)
-			d, s := p.Decide(attempts, errBoom, start, now, deadline, prev)
+			dd, s := p.Decide(attempts, errBoom, start, now, deadline, time.Duration(prev))
+			d := int64(dd)
 			if s != Continue {
 				if d != 0 {
 					t.Fatalf("stop %v with delay %d", s, d)
@@ -828,7 +829,7 @@ func TestSleepReportsContextEndedAsDelayRanOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Second, MaxAttempts: 5})
 		ctx := &endingCtx{Context: context.Background(), end: time.Now().Add(time.Second), done: make(chan struct{})}
-		if err := p.Sleep(ctx, int64(time.Second)); err != context.Canceled {
+		if err := p.Sleep(ctx, time.Second); err != context.Canceled {
 			t.Fatalf("Sleep = %v, want context.Canceled", err)
 		}
 		ctx.end = time.Now().Add(time.Second)

@@ -75,7 +75,7 @@ func (ll *localLimits) allow(key string, n int, lim Limit, now int64) Decision {
 		return Decision{Remaining: -1, Source: SourceFallback}
 	}
 	if wait := rl.AdmitN(now, n); wait > 0 {
-		return Decision{RetryAfter: time.Duration(wait), Remaining: -1, Source: SourceFallback}
+		return Decision{RetryAfter: wait, Remaining: -1, Source: SourceFallback}
 	}
 	return Decision{Allowed: true, Remaining: -1, Source: SourceFallback}
 }
