@@ -9,8 +9,8 @@
 // # Conventions every policy follows
 //
 // Time. Every time-dependent operation takes the current time as an int64
-// count of monotonic nanoseconds from a [Ticker] (Acquire(now), Record(p,
-// now, err), TryAcquire(now, n)). A method without the time argument is a
+// count of monotonic nanoseconds from a [Ticker] (AcquireAt(now), Record(p,
+// now, err), AdmitN(now, n)). A method without the time argument is a
 // one-line shorthand that reads the policy's own ticker. Readings from
 // different tickers are not comparable, so a pipeline and its policies share
 // one ticker (the pipeline checks this). A zero Config.Ticker means

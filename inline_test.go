@@ -23,8 +23,8 @@ import (
 // atomics. A call to a function that is not inlined costs 57 of the budget,
 // which leaves 23 for the fast path, less than one atomic operation on a
 // padded word plus its branch and arguments: circuitbreaker's Acquire (96)
-// and RecordResult (337), ratelimit's TryAcquire (299), bulkhead's Enter
-// (206), TryEnter (216) and Exit (90), adaptive's AcquireWait (it has a
+// and ReleaseAt (337), ratelimit's AdmitN (299), bulkhead's Enter
+// (206), Acquire (216) and Exit (90), adaptive's AcquireWait (it has a
 // defer) and Release (441), timeout's StartAt (153).
 //
 // internal/pad declares only types (atomic words alone on a cache line):
@@ -42,7 +42,7 @@ var intendedInlining = map[string][]string{
 		"SatAdd", // timeout's StartAt (the deadline); adaptive's window end
 	},
 	"circuitbreaker": {
-		"(*countWindow).allOK",       // RecordResult's healthy fast path
+		"(*countWindow).allOK",       // ReleaseAt's healthy fast path
 		"(*Breaker).Classify",        // pipeline's release, on a failure or with Classify set
 		"(*Breaker).RemainingOpenAt", // pipeline's rejection by an open breaker
 	},

@@ -42,10 +42,10 @@ type AIMD struct {
 	// in-flight count reached half the limit. Default 1.
 	Increase float64
 	// Timeout, when positive, treats a window whose mean RTT exceeds it as
-	// a loss. Default 0 (only Dropped releases are losses).
+	// a loss. Default 0 (only Failure releases are losses).
 	Timeout time.Duration
-	// DropThreshold is the drop rate (Dropped calls as a fraction of the
-	// window's Dropped and successful calls: [Sample.DropRate]) above
+	// DropThreshold is the drop rate (Failure calls as a fraction of the
+	// window's Failure and successful calls: [Sample.DropRate]) above
 	// which a window is a loss, in [0, 1]. Default (0) 0.05. Any value
 	// below one drop in a window's calls, such as 1e-9, backs off on any
 	// drop (Netflix's AIMDLimit); 1 never does (only Timeout is a loss).

@@ -38,34 +38,34 @@ type Controller interface {
 //
 // RTTs are in nanoseconds, measured from [Limiter.AcquireAt] to
 // [Limiter.ReleaseAt] (or from [Limiter.Acquire] to [Limiter.Release]). AvgRTT,
-// MinRTT, Count and Samples are those of calls released with [Success].
-// Calls released with [Dropped] count in Drops, and the timed ones' RTT
-// (every one with Acquire/Release, a sample with Begin/End) in DropRTT;
-// calls released with [Ignored] appear nowhere.
+// MinRTT, Count and Samples are those of calls released with [rampart.Success].
+// Calls released with [rampart.Failure] count in Drops, and the timed ones' RTT
+// (every one with AcquireAt/ReleaseAt, a sample with Acquire/Release) in DropRTT;
+// calls released with [rampart.Ignored] appear nowhere.
 //
-// With Begin/End (and Do, Call) only a sample of the calls is timed (see
+// With Acquire/Release (and Do, Call) only a sample of the calls is timed (see
 // [Limiter.Acquire]): a call timed at stride s stands for s calls, so Count
 // and AvgRTT are estimates over every success of the window (weighted by
 // stride, unbiased even when the stride changes within the window), Samples
 // is the number of timed calls behind them, and MinRTT is the least of the
-// timed calls, at or above the true least. With Acquire/Release every
+// timed calls, at or above the true least. With AcquireAt/ReleaseAt every
 // success is timed and Count equals Samples.
 type Sample struct {
 	Now         int64         // the time of the release that closed the window
 	Limit       float64       // the current (unclamped-fraction) limit
 	Count       int64         // successful calls completed in the window (estimated under sampling: Σ stride of the timed ones)
 	Samples     int64         // timed successes behind AvgRTT and MinRTT
-	Drops       int64         // calls released as Dropped (timeouts, overload errors), every one
+	Drops       int64         // calls released as Failure (timeouts, overload errors), every one
 	AvgRTT      time.Duration // mean RTT of the successful calls, stride-weighted (0 when Count is 0)
-	DropRTT     time.Duration // mean RTT of the timed Dropped calls, stride-weighted (0 when none was timed)
+	DropRTT     time.Duration // mean RTT of the timed Failure calls, stride-weighted (0 when none was timed)
 	MinRTT      time.Duration // least RTT of the timed successful calls (0 when Count is 0)
 	MaxInFlight int64         // the most calls in flight seen by any call of the window, itself included
 	InFlight    int64         // calls in flight when the window closed
 }
 
 // DropRate returns the fraction of the window's calls with an outcome that
-// were Dropped: Drops / (Drops + Count), 0 for a window with neither. Drops
-// is exact; under Begin/End's RTT sampling Count is the stride-weighted
+// were Failure: Drops / (Drops + Count), 0 for a window with neither. Drops
+// is exact; under Acquire/Release's RTT sampling Count is the stride-weighted
 // estimate, so the rate is an estimate too (about ±1/√Samples relative).
 // Ignored calls count in neither term.
 func (s Sample) DropRate() float64 {

@@ -18,8 +18,8 @@ import (
 	"github.com/rampart-go/rampart/internal/testkit"
 )
 
-// Begin (and so Do and Call) takes the slot and then, for a call picked as
-// an RTT sample, reads the user Ticker to build the Token: a Ticker that
+// Acquire (and so Do and Call) takes the slot and then, for a call picked as
+// an RTT sample, reads the user Ticker to build the Permit: a Ticker that
 // panics there gives the slot back (the limiter does not shrink by one
 // call for ever), and the panic goes on to the caller.
 func TestCallbacksTickerPanicInBeginReleasesSlot(t *testing.T) {
@@ -34,9 +34,9 @@ func TestCallbacksTickerPanicInBeginReleasesSlot(t *testing.T) {
 	require.Equal(t, 0, l.InFlight(), "the slots taken before the panicking clock read are leaked")
 }
 
-// End reads the user Ticker for a sampled Token before Release frees the
+// Release reads the user Ticker for a sampled Permit before ReleaseAt frees the
 // slot, after Do has marked the call done (so that a panicking Controller
-// does not release twice): a Ticker that panics in End still frees the
+// does not release twice): a Ticker that panics in Release still frees the
 // slot, and the panic goes on to the caller.
 func TestCallbacksTickerPanicInEndReleasesSlot(t *testing.T) {
 	tk := &testkit.PanicTicker{}
@@ -53,8 +53,8 @@ func TestCallbacksTickerPanicInEndReleasesSlot(t *testing.T) {
 	require.Equal(t, 0, l.InFlight(), "End leaked the slot")
 }
 
-// A Controller and an OnLimitChange listener that call back into the same limiter (Acquire,
-// Release, Stats) neither deadlock nor corrupt the window: the Controller
+// A Controller and an OnLimitChange listener that call back into the same limiter (AcquireAt,
+// ReleaseAt, Stats) neither deadlock nor corrupt the window: the Controller
 // runs under the window's CAS lock (a nested closeWindow returns at once)
 // and the listener after it is released.
 func TestCallbacksReentrantListenerAndController(t *testing.T) {
@@ -169,7 +169,7 @@ func TestCallbacksControllerGoexitKeepsWindowsClosing(t *testing.T) {
 
 // A waiter that gives up reads the limiter's Ticker while it holds the
 // queue's mutex: a Ticker that panics there leaves the mutex unlocked (no
-// later waiter, and no Release made while someone waits, blocks), the
+// later waiter, and no ReleaseAt made while someone waits, blocks), the
 // abandoned waiter out of the queue, and the freed slot not handed to it.
 func TestCallbacksQueueTickerPanicUnlocksQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -199,7 +199,7 @@ func TestCallbacksQueueTickerPanicUnlocksQueue(t *testing.T) {
 	})
 }
 
-// Release runs the queue handoff after closing the window: when a user
+// ReleaseAt runs the queue handoff after closing the window: when a user
 // Controller panics, the freed slot still goes to the waiter, which is not
 // left to wait for its own timer (Interval) and be shed as a rejection
 // while a slot is free (a panicking Controller leaves the limiter usable).

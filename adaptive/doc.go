@@ -30,7 +30,7 @@
 // low-rate dependency (fewer than 2T calls per window) has every call timed;
 // only high-rate ones are sampled.
 //
-// Drops are never sampled away (an unsampled Dropped release counts the loss
+// Drops are never sampled away (an unsampled Failure release counts the loss
 // and reads the clock to close a due window; a sampled one also adds its RTT
 // to the drops' own sum, Sample.DropRTT), and the most calls in flight
 // comes from every release. A sample taken at stride s weighs s calls, so
@@ -58,9 +58,9 @@
 //     and to timeouts only; for dependencies whose latency carries no
 //     signal.
 //
-// Outcomes are explicit ([Outcome]): a [Success] is an RTT sample, a
-// [Dropped] call (timeout, overload error) is a loss that counts toward
-// the window's drop rate (see Drops below), and an [Ignored] call (the
+// Outcomes are explicit ([rampart.Result]): a [rampart.Success] is an RTT sample, a
+// [rampart.Failure] call (timeout, overload error) is a loss that counts toward
+// the window's drop rate (see Drops below), and an [rampart.Ignored] call (the
 // caller cancelled) only frees its slot.
 //
 // Which method to use: [Limiter.Acquire] and [Limiter.Release] admit and release
@@ -78,7 +78,7 @@
 // # Drops
 //
 // A window's drop rate is Drops / (Drops + Count) ([Sample.DropRate]): the
-// window counts every Dropped release and, stride-weighted, every success,
+// window counts every Failure release and, stride-weighted, every success,
 // so the rate costs no word of its own. [Vegas] and [AIMD] treat a window as
 // a loss only when its drop rate exceeds their DropThreshold (in [0, 1];
 // default 0.05); any value below one drop in a window's calls, such as
@@ -96,7 +96,7 @@
 //
 // Figures from the simulation (sim_test.go: C = 50 workers, D = 10 ms,
 // 100 ms windows, every call timed; a lost call never reaches the server
-// and is released as Dropped after 100 ms; AIMD runs with a client timeout
+// and is released as Failure after 100 ms; AIMD runs with a client timeout
 // of 20 ms, its load signal). TestSimLoadIndependentDropsKeepGoodput, goodput
 // as a fraction of the capacity under 3× overload with 0, 0.05, 0.2 and 1 %
 // of the calls lost whatever the load, and in brackets the same runs when

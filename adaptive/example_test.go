@@ -26,7 +26,7 @@ func Example() {
 	err = l.Do(context.Background(), func(ctx context.Context) error { return nil })
 	fmt.Println("Do:", err)
 
-	// Begin and End: the limiter reads its clock itself, only for the
+	// Acquire and Release: the limiter reads its clock itself, only for the
 	// calls it samples for their RTT (every call while the rate is low).
 	if tok, err := l.Acquire(); err == nil {
 		// ... call the dependency ...

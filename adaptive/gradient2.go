@@ -26,7 +26,7 @@ import (
 // (the long-term average) moves with them.
 //
 // Gradient2 has no drop rule, as Netflix's Gradient2Limit has none: the
-// gradient of the RTT is its only signal, and a Dropped call counts only
+// gradient of the RTT is its only signal, and a Failure call counts only
 // through its RTT. rtt above is the mean over the window's successes
 // and its timed drops (Sample.DropRTT, weighted by Sample.Drops), as in
 // Netflix's window average, so calls that time out under a queue raise
@@ -36,7 +36,7 @@ import (
 // two thousand calls per window; ignoring drops outright, RTTs included,
 // left the simulation's limit at 55 when the server's capacity fell from 50
 // to 10 and 99 % of the calls timed out: TestSimRealOverloadStillBacksOff.) A window whose drops were
-// none of them timed (Begin/End samples some) and which has no success
+// none of them timed (Acquire/Release samples some) and which has no success
 // leaves the limit unchanged.
 //
 // Its weakness is drift: under a standing queue the long-term average
@@ -156,7 +156,7 @@ func (c *gradient2) Update(s Sample) float64 {
 }
 
 // rttOfAll returns the number of calls behind Gradient2's short-term RTT
-// and that RTT: the mean over the successes and, when some Dropped call
+// and that RTT: the mean over the successes and, when some Failure call
 // was timed, the drops too, weighted by their counts (Netflix's window
 // average takes every sample, dropped or not).
 func rttOfAll(s Sample) (n, mean float64) {

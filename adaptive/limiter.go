@@ -26,27 +26,27 @@ var ErrLimited = errors.New("concurrency limit reached")
 // [Limiter.Release]). It is a small value (no pointer, nothing escapes) carrying
 // the admission time. The zero Permit is not a permit: never release it.
 type Permit struct {
-	start    int64 // the now given to Acquire, or read by Begin for a sampled call
+	start    int64 // the now given to AcquireAt, or read by Acquire for a sampled call
 	inflight int32 // calls in flight right after this one was admitted
 	part     int16 // 1 + the priority partition; 0 when none
 	state    uint8 // 0: not a permit; 1: a permit, no RTT sample (start unset); k ≥ 2: an RTT sample of weight 2^(k−2) (the stride it was picked at)
 }
 
-// Token states. Token has at most four fields, so that the compiler keeps it
+// Permit states. Permit has at most four fields, so that the compiler keeps it
 // in registers (a fifth made callers spill it field by field and reload it
 // in one wide load, a store-forwarding stall that cost ~10 ns per call).
 const (
-	unsampled = 1 // Token.state of a permit whose RTT is not measured
-	weight1   = 2 // Token.state of an RTT sample of weight 1 (Acquire's); +k: weight 2^k
+	unsampled = 1 // Permit.state of a permit whose RTT is not measured
+	weight1   = 2 // Permit.state of an RTT sample of weight 1 (AcquireAt's); +k: weight 2^k
 )
 
-// Sampled reports whether the call's RTT is measured: always for a Token
-// from Acquire, AcquirePriority and AcquireWait; for one from Begin or
-// BeginPriority, only when it was picked as an RTT sample (see
+// Sampled reports whether the call's RTT is measured: always for a Permit
+// from AcquireAt, AcquirePartitionAt and AcquireWaitAt; for one from Acquire or
+// AcquirePartition, only when it was picked as an RTT sample (see
 // [Limiter.Acquire]).
 func (t Permit) Sampled() bool { return t.state >= weight1 }
 
-// Valid reports whether t is a permit (false for the zero Token).
+// Valid reports whether t is a permit (false for the zero Permit).
 func (t Permit) Valid() bool { return t.state != 0 }
 
 // Config configures a [Limiter]. The zero value is valid: Vegas, limits
@@ -68,13 +68,13 @@ type Config struct {
 	Window time.Duration
 	// MinWindowSamples is the least number of successful calls a window
 	// must hold before it ends, counting the timed ones (RTT samples: see
-	// [Limiter.Begin]); a window with a drop ends regardless, and a limit
+	// [Limiter.Acquire]); a window with a drop ends regardless, and a limit
 	// below MinWindowSamples lowers the requirement to the limit, so that
 	// windows at a low limit, such as a baseline probe's, do not stretch
 	// for many call durations. Default 10.
 	MinWindowSamples int
 	// Partitions, when set, divide the limit between priorities: see
-	// [Limiter.AcquirePriority]. Shares must sum to at most 1.
+	// [Limiter.AcquirePartitionAt]. Shares must sum to at most 1.
 	Partitions []Partition
 	// Queue configures the optional waiting queue used by
 	// [Limiter.AcquireWait] and Do. Zero MaxLength: no queue, a full
@@ -87,23 +87,23 @@ type Config struct {
 	// changes the published limit. It runs on the goroutine that closed
 	// the window.
 	OnLimitChange func(oldLimit, newLimit int)
-	// Ticker is the clock of Begin, End, Do and Call, and of the first
+	// Ticker is the clock of Acquire, Release, Do and Call, and of the first
 	// window. Default rampart.DefaultTicker().
 	Ticker rampart.Ticker
-	// MaxSampleStride bounds the RTT sampling of Begin/End, Do and Call
-	// (see [Limiter.Begin]): the stride adapts so that each window carries
+	// MaxSampleStride bounds the RTT sampling of Acquire/Release, Do and Call
+	// (see [Limiter.Acquire]): the stride adapts so that each window carries
 	// enough samples, but never exceeds MaxSampleStride, so at least one
 	// call in MaxSampleStride is timed. 1 times every call (two clock reads
-	// per call, as Acquire/Release with the caller's readings). A power of
-	// two from 1 to 1024; default (0) 64. Acquire, AcquirePriority and
-	// AcquireWait take the time as an argument and are always samples.
+	// per call, as AcquireAt/Release with the caller's readings). A power of
+	// two from 1 to 1024; default (0) 64. AcquireAt, AcquirePartitionAt and
+	// AcquireWaitAt take the time as an argument and are always samples.
 	MaxSampleStride int
 }
 
-// DefaultClassify is the default Config.Classify: nil is a [Success];
-// context.Canceled while ctx is cancelled is [Ignored] (the caller gave up);
+// DefaultClassify is the default Config.Classify: nil is a [rampart.Success];
+// context.Canceled while ctx is cancelled is [rampart.Ignored] (the caller gave up);
 // context.DeadlineExceeded and rejections by other rampart policies
-// (rampart.ErrRejected) are [Dropped]; any other error is a [Success] (the
+// (rampart.ErrRejected) are [rampart.Failure]; any other error is a [rampart.Success] (the
 // dependency answered, and its latency is a sample).
 func DefaultClassify(ctx context.Context, err error) rampart.Result {
 	switch {
@@ -124,9 +124,9 @@ type Stats struct {
 	PeakInFlight   int    // the most calls in flight seen at an admission (recorded when that call is released)
 	Rejected       uint64 // calls refused (including those shed from the queue)
 	Samples        uint64 // RTT samples (timed Success releases) counted in closed windows
-	Drops          uint64 // Dropped releases counted in closed windows
+	Drops          uint64 // Failure releases counted in closed windows
 	Windows        uint64 // windows closed (limit recomputations)
-	Stride         int    // Begin's RTT sampling stride now: about one call in Stride is timed (1 to MaxSampleStride; Acquire's calls are all timed, and their samples count toward raising it)
+	Stride         int    // Acquire's RTT sampling stride now: about one call in Stride is timed (1 to MaxSampleStride; AcquireAt's calls are all timed, and their samples count toward raising it)
 	Queued         int    // calls waiting in the queue now
 	Shed           uint64 // waiting calls shed by CoDel or a full queue
 	ListenerPanics uint64 // listener panics recovered
@@ -141,23 +141,23 @@ type window struct {
 	_      pad.Line
 	min    atomic.Int64 // least RTT; read by each success, written only when lower
 	maxIn  atomic.Int64 // most in flight; read by each success, written only when higher
-	// The loss words, written on the failure path only (a Dropped
+	// The loss words, written on the failure path only (a Failure
 	// release); the admission path and Success releases never write them.
 	// drops costs one add per drop, which counts it (high half) and sums
 	// the weight of a timed one (low half). dropSum costs one more add, by
-	// a timed Dropped release only (Acquire's, or a sampled Begin's), one
+	// a timed Failure release only (AcquireAt's, or a sampled Acquire's), one
 	// Swap per window, and 8 bytes on this line, which the drops add
 	// dirties anyway: it gives Gradient2 the RTT of the calls that timed
 	// out, to average with the others as Netflix's window average does. The
 	// drop rate (Sample.DropRate) needs no word of its own: drops and the
 	// weights in counts are its terms.
-	drops   atomic.Int64 // Dropped releases (high 32 bits: see oneDrop) and Σ weight of the timed ones (low 32)
-	dropSum atomic.Int64 // Σ weight·RTT of timed Dropped releases
+	drops   atomic.Int64 // Failure releases (high 32 bits: see oneDrop) and Σ weight of the timed ones (low 32)
+	dropSum atomic.Int64 // Σ weight·RTT of timed Failure releases
 	_       pad.Line
 }
 
 // Slot word layout (l.slots): one atomic add both takes a slot and numbers
-// the admission, so Begin gets a sequence number for its sampling decision
+// the admission, so Acquire gets a sequence number for its sampling decision
 // without a second shared counter.
 //
 //	63                   32 31                    0
@@ -165,7 +165,7 @@ type window struct {
 //	| admissions (wrapping)|  calls in flight (s) |
 //	+----------------------+----------------------+
 //
-// The low half is a signed 32-bit count (MaxLimit ≤ 2^31−1; Token keeps it in
+// The low half is a signed 32-bit count (MaxLimit ≤ 2^31−1; Permit keeps it in
 // an int32 too); a release subtracts 1 from it only, an undone admission
 // subtracts admitOne, so the high half counts admissions net of rejections.
 const admitOne = 1<<32 | 1
@@ -176,7 +176,7 @@ const admitOne = 1<<32 | 1
 // records both. A window holds at most 2^32−1 successes.
 const oneSample = 1 << 32
 
-// oneDrop is one Dropped release in window.drops, whose high half counts
+// oneDrop is one Failure release in window.drops, whose high half counts
 // the drops (every one, timed or not: Sample.Drops) and whose low half sums
 // the weights of the timed ones (behind Sample.DropRTT): one atomic add
 // records both. A window holds at most 2^32−1 drops, and the weights of its
@@ -194,8 +194,8 @@ func seqOf(w int64) uint32 { return uint32(uint64(w) >> 32) }
 // from the RTTs and losses the calls report. See the package documentation.
 //
 // The zero value is not usable; build with [New]. A zero Limiter has no
-// limit, no algorithm and no clock: Acquire refuses every call, and
-// AcquireWait returns a zero Token with a nil error, which a caller would
+// limit, no algorithm and no clock: AcquireAt refuses every call, and
+// AcquireWaitAt returns a zero Permit with a nil error, which a caller would
 // take for an admission. Package pipeline refuses a zero Limiter at New.
 type Limiter struct {
 	slots pad.Int64 // in flight (low 32 bits) and admissions (high 32): see admitOne
@@ -204,7 +204,7 @@ type Limiter struct {
 	_         pad.Line
 	limit     atomic.Int64  // the published limit
 	windowEnd atomic.Int64  // time the current window may end; lockedWindow while it is being closed
-	stride    atomic.Uint32 // sampling stride − 1 (a mask): Begin times a call when mix(seq) & stride == 0
+	stride    atomic.Uint32 // sampling stride − 1 (a mask): Acquire times a call when mix(seq) & stride == 0
 	target    atomic.Uint32 // sample target − 1 (a power of two − 1): see sampling.go
 	_         pad.Line
 
@@ -342,7 +342,7 @@ func New(c Config) (*Limiter, error) {
 }
 
 // AcquireAt admits a call if fewer calls than the limit are in flight, and
-// returns its Token; otherwise it returns the preallocated
+// returns its Permit; otherwise it returns the preallocated
 // rejection ([Limiter.RejectedError]) and counts a
 // rejection. now is the current time from the limiter's ticker (it becomes
 // the start of the call's RTT). An admitted call must be released exactly
@@ -352,7 +352,7 @@ func New(c Config) (*Limiter, error) {
 //
 // Cost: one atomic add when admitted; a rejection adds one more (undo) and a
 // counter increment. No allocation, no lock, no clock read. AcquireAt does not
-// look at partitions or the queue: see AcquirePriority and AcquireWait.
+// look at partitions or the queue: see AcquirePartitionAt and AcquireWaitAt.
 //
 // In flight never exceeds the limit because of admissions: a transient
 // excess, at most one per goroutine concurrently inside AcquireAt, exists only
@@ -374,7 +374,7 @@ func (l *Limiter) reject() (Permit, error) {
 	return Permit{}, l.rejErr
 }
 
-// tryAcquire is Acquire without counting a rejection (the waiting path).
+// tryAcquire is AcquireAt without counting a rejection (the waiting path).
 func (l *Limiter) tryAcquire(now int64) (Permit, bool) {
 	n := inFlightOf(l.slots.Add(admitOne))
 	if n > l.limit.Load() {
@@ -385,21 +385,21 @@ func (l *Limiter) tryAcquire(now int64) (Permit, bool) {
 }
 
 // ReleaseAt ends the call of t at time now with outcome o, freeing its slot.
-// A Success contributes the RTT now − t.Start() to the window; a Dropped call
+// A Success contributes the RTT now − t.Start() to the window; a Failure call
 // counts as a loss; an Ignored one only frees the slot. If now is past the
 // end of the window, the caller closes it: it swaps the aggregates out and
-// runs the algorithm (a few hundred nanoseconds, once per window). A Token
-// from Begin that was not picked as a sample ([Permit.Sampled] false)
+// runs the algorithm (a few hundred nanoseconds, once per window). A Permit
+// from Acquire that was not picked as a sample ([Permit.Sampled] false)
 // contributes no RTT: its Success only frees the slot.
 //
 // Cost on Success: three atomic adds (slot, weighted RTT sum, samples and
 // weights in one word; the last two share a line) and four loads (least RTT, most in flight, window end,
 // sample target; nothing else is written unless this RTT is the window's
-// least or its in-flight count the greatest). A Dropped release adds to the
-// drop word instead of sum and count, and a timed one (every Acquire token,
-// a sampled Begin token) also to the drops' RTT sum: one more add, on the
+// least or its in-flight count the greatest). A Failure release adds to the
+// drop word instead of sum and count, and a timed one (every AcquireAt token,
+// a sampled Acquire token) also to the drops' RTT sum: one more add, on the
 // failure path only; an Ignored one only frees the slot.
-// Plus one add on a partition's counter for a token from AcquirePriority,
+// Plus one add on a partition's counter for a token from AcquirePartitionAt,
 // and one load of the waiter count when a queue is configured. No
 // allocation, no lock, no clock read.
 func (l *Limiter) ReleaseAt(t Permit, now int64, o rampart.Result) {
@@ -411,10 +411,10 @@ func (l *Limiter) ReleaseAt(t Permit, now int64, o rampart.Result) {
 	switch o {
 	case rampart.Success:
 		if t.state < weight1 {
-			break // a Begin token not picked as a sample: no RTT
+			break // an Acquire token not picked as a sample: no RTT
 		}
 		// A sample picked at stride s stands for s calls (weight s; 1
-		// for Acquire's): the window mean stays unbiased when the stride
+		// for AcquireAt's): the window mean stays unbiased when the stride
 		// changes while latency trends (Horvitz–Thompson).
 		sh := t.state - weight1
 		rtt := max(now-t.start, 0)
@@ -423,12 +423,12 @@ func (l *Limiter) ReleaseAt(t Permit, now int64, o rampart.Result) {
 		// One load of the read-mostly line: has the window's sample count
 		// reached another multiple of the target beyond the second?
 		if m := int64(l.target.Load()); n&m == 0 && n > m+1 {
-			l.grow() // slow path: Begin's stride doubles (sampling.go)
+			l.grow() // slow path: Acquire's stride doubles (sampling.go)
 		}
 		atomicx.Min(&l.win.min, rtt) // a load; a CAS only for a new minimum
 	case rampart.Failure:
 		if t.state < weight1 {
-			l.win.drops.Add(oneDrop) // atomic 2: count the loss (no RTT: an unsampled Begin token)
+			l.win.drops.Add(oneDrop) // atomic 2: count the loss (no RTT: an unsampled Acquire token)
 			break
 		}
 		sh := t.state - weight1
@@ -453,7 +453,7 @@ func (l *Limiter) closeWindow(now int64) {
 	}
 	if l.win.counts.Load()>>32 < min(l.minSamples, l.limit.Load()) && l.win.drops.Load() == 0 {
 		// Not enough evidence yet: keep aggregating, and time every call
-		// of Begin until the window closes (the rate fell since the
+		// of Acquire until the window closes (the rate fell since the
 		// stride was set; without this a window at stride 64 would wait
 		// for 64 × MinWindowSamples calls).
 		if l.stride.Load() != 0 {
@@ -535,7 +535,7 @@ func (l *Limiter) publish(n int64) {
 // Limit returns the current limit.
 func (l *Limiter) Limit() int { return int(l.limit.Load()) }
 
-// MayWait reports whether AcquireWait can queue (Config.Queue is set). A
+// MayWait reports whether AcquireWaitAt can queue (Config.Queue is set). A
 // pipeline uses it to re-read the clock after admission, so that a deadline
 // does not count the time spent queueing.
 func (l *Limiter) MayWait() bool { return l.queue != nil }
@@ -544,7 +544,7 @@ func (l *Limiter) MayWait() bool { return l.queue != nil }
 func (l *Limiter) InFlight() int { return int(max(inFlightOf(l.slots.Load()), 0)) }
 
 // RejectedError returns the limiter's preallocated rejection error, which
-// matches [ErrLimited] and [rampart.ErrRejected]: what callers of Acquire
+// matches [ErrLimited] and [rampart.ErrRejected]: what callers of AcquireAt
 // return when it refuses.
 func (l *Limiter) RejectedError() error { return l.rejErr }
 
@@ -586,7 +586,7 @@ func (l *Limiter) Stats() Stats {
 // [Limiter.Release] and the outcome Config.Classify gives fn's error, so it reads
 // the clock only for the calls sampled for their RTT (and for losses and
 // waits). fn's error is returned unchanged. If fn panics or calls
-// runtime.Goexit the slot is released as [Ignored] and the panic continues.
+// runtime.Goexit the slot is released as [rampart.Ignored] and the panic continues.
 func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error {
 	t, err := l.admit(ctx)
 	if err != nil {
@@ -600,7 +600,7 @@ func (l *Limiter) Do(ctx context.Context, fn func(context.Context) error) error 
 	}()
 	err = fn(ctx)
 	o := l.classify(ctx, err) // user code: a panic or Goexit here releases as Ignored
-	done = true               // before End: a panicking Controller must not release twice
+	done = true               // before Release: a panicking Controller must not release twice
 	l.Release(t, o)
 	return err
 }
@@ -626,9 +626,9 @@ func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, e
 	return v, err
 }
 
-// admit is the acquisition of Do and Call: Begin, or, when the limit is
-// reached and a queue is configured, AcquireWait (which reads the clock and
-// returns a sampled Token).
+// admit is the acquisition of Do and Call: Acquire, or, when the limit is
+// reached and a queue is configured, AcquireWaitAt (which reads the clock and
+// returns a sampled Permit).
 func (l *Limiter) admit(ctx context.Context) (Permit, error) {
 	if l.queue == nil {
 		if t, err := l.Acquire(); err == nil {

@@ -107,7 +107,7 @@ func TestAcquireRelease(t *testing.T) {
 	require.ErrorIs(t, err, rampart.ErrRejected)
 }
 
-// TestOutcomes: Success feeds RTTs, Dropped is a loss, Ignored is nothing.
+// TestOutcomes: Success feeds RTTs, Failure is a loss, Ignored is nothing.
 func TestOutcomes(t *testing.T) {
 	var got []Sample
 	alg := algFunc(func(s Sample) float64 { got = append(got, s); return s.Limit })
@@ -351,7 +351,7 @@ func TestPartitions(t *testing.T) {
 	require.Equal(t, 0, l.InFlight())
 	require.Equal(t, 0, l.PartitionInFlight(0))
 
-	// Without partitions AcquirePriority is Acquire.
+	// Without partitions AcquirePartitionAt is AcquireAt.
 	l2, _ := fixed(t, 1, nil)
 	tok, ok := admitted(l2.AcquirePartitionAt(0, 3))
 	require.True(t, ok)
@@ -460,7 +460,7 @@ func TestAllocsAdmit(t *testing.T) {
 // TestStressStrict: without partitions, the calls admitted and not yet
 // released never exceed the highest limit published so far (a lowered limit
 // lets calls already in flight finish, so the highest is the bound), and
-// Stats().Peak agrees.
+// Stats().PeakInFlight agrees.
 func TestStressStrict(t *testing.T) {
 	tk := rampart.NewManualTicker(0)
 	var highest atomic.Int64
@@ -571,6 +571,6 @@ func TestAlgorithmsExtremeSamplesStayFinite(t *testing.T) {
 	}
 }
 
-// admitted turns the (Permit, error) of an Acquire into the (Permit, bool)
+// admitted turns the (Permit, error) of an AcquireAt into the (Permit, bool)
 // that the tests assert on: true when admitted.
 func admitted(p Permit, err error) (Permit, bool) { return p, err == nil }

@@ -45,7 +45,7 @@ func newPartitions(ps []Partition) ([]partition, error) {
 }
 
 // AcquirePartitionAt admits a call of partition p (an index into
-// Config.Partitions) and returns its Token, or (Permit{}, [Limiter.RejectedError]). This is
+// Config.Partitions) and returns its Permit, or (Permit{}, [Limiter.RejectedError]). This is
 // Netflix's partitioned limiter:
 //
 //   - a call of p is admitted while p has fewer calls in flight than its
@@ -60,7 +60,7 @@ func newPartitions(ps []Partition) ([]partition, error) {
 // borrowed calls, until they finish; a low priority can therefore delay a
 // high one by no more than one call duration. An out-of-range p is treated
 // as the last partition; on a limiter without partitions AcquirePartitionAt is
-// Acquire.
+// AcquireAt.
 //
 // Cost: two atomic adds and two loads when admitted; no allocation.
 func (l *Limiter) AcquirePartitionAt(now int64, p int) (Permit, error) {
@@ -79,7 +79,7 @@ func (l *Limiter) AcquirePartitionAt(now int64, p int) (Permit, error) {
 
 // admitPriority takes a slot of partition p (already in range) and of the
 // total, or gives both back and counts a rejection. It returns the calls in
-// flight after the admission and its sequence number (for Begin's
+// flight after the admission and its sequence number (for Acquire's
 // sampling). Cost: two atomic adds and two loads when admitted.
 func (l *Limiter) admitPriority(p int) (n int32, seq uint32, ok bool) {
 	pt := &l.parts[p]

@@ -103,7 +103,7 @@ func (q *queue) removeAt(i int, now int64) {
 }
 
 // handoff sheds waiters past their bound and gives the free slots, if any,
-// to the next waiters. Slow path: runs in Release only while someone waits.
+// to the next waiters. Slow path: runs in ReleaseAt only while someone waits.
 func (q *queue) handoff(l *Limiter, now int64) {
 	q.mu.Lock()
 	bound := q.interval
@@ -136,11 +136,11 @@ func (q *queue) handoff(l *Limiter, now int64) {
 	q.mu.Unlock()
 }
 
-// AcquireWaitAt admits a call like Acquire, but when the limit is reached and
+// AcquireWaitAt admits a call like AcquireAt, but when the limit is reached and
 // Config.Queue is set it waits for a slot, under the queue's CoDel and
 // adaptive-LIFO discipline (see [QueueConfig]), until ctx is done. It
-// returns the Token, or the limiter's rejection (the queue was full or shed
-// the call), or ctx.Err(). Without a queue it is Acquire returning an error.
+// returns the Permit, or the limiter's rejection (the queue was full or shed
+// the call), or ctx.Err(). Without a queue it is AcquireAt returning an error.
 // now is the current time; the RTT of a call that waited starts when it got
 // its slot.
 //
@@ -219,6 +219,12 @@ func (l *Limiter) AcquireWaitAt(ctx context.Context, now int64) (Permit, error) 
 		return Permit{}, cause
 	}
 	return t, nil
+}
+
+// AcquireWait is [Limiter.AcquireWaitAt] at a reading of the limiter's
+// Ticker.
+func (l *Limiter) AcquireWait(ctx context.Context) (Permit, error) {
+	return l.AcquireWaitAt(ctx, l.ticker.Now())
 }
 
 // waitEnd is the clock read of a waiter that gave up. The Ticker may be user

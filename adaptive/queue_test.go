@@ -120,7 +120,7 @@ func TestQueueFullCancelAndDo(t *testing.T) {
 		require.NoError(t, <-res)
 		require.Equal(t, 0, l.InFlight())
 	})
-	// Without a queue AcquireWait is a rejecting Acquire.
+	// Without a queue AcquireWaitAt is a rejecting AcquireAt.
 	l, _ := fixed(t, 1, nil)
 	tok, _ := l.AcquireWaitAt(context.Background(), 0)
 	_, err := l.AcquireWaitAt(context.Background(), 0)

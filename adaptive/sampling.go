@@ -7,16 +7,16 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 )
 
-// RTT sampling of the clock-reading forms (Begin/End, Do, Call).
+// RTT sampling of the clock-reading forms (Acquire/Release, Do, Call).
 //
 // Timing a call costs two clock reads (about 20–40 ns each with the nano
 // ticker, more on a loaded VM), several times what the limiter itself costs
 // (about 15 ns for an admission and a release). High-rate
-// systems time a subset of the calls; so do Begin and End, with the rule:
+// systems time a subset of the calls; so do Acquire and Release, with the rule:
 //
 //   - Every admission gets a sequence number from the same atomic add that
 //     takes its slot (the slot word's high half: see admitOne), so deciding
-//     costs no shared write. Begin times the call when
+//     costs no shared write. Acquire times the call when
 //     mix32(seq ^ seed) & (stride − 1) == 0: about one call in stride, picked
 //     by a hash of the number rather than by its value, so a periodic
 //     workload (alternating kinds of request on one goroutine) is not aliased.
@@ -38,12 +38,12 @@ import (
 //     samples it needs to close (min(MinWindowSamples, limit)), the stride
 //     drops to 1 until it closes: after a sudden fall in rate a window
 //     overruns its end by about stride calls plus MinWindowSamples calls.
-//   - Drops are never sampled away: an unsampled Dropped release counts the
+//   - Drops are never sampled away: an unsampled Failure release counts the
 //     drop and reads the clock to close a due window (a loss is the failure
 //     path). The most calls in flight is taken from every release.
 //
 // Effect on the algorithms: a sample picked at stride s weighs s calls
-// (Token.state carries log2 s), so AvgRTT is the stride-weighted mean of a
+// (Permit.state carries log2 s), so AvgRTT is the stride-weighted mean of a
 // pseudo-random subset of at least about T calls and Count the weighted
 // count: unbiased estimates over every success of the window even when the
 // stride changed within it while latency trended (unweighted, such a window
@@ -104,13 +104,13 @@ func mix32(x uint32) uint32 {
 	return x
 }
 
-// weight returns Token.state for a sample picked under stride mask m: the
+// weight returns Permit.state for a sample picked under stride mask m: the
 // sample stands for stride = m+1 calls.
 func weight(m uint32) uint8 { return weight1 + uint8(bits.Len32(m)) }
 
-// Acquire admits a call like [Limiter.AcquireAt] but takes no time argument: it
+// AcquireAt admits a call like [Limiter.AcquireAt] but takes no time argument: it
 // reads the limiter's ticker itself, and only for the calls it picks as RTT
-// samples. Release the Token with [Limiter.Release] exactly once. It returns
+// samples. Release the Permit with [Limiter.Release] exactly once. It returns
 // (Permit{}, [Limiter.RejectedError]) and counts a rejection when the limit is reached.
 //
 // Which calls are timed: about one in Stats().Stride, picked by a hash of the
@@ -126,7 +126,7 @@ func weight(m uint32) uint8 { return weight1 + uint8(bits.Len32(m)) }
 // adds one more atomic add (undo) and a counter increment. No allocation,
 // no lock.
 //
-// (Each return builds its Token whole: filling fields of a Token after
+// (Each return builds its Permit whole: filling fields of a Permit after
 // building it made the compiler spill it field by field and reload it in
 // one wide load, a store-forwarding stall that cost more than the hash.)
 func (l *Limiter) Acquire() (Permit, error) {
@@ -141,7 +141,7 @@ func (l *Limiter) Acquire() (Permit, error) {
 	return Permit{inflight: int32(n), state: unsampled}, nil
 }
 
-// tryBegin is Begin without counting a rejection (Do with a queue).
+// tryBegin is Acquire without counting a rejection (Do with a queue).
 func (l *Limiter) tryBegin() (Permit, bool) {
 	w := l.slots.Add(admitOne)
 	n := inFlightOf(w)
@@ -155,10 +155,10 @@ func (l *Limiter) tryBegin() (Permit, bool) {
 	return Permit{inflight: int32(n), state: unsampled}, true
 }
 
-// AcquirePartition is [Limiter.AcquirePartitionAt] with Begin's sampled clock
-// reads: it admits a call of partition p (see AcquirePriority for the rule)
+// AcquirePartition is [Limiter.AcquirePartitionAt] with Acquire's sampled clock
+// reads: it admits a call of partition p (see AcquirePartitionAt for the rule)
 // and reads the ticker only for a call picked as an RTT sample. Release with
-// [Limiter.Release]. On a limiter without partitions it is Begin.
+// [Limiter.Release]. On a limiter without partitions it is Acquire.
 //
 // Cost: two atomic adds and three loads when admitted, the hash, and a clock
 // read for a sampled call only.
@@ -198,20 +198,20 @@ func (l *Limiter) sampledNow(part int16) int64 {
 	return now
 }
 
-// Release releases a call admitted by [Limiter.Acquire] or BeginPriority (any
-// Token is accepted) with outcome o, reading the limiter's ticker only when
-// the call is an RTT sample ([Permit.Sampled]): then it is Release(t, now, o),
+// ReleaseAt releases a call admitted by [Limiter.Acquire] or AcquirePartition (any
+// Permit is accepted) with outcome o, reading the limiter's ticker only when
+// the call is an RTT sample ([Permit.Sampled]): then it is ReleaseAt(t, now, o),
 // which adds the RTT to the window and closes a window that is due. An
 // unsampled call frees its slot and updates the window's most calls in
-// flight; an unsampled Dropped call also counts its loss and reads the clock
+// flight; an unsampled Failure call also counts its loss and reads the clock
 // to close a due window (losses are never sampled away), and so does any
 // release while calls wait in the queue (to hand them the slot).
 //
 // Cost of an unsampled Success or Ignored: one atomic add (the slot) and one
 // load (most in flight; a CAS only for a new maximum), plus one add on a
-// partition's counter for a token from BeginPriority and one load of the
+// partition's counter for a token from AcquirePartition and one load of the
 // waiter count when a queue is configured. No clock read, no allocation, no
-// lock. A sampled call costs a clock read plus Release.
+// lock. A sampled call costs a clock read plus ReleaseAt.
 func (l *Limiter) Release(t Permit, o rampart.Result) {
 	if t.state >= weight1 {
 		l.ReleaseAt(t, l.sampledNow(t.part), o) // clock read: a sampled call
@@ -227,7 +227,7 @@ func (l *Limiter) Release(t Permit, o rampart.Result) {
 	}
 }
 
-// endSlow is the rest of an unsampled End that needs the time: a loss
+// endSlow is the rest of an unsampled Release that needs the time: a loss
 // (counted, and it may close the window) or waiters to hand the slot to.
 func (l *Limiter) endSlow(o rampart.Result) {
 	now := l.ticker.Now() // clock read: failure or waiting path

@@ -36,7 +36,7 @@ func sampledLimiter(t *testing.T, extra func(*Config)) (*Limiter, *rampart.Manua
 	return l, tk, &got
 }
 
-// callsUntilClose runs sequential Begin/End calls of rtt each (the ticker
+// callsUntilClose runs sequential Acquire/Release calls of rtt each (the ticker
 // moves by rtt during each call) until a window closes, and returns the
 // number of calls and how many were sampled.
 func callsUntilClose(t *testing.T, l *Limiter, tk *rampart.ManualTicker, rtt time.Duration) (calls, sampled int) {
@@ -123,7 +123,7 @@ func TestSamplingEveryCall(t *testing.T) {
 	require.Equal(t, s.Count, s.Samples)
 }
 
-// TestSamplingDropsAlwaysCounted: at stride 64 every Dropped release counts,
+// TestSamplingDropsAlwaysCounted: at stride 64 every Failure release counts,
 // sampled or not, and a drop past the window's end closes it.
 func TestSamplingDropsAlwaysCounted(t *testing.T) {
 	l, tk, got := sampledLimiter(t, nil)
@@ -238,8 +238,8 @@ func TestSamplingNotAliased(t *testing.T) {
 	}
 }
 
-// TestSamplingTokens: Begin tokens released with Release, Acquire tokens
-// released with End, BeginPriority, and the slot word's wrapping sequence.
+// TestSamplingTokens: Acquire tokens released with ReleaseAt, AcquireAt tokens
+// released with Release, AcquirePartition, and the slot word's wrapping sequence.
 func TestSamplingTokens(t *testing.T) {
 	l, tk, got := sampledLimiter(t, func(c *Config) { c.MinWindowSamples = 1 })
 	l.stride.Store(1<<20 - 1) // effectively never sampled, until a window closes
@@ -258,8 +258,8 @@ func TestSamplingTokens(t *testing.T) {
 	require.Equal(t, int64(1), (*got)[0].Samples)
 	require.Equal(t, time.Duration(time.Millisecond+7), (*got)[0].AvgRTT)
 
-	// BeginPriority without partitions is Begin; with them it counts the
-	// partition, and End frees it.
+	// AcquirePartition without partitions is Acquire; with them it counts the
+	// partition, and Release frees it.
 	p, ok := admitted(l.AcquirePartition(3))
 	require.True(t, ok)
 	l.Release(p, rampart.Success)
@@ -311,7 +311,7 @@ func TestSamplingDoCall(t *testing.T) {
 	require.Equal(t, 0, l.InFlight())
 }
 
-// TestStressSampled: many goroutines Begin/End (and BeginPriority) while
+// TestStressSampled: many goroutines Acquire/Release (and AcquirePartition) while
 // windows move the limit and the stride; the calls admitted never exceed
 // the highest limit published (partitions: plus the borrowed calls, see
 // TestStress), every drop is counted, and no slot leaks.
@@ -398,7 +398,7 @@ func TestAllocsBeginEnd(t *testing.T) {
 		c.Partitions = []Partition{{Share: 0.5}, {Share: 0.5}}
 	})
 	// 100 calls a run, so that the runs cover many sampling strides.
-	testkit.WantAllocs(t, "Begin + End", 0, func() {
+	testkit.WantAllocs(t, "Acquire + Release", 0, func() {
 		for range 100 {
 			tok, ok := admitted(l.Acquire())
 			if !ok {
@@ -409,7 +409,7 @@ func TestAllocsBeginEnd(t *testing.T) {
 		}
 	})
 	require.NotZero(t, l.Stats().Windows)
-	testkit.WantAllocs(t, "BeginPriority + End(Dropped)", 0, func() {
+	testkit.WantAllocs(t, "AcquirePartition + Release(Failure)", 0, func() {
 		for range 10 {
 			tok, ok := admitted(l.AcquirePartition(1))
 			if !ok {
@@ -421,7 +421,7 @@ func TestAllocsBeginEnd(t *testing.T) {
 	})
 	full, _ := fixed(t, 1, nil)
 	tok, _ := full.Acquire()
-	testkit.WantAllocs(t, "rejected Begin", 0, func() {
+	testkit.WantAllocs(t, "rejected Acquire", 0, func() {
 		if _, err := full.Acquire(); err == nil {
 			t.Fatal("admitted")
 		}

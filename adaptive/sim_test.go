@@ -21,10 +21,10 @@ import (
 // takes Base × U(0.9, 1.1). So the server's true concurrency capacity is
 // Capacity, its throughput Capacity/Base, and latency grows linearly with
 // the queue beyond Capacity. Time is virtual (int64 ns): the event loop hands
-// each event's time to Acquire/Release, so a run is deterministic and takes
+// each event's time to AcquireAt/ReleaseAt, so a run is deterministic and takes
 // milliseconds of real time per simulated second. In sampled mode the loop
-// sets the limiter's manual ticker to the event's time and calls Begin/End
-// (BeginPriority), the clock-reading forms that time only a sample of the
+// sets the limiter's manual ticker to the event's time and calls Acquire/Release
+// (AcquirePartition), the clock-reading forms that time only a sample of the
 // calls.
 
 type simEvent struct {
@@ -53,13 +53,13 @@ func (h *eventHeap) Pop() any {
 
 type simReq struct {
 	tok    Permit
-	arrive int64 // the admission time (a Begin token carries none unless sampled)
+	arrive int64 // the admission time (an Acquire token carries none unless sampled)
 }
 
 type sim struct {
 	l          *Limiter
 	tk         *rampart.ManualTicker
-	sampled    bool // Begin/End instead of Acquire/Release
+	sampled    bool // Acquire/Release instead of AcquireAt/ReleaseAt
 	onComplete func(rtt int64)
 	rng        *rand.Rand
 	now        int64
@@ -67,9 +67,9 @@ type sim struct {
 	capacity   int
 	base       int64   // mean service time, ns
 	rate       float64 // arrivals per second
-	timeout    int64   // client timeout: an RTT above it is released as Dropped (0: none)
-	critical   float64 // fraction of arrivals of priority 0 (AcquirePriority); 0: plain Acquire
-	loss       float64 // fraction of admitted calls lost whatever the load: the server never sees them and the client releases them as Dropped after lossAfter
+	timeout    int64   // client timeout: an RTT above it is released as Failure (0: none)
+	critical   float64 // fraction of arrivals of priority 0 (AcquirePartitionAt); 0: plain AcquireAt
+	loss       float64 // fraction of admitted calls lost whatever the load: the server never sees them and the client releases them as Failure after lossAfter
 	lossAfter  int64   // the client timeout of a lost call
 	busy       int
 	queue      []int // request indexes waiting at the server
@@ -99,7 +99,7 @@ func newSim(t testing.TB, c Config, capacity int, base time.Duration, seed uint6
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.seed = uint32(seed) // Begin's sampling picks: deterministic too
+	l.seed = uint32(seed) // Acquire's sampling picks: deterministic too
 	tk, _ := c.Ticker.(*rampart.ManualTicker)
 	s := &sim{l: l, tk: tk, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), capacity: capacity, base: int64(base)}
 	heap.Push(&s.events, simEvent{at: 0, kind: 0})
@@ -316,8 +316,8 @@ func unloadedP99(t *testing.T) time.Duration {
 	return s.p99()
 }
 
-// simModes runs f as two subtests of name: "every" (Acquire/Release with the
-// event's time: every call timed) and "sampled" (Begin/End on the manual
+// simModes runs f as two subtests of name: "every" (AcquireAt/Release with the
+// event's time: every call timed) and "sampled" (Acquire/Release on the manual
 // ticker: the limiter's RTT sampling; with the 100 ms windows of simConfig
 // and a few hundred calls per window the stride mostly stays 1, so both
 // modes agree closely: TestSimSampling covers long windows).
@@ -474,7 +474,7 @@ func testSimAIMDBand(t *testing.T, sampled bool) {
 
 // dropAlgorithms are the three built-in algorithms as the drop-rate rows
 // run them: AIMD, loss-based, with a client timeout of 2× the base latency
-// (its load signal: calls that queue past it are released as Dropped, as in
+// (its load signal: calls that queue past it are released as Failure, as in
 // TestSimAIMDBand).
 var dropAlgorithms = []struct {
 	name    string
@@ -491,7 +491,7 @@ const simLossAfter = 10 * simBase
 
 // TestSimLoadIndependentDropsKeepGoodput: calls lost whatever the load
 // (0.05 %, 0.2 % and 1 % of the admitted calls never reach the server and
-// are released as Dropped after a client timeout of 10× the base latency)
+// are released as Failure after a client timeout of 10× the base latency)
 // are not overload: at 80 % load and at 3× overload each algorithm keeps its
 // goodput within 5 % of the same run without losses. (Reacting to any drop
 // in a window, Gradient2 sat at 2·QueueSize = 8 and AIMD and Vegas near
@@ -529,7 +529,7 @@ func TestSimLoadIndependentDropsKeepGoodput(t *testing.T) {
 // load, a real overload still lowers every algorithm's limit. Under 3×
 // overload the server's capacity falls from 50 to 10 workers for 20 s: its
 // latency rises with the queue, and calls that queue past a client timeout
-// of 2× the base latency are Dropped, so the drop rate rises with the load.
+// of 2× the base latency are Failure, so the drop rate rises with the load.
 // The limit must come down to at most 2.2× the new capacity (AIMD's band
 // reaches about twice the capacity, the delay-based ones settle near it)
 // while goodput stays at least 80 % of the reduced capacity (the phase
@@ -649,7 +649,7 @@ func (p *meanProbe) Update(s Sample) float64 {
 func (p *meanProbe) complete(rtt int64) { p.sum += float64(rtt); p.n++ }
 
 // TestSimSampling: with 1 s windows (5000 calls per window at C = 50, D =
-// 10 ms) Begin/End time about one call in 8–16; the stride-weighted window
+// 10 ms) Acquire/Release time about one call in 8–16; the stride-weighted window
 // mean stays within a fraction of a percent of the mean of every call, and
 // the limit lands where timing every call puts it.
 func TestSimSampling(t *testing.T) {

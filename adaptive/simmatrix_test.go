@@ -37,8 +37,8 @@ func TestSimMatrix(t *testing.T) {
 	}
 }
 
-// TestSimSamplingMatrix compares timing every call (Acquire/Release) with
-// Begin/End's RTT sampling over several capacities, latencies and window
+// TestSimSamplingMatrix compares timing every call (AcquireAt/ReleaseAt) with
+// Acquire/Release's RTT sampling over several capacities, latencies and window
 // lengths, three seeds each, for the README. It takes minutes: set
 // RAMPART_SIM_MATRIX=1 to run it.
 func TestSimSamplingMatrix(t *testing.T) {

@@ -56,7 +56,7 @@ type ThrottlerConfig struct {
 // ThrottlerStats is a snapshot of a [Throttler].
 type ThrottlerStats struct {
 	Requests    uint64  // requests counted in the window
-	Accepted     uint64  // accepts counted in the window
+	Accepted    uint64  // accepts counted in the window
 	Probability float64 // the current rejection probability
 	Rejected    uint64  // local rejections since creation
 }
@@ -96,7 +96,7 @@ const (
 // throttle. It has no drop threshold of its own and does not use the
 // [Limiter]'s; K is that threshold.
 //
-// Call Allow before each call and Record after each call that Allow
+// Call AllowAt before each call and RecordAt after each call that AllowAt
 // admitted. Safe for concurrent use; no lock, no allocation.
 type Throttler struct {
 	// The window's totals, kept equal to the sum of the live buckets: each
@@ -252,8 +252,11 @@ func (t *Throttler) AllowAt(now int64) bool {
 	return true
 }
 
+// Allow is [Throttler.AllowAt] at a reading of the throttler's Ticker.
+func (t *Throttler) Allow() bool { return t.AllowAt(t.ticker.Now()) }
+
 // RecordAt reports at time now whether the backend accepted a call that
-// Allow admitted. Cost: two atomic adds when accepted, nothing otherwise.
+// AllowAt admitted. Cost: two atomic adds when accepted, nothing otherwise.
 func (t *Throttler) RecordAt(now int64, accepted bool) {
 	if accepted {
 		if b := t.bucket(now); b != nil {
@@ -263,11 +266,18 @@ func (t *Throttler) RecordAt(now int64, accepted bool) {
 	}
 }
 
+// Record is [Throttler.RecordAt] at a reading of the throttler's Ticker.
+func (t *Throttler) Record(accepted bool) { t.RecordAt(t.ticker.Now(), accepted) }
+
 // ProbabilityAt returns the rejection probability at time now.
 func (t *Throttler) ProbabilityAt(now int64) float64 {
 	req, acc := t.totals(now)
 	return t.probability(req, acc)
 }
+
+// Probability is [Throttler.ProbabilityAt] at a reading of the throttler's
+// Ticker.
+func (t *Throttler) Probability() float64 { return t.ProbabilityAt(t.ticker.Now()) }
 
 // totals returns the window's counts as of now (expiring old buckets).
 func (t *Throttler) totals(now int64) (req, acc int64) {

@@ -175,7 +175,7 @@ func TestAllocsThrottler(t *testing.T) {
 	tk := rampart.NewManualTicker(0)
 	th, err := NewThrottler(ThrottlerConfig{Ticker: tk})
 	require.NoError(t, err)
-	testkit.WantAllocs(t, "Allow + Record", 0, func() {
+	testkit.WantAllocs(t, "AllowAt + RecordAt", 0, func() {
 		now := tk.Advance(time.Millisecond)
 		if th.AllowAt(now) {
 			th.RecordAt(now, false)
@@ -253,8 +253,8 @@ func TestThrottlerExtremeReadings(t *testing.T) {
 
 // With buckets of 1 ns (legal: NewThrottler asks for at least one
 // nanosecond per bucket) a reading of math.MaxInt64, the epoch
-// math.MaxInt64, neither loops nor indexes a bucket out of range in Allow,
-// Record or Stats.
+// math.MaxInt64, neither loops nor indexes a bucket out of range in AllowAt,
+// RecordAt or Stats.
 func TestThrottlerOneNanoBucketAtMaxInt64(t *testing.T) {
 	tk := rampart.NewManualTicker(math.MaxInt64 - 5)
 	th, err := NewThrottler(ThrottlerConfig{Window: 1024, Buckets: 1024, Ticker: tk})

@@ -64,8 +64,8 @@ type Vegas struct {
 	// ProbeLimit is the limit held during a re-measurement. Default 1 (the
 	// limiter's MinLimit applies).
 	ProbeLimit int
-	// DropThreshold is the drop rate (Dropped calls as a fraction of the
-	// window's Dropped and successful calls: [Sample.DropRate]) above
+	// DropThreshold is the drop rate (Failure calls as a fraction of the
+	// window's Failure and successful calls: [Sample.DropRate]) above
 	// which a window decreases the limit whatever its latency, in [0, 1].
 	// Default (0) 0.05. Any value below one drop in a window's calls, such
 	// as 1e-9, decreases on any drop (Netflix's VegasLimit); 1 never does

@@ -16,10 +16,10 @@ import (
 // against failsafe-go's adaptivelimiter and adaptivethrottler.
 //
 // rampart's cases:
-//   - rampart: Begin/End on the default (nano) ticker, the form a user
+//   - rampart: Acquire/Release on the default (nano) ticker, the form a user
 //     calls (Do and Call use it too): the clock is read only for the calls
 //     sampled for their RTT (about one in 64 here, once the first window's
-//     samples have raised the stride: see adaptive.Limiter.Begin).
+//     samples have raised the stride: see adaptive.Limiter.Acquire).
 //   - rampart-every: the same with Config.MaxSampleStride = 1, every call
 //     timed (two nano-ticker reads per call, as failsafe reads time.Now
 //     twice per call).
@@ -117,7 +117,7 @@ func BenchmarkAdaptive(b *testing.B) {
 	})
 }
 
-// benchBeginEnd measures Begin + End(Success) on l, from one goroutine or
+// benchBeginEnd measures Acquire + Release(Success) on l, from one goroutine or
 // from GOMAXPROCS, and reports the sampling stride the limiter reached.
 func benchBeginEnd(b *testing.B, l *adaptive.Limiter, parallel bool) {
 	b.ReportAllocs()

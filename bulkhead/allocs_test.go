@@ -10,7 +10,7 @@ import (
 
 func TestAllocsAdmit(t *testing.T) {
 	b := mustNew(t, Config{Max: 4})
-	testkit.WantAllocs(t, "TryEnter+Exit", 0, func() {
+	testkit.WantAllocs(t, "Acquire+Release", 0, func() {
 		if b.Acquire() != nil {
 			t.Fatal("rejected")
 		}
@@ -23,7 +23,7 @@ func TestAllocsReject(t *testing.T) {
 	b.Acquire()
 	defer b.Release()
 	ctx := context.Background()
-	testkit.WantAllocs(t, "TryEnter+Enter rejected", 0, func() {
+	testkit.WantAllocs(t, "Acquire+AcquireWait rejected", 0, func() {
 		if b.Acquire() == nil || b.AcquireWait(ctx) == nil {
 			t.Fatal("admitted")
 		}
@@ -34,7 +34,7 @@ func TestAllocsReject(t *testing.T) {
 func TestAllocsEnterNoWait(t *testing.T) {
 	b := mustNew(t, Config{Max: 4, MaxWait: time.Second})
 	ctx := context.Background()
-	testkit.WantAllocs(t, "Enter+Exit", 0, func() {
+	testkit.WantAllocs(t, "AcquireWait+Release", 0, func() {
 		if b.AcquireWait(ctx) != nil {
 			t.Fatal("rejected")
 		}

@@ -31,7 +31,7 @@
 //
 // Waiting mode ([Config.MaxWait] > 0, used by [Bulkhead.AcquireWait], [Bulkhead.Do]
 // and [Call]) adds a FIFO queue behind a mutex. Only the waiting path pays
-// for it: when a permit is free and nobody is queued, Enter is TryEnter
+// for it: when a permit is free and nobody is queued, AcquireWait is Acquire
 // without allocation. [Bulkhead.Release] loads the waiter count (one plain
 // atomic load) and takes the lock only when someone is queued. A queued
 // waiter is granted its permit by the goroutine that frees one (the permit
@@ -44,7 +44,7 @@
 // # Zero value and configuration
 //
 // The zero Bulkhead is not usable: build one with [New]. The zero [Config]
-// is invalid because Max must be at least 1. MaxWait 0 means fail-fast: Enter
+// is invalid because Max must be at least 1. MaxWait 0 means fail-fast: AcquireWait
 // rejects at once when full.
 //
 // # Concurrency
@@ -63,8 +63,8 @@
 //   - [Bulkhead.AcquireWait] / [Bulkhead.Release] for the waiting mode without a
 //     closure.
 //
-// Every successful TryEnter or Enter must be matched by exactly one Exit.
-// An Exit without an Enter would silently widen the limit; the bulkhead
+// Every successful Acquire or AcquireWait must be matched by exactly one Release.
+// An Release without an AcquireWait would silently widen the limit; the bulkhead
 // detects it when it would drive the in-flight count below zero and panics
 // with a message naming the bulkhead (see [Bulkhead.Release]).
 package bulkhead
@@ -95,17 +95,17 @@ type Config struct {
 	// Max is the most calls allowed in flight at once. Required: at least 1.
 	Max int
 
-	// MaxWait is how long Enter, Do and Call wait for a permit when the
+	// MaxWait is how long AcquireWait, Do and Call wait for a permit when the
 	// bulkhead is full, at most (the context can end the wait earlier).
 	// 0 (the default) means fail-fast: reject at once. Negative is invalid.
 	// Use time.Duration(math.MaxInt64) to wait as long as the context allows.
-	// TryEnter never waits. The wait runs on a real timer, not on Ticker
+	// Acquire never waits. The wait runs on a real timer, not on Ticker
 	// (which only measures how long calls waited): under testing/synctest
 	// it follows the bubble's fake clock, under a ManualTicker real time.
 	MaxWait time.Duration
 
 	// Name identifies the bulkhead in its rejection error
-	// (`bulkhead "db": full`) and in the Exit-without-Enter panic.
+	// (`bulkhead "db": full`) and in the Release-without-AcquireWait panic.
 	Name string
 
 	// Ticker is the clock used to measure time spent waiting (read only on
@@ -147,7 +147,7 @@ type Stats struct {
 // Bulkhead is a concurrency limit. Create it with [New]; see the package
 // documentation for the algorithm and the method to use.
 type Bulkhead struct {
-	// inFlight: the permits held. Written by every TryEnter and Exit, so it
+	// inFlight: the permits held. Written by every Acquire and Release, so it
 	// sits alone on its cache line.
 	inFlight pad.Int64
 	// rejected: written by every rejection, which under overload is every
@@ -179,7 +179,7 @@ type Bulkhead struct {
 	listenerPanics atomic.Uint64
 }
 
-// waiter is one queued Enter. It is allocated only when a call has to wait.
+// waiter is one queued AcquireWait. It is allocated only when a call has to wait.
 type waiter struct {
 	prev, next *waiter
 	ready      chan struct{} // receives one value when granted
@@ -246,9 +246,9 @@ func (b *Bulkhead) Acquire() error {
 	return nil
 }
 
-// tryAcquire is the fast path of Enter (TryEnter writes it out).
-// countReject tells the slow path whether a refusal is final (TryEnter) or
-// will be followed by queueing (Enter).
+// tryAcquire is the fast path of AcquireWait (Acquire writes it out).
+// countReject tells the slow path whether a refusal is final (Acquire) or
+// will be followed by queueing (AcquireWait).
 func (b *Bulkhead) tryAcquire(countReject bool) bool {
 	limit := b.max.Load() // read-mostly: changes only in SetMax
 	n := int64(math.MaxInt64)
@@ -283,7 +283,7 @@ func (b *Bulkhead) acquireSlow(n, limit int64, countReject bool) bool {
 }
 
 // undo gives back an add that overshot the limit. Slow path: only callers
-// that raced for the last permits get here. It wakes a waiter like Exit does,
+// that raced for the last permits get here. It wakes a waiter like Release does,
 // because the overshoot may have hidden a free permit from one.
 func (b *Bulkhead) undo() {
 	b.inFlight.Add(-1)
@@ -305,11 +305,11 @@ func (b *Bulkhead) notifyReject(waited int64) {
 	notify.Call2(&b.listenerPanics, b.onReject, b.inFlight.Load(), time.Duration(waited))
 }
 
-// Release gives back a permit taken by TryEnter or Enter: one atomic add, plus
+// Release gives back a permit taken by Acquire or AcquireWait: one atomic add, plus
 // one load of the waiter count; the lock is taken only when a caller is
 // queued, to hand it the permit.
 //
-// Release without a matching Enter is a programming error that would silently
+// Release without a matching AcquireWait is a programming error that would silently
 // let one more call in than the limit allows. The bulkhead detects it when it
 // would drive the in-flight count below zero, restores the count, and panics
 // with a message naming the bulkhead. Detection is therefore certain once the
@@ -326,7 +326,7 @@ func (b *Bulkhead) Release() {
 	}
 }
 
-// exitSlow handles an unmatched Exit or hands the freed permit to the queue.
+// exitSlow handles an unmatched Release or hands the freed permit to the queue.
 // Slow path.
 func (b *Bulkhead) exitSlow(n int64) {
 	if n < 0 {
@@ -351,12 +351,12 @@ func (b *Bulkhead) unmatchedExit() {
 // [ErrFull] and rampart.ErrRejected) when it is full and MaxWait is 0 or
 // expired; or ctx.Err() when the context ended first.
 //
-// When a permit is free and nobody is queued, AcquireWait does what TryEnter does
+// When a permit is free and nobody is queued, AcquireWait does what Acquire does
 // and allocates nothing; it then does not look at ctx (a free permit is
 // granted even to a context that is already done, like a ready case of a
 // select). Only a call that has to wait pays for the queue.
 func (b *Bulkhead) AcquireWait(ctx context.Context) error {
-	if b.maxWait == 0 { // fail-fast configuration: exactly TryEnter
+	if b.maxWait == 0 { // fail-fast configuration: exactly Acquire
 		if b.Acquire() == nil {
 			return nil
 		}
@@ -381,7 +381,7 @@ func (b *Bulkhead) enterSlow(ctx context.Context) error {
 	b.mu.Lock()
 	b.push(w)
 	b.waiters.Add(1)
-	b.dispatchLocked() // a permit may be free (the queue was empty, or an Exit just ran)
+	b.dispatchLocked() // a permit may be free (the queue was empty, or an Release just ran)
 	granted := w.granted
 	b.mu.Unlock()
 	if granted {
@@ -397,7 +397,7 @@ func (b *Bulkhead) enterSlow(ctx context.Context) error {
 	var cause error
 	select {
 	case <-w.ready:
-		// The permit is granted; it becomes the caller's when Enter
+		// The permit is granted; it becomes the caller's when AcquireWait
 		// returns. Until then a user Ticker that panics or an OnWaitAdmit
 		// that calls runtime.Goexit (notify recovers panics only) must
 		// not take it away with them.
@@ -462,7 +462,7 @@ func (b *Bulkhead) dispatchLocked() {
 			return
 		}
 		if !b.inFlight.CompareAndSwap(cur, cur+1) {
-			continue // a concurrent TryEnter or Exit moved the count: look again
+			continue // a concurrent Acquire or Release moved the count: look again
 		}
 		if cur+1 > b.peak.Load() {
 			atomicx.Max(&b.peak, cur+1)
@@ -506,7 +506,7 @@ func (b *Bulkhead) remove(w *waiter) {
 
 // SetMax changes the limit. Growing it grants permits to queued callers at
 // once; shrinking it never evicts running calls: new calls are refused until
-// enough of them have exited. A TryEnter that read the old limit just before
+// enough of them have exited. An Acquire that read the old limit just before
 // a shrink may still be admitted against it, as if it had come first (at
 // most one such call per racing goroutine). It returns a *rampart.ConfigError
 // when n < 1.
@@ -524,14 +524,14 @@ func (b *Bulkhead) SetMax(n int) error {
 // Max returns the current limit.
 func (b *Bulkhead) Max() int { return int(b.max.Load()) }
 
-// MayWait reports whether Enter can wait for a permit (Config.MaxWait > 0).
+// MayWait reports whether AcquireWait can wait for a permit (Config.MaxWait > 0).
 // A pipeline uses it to re-read the clock after admission, so that a
 // deadline does not count the time spent queueing.
 func (b *Bulkhead) MayWait() bool { return b.maxWait > 0 }
 
 // RejectedError returns the bulkhead's preallocated rejection error, the one
-// Enter, Do and Call return when full. It matches [ErrFull] and
-// rampart.ErrRejected; pipelines return it after a false TryEnter.
+// AcquireWait, Do and Call return when full. It matches [ErrFull] and
+// rampart.ErrRejected; pipelines return it after a false Acquire.
 func (b *Bulkhead) RejectedError() error { return b.errFull }
 
 // Stats returns a snapshot of the counters. It allocates nothing; the
@@ -552,8 +552,8 @@ func (b *Bulkhead) Stats() Stats {
 	}
 }
 
-// Do runs fn under a permit: Enter (waiting if configured), fn, Exit. It
-// returns Enter's error without calling fn when refused, and otherwise fn's
+// Do runs fn under a permit: AcquireWait (waiting if configured), fn, Release. It
+// returns AcquireWait's error without calling fn when refused, and otherwise fn's
 // error unchanged. The permit is released on every path out of fn, a panic
 // (re-raised) and runtime.Goexit included.
 func (b *Bulkhead) Do(ctx context.Context, fn func(context.Context) error) error {
@@ -565,7 +565,7 @@ func (b *Bulkhead) Do(ctx context.Context, fn func(context.Context) error) error
 }
 
 // Call is [Bulkhead.Do] for a function with a typed result. When refused it
-// returns the zero T and Enter's error.
+// returns the zero T and AcquireWait's error.
 func Call[T any](ctx context.Context, b *Bulkhead, fn func(context.Context) (T, error)) (T, error) {
 	if err := b.AcquireWait(ctx); err != nil {
 		var zero T

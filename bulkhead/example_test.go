@@ -23,7 +23,7 @@ func Example() {
 		db.Release()
 	}
 
-	// The convenient form: Exit is guaranteed, panics included.
+	// The convenient form: Release is guaranteed, panics included.
 	rows, err := bulkhead.Call(ctx, db, func(ctx context.Context) (int, error) { return 42, nil })
 	fmt.Println(rows, err)
 

@@ -20,7 +20,7 @@ type model struct {
 // checkModel runs a sequence of operations, each encoded in one byte, on a
 // real bulkhead and on the model, and compares them after every step.
 //
-//	op&7: 0,1 TryEnter   2 Enter (fail-fast config)   3,4 Exit
+//	op&7: 0,1 Acquire   2 AcquireWait (fail-fast config)   3,4 Release
 //	      5 SetMax(op>>3 % 6; 0 is invalid)   6 Do   7 Call
 func checkModel(t *testing.T, ops []byte) {
 	b := mustNew(t, Config{Max: 2})
@@ -38,14 +38,14 @@ func checkModel(t *testing.T, ops []byte) {
 	for i, op := range ops {
 		switch op & 7 {
 		case 0, 1:
-			require.Equal(t, admit(), b.Acquire() == nil, "step %d TryEnter", i)
+			require.Equal(t, admit(), b.Acquire() == nil, "step %d Acquire", i)
 		case 2:
 			want := admit()
 			err := b.AcquireWait(ctx)
-			require.Equal(t, want, err == nil, "step %d Enter: %v", i, err)
+			require.Equal(t, want, err == nil, "step %d AcquireWait: %v", i, err)
 		case 3, 4:
 			if m.inFlight == 0 {
-				require.Panics(t, b.Release, "step %d unmatched Exit", i)
+				require.Panics(t, b.Release, "step %d unmatched Release", i)
 			} else {
 				m.inFlight--
 				b.Release()

@@ -20,7 +20,7 @@ import (
 // TestStress: 64 goroutines × 20,000 calls (4,000 under -race; -short runs
 // 1,000 each) mixing successes, errors, panics,
 // runtime.Goexit, contexts canceled before or during the wait, and fail-fast
-// TryEnter calls, against a waiting bulkhead. The callee measures the real
+// Acquire calls, against a waiting bulkhead. The callee measures the real
 // concurrency itself. Afterwards nothing is in flight or queued, admitted +
 // refused equals the calls, the bulkhead's Rejected equals the refusals the
 // callers saw, and the peak reached Max without ever exceeding it.
@@ -194,7 +194,7 @@ func TestStressSetMaxWhileWaiting(t *testing.T) {
 
 // TestStressCancelRacingGrant: many waiters whose contexts end at the very
 // instants permits are freed (same synctest instant), with fail-fast
-// TryEnter callers mixed in. Afterwards: nothing in flight or queued, the
+// Acquire callers mixed in. Afterwards: nothing in flight or queued, the
 // real concurrency never exceeded Max, every attempt is either admitted or
 // refused exactly once, and the counters add up.
 func TestStressCancelRacingGrant(t *testing.T) {

@@ -39,7 +39,7 @@ func TestWaitFIFO(t *testing.T) {
 			synctest.Wait() // waiter i is queued before waiter i+1 starts
 		}
 		require.Equal(t, int64(10), b.Stats().Waiting)
-		// A new Enter goes behind the queue even though Exit frees a permit.
+		// A new AcquireWait goes behind the queue even though Release frees a permit.
 		b.Release()
 		synctest.Wait()
 		for i := range 10 {
@@ -82,7 +82,7 @@ func TestWaitMaxWaitExpires(t *testing.T) {
 }
 
 // TestWaitFIFOSkipsCanceledWaiter: waiters are granted in the order they
-// queued, one per Exit, and a waiter in the middle whose context ends is
+// queued, one per Release, and a waiter in the middle whose context ends is
 // skipped and counted as canceled.
 func TestWaitFIFOSkipsCanceledWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -322,7 +322,7 @@ func TestWaitDoneContextRefusedBehindQueue(t *testing.T) {
 }
 
 // TestWaitAdmitListenerGoexitReleasesPermit: a call that queued and was
-// granted a permit calls OnWaitAdmit before Enter returns, then reads the
+// granted a permit calls OnWaitAdmit before AcquireWait returns, then reads the
 // Ticker to measure the wait. A listener that ends its goroutine with
 // runtime.Goexit (t.FailNow in a listener, say), or a Ticker that panics on
 // that read, ends the caller's call without running fn, and the granted

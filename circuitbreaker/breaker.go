@@ -84,7 +84,7 @@ func field(w uint64, shift uint) int { return int(w >> shift & fieldMax) }
 
 // Permit is the admission of one call: the state word it was admitted under
 // (generation and state) and the time it started. Pass it back to
-// [Breaker.Record] or [Breaker.ReleaseAt] exactly once. A permit from an
+// [Breaker.ReleaseAt] or [Breaker.ReleaseAt] exactly once. A permit from an
 // older generation (the breaker changed state since) is ignored when
 // recorded. The zero Permit is never current.
 type Permit struct {
@@ -117,7 +117,7 @@ type Breaker struct {
 	// period should be over and stores the Open word it was armed for in
 	// openExpired: until then the shorthands reject an Open breaker without
 	// reading the clock. The hint only decides whether to read the clock;
-	// Acquire still compares with openUntil.
+	// AcquireAt still compares with openUntil.
 	openTimer   *time.Timer
 	timerWord   atomic.Uint64 // the Open word the timer is armed for
 	openExpired atomic.Uint64 // the Open word whose period is over (hint)
@@ -134,7 +134,7 @@ type Breaker struct {
 	errHalfOpen *rampart.RejectedError
 	mode        Mode
 	fast        uint8 // fastCount, fastConsec: the closed success path needs no evaluation
-	healthyOK   bool  // fast == fastCount and no Classify: Record's call-free fast path applies
+	healthyOK   bool  // fast == fastCount and no Classify: ReleaseAt's call-free fast path applies
 	timed       bool  // the shorthands must read the clock before and after every call
 	slowNs      int64
 	minCalls    int64
@@ -212,8 +212,8 @@ func (b *Breaker) Config() Config { return b.cfg }
 
 // MeasuresCalls reports whether results need real start and end times: a
 // slow-call threshold, a time window or a per-call listener. When it is
-// false, a caller may pass math.MinInt64 ("not read") to Acquire on a
-// closed breaker and to Record, as Do does, and read no clock.
+// false, a caller may pass [rampart.NotRead] ("not read") to AcquireAt on a
+// closed breaker and to ReleaseAt, as Do does, and read no clock.
 func (b *Breaker) MeasuresCalls() bool { return b.timed }
 
 // Ticker returns the clock the shorthands read; pass its readings to the
@@ -221,11 +221,11 @@ func (b *Breaker) MeasuresCalls() bool { return b.timed }
 func (b *Breaker) Ticker() rampart.Ticker { return b.ticker }
 
 // State returns the current state. An open breaker whose open period has
-// passed still reports Open until the next Acquire moves it to HalfOpen.
+// passed still reports Open until the next AcquireAt moves it to HalfOpen.
 func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
 
 // AcquireAt asks to admit one call at time now (a reading of the breaker's
-// Ticker). It returns a permit to pass to Record, or a preallocated
+// Ticker). It returns a permit to pass to ReleaseAt, or a preallocated
 // rejection error matching ErrOpen (and ErrHalfOpenFull for a half-open
 // rejection) and rampart.ErrRejected. It never blocks and never allocates.
 //
@@ -235,7 +235,7 @@ func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
 // call: it does not inline (the call to its out-of-line slow path spends 57
 // of Go's inlining budget of 80).
 //
-// now may be math.MinInt64, meaning "the clock was not read": a closed
+// now may be [rampart.NotRead], meaning "the clock was not read": a closed
 // breaker then admits (the permit's duration is unknown, so it is never
 // judged slow) and an open one rejects; a caller that gets a rejection this
 // way should read the clock and ask again. Such a rejection is not counted
@@ -248,7 +248,23 @@ func (b *Breaker) AcquireAt(now int64) (Permit, error) {
 	return b.acquireSlow(now)
 }
 
-// acquireSlow is the slow path of Acquire: every state but Closed.
+// Acquire is [Breaker.AcquireAt] for a caller that has not read the clock:
+// it reads the breaker's Ticker only when the decision or the call's
+// duration needs it (a closed breaker that measures no calls, see
+// [Breaker.MeasuresCalls], reads none), as [Breaker.Do] does. Release the
+// permit with [Breaker.Release] or [Breaker.ReleaseAt] exactly once.
+func (b *Breaker) Acquire() (Permit, error) {
+	w := b.state.Load() // atomic 1: the state word
+	if w&stateMask == uint64(Closed) {
+		if !b.timed {
+			return Permit{word: w, start: rampart.NotRead}, nil // nothing needs the time: no clock read
+		}
+		return Permit{word: w, start: b.ticker.Now()}, nil // clock read: the call's duration is measured
+	}
+	return b.acquireSlow(b.ticker.Now()) // clock read: the decision needs it
+}
+
+// acquireSlow is the slow path of AcquireAt: every state but Closed.
 func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 	w := b.state.Load()
 	for {
@@ -302,7 +318,7 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 }
 
 // notifyProbeStart runs OnStateChange(Open, HalfOpen) for the caller that
-// took the first probe inside Acquire. notify recovers a panic, so only
+// took the first probe inside AcquireAt. notify recovers a panic, so only
 // runtime.Goexit leaves ok false: the probe, whose permit nobody will ever
 // hold, is then given back.
 func (b *Breaker) notifyProbeStart(nw uint64, now int64) {
@@ -318,8 +334,8 @@ func (b *Breaker) notifyProbeStart(nw uint64, now int64) {
 
 // reject counts a rejection (the one atomic add of a rejection) and
 // returns err. A rejection of a call made without the time (now is
-// math.MinInt64) is neither counted nor notified: its caller asks again with
-// a reading (see Acquire), and that answer is the one counted.
+// [rampart.NotRead]) is neither counted nor notified: its caller asks again with
+// a reading (see AcquireAt), and that answer is the one counted.
 func (b *Breaker) reject(now int64, s State, err *rampart.RejectedError) error {
 	if now == rampart.NotRead {
 		return err
@@ -335,7 +351,7 @@ func (b *Breaker) notifyRejected(s State) {
 	notify.Call1(&b.listenerPanics, b.onRejected, s)
 }
 
-// record is Record after its fast path.
+// record is ReleaseAt after its fast path.
 func (b *Breaker) record(p Permit, now int64, err error) {
 	r := rampart.Success
 	if err != nil || b.classify != nil {
@@ -344,7 +360,7 @@ func (b *Breaker) record(p Permit, now int64, err error) {
 	b.ReleaseAt(p, now, r)
 }
 
-// Classify returns the Result that Record gives err: Config.Classify's, or
+// Classify returns the Result that ReleaseAt gives err: Config.Classify's, or
 // DefaultClassify's. With it and [Breaker.ReleaseAt] a caller can run the
 // user's classifier and record the result as two steps (package pipeline
 // does, so that a listener that calls runtime.Goexit after the result is
@@ -360,10 +376,10 @@ func (b *Breaker) classifyErr(err error) rampart.Result {
 
 // ReleaseAt records an outcome the caller classified itself, e.g. a
 // Failure for an HTTP 503 that came with a nil error. Otherwise it is
-// Record.
+// ReleaseAt.
 func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
 	if r == rampart.Success && b.fast == fastCount && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK() {
-		return // Record's fast path: a success over a healthy count window writes nothing
+		return // ReleaseAt's fast path: a success over a healthy count window writes nothing
 	}
 	w := b.state.Load() // atomic 1: is the permit current?
 	if (w^p.word)&keyMask != 0 {
@@ -394,7 +410,20 @@ func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
 	b.recordSlow(w, p, now, r)
 }
 
-// recordSlow is the slow path of RecordResult: failures, slow calls,
+// Release is [Breaker.ReleaseAt] for a caller that has not read the clock:
+// it reads the breaker's Ticker only for a permit whose start was read (the
+// call's duration is measured); otherwise it passes [rampart.NotRead] and
+// the breaker reads its Ticker itself if a transition needs the time.
+// Classify an error with [Breaker.Classify].
+func (b *Breaker) Release(p Permit, r rampart.Result) {
+	now := rampart.NotRead
+	if p.start != rampart.NotRead {
+		now = b.ticker.Now() // clock read: the call's duration is measured
+	}
+	b.ReleaseAt(p, now, r)
+}
+
+// recordSlow is the slow path of ReleaseAt: failures, slow calls,
 // listeners, time window, half-open probes, metrics-only.
 func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 	if r > rampart.Ignored {
@@ -711,6 +740,10 @@ func (b *Breaker) RemainingOpenAt(now int64) time.Duration {
 	return 0
 }
 
+// RemainingOpen is [Breaker.RemainingOpenAt] at a reading of the breaker's
+// Ticker.
+func (b *Breaker) RemainingOpen() time.Duration { return b.RemainingOpenAt(b.ticker.Now()) }
+
 // TransitionTo moves the breaker to the state to by hand, reading the
 // Ticker, whatever its state: Open starts an open period of the base
 // OpenDuration; HalfOpen starts a half-open period; Closed and MetricsOnly
@@ -770,7 +803,7 @@ type Stats struct {
 	Trips          uint64 // automatic transitions to Open
 	ListenerPanics uint64
 
-	// RemainingOpen at the time of the snapshot.
+	// RemainingOpenAt at the time of the snapshot.
 	RemainingOpen time.Duration
 }
 

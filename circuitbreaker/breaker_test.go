@@ -222,7 +222,7 @@ func TestOpenJitter(t *testing.T) {
 
 // TestExtremeDurations: OpenDuration, MaxOpenDuration and the
 // readings at the ends of int64 (legal values) neither panic nor produce a
-// negative RemainingOpen, and the backoff saturates instead of wrapping.
+// negative RemainingOpenAt, and the backoff saturates instead of wrapping.
 func TestExtremeDurations(t *testing.T) {
 	for _, start := range []int64{0, math.MaxInt64 - int64(time.Hour), math.MinInt64 + 1} {
 		t.Run(fmt.Sprint(start), func(t *testing.T) {
@@ -300,7 +300,7 @@ func TestZeroPermitStaleAfterGenerationWrap(t *testing.T) {
 	require.Equal(t, Closed, b.State(), "a zero Permit must not trip the breaker")
 	require.Equal(t, uint64(1), b.Stats().StaleResults)
 
-	// The same through Open → HalfOpen, the transition Acquire makes.
+	// The same through Open → HalfOpen, the transition AcquireAt makes.
 	b.state.Store(genMask | uint64(Open))
 	b.openUntil.Store(tk.Now())
 	p, err := b.AcquireAt(tk.Now())

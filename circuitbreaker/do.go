@@ -5,7 +5,7 @@ import (
 	"github.com/rampart-go/rampart"
 )
 
-// successUntimed is RecordResult(p, rampart.NotRead, Success) for a permit that Do
+// successUntimed is ReleaseAt(p, rampart.NotRead, Success) for a permit that Do
 // or Call admitted on their closed, clockless path.
 func (b *Breaker) successUntimed(p Permit) {
 	if b.state.Load() != p.word { // atomic 1: still closed in the same generation?

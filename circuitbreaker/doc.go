@@ -110,14 +110,14 @@
 //
 // [Breaker.Do] and [Call] wrap a function. A pipeline or middleware that
 // already reads the clock uses the primitives: [Breaker.AcquireAt] with a
-// reading of [Breaker.Ticker], then exactly one [Breaker.Record] (classifies
+// reading of [Breaker.Ticker], then exactly one [Breaker.ReleaseAt] (classifies
 // an error) or [Breaker.ReleaseAt] (the caller classified the outcome,
 // e.g. an HTTP 503) with the permit and the end time.
 // [Breaker.RemainingOpenAt] gives a Retry-After.
 //
 // # Cost
 //
-// On a Closed breaker Acquire is one atomic load and a branch. A success in
+// On a Closed breaker AcquireAt is one atomic load and a branch. A success in
 // a count window full of successes (a healthy dependency) is four loads and
 // writes nothing; otherwise one add and a load, plus a swap when the slot it
 // replaces held another outcome. In consecutive mode a success is one load. With no slow-call threshold, no time window and no

@@ -19,7 +19,7 @@ import (
 
 // TestGoexitInStateListenerOnProbeAdmissionReleasesProbe: the caller that
 // moves an expired Open breaker to HalfOpen takes the first probe inside
-// Acquire, then runs OnStateChange(Open, HalfOpen) before Acquire returns
+// AcquireAt, then runs OnStateChange(Open, HalfOpen) before AcquireAt returns
 // the permit. A listener that calls runtime.Goexit ends the goroutine
 // before Do's deferred release is installed (and before a pipeline marks
 // the permit held); the probe taken for it is released all the same, so a
@@ -46,11 +46,11 @@ func TestGoexitInStateListenerOnProbeAdmissionReleasesProbe(t *testing.T) {
 	require.Equal(t, Closed, b.State())
 }
 
-// TestGoexitInOutcomeListenerAppliesProbeResult: Record applies the probe's
+// TestGoexitInOutcomeListenerAppliesProbeResult: ReleaseAt applies the probe's
 // result to the state word before it calls OnFailure (or OnSuccess), so a
 // listener that calls runtime.Goexit cannot leave the probe in flight (the
-// primitive caller could not release it: Record did not return, and a
-// second Record would be a double record).
+// primitive caller could not release it: ReleaseAt did not return, and a
+// second ReleaseAt would be a double record).
 func TestGoexitInOutcomeListenerAppliesProbeResult(t *testing.T) {
 	exit := false
 	b, tk := tripped(t, Config{OnFailure: func(time.Duration) {
@@ -122,7 +122,7 @@ func TestDoGoexitInListenerKeepsProbeOutcome(t *testing.T) {
 
 // TestPanickingListenersReleaseEverything: panics (unlike Goexit) in every
 // listener are recovered and counted, and no probe is leaked or recorded
-// twice: the Open→HalfOpen notification inside Acquire, OnSuccess and
+// twice: the Open→HalfOpen notification inside AcquireAt, OnSuccess and
 // OnFailure on probes, OnRejected on the Do fast path.
 func TestPanickingListenersReleaseEverything(t *testing.T) {
 	boom := func() { panic("listener bug") }

@@ -312,7 +312,7 @@ func TestStressTimeWindowRecyclingConsistent(t *testing.T) {
 					tk.Advance(3 * time.Nanosecond)
 				}
 				st := b.Stats()
-				if st.WindowCalls < 0 || st.WindowFailures > st.WindowCalls || st.WindowCalls > total.Load()+G { // G records may be between Record and total.Add
+				if st.WindowCalls < 0 || st.WindowFailures > st.WindowCalls || st.WindowCalls > total.Load()+G { // G records may be between ReleaseAt and total.Add
 					t.Errorf("window inconsistent: %+v (recorded %d)", st, total.Load())
 					return
 				}

@@ -17,7 +17,7 @@ import (
 //	+N        advance the clock by N ms
 //	=state    the breaker must be in this state ("closed", "open", "half-open", ...)
 //	>state    manual TransitionTo(state); "reset" resets
-//	~N        RemainingOpen must be N ms
+//	~N        RemainingOpenAt must be N ms
 func TestTransitionTable(t *testing.T) {
 	count := Config{WindowSize: 4, MinimumCalls: 4, OpenDuration: 100 * time.Millisecond, HalfOpenProbes: 2}
 	slow := Config{WindowSize: 4, MinimumCalls: 2, SlowCallDuration: 10 * time.Millisecond, SlowCallRateThreshold: 60, FailureRateThreshold: 100, OpenDuration: 100 * time.Millisecond, HalfOpenProbes: 1}

@@ -9,6 +9,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/lazyctx"
 	"github.com/rampart-go/rampart/internal/watchdog"
+	"time"
 )
 
 // cellSlab is the number of first-attempt contexts carved from one
@@ -271,7 +272,7 @@ func (r *race[T]) run(i int, ctx context.Context) {
 	fatal := err != nil && r.h.isFatal(err)
 	if i == 0 { // AsyncFirst: the first attempt's latency feeds the percentile
 		now := r.h.ticker.Now()
-		r.h.ObserveAt(now-r.start, now)
+		r.h.ObserveAt(now, time.Duration(now-r.start))
 	}
 	returned = true
 	r.report(i, v, err, fatal, false, nil)

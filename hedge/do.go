@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/rampart-go/rampart/internal/atomicx"
+	"time"
 )
 
 // Do runs fn, hedged: calling it is the caller's promise that fn is
@@ -124,7 +125,7 @@ func (h *Hedger) done(start int64, err error, held bool) {
 	now := start
 	if h.percentile {
 		now = h.ticker.Now()
-		h.ObserveAt(now-start, now)
+		h.ObserveAt(now, time.Duration(now-start))
 	}
 	if h.budget != nil && !held {
 		if err == nil {
@@ -152,7 +153,7 @@ func joinRace[T any](h *Hedger, c *call, v T, err error) (T, error) {
 		}
 	}()
 	now := h.ticker.Now()
-	h.ObserveAt(now-start, now) // a cancelled loser records a lower bound
+	h.ObserveAt(now, time.Duration(now-start)) // a cancelled loser records a lower bound
 	fatal := err != nil && h.isFatal(err)
 	reported = true
 	r.report(0, v, err, fatal, false, nil)

@@ -10,7 +10,7 @@
 // Call is the caller's promise that fn is idempotent (running it twice, or
 // abandoning one run half way, is harmless). A call that must not be
 // repeated goes around the Hedger, and may still feed its latency
-// percentile with [Hedger.ObserveAt]. [Hedger.DoAt] and [CallAt] take the
+// percentile with [Hedger.ObserveAt]. [Hedger.DoAtHeld] and [CallAtHeld] take the
 // start time from a caller that has just read the hedger's ticker (a
 // pipeline), saving the call's clock read; [Hedger.Delay] reports the
 // current delay.

@@ -286,17 +286,20 @@ func (h *Hedger) delayNs() int64 {
 // call it for every first attempt; call it yourself for calls made around
 // the hedger (non-idempotent ones) whose latency should count. No-op with a
 // fixed delay. Atomics: one add (histogram), one load (refresh check).
-func (h *Hedger) ObserveAt(latency, now int64) {
+func (h *Hedger) ObserveAt(now int64, latency time.Duration) {
 	if !h.percentile {
 		return
 	}
-	h.hist.Record(latency)
+	h.hist.Record(int64(latency))
 	if now >= h.nextRefresh.Load() {
 		h.refreshSlow(now)
 	}
 }
 
-// refreshSlow is the slow path of Observe: the caller that wins the CAS on
+// Observe is [Hedger.ObserveAt] at a reading of the hedger's Ticker.
+func (h *Hedger) Observe(latency time.Duration) { h.ObserveAt(h.ticker.Now(), latency) }
+
+// refreshSlow is the slow path of ObserveAt: the caller that wins the CAS on
 // nextRefresh recomputes the percentile and decays the histogram.
 func (h *Hedger) refreshSlow(now int64) {
 	next := h.nextRefresh.Load()

@@ -645,34 +645,34 @@ func TestPercentileRefresh(t *testing.T) {
 	}
 	defer h.Close()
 	for range 5 {
-		h.ObserveAt(int64(10*time.Millisecond), tk.Now())
+		h.ObserveAt(tk.Now(), 10*time.Millisecond)
 	}
 	tk.Advance(time.Second)
-	h.ObserveAt(int64(10*time.Millisecond), tk.Now())
+	h.ObserveAt(tk.Now(), 10*time.Millisecond)
 	if h.Delay() != 7*time.Millisecond {
 		t.Fatalf("warming up: %d", h.Delay())
 	}
 	for range 10 {
-		h.ObserveAt(int64(10*time.Millisecond), tk.Now())
+		h.ObserveAt(tk.Now(), 10*time.Millisecond)
 	}
 	tk.Advance(time.Second)
-	h.ObserveAt(int64(10*time.Millisecond), tk.Now())
+	h.ObserveAt(tk.Now(), 10*time.Millisecond)
 	if d := h.Delay(); d < 10*time.Millisecond || d > time.Duration(10.4*float64(time.Millisecond)) {
 		t.Fatalf("p50: %d", d)
 	}
 	for range 100 {
-		h.ObserveAt(int64(time.Second), tk.Now())
+		h.ObserveAt(tk.Now(), time.Second)
 	}
 	tk.Advance(time.Second)
-	h.ObserveAt(int64(time.Second), tk.Now())
+	h.ObserveAt(tk.Now(), time.Second)
 	if d := h.Delay(); d != 40*time.Millisecond {
 		t.Fatalf("clamped to MaxDelay: %d", d)
 	}
 	for range 1000 {
-		h.ObserveAt(1000, tk.Now())
+		h.ObserveAt(tk.Now(), time.Duration(1000))
 	}
 	tk.Advance(time.Second)
-	h.ObserveAt(1000, tk.Now())
+	h.ObserveAt(tk.Now(), time.Duration(1000))
 	if d := h.Delay(); d != 2*time.Millisecond {
 		t.Fatalf("clamped to MinDelay: %d", d)
 	}
@@ -695,7 +695,7 @@ func TestZeroPercentileDelayStillHedges(t *testing.T) {
 	defer h.Close()
 	tk.Advance(time.Second)
 	for range 10 {
-		h.ObserveAt(0, tk.Now())
+		h.ObserveAt(tk.Now(), time.Duration(0))
 	}
 	d := h.Delay()
 	if d == 0 {
@@ -723,7 +723,7 @@ func TestHugeRefreshKeepsDelayUntilRefresh(t *testing.T) {
 	}
 	defer h.Close()
 	for i := range 10 {
-		h.ObserveAt(int64(50*time.Millisecond), tk.Now()+int64(i))
+		h.ObserveAt(tk.Now()+int64(i), 50*time.Millisecond)
 	}
 	if d := h.Delay(); d != 5*time.Millisecond {
 		t.Fatalf("delay recomputed to %v before Refresh passed", time.Duration(d))

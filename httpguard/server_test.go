@@ -610,7 +610,7 @@ func TestServerIsFailureSeesFinalStatus(t *testing.T) {
 	require.EqualValues(t, 1, cb.Stats().ConsecutiveFailures)
 }
 
-// OnReject gets the decided status and Outcome, with Retry-After set.
+// OnRejected gets the decided status and Outcome, with Retry-After set.
 func TestServerOnRejectGetsStatusAndOutcome(t *testing.T) {
 	tick := rampart.NewManualTicker(1)
 	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, Mode: circuitbreaker.Consecutive,

@@ -59,7 +59,7 @@ func TestBreakerListenerGoexitRecordsTheOutcomeOnce(t *testing.T) {
 }
 
 // TestRejectionListenerGoexitRecordsNoBreakerFailure: a rate limiter's
-// OnRejected (user code) runs inside TryAcquire while the breaker's permit
+// OnRejected (user code) runs inside AdmitN while the breaker's permit
 // is held. A listener that calls runtime.Goexit ends the caller's
 // goroutine; the permit is then released as Ignored, since fn never ran: a
 // rejected attempt does not open the breaker.

@@ -9,8 +9,8 @@
 // which is fixed:
 //
 //	retry (and its budget)   outermost: a loop around everything below
-//	circuit breaker          Acquire(now) before, Record(permit, now, err) after
-//	rate limiter             TryAcquire(now, 1): admitted or a wait hint
+//	circuit breaker          AcquireAt(now) before, Record(permit, now, err) after
+//	rate limiter             AdmitN(now, 1): admitted or a wait hint
 //	bulkhead, adaptive limit a concurrency permit held until the call ends
 //	timeout                  a deadline context around the call
 //	hedge                    extra attempts of a slow call (hedged entry points)
@@ -76,7 +76,7 @@
 // records a duration (a breaker with a slow-call threshold or a time window,
 // the adaptive limit, a soft-mode timeout) and to the retry decision. A
 // deadline-mode timeout needs only t0: at the end it takes the watchdog's
-// verdict (timeout.NotRead), as timeout.Do does, so an attempt is timed out
+// verdict (rampart.NotRead), as timeout.Do does, so an attempt is timed out
 // when its deadline fired before fn returned; a return after the deadline
 // that the watchdog has not yet seen (it fires within one tick) is in time. The retry
 // takes the first attempt's t0 as the call's start only when it uses it

@@ -592,7 +592,7 @@ func TestFastPathUserPanicOnSuccessMatchesGeneralPath(t *testing.T) {
 }
 
 // TestFastPathGoexitInRejectionListenerReleasesBreakerPermit: a rate
-// limiter's OnRejected or a bulkhead's OnReject that calls runtime.Goexit
+// limiter's OnRejected or a bulkhead's OnRejected that calls runtime.Goexit
 // (t.FailNow in a test's listener; notify recovers panics, not Goexit)
 // while the breaker's permit is held ends the caller's goroutine, and the
 // guard releases the breaker's permit, on the fast first attempt as on the
@@ -690,7 +690,7 @@ func TestFastPathBreakerRejectionPaths(t *testing.T) {
 
 // TestFastPathPanicsReleaseOnce: a panic or Goexit in fn, a classifier or
 // the clock at each point of the fast first attempt releases every permit
-// exactly once (the bulkhead panics on an unmatched Exit; the adaptive
+// exactly once (the bulkhead panics on an unmatched Release; the adaptive
 // limit at 1 admits exactly one call afterwards), records the breaker's
 // failure and the budget's, and re-raises.
 func TestFastPathPanicsReleaseOnce(t *testing.T) {
@@ -924,7 +924,7 @@ func TestCachedTickerReadDirectly(t *testing.T) {
 // pipeline (fast first attempt and begin alike) first asks the breaker with
 // "not read", which an open breaker refuses, then reads the clock and asks
 // again. Only the call's final answer counts: a call rejected once is
-// counted once (Stats.Rejections, OnRejected), and a call admitted as a
+// counted once (Stats.Rejected, OnRejected), and a call admitted as a
 // half-open probe is not counted as rejected.
 func TestBreakerRejectionWithoutClockCountsOnce(t *testing.T) {
 	for _, ref := range []fpRef{fpFast, fpHedged} {

@@ -75,7 +75,7 @@ type Config struct {
 	// release the concurrency permit while the abandoned work still runs.
 	// Abandoning is not available inside a pipeline: for a callee that
 	// ignores its context, call timeout.DoAbandon outside one, with a
-	// bulkhead's Exit as onDone.
+	// bulkhead's Release as onDone.
 	Timeout *timeout.Timeout
 
 	// Hedge, innermost, starts extra attempts of a slow call (after its
@@ -106,10 +106,10 @@ type Config struct {
 	// classification of an attempt's error for this pipeline. Nil means
 	// the limiter's (adaptive.Limiter.Classify: its Config.Classify,
 	// default adaptive.DefaultClassify, which releases a timeout or a
-	// rejection as Dropped and the caller's cancellation as Ignored), the
+	// rejection as Failure and the caller's cancellation as Ignored), the
 	// same classification as its Do. A success is always released as
-	// adaptive.Success without calling either; an attempt that panics is
-	// released as adaptive.Ignored.
+	// rampart.Success without calling either; an attempt that panics is
+	// released as rampart.Ignored.
 	AdaptiveClassify func(ctx context.Context, err error) rampart.Result
 }
 
@@ -225,7 +225,7 @@ func New(cfg Config) (*Pipeline, error) {
 		p.needT0 = true // the deadline counts from t0
 		// Soft mode classifies with the end reading. Deadline mode takes
 		// the watchdog's verdict when no other policy reads t1 (Finish
-		// with timeout.NotRead, as Timeout.Do does): a return after the
+		// with rampart.NotRead, as Timeout.Do does): a return after the
 		// deadline that the watchdog has not yet seen (at most one tick)
 		// is in time, which saves a clock read per attempt.
 		if cfg.Timeout.Mode() == timeout.ModeSoft {

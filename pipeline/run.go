@@ -390,7 +390,7 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 		// Disarms the watch and ends the context; turns an overrun into
 		// the timeout's error, which the policies below then record.
 		a.held &^= heldTimeout
-		// a.t1 is rampart.NotRead (timeout.NotRead) unless another policy read it:
+		// a.t1 is rampart.NotRead (rampart.NotRead) unless another policy read it:
 		// a deadline-mode timeout then takes the watchdog's verdict.
 		if err = p.to.FinishAt(a.th, a.t1, err); err != nil && err == p.toErr {
 			o.Code, o.Policy = TimedOut, Timeout

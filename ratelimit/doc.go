@@ -22,7 +22,7 @@
 // rational arithmetic with that interval, on the same ns readings:
 //
 //   - No admission ever comes before the instant the reference gives it,
-//     and every wait (TryAcquire, Reserve, Wait) ends at or after it. So
+//     and every wait (AdmitN, ReserveN, Wait) ends at or after it. So
 //     over any window of length W a limiter admits at most
 //     burst + rate·W + 1 permits.
 //   - For a whole-ns interval (1e9/rate a whole number: 1, 10, 1000, 0.1 or
@@ -39,7 +39,7 @@
 //     range. The error does not grow: it is fixed when the phase starts
 //     and no later admission adds to it.
 //
-// Slots committed ahead (Reserve, Wait, a burst spent at once) keep their
+// Slots committed ahead (ReserveN, WaitN, a burst spent at once) keep their
 // phase: the n-th slot after a phase starting at 0 is n·period/limit
 // rounded up to the ns, for any n, however long it runs. Time never moves
 // backwards: the TAT only grows, so a caller whose now is older than other
@@ -50,7 +50,7 @@
 //
 //   - Fail fast: [Limiter.Allow] (reads the ticker), or [Limiter.AllowN] /
 //     [Limiter.AdmitN] with a now shared with other policies;
-//     TryAcquire also tells how long to wait when it rejects.
+//     AdmitN also tells how long to wait when it rejects.
 //   - Wait: [Limiter.WaitN] blocks until admitted, or fails at once when the
 //     wait would pass the context's deadline.
 //   - Schedule: [Limiter.ReserveN] commits permits at a future time and

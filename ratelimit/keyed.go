@@ -24,7 +24,7 @@ type KeyedConfig struct {
 	Config
 	// MaxKeys bounds the number of keys held. 0 means DefaultMaxKeys.
 	// Keys idle long enough to be back to a full burst are evicted when
-	// room is needed (or by Sweep); when every slot holds an active key, a
+	// room is needed (or by SweepAt); when every slot holds an active key, a
 	// new key is rejected until one goes idle.
 	MaxKeys int
 }
@@ -120,7 +120,7 @@ func (k *Keyed) AdmitN(key string, now int64, n int) (wait time.Duration) {
 			if tat == evicted {
 				break // evicted since the lookup: take the slow path
 			}
-			if tat+inc-u > k.p.tau { // as in Limiter.TryAcquire
+			if tat+inc-u > k.p.tau { // as in Limiter.AdmitN
 				return time.Duration(k.reject(n, k.p.waitFor(now, tat+inc))) // read-only
 			}
 			if c.tat.CompareAndSwap(tat, max(tat, ph)+inc) { // the one write, on the key's word
@@ -134,7 +134,11 @@ func (k *Keyed) AdmitN(key string, now int64, n int) (wait time.Duration) {
 	return time.Duration(k.insertSlow(key, now, u, ph, n))
 }
 
-// insertSlow is the slow path of TryAcquire for a key not in the table (or
+// Admit is AdmitN for one permit of key at a reading of the limiter's
+// Ticker.
+func (k *Keyed) Admit(key string) time.Duration { return k.AdmitN(key, k.tk.Now(), 1) }
+
+// insertSlow is the slow path of AdmitN for a key not in the table (or
 // whose cell was just evicted).
 func (k *Keyed) insertSlow(key string, now, u, ph int64, n int) int64 {
 	inc := int64(n) * k.p.k
@@ -233,6 +237,9 @@ func (k *Keyed) SweepAt(now int64) int {
 	k.sweep(k.p.units(now))
 	return int(k.evictedN.Load() - before)
 }
+
+// Sweep is SweepAt at a reading of the limiter's Ticker.
+func (k *Keyed) Sweep() int { return k.SweepAt(k.tk.Now()) }
 
 // Len returns the number of keys held.
 func (k *Keyed) Len() int { return int(k.keys.Load()) }

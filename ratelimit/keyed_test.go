@@ -88,7 +88,7 @@ func TestKeyedBoundAndEviction(t *testing.T) {
 	require.Zero(t, k.Len())
 }
 
-// TestKeyedSweepLenFloor: Len and Sweep counts, a full table's rejection
+// TestKeyedSweepLenFloor: Len and SweepAt counts, a full table's rejection
 // wait (until the soonest key goes idle), eviction when a key goes idle,
 // and the floor: a new key with a reading older than an evicted TAT gets
 // no fresh burst.
@@ -107,7 +107,7 @@ func TestKeyedSweepLenFloor(t *testing.T) {
 	require.True(t, k.AllowN("c", s, 1))
 	require.Equal(t, 2, k.Len())
 	require.Equal(t, uint64(1), k.Stats().Evicted)
-	// Sweep at 2 s evicts both ("b" idle at 1.5 s, "c" at 2 s).
+	// SweepAt at 2 s evicts both ("b" idle at 1.5 s, "c" at 2 s).
 	require.Equal(t, 2, k.SweepAt(2*s))
 	require.Equal(t, 0, k.Len())
 	require.Equal(t, 0, k.SweepAt(2*s))
@@ -117,12 +117,12 @@ func TestKeyedSweepLenFloor(t *testing.T) {
 	require.True(t, k.AllowN("d", 2*s, 1))
 }
 
-// TestKeyedEvictionGivesNoCreditToAStaleReading: Keyed.TryAcquire keeps
-// the contract of Limiter.TryAcquire, "a now older than other callers'
+// TestKeyedEvictionGivesNoCreditToAStaleReading: Keyed.AdmitN keeps
+// the contract of Limiter.AdmitN, "a now older than other callers'
 // readings never creates credit", through eviction: a cell whose TAT has
 // passed at the sweeper's reading is dropped, and a caller whose reading is
 // older than that TAT gets no fresh burst for the same key. Here the key
-// takes its burst of 5 at 10 s, a Sweep at 11 s evicts it, and a caller
+// takes its burst of 5 at 10 s, a SweepAt at 11 s evicts it, and a caller
 // still at 10 s is refused, as a Limiter refuses it (otherwise 10
 // admissions at one instant against a bound of burst + 1 = 6).
 func TestKeyedEvictionGivesNoCreditToAStaleReading(t *testing.T) {
@@ -199,7 +199,7 @@ func TestKeyedFullTableListenerGoexitKeepsTheSlot(t *testing.T) {
 
 // TestKeyedNegativeOrigin: on a clock that started below 0, Keyed lets
 // time move from its origin: the bucket refills one per second, a full
-// table's wait, eviction and Sweep count from the origin.
+// table's wait, eviction and SweepAt count from the origin.
 func TestKeyedNegativeOrigin(t *testing.T) {
 	const s = int64(time.Second)
 	tk := rampart.NewManualTicker(-20 * s)
@@ -317,7 +317,7 @@ func TestAllocsKeyedExisting(t *testing.T) {
 	// Rejection of an existing key.
 	r := mustKeyed(t, KeyedConfig{Config: Config{Rate: 1e-3}})
 	require.True(t, r.AllowN("x", 0, 1))
-	testkit.WantAllocs(t, "TryAcquire existing key rejected", 0, func() {
+	testkit.WantAllocs(t, "AdmitN existing key rejected", 0, func() {
 		if int64(r.AdmitN("x", 5, 1)) == 0 {
 			panic("admitted")
 		}
@@ -325,7 +325,7 @@ func TestAllocsKeyedExisting(t *testing.T) {
 	// The same with a listener and counters.
 	lc := mustKeyed(t, KeyedConfig{Config: Config{Rate: 1e-3, CountStats: true, OnRejected: func(int, time.Duration) {}}})
 	require.True(t, lc.AllowN("x", 0, 1))
-	testkit.WantAllocs(t, "TryAcquire rejected with listener and counters", 0, func() {
+	testkit.WantAllocs(t, "AdmitN rejected with listener and counters", 0, func() {
 		if int64(lc.AdmitN("x", 5, 1)) == 0 || int64(lc.AdmitN("x", 5, 2)) != int64(Never) {
 			panic("admitted")
 		}
@@ -335,7 +335,7 @@ func TestAllocsKeyedExisting(t *testing.T) {
 // TestKeyedTATStaysBelowEvictedAtTheReadingCap: at readings up to and past
 // the cap of the reading range, a key's full burst leaves its TAT below the
 // evicted marker (a TAT equal to it would read as a removed cell), the key
-// keeps its one slot through a Sweep, and the next permit is refused; n
+// keeps its one slot through a SweepAt, and the next permit is refused; n
 // outside [1, burst], down to math.MinInt, is refused without a cell.
 func TestKeyedTATStaysBelowEvictedAtTheReadingCap(t *testing.T) {
 	for _, c := range capConfigs {

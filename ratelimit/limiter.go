@@ -21,11 +21,11 @@ import (
 // errors returned match both it and [rampart.ErrRejected] through errors.Is.
 var ErrLimited = errors.New("rate limited")
 
-// ErrInvalidN is returned by Reserve and Wait for n < 1 or n > the burst:
+// ErrInvalidN is returned by ReserveN and Wait for n < 1 or n > the burst:
 // such a request can never be admitted.
 var ErrInvalidN = errors.New("ratelimit: n is below 1 or above the burst")
 
-// Never is the wait returned by TryAcquire for an n that can never be
+// Never is the wait returned by AdmitN for an n that can never be
 // admitted (n < 1 or n > the burst).
 const Never = time.Duration(never)
 
@@ -48,7 +48,7 @@ type state struct {
 	// tat is the theoretical arrival time in units: the instant at which
 	// the limiter would be back to a full burst. Written by every admission
 	// (one CAS) from every goroutine, hence alone on its cache line. It only
-	// moves forward, except when Cancel unwinds the latest reservation.
+	// moves forward, except when CancelAt unwinds the latest reservation.
 	tat pad.Int64
 	params
 }
@@ -137,10 +137,13 @@ func (l *Limiter) AdmitN(now int64, n int) (wait time.Duration) {
 	return time.Duration(l.acquireSlow(now, n, true))
 }
 
+// Admit is AdmitN for one permit at a reading of the limiter's Ticker.
+func (l *Limiter) Admit() time.Duration { return l.AdmitN(l.tk.Now(), 1) }
+
 // AllowN reports whether n permits were taken at time now. It is
-// TryAcquire without computing the wait of a rejection.
+// AdmitN without computing the wait of a rejection.
 func (l *Limiter) AllowN(now int64, n int) bool {
-	s := l.st.Load() // same fast path as TryAcquire
+	s := l.st.Load() // same fast path as AdmitN
 	u, ph := s.unitsPhase(now)
 	tat := s.tat.Load()
 	if uint64(n-1) < uint64(s.burst) {
@@ -159,7 +162,7 @@ func (l *Limiter) AllowN(now int64, n int) bool {
 	return l.acquireSlow(now, n, false) == 0
 }
 
-// acquireSlow is the slow path of TryAcquire and AllowN: a lost CAS, a
+// acquireSlow is the slow path of AdmitN and AllowN: a lost CAS, a
 // rejection, an invalid n, or a state being replaced by SetRate. It returns
 // 0 (admitted) or the wait (computed only when wantWait or a listener needs
 // it; 1 otherwise).
@@ -218,22 +221,22 @@ func (l *Limiter) Ticker() rampart.Ticker { return l.tk }
 
 // Reservation is a commitment of n permits at a future time, made by
 // [Limiter.ReserveN]. It is a small value; keep it in a variable and call
-// Cancel on that variable if the permits go unused.
+// CancelAt on that variable if the permits go unused.
 type Reservation struct {
 	l     *Limiter
 	s     *state
 	start int64 // TAT before the reservation (units)
 	end   int64 // TAT after it (units)
 	at    int64 // reading at which the permits may be used
-	delay int64 // at - now of the Reserve call
+	delay int64 // at - now of the ReserveN call
 	n     int
 }
 
 // OK reports whether the reservation holds permits (false for the zero
-// Reservation and after Cancel).
+// Reservation and after CancelAt).
 func (r *Reservation) OK() bool { return r.l != nil }
 
-// Delay returns how long after the Reserve call the permits may be used (0:
+// Delay returns how long after the ReserveN call the permits may be used (0:
 // at once).
 func (r *Reservation) Delay() time.Duration { return time.Duration(r.delay) }
 
@@ -254,7 +257,7 @@ func (r *Reservation) N() int { return r.n }
 // has not passed (now ≤ TimeToAct) and the reservation is still the
 // latest commitment of the limiter (no admission or reservation was made
 // after it, or all those were cancelled first). CancelAt then restores the
-// state the limiter had just before Reserve, so nobody can ever use more
+// state the limiter had just before ReserveN, so nobody can ever use more
 // than the rate would have allowed without the reservation. Otherwise
 // nothing is given back: later callers were scheduled behind this
 // reservation and giving its permits to someone else would let the
@@ -272,11 +275,21 @@ func (r *Reservation) CancelAt(now int64) bool {
 	return s.tat.CompareAndSwap(r.end, r.start)
 }
 
+// Cancel is CancelAt at a reading of the limiter's Ticker (false, and no
+// clock read, for a reservation that was not granted or is already
+// cancelled).
+func (r *Reservation) Cancel() bool {
+	if r.l == nil {
+		return false
+	}
+	return r.CancelAt(r.l.tk.Now())
+}
+
 // ReserveN commits n permits at the earliest time they are available and
 // returns the reservation, provided that time is at most maxWait after now.
-// If it is later, nothing is committed (read-only, as for TryAcquire) and
+// If it is later, nothing is committed (read-only, as for AdmitN) and
 // the limiter's rejection error is returned; for n < 1 or n > the burst,
-// [ErrInvalidN]. The caller must wait r.Delay() before acting, or Cancel.
+// [ErrInvalidN]. The caller must wait r.Delay() before acting, or CancelAt.
 func (l *Limiter) ReserveN(now int64, n int, maxWait time.Duration) (Reservation, error) {
 	for {
 		s := l.st.Load()
@@ -290,7 +303,7 @@ func (l *Limiter) ReserveN(now int64, n int, maxWait time.Duration) (Reservation
 		}
 		u, ph := s.unitsPhase(now)
 		inc := int64(n) * s.k
-		next := max(tat, ph) + inc // the new phase of an idle limiter, as in TryAcquire
+		next := max(tat, ph) + inc // the new phase of an idle limiter, as in AdmitN
 		var wait int64
 		if d := tat + inc - u - s.tau; d > 0 { // then tat > u, so next = tat + inc
 			wait = s.waitFor(now, next)
@@ -306,6 +319,11 @@ func (l *Limiter) ReserveN(now int64, n int, maxWait time.Duration) (Reservation
 			return Reservation{l: l, s: s, start: tat, end: next, at: atomicx.SatAdd(now, wait), delay: wait, n: n}, nil
 		}
 	}
+}
+
+// Reserve is ReserveN for one permit at a reading of the limiter's Ticker.
+func (l *Limiter) Reserve(maxWait time.Duration) (Reservation, error) {
+	return l.ReserveN(l.tk.Now(), 1, maxWait)
 }
 
 // WaitN blocks until n permits are taken, and returns nil; or returns
@@ -332,6 +350,9 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 	}
 	return l.waitSlow(ctx, &r)
 }
+
+// Wait is WaitN for one permit.
+func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 
 // waitSlow sleeps until the reservation's time or ctx's end (slow path).
 func (l *Limiter) waitSlow(ctx context.Context, r *Reservation) error {
@@ -383,9 +404,12 @@ func (l *Limiter) TokensAt(now int64) float64 {
 	return float64(s.tau-(max(tat, u)-u)) / float64(s.k)
 }
 
+// Tokens is TokensAt at a reading of the limiter's Ticker.
+func (l *Limiter) Tokens() float64 { return l.TokensAt(l.tk.Now()) }
+
 // Stats is a snapshot of a limiter's counters and configuration.
 type Stats struct {
-	Admitted       uint64        // calls admitted (TryAcquire, Reserve); only with Config.CountStats
+	Admitted       uint64        // calls admitted (AdmitN, ReserveN); only with Config.CountStats
 	Rejected       uint64        // calls rejected; only with Config.CountStats
 	Waited         uint64        // Wait calls that had to sleep
 	ListenerPanics uint64        // panics recovered from OnRejected
@@ -408,10 +432,14 @@ func (l *Limiter) Stats() Stats {
 	}
 }
 
-// SetRate changes the rate to rate admissions per second, keeping the burst
-// and the permits available now (capped at the burst). Reservations made
-// before keep their times but can no longer be cancelled.
-func (l *Limiter) SetRate(rate float64) error {
+// SetRate is SetRateAt at a reading of the limiter's Ticker.
+func (l *Limiter) SetRate(rate float64) error { return l.SetRateAt(l.tk.Now(), rate) }
+
+// SetRateAt changes the rate at time now to rate admissions per second,
+// keeping the burst and the permits available at now (capped at the
+// burst). Reservations made before keep their times but can no longer be
+// cancelled.
+func (l *Limiter) SetRateAt(now int64, rate float64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.st.Load()
@@ -419,13 +447,19 @@ func (l *Limiter) SetRate(rate float64) error {
 	if err != nil {
 		return err
 	}
-	l.replace(old, p)
+	l.replace(old, p, now)
 	return nil
 }
 
-// SetLimit changes the rate to limit admissions per period (exact), keeping
-// the burst and the permits available now (capped at the burst).
+// SetLimit is SetLimitAt at a reading of the limiter's Ticker.
 func (l *Limiter) SetLimit(limit int, period time.Duration) error {
+	return l.SetLimitAt(l.tk.Now(), limit, period)
+}
+
+// SetLimitAt changes the rate at time now to limit admissions per period
+// (exact), keeping the burst and the permits available at now (capped at
+// the burst).
+func (l *Limiter) SetLimitAt(now int64, limit int, period time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.st.Load()
@@ -434,15 +468,18 @@ func (l *Limiter) SetLimit(limit int, period time.Duration) error {
 	if err != nil {
 		return err
 	}
-	l.replace(old, p)
+	l.replace(old, p, now)
 	return nil
 }
 
-// SetBurst changes the burst, keeping the rate and the permits available now
-// capped at the new burst: lowering the burst never lets the old, larger
-// credit through, and raising it adds no credit at once (it fills at the
-// rate).
-func (l *Limiter) SetBurst(burst int) error {
+// SetBurst is SetBurstAt at a reading of the limiter's Ticker.
+func (l *Limiter) SetBurst(burst int) error { return l.SetBurstAt(l.tk.Now(), burst) }
+
+// SetBurstAt changes the burst at time now, keeping the rate and the
+// permits available at now capped at the new burst: lowering the burst
+// never lets the old, larger credit through, and raising it adds no credit
+// at once (it fills at the rate).
+func (l *Limiter) SetBurstAt(now int64, burst int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.st.Load()
@@ -453,16 +490,15 @@ func (l *Limiter) SetBurst(burst int) error {
 	if err != nil {
 		return err
 	}
-	l.replace(old, p)
+	l.replace(old, p, now)
 	return nil
 }
 
 // replace retires old and publishes a state with parameters p holding the
 // same number of available permits (capped at the new burst). Slow path,
 // under l.mu; callers spinning on the retired word wait for the Store.
-func (l *Limiter) replace(old *state, p params) {
-	p.origin = old.origin // readings keep their meaning
-	now := l.tk.Now()
+func (l *Limiter) replace(old *state, p params, now int64) {
+	p.origin = old.origin        // readings keep their meaning
 	tat := old.tat.Swap(retired) // from here no admission can use old
 	uo := old.units(now)
 	// available permits in old units (negative: committed ahead)

@@ -354,11 +354,11 @@ func TestStressConcurrent(t *testing.T) {
 	require.Equal(t, uint64(attempts.Load()), st.Admitted+st.Rejected)
 }
 
-// TestReserveCancelRestoresTheStateBeforeReserve: Cancel puts back the TAT
-// that Reserve found, not max(TAT, the Reserve's reading): after an
+// TestReserveCancelRestoresTheStateBeforeReserve: CancelAt puts back the TAT
+// that ReserveN found, not max(TAT, the ReserveN's reading): after an
 // immediate reservation at 500 ms is cancelled, a caller whose reading is
 // 300 ms (older, and still before the reservation's time) is admitted as
-// it would have been had Reserve never run. Cancelling a stack of
+// it would have been had ReserveN never run. Cancelling a stack of
 // reservations in reverse order restores the limiter exactly, for a rate
 // whose interval is not a whole number of ns (units ≠ ns).
 func TestReserveCancelRestoresTheStateBeforeReserve(t *testing.T) {
@@ -445,7 +445,7 @@ func TestReserveCancel(t *testing.T) {
 }
 
 // TestReservationAccessors: Delay, TimeToAct, DelayFrom and N of a
-// delayed reservation, and the exact-or-nothing Cancel rule step by step.
+// delayed reservation, and the exact-or-nothing CancelAt rule step by step.
 func TestReservationAccessors(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	tk := rampart.NewManualTicker(0)
@@ -477,7 +477,7 @@ func TestReservationAccessors(t *testing.T) {
 	// r2 at its time exactly: back.
 	require.True(t, r2.CancelAt(300*ms))
 	require.False(t, r2.CancelAt(300*ms)) // twice: no-op
-	// Now r1 is the latest again but was spent by its failed Cancel.
+	// Now r1 is the latest again but was spent by its failed CancelAt.
 	require.False(t, r1.CancelAt(20*ms))
 	require.InDelta(t, -0.8, l.TokensAt(20*ms), 1e-9)
 
@@ -488,7 +488,7 @@ func TestReservationAccessors(t *testing.T) {
 	require.False(t, r3.OK())
 	require.Equal(t, before, l.TokensAt(20*ms))
 
-	// Cancel after SetBurst gives nothing back.
+	// CancelAt after SetBurst gives nothing back.
 	r4, err := l.ReserveN(20*ms, 1, time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.SetBurst(2))
@@ -497,9 +497,9 @@ func TestReservationAccessors(t *testing.T) {
 
 // TestReserveCancelConcurrentAccounting: goroutines reserve one permit at a
 // fixed reading (maxWait 0, so only immediate reservations) and cancel
-// every other one. Cancel is exact or nothing, so at the end the tokens
+// every other one. CancelAt is exact or nothing, so at the end the tokens
 // left are exactly the burst minus the reservations kept, never more than
-// the burst were kept, and Stats counts every Reserve (Cancel does not
+// the burst were kept, and Stats counts every ReserveN (CancelAt does not
 // uncount) and every refusal.
 func TestReserveCancelConcurrentAccounting(t *testing.T) {
 	const burst = 1000
@@ -529,7 +529,7 @@ func TestReserveCancelConcurrentAccounting(t *testing.T) {
 	require.LessOrEqual(t, kept.Load(), int64(burst))
 	require.InDelta(t, float64(burst-kept.Load()), l.TokensAt(0), 1e-9)
 	st := l.Stats()
-	require.Equal(t, uint64(kept.Load()+cancelled.Load()), st.Admitted) // Reserve counts; Cancel does not uncount
+	require.Equal(t, uint64(kept.Load()+cancelled.Load()), st.Admitted) // ReserveN counts; CancelAt does not uncount
 	require.Equal(t, uint64(refused.Load()), st.Rejected)
 }
 
@@ -651,7 +651,7 @@ func TestSetRateKeepsAHugeDebt(t *testing.T) {
 }
 
 // TestTokensDuringSetRateNeverNegative: SetRate retires the old state
-// (retired in its TAT word) before it publishes the new one. Tokens called
+// (retired in its TAT word) before it publishes the new one. TokensAt called
 // meanwhile reports the permits of a state in use, never a count computed
 // from the retired marker (about -6.9e18/k permits): a full, untouched
 // limiter reports no debt however often SetRate runs.
@@ -677,8 +677,8 @@ func TestTokensDuringSetRateNeverNegative(t *testing.T) {
 	require.GreaterOrEqual(t, worst, 0.0, "Tokens of a full, untouched limiter")
 }
 
-// TestAdmissionBoundUnderSetRate: admitters (TryAcquire, AllowN, Reserve
-// with no wait and sometimes Cancel) race with SetRate/SetBurst/SetLimit
+// TestAdmissionBoundUnderSetRate: admitters (AdmitN, AllowN, ReserveN
+// with no wait and sometimes CancelAt) race with SetRate/SetBurst/SetLimit
 // while a manual clock advances. Never more than maxBurst +
 // maxRate·elapsed (+1 per rate epoch for rounding) are admitted.
 func TestAdmissionBoundUnderSetRate(t *testing.T) {
@@ -748,7 +748,7 @@ func TestAdmissionBoundUnderSetRate(t *testing.T) {
 // TestNegativeOrigin: a clock whose readings are negative (a legal
 // arbitrary epoch: rampart.NewManualTicker(-20s), or a user Ticker
 // measured from a later instant) refills the bucket: the limiter takes its
-// origin from such a clock. Reserve, TimeToAct, Cancel and TryAcquire's
+// origin from such a clock. ReserveN, TimeToAct, CancelAt and AdmitN's
 // wait all count from the origin, readings before the origin count as
 // early arrivals, and SetRate keeps the origin.
 func TestNegativeOrigin(t *testing.T) {
@@ -816,7 +816,7 @@ func TestDoAndCall(t *testing.T) {
 
 func TestAllocsAdmit(t *testing.T) {
 	l := mustNew(t, Config{Limit: 1e9, Period: time.Second, Burst: 1 << 30})
-	testkit.WantAllocs(t, "Allow+TryAcquire admitted", 0, func() {
+	testkit.WantAllocs(t, "Allow+AdmitN admitted", 0, func() {
 		if !l.Allow() || int64(l.AdmitN(l.tk.Now(), 1)) != 0 {
 			panic("rejected")
 		}
@@ -826,7 +826,7 @@ func TestAllocsAdmit(t *testing.T) {
 func TestAllocsReject(t *testing.T) {
 	l := mustNew(t, Config{Rate: 1e-3, CountStats: true, OnRejected: func(int, time.Duration) {}})
 	require.True(t, l.Allow())
-	testkit.WantAllocs(t, "Allow+TryAcquire+Acquire+Reserve rejected", 0, func() {
+	testkit.WantAllocs(t, "Allow+AdmitN+Acquire+ReserveN rejected", 0, func() {
 		if l.Allow() || int64(l.AdmitN(5, 1)) == 0 || l.AllowN(5, 1) {
 			panic("admitted")
 		}
@@ -836,11 +836,11 @@ func TestAllocsReject(t *testing.T) {
 	})
 }
 
-// TestAllocsReserve: a Reserve given back by Cancel, and a Reserve that
+// TestAllocsReserve: a ReserveN given back by CancelAt, and a ReserveN that
 // commits a slot further ahead each time, allocate nothing.
 func TestAllocsReserve(t *testing.T) {
 	l := mustNew(t, Config{Rate: 10, Burst: 1})
-	testkit.WantAllocs(t, "Reserve+Cancel+Stats", 0, func() {
+	testkit.WantAllocs(t, "ReserveN+CancelAt+Stats", 0, func() {
 		r, err := l.ReserveN(0, 1, time.Hour)
 		if err != nil || !r.CancelAt(0) && r.Delay() > 0 {
 			panic("not given back")
@@ -849,7 +849,7 @@ func TestAllocsReserve(t *testing.T) {
 	})
 	ahead := mustNew(t, Config{Limit: 1e9, Period: time.Second, Burst: 1})
 	require.True(t, ahead.AllowN(0, 1))
-	testkit.WantAllocs(t, "Reserve ahead", 0, func() {
+	testkit.WantAllocs(t, "ReserveN ahead", 0, func() {
 		r, err := ahead.ReserveN(0, 1, time.Hour) // a slot further ahead each time
 		if err != nil || r.Delay() == 0 {
 			panic("not reserved ahead")
@@ -960,8 +960,8 @@ func TestTATStaysBelowRetiredAtTheReadingCap(t *testing.T) {
 // still. There a burst of 1 admits once and never again, for Limiter, Keyed
 // and Sharded alike. The TAT stays in [0, retired): at or above retired a
 // refused call would spin in the "SetRate is publishing" loop, and a
-// wrapped, negative TAT would admit every call. Reserve returns and commits
-// nothing within the hour, TimeToAct never wraps, and TryAcquire's wait is
+// wrapped, negative TAT would admit every call. ReserveN returns and commits
+// nothing within the hour, TimeToAct never wraps, and AdmitN's wait is
 // Never, not a 1 ns wait that never comes. The last reading, evicted − k,
 // is the one at which an uncapped admission would leave a key's TAT exactly
 // on Keyed's evicted marker: the key keeps its cell (no second admission,

@@ -219,7 +219,7 @@ func (g *gcra) check(t testing.TB, step int, now int64, n int, admitted bool) {
 	}
 }
 
-// checkWait checks a wait (TryAcquire, Reserve) against the model: it ends
+// checkWait checks a wait (AdmitN, Reserve) against the model: it ends
 // at the exact instant's first whole-ns reading or at most 1 ns later, and
 // exactly there for a whole-ns interval.
 func (g *gcra) checkWait(t testing.TB, step int, now int64, n int, wait int64) {
@@ -259,7 +259,7 @@ func nextReading(rng *rand.Rand, g *gcra, now int64, n int) int64 {
 	return now + rng.Int64N(int64(3*iv)+2)
 }
 
-// TestExactGCRALimiter drives a Limiter through Allow, AllowN, TryAcquire,
+// TestExactGCRALimiter drives a Limiter through Allow, AllowN, AdmitN,
 // Reserve (with Cancel) at random readings (a fixed PCG stream) and checks
 // every decision and wait against the exact GCRA model.
 func TestExactGCRALimiter(t *testing.T) {

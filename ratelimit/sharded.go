@@ -120,6 +120,9 @@ func (s *Sharded) AdmitN(now int64, n int) (wait time.Duration) {
 	return w
 }
 
+// Admit is AdmitN for one permit at a reading of the limiter's Ticker.
+func (s *Sharded) Admit() time.Duration { return s.AdmitN(s.tk.Now(), 1) }
+
 // AllowN reports whether n permits were taken at time now.
 func (s *Sharded) AllowN(now int64, n int) bool { return s.AdmitN(now, n) == 0 }
 

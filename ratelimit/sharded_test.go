@@ -177,7 +177,7 @@ func TestAllocsSharded(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r.AllowN(0, 1))
 	require.True(t, r.AllowN(0, 1))
-	testkit.WantAllocs(t, "TryAcquire rejected with listener and counters", 0, func() {
+	testkit.WantAllocs(t, "AdmitN rejected with listener and counters", 0, func() {
 		if int64(r.AdmitN(5, 1)) == 0 {
 			panic("admitted")
 		}

@@ -199,7 +199,7 @@ func (j *job) clear() {
 // goroutine of its own.
 //
 // The deadline is the same in both modes. A soft-mode Timeout has no
-// watchdog (its Do and Start cancel nothing), so DoAbandon times each of
+// watchdog (its Do and StartAt cancel nothing), so DoAbandon times each of
 // its calls with a runtime timer instead (counted in Stats.Fallbacks:
 // three allocations more, the timer, its callback and the context's slow
 // state); build the Timeout in deadline mode for calls that are mostly

@@ -52,7 +52,7 @@
 // Package pipeline uses the primitives, with its own clock readings, and
 // so never abandons:
 //
-//	ctx, h := t.Start(parent, now)   // deadline = now + Duration
+//	ctx, h := t.StartAt(parent, now)   // deadline = now + Duration
 //	err := fn(ctx)
 //	err = t.Finish(h, end, err)      // exactly once, on every path
 //
@@ -62,11 +62,11 @@
 // dependency and a query), created at the call, the way callers write
 // them (TestAllocsCapturingClosure; go test -run Allocs ./timeout/):
 //
-//	mode       Do   Call   Start/Finish   DoAbandon   CallAbandon
+//	mode       Do   Call   StartAt/FinishAt   DoAbandon   CallAbandon
 //	soft       0    0      0              5           7
 //	deadline   1    1      1              2           4
 //
-// Do, Call and Start/Finish cost the context in deadline mode and nothing
+// Do, Call and StartAt/FinishAt cost the context in deadline mode and nothing
 // in soft mode: fn does not escape from Do and Call. DoAbandon hands fn to
 // another goroutine, so fn escapes (Go's escape analysis gives a parameter
 // one verdict per function) and a capturing closure is allocated next to
@@ -97,7 +97,7 @@
 // in deadline mode read the clock only at the start (a clock read costs as
 // much as the rest of the call) and classify a call as timed out when its
 // deadline fired before it returned: they agree with what the callee's
-// context said, with the watchdog's precision. Finish with [NotRead] as the
+// context said, with the watchdog's precision. FinishAt with [NotRead] as the
 // end reading does the same (package pipeline uses it when no other policy
 // needs the end time).
 //

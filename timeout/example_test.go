@@ -66,7 +66,7 @@ func ExampleTimeout_DoAbandon() {
 }
 
 // The primitives, as package pipeline uses them: the caller reads the clock
-// and hands the readings in; Finish classifies with the end reading.
+// and hands the readings in; FinishAt classifies with the end reading.
 func ExampleTimeout_StartAt() {
 	clock := rampart.NewManualTicker(0) // a test clock; use the pipeline's ticker
 	t, _ := timeout.New(timeout.Config{Duration: 100 * time.Millisecond, Ticker: clock})

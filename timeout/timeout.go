@@ -148,7 +148,7 @@ type Config struct {
 	// MaxAbandoned bounds the functions that DoAbandon and CallAbandon
 	// abandoned and that are still running; while it is reached, those
 	// calls are rejected without starting anything. Zero means
-	// DefaultMaxAbandoned. Do, Call and Start never abandon.
+	// DefaultMaxAbandoned. Do, Call and StartAt never abandon.
 	MaxAbandoned int
 	// Workers bounds, for DoAbandon and CallAbandon, the worker goroutines
 	// the Timeout keeps for reuse: busy, abandoned and idle ones together.
@@ -174,7 +174,7 @@ type Config struct {
 // concurrent use. See the package documentation for the modes.
 //
 // The zero value is not usable; build with New. (Its clock, watchdog and
-// errors are set there: on a zero Timeout, Do, Call and Start panic, and
+// errors are set there: on a zero Timeout, Do, Call and StartAt panic, and
 // DoAbandon rejects every call with a nil error. Package pipeline refuses
 // it.)
 type Timeout struct {
@@ -325,12 +325,12 @@ func (t *Timeout) Mode() Mode { return t.mode }
 // Ticker returns the clock the primitive methods' now arguments come from.
 func (t *Timeout) Ticker() rampart.Ticker { return t.tk }
 
-// Err returns the instance's timeout error (the value Finish returns for a
+// Err returns the instance's timeout error (the value FinishAt returns for a
 // call that overran).
 func (t *Timeout) Err() *Error { return t.err }
 
-// Handle is one call in progress between Start and Finish. It is a small
-// value; pass it back to Finish exactly once.
+// Handle is one call in progress between StartAt and FinishAt. It is a small
+// value; pass it back to FinishAt exactly once.
 type Handle struct {
 	c        *ctx            // nil in soft mode
 	deadline int64           // ticker reading
@@ -341,15 +341,15 @@ type Handle struct {
 func (h Handle) Deadline() int64 { return h.deadline }
 
 // StartAt begins a call at now (a reading of t.Ticker()) and returns the
-// context to hand to the callee and the Handle to pass to Finish.
+// context to hand to the callee and the Handle to pass to FinishAt.
 //
 // In ModeDeadline the context is a fresh object, done at
 // now+Duration (within one watchdog tick), when parent is done, or at
-// Finish; it costs one allocation, a slot in the watchdog (no allocation)
+// FinishAt; it costs one allocation, a slot in the watchdog (no allocation)
 // and no goroutine. In ModeSoft the context is parent itself: nothing is
 // allocated or scheduled.
 //
-// Every StartAt must be followed by exactly one Finish, on every path (a
+// Every StartAt must be followed by exactly one FinishAt, on every path (a
 // panic included), or the watch slot stays armed until the deadline.
 func (t *Timeout) StartAt(parent context.Context, now int64) (context.Context, Handle) {
 	deadline := atomicx.SatAdd(now, t.d) // a huge Duration must not wrap into the past
@@ -358,6 +358,12 @@ func (t *Timeout) StartAt(parent context.Context, now int64) (context.Context, H
 	}
 	c := newCtx(parent, t, deadline)
 	return c, Handle{c: c, deadline: deadline, wh: t.watch(c, c, deadline, now)}
+}
+
+// Start is [Timeout.StartAt] at a reading of the timeout's Ticker. End the
+// call with [Timeout.Finish] or [Timeout.FinishAt] exactly once.
+func (t *Timeout) Start(parent context.Context) (context.Context, Handle) {
+	return t.StartAt(parent, t.tk.Now())
 }
 
 // watch arms the watchdog for c (firing target), falling back to a runtime
@@ -419,7 +425,12 @@ func (t *Timeout) FinishAt(h Handle, now int64, err error) error {
 	return t.finish(h, now, err)
 }
 
-// finish is Finish after its soft-mode fast path.
+// Finish is [Timeout.FinishAt] without an end reading: it passes
+// [rampart.NotRead], as [Timeout.Do] does, and the timeout reads its
+// Ticker only when the verdict needs it.
+func (t *Timeout) Finish(h Handle, err error) error { return t.FinishAt(h, rampart.NotRead, err) }
+
+// finish is FinishAt after its soft-mode fast path.
 func (t *Timeout) finish(h Handle, now int64, err error) error {
 	if now == rampart.NotRead {
 		return t.end(h, err)
@@ -445,7 +456,7 @@ func (t *Timeout) classify(c *ctx, deadline, now int64, err error) error {
 	return err
 }
 
-// timedOut is the slow path of Finish: count, notify, return the
+// timedOut is the slow path of FinishAt: count, notify, return the
 // preallocated error.
 func (t *Timeout) timedOut(elapsed int64) error {
 	t.timeouts.Add(1)
@@ -455,7 +466,7 @@ func (t *Timeout) timedOut(elapsed int64) error {
 	return t.err
 }
 
-// end is Finish for Do and Call, which read the clock only at the start: in
+// end is FinishAt for Do and Call, which read the clock only at the start: in
 // deadline mode the call is a timeout when the watchdog fired before it
 // returned (so the classification agrees with what the callee's context
 // said, and is as precise as the watchdog: one tick); soft mode has no
@@ -502,11 +513,11 @@ func (t *Timeout) abort(h Handle) {
 // classification agrees with what fn's context said, and is as precise as
 // the watchdog (a call that returns less than one tick after its deadline,
 // before the sweep, counts as in time). Soft mode reads the ticker at the
-// start and at the end and compares (exact). Use Start/Finish with your own
+// start and at the end and compares (exact). Use StartAt/FinishAt with your own
 // end reading for an exact classification in deadline mode.
 //
 // fn does not escape: a closure that captures variables stays on the
-// caller's stack, so Do costs what Start and Finish cost (one allocation in
+// caller's stack, so Do costs what StartAt and FinishAt cost (one allocation in
 // deadline mode, the context; none in soft mode; see the package doc,
 // Allocations).
 func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error {

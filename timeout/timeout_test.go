@@ -224,7 +224,7 @@ func TestPrecision(t *testing.T) {
 		for _, tick := range []time.Duration{time.Millisecond, 5 * time.Millisecond} {
 			for _, d := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 50 * time.Millisecond, 1234 * time.Microsecond} {
 				tm := newT(t, Config{Duration: d, Tick: tick})
-				// Start at an odd offset from the watchdog's ticks.
+				// StartAt at an odd offset from the watchdog's ticks.
 				time.Sleep(333 * time.Microsecond)
 				start := time.Now()
 				var fired time.Duration
@@ -265,7 +265,7 @@ func TestSoftMode(t *testing.T) {
 // start there and a Duration of math.MaxInt64 (soft mode), or of two hours
 // (deadline mode, on a watchdog clocked by the manual ticker), saturate the
 // deadline at math.MaxInt64 instead of wrapping it into the past: the call
-// is in time until the clock reaches it (Finish returns the user's error
+// is in time until the clock reaches it (FinishAt returns the user's error
 // unchanged), the context's Deadline is in the future and it never fires
 // early; at math.MaxInt64 the call is a timeout.
 func TestExtremeReadingsSaturate(t *testing.T) {
@@ -330,7 +330,7 @@ func TestCallUserErrorAndParentCancel(t *testing.T) {
 	})
 }
 
-// TestPrimitivesManual drives Start/Finish with a manual ticker and a
+// TestPrimitivesManual drives StartAt/FinishAt with a manual ticker and a
 // manual sweep: classification is exact, firing happens on Sweep.
 func TestPrimitivesManual(t *testing.T) {
 	tk := rampart.NewManualTicker(1000)
@@ -492,7 +492,7 @@ func TestParentCancel(t *testing.T) {
 		tm.FinishAt(h, tm.Ticker().Now(), nil)
 		require.Equal(t, context.Canceled, c.Err())
 
-		// A parent cancelled before Start.
+		// A parent cancelled before StartAt.
 		parent, cancel = context.WithCancel(t.Context())
 		cancel()
 		c, h = tm.StartAt(parent, tm.Ticker().Now())
@@ -500,7 +500,7 @@ func TestParentCancel(t *testing.T) {
 		require.Equal(t, context.Canceled, c.Err())
 		tm.FinishAt(h, tm.Ticker().Now(), nil)
 
-		// A custom parent without AfterFunc: one goroutine (context.AfterFunc's), cleaned up at Finish.
+		// A custom parent without AfterFunc: one goroutine (context.AfterFunc's), cleaned up at FinishAt.
 		cp := &customCtx{Context: t.Context(), done: make(chan struct{})}
 		c, h = tm.StartAt(cp, tm.Ticker().Now())
 		<-doneSoon(c.Done(), cp)
@@ -783,7 +783,7 @@ func TestAllocsDeadline(t *testing.T) {
 	fn := func(context.Context) error { return nil }
 	tm.Do(context.Background(), fn) // grow the watchdog table
 	testkit.WantAllocs(t, "Do", 1, func() { tm.Do(context.Background(), fn) })
-	testkit.WantAllocs(t, "Start+Finish", 1, func() {
+	testkit.WantAllocs(t, "StartAt+FinishAt", 1, func() {
 		_, h := tm.StartAt(context.Background(), 1)
 		tm.FinishAt(h, 2, nil)
 	})
@@ -815,7 +815,7 @@ func TestAllocsSoft(t *testing.T) {
 	tm := newT(t, Config{Duration: time.Hour, Mode: ModeSoft})
 	fn := func(context.Context) error { return nil }
 	testkit.WantAllocs(t, "Do", 0, func() { tm.Do(context.Background(), fn) })
-	testkit.WantAllocs(t, "Start+Finish", 0, func() {
+	testkit.WantAllocs(t, "StartAt+FinishAt", 0, func() {
 		_, h := tm.StartAt(context.Background(), 1)
 		tm.FinishAt(h, 2, nil)
 	})
@@ -831,7 +831,7 @@ func TestAllocsSoft(t *testing.T) {
 
 // TestContextConcurrent hammers one context from many goroutines (Done,
 // Err, AfterFunc and its stop, derived children) while the deadline fires,
-// the parent is cancelled and Finish runs, and checks the end state.
+// the parent is cancelled and FinishAt runs, and checks the end state.
 func TestContextConcurrent(t *testing.T) {
 	wd := NewWatchdog(20*time.Microsecond, nil)
 	defer wd.Close()

@@ -12,6 +12,6 @@
 // It does not import the root package (internal packages never do: the
 // layering test enforces it), so the tests of every package, the root's and
 // the internal ones included, may use it. Its tickers satisfy the root's
-// Ticker (Now() int64) and its Budget satisfies retry.Budget and
-// hedge.Budget structurally.
+// Ticker (Now() int64) and its Budget satisfies rampart.Budget and
+// rampart.Budget structurally.
 package testkit

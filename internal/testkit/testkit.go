@@ -184,7 +184,7 @@ func (p *PanicTicker) panic() {
 	panic(p.Value)
 }
 
-// BudgetProtocol is the method set of retry.Budget and hedge.Budget: the
+// BudgetProtocol is the method set of rampart.Budget: the
 // protocol a retry or hedge policy speaks to its budget. testkit imports
 // neither package; a [Budget] satisfies both structurally, and any of their
 // budgets (a *retry.TokenBucket, say) may serve as a [Budget]'s Base.
