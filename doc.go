@@ -3,17 +3,20 @@
 // one package each, composed by package pipeline in a fixed order.
 //
 // This package holds what every policy shares: the clock ([Ticker] and its
-// implementations), the root rejection sentinel [ErrRejected], and the
-// configuration error [ErrInvalidConfig].
+// implementations, [NotRead]), the classification of a call ([Result]), the
+// retry budget that retries and hedges obey ([Budget]), the root rejection
+// sentinel [ErrRejected], and the configuration error [ErrInvalidConfig].
 //
 // # Conventions every policy follows
 //
-// Time. Every time-dependent operation takes the current time as an int64
-// count of monotonic nanoseconds from a [Ticker] (AcquireAt(now), Record(p,
-// now, err), AdmitN(now, n)). A method without the time argument is a
-// one-line shorthand that reads the policy's own ticker. Readings from
-// different tickers are not comparable, so a pipeline and its policies share
-// one ticker (the pipeline checks this). A zero Config.Ticker means
+// Time. A clock reading is an int64 count of monotonic nanoseconds from a
+// [Ticker]; [NotRead] means "the clock was not read". A duration is a
+// time.Duration. A method that takes a reading is named XAt (AcquireAt(now),
+// ReleaseAt(p, now, r), StartAt(parent, now)) and has a one-line shorthand X
+// that reads the policy's own Ticker, and only when the decision needs it,
+// as in golang.org/x/time/rate (Allow / AllowN, Reserve / ReserveN). Readings
+// from different tickers are not comparable, so a pipeline and its policies
+// share one ticker (the pipeline checks this). A zero Config.Ticker means
 // [DefaultTicker]. Tests hand a [ManualTicker] to the policy and move time by
 // hand; tests under testing/synctest create their ticker inside the bubble.
 //
@@ -47,4 +50,59 @@
 // the clock is read only when a decision needs it. Allocation budgets are
 // tests (testing.AllocsPerRun) and speed is measured in the separate bench
 // module against the peer libraries.
+//
+// # Vocabulary
+//
+// Every package uses these names for these meanings, and no other.
+//
+//	concept                name (shorthand / explicit time)             where                      why it differs
+//	---------------------  -------------------------------------------  -------------------------  ------------------------------------------
+//	a clock reading        now int64 from Ticker(); NotRead             all                        one monotonic int64, not a time.Time,
+//	                                                                                               comparable within one Ticker only
+//	a duration             time.Duration                                all Configs, waits
+//	time-taking method     X(...) / XAt(..., now, ...)                  all                        x/time/rate's rule; rate limits keep its
+//	                                                                                               N-names (AllowN, ReserveN) and DelayFrom
+//	take a permit          Acquire() / AcquireAt(now) (Permit, error)   circuitbreaker, adaptive   bulkhead: Acquire() error (no permit
+//	                       AcquireWait(ctx) / AcquireWaitAt(ctx, now)   adaptive                   value, no clock at admission);
+//	                       AcquireWait(ctx) error                       bulkhead                   AcquireWait waits for a free permit
+//	                       AcquirePartition(p) / AcquirePartitionAt     adaptive (partitions)
+//	give it back           Release(p, r) / ReleaseAt(p, now, r)         circuitbreaker, adaptive   bulkhead: Release() (nothing learnt)
+//	the permit value       Permit                                       circuitbreaker, adaptive
+//	classify an error      Classify(err) Result; Config.Classify        circuitbreaker, adaptive   adaptive's takes ctx (cancellation)
+//	a call's result        Result: Success, Failure, Ignored            root                       adaptive: Failure is a drop
+//	record a result        Record(accepted) / RecordAt(now, accepted)   adaptive.Throttler         no permit is held
+//	rate: take, no wait    Allow() / AllowN(now, n) bool                ratelimit                  a rate limit gives nothing back:
+//	rate: take or say      Admit() / AdmitN(now, n) time.Duration       ratelimit                  no Acquire/Release; Admit returns 0 or
+//	  how long                                                                                     the wait (the Retry-After hint)
+//	rate: reserve          Reserve(maxWait) / ReserveN(now, n, maxWait) ratelimit.Limiter          x/time/rate has no maxWait argument
+//	rate: wait             Wait(ctx) / WaitN(ctx, n)                    ratelimit.Limiter          no reading: it sleeps on real time
+//	rate: tokens           Tokens() / TokensAt(now)                     ratelimit.Limiter
+//	rate: reconfigure      SetRate / SetRateAt, SetLimit / SetLimitAt,  ratelimit.Limiter          x/time/rate's Limit (events/s) is our
+//	                       SetBurst / SetBurstAt                                                   Rate (Config.Rate); our Limit is a count
+//	                                                                                               per Config.Period
+//	reservation            Delay() / DelayFrom(now), Cancel() /         ratelimit.Reservation      Cancel reports whether the permits
+//	                       CancelAt(now)                                                           came back
+//	bracket a timed call   Start(parent) / StartAt(parent, now),        timeout                    a timeout refuses nothing and holds no
+//	                       Finish(h, err) / FinishAt(h, now, err)                                  permit; Finish returns the verdict
+//	hedge                  Do, Call; DoAtHeld, CallAtHeld (composition) hedge
+//	                       Observe(latency) / ObserveAt(now, latency)
+//	budget                 Budget: OnRequest, OnSuccess, OnFailure      root (retry, hedge)        called by policies, not users: notified
+//	                       notified; AllowRetry asked                                              (On...) and asked (Allow...)
+//	run fn under a policy  Do(ctx, fn) error; Call[T](ctx, p, fn)       all
+//	outcome API            Try(ctx, fn) Outcome; TryCall[T]; ...Hedged  pipeline                   the only meaning of Try
+//	rejection error        RejectedError() error; ErrX sentinels;       all                        preallocated, matches ErrRejected
+//	                       ErrRejected
+//	listener               On<Event> func field: OnRejected,            all Configs                primitive arguments
+//	                       OnBudgetRefused, ...
+//	stats                  Stats() Stats: Rejected, Admitted,           all                        counts of outcomes are participles,
+//	                       BudgetRefused, PeakInFlight, ListenerPanics                             counts of events plural nouns (Retries)
+//	accessors              Ticker(), Stats(); Config() where defaults   all                        the name is in Config and in the errors
+//	                       are filled in (Breaker, Pipeline); no Name()
+//
+// # For composition
+//
+// Each policy package lists under a "For composition" heading the methods
+// that exist so that a pipeline (or an adapter such as package httpguard or
+// the Redis limiter) can share one clock reading and one classification
+// between policies. Applications call Do, Call and the shorthands.
 package rampart

@@ -128,6 +128,17 @@
 // refusing work stops sending it. Call [Throttler.AllowAt] before and
 // [Throttler.RecordAt] after each call, or use [Throttler.Do].
 //
+// # For composition
+//
+// A pipeline or an adapter that shares one clock reading and one
+// classification between policies uses [Limiter.AcquireAt],
+// [Limiter.AcquirePartitionAt], [Limiter.AcquireWaitAt], [Limiter.ReleaseAt],
+// [Limiter.Classify], [Limiter.MayWait] and [Limiter.Ticker]; for a
+// [Throttler], [Throttler.AllowAt], [Throttler.RecordAt],
+// [Throttler.ProbabilityAt] and [Throttler.Ticker]. Applications call Do,
+// [Call], [Throttle] and the shorthands ([Limiter.Acquire],
+// [Limiter.Release], [Throttler.Allow], ...).
+//
 // # Zero values and concurrency
 //
 // The zero [Config] and [ThrottlerConfig] are valid (documented defaults on

@@ -108,7 +108,7 @@ func mix32(x uint32) uint32 {
 // sample stands for stride = m+1 calls.
 func weight(m uint32) uint8 { return weight1 + uint8(bits.Len32(m)) }
 
-// AcquireAt admits a call like [Limiter.AcquireAt] but takes no time argument: it
+// Acquire admits a call like [Limiter.AcquireAt] but takes no time argument: it
 // reads the limiter's ticker itself, and only for the calls it picks as RTT
 // samples. Release the Permit with [Limiter.Release] exactly once. It returns
 // (Permit{}, [Limiter.RejectedError]) and counts a rejection when the limit is reached.
@@ -198,7 +198,7 @@ func (l *Limiter) sampledNow(part int16) int64 {
 	return now
 }
 
-// ReleaseAt releases a call admitted by [Limiter.Acquire] or AcquirePartition (any
+// Release releases a call admitted by [Limiter.Acquire] or AcquirePartition (any
 // Permit is accepted) with outcome o, reading the limiter's ticker only when
 // the call is an RTT sample ([Permit.Sampled]): then it is ReleaseAt(t, now, o),
 // which adds the RTT to the window and closes a window that is due. An

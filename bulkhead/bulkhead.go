@@ -41,6 +41,11 @@
 // Fail-fast callers ([Bulkhead.Acquire]) do not queue; they take a free
 // permit if there is one, even while others are queued.
 //
+// # For composition
+//
+// A pipeline uses [Bulkhead.MayWait] and [Bulkhead.RejectedError] besides
+// [Bulkhead.Acquire], [Bulkhead.AcquireWait] and [Bulkhead.Release].
+//
 // # Zero value and configuration
 //
 // The zero Bulkhead is not usable: build one with [New]. The zero [Config]

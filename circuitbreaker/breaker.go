@@ -84,7 +84,7 @@ func field(w uint64, shift uint) int { return int(w >> shift & fieldMax) }
 
 // Permit is the admission of one call: the state word it was admitted under
 // (generation and state) and the time it started. Pass it back to
-// [Breaker.ReleaseAt] or [Breaker.ReleaseAt] exactly once. A permit from an
+// [Breaker.ReleaseAt] (or [Breaker.Release]) exactly once. A permit from an
 // older generation (the breaker changed state since) is ignored when
 // recorded. The zero Permit is never current.
 type Permit struct {

@@ -110,9 +110,11 @@
 //
 // [Breaker.Do] and [Call] wrap a function. A pipeline or middleware that
 // already reads the clock uses the primitives: [Breaker.AcquireAt] with a
-// reading of [Breaker.Ticker], then exactly one [Breaker.ReleaseAt] (classifies
-// an error) or [Breaker.ReleaseAt] (the caller classified the outcome,
-// e.g. an HTTP 503) with the permit and the end time.
+// reading of [Breaker.Ticker], then exactly one [Breaker.ReleaseAt] with the
+// permit, the end time and the call's result: [Breaker.Classify] of an
+// error, or the caller's own classification (e.g. a Failure for an HTTP 503).
+// [Breaker.Acquire] and [Breaker.Release] are the same for a caller that has
+// not read the clock.
 // [Breaker.RemainingOpenAt] gives a Retry-After.
 //
 // # Cost
@@ -124,6 +126,15 @@
 // per-call listener, Do and Call read no clock at all while Closed. An Open
 // rejection is two loads and one add (the rejection counter), and returns a
 // preallocated error. Nothing allocates; transitions take a mutex.
+//
+// # For composition
+//
+// A pipeline or an adapter that shares one clock reading and one
+// classification between policies uses [Breaker.AcquireAt],
+// [Breaker.ReleaseAt] (with [Breaker.Classify]), [Breaker.RemainingOpenAt],
+// [Breaker.MeasuresCalls], [Breaker.Config] and [Breaker.Ticker].
+// Applications call [Breaker.Do], [Call] and the shorthands
+// [Breaker.Acquire], [Breaker.Release] and [Breaker.RemainingOpen].
 //
 // # Zero value and concurrency
 //

@@ -104,6 +104,13 @@
 // contexts are cancelled. A Done channel or hedge context of a winner is
 // released when the caller's context ends.
 //
+// # For composition
+//
+// A pipeline that holds permits for the call and shares one clock reading
+// uses [Hedger.DoAtHeld], [CallAtHeld], [Hedger.ObserveAt] and
+// [Hedger.Ticker]. Applications call [Hedger.Do], [Call] and
+// [Hedger.Observe].
+//
 // # Zero value and concurrency
 //
 // The zero Hedger is not usable; build with [New] (its first call would

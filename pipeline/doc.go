@@ -128,6 +128,11 @@
 // original stack), runtime.Goexit in fn (released the same way), and a
 // panicking classifier (the same release, then the panic goes on).
 //
+// # For composition
+//
+// An adapter (package httpguard) reads the policies a pipeline was built
+// with through [Pipeline.Config].
+//
 // # Concurrency
 //
 // A Pipeline is immutable after [New] and safe for concurrent use; so are

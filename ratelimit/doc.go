@@ -60,6 +60,22 @@
 //     evicted.
 //   - Extreme contention: [Sharded], K independent limiters of rate/K.
 //
+// # For composition
+//
+// A pipeline or an adapter that shares one clock reading between policies
+// uses [Limiter.AdmitN] (admit, or say how long until it would: the
+// Retry-After hint), [Keyed.AdmitN], [Sharded.AdmitN],
+// [Limiter.RejectedError] and the Ticker accessors. Applications call Allow,
+// Admit, Reserve, Wait, Do and Call.
+//
+// The names follow golang.org/x/time/rate, with rampart's deviations:
+// readings are int64 Ticker nanoseconds, not time.Time; x/time/rate's Limit
+// (events per second) is rampart's Rate (Config.Rate, SetRate), while
+// rampart's Limit is an exact count per Config.Period (SetLimit);
+// ReserveN takes a maxWait and returns the rejection error; Cancel reports
+// whether the permits came back; AdmitN has no x/time/rate counterpart
+// (ReserveN, DelayFrom and Cancel there).
+//
 // # Zero value and concurrency
 //
 // The zero Limiter is not usable: create one with [New] (or [NewKeyed],

@@ -109,6 +109,13 @@
 //     caller keeps the attempt count, the start time and the previous delay,
 //     and reads the start only when [Policy.NeedsTime] says it is used.
 //
+// # For composition
+//
+// A pipeline, or a caller that writes its own retry loop, uses
+// [Policy.Budget], [Policy.NeedsTime], [Policy.Retryable], [Policy.Decide],
+// [Policy.GiveUp], [Policy.Deadline], [Policy.Sleep] and [Policy.Ticker].
+// Applications call [Policy.Do], [Call] and [CallIf].
+//
 // # Zero value and concurrency
 //
 // The zero Policy is not usable; build with [New] (its first failed attempt

@@ -125,6 +125,13 @@
 // breaker counting failures, a retry) thus see one consistent outcome for a
 // call that overran, whether or not the callee noticed its context.
 //
+// # For composition
+//
+// A pipeline that shares one clock reading between policies uses
+// [Timeout.StartAt], [Timeout.FinishAt], [Timeout.Err], [Timeout.Mode] and
+// [Timeout.Ticker]. Applications call [Timeout.Do], [Call], the abandon forms
+// and the shorthands [Timeout.Start] and [Timeout.Finish].
+//
 // # Concurrency
 //
 // DoAbandon's workers: a fixed table of Config.Workers slots (allocated
