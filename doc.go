@@ -2,6 +2,13 @@
 // limiter, bulkhead, retry, timeout, hedging and adaptive concurrency limits,
 // one package each, composed by package pipeline in a fixed order.
 //
+// Start in a policy package: build the policy with its New(Config) and run
+// each call through its Do (or the typed Call); to stack several policies,
+// build a pipeline.Pipeline with pipeline.New and call its Do. Code in this
+// package is called by the policies more than by applications: a test hands
+// a [ManualTicker] to Config.Ticker, and code that inspects an error asks
+// errors.Is(err, [ErrRejected]) or errors.Is(err, [ErrInvalidConfig]).
+//
 // This package holds what every policy shares: the clock ([Ticker] and its
 // implementations, [NotRead]), the classification of a call ([Result]), the
 // retry budget that retries and hedges obey ([Budget]), the root rejection

@@ -20,8 +20,7 @@ type Ticker interface {
 }
 
 // NanoTicker reads the monotonic clock: the nanoseconds since it was
-// created, one clock read (40–90 ns on a VM) per Now. Create it with
-// [NewNanoTicker].
+// created, one clock read per Now. Create it with [NewNanoTicker].
 type NanoTicker = ticker.Nano
 
 // CachedTicker returns a reading that one background goroutine refreshes
