@@ -92,8 +92,15 @@ type Permit struct {
 	start int64
 }
 
-// Breaker is a circuit breaker. Create it with [New]; it is safe for
-// concurrent use. See the package documentation for the algorithm.
+// Breaker is a circuit breaker. Create it with [New] and run calls through
+// [Breaker.Do] or [Call]; [Breaker.Acquire] then exactly one
+// [Breaker.Release] bracket a call by hand, and [Breaker.AcquireAt] /
+// [Breaker.ReleaseAt] do the same with a clock reading the caller already
+// has.
+//
+// The state, the generation and the window are atomic words (see the
+// package documentation for the algorithm); transitions take a mutex. The
+// zero Breaker is not usable. A Breaker is safe for concurrent use.
 type Breaker struct {
 	// Hot words, each alone on its cache line.
 	state      pad.Uint64 // the state word (layout above); loaded by every call
@@ -231,9 +238,7 @@ func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
 //
 // Closed: one atomic load and a branch. Open: one more load (the end of the
 // open period); the first caller after it wins a CAS to HalfOpen and becomes
-// the first probe. HalfOpen: a CAS that takes a probe slot. AcquireAt is one
-// call: it does not inline (the call to its out-of-line slow path spends 57
-// of Go's inlining budget of 80).
+// the first probe. HalfOpen: a CAS that takes a probe slot.
 //
 // now may be [rampart.NotRead], meaning "the clock was not read": a closed
 // breaker then admits (the permit's duration is unknown, so it is never
@@ -241,6 +246,8 @@ func (b *Breaker) State() State { return State(b.state.Load() & stateMask) }
 // way should read the clock and ask again. Such a rejection is not counted
 // in Stats nor passed to OnRejected: the second answer is.
 func (b *Breaker) AcquireAt(now int64) (Permit, error) {
+	// AcquireAt is one call: it does not inline (the call to its
+	// out-of-line slow path spends 57 of Go's inlining budget of 80).
 	w := b.state.Load() // atomic 1: the state word
 	if w&stateMask == uint64(Closed) {
 		return Permit{word: w, start: now}, nil

@@ -1,6 +1,12 @@
 // Package circuitbreaker stops calling a dependency that is failing, and
 // probes it before trusting it again.
 //
+// Build a [Breaker] with [New] and wrap each call in [Breaker.Do] (or the
+// typed [Call]). [Breaker.Acquire] and [Breaker.Release] are the primitives
+// for a caller that holds the permit across code it does not own (a
+// middleware, a stream); a pipeline uses the methods under For composition.
+// [Breaker.State] and [Breaker.Stats] report on it.
+//
 // # States
 //
 // A [Breaker] is Closed (admits every call, judges their results), Open
@@ -122,8 +128,8 @@
 // On a Closed breaker AcquireAt is one atomic load and a branch. A success in
 // a count window full of successes (a healthy dependency) is four loads and
 // writes nothing; otherwise one add and a load, plus a swap when the slot it
-// replaces held another outcome. In consecutive mode a success is one load. With no slow-call threshold, no time window and no
-// per-call listener, Do and Call read no clock at all while Closed. An Open
+// replaces held another outcome. In consecutive mode a success is one
+// load. With no slow-call threshold, no time window and no per-call listener, Do and Call read no clock at all while Closed. An Open
 // rejection is two loads and one add (the rejection counter), and returns a
 // preallocated error. Nothing allocates; transitions take a mutex.
 //
