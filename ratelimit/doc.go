@@ -2,6 +2,12 @@
 // cell rate algorithm): exact, lock-free, allocation-free, and immune to
 // stale timestamps.
 //
+// Build a [Limiter] with [New] and ask [Limiter.Allow] before each call (or
+// run the call in [Limiter.Do]); [Limiter.Wait] blocks until a permit is
+// due and [Limiter.Reserve] schedules one ahead. [Keyed] (with [NewKeyed])
+// keeps one limit per client or tenant. A pipeline uses the methods under
+// For composition.
+//
 // # Algorithm
 //
 // A [Limiter] holds one word, alone on its cache line: the theoretical

@@ -45,13 +45,16 @@ type cell struct {
 const evicted = retired
 
 // Keyed is a set of GCRA limiters, one per key, created on first use and
-// evicted when idle. Evicting an idle key loses nothing: a key whose arrival
+// evicted when idle. Create it with [NewKeyed] and call [Keyed.Allow] (or
+// [Keyed.Admit], which also says how long to wait) with the caller's key.
+//
+// Evicting an idle key loses nothing: a key whose arrival
 // time has passed is in exactly the state of a new one (a full burst).
 //
 // A key already present costs a lock-free map lookup (sync.Map, no
 // allocation for a string key), one load and one CAS on the key's own word;
-// the first use of a key allocates its cell and map entry. Create it with
-// [NewKeyed]; all methods are safe for concurrent use.
+// the first use of a key allocates its cell and map entry. The zero value is
+// not usable; all methods are safe for concurrent use.
 type Keyed struct {
 	p          params
 	m          sync.Map // string → *cell

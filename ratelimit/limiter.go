@@ -53,7 +53,13 @@ type state struct {
 	params
 }
 
-// Limiter is a GCRA rate limiter. Create it with [New]; the zero value is not
+// Limiter is a GCRA rate limiter. Create it with [New] and call
+// [Limiter.Allow] (fail fast), [Limiter.Wait] (block until due) or
+// [Limiter.Reserve] (schedule ahead) for each call, or run it in
+// [Limiter.Do].
+//
+// Admission is one load and, when admitted, one CAS on the theoretical
+// arrival time (see the package documentation). The zero value is not
 // usable. All methods are safe for concurrent use.
 //
 // The primitive methods take the current reading of the limiter's ticker

@@ -27,8 +27,11 @@ type ShardedConfig struct {
 const MaxShards = 4096
 
 // Sharded is K independent GCRA limiters of rate/K and burst ⌈burst/K⌉ each,
-// for extreme contention on one limit: callers spread over K words instead of
-// CASing one. Each call picks a shard at random (the runtime's per-thread
+// for extreme contention on one limit. Create it with [NewSharded] and call
+// [Sharded.Allow] (or [Sharded.Admit]) as on one [Limiter]; the zero value is
+// not usable, and all methods are safe for concurrent use.
+//
+// Callers spread over K words instead of CASing one. Each call picks a shard at random (the runtime's per-thread
 // generator, no shared state) and, when that shard rejects, borrows from the
 // next one: two probes at most.
 //
@@ -36,10 +39,10 @@ const MaxShards = 4096
 // K·⌈burst/K⌉ + rate·W + K (each shard keeps its own bound), against
 // burst + rate·W + 1 for one Limiter; under a load above the rate it admits
 // slightly less than the rate, because a shard that is full while not probed
-// wastes its refill (measured in TestShardedAccuracy at 10× the rate over
-// 10 s: about 99.9 % of the ideal with K = 2, 4 or 8
-// and a burst of 16, but 96 % with K=8 and a burst of 8, i.e. a shard burst
-// of 1: keep burst/K at 2 or more). Use it only when a single Limiter's CAS
+// wastes its refill (TestShardedAccuracy, at 10× the rate over 10 s on a
+// manual clock, requires at least 99 % of the ideal with K = 2, 4 or 8 and
+// a burst of 16, and at least 90 % with K = 8 and a burst of 8, a shard
+// burst of 1: keep burst/K at 2 or more). Use it only when a single Limiter's CAS
 // is measured to be the bottleneck (dozens of cores on one limit).
 type Sharded struct {
 	shards     []*Limiter // each without listener or counters
