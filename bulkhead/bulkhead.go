@@ -3,6 +3,27 @@
 // a slow dependency holds a bounded number of goroutines and connections
 // instead of all of them.
 //
+// Build a [Bulkhead] with [New] and wrap each call in [Bulkhead.Do] (or the
+// typed [Call]); [Bulkhead.Acquire] (fail fast) or [Bulkhead.AcquireWait]
+// (queue up to Config.MaxWait) and then [Bulkhead.Release] bracket a call by
+// hand, for a caller that holds the permit across code it does not own. A
+// pipeline uses the methods under For composition.
+//
+// # Which method to use
+//
+//   - [Bulkhead.Do] and [Call] for ordinary code: they enter (waiting if
+//     configured), run the function, and exit on every path, panics and
+//     runtime.Goexit included.
+//   - [Bulkhead.Acquire] / [Bulkhead.Release] for hot paths and for package
+//     pipeline: no closure, no context, no clock read, no allocation.
+//   - [Bulkhead.AcquireWait] / [Bulkhead.Release] for the waiting mode without a
+//     closure.
+//
+// Every successful Acquire or AcquireWait must be matched by exactly one Release.
+// A Release without an Acquire or AcquireWait would silently widen the limit; the bulkhead
+// detects it when it would drive the in-flight count below zero and panics
+// with a message naming the bulkhead (see [Bulkhead.Release]).
+//
 // # Algorithm
 //
 // A [Bulkhead] is an in-flight counter compared against a maximum (the
@@ -23,11 +44,10 @@
 // may see the limit reached although one permit is free, and be rejected
 // spuriously. Only callers racing for the last permit can overshoot, and the
 // load before the add keeps most of them from trying: with no more
-// goroutines than max it never happens (TestNoRejectionAtExactlyMax), and
-// with four goroutines fighting for one permit on 2 cores, 0.04–1.5 % of the
-// rejections were decided by an overshooting add (TestOverCountRate; the
-// count is Stats.Overshoots), which bounds the windows in which a spurious
-// rejection can happen.
+// goroutines than max it never happens (TestNoRejectionAtExactlyMax).
+// Stats.Overshoots counts the rejections decided by an overshooting add,
+// which bounds the windows in which a spurious rejection can happen
+// (docs/bulkhead.md gives the share measured by TestOverCountRate).
 //
 // Waiting mode ([Config.MaxWait] > 0, used by [Bulkhead.AcquireWait], [Bulkhead.Do]
 // and [Call]) adds a FIFO queue behind a mutex. Only the waiting path pays
@@ -57,21 +77,6 @@
 // All methods are safe for concurrent use. [Bulkhead.SetMax] changes the
 // limit at run time: growing it wakes waiters, shrinking it never evicts
 // running calls (new calls are rejected until enough have exited).
-//
-// # Which method to use
-//
-//   - [Bulkhead.Do] and [Call] for ordinary code: they enter (waiting if
-//     configured), run the function, and exit on every path, panics and
-//     runtime.Goexit included.
-//   - [Bulkhead.Acquire] / [Bulkhead.Release] for hot paths and for package
-//     pipeline: no closure, no context, no clock read, no allocation.
-//   - [Bulkhead.AcquireWait] / [Bulkhead.Release] for the waiting mode without a
-//     closure.
-//
-// Every successful Acquire or AcquireWait must be matched by exactly one Release.
-// An Release without an AcquireWait would silently widen the limit; the bulkhead
-// detects it when it would drive the in-flight count below zero and panics
-// with a message naming the bulkhead (see [Bulkhead.Release]).
 package bulkhead
 
 import (
@@ -149,8 +154,14 @@ type Stats struct {
 	ListenerPanics uint64        // listener panics recovered
 }
 
-// Bulkhead is a concurrency limit. Create it with [New]; see the package
-// documentation for the algorithm and the method to use.
+// Bulkhead is a concurrency limit. Create it with [New] and run calls
+// through [Bulkhead.Do] or [Call]; [Bulkhead.Acquire] or
+// [Bulkhead.AcquireWait], then exactly one [Bulkhead.Release], bracket a
+// call by hand.
+//
+// Acquire and Release are one atomic add each on the in-flight count (see
+// the package documentation); only waiting takes a mutex. The zero
+// Bulkhead is not usable. A Bulkhead is safe for concurrent use.
 type Bulkhead struct {
 	// inFlight: the permits held. Written by every Acquire and Release, so it
 	// sits alone on its cache line.
