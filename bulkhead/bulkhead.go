@@ -159,8 +159,9 @@ type Stats struct {
 // [Bulkhead.AcquireWait], then exactly one [Bulkhead.Release], bracket a
 // call by hand.
 //
-// Acquire and Release are one atomic add each on the in-flight count (see
-// the package documentation); only waiting takes a mutex. The zero
+// Acquire is a load and an atomic add on the in-flight count, Release an
+// atomic add and a load of the waiter count (see the package
+// documentation); only a queued wait takes a mutex. The zero
 // Bulkhead is not usable. A Bulkhead is safe for concurrent use.
 type Bulkhead struct {
 	// inFlight: the permits held. Written by every Acquire and Release, so it
