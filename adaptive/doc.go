@@ -2,6 +2,27 @@
 // adaptive throttling, and priority load shedding: the bulkhead that needs no
 // tuning.
 //
+// Build a [Limiter] with [New] and wrap each call in [Limiter.Do] (or the
+// typed [Call]); [Limiter.Acquire] and then exactly one [Limiter.Release]
+// bracket a call by hand, for a caller that holds the permit across code it
+// does not own. For client-side throttling build a [Throttler] with
+// [NewThrottler] and wrap calls in [Throttler.Do] (or [Throttle]). A
+// pipeline uses the methods under For composition.
+//
+// # Which method to use
+//
+// [Limiter.Acquire] and [Limiter.Release] admit and release
+// a call, reading the limiter's ticker for sampled calls only (the
+// recommended form when the caller has no clock readings of its own);
+// [Limiter.Do] and [Call] wrap a function the same way;
+// [Limiter.AcquirePartition] admits by priority partition
+// (Config.Partitions). [Limiter.AcquireAt] and [Limiter.ReleaseAt] are the
+// primitives for callers that already read the clock (they take the current
+// time as an argument, time every call and allocate nothing; package
+// pipeline uses them with its own readings), with [Limiter.AcquirePartitionAt]
+// and [Limiter.AcquireWaitAt], which waits in the optional CoDel /
+// adaptive-LIFO queue (Config.Queue).
+//
 // # Limiter
 //
 // A [Limiter] admits a call while fewer calls than its limit are in flight
@@ -62,18 +83,6 @@
 // [rampart.Failure] call (timeout, overload error) is a loss that counts toward
 // the window's drop rate (see Drops below), and an [rampart.Ignored] call (the
 // caller cancelled) only frees its slot.
-//
-// Which method to use: [Limiter.Acquire] and [Limiter.Release] admit and release
-// a call, reading the limiter's ticker for sampled calls only (the
-// recommended form when the caller has no clock readings of its own);
-// [Limiter.Do] and [Call] wrap a function the same way;
-// [Limiter.AcquirePartition] admits by priority partition
-// (Config.Partitions). [Limiter.AcquireAt] and [Limiter.ReleaseAt] are the
-// primitives for callers that already read the clock (they take the current
-// time as an argument, time every call and allocate nothing; package
-// pipeline uses them with its own readings), with [Limiter.AcquirePartitionAt]
-// and [Limiter.AcquireWaitAt], which waits in the optional CoDel /
-// adaptive-LIFO queue (Config.Queue).
 //
 // # Drops
 //

@@ -23,8 +23,8 @@ var ErrLimited = errors.New("concurrency limit reached")
 
 // Permit is an admitted call's permit, returned by [Limiter.AcquireAt] (or
 // [Limiter.Acquire]) and handed back exactly once to [Limiter.ReleaseAt] (or
-// [Limiter.Release]). It is a small value (no pointer, nothing escapes) carrying
-// the admission time. The zero Permit is not a permit: never release it.
+// [Limiter.Release]). It is a small value with no pointer, carrying the
+// admission time. The zero Permit is not a permit: never release it.
 type Permit struct {
 	start    int64 // the now given to AcquireAt, or read by Acquire for a sampled call
 	inflight int32 // calls in flight right after this one was admitted
@@ -189,9 +189,16 @@ func inFlightOf(w int64) int64 { return int64(int32(w)) }
 // seqOf returns the admission sequence number held in a slot word.
 func seqOf(w int64) uint32 { return uint32(uint64(w) >> 32) }
 
-// Limiter is an adaptive concurrency limiter: a counter of calls in flight
-// checked against a limit that an [Algorithm] recomputes once per window
-// from the RTTs and losses the calls report. See the package documentation.
+// Limiter is an adaptive concurrency limiter. Create it with [New] and run
+// calls through [Limiter.Do] or [Call]; [Limiter.Acquire] (or
+// [Limiter.AcquirePartition]) and then exactly one [Limiter.Release]
+// bracket a call by hand, and the XAt forms do the same with the caller's
+// clock readings.
+//
+// It is a counter of calls in flight checked against a limit that an
+// [Algorithm] recomputes once per window from the RTTs and losses the calls
+// report (see the package documentation); admission and release take no
+// lock. A Limiter is safe for concurrent use.
 //
 // The zero value is not usable; build with [New]. A zero Limiter has no
 // limit, no algorithm and no clock: AcquireAt refuses every call, and
@@ -388,7 +395,7 @@ func (l *Limiter) tryAcquire(now int64) (Permit, bool) {
 // A Success contributes the RTT now − t.Start() to the window; a Failure call
 // counts as a loss; an Ignored one only frees the slot. If now is past the
 // end of the window, the caller closes it: it swaps the aggregates out and
-// runs the algorithm (a few hundred nanoseconds, once per window). A Permit
+// runs the algorithm (once per window). A Permit
 // from Acquire that was not picked as a sample ([Permit.Sampled] false)
 // contributes no RTT: its Success only frees the slot.
 //

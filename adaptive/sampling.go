@@ -125,11 +125,10 @@ func weight(m uint32) uint8 { return weight1 + uint8(bits.Len32(m)) }
 // a five-operation hash; a clock read for a sampled call only. A rejection
 // adds one more atomic add (undo) and a counter increment. No allocation,
 // no lock.
-//
-// (Each return builds its Permit whole: filling fields of a Permit after
-// building it made the compiler spill it field by field and reload it in
-// one wide load, a store-forwarding stall that cost more than the hash.)
 func (l *Limiter) Acquire() (Permit, error) {
+	// Each return builds its Permit whole: filling fields of a Permit after
+	// building it made the compiler spill it field by field and reload it in
+	// one wide load, a store-forwarding stall that cost more than the hash.
 	w := l.slots.Add(admitOne) // atomic 1: take a slot and number the admission
 	n := inFlightOf(w)
 	if n > l.limit.Load() {

@@ -75,7 +75,12 @@ const (
 
 // Throttler is the SRE book's client-side adaptive throttling ("Handling
 // Overload"): a client that sees its backend refuse requests starts refusing
-// them itself, before they cost the backend anything. Over a sliding window
+// them itself, before they cost the backend anything. Create it with
+// [NewThrottler] and run calls through [Throttler.Do] or [Throttle];
+// [Throttler.Allow] before a call and [Throttler.Record] after each call it
+// allowed do the same by hand.
+//
+// Over a sliding window
 // it counts requests (every call the application attempted, including the
 // ones rejected locally) and accepts (calls the backend accepted), and
 // rejects each new call locally with probability
@@ -96,8 +101,9 @@ const (
 // throttle. It has no drop threshold of its own and does not use the
 // [Limiter]'s; K is that threshold.
 //
-// Call AllowAt before each call and RecordAt after each call that AllowAt
-// admitted. Safe for concurrent use; no lock, no allocation.
+// The XAt forms (AllowAt, RecordAt) take the caller's clock reading. The
+// zero Throttler is not usable. A Throttler is safe for concurrent use; no
+// lock, no allocation.
 type Throttler struct {
 	// The window's totals, kept equal to the sum of the live buckets: each
 	// count is added to its bucket and to the total, and a bucket that
