@@ -198,7 +198,8 @@ func seqOf(w int64) uint32 { return uint32(uint64(w) >> 32) }
 // It is a counter of calls in flight checked against a limit that an
 // [Algorithm] recomputes once per window from the RTTs and losses the calls
 // report (see the package documentation); admission and release take no
-// lock. A Limiter is safe for concurrent use.
+// lock (only the optional queue of AcquireWaitAt has one). A Limiter is
+// safe for concurrent use.
 //
 // The zero value is not usable; build with [New]. A zero Limiter has no
 // limit, no algorithm and no clock: AcquireAt refuses every call, and
