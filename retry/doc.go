@@ -2,13 +2,26 @@
 // between attempts, limits that always hold, and budgets that keep retries
 // from turning an outage into a retry storm.
 //
+// Build a [Policy] with [New] and run the operation through [Policy.Do] (or
+// the typed [Call], or [CallIf] to retry on a result too); share one budget
+// ([NewTokenBucket] or [NewRatioBudget], set as Config.Budget) between the
+// policies that call one dependency. A pipeline, or a caller that writes its
+// own retry loop, uses the methods under For composition.
+//
+// # Which method to use
+//
+//   - [Policy.Do] and [Call] / [CallIf]: run a function with retries.
+//   - [Policy.Decide], [Policy.Sleep] and [Policy.GiveUp]: the primitives package pipeline is built on; the
+//     caller keeps the attempt count, the start time and the previous delay,
+//     and reads the start only when [Policy.NeedsTime] says it is used.
+//
 // # Algorithm
 //
 // After attempt n fails with a retryable error, the policy waits delay(n) and
 // tries again, until one of the limits stops it: Config.MaxAttempts attempts
 // in all, Config.MaxDuration since the first attempt, the context's deadline
 // (a delay that would end at or after the deadline is never slept: the policy
-// gives up at once), or a [Budget] that refuses the retry. The delay kinds
+// gives up at once), or a [rampart.Budget] that refuses the retry. The delay kinds
 // (see [Backoff]) follow the AWS "Exponential Backoff and Jitter" article;
 // all arithmetic is int64 nanoseconds that saturates instead of overflowing:
 //
@@ -100,14 +113,6 @@
 // not full). The attempt count, the last error and the backoff state live in
 // the caller's locals: a Policy holds no per-call state. Retrying allocates a
 // timer per sleep; giving up allocates the [ExhaustedError].
-//
-// # Which method to use
-//
-//   - [Policy.Do] and [Call] / [CallIf]: run a function with retries.
-//   - [Policy.Decide] (and the yes/no shorthand [Policy.Next]), [Policy.Sleep]
-//     and [Policy.GiveUp]: the primitives package pipeline is built on; the
-//     caller keeps the attempt count, the start time and the previous delay,
-//     and reads the start only when [Policy.NeedsTime] says it is used.
 //
 // # For composition
 //

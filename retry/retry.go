@@ -100,8 +100,14 @@ type Stats struct {
 	ListenerPanics uint64 // listener panics recovered
 }
 
-// Policy retries failed operations; see the package documentation. It is
-// safe for concurrent use and holds no per-call state.
+// Policy retries failed operations. Create it with [New] and run calls
+// through [Policy.Do], [Call] or [CallIf]; [Policy.Decide], [Policy.Sleep]
+// and [Policy.GiveUp] are the steps of a retry loop the caller writes
+// itself.
+//
+// The attempt count and backoff state live in the caller (see the package
+// documentation for the algorithm): a Policy holds no per-call state and is
+// safe for concurrent use.
 //
 // The zero value is not usable; build with [New]. A zero Policy has no
 // clock: the first failed attempt of Do or CallIf panics (a nil Ticker).
