@@ -207,12 +207,14 @@ func (j *job) clear() {
 //
 // Costs, on a deadline-mode Timeout with an idle worker: the context (the
 // only allocation of its own; fn runs on another goroutine and may outlive
-// the call, so it escapes, and a closure that captures variables is
-// allocated too: two in all), a pop and a push on the idle stack (a CAS
-// each), a watchdog slot, one channel send to wake the worker and one to
-// wake the caller back. See the package documentation for measured
-// figures.
+// the call, so a closure that captures variables is allocated too: two in
+// all), a pop and a push on the idle stack (a CAS each), a watchdog slot,
+// one channel send to wake the worker and one to wake the caller back. See
+// the package documentation, Allocations, for the counts of each mode.
 func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) error, onDone func()) error {
+	// fn escapes to the heap here (Go's escape analysis gives a parameter
+	// one verdict per function), which is why DoAbandon is a separate
+	// method and Do, which keeps fn on the caller's stack, never abandons.
 	if n := t.abandoned.Load(); n >= t.maxAband {
 		return t.reject(n, onDone)
 	}

@@ -1,6 +1,12 @@
 // Package timeout bounds the duration of calls, at a fraction of the cost of
 // context.WithTimeout.
 //
+// Build a [Timeout] with [New] and run each call through [Timeout.Do] (or
+// the typed [Call]) when the callee honours its context, or through
+// [Timeout.DoAbandon] ([CallAbandon]) when the caller must get its time back
+// from a callee that does not. [Timeout.Start] and [Timeout.Finish] bracket
+// a call by hand; a pipeline uses the methods under For composition.
+//
 // Go cannot pre-empt a goroutine, so a timeout is either a deadline that the
 // callee honours (it watches its context) or work that the caller abandons.
 // A [Timeout] has two modes ([Config].Mode) for the first, and two entry
@@ -37,12 +43,12 @@
 //   - [Timeout.Do] and [Call], for a callee that honours its context (a
 //     database driver, net/http, gRPC, anything that takes a
 //     context.Context and watches it): fn runs on the caller's goroutine
-//     and does not escape, so a closure that captures variables stays on
-//     the caller's stack. The call ends when fn does.
+//     and is not kept, so a closure that captures variables stays on the
+//     caller's stack. The call ends when fn does.
 //   - [Timeout.DoAbandon] and [CallAbandon], for a callee that does not (a
 //     legacy or CGo client, a blocking syscall) when the caller must get
-//     its time back at the deadline: fn may outlive the call, so fn
-//     escapes and its closure is allocated, and an abandoned call's result
+//     its time back at the deadline: fn may outlive the call, so its
+//     closure is allocated, and an abandoned call's result
 //     is lost. Release what the call holds (a bulkhead permit) in onDone,
 //     never after the call returns.
 //   - [Timeout.StartAt] and [Timeout.FinishAt], the primitives, for a caller
@@ -54,7 +60,7 @@
 //
 //	ctx, h := t.StartAt(parent, now)   // deadline = now + Duration
 //	err := fn(ctx)
-//	err = t.Finish(h, end, err)      // exactly once, on every path
+//	err = t.FinishAt(h, end, err)      // exactly once, on every path
 //
 // # Allocations
 //
@@ -67,10 +73,8 @@
 //	deadline   1    1      1              2           4
 //
 // Do, Call and StartAt/FinishAt cost the context in deadline mode and nothing
-// in soft mode: fn does not escape from Do and Call. DoAbandon hands fn to
-// another goroutine, so fn escapes (Go's escape analysis gives a parameter
-// one verdict per function) and a capturing closure is allocated next to
-// the context; a function value that captures nothing (a top-level
+// in soft mode: Do and Call do not keep fn. DoAbandon hands fn to another
+// goroutine, so a capturing closure is allocated next to the context; a function value that captures nothing (a top-level
 // function) costs nothing. CallAbandon adds a result box and the closure
 // that fills it. A soft-mode Timeout has no watchdog, so its DoAbandon
 // times the call with a runtime timer (three allocations more): build the
@@ -97,7 +101,7 @@
 // in deadline mode read the clock only at the start (a clock read costs as
 // much as the rest of the call) and classify a call as timed out when its
 // deadline fired before it returned: they agree with what the callee's
-// context said, with the watchdog's precision. FinishAt with [NotRead] as the
+// context said, with the watchdog's precision. FinishAt with [rampart.NotRead] as the
 // end reading does the same (package pipeline uses it when no other policy
 // needs the end time).
 //

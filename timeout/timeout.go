@@ -170,8 +170,14 @@ type Config struct {
 	OnRejected func(abandoned int64)
 }
 
-// Timeout bounds the duration of calls. Create it with New; it is safe for
-// concurrent use. See the package documentation for the modes.
+// Timeout bounds the duration of calls. Create it with [New] and run calls
+// through [Timeout.Do] or [Call] (the callee honours its context) or
+// [Timeout.DoAbandon] / [CallAbandon] (it may not); [Timeout.Start] and then
+// exactly one [Timeout.Finish] bracket a call by hand.
+//
+// In deadline mode a shared watchdog fires the deadlines, with no goroutine
+// or runtime timer per call; soft mode only classifies (see the package
+// documentation for the modes). A Timeout is safe for concurrent use.
 //
 // The zero value is not usable; build with New. (Its clock, watchdog and
 // errors are set there: on a zero Timeout, Do, Call and StartAt panic, and
@@ -410,7 +416,7 @@ func (t *Timeout) unwatch(c *ctx, wh watchdog.Handle) bool {
 // forever. Costs: one CAS to disarm the watch, one to cache its slot for
 // the next call and one to end the context; soft mode costs a comparison.
 //
-// now may be [NotRead] when the caller has no end reading and needs none
+// now may be [rampart.NotRead] when the caller has no end reading and needs none
 // for itself (package pipeline, when no other policy takes the end time):
 // deadline mode then classifies as [Timeout.Do] does, by the watchdog alone
 // (a timeout when the deadline fired before FinishAt: the verdict agrees with
@@ -516,7 +522,7 @@ func (t *Timeout) abort(h Handle) {
 // start and at the end and compares (exact). Use StartAt/FinishAt with your own
 // end reading for an exact classification in deadline mode.
 //
-// fn does not escape: a closure that captures variables stays on the
+// Do does not keep fn: a closure that captures variables stays on the
 // caller's stack, so Do costs what StartAt and FinishAt cost (one allocation in
 // deadline mode, the context; none in soft mode; see the package doc,
 // Allocations).
@@ -534,7 +540,7 @@ func (t *Timeout) Do(ctx context.Context, fn func(context.Context) error) error 
 }
 
 // Call is the typed form of Do (same goroutine, clock reads,
-// classification and allocations: fn does not escape): it returns fn's
+// classification and allocations: fn is not kept): it returns fn's
 // value with fn's error, or with t.Err() when the call overran (the value
 // is whatever fn returned, usually to be ignored). CallAbandon is the typed
 // form of DoAbandon.
@@ -561,8 +567,8 @@ func Call[T any](ctx context.Context, t *Timeout, fn func(context.Context) (T, e
 // deadline); the value of an abandoned call is lost: the zero T comes back
 // with the error, and the value fn returns later is dropped.
 //
-// fn escapes (it runs on another goroutine and may outlive the call): a
-// closure that captures variables is allocated, and CallAbandon adds a
+// fn runs on another goroutine and may outlive the call, so a closure that
+// captures variables is allocated, and CallAbandon adds a
 // result box and the closure that fills it to DoAbandon's allocations (see
 // the package doc, Allocations).
 func CallAbandon[T any](ctx context.Context, t *Timeout, fn func(context.Context) (T, error), onDone func()) (T, error) {
