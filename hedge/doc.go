@@ -5,12 +5,13 @@
 //
 // # Which method to use
 //
-// Create a [Hedger] with [New] and call [Hedger.Do] (or the typed [Call]) for
-// each call that may be hedged. Hedging is opt-in per call: calling Do or
+// Build a [Hedger] with [New] and call [Hedger.Do] (or the typed [Call]) for
+// each call that may be hedged; a pipeline uses the methods under For
+// composition. Hedging is opt-in per call: calling Do or
 // Call is the caller's promise that fn is idempotent (running it twice, or
 // abandoning one run half way, is harmless). A call that must not be
 // repeated goes around the Hedger, and may still feed its latency
-// percentile with [Hedger.ObserveAt]. [Hedger.DoAtHeld] and [CallAtHeld] take the
+// percentile with [Hedger.Observe]. [Hedger.DoAtHeld] and [CallAtHeld] take the
 // start time from a caller that has just read the hedger's ticker (a
 // pipeline), saving the call's clock read; [Hedger.Delay] reports the
 // current delay.
@@ -90,10 +91,10 @@
 // a context breaks the contract for callees that retain it: its Err would go
 // back to nil and its values would change); contexts are carved from slabs
 // of 128, so a call allocates 1/128 of a 4 KiB slab: 0 allocs/op and 32 B/op
-// of garbage (about 38 B/op as measured by -benchmem). A callee that calls
+// of garbage (docs/hedge.md has the benchmark). A callee that calls
 // Done on the context allocates its Done channel (and a registration on the
 // caller's context when that one can end, through the caller's own AfterFunc
-// method when it has one). A closure passed to Do or Call escapes to the heap
+// method when it has one). A closure passed to Do or Call lives on the heap
 // (hedges may run it on other goroutines): one that captures variables costs
 // the usual closure allocation; a func value that captures nothing costs
 // nothing. A hedge costs a goroutine, a context.WithCancel and the race's

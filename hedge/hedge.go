@@ -120,7 +120,13 @@ type Stats struct {
 	Samples uint64
 }
 
-// Hedger hedges idempotent calls. It is safe for concurrent use.
+// Hedger hedges idempotent calls. Create it with [New] and run each call
+// that may be repeated through [Hedger.Do] or [Call]; [Hedger.Observe] feeds
+// the latency percentile with a call that went around it.
+//
+// The first attempt runs on the caller's goroutine, and a hedge starts only
+// when a shared watchdog finds the delay passed (see the package
+// documentation for the algorithm). A Hedger is safe for concurrent use.
 //
 // The zero value is not usable; build with [New]. A zero Hedger has no
 // clock and no watchdog: its first call panics (a nil pointer). Package
