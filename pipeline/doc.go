@@ -2,6 +2,12 @@
 // pair of clock reads per attempt, no closure, interface boxing or allocation
 // per call, and every permit released exactly once on every path.
 //
+// Build the policies with their packages' New, put them in a [Config] and
+// build a [Pipeline] with [New]; run each call through [Pipeline.Do] (or the
+// typed [Call]), or [Pipeline.Try] ([TryCall]) for an [Outcome] that says
+// which policy rejected and when to come back. [Pipeline.DoHedged] and its
+// kin also hedge the call, for an idempotent fn.
+//
 // # Order
 //
 // A [Pipeline] has one field per policy kind; a nil field is absent and costs
@@ -9,7 +15,7 @@
 // which is fixed:
 //
 //	retry (and its budget)   outermost: a loop around everything below
-//	circuit breaker          AcquireAt(now) before, Record(permit, now, err) after
+//	circuit breaker          AcquireAt(now) before, ReleaseAt(permit, now, result) after
 //	rate limiter             AdmitN(now, 1): admitted or a wait hint
 //	bulkhead, adaptive limit a concurrency permit held until the call ends
 //	timeout                  a deadline context around the call
@@ -44,7 +50,7 @@
 //     released only when the call has really returned: a timeout here is a
 //     deadline the callee honours, never an abandoned goroutine that would
 //     still hold the dependency while its permit is reused. The pipeline
-//     uses the timeout's Start and Finish, which never abandon, whatever
+//     uses the timeout's StartAt and FinishAt, which never abandon, whatever
 //     the Timeout's abandon settings (MaxAbandoned, Workers, OnAbandon
 //     configure timeout.DoAbandon, which a pipeline never calls);
 //     abandoning is not available inside a pipeline. A timed-out
@@ -60,13 +66,13 @@
 //     attempt, under its permits and its deadline. Hedging applies only to
 //     [Pipeline.DoHedged], [Pipeline.TryHedged], [CallHedged] and
 //     [TryCallHedged]: calling them is the caller's promise that fn is
-//     idempotent, and they hand fn to other goroutines, which makes a
-//     closure escape to the heap; Do, Try, Call and TryCall never do, so
-//     they allocate nothing even for a closure that captures variables.
+//     idempotent, and they hand fn to other goroutines, so a closure that
+//     captures variables is allocated; Do, Try, Call and TryCall never do,
+//     so they allocate nothing even for such a closure.
 //
 // Because the order is fixed and each field has one concrete type, every
 // call site in the pipeline calls one known method: nothing is dispatched
-// through an interface and the policies' fast paths inline.
+// through an interface.
 //
 // # Time
 //
@@ -107,7 +113,8 @@
 // check, the outcome's attempt count, a few stores of the permit bits that
 // the panic guard reads, and that one deferred guard. A failed attempt, a
 // retry, a queue that may wait and the hedged entry points take the general
-// loop. The README's benchmark section has the figures.
+// loop. docs/pipeline.md and the README's benchmark section have the
+// measured figures.
 //
 // # Results
 //

@@ -114,7 +114,13 @@ type Config struct {
 }
 
 // Pipeline runs calls through a fixed sequence of policies. Build it with
-// [New]; it is immutable and safe for concurrent use.
+// [New] and run calls through [Pipeline.Do] or [Call] ([Pipeline.Try] and
+// [TryCall] return an [Outcome]; the Hedged forms also hedge).
+//
+// Each attempt reads the clock at most twice and takes every permit in the
+// package's fixed order (see the package documentation). The zero Pipeline
+// is not usable. A Pipeline is immutable after New and safe for concurrent
+// use.
 type Pipeline struct {
 	// Read-only after New, read by every call: the policies (nil = absent)
 	// and the clock flags.
@@ -325,12 +331,11 @@ func (p *Pipeline) Ticker() rampart.Ticker { return p.tick }
 // allocates nothing unless a policy does (a retry's sleep and give-up
 // error).
 //
-// Do is kept out of line on purpose: inlined, its call to the generic
-// engine would make the compiler assume that fn escapes, and a closure
-// passed to Do would then be allocated on every call.
-//
 //go:noinline
 func (p *Pipeline) Do(ctx context.Context, fn func(context.Context) error) error {
+	// Do is kept out of line on purpose: inlined, its call to the generic
+	// engine would make the compiler assume that fn escapes, and a closure
+	// passed to Do would then be allocated on every call.
 	var o Outcome
 	run[struct{}](ctx, p, nil, fn, &o)
 	return o.Err
@@ -366,7 +371,7 @@ func TryCall[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (
 // DoHedged is [Pipeline.Do] with the call hedged by Config.Hedge (plain Do
 // when the pipeline has none). Calling it is the caller's promise that fn is
 // idempotent. fn runs on other goroutines too, so a closure passed to
-// DoHedged escapes to the heap (one allocation per call for a closure that
+// DoHedged lives on the heap (one allocation per call for a closure that
 // captures variables); the hedger's own costs are in package hedge.
 //
 //go:noinline
@@ -376,11 +381,12 @@ func (p *Pipeline) DoHedged(ctx context.Context, fn func(context.Context) error)
 	return o.Err
 }
 
-// TryHedged is [Pipeline.DoHedged] returning an [Outcome]. (Both are kept
-// out of line, like Do: inlined, their Outcome would escape to the heap.)
+// TryHedged is [Pipeline.DoHedged] returning an [Outcome].
 //
 //go:noinline
 func (p *Pipeline) TryHedged(ctx context.Context, fn func(context.Context) error) Outcome {
+	// DoHedged and TryHedged are kept out of line, like Do: inlined, their
+	// Outcome would escape to the heap.
 	var o Outcome
 	runHedged[struct{}](ctx, p, nil, fn, &o)
 	return o
