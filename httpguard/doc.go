@@ -5,6 +5,12 @@
 // idempotent requests safely, honours the server's Retry-After, and can
 // hedge idempotent requests and keep a circuit breaker per host.
 //
+// On a server, build a [pipeline.Pipeline] and wrap the handler with
+// [NewHandler] (or [Middleware] for a router's middleware chain). On a
+// client, wrap the transport with [NewTransport] and set the result as an
+// http.Client's Transport. Both take their pipeline in the Config and
+// return a [*rampart.ConfigError] for an invalid configuration.
+//
 // # Server
 //
 // [NewHandler] (or [Middleware]) runs each request through a pipeline
@@ -60,4 +66,10 @@
 // it reads and closes a small retried body before the backoff and closes
 // every response body it discards, and starts no goroutine of its own
 // except the hedged attempts, which end with the call.
+//
+// # Concurrency
+//
+// The handler and the RoundTripper are safe for concurrent use, as net/http
+// requires; one of each serves every request, sharing the policies of its
+// pipeline.
 package httpguard
