@@ -3,6 +3,12 @@
 // per decision, and an optional local lease that keeps most calls off the
 // network.
 //
+// Build a [Limiter] with [New] (a go-redis client and a default [Limit] in
+// its [Config]) and ask [Limiter.Allow] with the caller's key before each
+// call; [Limiter.AllowN] takes n events, and [Limiter.AllowLimitN] applies
+// another limit to a key. The [Decision] says whether the call is admitted,
+// how long until it would be, and where the answer came from.
+//
 // It is its own module (github.com/rampart-go/rampart/ratelimit/redislimit)
 // so that the core rampart module gains no dependency on go-redis.
 //
@@ -46,6 +52,12 @@
 // cannot answer, the Failure mode decides: FailOpen admits, FailClosed
 // rejects (with ErrUnavailable), FailLocal admits through an in-process
 // limiter with this replica's share of the limit (Limit / Replicas).
+//
+// # Zero value and concurrency
+//
+// The zero Limiter is not usable: build one with New, which returns a
+// *rampart.ConfigError for an invalid Config. A Limiter is safe for
+// concurrent use; one per process serves every key.
 package redislimit
 
 import (
@@ -221,8 +233,13 @@ type Stats struct {
 	Leases, LeaseEventsIn uint64 // leases taken and events they carried
 }
 
-// Limiter decides admissions against limits kept in Redis. It is safe for
-// concurrent use.
+// Limiter decides admissions against limits kept in Redis. Create it with
+// [New] and call [Limiter.Allow] (or [Limiter.AllowN], [Limiter.AllowLimitN])
+// with the caller's key before each call.
+//
+// A decision is one Lua script on Redis, or one CAS on a local lease in
+// lease mode (see the package documentation). The zero Limiter is not
+// usable. A Limiter is safe for concurrent use.
 type Limiter struct {
 	cfg      Config
 	interval float64 // default limit's emission interval, microseconds
