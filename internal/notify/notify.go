@@ -7,9 +7,8 @@
 // structs to allocate). A listener that panics is recovered here and counted
 // in the policy's stats; the panic value is dropped.
 //
-// Call sites check for nil before calling these helpers, so the helpers (which
-// cannot inline because of the deferred recover) are paid only when a
-// listener is set.
+// Call sites check for nil before calling these helpers, so a helper (a call
+// with a deferred recover) is paid only when a listener is set.
 package notify
 
 import "sync/atomic"

@@ -7,8 +7,8 @@
 //
 // Three implementations:
 //   - Nano: time.Since of an epoch taken at construction. It costs one
-//     monotonic clock read (about as much as a linknamed runtime.nanotime,
-//     40–90 ns on a VM) and follows the fake clock of testing/synctest when
+//     monotonic clock read (about as much as a linknamed runtime.nanotime;
+//     docs/design-principles.md gives the figure) and follows the fake clock of testing/synctest when
 //     it is created inside a bubble.
 //   - Cached: a load of an atomic word that one goroutine refreshes every
 //     interval (1 ms by default); for policies whose decisions are coarse.
