@@ -60,17 +60,17 @@
 //
 //	ctx, h := t.StartAt(parent, now)   // deadline = now + Duration
 //	err := fn(ctx)
-//	err = t.FinishAt(h, end, err)      // exactly once, on every path
+//	err = t.FinishAt(h, end, err)    // exactly once, on every path
 //
 // # Allocations
 //
-// Measured per call with a closure that captures two variables (a
+// Allocations per call with a closure that captures two variables (a
 // dependency and a query), created at the call, the way callers write
-// them (TestAllocsCapturingClosure; go test -run Allocs ./timeout/):
+// them (gated by TestAllocsCapturingClosure; go test -run Allocs ./timeout/):
 //
 //	mode       Do   Call   StartAt/FinishAt   DoAbandon   CallAbandon
-//	soft       0    0      0              5           7
-//	deadline   1    1      1              2           4
+//	soft       0    0      0                  5           7
+//	deadline   1    1      1                  2           4
 //
 // Do, Call and StartAt/FinishAt cost the context in deadline mode and nothing
 // in soft mode: Do and Call do not keep fn. DoAbandon hands fn to another
