@@ -60,7 +60,7 @@
 //
 //	ctx, h := t.StartAt(parent, now)   // deadline = now + Duration
 //	err := fn(ctx)
-//	err = t.FinishAt(h, end, err)    // exactly once, on every path
+//	err = t.FinishAt(h, end, err)      // exactly once, on every path
 //
 // # Allocations
 //
