@@ -1,9 +1,9 @@
 package redislimit
 
 import (
-	"errors"
 	"time"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/circuitbreaker"
 )
 
@@ -14,10 +14,6 @@ import (
 type breaker struct {
 	cb *circuitbreaker.Breaker
 }
-
-// errRedis is what the breaker records for a failed Redis call (the cause
-// itself goes to the listener and the fallback).
-var errRedis = errors.New("redis call failed")
 
 func newBreaker(cfg Config) (*breaker, error) {
 	cb, err := circuitbreaker.New(circuitbreaker.Config{
@@ -43,14 +39,11 @@ func (b *breaker) acquire(now int64) (circuitbreaker.Permit, bool) {
 
 // record reports the Redis call's outcome.
 func (b *breaker) record(p circuitbreaker.Permit, now int64, ok bool) {
-	var err error
+	r := rampart.Success
 	if !ok {
-		err = errRedis
+		r = rampart.Failure
 	}
-	{
-		var b *circuitbreaker.Breaker = b.cb
-		b.ReleaseAt(p, now, b.Classify(err))
-	}
+	b.cb.ReleaseAt(p, now, r)
 }
 
 // remaining is how long the breaker stays open (0 when closed).

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/circuitbreaker"
 )
 
 // TestRedisStoppedMidRun runs each failure mode against a Redis server of its
@@ -317,4 +318,61 @@ func TestLeaseRefillWaitersReturnAtTimeout(t *testing.T) {
 	require.Less(t, time.Duration(slowest.Load()), 1500*time.Millisecond)
 	require.Equal(t, uint64(callers), st.Fallbacks)
 	require.Equal(t, uint64(1), st.RoundTrips) // none of the timed-out ones counts as one
+}
+
+// failOrPanicHook makes every command fail (mode 1) or panic (mode 2).
+type failOrPanicHook struct{ mode *atomic.Int32 }
+
+func (h failOrPanicHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h failOrPanicHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch h.mode.Load() {
+		case 1:
+			cmd.SetErr(errors.New("injected failure"))
+			return cmd.Err()
+		case 2:
+			panic("client hook panics")
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h failOrPanicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClientPanicInHalfOpenReleasesProbe: a panic in the client (re-raised
+// on the caller's goroutine) while the breaker in front of Redis is
+// half-open gives the probe's permit back, so once Redis is healthy the
+// breaker closes and decisions come from Redis again.
+func TestClientPanicInHalfOpenReleasesProbe(t *testing.T) {
+	c := newClient(t)
+	var mode atomic.Int32
+	c.AddHook(failOrPanicHook{&mode})
+	clock := rampart.NewManualTicker(1)
+	l, err := New(Config{Client: c, Limit: Limit{Rate: 1000, Burst: 100}, BreakerFailures: 1,
+		BreakerOpen: time.Second, Ticker: clock, Timeout: time.Second})
+	require.NoError(t, err)
+	ctx := context.Background()
+	key := uniqueKey(t)
+
+	mode.Store(1)
+	r, _ := l.Allow(ctx, key)
+	require.Equal(t, SourceFallback, r.Source)
+	require.Equal(t, circuitbreaker.Open, l.brk.cb.State())
+
+	clock.Advance(2 * time.Second) // the open period is over: the next call is the probe
+	mode.Store(2)
+	func() {
+		defer func() { require.NotNil(t, recover(), "the client's panic is re-raised") }()
+		l.Allow(ctx, key)
+	}()
+
+	mode.Store(0) // Redis is healthy again
+	for range 3 {
+		clock.Advance(2 * time.Second)
+		r, err = l.Allow(ctx, key)
+		require.NoError(t, err)
+	}
+	require.Equal(t, SourceRedis, r.Source, "breaker state %v, stats %+v: the panicking probe's permit was not released",
+		l.brk.cb.State(), l.brk.cb.Stats())
 }

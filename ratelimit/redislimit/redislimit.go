@@ -391,7 +391,17 @@ func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need in
 	parent := ctx
 	ctx, cancel := context.WithTimeoutCause(ctx, l.cfg.Timeout, l.errTimeout)
 	defer cancel()
+	// A panic in the client (a hook, say), re-raised here by roundTrip,
+	// must still give the breaker's permit back: in half-open it is the one
+	// probe, and a lost probe would keep the breaker half-open for good.
+	returned := false
+	defer func() {
+		if !returned {
+			l.brk.record(permit, l.cfg.Ticker.Now(), false)
+		}
+	}()
 	vals, err := l.roundTrip(ctx, full, iv, burst, want, need)
+	returned = true
 	if err == nil && len(vals) != 3 {
 		err = fmt.Errorf("redislimit: script returned %d values", len(vals))
 	}
