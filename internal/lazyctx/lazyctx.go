@@ -37,10 +37,13 @@
 //   - AfterFunc(f) is the hook the context package looks for on a custom
 //     parent: children made by context.WithCancel, WithTimeout, WithDeadline
 //     and context.AfterFunc register through it, so they cost no goroutine.
-//     f runs synchronously on the goroutine that ends the context (the
-//     owner's Cancel, the parent's canceller), or, when the context had
-//     already ended, on a goroutine of its own (the caller may hold locks f
-//     needs). stop unregisters f and reports whether it did so before f was
+//     f runs synchronously on the goroutine that ends the context: the
+//     owner's Cancel, or, when the parent ended it, the goroutine on which
+//     the parent's own AfterFunc callback runs (the parent's canceller when
+//     the parent is itself a Ctx; a goroutine of the context package's for
+//     a standard-library parent, one hop later). When the context had
+//     already ended, f runs on a goroutine of its own (the caller may hold
+//     locks f needs). stop unregisters f and reports whether it did so before f was
 //     called.
 //   - The parent is watched only once Done or AfterFunc is used: through
 //     the parent's own AfterFunc method when it has one (a
