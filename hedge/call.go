@@ -75,33 +75,32 @@ type call struct {
 
 // racer is what a call needs from its typed race.
 type racer interface {
-	// hedge starts hedge number i at now (budget already granted).
-	hedge(i int, now int64)
+	// fire asks the budget for hedge number i at now and starts it, unless
+	// the race is already decided.
+	fire(i int, now int64)
 	// abort ends the race without a result (the first attempt panicked).
 	abort()
 }
 
 // Fire is the call's hedge trigger, run on the watchdog goroutine when the
-// delay passed. It checks the budget, builds the race, publishes it with a
-// CAS (losing to the caller's fast path means the call just finished) and
-// starts hedge 1.
+// delay passed. It builds the race and publishes it with a CAS (losing to
+// the caller's fast path means the call just finished: the budget is not
+// asked), then asks the budget for hedge 1 under the race's decision check
+// (race.fire). A refusal leaves a race with the first attempt alone and no
+// next trigger: the first attempt decides it.
 func (c *call) Fire(uint64) {
 	if c.st.Load() != stRunning {
 		return
 	}
 	h := c.h
 	now := h.ticker.Now()
-	if h.budget != nil && !h.budget.AllowRetry(now) {
-		h.refused.Add(1)
-		h.notifyRefused(1)
-		return
-	}
 	r := c.maker.make(c)
 	c.race = r
 	if !c.st.CompareAndSwap(stRunning, stFired) {
 		return
 	}
-	r.hedge(1, now)
+	// The caller may reuse c from here (joinRace): only r from now on.
+	r.fire(1, now)
 }
 
 // --- the first attempt's context ---
@@ -192,35 +191,38 @@ func (r *race[T]) endedLocked() {
 
 // Fire is the trigger of hedges 2..MaxHedges (and of hedge 1 with
 // AsyncFirst), run on the watchdog goroutine.
-func (r *race[T]) Fire(arg uint64) {
-	i := int(arg)
-	r.mu.Lock()
-	decided := r.decided
-	r.mu.Unlock()
-	if decided {
-		return
-	}
-	now := r.h.ticker.Now()
-	if r.h.budget != nil && !r.h.budget.AllowRetry(now) {
-		r.h.refused.Add(1)
-		r.h.notifyRefused(i)
-		return
-	}
-	r.hedge(i, now)
-}
+func (r *race[T]) Fire(arg uint64) { r.fire(int(arg), r.h.ticker.Now()) }
 
-// hedge starts hedge i on a new goroutine with its own context, and arms
-// the next hedge's trigger.
-func (r *race[T]) hedge(i int, now int64) {
+// fire asks the budget for hedge i and starts it on a new goroutine with
+// its own context, arming the next hedge's trigger. The budget is asked
+// under r.mu, while the race is undecided: an attempt that ends meanwhile
+// reports after the answer, so a grant always starts its hedge and a
+// decided race asks nothing. (A hedge whose race is decided before its
+// goroutine runs still skips fn: see Stats.Hedges.)
+func (r *race[T]) fire(i int, now int64) {
+	h := r.h
 	r.mu.Lock()
+	locked := true
+	defer func() {
+		if locked { // a decided race, or a Budget panic (the watchdog recovers it)
+			r.mu.Unlock()
+		}
+	}()
 	if r.decided {
+		return
+	}
+	if h.budget != nil && !h.budget.AllowRetry(now) {
+		h.refused.Add(1)
+		locked = false
 		r.mu.Unlock()
+		h.notifyRefused(i)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.parent)
 	r.cancels[i] = cancel
 	r.running++
 	r.armLocked(i+1, now)
+	locked = false
 	r.mu.Unlock()
 	go r.run(i, ctx)
 }

@@ -77,7 +77,9 @@
 // overload: the hedger calls OnRequest once per call, AllowRetry before each
 // hedge (a refusal is counted in [Stats].BudgetRefused and the call goes on
 // with the attempts it has), OnSuccess after a successful attempt and
-// OnFailure after an attempt that failed with a non-fatal error.
+// OnFailure after an attempt that failed with a non-fatal error. AllowRetry
+// is asked only while the race is undecided, and an attempt that returns
+// while it runs waits for its answer: a grant always starts its hedge.
 //
 // # Cost
 //

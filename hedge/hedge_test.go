@@ -921,3 +921,76 @@ func TestDoneContextRunsNothing(t *testing.T) {
 		}
 	}
 }
+
+// stallBudget grants every hedge, but its first AllowRetry waits until
+// release is closed.
+type stallBudget struct {
+	entered, release chan struct{}
+	once             sync.Once
+	granted          atomic.Int64
+	first            atomic.Bool
+}
+
+func (b *stallBudget) OnRequest(int64) {}
+func (b *stallBudget) OnSuccess(int64) {}
+func (b *stallBudget) OnFailure(int64) { b.unstall() }
+func (b *stallBudget) AllowRetry(int64) bool {
+	if b.first.CompareAndSwap(false, true) {
+		close(b.entered)
+		<-b.release
+	}
+	b.granted.Add(1)
+	return true
+}
+func (b *stallBudget) unstall() { b.once.Do(func() { close(b.release) }) }
+
+// hookTicker is a ManualTicker whose reads, once armed, release the
+// stallBudget.
+type hookTicker struct {
+	*rampart.ManualTicker
+	armed atomic.Bool
+	b     *stallBudget
+}
+
+func (t *hookTicker) Now() int64 {
+	if t.armed.Load() {
+		t.b.unstall()
+	}
+	return t.ManualTicker.Now()
+}
+
+// TestBudgetGrantStartsHedge: the budget is asked for a hedge only while
+// the race is undecided, and a grant always starts the hedge. Here the
+// first attempt fails (non-fatally) while the trigger is inside
+// AllowRetry: the first attempt's outcome waits for the budget's answer,
+// the granted hedge runs and wins, and the budget counted exactly the
+// hedges that ran (it is never charged for a hedge that does not start).
+func TestBudgetGrantStartsHedge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &stallBudget{entered: make(chan struct{}), release: make(chan struct{})}
+		tk := &hookTicker{ManualTicker: rampart.NewManualTicker(1), b: b}
+		h, err := New(Config{Delay: 10 * time.Millisecond, Ticker: tk, Tick: time.Millisecond, Budget: b,
+			Fatal: func(error) bool { return false }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		var calls atomic.Int64
+		err = h.Do(context.Background(), func(ctx context.Context) error {
+			if calls.Add(1) > 1 {
+				return nil // the hedge
+			}
+			tk.Advance(20 * time.Millisecond)
+			<-b.entered // the trigger fired and is inside AllowRetry
+			// The budget is released by the caller's next clock read or
+			// budget report, once this attempt has returned.
+			tk.armed.Store(true)
+			return errDown
+		})
+		synctest.Wait()
+		g, st := b.granted.Load(), h.Stats()
+		if g != int64(st.Hedges) || err != nil || calls.Load() != 2 {
+			t.Fatalf("the budget granted %d hedges, %d started (%d calls of fn); Do returned %v", g, st.Hedges, calls.Load(), err)
+		}
+	})
+}
