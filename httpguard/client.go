@@ -42,10 +42,13 @@ func (e *StatusError) RetryAfter() time.Duration { return e.retryAfter }
 
 // ErrAttemptTimeout matches, through errors.Is, the error of an attempt
 // that ran past [ClientConfig.AttemptTimeout] while the caller's context
-// was still live. It does not match context.DeadlineExceeded, which package
-// retry's default classifier never retries: a per-attempt timeout is
-// retried like a 503 (an idempotent request only), as in every HTTP
-// resilience client. The error's Timeout method reports true, so
+// was still live. It does not match context.DeadlineExceeded, so that it
+// is never taken for the caller's own deadline (which is returned as it is
+// and never retried) and a ShouldRetry can tell the two apart: package
+// retry's default classifier retries it, as it retries every error but a
+// Permanent one while the caller's context is live, so a per-attempt
+// timeout is retried like a 503 (a retryable request only), as in every
+// HTTP resilience client. The error's Timeout method reports true, so
 // url.Error.Timeout and net.Error checks see a timeout.
 var ErrAttemptTimeout = errors.New("httpguard: attempt timed out (ClientConfig.AttemptTimeout)")
 
@@ -86,16 +89,30 @@ type ClientConfig struct {
 	// requests; the others go through a copy of the pipeline without them.
 	// A deadline-mode timeout is refused: it would cancel the response body
 	// when RoundTrip returns; use AttemptTimeout.
+	//
+	// The response returned when the retry gives up is as from a plain
+	// transport: RoundTrip returns at its headers, its body unread. The body
+	// of a retryable status is read (up to 4 KiB, kept for reading) and
+	// closed inside the attempt, so that its connection is not held during
+	// the backoff, only when the retry is certain to follow: attempts
+	// remain, the retry's ShouldRetry accepts the error, the caller's
+	// context is live, the retry has no budget and no MaxDuration, and a
+	// context deadline leaves room for the Retry-After (with a deadline and
+	// no Retry-After, the backoff is unknown: not read). Otherwise it is
+	// drained and closed when the next attempt starts. The one limit the
+	// transport cannot see is the retry's MaxDelay: the body of a response
+	// whose Retry-After exceeds it is read before the retry gives up, and
+	// that response is returned readable in full.
 	Pipeline *pipeline.Pipeline
 
 	// AttemptTimeout bounds each attempt, from sending the request to
 	// closing the response body (like http.Client.Timeout, per attempt). 0
 	// means none. An attempt whose response headers did not come in time
 	// fails with an error matching [ErrAttemptTimeout] (not
-	// context.DeadlineExceeded, which package retry's default classifier
-	// does not retry): the pipeline's retry retries it for a retryable
-	// request, its breaker records a failure, and its adaptive limit a
-	// drop (as for context.DeadlineExceeded) unless
+	// context.DeadlineExceeded, which names the caller's deadline): the
+	// pipeline's retry retries it for a retryable request (its default
+	// classifier does), its breaker records a failure, and its adaptive
+	// limit a drop (as for context.DeadlineExceeded) unless
 	// pipeline.Config.AdaptiveClassify decides. A deadline that passes
 	// while the caller reads the body fails that read, as with
 	// http.Client.Timeout. The caller's own deadline or cancellation is
@@ -160,8 +177,8 @@ type transport struct {
 // retryable requests that must not be hedged, once for the others.
 type route struct {
 	full, retry, once *pipeline.Pipeline
-	hedged            bool // full has a hedger
-	retries           bool // retry has a retry policy
+	hedged            bool          // full has a hedger
+	rp                *retry.Policy // retry's retry policy, nil when none
 }
 
 // NewTransport returns a RoundTripper that sends requests through
@@ -236,7 +253,7 @@ func newRoute(cfg pipeline.Config) (route, error) {
 		return route{}, err
 	}
 	r.hedged = cfg.Hedge != nil
-	r.retries = cfg.Retry != nil
+	r.rp = cfg.Retry
 	cfg.Hedge, cfg.Idempotent = nil, false
 	if r.retry, err = pipeline.New(cfg); err != nil {
 		return route{}, err
@@ -389,7 +406,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case r.hedged && idempotent(req):
 		resp, o = pipeline.TryCallHedged(req.Context(), r.full, c.attempt)
 	default:
-		c.sequential, c.mayRetry = true, r.retries
+		c.sequential, c.rp = true, r.rp
 		resp, o = pipeline.TryCall(req.Context(), r.retry, c.attempt)
 	}
 	if o.Code != pipeline.OK {
@@ -412,8 +429,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 type clientCall struct {
 	t          *transport
 	req        *http.Request
-	sequential bool // attempts never overlap (no hedging)
-	mayRetry   bool // sequential, and a retry may follow a failed attempt
+	sequential bool          // attempts never overlap (no hedging)
+	rp         *retry.Policy // sequential, and this policy may retry a failed attempt; else nil
+	n          int           // sequential attempts started
 
 	mu       sync.Mutex
 	bodyUsed bool             // the original body was handed to an attempt
@@ -425,6 +443,7 @@ type clientCall struct {
 // concurrently.
 func (c *clientCall) attempt(ctx context.Context) (*http.Response, error) {
 	if c.sequential {
+		c.n++
 		c.discard() // the previous attempt's response is not returned: close it
 	}
 	r := c.req.WithContext(ctx) // a shallow copy: attempts never share one
@@ -469,14 +488,43 @@ func (c *clientCall) attempt(ctx context.Context) (*http.Response, error) {
 	status := resp.StatusCode
 	switch {
 	case c.t.retryStatus(status):
-		if c.mayRetry {
+		se := &StatusError{StatusCode: status, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), resp: resp}
+		if c.rp != nil && c.retryFollows(ctx, se) {
 			releaseBody(resp)
 		}
-		return resp, &StatusError{StatusCode: status, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), resp: resp}
+		return resp, se
 	case c.t.isFailure(status):
 		return resp, retry.Permanent(&StatusError{StatusCode: status, retryAfter: -1, resp: resp})
 	}
 	return resp, nil
+}
+
+// retryFollows reports whether the retry policy is certain to retry se,
+// the status error of attempt c.n, so that its body may be released before
+// the backoff (see releaseBody). The policy decides only after the attempt
+// returns, and the response it does not retry is returned to the caller
+// as from a plain transport, headers in and body untouched: reading that
+// body here would keep RoundTrip waiting for it (a streamed 429, a 503
+// whose body comes slowly). So it answers true only when no limit the
+// transport cannot see ahead of the decision can stop the retry: attempts
+// remain, the policy retries the error, the caller's context is live,
+// there is no budget (which may refuse) and no MaxDuration (NeedsTime),
+// and a context deadline leaves room for the Retry-After hint (the backoff
+// delay, drawn at the decision, is not known before: with a deadline and
+// no hint, no). The one limit it cannot see is MaxDelay, which a hint
+// longer than it exceeds: such a response is released and then returned
+// (readable in full). Retry path only; ShouldRetry is called once more,
+// as the retry's contract allows.
+func (c *clientCall) retryFollows(ctx context.Context, se *StatusError) bool {
+	rp := c.rp
+	if c.n >= rp.MaxAttempts() || ctx.Err() != nil || rp.Budget() != nil || rp.NeedsTime() || !rp.Retryable(se) {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	if !ok {
+		return true
+	}
+	return se.retryAfter >= 0 && se.retryAfter < time.Until(d)
 }
 
 // track records resp for closing unless it is returned; it closes resp and
@@ -551,14 +599,14 @@ func drainClose(body io.ReadCloser) {
 	_ = body.Close()
 }
 
-// releaseBody reads the body of a response about to be retried into
-// memory when it is no longer than drainLimit, and closes it: the
-// connection goes back to the pool before the retry's backoff (a
-// Retry-After may be seconds), not when the next attempt starts. The
-// response stays readable, since it is returned when the retries give up.
-// A longer body stays open (what was read comes first) and is drained and
-// closed when the next attempt starts or the call ends. Retry path only:
-// it allocates the copy.
+// releaseBody reads the body of a response that will be retried
+// (retryFollows) into memory when it is no longer than drainLimit, and
+// closes it: the connection goes back to the pool before the retry's
+// backoff (a Retry-After may be seconds), not when the next attempt
+// starts. The response stays readable, in case it is returned after all
+// (a Retry-After above the retry's MaxDelay). A longer body stays open
+// (what was read comes first) and is drained and closed when the next
+// attempt starts or the call ends. Retry path only: it allocates the copy.
 func releaseBody(resp *http.Response) {
 	orig := resp.Body
 	if orig == nil || orig == http.NoBody {

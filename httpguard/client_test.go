@@ -441,8 +441,9 @@ func slowFirst(n int32, hits *atomic.Int32) http.RoundTripper {
 }
 
 // An attempt that runs past AttemptTimeout is retried for an idempotent
-// request (it no longer matches context.DeadlineExceeded, which the
-// retry's default classifier never retries); the give-up error matches
+// request (its error matches ErrAttemptTimeout, not
+// context.DeadlineExceeded, which names the caller's deadline); the
+// give-up error matches
 // ErrAttemptTimeout and reads as a timeout; a non-idempotent request is
 // sent once; the caller's own deadline is returned as it is, not retried.
 func TestClientRetriesAttemptTimeout(t *testing.T) {
@@ -532,6 +533,94 @@ func TestClientClosesRetriedResponseBeforeBackoff(t *testing.T) {
 			want = []int{1, 1} // too long to keep in memory: drained when the next attempt starts
 		}
 		require.Equal(t, want, openAtRetry, "size %d: bodies open when the retry's backoff starts", size)
+	}
+}
+
+// slowBody is a response body whose bytes come only once release is closed
+// (a server that sends a 503's headers, then its body slowly, or a
+// streaming 429); it counts its closes.
+type slowBody struct {
+	release chan struct{}
+	closes  atomic.Int32
+	sent    bool
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	<-b.release
+	if b.sent {
+		return 0, io.EOF
+	}
+	b.sent = true
+	return copy(p, "busy"), nil
+}
+
+func (b *slowBody) Close() error { b.closes.Add(1); return nil }
+
+// The response of a retryable status that no retry follows (the last
+// attempt, a status the retry's ShouldRetry refuses) is returned as from a
+// plain transport: RoundTrip returns at its headers without reading its
+// body, which is the base transport's own, untouched, readable in full and
+// closed once, by the caller; the retried responses before it are closed.
+func TestClientUnretriedResponseReturnedAtHeaders(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		attempts int
+		refuse   bool // ShouldRetry refuses every error
+		want     int32
+	}{
+		{"only attempt", 1, false, 1},
+		{"last of three", 3, false, 3},
+		{"not retryable", 3, true, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				slow := &slowBody{release: make(chan struct{})}
+				var attempts atomic.Int32
+				bt := &bodyTracker{base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+					n := attempts.Add(1)
+					if !c.refuse && int(n) < c.attempts {
+						resp := memResponse(503, "retried")
+						resp.Header.Set("Retry-After", "0")
+						return resp, nil
+					}
+					return &http.Response{StatusCode: 503, Header: http.Header{}, Body: slow, Request: r}, nil
+				})}
+				rp, err := retry.New(retry.Config{MaxAttempts: c.attempts, Backoff: retry.Constant, BaseDelay: time.Microsecond,
+					ShouldRetry: func(error) bool { return !c.refuse }})
+				require.NoError(t, err)
+				rt, err := httpguard.NewTransport(httpguard.ClientConfig{Base: bt, Pipeline: mustPipeline(t, pipeline.Config{Retry: rp})})
+				require.NoError(t, err)
+				done := make(chan *http.Response, 1)
+				go func() {
+					resp, err := rt.RoundTrip(httptest.NewRequest(http.MethodGet, "http://x/", nil))
+					if err != nil {
+						resp = nil
+					}
+					done <- resp
+				}()
+				synctest.Wait()
+				var resp *http.Response
+				select {
+				case resp = <-done:
+				default:
+					close(slow.release)
+					<-done
+					t.Fatalf("RoundTrip did not return at the headers of its last response (attempts %d)", attempts.Load())
+				}
+				require.NotNil(t, resp)
+				require.Equal(t, 503, resp.StatusCode)
+				require.Equal(t, c.want, attempts.Load())
+				require.Equal(t, 1, bt.open(), "only the returned response is open")
+				require.Zero(t, slow.closes.Load(), "the returned body is not closed by the transport")
+				close(slow.release)
+				got, err := io.ReadAll(resp.Body)
+				require.NoError(t, err)
+				require.Equal(t, "busy", string(got))
+				require.NoError(t, resp.Body.Close())
+				require.Zero(t, bt.open())
+				require.EqualValues(t, 1, slow.closes.Load(), "closed once")
+			})
+		})
 	}
 }
 

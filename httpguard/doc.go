@@ -62,10 +62,12 @@
 // Request.GetBody; any other request is sent once unless
 // [ClientConfig.RetryNonIdempotent] says otherwise. It waits at least the
 // server's Retry-After (seconds or HTTP-date) before a retry and gives up
-// when that ends past the context's deadline, returning the last response;
-// it reads and closes a small retried body before the backoff and closes
-// every response body it discards, and starts no goroutine of its own
-// except the hedged attempts, which end with the call.
+// when that ends past the context's deadline, returning the last response
+// as from a plain transport (at its headers, its body untouched); when the
+// retry is certain to follow (see [ClientConfig.Pipeline]), it reads and
+// closes a small retried body before the backoff, and it closes every
+// response body it discards, and starts no goroutine of its own except the
+// hedged attempts, which end with the call.
 //
 // # Concurrency
 //
