@@ -294,8 +294,9 @@ func (r *Reservation) Cancel() bool {
 // ReserveN commits n permits at the earliest time they are available and
 // returns the reservation, provided that time is at most maxWait after now.
 // If it is later, nothing is committed (read-only, as for AdmitN) and
-// the limiter's rejection error is returned; for n < 1 or n > the burst,
-// [ErrInvalidN]. The caller must wait r.Delay() before acting, or CancelAt.
+// the limiter's rejection error is returned, so a negative maxWait is
+// always refused; for n < 1 or n > the burst, [ErrInvalidN]. The caller
+// must wait r.Delay() before acting, or CancelAt.
 func (l *Limiter) ReserveN(now int64, n int, maxWait time.Duration) (Reservation, error) {
 	for {
 		s := l.st.Load()
@@ -311,12 +312,14 @@ func (l *Limiter) ReserveN(now int64, n int, maxWait time.Duration) (Reservation
 		inc := int64(n) * s.k
 		next := max(tat, ph) + inc // the new phase of an idle limiter, as in AdmitN
 		var wait int64
-		if d := tat + inc - u - s.tau; d > 0 { // then tat > u, so next = tat + inc
+		d := tat + inc - u - s.tau
+		if d > 0 { // then tat > u, so next = tat + inc
 			wait = s.waitFor(now, next)
-			if wait == never || wait > int64(maxWait) || d > maxReserve {
-				l.reject(n, wait)
-				return Reservation{}, l.rejected
-			}
+		}
+		// wait ≥ 0, so a negative maxWait (WaitN past its deadline) is refused
+		if wait > int64(maxWait) || wait == never || d > maxReserve {
+			l.reject(n, wait)
+			return Reservation{}, l.rejected
 		}
 		if s.tat.CompareAndSwap(tat, next) {
 			if l.countStats {
@@ -394,8 +397,9 @@ func Call[T any](ctx context.Context, l *Limiter, fn func(context.Context) (T, e
 	return fn(ctx)
 }
 
-// TokensAt returns the number of permits available at time now (negative when
-// reservations have committed permits ahead of time).
+// TokensAt returns the number of permits available at time now: at most the
+// burst, and negative only when reservations have committed permits ahead
+// of time (or now is older than the readings of the admissions made).
 func (l *Limiter) TokensAt(now int64) float64 {
 	var s *state
 	var tat int64
@@ -407,7 +411,15 @@ func (l *Limiter) TokensAt(now int64) float64 {
 		runtime.Gosched() // SetRate is publishing the next state
 	}
 	u := s.units(now)
-	return float64(s.tau-(max(tat, u)-u)) / float64(s.k)
+	v := s.tau - (max(tat, u) - u)
+	if v == -1 && !s.unitIsNs {
+		// A phase that rounded up (see params) puts the TAT one unit
+		// above the exact one: a full burst taken at that reading leaves
+		// one unit short, no debt. (A reservation only one unit, under
+		// 1 ns, ahead reads 0 too; whole-ns intervals never round.)
+		v = 0
+	}
+	return float64(v) / float64(s.k)
 }
 
 // Tokens is TokensAt at a reading of the limiter's Ticker.
@@ -438,16 +450,27 @@ func (l *Limiter) Stats() Stats {
 	}
 }
 
-// SetRate is SetRateAt at a reading of the limiter's Ticker.
-func (l *Limiter) SetRate(rate float64) error { return l.SetRateAt(l.tk.Now(), rate) }
+// SetRate is SetRateAt at a reading of the limiter's Ticker, taken under
+// the setters' lock so that racing setters apply their readings in order.
+func (l *Limiter) SetRate(rate float64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.setRate(l.tk.Now(), rate)
+}
 
 // SetRateAt changes the rate at time now to rate admissions per second,
 // keeping the burst and the permits available at now (capped at the
 // burst). Reservations made before keep their times but can no longer be
-// cancelled.
+// cancelled. A now older than the readings of admissions already made
+// creates no credit: the new state has none before the old one would.
 func (l *Limiter) SetRateAt(now int64, rate float64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.setRate(now, rate)
+}
+
+// setRate is SetRateAt under l.mu.
+func (l *Limiter) setRate(now int64, rate float64) error {
 	old := l.st.Load()
 	p, err := rateParams(rate, old.burst, "Rate")
 	if err != nil {
@@ -457,17 +480,26 @@ func (l *Limiter) SetRateAt(now int64, rate float64) error {
 	return nil
 }
 
-// SetLimit is SetLimitAt at a reading of the limiter's Ticker.
+// SetLimit is SetLimitAt at a reading of the limiter's Ticker, taken
+// under the setters' lock (as for SetRate).
 func (l *Limiter) SetLimit(limit int, period time.Duration) error {
-	return l.SetLimitAt(l.tk.Now(), limit, period)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.setLimit(l.tk.Now(), limit, period)
 }
 
 // SetLimitAt changes the rate at time now to limit admissions per period
 // (exact), keeping the burst and the permits available at now (capped at
-// the burst).
+// the burst). A now older than the readings of admissions already made
+// creates no credit, as for SetRateAt.
 func (l *Limiter) SetLimitAt(now int64, limit int, period time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.setLimit(now, limit, period)
+}
+
+// setLimit is SetLimitAt under l.mu.
+func (l *Limiter) setLimit(now int64, limit int, period time.Duration) error {
 	old := l.st.Load()
 	c := Config{Limit: limit, Period: period, Burst: int(old.burst)}
 	p, err := c.build()
@@ -478,16 +510,27 @@ func (l *Limiter) SetLimitAt(now int64, limit int, period time.Duration) error {
 	return nil
 }
 
-// SetBurst is SetBurstAt at a reading of the limiter's Ticker.
-func (l *Limiter) SetBurst(burst int) error { return l.SetBurstAt(l.tk.Now(), burst) }
+// SetBurst is SetBurstAt at a reading of the limiter's Ticker, taken
+// under the setters' lock (as for SetRate).
+func (l *Limiter) SetBurst(burst int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.setBurst(l.tk.Now(), burst)
+}
 
 // SetBurstAt changes the burst at time now, keeping the rate and the
 // permits available at now capped at the new burst: lowering the burst
 // never lets the old, larger credit through, and raising it adds no credit
-// at once (it fills at the rate).
+// at once (it fills at the rate). A now older than the readings of
+// admissions already made creates no credit, as for SetRateAt.
 func (l *Limiter) SetBurstAt(now int64, burst int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.setBurst(now, burst)
+}
+
+// setBurst is SetBurstAt under l.mu.
+func (l *Limiter) setBurst(now int64, burst int) error {
 	old := l.st.Load()
 	if burst < 1 {
 		return rampart.NewConfigError("ratelimit", "Burst", "must be at least 1, got %d", burst)
@@ -503,6 +546,16 @@ func (l *Limiter) SetBurstAt(now int64, burst int) error {
 // replace retires old and publishes a state with parameters p holding the
 // same number of available permits (capped at the new burst). Slow path,
 // under l.mu; callers spinning on the retired word wait for the Store.
+//
+// A debt at now (TAT − tau above now) is either permits committed ahead or
+// a now older than the readings of the admissions that made it (a stale
+// SetRateAt, or an admission with a later reading landing between a
+// shorthand's clock read and the Swap): the two look the same. The
+// old state is back to 0 permits at its zero point z = earliest(TAT − tau)
+// whatever now is, and the new state must not have credit before that, so
+// its TAT is at least phase(z) + its tau: refilling the converted debt
+// from a stale now at a faster rate would hand out permits the old state
+// never had (a bucket drained at 100 s, SetRateAt(0, 10×): full at 100 s).
 func (l *Limiter) replace(old *state, p params, now int64) {
 	p.origin = old.origin        // readings keep their meaning
 	tat := old.tat.Swap(retired) // from here no admission can use old
@@ -525,7 +578,12 @@ func (l *Limiter) replace(old *state, p params, now int64) {
 	un, ph := p.unitsPhase(now)
 	s := &state{params: p}
 	if availNew < p.tau {
-		s.tat.Store(ph + p.tau - availNew) // a phase set by now: see params
+		nt := ph + p.tau - availNew // a phase set by now: see params
+		if tat-old.tau > uo {       // a debt at now: no credit before the old state's zero point
+			_, zp := p.unitsPhase(old.earliest(tat - old.tau))
+			nt = max(nt, zp+p.tau)
+		}
+		s.tat.Store(nt)
 	} else {
 		s.tat.Store(un) // a full bucket at now and later
 	}

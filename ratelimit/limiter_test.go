@@ -745,6 +745,74 @@ func TestAdmissionBoundUnderSetRate(t *testing.T) {
 	require.Positive(t, admitted.Load())
 }
 
+// TestSetRateAtStaleNowCreatesNoCredit: a SetRateAt whose now is older than
+// the readings admissions used (a SetRate caller preempted after its clock
+// read, two racing SetRate calls) converts a debt that exists only at that
+// stale now. The new state must not refill it from the stale reading: a
+// bucket drained at 100 s and switched to a faster rate with now = 0 has no
+// credit before the instant the old state would have had (100 s), so at
+// 100 s it admits at most the one permit of rounding of the bound.
+func TestSetRateAtStaleNowCreatesNoCredit(t *testing.T) {
+	const s = int64(time.Second)
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		set  func(l *Limiter, now int64) error
+	}{
+		{"rate", Config{Rate: 1, Burst: 10}, func(l *Limiter, now int64) error { return l.SetRateAt(now, 10) }},
+		{"rate/non-whole-ns", Config{Rate: 3, Burst: 10}, func(l *Limiter, now int64) error { return l.SetRateAt(now, 30) }},
+		{"limit", Config{Rate: 1, Burst: 10}, func(l *Limiter, now int64) error { return l.SetLimitAt(now, 10, time.Second) }},
+		{"burst", Config{Rate: 1, Burst: 10}, func(l *Limiter, now int64) error { return l.SetBurstAt(now, 20) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := mustNew(t, c.cfg)
+			ta := 100 * s // the bucket (full) is drained at ta
+			require.True(t, l.AllowN(ta, 10), "full bucket refused its burst")
+			require.False(t, l.AllowN(ta, 1), "drained bucket admitted")
+			require.NoError(t, c.set(l, 0)) // the stale caller, now = 0, gets the lock
+			got := countTrue(100, func() bool { return l.AllowN(ta, 1) })
+			require.LessOrEqual(t, got, 1, "permits at 100 s after draining there and a change at now = 0 (tokens %v)", l.TokensAt(ta))
+			require.LessOrEqual(t, l.TokensAt(ta), 1.0)
+		})
+	}
+}
+
+// TestTokensAtNotNegativeWithoutReservation: TokensAt is negative only when
+// reservations have committed permits ahead. A full burst taken at a
+// reading whose phase rounds up (an interval that is not a whole number of
+// ns: the TAT is put on the next unit) leaves 0 permits, not −1/k; the
+// limiter still admits nothing more at that reading.
+func TestTokensAtNotNegativeWithoutReservation(t *testing.T) {
+	l := mustNew(t, Config{Rate: 3, Burst: 3})
+	now := int64(250 * time.Millisecond) // frac(now·c) = 0.5 ≥ k/num: the phase rounds up
+	require.True(t, l.AllowN(now, 3), "a full bucket refused its burst")
+	require.GreaterOrEqual(t, l.TokensAt(now), 0.0, "TokensAt after taking the full burst, no reservation")
+	require.False(t, l.AllowN(now, 1))
+	// A reservation committed ahead still shows as a debt.
+	_, err := l.ReserveN(now, 1, time.Hour)
+	require.NoError(t, err)
+	require.Less(t, l.TokensAt(now), -0.9)
+}
+
+// TestReserveNNegativeMaxWaitRejects: ReserveN commits only when the
+// permits' time is at most maxWait after now. A negative maxWait (WaitN
+// passes time.Until of a deadline that passed after its ctx.Err check) is
+// refused with the rejection error, nothing committed, even when the
+// permits are available at once.
+func TestReserveNNegativeMaxWaitRejects(t *testing.T) {
+	l := mustNew(t, Config{Rate: 10, Burst: 1})
+	r, err := l.ReserveN(0, 1, -time.Second)
+	require.ErrorIs(t, err, ErrLimited, "ReserveN with maxWait -1s committed a reservation at delay %v", r.Delay())
+	require.False(t, r.OK())
+	require.True(t, l.AllowN(0, 1), "the refused reservation took the permit")
+	_, err = l.ReserveN(0, 1, -1) // also when the permit would come later
+	require.ErrorIs(t, err, ErrLimited)
+	_, err = l.ReserveN(0, 1, 0)
+	require.ErrorIs(t, err, ErrLimited)
+	_, err = l.ReserveN(0, 1, 100*time.Millisecond)
+	require.NoError(t, err)
+}
+
 // TestNegativeOrigin: a clock whose readings are negative (a legal
 // arbitrary epoch: rampart.NewManualTicker(-20s), or a user Ticker
 // measured from a later instant) refills the bucket: the limiter takes its
