@@ -105,7 +105,8 @@ type Breaker struct {
 	// Hot words, each alone on its cache line.
 	state      pad.Uint64 // the state word (layout above); loaded by every call
 	consec     pad.Int64  // Consecutive mode: failures in a row
-	openUntil  pad.Int64  // end of the open period; in HalfOpen, the start of the half-open period
+	openUntil  pad.Int64  // end of the open period
+	probeAt    pad.Int64  // HalfOpen only: when the newest probe was admitted (MaxHalfOpenDuration counts from it)
 	rejections pad.Uint64 // rejected calls since New
 	failures   pad.Uint64 // failures recorded in the current generation since New
 	slowCalls  pad.Uint64 // slow calls recorded since New
@@ -141,7 +142,6 @@ type Breaker struct {
 	errHalfOpen *rampart.RejectedError
 	mode        Mode
 	fast        uint8 // fastCount, fastConsec: the closed success path needs no evaluation
-	healthyOK   bool  // fast == fastCount and no Classify: ReleaseAt's call-free fast path applies
 	timed       bool  // the shorthands must read the clock before and after every call
 	slowNs      int64
 	minCalls    int64
@@ -205,7 +205,6 @@ func New(cfg Config) (*Breaker, error) {
 			b.fast = fastConsec
 		}
 	}
-	b.healthyOK = b.fast == fastCount && b.classify == nil
 	if _, ok := cfg.Ticker.(*rampart.NanoTicker); ok {
 		b.openTimer = time.AfterFunc(time.Hour, func() { b.openExpired.Store(b.timerWord.Load()) })
 		b.openTimer.Stop()
@@ -257,9 +256,10 @@ func (b *Breaker) AcquireAt(now int64) (Permit, error) {
 
 // Acquire is [Breaker.AcquireAt] for a caller that has not read the clock:
 // it reads the breaker's Ticker only when the decision or the call's
-// duration needs it (a closed breaker that measures no calls, see
-// [Breaker.MeasuresCalls], reads none), as [Breaker.Do] does. Release the
-// permit with [Breaker.Release] or [Breaker.ReleaseAt] exactly once.
+// duration needs it, as [Breaker.Do] does: a Disabled breaker, and a Closed
+// or MetricsOnly one that measures no calls (see [Breaker.MeasuresCalls]),
+// read none. Release the permit with [Breaker.Release] or
+// [Breaker.ReleaseAt] exactly once.
 func (b *Breaker) Acquire() (Permit, error) {
 	w := b.state.Load() // atomic 1: the state word
 	if w&stateMask == uint64(Closed) {
@@ -268,7 +268,27 @@ func (b *Breaker) Acquire() (Permit, error) {
 		}
 		return Permit{word: w, start: b.ticker.Now()}, nil // clock read: the call's duration is measured
 	}
-	return b.acquireSlow(b.ticker.Now()) // clock read: the decision needs it
+	return b.acquireOther(w)
+}
+
+// acquireOther is Acquire for every state but Closed: a state that needs
+// no time (see needsNoClock) admits without reading the clock; every other
+// reads it for the decision.
+func (b *Breaker) acquireOther(w uint64) (Permit, error) {
+	if b.needsNoClock(w) {
+		return Permit{word: w, start: rampart.NotRead}, nil // no decision, no duration: no clock read
+	}
+	return b.acquireSlow(b.ticker.Now()) // clock read: the decision or the duration needs it
+}
+
+// needsNoClock reports whether a call admitted under w (not Closed, which
+// the callers test first) needs no clock reading, neither to be admitted
+// nor to be recorded: Disabled (it records nothing), and MetricsOnly when
+// no call is measured (a count window or Consecutive mode, no slow-call
+// threshold, no per-call listener: outcomes are only counted).
+func (b *Breaker) needsNoClock(w uint64) bool {
+	s := State(w & stateMask)
+	return s == Disabled || s == MetricsOnly && !b.timed
 }
 
 // acquireSlow is the slow path of AcquireAt: every state but Closed.
@@ -287,12 +307,11 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 			}
 			// The half-open period starts now, not when the open period
 			// ended (possibly long ago): MaxHalfOpenDuration counts from
-			// here. Moved before the state CAS so that no caller sees the
-			// new HalfOpen word with the old start; a CAS so that it never
-			// overwrites the deadline of a concurrent transition.
-			if now > until {
-				b.openUntil.CompareAndSwap(until, now)
-			}
+			// this first probe. Stored before the state CAS so that no
+			// caller sees the new HalfOpen word with an older period's
+			// time; raised, never lowered, so that a caller that read the
+			// clock long ago cannot set it back.
+			atomicx.Max(&b.probeAt.Int64, now)
 			// The open period is over: the first CAS moves to HalfOpen and
 			// takes the first probe.
 			nw := nextGen(w) | uint64(HalfOpen) | admOne | inflOne
@@ -305,9 +324,13 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 			}
 		case HalfOpen:
 			if field(w, admShift) >= b.probes || field(w, inflShift) >= b.maxConc {
-				if b.maxHalfNs > 0 && now != rampart.NotRead && now-b.openUntil.Load() >= b.maxHalfNs {
-					// A probe is stuck: start a fresh half-open period and
-					// compete for its first slot.
+				if b.maxHalfNs > 0 && now != rampart.NotRead && now-b.probeAt.Load() >= b.maxHalfNs {
+					// No probe admitted for MaxHalfOpenDuration: every
+					// probe in flight has been out that long, stuck.
+					// Start a fresh half-open period and compete for its
+					// first slot. Probes that keep being admitted (one at
+					// a time under HalfOpenMaxConcurrent, say) are
+					// progressing and never restart the period.
 					b.transition(w, true, HalfOpen, now)
 					break
 				}
@@ -315,6 +338,9 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 			}
 			nw := w + admOne + inflOne
 			if b.state.CompareAndSwap(w, nw) {
+				// After the CAS: only an admitted probe moves the time
+				// forward (a rejected caller must not).
+				atomicx.Max(&b.probeAt.Int64, now)
 				return Permit{word: nw, start: now}, nil
 			}
 		default:
@@ -381,9 +407,12 @@ func (b *Breaker) classifyErr(err error) rampart.Result {
 	return DefaultClassify(err)
 }
 
-// ReleaseAt records an outcome the caller classified itself, e.g. a
-// Failure for an HTTP 503 that came with a nil error. Otherwise it is
-// ReleaseAt.
+// ReleaseAt records the outcome r of the call that p admitted, ended at now
+// (a reading of the breaker's Ticker, or [rampart.NotRead] for a permit
+// whose start was not read). r is the caller's own classification, e.g. a
+// Failure for an HTTP 503 that came with a nil error; [Breaker.Classify]
+// gives an error's. A permit from an older generation is only counted in
+// Stats.StaleResults. It never blocks and never allocates.
 func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
 	if r == rampart.Success && b.fast == fastCount && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK() {
 		return // ReleaseAt's fast path: a success over a healthy count window writes nothing
@@ -453,6 +482,9 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 	}
 	slow := b.slowNs > 0 && timed && d >= b.slowNs
 	failed := r == rampart.Failure
+	if slow && b.mode == Consecutive {
+		failed = true // in Consecutive mode a slow call is a failure: counted and reported as one
+	}
 	if failed {
 		b.failures.Add(1)
 	}
@@ -472,7 +504,7 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 		// window, a slow success is a success that counts towards the slow
 		// rate; in Consecutive mode a slow call is a failure.
 		if b.mode == Consecutive && slow {
-			r, slow = rampart.Failure, false
+			r, slow = rampart.Failure, false // failed is already set
 		}
 		b.recordProbe(w, now, r, slow)
 	case Closed, MetricsOnly:
@@ -492,7 +524,7 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 				b.evaluateTime(w, now)
 			}
 		case Consecutive:
-			if failed || slow {
+			if failed { // slow calls included
 				if n := b.consec.Add(1); judge && n >= b.consecMax {
 					b.transition(w, true, Open, now)
 				}
@@ -665,7 +697,7 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 		}
 		b.openUntil.Store(atomicx.SatAdd(now, b.openDuration(b.streak)))
 	case HalfOpen:
-		b.openUntil.Store(now) // the half-open period starts now
+		b.probeAt.Store(now) // the half-open period starts now (see acquireSlow)
 	case Closed, MetricsOnly:
 		b.resetWindow()
 		if to == Closed {
@@ -802,7 +834,7 @@ type Stats struct {
 	// is not written, so that a healthy breaker writes nothing). Other
 	// modes count no successes on the hot path and report 0.
 	Calls          uint64
-	Failures       uint64 // failures recorded (closed, half-open, metrics-only)
+	Failures       uint64 // failures recorded (closed, half-open, metrics-only; in Consecutive mode slow calls included)
 	SlowCalls      uint64
 	Rejected       uint64
 	StaleResults   uint64 // results ignored because their permit was from an older generation
@@ -815,8 +847,9 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the breaker. It allocates nothing; it reads
-// the Ticker in TimeWindow mode and when Open. Fields are read one by one,
-// not at one instant.
+// the Ticker in TimeWindow mode and when Open (not when ForcedOpen, whose
+// RemainingOpen is the configured OpenDuration). Fields are read one by
+// one, not at one instant.
 func (b *Breaker) Stats() Stats {
 	w := b.state.Load()
 	s := Stats{
@@ -847,8 +880,11 @@ func (b *Breaker) Stats() Stats {
 		s.FailureRate = float64(s.WindowFailures) * 100 / float64(s.WindowCalls)
 		s.SlowCallRate = float64(s.WindowSlowCalls) * 100 / float64(s.WindowCalls)
 	}
-	if s.State == Open || s.State == ForcedOpen {
+	switch s.State {
+	case Open:
 		s.RemainingOpen = b.RemainingOpenAt(b.ticker.Now())
+	case ForcedOpen:
+		s.RemainingOpen = time.Duration(b.openNs) // as RemainingOpenAt: no clock needed
 	}
 	return s
 }

@@ -351,6 +351,52 @@ func TestMaxHalfOpenDurationCountsFromHalfOpenEntry(t *testing.T) {
 	require.Zero(t, b.Stats().StaleResults)
 }
 
+// TestMaxHalfOpenDurationSparesProgressingProbes: MaxHalfOpenDuration
+// restarts a half-open period only when the newest probe in flight has been
+// out for that long (no probe admitted since). With HalfOpenMaxConcurrent 1
+// the probes run one at a time: a caller rejected by the concurrency limit
+// more than MaxHalfOpenDuration after the period began, while a healthy
+// probe admitted 200 ms ago is in flight, does not restart the period (which
+// would throw away the probes recorded and make the one in flight stale).
+func TestMaxHalfOpenDurationSparesProgressingProbes(t *testing.T) {
+	b, tk := newTest(t, Config{HalfOpenProbes: 5, HalfOpenMaxConcurrent: 1, HalfOpenSuccesses: 5,
+		MaxHalfOpenDuration: time.Second})
+	require.True(t, b.TransitionTo(HalfOpen))
+	probe := func(other bool) {
+		p, err := b.AcquireAt(tk.Now())
+		require.NoError(t, err)
+		tk.Advance(200 * time.Millisecond)
+		if other { // another caller while this probe is in flight
+			_, err := b.AcquireAt(tk.Now())
+			require.ErrorIs(t, err, ErrHalfOpenFull, "the concurrency limit rejects; the period goes on")
+		}
+		tk.Advance(200 * time.Millisecond)
+		b.ReleaseAt(p, tk.Now(), rampart.Success)
+	}
+	probe(false)
+	probe(false)
+	probe(true) // at 1.0 s: 2 of 5 probes recorded, the third in flight, 2 not yet admitted
+	probe(false)
+	probe(false)
+	require.Zero(t, b.Stats().StaleResults, "the healthy probe in flight went stale")
+	require.Equal(t, Closed, b.State(), "5 healthy probes in a row close; stats %+v", b.Stats())
+
+	// A probe that is stuck before every probe is admitted still gives way
+	// once it has been out for MaxHalfOpenDuration.
+	require.True(t, b.TransitionTo(HalfOpen))
+	probe(false)
+	stuck, err := b.AcquireAt(tk.Now())
+	require.NoError(t, err)
+	tk.Advance(time.Second - 1)
+	_, err = b.AcquireAt(tk.Now())
+	require.ErrorIs(t, err, ErrHalfOpenFull)
+	tk.Advance(1)
+	_, err = b.AcquireAt(tk.Now())
+	require.NoError(t, err, "the stuck probe no longer blocks recovery")
+	b.ReleaseAt(stuck, tk.Now(), rampart.Success)
+	require.EqualValues(t, 1, b.Stats().StaleResults, "the stuck probe is from the older period")
+}
+
 func TestHalfOpenSuccessesAndFailures(t *testing.T) {
 	// 4 probes, 2 successes close; a third failure makes closing impossible.
 	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, OpenDuration: time.Second, HalfOpenProbes: 4, HalfOpenSuccesses: 2})
@@ -682,6 +728,54 @@ func TestNoClockOnClosedSuccess(t *testing.T) {
 	require.Equal(t, int64(2), ct.Reads())
 }
 
+// TestNoClockWhenDisabledOrUntimedMetricsOnly: Acquire, Release, Do and
+// Call read the Ticker only when the decision or the call's duration needs
+// it. A Disabled breaker decides and records nothing, and a MetricsOnly one
+// that measures no calls (count window or Consecutive mode, no slow-call
+// threshold, no per-call listener) only counts outcomes: neither reads the
+// clock. A MetricsOnly breaker that measures calls still does.
+func TestNoClockWhenDisabledOrUntimedMetricsOnly(t *testing.T) {
+	ok := func(context.Context) error { return nil }
+	okV := func(context.Context) (int, error) { return 1, nil }
+	for _, c := range []struct {
+		mode Mode
+		to   State
+	}{{CountWindow, Disabled}, {TimeWindow, Disabled}, {Consecutive, Disabled}, {CountWindow, MetricsOnly}, {Consecutive, MetricsOnly}} {
+		ct := &testkit.CountingTicker{Base: rampart.NewManualTicker(1)}
+		b, err := New(Config{Mode: c.mode, Ticker: ct})
+		require.NoError(t, err)
+		require.True(t, b.TransitionTo(c.to))
+		before := ct.Reads()
+		p, err := b.Acquire()
+		require.NoError(t, err)
+		b.Release(p, rampart.Success)
+		p, err = b.Acquire()
+		require.NoError(t, err)
+		b.Release(p, rampart.Failure)
+		require.NoError(t, b.Do(context.Background(), ok))
+		require.ErrorIs(t, b.Do(context.Background(), func(context.Context) error { return errBoom }), errBoom)
+		_, err = Call(context.Background(), b, okV)
+		require.NoError(t, err)
+		require.Equal(t, before, ct.Reads(), "mode %d, state %v: no decision nor duration needs the time", c.mode, c.to)
+		require.Equal(t, c.to, b.State())
+		s := b.Stats()
+		if c.to == Disabled {
+			require.Zero(t, s.Failures, "a Disabled breaker records nothing")
+			require.Zero(t, s.WindowCalls)
+		} else {
+			require.EqualValues(t, 2, s.Failures, "MetricsOnly counts the outcomes")
+		}
+	}
+	ct := &testkit.CountingTicker{Base: rampart.NewManualTicker(1)}
+	b, err := New(Config{SlowCallDuration: time.Second, Ticker: ct})
+	require.NoError(t, err)
+	require.True(t, b.TransitionTo(MetricsOnly))
+	before := ct.Reads()
+	require.NoError(t, b.Do(context.Background(), ok))
+	require.Equal(t, before+2, ct.Reads(), "a MetricsOnly breaker that judges durations reads the clock")
+	require.EqualValues(t, 1, b.Stats().WindowCalls)
+}
+
 // TestOpenTimerHint runs a breaker on a real-time NanoTicker inside a
 // synctest bubble: Do rejects an open breaker without reading the clock
 // until the open timer fires, then probes.
@@ -890,6 +984,38 @@ func TestHalfOpenSlowProbeJudgedBySlowRate(t *testing.T) {
 	got, n := probeRound(t, b, tk, "wssss")
 	require.Equal(t, Open, got)
 	require.Equal(t, 1, n)
+}
+
+// TestConsecutiveSlowCallIsRecordedAsFailure: in Consecutive mode a slow
+// call is a failure, for the books as for the decision: a slow successful
+// probe reopens the breaker, is passed to OnFailure (not OnSuccess) and is
+// counted in Stats.Failures (and Stats.SlowCalls); so is a slow success
+// while Closed.
+func TestConsecutiveSlowCallIsRecordedAsFailure(t *testing.T) {
+	var succ, fail int
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 2, HalfOpenProbes: 1,
+		SlowCallDuration: time.Second, OpenDuration: time.Second,
+		OnSuccess: func(time.Duration) { succ++ }, OnFailure: func(time.Duration) { fail++ }})
+	require.NoError(t, call(t, b, tk, 2*time.Second, nil)) // a slow success while Closed
+	require.Equal(t, Closed, b.State())
+	require.Equal(t, 1, fail, "OnFailure for the slow call (OnSuccess called %d times)", succ)
+	require.Zero(t, succ)
+	st := b.Stats()
+	require.EqualValues(t, 1, st.Failures)
+	require.EqualValues(t, 1, st.SlowCalls)
+	require.EqualValues(t, 1, st.ConsecutiveFailures)
+
+	require.True(t, b.TransitionTo(HalfOpen))
+	p, err := b.AcquireAt(tk.Now())
+	require.NoError(t, err)
+	tk.Advance(2 * time.Second)
+	b.ReleaseAt(p, tk.Now(), rampart.Success) // a slow success: a failed probe in this mode
+	require.Equal(t, Open, b.State(), "the slow probe counts as a failure")
+	require.Equal(t, 2, fail, "OnFailure for the probe that reopened the breaker (OnSuccess called %d times)", succ)
+	require.Zero(t, succ)
+	st = b.Stats()
+	require.EqualValues(t, 2, st.Failures)
+	require.EqualValues(t, 2, st.SlowCalls)
 }
 
 // TestHalfOpenConsecutiveRule: in Consecutive mode the default rule reopens

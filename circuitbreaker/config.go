@@ -107,7 +107,7 @@ type Config struct {
 	// SlowCallRateThreshold trips a windowed breaker when the rate of slow
 	// calls (successful or not) reaches it (percent, in (0, 100]). Default
 	// 100. Used only with SlowCallDuration > 0. In Consecutive mode a slow
-	// call counts as a failure.
+	// call counts as a failure (in Stats.Failures and for OnFailure too).
 	SlowCallRateThreshold float64
 	// MinimumCalls is the number of calls a window must hold before any rate
 	// is judged. Default 10 (capped at WindowSize).
@@ -152,10 +152,14 @@ type Config struct {
 	// min(ConsecutiveFailures, HalfOpenProbes) probes fail. See the package
 	// documentation, "Half-open".
 	HalfOpenSuccesses int
-	// MaxHalfOpenDuration bounds a half-open period: a caller rejected
-	// because every probe is taken after this long starts a fresh half-open
-	// period, so a probe that never returns cannot block recovery. Default 0:
-	// no bound.
+	// MaxHalfOpenDuration bounds how long a half-open period waits on its
+	// probes: a caller rejected in half-open (every probe taken, or
+	// HalfOpenMaxConcurrent in flight) when no probe has been admitted for
+	// this long, so that every probe in flight has been out that long,
+	// starts a fresh half-open period. A probe that never returns cannot
+	// block recovery, and probes that keep being admitted (one at a time
+	// under HalfOpenMaxConcurrent 1, say) are never cut off. Default 0: no
+	// bound.
 	MaxHalfOpenDuration time.Duration
 
 	// Classify maps a call's error to Success, Failure or Ignored. Default:
@@ -168,12 +172,12 @@ type Config struct {
 	// made it. Optional.
 	OnStateChange func(from, to State)
 	// OnSuccess is called for every success recorded in the current
-	// generation, with the call's duration, after the success is applied
+	// generation (in Consecutive mode a slow success is a failure instead), with the call's duration, after the success is applied
 	// (so after any transition it caused). Setting it makes the shorthands
 	// read the clock twice per call. Optional.
 	OnSuccess func(d time.Duration)
 	// OnFailure is called for every failure recorded in the current
-	// generation, with the call's duration, after the failure is applied
+	// generation (in Consecutive mode slow calls included), with the call's duration, after the failure is applied
 	// (so after the OnStateChange of a trip it caused). Setting it makes
 	// the shorthands read the clock twice per call. Optional.
 	OnFailure func(d time.Duration)

@@ -6,10 +6,11 @@ import (
 )
 
 // successUntimed is ReleaseAt(p, rampart.NotRead, Success) for a permit that Do
-// or Call admitted on their closed, clockless path.
+// or Call admitted on a clockless path: closed (the fast paths below), or
+// Disabled / MetricsOnly (see needsNoClock), which ReleaseAt records.
 func (b *Breaker) successUntimed(p Permit) {
-	if b.state.Load() != p.word { // atomic 1: still closed in the same generation?
-		b.ReleaseAt(p, rampart.NotRead, rampart.Success) // stale: counted there
+	if w := b.state.Load(); w != p.word || w&stateMask != uint64(Closed) { // atomic 1: still closed in the same generation?
+		b.ReleaseAt(p, rampart.NotRead, rampart.Success) // stale (counted there), or Disabled / MetricsOnly
 		return
 	}
 	if b.fast == fastCount {
@@ -64,14 +65,17 @@ func (b *Breaker) finishAbnormal(p Permit, r any) {
 // Config.Classify on fn's error) is recorded as a failure and re-raised;
 // runtime.Goexit in fn releases the permit. ctx is passed to fn; Do itself does not check it.
 //
-// On a closed count-window or consecutive breaker with no slow-call
-// threshold and no per-call listener, Do reads no clock.
+// On a closed or metrics-only count-window or consecutive breaker with no
+// slow-call threshold and no per-call listener, and on a disabled breaker,
+// Do reads no clock.
 func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error {
 	// The lazy acquire: a closed breaker that needs no duration (no
 	// slow-call threshold, no time window, no per-call listener) reads no
 	// clock, and neither does an open one whose open timer has not fired
-	// (real-time NanoTicker only). Do cannot be inlined (defer), so its
-	// own body is the cheapest place for these two fast paths.
+	// (real-time NanoTicker only), nor a disabled or metrics-only one that
+	// needs no time (tested after those two, off the closed path). Do
+	// cannot be inlined (defer), so its own body is the cheapest place for
+	// these fast paths.
 	var p Permit
 	w := b.state.Load() // atomic 1: the state word
 	switch {
@@ -83,6 +87,8 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 			b.notifyRejected(Open)
 		}
 		return b.errOpen
+	case b.needsNoClock(w): // Disabled, or MetricsOnly measuring nothing
+		p = Permit{word: w, start: rampart.NotRead}
 	default:
 		var err error
 		if p, err = b.AcquireAt(b.ticker.Now()); err != nil { // clock read: the decision or the duration needs it
@@ -98,7 +104,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 	err := fn(ctx)
 	if err == nil && p.start == rampart.NotRead && b.classify == nil {
 		returned = true
-		b.successUntimed(p) // closed, no duration needed: b.fast is set
+		b.successUntimed(p) // no duration needed: closed (b.fast is set), or see needsNoClock
 	} else {
 		b.finishSlow(p, err, &returned)
 	}
@@ -120,6 +126,8 @@ func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, e
 		}
 		var zero T
 		return zero, b.errOpen
+	case b.needsNoClock(w):
+		p = Permit{word: w, start: rampart.NotRead}
 	default:
 		var err error
 		if p, err = b.AcquireAt(b.ticker.Now()); err != nil {

@@ -129,7 +129,9 @@
 // a count window full of successes (a healthy dependency) is four loads and
 // writes nothing; otherwise one add and a load, plus a swap when the slot it
 // replaces held another outcome. In consecutive mode a success is one
-// load. With no slow-call threshold, no time window and no per-call listener, Do and Call read no clock at all while Closed. An Open
+// load. With no slow-call threshold, no time window and no per-call
+// listener, Do and Call read no clock at all while Closed or MetricsOnly; a
+// Disabled breaker never makes them read it. An Open
 // rejection is two loads and one add (the rejection counter), and returns a
 // preallocated error. Nothing allocates; transitions take a mutex.
 //

@@ -20,6 +20,7 @@ type refBreaker struct {
 	ticks                                                  map[int64]*[3]int64
 	consec                                                 int64
 	openUntil                                              int64
+	probeAt                                                int64 // half-open: when the newest probe was admitted
 	streak                                                 int
 	adm, infl, succ, fail, slowp                           int
 	rejections, stale, transitions, trips, failures, slows uint64
@@ -79,7 +80,7 @@ func (m *refBreaker) to(s State, now int64, auto bool) {
 			m.trips++
 		}
 	case HalfOpen:
-		m.openUntil = now
+		m.probeAt = now
 	case Closed, MetricsOnly:
 		clear(m.ring)
 		clear(m.ticks)
@@ -108,13 +109,14 @@ func (m *refBreaker) acquire(now int64) (refPermit, int) {
 				return refPermit{}, 1
 			}
 			m.state, m.gen = HalfOpen, m.gen+1
-			m.openUntil = now // the half-open period starts at its first probe
+			m.probeAt = now // the half-open period starts at its first probe
 			m.adm, m.infl, m.succ, m.fail, m.slowp = 1, 1, 0, 0, 0
 			m.transitions++
 			return refPermit{m.gen, m.state, now}, 0
 		case HalfOpen:
 			if m.adm >= m.c.HalfOpenProbes || m.infl >= m.c.HalfOpenMaxConcurrent {
-				if m.c.MaxHalfOpenDuration > 0 && now-m.openUntil >= int64(m.c.MaxHalfOpenDuration) {
+				// Restarted only when no probe was admitted for that long.
+				if m.c.MaxHalfOpenDuration > 0 && now-m.probeAt >= int64(m.c.MaxHalfOpenDuration) {
 					m.to(HalfOpen, now, true)
 					continue
 				}
@@ -123,6 +125,7 @@ func (m *refBreaker) acquire(now int64) (refPermit, int) {
 			}
 			m.adm++
 			m.infl++
+			m.probeAt = max(m.probeAt, now)
 			return refPermit{m.gen, m.state, now}, 0
 		}
 	}
@@ -144,7 +147,7 @@ func (m *refBreaker) record(p refPermit, now int64, r rampart.Result) {
 		return
 	}
 	slow := m.c.SlowCallDuration > 0 && now-p.start >= int64(m.c.SlowCallDuration)
-	failed := r == rampart.Failure
+	failed := r == rampart.Failure || slow && m.c.Mode == Consecutive // a slow call is a failure in Consecutive mode
 	if failed {
 		m.failures++
 	}
@@ -154,8 +157,8 @@ func (m *refBreaker) record(p refPermit, now int64, r rampart.Result) {
 	switch m.state {
 	case HalfOpen:
 		m.infl--
-		if m.c.Mode == Consecutive && slow {
-			failed, slow = true, false // a slow call is a failure in Consecutive mode
+		if m.c.Mode == Consecutive {
+			slow = false // counted as a failure above
 		}
 		if failed {
 			m.fail++
