@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/ratelimit"
 )
 
 // TestRedisStoppedMidRun runs each failure mode against a Redis server of its
@@ -375,4 +377,110 @@ func TestClientPanicInHalfOpenReleasesProbe(t *testing.T) {
 	}
 	require.Equal(t, SourceRedis, r.Source, "breaker state %v, stats %+v: the panicking probe's permit was not released",
 		l.brk.cb.State(), l.brk.cb.Stats())
+}
+
+// TestFailLocalRefusesShareOutOfBounds: with FailLocal, a limit within the
+// script's bounds whose local share the in-process limiter cannot hold is
+// refused by AllowLimitN (and by New) with a *rampart.ConfigError. 1 per
+// 3e18 ns passes the script's 2^52 µs tolerance but its share has an
+// interval above ratelimit's 2^61 ns: AllowLimitN accepted it, and while
+// Redis was down every decision under it, even a never-used key's first
+// event, was a rejection with RetryAfter 0 and a nil error (the fallback
+// dropped the share's ConfigError). The same limit is accepted without
+// FailLocal, which builds no share.
+func TestFailLocalRefusesShareOutOfBounds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there: every round trip fails at once
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	cfg := Config{Client: c, Limit: Limit{Rate: 10, Burst: 10}, Failure: FailLocal,
+		Ticker: rampart.NewManualTicker(1), BreakerFailures: 1000}
+	l, err := New(cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+	d, err := l.AllowLimitN(ctx, "ok", Limit{Rate: 1, Period: time.Hour}, 1)
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "a fresh key under 1/h decided locally: %+v", d)
+	require.Equal(t, SourceFallback, d.Source)
+
+	big := Limit{Rate: 1, Period: 3e18}
+	before := l.Stats()
+	d, err = l.AllowLimitN(ctx, "big", big, 1)
+	var ce *rampart.ConfigError
+	require.ErrorAs(t, err, &ce, "AllowLimitN(%+v) in FailLocal = %+v", big, d)
+	require.Equal(t, "Limit", ce.Field)
+	require.False(t, d.Allowed)
+	st := l.Stats()
+	require.Equal(t, before.Fallbacks, st.Fallbacks, "refused before any round trip or fallback")
+	require.Equal(t, before.Rejected, st.Rejected)
+	t.Log(err)
+
+	cfg.Limit = big
+	_, err = New(cfg)
+	require.ErrorAs(t, err, &ce, "New with the default limit %+v in FailLocal", big)
+
+	for _, mode := range []FailureMode{FailOpen, FailClosed} {
+		cfg.Failure = mode
+		_, err = New(cfg)
+		require.NoError(t, err, "mode %d builds no share", mode)
+	}
+}
+
+// TestFailLocalShareBounds: normalize's check of FailLocal's share refuses
+// exactly the shares ratelimit.New refuses, at the edges of its interval
+// (2^61 ns, on the fraction in lowest terms) and burst (2^60 ns) bounds and
+// of Period·Replicas overflowing, so that the fallback never meets a share
+// it cannot build.
+func TestFailLocalShareBounds(t *testing.T) {
+	const maxNum = 1 << 61
+	type tc struct {
+		lim      Limit
+		replicas int
+	}
+	cases := []tc{
+		{Limit{Rate: 1, Period: maxNum}, 1},
+		{Limit{Rate: 1, Period: maxNum + 1}, 1},
+		{Limit{Rate: 1, Period: maxNum / 4}, 4},
+		{Limit{Rate: 1, Period: maxNum/4 + 1}, 4},
+		{Limit{Rate: 2, Period: 2*maxNum + 2}, 1}, // reduces to maxNum+1
+		{Limit{Rate: 2, Period: 2 * maxNum}, 1},   // reduces to maxNum
+		{Limit{Rate: 7, Period: 3e18}, 1},         // an interval of 4.3e17 ns, but 3e18/7 in lowest terms
+		{Limit{Rate: 3, Period: 3e18}, 1},         // 1e18/1
+		{Limit{Rate: 1, Period: 3e18}, 1},
+		// burst·ceil(interval) against maxTau = 2^32·2^28 ns
+		{Limit{Rate: 1, Period: 1 << 28, Burst: 1 << 32}, 1},
+		{Limit{Rate: 1, Period: 1<<28 + 1, Burst: 1 << 32}, 1},
+		{Limit{Rate: 3, Period: 3 << 28, Burst: 1 << 32}, 1},
+		{Limit{Rate: 3, Period: 3<<28 + 1, Burst: 1 << 32}, 1}, // ceil: 2^28+1 ns
+		{Limit{Rate: 1, Period: 1 << 28, Burst: 1 << 32}, 2},   // 2^31 at 2^29 ns
+		{Limit{Rate: 1, Period: 1<<28 + 1, Burst: 1<<32 - 1}, 2},
+		{Limit{Rate: 1, Period: 1<<28 + 1, Burst: 1 << 32}, 3}, // share burst (2^32)/3
+		{Limit{Rate: 3, Period: time.Second, Burst: 1 << 32}, 3},
+		{Limit{Rate: 1 << 20, Period: 1 << 62}, 5}, // Period·Replicas overflows int64
+		{Limit{Rate: 1 << 20, Period: 1 << 60}, 5},
+		{Limit{Rate: 1000, Period: time.Second, Burst: 5}, 8}, // share burst max(1, 5/8)
+	}
+	for _, c := range cases {
+		lim, err := c.lim.normalize(0)
+		if err != nil {
+			t.Logf("%+v: outside the script's own bounds, skipped: %v", c.lim, err)
+			continue
+		}
+		_, got := lim.normalize(c.replicas)
+		var want error
+		if lim.Period > time.Duration(math.MaxInt64)/time.Duration(c.replicas) {
+			want = errors.New("Period·Replicas overflows")
+		} else {
+			_, want = ratelimit.New(ratelimit.Config{Limit: lim.Rate, Period: lim.Period * time.Duration(c.replicas),
+				Burst: max(1, lim.Burst/c.replicas)})
+		}
+		require.Equal(t, want != nil, got != nil, "%+v × %d replicas: normalize %v, ratelimit.New %v", lim, c.replicas, got, want)
+		if got != nil {
+			var ce *rampart.ConfigError
+			require.ErrorAs(t, got, &ce)
+		}
+		t.Logf("%+v × %d: %v", lim, c.replicas, got)
+	}
 }

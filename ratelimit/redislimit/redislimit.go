@@ -113,8 +113,13 @@ const (
 // The script counts in Lua numbers, which are doubles (53-bit significand),
 // so a limit is bounded by what it can count exactly: Burst is at most 2^32,
 // and a full burst must come back within 2^52 µs (about 142 years):
-// Burst·Period/Rate <= 2^52 µs. New and AllowLimitN refuse larger limits
-// with a *rampart.ConfigError.
+// Burst·Period/Rate <= 2^52 µs. With FailLocal, the in-process share of a
+// limit (Rate per Period·Replicas, burst max(1, Burst/Replicas)) must also be
+// one a ratelimit.Limiter accepts: the share's burst times its interval
+// Period·Replicas/Rate at most 2^60 ns (about 36 years), and that interval,
+// as a fraction of nanoseconds in lowest terms, with a numerator of at most
+// 2^61. New and AllowLimitN refuse larger limits with a
+// *rampart.ConfigError.
 type Limit struct {
 	Rate   int           // events per Period, >= 1
 	Period time.Duration // default one second
@@ -140,9 +145,12 @@ const maxBurst = 1 << 32
 // an int64 of nanoseconds.
 const maxTolerance = time.Duration(1<<52) * time.Microsecond
 
-// interval returns the emission interval in microseconds (possibly
-// fractional) after validating the limit.
-func (lim Limit) normalize() (Limit, error) {
+// normalize fills lim's defaults and validates it; with share >= 1 (the
+// Replicas of a FailLocal limiter, else 0) also the local share that
+// FailLocal builds from it while Redis is unavailable, so that a limit the
+// fallback could not apply is refused up front rather than when Redis is
+// down.
+func (lim Limit) normalize(share int) (Limit, error) {
 	if lim.Period == 0 {
 		lim.Period = time.Second
 	}
@@ -165,6 +173,11 @@ func (lim Limit) normalize() (Limit, error) {
 	case float64(lim.Burst)*float64(lim.Period)/float64(lim.Rate) > float64(maxTolerance):
 		return lim, rampart.NewConfigError("redislimit", "Limit",
 			"Burst·Period/Rate, the time a burst of %d at %d per %v takes to come back, exceeds 2^52 µs (%v)", lim.Burst, lim.Rate, lim.Period, maxTolerance)
+	}
+	if share >= 1 {
+		if err := checkShare(lim, share); err != nil {
+			return lim, err
+		}
 	}
 	return lim, nil
 }
@@ -256,6 +269,7 @@ type Limiter struct {
 	// emptied (see maxLeaseKeys).
 	leaseKeys atomic.Int64
 	local     *localLimits
+	share     int // Replicas with FailLocal, else 0: normalize's share
 	leaseNs   int64
 
 	allowed, rejected, roundTrips, leaseHits atomic.Uint64
@@ -268,7 +282,14 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Client == nil {
 		return nil, rampart.NewConfigError("redislimit", "Client", "is required")
 	}
-	lim, err := cfg.Limit.normalize()
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	share := 0
+	if cfg.Failure == FailLocal && cfg.Replicas >= 1 { // else refused below
+		share = cfg.Replicas
+	}
+	lim, err := cfg.Limit.normalize(share)
 	if err != nil {
 		return nil, err
 	}
@@ -278,9 +299,6 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 100 * time.Millisecond
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
 	}
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 50 * time.Millisecond
@@ -310,7 +328,7 @@ func New(cfg Config) (*Limiter, error) {
 	case cfg.BreakerOpen < 0:
 		return nil, rampart.NewConfigError("redislimit", "BreakerOpen", "must be positive, got %v", cfg.BreakerOpen)
 	}
-	l := &Limiter{cfg: cfg, interval: lim.intervalMicros(), leaseNs: int64(cfg.LeaseTTL),
+	l := &Limiter{cfg: cfg, interval: lim.intervalMicros(), share: share, leaseNs: int64(cfg.LeaseTTL),
 		errTimeout: fmt.Errorf("redislimit: no reply from redis within %v: %w", cfg.Timeout, context.DeadlineExceeded)}
 	l.ivArg = strconv.FormatFloat(l.interval, 'f', -1, 64)
 	l.burstArg = strconv.Itoa(lim.Burst)
@@ -319,10 +337,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	if cfg.Failure == FailLocal {
-		l.local, err = newLocalLimits(cfg)
-		if err != nil {
-			return nil, err
-		}
+		l.local = newLocalLimits(cfg)
 	}
 	return l, nil
 }
@@ -350,9 +365,10 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Decision, erro
 
 // AllowLimitN decides n events for key under lim instead of the default
 // limit (per-client tiers, say). It always makes a round trip. Keys used with
-// different limits must differ.
+// different limits must differ. A limit New would refuse (see [Limit]; with
+// FailLocal, its share too) is refused with a *rampart.ConfigError.
 func (l *Limiter) AllowLimitN(ctx context.Context, key string, lim Limit, n int) (Decision, error) {
-	lim, err := lim.normalize()
+	lim, err := lim.normalize(l.share)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -495,7 +511,10 @@ func (l *Limiter) fallback(key string, n int, lim Limit, cause error) (Decision,
 		return Decision{RetryAfter: l.brk.remaining(l.cfg.Ticker.Now()), Remaining: -1, Source: SourceFallback},
 			fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	case FailLocal:
-		res := l.local.allow(key, n, lim, l.cfg.Ticker.Now())
+		res, err := l.local.allow(key, n, lim, l.cfg.Ticker.Now())
+		if err != nil {
+			return res, err // a share the local limiter refuses: no decision
+		}
 		l.count(res.Allowed)
 		return res, nil
 	default:

@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -132,28 +133,51 @@ func boundOK(t *testing.T, admitted int64, lim Limit, elapsed time.Duration, ext
 	require.GreaterOrEqual(t, admitted, int64(lim.Burst))
 }
 
+// boundConfig is the Config of the real-time bound tests: FailClosed, so
+// that a round trip a loaded machine does not finish in time is a
+// rejection (FailOpen would admit it outside the limit and could break the
+// upper bound), and a Timeout long enough that it hardly ever happens.
+func boundConfig(t *testing.T, lim Limit) Config {
+	return Config{Client: newClient(t), Limit: lim, Failure: FailClosed, Timeout: 10 * time.Second}
+}
+
+// allowCounted is Allow for the bound tests: it reports whether key's event
+// was admitted, and counts an ErrUnavailable (a failed or late round trip
+// under FailClosed) in unavailable as a rejection; any other error fails t.
+func allowCounted(t *testing.T, l *Limiter, key string, unavailable *atomic.Int64) (admitted, ok bool) {
+	r, err := l.Allow(context.Background(), key)
+	if errors.Is(err, ErrUnavailable) {
+		unavailable.Add(1)
+		return false, true
+	}
+	if err != nil {
+		t.Error(err)
+		return false, false
+	}
+	return r.Allowed, true
+}
+
 // TestReplicasShareOneKey: several limiters, each with its own client (as
 // replicas would have), hammer one key; the total respects the bound.
 func TestReplicasShareOneKey(t *testing.T) {
 	lim := Limit{Rate: 200, Period: time.Second, Burst: 20}
 	key := uniqueKey(t)
-	var admitted atomic.Int64
+	var admitted, unavailable atomic.Int64
 	const replicas, workers = 4, 4
 	start := time.Now()
 	deadline := start.Add(400 * time.Millisecond)
 	var wg sync.WaitGroup
 	for range replicas {
-		l, err := New(Config{Client: newClient(t), Limit: lim})
+		l, err := New(boundConfig(t, lim))
 		require.NoError(t, err)
 		for range workers {
 			wg.Go(func() {
 				for time.Now().Before(deadline) {
-					r, err := l.Allow(context.Background(), key)
-					if err != nil {
-						t.Error(err)
+					a, ok := allowCounted(t, l, key, &unavailable)
+					if !ok {
 						return
 					}
-					if r.Allowed {
+					if a {
 						admitted.Add(1)
 					}
 				}
@@ -161,6 +185,7 @@ func TestReplicasShareOneKey(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	t.Logf("%d round trips failed or timed out (rejected)", unavailable.Load())
 	boundOK(t, admitted.Load(), lim, time.Since(start), 0)
 }
 
@@ -169,7 +194,7 @@ func TestReplicasShareOneKey(t *testing.T) {
 func TestLeaseBound(t *testing.T) {
 	lim := Limit{Rate: 2000, Period: time.Second, Burst: 100}
 	key := uniqueKey(t)
-	var admitted atomic.Int64
+	var admitted, unavailable atomic.Int64
 	var hits, trips atomic.Uint64
 	const replicas = 3
 	ttl := 20 * time.Millisecond
@@ -177,17 +202,18 @@ func TestLeaseBound(t *testing.T) {
 	deadline := start.Add(400 * time.Millisecond)
 	var wg sync.WaitGroup
 	for range replicas {
-		l, err := New(Config{Client: newClient(t), Limit: lim, Lease: 20, LeaseTTL: ttl, Ticker: rampart.NewNanoTicker()})
+		cfg := boundConfig(t, lim)
+		cfg.Lease, cfg.LeaseTTL, cfg.Ticker = 20, ttl, rampart.NewNanoTicker()
+		l, err := New(cfg)
 		require.NoError(t, err)
 		for range 3 {
 			wg.Go(func() {
 				for time.Now().Before(deadline) {
-					r, err := l.Allow(context.Background(), key)
-					if err != nil {
-						t.Error(err)
+					a, ok := allowCounted(t, l, key, &unavailable)
+					if !ok {
 						return
 					}
-					if r.Allowed {
+					if a {
 						admitted.Add(1)
 					}
 				}
@@ -202,7 +228,7 @@ func TestLeaseBound(t *testing.T) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	bound := float64(lim.Burst) + float64(lim.Rate)*float64(elapsed+ttl)/float64(time.Second) + 1
-	t.Logf("admitted %d in %v, bound with lease %.1f", admitted.Load(), elapsed, bound)
+	t.Logf("admitted %d in %v, bound with lease %.1f; %d round trips failed or timed out (rejected)", admitted.Load(), elapsed, bound, unavailable.Load())
 	require.LessOrEqual(t, float64(admitted.Load()), bound)
 }
 
