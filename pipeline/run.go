@@ -38,7 +38,7 @@ const (
 type loop struct {
 	start    int64         // the first attempt's t0 (rampart.NotRead before it)
 	prev     time.Duration // the previous retry delay
-	deadline int64         // the context's deadline on the ticker; -1: not computed
+	deadline int64         // the context's deadline on the ticker; rampart.NotRead: not computed
 	last     error         // the previous attempt's error, for a give-up
 }
 
@@ -212,7 +212,7 @@ func inMemory[T any](*context.Context, *func(context.Context) (T, error), *func(
 // first. v is the value of that attempt.
 func runLoop[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome, a *attempt, v T, err error, failed bool) T {
 	var l loop
-	l.start, l.deadline = rampart.NotRead, -1
+	l.start, l.deadline = rampart.NotRead, rampart.NotRead
 	if failed {
 		l.start = a.start
 		if p.settle(ctx, &l, a, err, o) {
@@ -245,7 +245,7 @@ func runLoop[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) 
 // goroutines, which makes a closure passed to them escape to the heap.
 func runHedged[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, error), fnE func(context.Context) error, o *Outcome) (v T) {
 	var l loop // as in run
-	l.start, l.deadline = rampart.NotRead, -1
+	l.start, l.deadline = rampart.NotRead, rampart.NotRead
 	var a attempt
 	a.t0, a.t1, a.start = rampart.NotRead, rampart.NotRead, rampart.NotRead
 	defer p.releaseHeld(&a) // as in run
@@ -472,7 +472,7 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 		o.Code, o.Policy, o.Err = Canceled, None, rt.GiveUp(retry.Canceled, int(o.Attempts), err, cerr)
 		return true
 	}
-	if l.deadline < 0 {
+	if l.deadline == rampart.NotRead {
 		l.deadline = rt.Deadline(ctx, now)
 	}
 	delay, stop := rt.Decide(int(o.Attempts), err, l.start, now, l.deadline, l.prev)

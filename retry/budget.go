@@ -163,18 +163,21 @@ type RatioBudgetConfig struct {
 //
 // A reading's epoch is now / bucket length; its bucket is epoch mod Buckets
 // (the slot in the ring) and its lap epoch / Buckets, kept modulo 2^40 as
-// the tag. A word whose tag is not the expected lap's is stale and counts as
-// empty (the first writer of a new lap replaces it); a word whose count is
-// 0 has never been written, whatever its tag. A writer that finds a tag at
-// most 2^39 laps ahead of its own drops its count: its reading is a window
-// or more older than the bucket's (see add). Counts saturate at 2^24-1 per
-// bucket.
+// the tag. The divisions round down and the modulo is in [0, Buckets), so
+// readings below 0 (a ticker's epoch is arbitrary) slide the window as the
+// others do, across 0 too. A word whose tag is not the expected lap's is
+// stale and counts as empty (the first writer of a new lap replaces it); a
+// word whose count is 0 has never been written, whatever its tag. A writer
+// that finds a tag at most 2^39 laps ahead of its own drops its count: its
+// reading is a window or more older than the bucket's (see add). Counts
+// saturate at 2^24-1 per bucket.
 //
-// The tag covers the whole int64 clock for windows of 2^23 ns (8.4 ms) and
-// more. With shorter windows a word left untouched for 2^39 windows (17
-// years with a 1 ms window) is taken for a newer one until its slot's lap
-// comes round again, and one untouched for a multiple of 2^40 windows
-// aliases (counts one stale bucket once).
+// The tag covers the whole int64 clock, negative readings included (2^64
+// ns), for windows of 35 ms (a lap over 2^25 ns) and more. With shorter
+// windows a word left untouched for more than 2^39 windows (17 years with
+// a 1 ms window) is taken for a newer one until its slot's lap comes round
+// again, and one untouched for a multiple of 2^40 windows aliases (counts
+// one stale bucket once).
 const (
 	rbCountBits = 24
 	rbCountMax  = 1<<rbCountBits - 1
@@ -240,12 +243,27 @@ func NewRatioBudget(c RatioBudgetConfig) (*RatioBudget, error) {
 	}, nil
 }
 
-func (b *RatioBudget) epoch(now int64) int64 { return max(now, 0) / b.bucketNs }
+// epoch returns the bucket number of the reading now: now / bucket length,
+// rounded down (towards -inf, so that readings below 0, which an arbitrary
+// epoch allows, keep moving the window).
+func (b *RatioBudget) epoch(now int64) int64 {
+	e := now / b.bucketNs
+	if now%b.bucketNs < 0 {
+		e-- // one division: the quotient and the remainder come from it
+	}
+	return e
+}
 
 // slot returns the index of the requests word of epoch e's bucket (its
-// retries word follows) and the epoch's lap tag.
+// retries word follows) and the epoch's lap tag: e mod Buckets in
+// [0, Buckets) and e / Buckets rounded down, for negative epochs too (the
+// lap's two's complement modulo 2^40 keeps the tags' order across 0).
 func (b *RatioBudget) slot(e int64) (i int64, tag uint64) {
-	return 2 * (e % b.n), uint64(e/b.n) & rbTagMask
+	i, lap := e%b.n, e/b.n
+	if i < 0 {
+		i, lap = i+b.n, lap-1
+	}
+	return 2 * i, uint64(lap) & rbTagMask
 }
 
 // add adds one to the word w (a requests or a retries word) for the lap
@@ -274,7 +292,7 @@ func add(w *atomic.Uint64, tag uint64) {
 // now.
 func (b *RatioBudget) Counts(now int64) (requests, retries uint64) {
 	e := b.epoch(now)
-	for k := range min(b.n, e+1) {
+	for k := range b.n {
 		i, tag := b.slot(e - k)
 		if w := b.words[i].Load(); w>>rbCountBits == tag {
 			requests += w & rbCountMax

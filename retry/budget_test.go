@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -267,7 +268,7 @@ func TestRatioBudgetMinRetriesAndSliding(t *testing.T) {
 	}
 	b.OnSuccess(0)
 	b.OnFailure(0)
-	b.OnRequest(-5) // a negative reading counts in epoch 0
+	b.OnRequest(-5) // a negative reading counts in its own epoch (-1)
 }
 
 func TestRatioBudgetSaturates(t *testing.T) {
@@ -529,41 +530,54 @@ func TestRatioBudgetCountsAcrossEpochWraps(t *testing.T) {
 				if ago > e {
 					continue
 				}
-				b, err := NewRatioBudget(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tk := rampart.NewManualTicker(0)
-				p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 2, Budget: b, Ticker: tk})
-				use := func(at int64) {
-					t.Helper()
-					tk.Set(at * b.bucketNs)
-					if req, ret := b.Counts(tk.Now()); req != 0 || ret != 0 {
-						t.Fatalf("window %v/%d, bucket %d, last used %d buckets earlier: %d requests and %d retries before any, want 0, 0",
-							c.window, c.buckets, at, ago, req, ret)
-					}
-					for range 10 {
-						if err := p.Do(context.Background(), func(context.Context) error { return nil }); err != nil {
-							t.Fatal(err)
-						}
-					}
-					// 12 requests in all: 1.2 retries allowed, one granted.
-					var runs [2]int
-					for i := range runs {
-						_ = p.Do(context.Background(), func(context.Context) error { runs[i]++; return errBoom })
-					}
-					if req, ret := b.Counts(tk.Now()); runs != [2]int{2, 1} || req != 12 || ret != 1 {
-						t.Fatalf("window %v/%d, bucket %d, last used %d buckets earlier: attempts %v, Counts %d, %d; want [2 1], 12, 1",
-							c.window, c.buckets, at, ago, runs, req, ret)
-					}
-				}
-				if ago >= 0 {
-					use(e - ago)
-				}
-				use(e)
+				checkCountsAfterIdle(t, cfg, e, ago)
 			}
 		}
 	}
+}
+
+// checkCountsAfterIdle checks, on a fresh RatioBudget of cfg, that a window
+// ending at bucket e counts nothing before any request, then 12 requests and
+// the one retry its ratio of 0.1 grants; first at bucket e-ago when ago >=
+// 0 (a budget last used ago buckets earlier, idle since).
+func checkCountsAfterIdle(t *testing.T, cfg RatioBudgetConfig, e, ago int64) {
+	t.Helper()
+	b, err := NewRatioBudget(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := e
+	if ago >= 0 {
+		first = e - ago
+	}
+	tk := rampart.NewManualTicker(first * b.bucketNs) // readings below 0 too
+	p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Nanosecond, MaxAttempts: 2, Budget: b, Ticker: tk})
+	use := func(at int64) {
+		t.Helper()
+		tk.Set(at * b.bucketNs)
+		if req, ret := b.Counts(tk.Now()); req != 0 || ret != 0 {
+			t.Fatalf("window %v/%d, bucket %d, last used %d buckets earlier: %d requests and %d retries before any, want 0, 0",
+				cfg.Window, cfg.Buckets, at, ago, req, ret)
+		}
+		for range 10 {
+			if err := p.Do(context.Background(), func(context.Context) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// 12 requests in all: 1.2 retries allowed, one granted.
+		var runs [2]int
+		for i := range runs {
+			_ = p.Do(context.Background(), func(context.Context) error { runs[i]++; return errBoom })
+		}
+		if req, ret := b.Counts(tk.Now()); runs != [2]int{2, 1} || req != 12 || ret != 1 {
+			t.Fatalf("window %v/%d, bucket %d, last used %d buckets earlier: attempts %v, Counts %d, %d; want [2 1], 12, 1",
+				cfg.Window, cfg.Buckets, at, ago, runs, req, ret)
+		}
+	}
+	if ago >= 0 {
+		use(e - ago)
+	}
+	use(e)
 }
 
 // TestRatioBudgetMinRetriesAcrossEpochWraps: MinRetries grants that many
@@ -581,6 +595,134 @@ func TestRatioBudgetMinRetriesAcrossEpochWraps(t *testing.T) {
 		}
 		if grants[0] != true || grants[1] != true || grants[2] != false {
 			t.Fatalf("bucket %d: grants %v, want [true true false] (MinRetries 2, no request)", e, grants)
+		}
+	}
+}
+
+// TestRatioBudgetWindowSlidesBelowZero: a ticker's epoch is arbitrary, so
+// a RatioBudget's clock may read below 0; its window slides there as it
+// does above 0: 1000 requests at -200 s have left the window 100 s later
+// (Counts is 0, 0 and no retry is granted on them), as at +200 s. (Every
+// reading below 0 used to fall into bucket 0, so the window never moved.)
+func TestRatioBudgetWindowSlidesBelowZero(t *testing.T) {
+	for _, base := range []int64{200 * int64(time.Second), -200 * int64(time.Second)} {
+		b, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.1, Window: 10 * time.Second, Buckets: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 1000 {
+			b.OnRequest(base)
+		}
+		if req, ret := b.Counts(base); req != 1000 || ret != 0 {
+			t.Fatalf("base %d: Counts = (%d, %d), want (1000, 0)", base, req, ret)
+		}
+		later := base + 100*int64(time.Second) // ten windows later
+		if req, ret := b.Counts(later); req != 0 || ret != 0 {
+			t.Errorf("base %d: Counts 100 s later = (%d, %d), want (0, 0): the window did not slide", base, req, ret)
+		}
+		if b.AllowRetry(later) {
+			t.Errorf("base %d: AllowRetry granted on requests that left the window 90 s ago", base)
+		}
+	}
+}
+
+// TestRatioBudgetSlotRoundsDown: epoch and slot round down for readings
+// and epochs below 0 as above it (checked against exact arithmetic at
+// both ends of int64, around 0 and around multiples of the divisor): the
+// bucket is in [0, Buckets) and the lap tag is the lap modulo 2^40 in two's
+// complement, so lap -1 is the tag just before lap 0's.
+func TestRatioBudgetSlotRoundsDown(t *testing.T) {
+	floor := func(a, d int64) (q, r *big.Int) {
+		q, r = new(big.Int), new(big.Int)
+		q.DivMod(big.NewInt(a), big.NewInt(d), r) // Euclidean: r in [0, d) for d > 0
+		return q, r
+	}
+	mask := new(big.Int).SetUint64(rbTagMask)
+	for _, c := range []struct {
+		window  time.Duration
+		buckets int
+	}{{10, 10}, {time.Second, 10}, {10 * time.Second, 1}, {7 * time.Millisecond, 3}, {time.Hour, 1024}} {
+		b, err := NewRatioBudget(RatioBudgetConfig{Window: c.window, Buckets: c.buckets})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var xs []int64
+		for _, m := range []int64{0, 1, b.bucketNs, b.n, b.n * b.bucketNs, 1 << 40, 5 << 40} {
+			for _, d := range []int64{-1, 0, 1} {
+				xs = append(xs, m+d, -m+d, 7*m+d, -7*m+d)
+			}
+		}
+		xs = append(xs, math.MinInt64, math.MinInt64+1, math.MaxInt64, math.MaxInt64-1)
+		for _, x := range xs {
+			if q, _ := floor(x, b.bucketNs); b.epoch(x) != q.Int64() {
+				t.Fatalf("window %v/%d: epoch(%d) = %d, want %v", c.window, c.buckets, x, b.epoch(x), q)
+			}
+			lap, r := floor(x, b.n)
+			i, tag := b.slot(x)
+			if i != 2*r.Int64() || tag != new(big.Int).And(lap, mask).Uint64() {
+				t.Fatalf("window %v/%d: slot(%d) = (%d, %#x), want (%d, %#x)", c.window, c.buckets, x, i, tag, 2*r.Int64(), new(big.Int).And(lap, mask))
+			}
+		}
+	}
+}
+
+// TestRatioBudgetCountsAtNegativeReadingsAndAcrossZero is
+// TestRatioBudgetCountsAcrossEpochWraps below 0: a RatioBudget counts
+// requests and retries, and applies its ratio, at readings around 0, at
+// the negative 2^19 and 2^20 buckets, and around -2^39 and -2^40 laps of
+// the ring (where the 40-bit lap tag wraps) with 1 ns buckets; on fresh
+// budgets and on budgets last used some distance earlier, across 0 too
+// (a use at bucket -5 then one at 5).
+func TestRatioBudgetCountsAtNegativeReadingsAndAcrossZero(t *testing.T) {
+	const w19, w20 = int64(1) << 19, int64(1) << 20
+	const l39, l40 = int64(1) << 39, int64(1) << 40
+	zero := []int64{-21, -20, -19, -11, -10, -9, -2, -1, 0, 1, 5, 9, 10, 11}
+	wraps := append([]int64{-w19 - 1, -w19, -w19 + 1, -w20 - 1, -w20, -w20 + 1, -3*w20 - 1, -5*w20 - w19 - 1}, zero...)
+	idle := []int64{10, 11, 15, 20, w19 - 1, w19, w19 + 1, w20 - 1, w20, w20 + 1, 3 * w20} // outside a window of 10 buckets
+	laps := append([]int64(nil), zero...)                                                  // 10 buckets of 1 ns: the lap tag's own wraps
+	for _, lap := range []int64{-1, -l39 + 1, -l39, -l39 - 1, -l40 + 1, -l40, -l40 - 1, -3*l40 - l39 - 1, -5*l40 - 2} {
+		laps = append(laps, lap*10, lap*10+9)
+	}
+	for _, c := range []struct {
+		window  time.Duration
+		buckets int
+		epochs  []int64 // readings, in buckets since the clock's zero
+		idle    []int64 // distances, in buckets, to an earlier use
+	}{
+		{0, 0, wraps, idle},            // 10 s in 10 buckets of 1 s
+		{time.Second, 10, wraps, idle}, // 100 ms buckets
+		{10 * time.Second, 1, wraps, append([]int64{1, 2, 5}, idle...)},           // one bucket: the lap is the epoch
+		{10, 10, laps, []int64{10, 11, 15, 19, 10*l39 - 1, 10 * l39, 10*l39 + 9}}, // 1 ns buckets
+	} {
+		cfg := RatioBudgetConfig{Ratio: 0.1, Window: c.window, Buckets: c.buckets}
+		for _, e := range c.epochs {
+			for _, ago := range append([]int64{-1}, c.idle...) {
+				checkCountsAfterIdle(t, cfg, e, ago)
+			}
+		}
+	}
+}
+
+// TestRatioBudgetStaleWriteAcrossZeroKeepsLiveBucket is
+// TestRatioBudgetStaleWriteKeepsLiveBucket across 0 and below it: a write a
+// window older than the live bucket, in the same slot, is dropped when the
+// live bucket is in lap 0 and the stale write in lap -1 (tags 0 and
+// 2^40-1: the wrap of the tag), and when both are below 0 (laps -1 and -2).
+func TestRatioBudgetStaleWriteAcrossZeroKeepsLiveBucket(t *testing.T) {
+	for _, live := range []int64{int64(500 * time.Millisecond), -int64(500 * time.Millisecond), int64(50 * time.Millisecond)} {
+		b, err := NewRatioBudget(RatioBudgetConfig{Ratio: 0.5, Buckets: 10, Window: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 100 {
+			b.OnRequest(live)
+		}
+		b.OnRequest(live - int64(time.Second)) // the same slot, one lap earlier: outside every current window
+		if req, _ := b.Counts(live); req != 100 {
+			t.Fatalf("live bucket at %d: the window holds %d requests after a stale write, want 100", live, req)
+		}
+		if req, _ := b.Counts(live - int64(time.Second)); req != 0 {
+			t.Fatalf("live bucket at %d: the stale write's window holds %d requests, want 0 (its lap's tag was never written)", live, req)
 		}
 	}
 }

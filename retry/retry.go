@@ -273,7 +273,9 @@ func callerEnded(err, cerr error) bool { return errors.Is(err, cerr) }
 //   - start: the clock reading when the first attempt started (used only
 //     with Config.MaxDuration);
 //   - now: the current reading of the policy's ticker;
-//   - deadline: the context's deadline on the same clock, or 0 for none;
+//   - deadline: the context's deadline on the same clock, as
+//     [Policy.Deadline] returns it (negative when the clock reads below 0),
+//     or 0 for none;
 //   - prev: the previous delay Decide returned (0 before the first retry),
 //     used by DecorrelatedJitter.
 //
@@ -374,12 +376,21 @@ func (p *Policy) GiveUp(reason Stop, attempts int, last, cause error) error {
 
 // Deadline returns ctx's deadline on the policy's clock, given now read
 // from it, or 0 when ctx has none. It reads the wall clock once (time.Until).
+// The deadline is a reading like any other, below 0 too when the clock reads
+// below 0 (a ticker's epoch is arbitrary); one that falls on reading 0 is
+// returned as -1 (0 means none), 1 ns early, never late. It is never
+// [rampart.NotRead] (a deadline before every reading is returned as
+// NotRead+1, as far in the past for [Policy.Decide]).
 func (p *Policy) Deadline(ctx context.Context, now int64) int64 {
 	d, ok := ctx.Deadline()
 	if !ok {
 		return 0
 	}
-	return max(atomicx.SatAdd(now, int64(time.Until(d))), 1)
+	dl := atomicx.SatAdd(now, int64(time.Until(d)))
+	if dl == 0 {
+		return -1 // 0 means none
+	}
+	return max(dl, rampart.NotRead+1)
 }
 
 // Sleep waits for delay, or until ctx is done, whichever comes
@@ -496,14 +507,14 @@ func (p *Policy) doFull(ctx context.Context, fn func(context.Context) error) (er
 // once Decide has recorded the failure, a panic in the user code it calls
 // (a RetryAfter hint, Rand, OnRetry) records nothing more.
 func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, err error, start int64, pending *bool) error {
-	attempt, prev, deadline := 1, int64(0), int64(-1)
+	attempt, prev, deadline := 1, int64(0), rampart.NotRead // deadline: not computed yet
 	for {
 		if !p.Retryable(err) {
 			*pending = false // a non-retryable failure is not the budget's
 			return p.GiveUp(NotRetryable, attempt, err, nil)
 		}
 		now := p.ticker.Now()
-		if deadline < 0 {
+		if deadline == rampart.NotRead {
 			deadline = p.Deadline(ctx, now)
 		}
 		if cerr := ctx.Err(); cerr != nil {
@@ -610,7 +621,7 @@ func callFull[T any](ctx context.Context, p *Policy, fn func(context.Context) (T
 // callRetry is the retry loop of CallIf (slow path).
 // *pending is as in doRetry.
 func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool, v T, err error, start int64, pending *bool) (T, error) {
-	attempt, prev, deadline := 1, int64(0), int64(-1)
+	attempt, prev, deadline := 1, int64(0), rampart.NotRead // deadline: not computed yet
 	for {
 		if err == nil {
 			err = ErrRetryResult
@@ -620,7 +631,7 @@ func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (
 			return v, p.GiveUp(NotRetryable, attempt, err, nil)
 		}
 		now := p.ticker.Now()
-		if deadline < 0 {
+		if deadline == rampart.NotRead {
 			deadline = p.Deadline(ctx, now)
 		}
 		if cerr := ctx.Err(); cerr != nil {

@@ -640,6 +640,122 @@ func TestDeadlineConversion(t *testing.T) {
 	})
 }
 
+// TestDeadlineBelowZeroClockStopsRetry: a ticker's epoch is arbitrary, so
+// the context's deadline on the policy's clock may be a negative reading.
+// Deadline returns it as it is (it used to clamp it to 1, later than every
+// reading below 0), and Decide stops with Deadline a retry whose delay (7 s)
+// would end after it (5 s away), with the clock at -10 s.
+func TestDeadlineBelowZeroClockStopsRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tk := rampart.NewManualTicker(-10 * int64(time.Second))
+		p := mustNew(t, Config{Backoff: Constant, BaseDelay: 7 * time.Second, MaxDelay: 7 * time.Second, Ticker: tk})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		now := tk.Now()
+		dl := p.Deadline(ctx, now)
+		if want := now + int64(5*time.Second); dl != want {
+			t.Fatalf("Deadline = %d, want %d (now %d + 5 s)", dl, want, now)
+		}
+		if d, stop := p.Decide(1, errBoom, now, now, dl, 0); stop != Deadline || d != 0 {
+			t.Fatalf("Decide with a 7 s delay and a 5 s deadline = (%v, %v), want (0, Deadline)", d, stop)
+		}
+		// A delay that ends before the deadline is still granted.
+		if d, stop := p.Decide(1, errBoom, now, now-int64(3*time.Second), dl, 0); stop != Continue || d != 7*time.Second {
+			t.Fatalf("Decide with a 7 s delay 8 s before the deadline = (%v, %v), want (7s, Continue)", d, stop)
+		}
+	})
+}
+
+// TestDeadlineAtReadingZeroAndBeforeEveryReading: Deadline's two edge
+// cases on a clock that reads below 0. A deadline that falls on reading 0
+// (which means "no deadline" to Decide) is returned as -1, 1 ns early, never
+// late: Decide stops a retry that would start at it. One before every
+// reading (the sum saturates at NotRead) is returned as NotRead+1, never
+// NotRead (the retry loops' "not computed yet"), and Decide stops a retry
+// at the lowest reading.
+func TestDeadlineAtReadingZeroAndBeforeEveryReading(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, Config{Backoff: Constant, BaseDelay: time.Second, MaxDelay: time.Second})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		now := -int64(time.Second)
+		dl := p.Deadline(ctx, now)
+		if dl != -1 {
+			t.Fatalf("Deadline at reading 0 = %d, want -1", dl)
+		}
+		if _, stop := p.Decide(1, errBoom, now, now, dl, 0); stop != Deadline {
+			t.Fatalf("Decide for a retry at the deadline (reading 0) = %v, want Deadline", stop)
+		}
+		if _, stop := p.Decide(1, errBoom, now, now-2, dl, 0); stop != Continue {
+			t.Fatalf("Decide for a retry ending 1 ns before the returned deadline = %v, want Continue", stop)
+		}
+
+		past, cancelPast := context.WithDeadline(context.Background(), time.Now().Add(-time.Hour))
+		defer cancelPast()
+		low := rampart.NotRead + 1 // the lowest real reading
+		if dl := p.Deadline(past, low); dl != rampart.NotRead+1 {
+			t.Fatalf("Deadline an hour before reading NotRead+1 = %d, want NotRead+1", dl)
+		}
+		if _, stop := p.Decide(1, errBoom, low, low, p.Deadline(past, low), 0); stop != Deadline {
+			t.Fatalf("Decide at the lowest reading past the deadline = %v, want Deadline", stop)
+		}
+	})
+}
+
+// shiftedTicker is a ticker whose readings are those of t plus off: a
+// clock whose epoch is arbitrary (below 0 with off < 0).
+type shiftedTicker struct {
+	t   rampart.Ticker
+	off int64
+}
+
+func (s shiftedTicker) Now() int64 { return s.t.Now() + s.off }
+
+// deadlineCountingCtx counts the calls of its Deadline method.
+type deadlineCountingCtx struct {
+	context.Context
+	calls *int
+}
+
+func (c deadlineCountingCtx) Deadline() (time.Time, bool) {
+	*c.calls++
+	return c.Context.Deadline()
+}
+
+// TestDoBelowZeroClockConvertsDeadlineOnce: Do and CallIf on a clock that
+// reads below 0 (its epoch 10 s ahead) convert the context's deadline once
+// per call, however many retries (a negative deadline is a computed one,
+// not the loops' "not computed yet"), and stop with Deadline rather than
+// sleep past it: with a deadline at 250 ms and 100 ms delays, 3 attempts
+// in 200 ms.
+func TestDoBelowZeroClockConvertsDeadlineOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tk := shiftedTicker{rampart.NewNanoTicker(), -10 * int64(time.Second)}
+		p := mustNew(t, Config{Backoff: Constant, BaseDelay: 100 * time.Millisecond, MaxAttempts: math.MaxInt, Ticker: tk})
+		for _, name := range []string{"Do", "CallIf"} {
+			c, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+			calls := 0
+			ctx := deadlineCountingCtx{c, &calls}
+			t0 := time.Now()
+			n := 0
+			var err error
+			if name == "Do" {
+				err = p.Do(ctx, func(context.Context) error { n++; return errBoom })
+			} else {
+				_, err = CallIf(ctx, p, func(context.Context) (int, error) { n++; return 0, errBoom }, nil)
+			}
+			cancel()
+			var ex *ExhaustedError
+			if !errors.As(err, &ex) || ex.Reason() != Deadline || n != 3 || time.Since(t0) != 200*time.Millisecond {
+				t.Fatalf("%s: err=%v n=%d elapsed=%v, want Deadline after 3 attempts in 200ms", name, err, n, time.Since(t0))
+			}
+			if calls != 1 {
+				t.Fatalf("%s: ctx.Deadline called %d times for %d attempts, want once", name, calls, n)
+			}
+		}
+	})
+}
+
 // FuzzDecide runs the decision loop on a simulated clock for arbitrary
 // configurations and checks the limits: attempts ≤ MaxAttempts, every
 // attempt starts within MaxDuration of the first and before the deadline,
