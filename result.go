@@ -5,8 +5,10 @@ import "math"
 // NotRead is the clock reading that means "the clock was not read". A
 // caller passes it as now to a method that accepts it (a closed breaker's
 // AcquireAt, a timeout's FinishAt, ...) when it has no reading and the
-// decision needs none; the policy then reads its own Ticker if it must. A
-// real reading is never NotRead.
+// decision needs none; the policy then reads its own Ticker if it must.
+// It is math.MinInt64, which no real clock reads: rampart's tickers start
+// at 0 or later, except a ManualTicker told to start (or set) there, whose
+// reading of math.MinInt64 is indistinguishable from not read.
 const NotRead int64 = math.MinInt64
 
 // Result is the classification of one call's outcome, the one enum every

@@ -82,7 +82,8 @@
 // Outcomes are explicit ([rampart.Result]): a [rampart.Success] is an RTT sample, a
 // [rampart.Failure] call (timeout, overload error) is a loss that counts toward
 // the window's drop rate (see Drops below), and an [rampart.Ignored] call (the
-// caller cancelled) only frees its slot.
+// caller cancelled) only frees its slot. Any other value counts as a
+// Failure, as [rampart.Result] documents.
 //
 // # Drops
 //
@@ -96,7 +97,14 @@
 // Netflix's Gradient2Limit has none: the RTTs of timed drops
 // ([Sample.DropRTT]) enter its short-term RTT with the successes', as in
 // Netflix's window average, so calls that time out under a queue still
-// shrink the limit. Reacting to any drop in a window, a drop in every
+// shrink the limit. Each drop counts as one call whose RTT is bounded at
+// twice the long-term average: Netflix's timeouts are the client's, a few
+// RTTs, but a Failure here may be a 30 s timeout among 10 ms calls, which
+// unbounded weighed as 3000 calls (one such timeout in two thousand calls
+// per window took the limit from 116 to 13). Bounded, a window in which a
+// fraction f of the calls timed out has a short-term RTT of at most
+// long·(1+f), and a window mostly dropped reaches the gradient's floor of
+// 0.5. Reacting to any drop in a window, a drop in every
 // window (one timeout in two thousand calls, at two thousand calls per
 // window) held Gradient2 at 2·QueueSize = 8 and Vegas and AIMD at their
 // minimum. The rate is a window's: with fewer than 1/DropThreshold calls
@@ -113,16 +121,20 @@
 //
 //	            0        0.05 %   0.2 %    1 %
 //	Vegas       97.0 %   97.0 %   96.7 %   96.6 %   (96.9, 94.4, 27.7 %)
-//	Gradient2   97.0 %   97.0 %   97.0 %   96.6 %   (82.3, 42.7, 20.0 %)
+//	Gradient2   97.0 %   96.9 %   96.9 %   96.9 %   (82.3, 42.7, 20.0 %)
 //	AIMD        98.4 %   98.6 %   98.7 %   98.7 %   (80.9, 39.6, 13.8 %)
 //
 // At 80 % load every algorithm stayed within 1.5 % of its lossless goodput
-// (any-drop, 1 % lost: 15–39 % of it). TestSimRealOverloadStillBacksOff:
+// (any-drop, 1 % lost: 15–39 % of it). With 0.05 % of the calls timing out
+// after 30 s instead (3000 × D; run without baseline probes, whose limit of
+// 1 a 30 s call would hold), goodput was 99.9 % (Vegas), 100.0 %
+// (Gradient2) and 99.2 % (AIMD) of capacity; Gradient2 with unbounded drop
+// RTTs fell to 24.7 %. TestSimRealOverloadStillBacksOff:
 // the same overload with 1 % lost, and the server's capacity falling from
 // 50 to 10 workers for 20 s, so that latency and timeouts (20 ms) rise with
-// the queue: the mean limit over the last 10 s was 13.8 (Vegas), 15.0
-// (Gradient2) and 18.2 (AIMD), goodput 83–91 % of the reduced capacity, and
-// the limit climbed back to 58, 56 and 94 when capacity returned (any-drop:
+// the queue: the mean limit over the last 10 s was 13.8 (Vegas), 15.4
+// (Gradient2) and 18.2 (AIMD), goodput 83–90 % of the reduced capacity, and
+// the limit climbed back to 58, 60 and 94 when capacity returned (any-drop:
 // 16, 11 and 8 before the capacity fell, 20, 11 and 9 after it returned).
 //
 // A [Throttler] is drop-based by design and already reacts to a ratio: it

@@ -28,10 +28,13 @@ import (
 // Gradient2 has no drop rule, as Netflix's Gradient2Limit has none: the
 // gradient of the RTT is its only signal, and a Failure call counts only
 // through its RTT. rtt above is the mean over the window's successes
-// and its timed drops (Sample.DropRTT, weighted by Sample.Drops), as in
-// Netflix's window average, so calls that time out under a queue raise
-// the short-term RTT and shrink the limit, while a few calls lost whatever
-// the load move the mean by their share only. (Halving the gradient on any
+// and its timed drops (Sample.DropRTT, weighted by Sample.Drops, each
+// drop's RTT bounded at 2·long), as in Netflix's window average, so calls
+// that time out under a queue raise the short-term RTT and shrink the
+// limit, while a few calls lost whatever the load move the mean by their
+// share of the calls only, however long their timeout (unbounded, one 30 s
+// timeout among two thousand 10 ms calls per window weighed as 3000 calls
+// and took the limit from 116 to 13). (Halving the gradient on any
 // drop in a window held the limit at 2·QueueSize = 8 under one timeout in
 // two thousand calls per window; ignoring drops outright, RTTs included,
 // left the simulation's limit at 55 when the server's capacity fell from 50
@@ -135,7 +138,7 @@ func (c *gradient2) Update(s Sample) float64 {
 	}
 	l := s.Limit
 	gradient := 1.0
-	n, mean := rttOfAll(s)
+	n, mean := rttOfAll(s, c.long)
 	if n > 0 {
 		short := max(mean, 1)
 		if c.long == 0 {
@@ -158,15 +161,36 @@ func (c *gradient2) Update(s Sample) float64 {
 // rttOfAll returns the number of calls behind Gradient2's short-term RTT
 // and that RTT: the mean over the successes and, when some Failure call
 // was timed, the drops too, weighted by their counts (Netflix's window
-// average takes every sample, dropped or not).
-func rttOfAll(s Sample) (n, mean float64) {
+// average takes every sample, dropped or not). Each drop counts as one
+// call whose RTT is DropRTT bounded by dropCap: twice the long-term
+// average long (twice the successes' mean before there is one). Netflix
+// needs no bound because its timeouts are the client's, a small multiple
+// of the RTT; rampart's drops are whatever the caller classified as a
+// Failure, and a 30 s client timeout among 10 ms calls would otherwise
+// weigh as 3000 calls. With the bound a window whose fraction f of calls
+// timed out has a short-term RTT of at most long·(1+f): a few drops move
+// the gradient by their share of the calls, and a window mostly dropped
+// reaches about 2·long, the gradient's floor of 0.5.
+func rttOfAll(s Sample, long float64) (n, mean float64) {
 	n, sum := float64(max(s.Count, 0)), float64(max(s.Count, 0))*float64(s.AvgRTT)
 	if s.DropRTT > 0 && s.Drops > 0 {
+		rtt := float64(s.DropRTT)
+		ref := long
+		if ref == 0 && s.Count > 0 {
+			ref = float64(s.AvgRTT)
+		}
+		if ref > 0 {
+			rtt = min(rtt, dropCap*ref)
+		}
 		n += float64(s.Drops)
-		sum += float64(s.Drops) * float64(s.DropRTT)
+		sum += float64(s.Drops) * rtt
 	}
 	if n == 0 {
 		return 0, 0
 	}
 	return n, sum / n
 }
+
+// dropCap bounds a timed drop's RTT in Gradient2's short-term mean, as a
+// multiple of the long-term average (see rttOfAll).
+const dropCap = 2

@@ -202,9 +202,12 @@ func seqOf(w int64) uint32 { return uint32(uint64(w) >> 32) }
 // safe for concurrent use.
 //
 // The zero value is not usable; build with [New]. A zero Limiter has no
-// limit, no algorithm and no clock: AcquireAt refuses every call, and
-// AcquireWaitAt returns a zero Permit with a nil error, which a caller would
-// take for an admission. Package pipeline refuses a zero Limiter at New.
+// limit, no algorithm and no clock: AcquireAt and AcquireWaitAt refuse
+// every call with a zero Permit and an error that is a nil
+// *rampart.RejectedError inside a non-nil error interface: err != nil
+// holds and errors.Is(err, rampart.ErrRejected) reports true, but its
+// Error method dereferences nil and panics.
+// Package pipeline refuses a zero Limiter at New.
 type Limiter struct {
 	slots pad.Int64 // in flight (low 32 bits) and admissions (high 32): see admitOne
 
@@ -394,7 +397,8 @@ func (l *Limiter) tryAcquire(now int64) (Permit, bool) {
 
 // ReleaseAt ends the call of t at time now with outcome o, freeing its slot.
 // A Success contributes the RTT now − t.Start() to the window; a Failure call
-// counts as a loss; an Ignored one only frees the slot. If now is past the
+// counts as a loss; an Ignored one only frees the slot. Any other value
+// counts as a Failure, as [rampart.Result] documents. If now is past the
 // end of the window, the caller closes it: it swaps the aggregates out and
 // runs the algorithm (once per window). A Permit
 // from Acquire that was not picked as a sample ([Permit.Sampled] false)
@@ -434,14 +438,18 @@ func (l *Limiter) ReleaseAt(t Permit, now int64, o rampart.Result) {
 			l.grow() // slow path: Acquire's stride doubles (sampling.go)
 		}
 		atomicx.Min(&l.win.min, rtt) // a load; a CAS only for a new minimum
-	case rampart.Failure:
+	case rampart.Ignored:
+		// Only the slot: the call says nothing about the dependency.
+	default: // rampart.Failure, and any other value (rampart.Result's doc)
 		if t.state < weight1 {
 			l.win.drops.Add(oneDrop) // atomic 2: count the loss (no RTT: an unsampled Acquire token)
 			break
 		}
+		// The weight before the RTT, which closeWindow swaps in the
+		// reverse order: see there.
 		sh := t.state - weight1
-		l.win.dropSum.Add(max(now-t.start, 0) << sh) // atomic 2: the loss's weighted RTT (failure path only)
-		l.win.drops.Add(oneDrop | 1<<sh)             // atomic 3: count the loss and its weight, one word
+		l.win.drops.Add(oneDrop | 1<<sh)             // atomic 2: count the loss and its weight, one word
+		l.win.dropSum.Add(max(now-t.start, 0) << sh) // atomic 3: the loss's weighted RTT (failure path only)
 	}
 	if now >= l.windowEnd.Load() { // a load of the read-mostly line
 		l.closeWindow(now)
@@ -495,8 +503,17 @@ func (l *Limiter) closeWindow(now int64) {
 	samples, count := counts>>32, int64(uint32(counts))
 	mn := l.win.min.Swap(math.MaxInt64)
 	maxIn := l.win.maxIn.Swap(0)
-	dropWord := l.win.drops.Swap(0)
+	// The drops' RTT sum before their weights, the reverse of ReleaseAt's
+	// adds (weight, then RTT): a Failure release torn by these swaps can
+	// leave its weight in this window and its RTT in the next, never its
+	// RTT here without its weight, so this window's DropRTT can only
+	// under-count. (In the opposite order one release of weight 64 caught
+	// in between put a 64-call RTT sum into a window of weight 1.) The
+	// orphan RTT that the next window then holds without its weight is
+	// one release's sum; Gradient2 bounds each drop's RTT at twice its
+	// long-term average (rttOfAll), AIMD and Vegas read only the counts.
 	dropSum := l.win.dropSum.Swap(0)
+	dropWord := l.win.drops.Swap(0)
 	drops, dropWeight := dropWord>>32, int64(uint32(dropWord))
 	w := l.slots.Load()
 	seq := seqOf(w)

@@ -574,3 +574,83 @@ func TestAlgorithmsExtremeSamplesStayFinite(t *testing.T) {
 // admitted turns the (Permit, error) of an AcquireAt into the (Permit, bool)
 // that the tests assert on: true when admitted.
 func admitted(p Permit, err error) (Permit, bool) { return p, err == nil }
+
+// TestUnknownResultIsAFailure: a Result other than the three constants (a
+// faulty Classify's Result(7)) counts as a Failure, as rampart.Result
+// documents, through ReleaseAt, Release and Do alike: the window that closes
+// next holds one drop.
+func TestUnknownResultIsAFailure(t *testing.T) {
+	for _, form := range []string{"ReleaseAt", "Release", "Do"} {
+		t.Run(form, func(t *testing.T) {
+			tk := rampart.NewManualTicker(0)
+			l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 10, MinLimit: 1, MaxLimit: 10,
+				Window: time.Second, MinWindowSamples: 1, Ticker: tk,
+				Classify: func(context.Context, error) rampart.Result { return rampart.Result(7) }})
+			require.NoError(t, err)
+			switch form {
+			case "ReleaseAt":
+				p, err := l.AcquireAt(0)
+				require.NoError(t, err)
+				l.ReleaseAt(p, 10, rampart.Result(7))
+			case "Release":
+				p, err := l.Acquire()
+				require.NoError(t, err)
+				l.Release(p, rampart.Result(7))
+			case "Do":
+				_ = l.Do(context.Background(), func(context.Context) error { return errors.New("x") })
+			}
+			// Close the window with one success.
+			tk.Advance(2 * time.Second)
+			p, err := l.AcquireAt(tk.Now())
+			require.NoError(t, err)
+			l.ReleaseAt(p, tk.Now(), rampart.Success)
+			require.EqualValues(t, 1, l.Stats().Windows)
+			require.EqualValues(t, 1, l.Stats().Drops, "an unknown Result must count as Failure (rampart.Result doc)")
+		})
+	}
+}
+
+// TestGradient2OneLongTimeoutKeepsLimit: with 10 ms calls, one call in 2000
+// per window timing out after 30 s (a client timeout; DefaultClassify makes
+// DeadlineExceeded a Failure) counts as one call whose RTT is bounded at
+// twice the long-term average, not as 3000 calls: the short-term RTT stays
+// near 10 ms and the limit does not collapse (unbounded, the window mean was
+// 25 ms, the gradient clamped to 0.5 and the limit fell from 116 to 12.6).
+func TestGradient2OneLongTimeoutKeepsLimit(t *testing.T) {
+	const rtt = 10 * time.Millisecond
+	ctrl := Gradient2{ProbeInterval: -1}.Start(100, 1, 1000)
+	l := 100.0
+	win := func(drops int64, dropRTT time.Duration) {
+		l = ctrl.Update(Sample{Limit: l, Count: 2000 - drops, Samples: 2000 - drops, Drops: drops,
+			AvgRTT: rtt, DropRTT: dropRTT, MinRTT: rtt, MaxInFlight: int64(l), InFlight: int64(l) / 2})
+		l = min(max(l, 1), 1000)
+	}
+	for range 20 {
+		win(0, 0) // healthy: the long-term RTT is 10 ms
+	}
+	healthy := l
+	for range 30 {
+		win(1, 30*time.Second) // one call in 2000 hits the 30 s timeout, whatever the load
+	}
+	t.Logf("limit: healthy %.1f, after 30 windows with one 30 s timeout each: %.1f", healthy, l)
+	require.Greater(t, l, healthy/2, "0.05 % of calls timing out, load-independent, must not collapse the limit")
+	// A window mostly dropped still halves it: the bound is the gradient's floor.
+	before := l
+	win(1900, 30*time.Second)
+	require.Less(t, l, before*0.95, "a window of 95 % timeouts must shrink the limit")
+}
+
+// TestZeroLimiterRefuses: a zero Limiter refuses every call with a zero
+// Permit and a non-nil error (a nil *rampart.RejectedError in the error
+// interface, as the Limiter doc says), never a nil error a caller would
+// take for an admission.
+func TestZeroLimiterRefuses(t *testing.T) {
+	var l Limiter
+	p, err := l.AcquireWaitAt(context.Background(), 0)
+	require.False(t, p.Valid())
+	require.True(t, err != nil, "a zero Limiter must not return a nil error")
+	require.ErrorIs(t, err, rampart.ErrRejected)
+	p, err = l.AcquireAt(0)
+	require.False(t, p.Valid())
+	require.True(t, err != nil)
+}

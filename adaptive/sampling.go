@@ -221,16 +221,18 @@ func (l *Limiter) Release(t Permit, o rampart.Result) {
 		l.parts[t.part-1].inflight.Add(-1) // the partition's slot
 	}
 	atomicx.Max(&l.win.maxIn, int64(t.inflight)) // a load; a CAS only for a new maximum
-	if o == rampart.Failure || (l.queue != nil && l.queue.waiting.Load() > 0) {
-		l.endSlow(o)
+	// A loss is anything but Success and Ignored (rampart.Result's doc: an
+	// unknown value counts as Failure); a Success decides in one compare.
+	if loss := o != rampart.Success && o != rampart.Ignored; loss || (l.queue != nil && l.queue.waiting.Load() > 0) {
+		l.endSlow(loss)
 	}
 }
 
 // endSlow is the rest of an unsampled Release that needs the time: a loss
 // (counted, and it may close the window) or waiters to hand the slot to.
-func (l *Limiter) endSlow(o rampart.Result) {
+func (l *Limiter) endSlow(loss bool) {
 	now := l.ticker.Now() // clock read: failure or waiting path
-	if o == rampart.Failure {
+	if loss {
 		l.win.drops.Add(oneDrop) // the loss counts; an unsampled token has no RTT
 		if now >= l.windowEnd.Load() {
 			l.closeWindow(now)

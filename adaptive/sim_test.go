@@ -480,10 +480,11 @@ var dropAlgorithms = []struct {
 	name    string
 	alg     Algorithm
 	timeout time.Duration
+	noProbe Algorithm // alg without baseline probes (AIMD has none)
 }{
-	{"Vegas", Vegas{}, 0},
-	{"Gradient2", Gradient2{}, 0},
-	{"AIMD", AIMD{}, 2 * simBase},
+	{"Vegas", Vegas{}, 0, Vegas{ProbeInterval: -1}},
+	{"Gradient2", Gradient2{}, 0, Gradient2{ProbeInterval: -1}},
+	{"AIMD", AIMD{}, 2 * simBase, AIMD{}},
 }
 
 // simLossAfter is the client timeout of a call lost whatever the load.
@@ -495,29 +496,47 @@ const simLossAfter = 10 * simBase
 // are not overload: at 80 % load and at 3× overload each algorithm keeps its
 // goodput within 5 % of the same run without losses. (Reacting to any drop
 // in a window, Gradient2 sat at 2·QueueSize = 8 and AIMD and Vegas near
-// their minimum.)
+// their minimum.) The last row is one long timeout every few windows:
+// 0.05 % of the calls time out after 3000× the base latency (30 s, a
+// client's timeout among 10 ms calls), after a warm-up long enough for
+// those timeouts to be released throughout the measured run. (Gradient2
+// weighing a drop by its RTT, one such timeout weighed as 3000 calls and
+// collapsed the limit: TestGradient2OneLongTimeoutKeepsLimit.) That row
+// runs without baseline probes: a probe holds the limit at 1, and a call
+// that holds that slot for 30 s leaves no release to close a window, so
+// the limiter rejects everything until it ends, whatever the drop rule.
 func TestSimLoadIndependentDropsKeepGoodput(t *testing.T) {
 	for _, a := range dropAlgorithms {
 		for _, load := range []float64{0.8, 3} {
 			simModes(t, a.name+"/load"+itoa(int(100*load))+"%", func(t *testing.T, sampled bool) {
 				var base float64
-				for _, loss := range []float64{0, 0.0005, 0.002, 0.01} {
-					s := newSim(t, simConfig(a.alg, 20), simCap, simBase, 9)
+				for _, r := range []struct {
+					loss        float64
+					after, warm time.Duration
+					alg         Algorithm
+				}{
+					{0, simLossAfter, 10 * time.Second, a.alg},
+					{0.0005, simLossAfter, 10 * time.Second, a.alg},
+					{0.002, simLossAfter, 10 * time.Second, a.alg},
+					{0.01, simLossAfter, 10 * time.Second, a.alg},
+					{0.0005, 3000 * simBase, 40 * time.Second, a.noProbe}, // one long timeout
+				} {
+					s := newSim(t, simConfig(r.alg, 20), simCap, simBase, 9)
 					s.sampled = sampled
 					s.timeout = int64(a.timeout)
-					s.loss, s.lossAfter = loss, int64(simLossAfter)
+					s.loss, s.lossAfter = r.loss, int64(r.after)
 					s.rate = load * simThroughput
-					s.run(10 * time.Second) // warm up
+					s.run(r.warm) // warm up
 					const d = 30 * time.Second
 					s.run(d)
 					g := s.goodput(d)
-					if loss == 0 {
+					if r.loss == 0 {
 						base = g
 					}
-					t.Logf("loss %.2f%%: goodput %.1f%% of capacity (%.1f%% of the lossless run), mean limit %.1f, p99 %v, drops %.2f%% (lost %d, timed out %d)",
-						100*loss, 100*g, 100*g/base, s.meanLimit(1), s.p99(), 100*float64(s.dropped)/float64(s.completed+s.dropped), s.lost, s.dropped-s.lost)
+					t.Logf("loss %.2f%% after %v: goodput %.1f%% of capacity (%.1f%% of the lossless run), mean limit %.1f, p99 %v, drops %.2f%% (lost %d, timed out %d)",
+						100*r.loss, r.after, 100*g, 100*g/base, s.meanLimit(1), s.p99(), 100*float64(s.dropped)/float64(s.completed+s.dropped), s.lost, s.dropped-s.lost)
 					if g < 0.95*base {
-						t.Errorf("loss %.2f%%: goodput %.3f < 95 %% of the lossless %.3f", 100*loss, g, base)
+						t.Errorf("loss %.2f%% after %v: goodput %.3f < 95 %% of the lossless %.3f", 100*r.loss, r.after, g, base)
 					}
 				}
 			})

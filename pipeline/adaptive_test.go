@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -207,4 +208,57 @@ func TestPanickingControllerReleasesOnce(t *testing.T) {
 			require.Error(t, err2, "the token was released twice: two admitted at limit 1")
 		})
 	}
+}
+
+// armedPanicTicker is a ManualTicker whose Now panics while armed.
+type armedPanicTicker struct {
+	m     *rampart.ManualTicker
+	armed atomic.Bool
+}
+
+func (p *armedPanicTicker) Now() int64 {
+	if p.armed.Load() {
+		panic("ticker down")
+	}
+	return p.m.Now()
+}
+
+// TestAbortAfterTickerPanicHandsSlotToWaiter: when fn panics and the Ticker
+// then panics too, abort has no end reading; it releases the adaptive
+// permit at t0 (as it finishes the timeout), not at rampart.NotRead, which
+// the limiter's queue took for now: MinInt64 − enq wrapped to a huge wait
+// and every waiter was shed as stale although the slot was free. The queued
+// waiter gets the freed slot and nothing is shed.
+func TestAbortAfterTickerPanicHandsSlotToWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tk := &armedPanicTicker{m: rampart.NewManualTicker(1_000_000)}
+		al, err := adaptive.New(adaptive.Config{Algorithm: adaptive.AIMD{}, InitialLimit: 1, MinLimit: 1, MaxLimit: 1,
+			Ticker: tk, Queue: adaptive.QueueConfig{MaxLength: 4}})
+		require.NoError(t, err)
+		p, err := pipeline.New(pipeline.Config{Adaptive: al})
+		require.NoError(t, err)
+
+		got := make(chan error, 1)
+		func() {
+			defer func() { _ = recover() }()
+			_ = p.Do(context.Background(), func(context.Context) error {
+				// The only slot is held: queue a waiter behind it.
+				go func() {
+					permit, err := al.AcquireWaitAt(context.Background(), tk.m.Now())
+					if err == nil {
+						al.ReleaseAt(permit, tk.m.Now(), rampart.Success)
+					}
+					got <- err
+				}()
+				synctest.Wait()
+				require.Equal(t, 1, al.Stats().Queued)
+				tk.armed.Store(true)
+				panic("boom")
+			})
+		}()
+		tk.armed.Store(false)
+		err = <-got
+		require.NoError(t, err, "the waiter was shed although the slot was freed and it waited 0 ns")
+		require.Zero(t, al.Stats().Shed)
+	})
 }

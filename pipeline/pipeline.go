@@ -277,8 +277,10 @@ func New(cfg Config) (*Pipeline, error) {
 // that its package's New did not build. The zero value of every policy type
 // is unusable (its errors, limits and clock are set by New): a zero rate
 // limiter, timeout, retry, breaker or hedger would panic in a call, and a
-// zero bulkhead or adaptive limit would reject every call with a nil error,
-// so that Do returned nil without running fn. Each New sets the policy's
+// zero bulkhead or adaptive limit would reject every call with its unset
+// rejection error: a nil *rampart.RejectedError inside a non-nil error,
+// so that Do failed without running fn with an error whose Error method
+// dereferences nil and panics. Each New sets the policy's
 // ticker (rampart.DefaultTicker() when the Config has none), so a nil
 // Ticker() marks a zero value; the bulkhead, which has no Ticker accessor,
 // has a limit of at least 1 from New on (New and SetMax refuse less).

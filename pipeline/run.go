@@ -631,15 +631,16 @@ func (p *Pipeline) abort(a *attempt) {
 	if p.needT1 && a.t1 == rampart.NotRead {
 		a.t1 = p.readAfterPanic()
 	}
+	// Without an end reading (a deadline mode that needs none, or a Ticker
+	// that panicked) t0 stands in: NotRead would make a soft-mode Finish
+	// read the ticker itself, and the adaptive queue's handoff take
+	// MinInt64 for now and shed every waiter as stale.
+	end := a.t1
+	if end == rampart.NotRead {
+		end = a.t0
+	}
 	if held&heldTimeout != 0 {
-		// The verdict is discarded. Without an end reading (a deadline
-		// mode that needs none, or a Ticker that panicked) t0 stands in:
-		// NotRead would make a soft-mode Finish read the ticker itself.
-		end := a.t1
-		if end == rampart.NotRead {
-			end = a.t0
-		}
-		_ = p.to.FinishAt(a.th, end, ErrPanicked)
+		_ = p.to.FinishAt(a.th, end, ErrPanicked) // the verdict is discarded
 	}
 	if held&heldBulkhead != 0 {
 		p.bh.Release()
@@ -659,6 +660,6 @@ func (p *Pipeline) abort(a *attempt) {
 		p.bud.OnFailure(a.start)
 	}
 	if held&heldAdaptive != 0 {
-		p.al.ReleaseAt(a.token, a.t1, rampart.Ignored) // last: it may run the user's Controller
+		p.al.ReleaseAt(a.token, end, rampart.Ignored) // last: it may run the user's Controller
 	}
 }
