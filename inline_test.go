@@ -23,8 +23,8 @@ import (
 // atomics. A call to a function that is not inlined costs 57 of the budget,
 // which leaves 23 for the fast path, less than one atomic operation on a
 // padded word plus its branch and arguments: circuitbreaker's Acquire (96)
-// and ReleaseAt (337), ratelimit's AdmitN (299), bulkhead's Enter
-// (206), Acquire (216) and Exit (90), adaptive's AcquireWait (it has a
+// and ReleaseAt (337), ratelimit's AdmitN (299), bulkhead's AcquireWait
+// (208), Acquire (225) and Release (90), adaptive's AcquireWait (it has a
 // defer) and Release (441), timeout's StartAt (153).
 //
 // internal/pad declares only types (atomic words alone on a cache line):

@@ -231,8 +231,9 @@ func New(cfg Config) (*Bulkhead, error) {
 	return b, nil
 }
 
-// Acquire takes a permit if one is free and reports whether it did. It
-// never waits, reads no clock and allocates nothing. A true result must be
+// Acquire takes a permit if one is free and returns nil, or returns the
+// bulkhead's rejection error ([Bulkhead.RejectedError]) when none is. It
+// never waits, reads no clock and allocates nothing. A nil result must be
 // matched by exactly one [Bulkhead.Release].
 //
 // Cost: on admission one atomic add (plus loads of read-mostly words); on
@@ -358,7 +359,7 @@ func (b *Bulkhead) unmatchedExit() {
 	if name == "" {
 		name = "(unnamed)"
 	}
-	panic("rampart/bulkhead: Exit without a matching Enter on bulkhead " + name +
+	panic("rampart/bulkhead: Release without a matching Acquire on bulkhead " + name +
 		": the in-flight count would go negative, which would let more calls in than Max")
 }
 

@@ -83,11 +83,11 @@ func TestRejectedError(t *testing.T) {
 	require.Equal(t, uint64(3), b.Stats().Rejected)
 }
 
-func TestExitWithoutEnterPanics(t *testing.T) {
+func TestReleaseWithoutAcquirePanics(t *testing.T) {
 	b := mustNew(t, Config{Max: 2, Name: "db"})
 	p, _ := testkit.Run(b.Release)
 	msg, _ := p.(string)
-	require.True(t, strings.Contains(msg, "Exit without a matching Enter"), msg)
+	require.True(t, strings.Contains(msg, "Release without a matching Acquire"), msg)
 	require.True(t, strings.Contains(msg, "db"), msg)
 	// The count was restored: the limit is still 2, not 3.
 	require.Equal(t, int64(0), b.Stats().InFlight)
