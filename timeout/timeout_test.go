@@ -501,7 +501,7 @@ func TestParentCancel(t *testing.T) {
 		tm.FinishAt(h, tm.Ticker().Now(), nil)
 
 		// A custom parent without AfterFunc: one goroutine (context.AfterFunc's), cleaned up at FinishAt.
-		cp := &customCtx{Context: t.Context(), done: make(chan struct{})}
+		cp := testkit.NewPlainCtx(t.Context())
 		c, h = tm.StartAt(cp, tm.Ticker().Now())
 		<-doneSoon(c.Done(), cp)
 		require.Equal(t, context.Canceled, c.Err())
@@ -510,25 +510,9 @@ func TestParentCancel(t *testing.T) {
 	})
 }
 
-// customCtx is a parent without an AfterFunc method.
-type customCtx struct {
-	context.Context
-	done chan struct{}
-	err  atomic.Value
-}
-
-func (c *customCtx) Done() <-chan struct{} { return c.done }
-func (c *customCtx) Err() error {
-	if e, ok := c.err.Load().(error); ok {
-		return e
-	}
-	return nil
-}
-func (c *customCtx) cancel() { c.err.Store(context.Canceled); close(c.done) }
-
 // doneSoon cancels cp once d has been requested, and returns d.
-func doneSoon(d <-chan struct{}, cp *customCtx) <-chan struct{} {
-	cp.cancel()
+func doneSoon(d <-chan struct{}, cp *testkit.PlainCtx) <-chan struct{} {
+	cp.Cancel()
 	return d
 }
 

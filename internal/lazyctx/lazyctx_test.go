@@ -200,27 +200,11 @@ func TestCauseIsErrOrTheParentsCause(t *testing.T) {
 	// cancelCtx: Cause must not report the live one's nil cause.
 	outer, cancelOuter := context.WithCancelCause(context.Background())
 	defer cancelOuter(nil)
-	cp := &customCtx{Context: outer, done: make(chan struct{})}
+	cp := testkit.NewPlainCtx(outer)
 	c = newCtx(cp)
-	cp.cancel()
+	cp.Cancel()
 	require.Equal(t, context.Canceled, context.Cause(c))
 }
-
-// customCtx is a parent without an AfterFunc method that ends on its own.
-type customCtx struct {
-	context.Context
-	done chan struct{}
-	err  atomic.Value
-}
-
-func (c *customCtx) Done() <-chan struct{} { return c.done }
-func (c *customCtx) Err() error {
-	if e, ok := c.err.Load().(error); ok {
-		return e
-	}
-	return nil
-}
-func (c *customCtx) cancel() { c.err.Store(context.Canceled); close(c.done) }
 
 // TestAfterFuncRunsAtTheEnd checks the AfterFunc method: a registration runs
 // once, synchronously on the goroutine that ends the context; a stopped one
@@ -269,7 +253,7 @@ func TestChildrenCostNoGoroutine(t *testing.T) {
 		{"cancelCtx", func(t *testing.T) context.Context { return t.Context() }, 0},
 		{"ctx", func(t *testing.T) context.Context { return newCtx(t.Context()) }, 0},
 		{"custom", func(t *testing.T) context.Context {
-			return &customCtx{Context: t.Context(), done: make(chan struct{})}
+			return testkit.NewPlainCtx(t.Context())
 		}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

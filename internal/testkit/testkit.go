@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -400,4 +401,38 @@ func findConfigError(err error) (reflect.Value, bool) {
 		err = errors.Unwrap(err)
 	}
 	return reflect.Value{}, false
+}
+
+// PlainCtx is a context.Context that ends only when Cancel is called (with
+// context.Canceled) and has no AfterFunc method: the kind of custom parent
+// for which the context package (and rampart's contexts) must watch Done
+// with a goroutine of their own. Value and Deadline are the embedded
+// parent's. Build it with NewPlainCtx; it is safe for concurrent use.
+type PlainCtx struct {
+	context.Context
+	done chan struct{}
+	once sync.Once
+	err  atomic.Value
+}
+
+// NewPlainCtx returns a live PlainCtx over parent (for Value and Deadline;
+// parent's own end is not seen).
+func NewPlainCtx(parent context.Context) *PlainCtx {
+	return &PlainCtx{Context: parent, done: make(chan struct{})}
+}
+
+// Done is closed by Cancel.
+func (c *PlainCtx) Done() <-chan struct{} { return c.done }
+
+// Err is nil until Cancel, context.Canceled after.
+func (c *PlainCtx) Err() error {
+	if e, ok := c.err.Load().(error); ok {
+		return e
+	}
+	return nil
+}
+
+// Cancel ends the context (once; later calls do nothing).
+func (c *PlainCtx) Cancel() {
+	c.once.Do(func() { c.err.Store(context.Canceled); close(c.done) })
 }

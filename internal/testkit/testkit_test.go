@@ -1,6 +1,7 @@
 package testkit_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -281,5 +282,35 @@ func TestRequireConfigError(t *testing.T) {
 			require.Len(t, ft.errors, 1)
 			require.True(t, strings.Contains(ft.errors[0], tc.want), ft.errors[0])
 		})
+	}
+}
+
+// TestPlainCtx: a PlainCtx is live until Cancel, then done with
+// context.Canceled (once, however often Cancel is called), keeps its
+// parent's values, and has no AfterFunc method.
+func TestPlainCtx(t *testing.T) {
+	type key struct{}
+	c := NewPlainCtx(context.WithValue(context.Background(), key{}, "v"))
+	if c.Err() != nil {
+		t.Fatalf("live PlainCtx: Err %v", c.Err())
+	}
+	select {
+	case <-c.Done():
+		t.Fatal("live PlainCtx: Done closed")
+	default:
+	}
+	if c.Value(key{}) != "v" {
+		t.Fatal("the parent's value is lost")
+	}
+	if _, ok := any(c).(interface {
+		AfterFunc(func()) func() bool
+	}); ok {
+		t.Fatal("PlainCtx has an AfterFunc method")
+	}
+	c.Cancel()
+	c.Cancel()
+	<-c.Done()
+	if c.Err() != context.Canceled {
+		t.Fatalf("after Cancel: Err %v", c.Err())
 	}
 }
