@@ -290,7 +290,7 @@ func TestRequireConfigError(t *testing.T) {
 // parent's values, and has no AfterFunc method.
 func TestPlainCtx(t *testing.T) {
 	type key struct{}
-	c := NewPlainCtx(context.WithValue(context.Background(), key{}, "v"))
+	c := testkit.NewPlainCtx(context.WithValue(context.Background(), key{}, "v"))
 	if c.Err() != nil {
 		t.Fatalf("live PlainCtx: Err %v", c.Err())
 	}
