@@ -384,15 +384,6 @@ func (b *Breaker) notifyRejected(s State) {
 	notify.Call1(&b.listenerPanics, b.onRejected, s)
 }
 
-// record is ReleaseAt after its fast path.
-func (b *Breaker) record(p Permit, now int64, err error) {
-	r := rampart.Success
-	if err != nil || b.classify != nil {
-		r = b.classifyErr(err)
-	}
-	b.ReleaseAt(p, now, r)
-}
-
 // Classify returns the Result that ReleaseAt gives err: Config.Classify's, or
 // DefaultClassify's. With it and [Breaker.ReleaseAt] a caller can run the
 // user's classifier and record the result as two steps (package pipeline
