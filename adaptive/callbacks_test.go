@@ -22,7 +22,7 @@ import (
 // an RTT sample, reads the user Ticker to build the Permit: a Ticker that
 // panics there gives the slot back (the limiter does not shrink by one
 // call for ever), and the panic goes on to the caller.
-func TestCallbacksTickerPanicInBeginReleasesSlot(t *testing.T) {
+func TestCallbacksTickerPanicInAcquireReleasesSlot(t *testing.T) {
 	tk := &testkit.PanicTicker{}
 	l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 2, MinLimit: 2, MaxLimit: 2, MaxSampleStride: 1, Ticker: tk})
 	require.NoError(t, err)
@@ -38,7 +38,7 @@ func TestCallbacksTickerPanicInBeginReleasesSlot(t *testing.T) {
 // slot, after Do has marked the call done (so that a panicking Controller
 // does not release twice): a Ticker that panics in Release still frees the
 // slot, and the panic goes on to the caller.
-func TestCallbacksTickerPanicInEndReleasesSlot(t *testing.T) {
+func TestCallbacksTickerPanicInReleaseReleasesSlot(t *testing.T) {
 	tk := &testkit.PanicTicker{}
 	l, err := New(Config{Algorithm: AIMD{}, InitialLimit: 2, MinLimit: 2, MaxLimit: 2, MaxSampleStride: 1, Ticker: tk})
 	require.NoError(t, err)

@@ -391,7 +391,7 @@ func TestStressSampled(t *testing.T) {
 	}
 }
 
-func TestAllocsBeginEnd(t *testing.T) {
+func TestAllocsAcquireRelease(t *testing.T) {
 	l, tk, _ := sampledLimiter(t, func(c *Config) {
 		c.Algorithm = Vegas{}
 		c.Window = 1000

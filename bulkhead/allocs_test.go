@@ -30,8 +30,8 @@ func TestAllocsReject(t *testing.T) {
 	})
 }
 
-// TestAllocsEnterNoWait: the waiting mode's admit when a permit is free.
-func TestAllocsEnterNoWait(t *testing.T) {
+// TestAllocsAcquireWaitNoWait: the waiting mode's admit when a permit is free.
+func TestAllocsAcquireWaitNoWait(t *testing.T) {
 	b := mustNew(t, Config{Max: 4, MaxWait: time.Second})
 	ctx := context.Background()
 	testkit.WantAllocs(t, "AcquireWait+Release", 0, func() {

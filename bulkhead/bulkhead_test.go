@@ -47,7 +47,7 @@ func TestNewValidation(t *testing.T) {
 	require.Equal(t, 3, b.Max())
 }
 
-func TestTryEnterExit(t *testing.T) {
+func TestAcquireRelease(t *testing.T) {
 	var rejects []int64
 	b := mustNew(t, Config{Max: 2, OnRejected: func(inFlight int64, waited time.Duration) { rejects = append(rejects, inFlight, int64(waited)) }})
 	require.NoError(t, b.Acquire())

@@ -935,11 +935,11 @@ func TestAllocsWaitNoDelay(t *testing.T) {
 	})
 }
 
-// BenchmarkTryAcquire measures one admission decision at a reading handed
+// BenchmarkAdmitN measures one admission decision at a reading handed
 // in (no clock read), for a whole-ns interval (1 ns: readings are units)
 // and for a fractional one (10/3 ns: readings are converted by
 // multiplication), each admitted and rejected.
-func BenchmarkTryAcquire(b *testing.B) {
+func BenchmarkAdmitN(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
 		c      Config
