@@ -57,7 +57,12 @@ type loop struct {
 // call level spill and reload the engine's state. Anything else (a queue
 // that may wait, a context already done, a failure) goes to runLoop, the
 // general loop through begin, settle and end. (runHedged has only the
-// general loop: a hedged call costs goroutines anyway.)
+// general loop: a hedged call costs goroutines anyway.) The admission order
+// is thus written twice, here and in begin, and the release order twice,
+// here for a success and in release for everything else (a failure, a
+// rejection's unwind, a panic's abort); FuzzFastPathMatchesGeneralPath
+// holds this copy to the general one. One copy of each costs the success
+// benchmarks 13–33 % (docs/pipeline.md).
 //
 // Per attempt, on a success with every policy present and a closed breaker
 // that needs no duration: one clock read (t0), then the policies' own
@@ -169,18 +174,19 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 		}
 	}
 	if err == nil {
-		// Released in settle's order. The bulkhead runs no user code;
-		// the breaker's Classify and the adaptive Controller may panic,
-		// so the guard still names what they release until they run.
+		// Released in release's order, by hand (see the doc above). The
+		// breaker's Classify is user code and runs first, while the guard
+		// names every permit; the adaptive limit's Release may run the
+		// user's Controller and comes last.
+		r := rampart.Success
+		if p.cbClassify {
+			r = p.cb.Classify(nil) // a panic leaves every permit to the guard
+		}
 		a.held = p.held & (heldBreaker | heldAdaptive)
 		if p.bh != nil {
 			p.bh.Release() // one atomic add and one load
 		}
 		if p.cb != nil {
-			r := rampart.Success
-			if p.cbClassify {
-				r = p.cb.Classify(nil) // user code: a panic leaves the permit to the guard
-			}
 			// Recorded from here: a listener that calls Goexit once the
 			// result is applied must not make the guard record it again.
 			a.held = p.held & heldAdaptive
@@ -403,44 +409,26 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 // recorded and the permits given back, then the retry's decision. run's
 // fast first attempt calls it when the attempt failed.
 func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o *Outcome) bool {
-	// The same order as run's fast first attempt: the adaptive outcome
-	// classified while every permit is held (a panicking classifier
-	// leaves them all to abort), then the releases that run no user code
-	// but the breaker's Classify, and the adaptive token last, since its
-	// Release may run the user's Controller: if that panics, everything
-	// else is already released and recorded.
-	oc := rampart.Success
+	// Both classifiers run while every permit is held (a panicking one
+	// leaves them all to abort), then release gives the permits back in
+	// the pipeline's release order.
+	oc, r := rampart.Success, rampart.Success
 	if err != nil && a.held&heldAdaptive != 0 {
 		oc = p.classifyAdaptive(ctx, err)
 	}
-	if a.held&heldBulkhead != 0 {
-		a.held &^= heldBulkhead
-		p.bh.Release() // one atomic add and one load
+	if a.held&heldBreaker != 0 && (err != nil || p.cbClassify) {
+		r = p.cb.Classify(err) // user code: a panic leaves the permit to abort
 	}
-	if a.held&heldBreaker != 0 {
-		r := rampart.Success
-		if err != nil || p.cbClassify {
-			r = p.cb.Classify(err) // user code: a panic leaves the permit to abort
-		}
-		a.held &^= heldBreaker            // recorded from here (a listener may Goexit)
-		p.cb.ReleaseAt(a.permit, a.t1, r) // healthy count window: four loads
-	}
+	bud, budAt := budgetNone, a.t0
 	if err == nil && p.bud != nil {
-		now := a.t0
-		if now == rampart.NotRead {
+		bud = budgetSuccess
+		if budAt == rampart.NotRead {
 			// A retry with no policy reading t0: the call's start
 			// (rampart.NotRead when the retry does not use it).
-			now = l.start
+			budAt = l.start
 		}
-		p.bud.OnSuccess(now)
 	}
-	if a.held&heldAdaptive != 0 {
-		// Cleared before Release: Release frees the slot first and may
-		// then run the user's Controller (closing a window), which may
-		// panic; abort must not release the token a second time.
-		a.held &^= heldAdaptive
-		p.al.ReleaseAt(a.token, a.t1, oc)
-	}
+	p.release(a, r, oc, bud, budAt)
 	if err == nil {
 		o.Code, o.Policy, o.Err = OK, None, nil
 		return true
@@ -547,18 +535,49 @@ func (p *Pipeline) rejectAt(a *attempt, o *Outcome, k Kind, err error, retryAfte
 // unwind releases the permits taken before a rejection, recording no
 // result. Rejection path.
 func (p *Pipeline) unwind(a *attempt) {
-	held := a.held
-	a.held = 0
-	if held&heldBulkhead != 0 {
-		p.bh.Release()
+	p.release(a, rampart.Ignored, rampart.Ignored, budgetNone, rampart.NotRead)
+}
+
+// The budget's part in release: nothing, a success or a failure.
+const (
+	budgetNone = iota
+	budgetSuccess
+	budgetFailure
+)
+
+// release is the pipeline's release order, written once for every path but
+// the fast first attempt's success (run, which holds to it by hand, checked
+// by FuzzFastPathMatchesGeneralPath): the bulkhead, which runs no user code;
+// the breaker, recording r; the retry budget's record (bud, at budAt); the adaptive limit last, recording oc, since its Release may run
+// the user's Controller: if that panics, everything else is released and
+// recorded. Each bit of a.held is cleared before its release, so that a
+// panic or runtime.Goexit in a listener or the Controller makes the guard
+// neither release a permit twice nor leak the others. The breaker records at
+// a.t1 (rampart.NotRead before fn ran), the adaptive limit at a.t1 or, when
+// no end was read, a.t0: NotRead would make the adaptive queue's handoff
+// take MinInt64 for now and shed every waiter as stale.
+func (p *Pipeline) release(a *attempt, r, oc rampart.Result, bud int, budAt int64) {
+	if a.held&heldBulkhead != 0 {
+		a.held &^= heldBulkhead
+		p.bh.Release() // one atomic add and one load
 	}
-	if held&heldBreaker != 0 {
-		p.cb.ReleaseAt(a.permit, rampart.NotRead, rampart.Ignored)
+	if a.held&heldBreaker != 0 {
+		a.held &^= heldBreaker            // recorded from here (a listener may Goexit)
+		p.cb.ReleaseAt(a.permit, a.t1, r) // healthy count window: four loads
 	}
-	if held&heldAdaptive != 0 {
-		// Last: closing a due window may run the user's Controller, which
-		// may panic; everything else is released by then.
-		p.al.ReleaseAt(a.token, a.t0, rampart.Ignored)
+	switch bud {
+	case budgetSuccess:
+		p.bud.OnSuccess(budAt)
+	case budgetFailure:
+		p.bud.OnFailure(budAt)
+	}
+	if a.held&heldAdaptive != 0 {
+		a.held &^= heldAdaptive
+		end := a.t1
+		if end == rampart.NotRead {
+			end = a.t0
+		}
+		p.al.ReleaseAt(a.token, end, oc)
 	}
 }
 
@@ -622,44 +641,35 @@ func (p *Pipeline) readAfterPanic() (now int64) {
 // the breaker records a failure (without its Classify), the adaptive limit frees the
 // slot as Ignored, the retry budget records a failure. Slow path.
 func (p *Pipeline) abort(a *attempt) {
-	// Every bit is cleared before its release, and the releases that run
-	// no user code that may panic come first, so that a panic in one (a
-	// user Controller closing the adaptive window) neither releases a
-	// permit twice nor leaks the others.
-	held := a.held
-	a.held = 0
+	// The timeout first (innermost), then release, which clears each bit
+	// before its release: a panic in one (a user Controller closing the
+	// adaptive window) neither releases a permit twice nor leaks the others.
 	if p.needT1 && a.t1 == rampart.NotRead {
 		a.t1 = p.readAfterPanic()
 	}
-	// Without an end reading (a deadline mode that needs none, or a Ticker
-	// that panicked) t0 stands in: NotRead would make a soft-mode Finish
-	// read the ticker itself, and the adaptive queue's handoff take
-	// MinInt64 for now and shed every waiter as stale.
-	end := a.t1
-	if end == rampart.NotRead {
-		end = a.t0
-	}
-	if held&heldTimeout != 0 {
+	if a.held&heldTimeout != 0 {
+		a.held &^= heldTimeout
+		// Without an end reading (a deadline mode that needs none, or a
+		// Ticker that panicked) t0 stands in: NotRead would make a
+		// soft-mode Finish read the ticker itself.
+		end := a.t1
+		if end == rampart.NotRead {
+			end = a.t0
+		}
 		_ = p.to.FinishAt(a.th, end, ErrPanicked) // the verdict is discarded
 	}
-	if held&heldBulkhead != 0 {
-		p.bh.Release()
-	}
-	if held&heldBreaker != 0 {
-		// A failure, without the breaker's Classify: this may run because
-		// Classify itself panicked. An attempt whose fn never ran (a later
-		// stage's rejection listener called Goexit) is released as
-		// Ignored, as unwind does.
-		r := rampart.Failure
-		if !a.ran {
-			r = rampart.Ignored
+	// A failure, without the breaker's Classify: this may run because
+	// Classify itself panicked. An attempt whose fn never ran (a later
+	// stage's rejection listener called Goexit) is released as Ignored, as
+	// unwind does, and the budget records nothing.
+	r, bud := rampart.Failure, budgetNone
+	if a.ran {
+		if p.bud != nil {
+			bud = budgetFailure
 		}
-		p.cb.ReleaseAt(a.permit, a.t1, r)
+	} else {
+		r = rampart.Ignored
 	}
-	if p.bud != nil && a.ran {
-		p.bud.OnFailure(a.start)
-	}
-	if held&heldAdaptive != 0 {
-		p.al.ReleaseAt(a.token, end, rampart.Ignored) // last: it may run the user's Controller
-	}
+	a.held &^= heldCall
+	p.release(a, r, rampart.Ignored, bud, a.start)
 }
