@@ -50,7 +50,6 @@ var intendedInlining = map[string][]string{
 		"(*Limiter).RejectedError", // pipeline's rejection by the limiter
 	},
 	"adaptive": {
-		"(*Limiter).AcquireAt",  // one add, the rejection out of line
 		"(*Limiter).tryAcquire", // AcquireWaitAt's immediate admission
 		"(*Limiter).Classify",   // pipeline's release, on a failure
 		"inFlightOf",

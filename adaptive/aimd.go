@@ -87,7 +87,9 @@ func (c *aimd) Update(s Sample) float64 {
 	if lossy(s, c.dropThreshold) || (c.timeout > 0 && s.Count > 0 && int64(s.AvgRTT) > c.timeout) {
 		return s.Limit * c.backoff
 	}
-	if s.AppLimited() {
+	if s.AppLimited() || s.Count == 0 {
+		// Not using the limit, or no call completed (a window closed
+		// while every call in flight was stalled): no evidence to grow on.
 		return s.Limit
 	}
 	return s.Limit + c.increase

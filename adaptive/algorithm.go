@@ -23,7 +23,12 @@ type Algorithm interface {
 //
 // The limiter calls Update once per window, from the goroutine that crossed
 // the window boundary; calls never overlap, so a Controller needs no
-// synchronisation. Update returns the new limit (a fraction is fine: the
+// synchronisation. A window normally closes on a release; one that stays
+// due for a whole window more while calls are rejected (every call in
+// flight is stalled, as when a long call holds the one slot of a baseline
+// probe) is closed by a rejection instead, and its Sample may then hold no
+// completed call (Count and Drops 0): no evidence, on which the built-in
+// algorithms keep the limit (their probes move on). Update returns the new limit (a fraction is fine: the
 // limiter keeps the fraction and publishes the floor). The limiter clamps the
 // result to [MinLimit, MaxLimit]; a NaN result leaves the limit unchanged.
 type Controller interface {
@@ -51,7 +56,7 @@ type Controller interface {
 // timed calls, at or above the true least. With AcquireAt/ReleaseAt every
 // success is timed and Count equals Samples.
 type Sample struct {
-	Now         int64         // the time of the release that closed the window
+	Now         int64         // the time of the release (or, for a stalled window, the rejection) that closed the window
 	Limit       float64       // the current (unclamped-fraction) limit
 	Count       int64         // successful calls completed in the window (estimated under sampling: Σ stride of the timed ones)
 	Samples     int64         // timed successes behind AvgRTT and MinRTT
@@ -119,9 +124,11 @@ func log10(x float64) float64 { return max(1, math.Log10(max(x, 1))) }
 // prober re-measures the no-load RTT, Envoy-style: after a warm-up of 10
 // windows and then every `every` windows it holds the limit at a low value
 // while three things happen: the calls in flight drain to that value (up to
-// 20 windows), one window lets the last calls admitted under the old limit
-// finish, and one window measures calls that were all admitted at low
-// concurrency. Then it restores the limit it had. Without it a baseline
+// 20 windows, or until a window sees less than a quarter of the excess
+// finish: the rest are stuck, and the probe's limit is raised by their
+// number so that fresh calls are still admitted), one window lets the last
+// calls admitted under the old limit finish, and one window measures calls
+// that were all admitted at low concurrency. Then it restores the limit it had. Without it a baseline
 // learnt once can only ratchet down (Vegas) or drift with the load it
 // measures (Gradient2), and a limit that starts far too high is never
 // recognised as such by Gradient2 (its long-term average starts queued).
@@ -133,6 +140,8 @@ type prober struct {
 	drain  int // windows spent draining
 	probes int
 	saved  float64 // the limit before the probe
+	prevIn int64   // calls in flight when the current drain window began
+	stuck  float64 // calls in flight when draining stalled, held on top of limit
 }
 
 // step is called at the start of Update. When handled is true the caller
@@ -146,13 +155,24 @@ func (p *prober) step(s Sample) (limit float64, handled, measured bool) {
 	switch p.phase {
 	case 1: // draining
 		p.drain++
-		if s.InFlight <= int64(p.limit) || p.drain >= 20 {
-			p.phase = 2
+		excess := p.prevIn - int64(p.limit) // above the probe's limit when this window began
+		switch {
+		case s.InFlight <= int64(p.limit):
+			p.phase, p.stuck = 2, 0
+		case (p.prevIn-s.InFlight)*4 < excess || p.drain >= 20:
+			// Draining stalled: the window saw less than a quarter of
+			// the excess finish, so the calls still in flight are far
+			// slower than the window (hung calls waiting out a long
+			// timeout). Waiting longer would only hold the limit low;
+			// instead the probe counts them as stuck and admits its
+			// ProbeLimit fresh calls on top of them.
+			p.phase, p.stuck = 2, float64(s.InFlight)
 		}
-		return p.limit, true, false
+		p.prevIn = s.InFlight
+		return p.limit + p.stuck, true, false
 	case 2: // settling: the last old calls finish
 		p.phase = 3
-		return p.limit, true, false
+		return p.limit + p.stuck, true, false
 	case 3: // measuring window ended: restore
 		p.phase = 0
 		p.count = 0
@@ -164,7 +184,7 @@ func (p *prober) step(s Sample) (limit float64, handled, measured bool) {
 		due = min(due, 10)
 	}
 	if p.count >= due && !s.AppLimited() && s.Limit > p.limit {
-		p.phase, p.drain = 1, 0
+		p.phase, p.drain, p.prevIn = 1, 0, s.InFlight
 		p.probes++
 		p.saved = s.Limit
 		return p.limit, true, false

@@ -46,8 +46,9 @@ import (
 // slowly rises to meet the short-term one. Every ProbeInterval windows rampart
 // therefore re-measures the no-load RTT as Envoy's gradient controller does,
 // after 10 windows and then every ProbeInterval windows: the limit drops to
-// ProbeLimit until the calls in flight drain to it, one more window lets the
-// last old calls finish, the mean RTT of the next window (calls all admitted
+// ProbeLimit until the calls in flight drain to it (or, for calls hung until
+// a long timeout, on top of them), one more window lets the last old calls
+// finish, the mean RTT of the next window (calls all admitted
 // at low concurrency) becomes the long-term average, and the previous limit
 // is restored. The first probe also rescues a limit that started far too
 // high, whose long-term average was learnt from queued calls.

@@ -654,3 +654,104 @@ func TestZeroLimiterRefuses(t *testing.T) {
 	require.False(t, p.Valid())
 	require.True(t, err != nil)
 }
+
+// TestProbeEndsWhileLongCallHoldsItsSlot: a baseline probe holds the limit
+// at 1; when the one call it admits hangs (a 30 s timeout), no release
+// comes to close a window. The rejected calls close the overdue windows
+// instead, so the probe moves on and restores the limit within a few
+// windows rather than rejecting everything until the call ends.
+func TestProbeEndsWhileLongCallHoldsItsSlot(t *testing.T) {
+	for _, sampled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "At", true: "sampled"}[sampled], func(t *testing.T) {
+			tk := rampart.NewManualTicker(0)
+			l, err := New(Config{Algorithm: Vegas{}, InitialLimit: 20, Window: time.Second, MinWindowSamples: 1, Ticker: tk})
+			require.NoError(t, err)
+			acquire := func() (Permit, error) {
+				if sampled {
+					return l.Acquire()
+				}
+				return l.AcquireAt(tk.Now())
+			}
+			// Busy windows (not app-limited) until the first probe, due
+			// after 10 windows, drops the limit to 1.
+			var saved int
+			for w := 0; l.Limit() > 1; w++ {
+				require.Less(t, w, 30, "no probe started")
+				saved = l.Limit()
+				toks := make([]Permit, 0, saved)
+				for range saved {
+					p, err := acquire()
+					require.NoError(t, err)
+					toks = append(toks, p)
+				}
+				tk.Advance(time.Second)
+				for _, p := range toks {
+					l.ReleaseAt(p, tk.Now(), rampart.Success)
+				}
+			}
+			hung, err := acquire() // the probe's one slot, held for 30 s
+			require.NoError(t, err)
+			closed := l.Stats().Windows
+			restoredAt := time.Duration(-1)
+			for i := 1; i <= 300 && restoredAt < 0; i++ { // 30 s in 100 ms steps
+				tk.Advance(100 * time.Millisecond)
+				for range 64 { // the sampled path checks on one rejection in 64
+					if p, err := acquire(); err == nil {
+						l.ReleaseAt(p, tk.Now(), rampart.Ignored)
+					}
+				}
+				if l.Limit() > 1 {
+					restoredAt = time.Duration(i) * 100 * time.Millisecond
+				}
+			}
+			l.ReleaseAt(hung, tk.Now(), rampart.Failure)
+			t.Logf("limit %d before the probe; restored to %d after %v; %d windows closed by rejections", saved, l.Limit(), restoredAt, l.Stats().Windows-closed)
+			require.GreaterOrEqual(t, restoredAt, time.Duration(0), "the probe held the limit at 1 for the whole 30 s call")
+			require.LessOrEqual(t, restoredAt, 8*time.Second, "the probe took too many windows to end")
+		})
+	}
+}
+
+// TestProbeCountsStuckCalls: when draining to the probe's limit stalls (a
+// window sees less than a quarter of the excess finish), the calls still in
+// flight are counted as stuck and the probe's limit rises by their number,
+// so that it still admits its fresh calls; it then settles, measures and
+// restores the limit it saved.
+func TestProbeCountsStuckCalls(t *testing.T) {
+	p := prober{every: 100, limit: 1}
+	busy := Sample{Limit: 100, MaxInFlight: 100, InFlight: 100, Count: 1000, AvgRTT: time.Millisecond}
+	for range 9 {
+		_, handled, _ := p.step(busy)
+		require.False(t, handled)
+	}
+	lim, handled, _ := p.step(busy) // the 10th window: the first probe
+	require.True(t, handled)
+	require.Equal(t, 1.0, lim)
+	lim, _, _ = p.step(Sample{Limit: 1, InFlight: 60}) // 40 of the excess 99 finished: still draining
+	require.Equal(t, 1.0, lim)
+	require.Equal(t, 1, p.phase)
+	lim, _, _ = p.step(Sample{Limit: 1, InFlight: 58}) // 2 of 59: stalled
+	require.Equal(t, 59.0, lim, "the probe's 1 on top of the 58 stuck calls")
+	require.Equal(t, 2, p.phase)
+	lim, _, _ = p.step(Sample{Limit: 59, InFlight: 58})
+	require.Equal(t, 59.0, lim)
+	lim, handled, measured := p.step(Sample{Limit: 59, InFlight: 57, Count: 10, AvgRTT: time.Millisecond})
+	require.True(t, handled)
+	require.True(t, measured)
+	require.Equal(t, 100.0, lim, "the limit from before the probe")
+	// A drain that reaches the probe's limit counts nothing as stuck.
+	p = prober{every: 1, limit: 1, probes: 1}
+	_, _, _ = p.step(busy)
+	lim, _, _ = p.step(Sample{Limit: 1, InFlight: 1})
+	require.Equal(t, 1.0, lim)
+	require.Equal(t, 2, p.phase)
+}
+
+// TestAIMDHoldsOnEmptyWindow: a window with no completed call and no drop
+// (closed by rejections while every call in flight stalled) is no evidence:
+// AIMD keeps its limit instead of growing it.
+func TestAIMDHoldsOnEmptyWindow(t *testing.T) {
+	c := AIMD{}.Start(10, 1, 100)
+	require.Equal(t, 10.0, c.Update(Sample{Limit: 10, MaxInFlight: 10, InFlight: 10}))
+	require.Equal(t, 11.0, c.Update(Sample{Limit: 10, MaxInFlight: 10, InFlight: 10, Count: 50}))
+}

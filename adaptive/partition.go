@@ -72,6 +72,7 @@ func (l *Limiter) AcquirePartitionAt(now int64, p int) (Permit, error) {
 	}
 	n, _, ok := l.admitPriority(p)
 	if !ok {
+		l.unstallAt(now)
 		return Permit{}, l.rejErr
 	}
 	return Permit{start: now, inflight: n, part: int16(p + 1), state: weight1}, nil

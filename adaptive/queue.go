@@ -153,6 +153,7 @@ func (l *Limiter) AcquireWaitAt(ctx context.Context, now int64) (Permit, error) 
 	q := l.queue
 	if q == nil {
 		l.rejected.Add(1)
+		l.unstallAt(now)
 		return Permit{}, l.rejErr
 	}
 	if err := ctx.Err(); err != nil {
@@ -163,6 +164,7 @@ func (l *Limiter) AcquireWaitAt(ctx context.Context, now int64) (Permit, error) 
 		q.mu.Unlock()
 		q.shed.Add(1)
 		l.rejected.Add(1)
+		l.unstallAt(now)
 		return Permit{}, l.rejErr
 	}
 	if len(q.items) == 0 {
@@ -204,6 +206,7 @@ func (l *Limiter) AcquireWaitAt(ctx context.Context, now int64) (Permit, error) 
 			if cause == l.rejErr {
 				q.shed.Add(1)
 				l.rejected.Add(1)
+				l.unstallAt(now)
 			}
 			return Permit{}, cause
 		}

@@ -170,6 +170,9 @@ func (l *Limiter) AcquirePartition(p int) (Permit, error) {
 	}
 	n, seq, ok := l.admitPriority(p)
 	if !ok {
+		if l.rejected.Load()&63 == 0 { // one rejection in 64 reads the clock (see countRejected)
+			l.unstallAt(l.ticker.Now())
+		}
 		return Permit{}, l.rejErr
 	}
 	if m := l.stride.Load(); mix32(seq^l.seed)&m == 0 {

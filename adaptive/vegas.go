@@ -43,7 +43,9 @@ import (
 //
 // The baseline is re-measured after 10 windows and then every ProbeInterval
 // windows (Envoy's rule): the limit drops to ProbeLimit until the calls in
-// flight drain to it, one more window lets the last old calls finish, the
+// flight drain to it (calls that do not drain, hung until a long timeout,
+// are counted as stuck and ProbeLimit is held on top of them), one more
+// window lets the last old calls finish, the
 // mean RTT of the next window becomes the baseline, and the previous limit
 // is restored.
 // Between probes the baseline only decreases.
