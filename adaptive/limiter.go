@@ -361,8 +361,10 @@ func New(c Config) (*Limiter, error) {
 // sample; callers that read the clock only for the limiter's sake should
 // use [Limiter.Acquire] and [Limiter.Release], which time a sample of the calls.
 //
-// Cost: one atomic add when admitted; a rejection adds one more (undo) and a
-// counter increment. No allocation, no lock, no clock read. AcquireAt does not
+// Cost: one atomic add when admitted; a rejection adds one more (undo), a
+// counter increment and a load of the window end (a window overdue by a whole
+// window is closed here: see [Controller]). No allocation, no lock, no clock
+// read. AcquireAt does not
 // look at partitions or the queue: see AcquirePartitionAt and AcquireWaitAt.
 //
 // In flight never exceeds the limit because of admissions: a transient
