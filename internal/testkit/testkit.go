@@ -34,6 +34,43 @@ func WantAllocs(t testing.TB, name string, want int, f func()) {
 	}
 }
 
+// InstanceRuns is the number of instances [Bytes] builds.
+const InstanceRuns = 1000
+
+// Bytes returns the heap bytes one call of mk allocates, averaged over
+// [InstanceRuns] calls whose results are all kept alive until the end (so
+// that the count is of live instances, in the allocator's size classes:
+// what a program holding thousands of them pays). The average is floored:
+// a stray allocation by another goroutine during the run adds nothing
+// unless it exceeds InstanceRuns bytes. Under the race detector, whose
+// instrumentation allocates, it skips t.
+func Bytes(t testing.TB, mk func() any) int64 {
+	t.Helper()
+	if israce.Enabled {
+		t.Skip("heap sizes differ under -race")
+	}
+	keep := make([]any, InstanceRuns)
+	keep[0] = mk() // warm-up: lazily initialised globals are not the instance's
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range keep {
+		keep[i] = mk()
+	}
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(keep)
+	return int64(after.TotalAlloc-before.TotalAlloc) / InstanceRuns
+}
+
+// WantBytes fails t unless one call of mk allocates exactly want bytes (see
+// [Bytes]); name says which gate failed.
+func WantBytes(t testing.TB, name string, want int64, mk func() any) {
+	t.Helper()
+	if got := Bytes(t, mk); got != want {
+		t.Errorf("%s: got %d bytes per instance, want %d", name, got, want)
+	}
+}
+
 // Run runs f on a fresh goroutine, waits for that goroutine to end, and
 // reports how f ended: panicked is the value f panicked with (nil when it
 // did not panic; a panic(nil) is reported as the *runtime.PanicNilError

@@ -314,3 +314,13 @@ func TestPlainCtx(t *testing.T) {
 		t.Fatalf("after Cancel: Err %v", c.Err())
 	}
 }
+
+func TestBytesCountsLiveInstances(t *testing.T) {
+	type thing struct{ a [100]byte }
+	if got := testkit.Bytes(t, func() any { return new(thing) }); got != 112 { // the 112-byte size class
+		t.Fatalf("Bytes of a 100-byte struct: got %d, want 112", got)
+	}
+	if got := testkit.Bytes(t, func() any { return [2]*thing{new(thing), new(thing)} }); got != 2*112+16 { // plus the interface's boxed array
+		t.Fatalf("Bytes of two: got %d, want %d", got, 2*112+16)
+	}
+}
