@@ -46,6 +46,11 @@ var errPipelineBench = errors.New("bench: retryable")
 //     ticker called by hand through their primitives, in the pipeline's
 //     order (no retry loop, no outcome, no panic guard): what the policies
 //     themselves cost, and so the pipeline's own share by difference.
+//   - CalleeReadsDone: Success (deadline-mode timeout), but the callee reads
+//     its context's Done and Err (calleeReadsDone), as real callees do.
+//   - CancellableParent: CalleeReadsDone under a parent from
+//     context.WithCancel (made once, as one request's context serving many
+//     calls): the timeout's context registers with it.
 //   - TimeNow/direct: one time.Now(), the yardstick of the cached ticker.
 //
 // Besides ns/op, each case reports cpu-ns/op, the process's CPU time per
@@ -69,6 +74,10 @@ func BenchmarkPipeline(b *testing.B) {
 	})
 	b.Run("SuccessSoftTimeout/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, false, false) })
 	b.Run("SuccessSoftTimeout/rampart-primitives", func(b *testing.B) { benchRampartPrimitives(b, cachedTicker(b)) })
+	b.Run("CalleeReadsDone/rampart", func(b *testing.B) { benchRampartPipelineRealistic(b, false) })
+	b.Run("CalleeReadsDone/failsafe", func(b *testing.B) { benchFailsafePipelineRealistic(b, false) })
+	b.Run("CancellableParent/rampart", func(b *testing.B) { benchRampartPipelineRealistic(b, true) })
+	b.Run("CancellableParent/failsafe", func(b *testing.B) { benchFailsafePipelineRealistic(b, true) })
 	// The reference of the cached-ticker target: one time.Now(), measured
 	// the same way (wall and CPU time per operation) in the same run.
 	b.Run("TimeNow/direct", func(b *testing.B) {
@@ -190,6 +199,49 @@ func benchRampartPipeline(b *testing.B, tick rampart.Ticker, to timeoutKind, par
 			if err := p.Do(ctx, pipelineOK); err != nil {
 				b.Fatal(err)
 			}
+		}
+	}
+}
+
+// realisticParent is the parent context of the realistic cases: Background,
+// or a cancellable context made once (cancelled at the end of b).
+func realisticParent(b *testing.B, cancellable bool) context.Context {
+	if !cancellable {
+		return context.Background()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	return ctx
+}
+
+// benchRampartPipelineRealistic is Success (default ticker, deadline-mode
+// timeout) with a callee that reads Done and Err, under a cancellable
+// parent or Background.
+func benchRampartPipelineRealistic(b *testing.B, cancellable bool) {
+	p, err := rampartPipeline(b, nil, deadlineTimeout, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := realisticParent(b, cancellable)
+	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
+	for b.Loop() {
+		if err := p.Do(ctx, calleeReadsDone); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchFailsafePipelineRealistic is benchRampartPipelineRealistic through
+// failsafe's five policies: the callee reads the execution's context.
+func benchFailsafePipelineRealistic(b *testing.B, cancellable bool) {
+	ex := failsafePipeline(true, false).WithContext(realisticParent(b, cancellable))
+	fn := func(e failsafe.Execution[any]) error { return calleeReadsDone(e.Context()) }
+	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
+	for b.Loop() {
+		if err := ex.RunWithExecution(fn); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

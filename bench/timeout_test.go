@@ -37,6 +37,10 @@ import (
 //     over, wake the other goroutine, wait for its answer), the least that
 //     any mode running the function on another goroutine can cost (see
 //     benchHandoffFloor).
+//
+// CalleeReadsDone and CancellableParent are the realistic cases (see
+// benchTimeoutRealistic): the callee reads its context's Done and Err, and
+// the parent may be cancellable.
 func BenchmarkTimeout(b *testing.B) {
 	ctx := context.Background()
 	const limit = time.Hour
@@ -117,6 +121,94 @@ func BenchmarkTimeout(b *testing.B) {
 		})
 	}
 	b.Run("SuccessParallel/handoff-floor", func(b *testing.B) { benchHandoffFloor(b, true) })
+	benchTimeoutRealistic(b)
+}
+
+// calleeReadsDone is a callee as real ones are: it polls its context's Done
+// channel (as a select on Done beside other work does, or a library that
+// checks before a blocking call) and returns its Err.
+func calleeReadsDone(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+	}
+	return ctx.Err()
+}
+
+// benchTimeoutRealistic runs BenchmarkTimeout's realistic cases: the call still succeeds well before
+// its deadline, but the callee reads its context and the parent may be
+// cancellable, as a server request's context is.
+//
+//   - CalleeReadsDone: the parent is context.Background(); the callee
+//     reads Done and Err (calleeReadsDone), so the Done channel must exist.
+//   - CancellableParent: the parent comes from context.WithCancel (made
+//     once, as one request's context serving many calls) and the callee
+//     reads Done and Err: the timeout's context must also close its Done
+//     channel when the parent is cancelled, so it registers with it.
+//
+// The contenders are rampart (ModeDeadline), failsafe-go's timeout (the
+// callee reads the execution's context) and direct (context.WithTimeout +
+// cancel).
+func benchTimeoutRealistic(b *testing.B) {
+	const limit = time.Hour
+	type lib struct {
+		name string
+		do   func(b *testing.B, parent context.Context) func() error
+	}
+	libs := []lib{
+		{"rampart", func(b *testing.B, parent context.Context) func() error {
+			t, err := timeout.New(timeout.Config{Duration: limit})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				t.Close()
+				if st := t.Stats(); st.Timeouts != 0 || st.Fallbacks != 0 {
+					b.Fatalf("stats %+v", st)
+				}
+			})
+			return func() error { return t.Do(parent, calleeReadsDone) }
+		}},
+		{"failsafe", func(b *testing.B, parent context.Context) func() error {
+			ex := failsafe.With[any](fstimeout.New[any](limit)).WithContext(parent)
+			return func() error {
+				return ex.RunWithExecution(func(e failsafe.Execution[any]) error { return calleeReadsDone(e.Context()) })
+			}
+		}},
+		{"direct", func(b *testing.B, parent context.Context) func() error {
+			return func() error {
+				c, cancel := context.WithTimeout(parent, limit)
+				err := calleeReadsDone(c)
+				cancel()
+				return err
+			}
+		}},
+	}
+	cases := []struct {
+		name   string
+		parent func(b *testing.B) context.Context
+	}{
+		{"CalleeReadsDone", func(*testing.B) context.Context { return context.Background() }},
+		{"CancellableParent", func(b *testing.B) context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			b.Cleanup(cancel)
+			return ctx
+		}},
+	}
+	for _, c := range cases {
+		for _, l := range libs {
+			b.Run(c.name+"/"+l.name, func(b *testing.B) {
+				call := l.do(b, c.parent(b))
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := call(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
 }
 
 // benchHandoffFloor measures a bare two-goroutine round trip: the caller
