@@ -17,7 +17,10 @@ import (
 
 // bulkheadPeer is one library's concurrency limit seen as try-acquire and
 // release. Admit measures a pair on a bulkhead with room to spare; Reject
-// measures a refused try on a full one.
+// measures a refused try on a full one. Two forms are measured, and the
+// tables divide only like by like: the primitives (rampart's Acquire and
+// Release, failsafe-permit, goresiliency, xsync, chan) and the executors,
+// which run the function (rampart-do, failsafe).
 type bulkheadPeer struct {
 	name string
 	// build returns, for a limit of max, acquire (reports admission) and
@@ -67,6 +70,12 @@ func bulkheadPeers() []bulkheadPeer {
 			ex := failsafe.With[any](bh)
 			fn := func() error { return nil }
 			return peerOps{func() bool { return ex.Run(fn) == nil }, func() {}, bh.TryAcquirePermit, bh.ReleasePermit}
+		}},
+		{"failsafe-permit", func(b *testing.B, max int) peerOps {
+			// failsafe-go's bulkhead primitive, the counterpart of rampart's
+			// Acquire and Release.
+			bh := fsbulkhead.New[any](uint(max))
+			return plain(bh.TryAcquirePermit, bh.ReleasePermit)
 		}},
 		{"goresiliency", func(b *testing.B, max int) peerOps {
 			// Its only acquire takes a timeout and starts a timer. With a

@@ -48,9 +48,12 @@ func retryPeers() []retryPeer {
 			}
 		}},
 		{"failsafe", func(b *testing.B, op func(context.Context) error) func(context.Context) error {
-			rp := retrypolicy.NewBuilder[any]().WithMaxAttempts(3).WithBackoff(100*time.Millisecond, 10*time.Second).Build()
+			// The executor is built once, as failsafe's README shows; the
+			// call's context is attached per call, as a server with
+			// per-request contexts must.
+			ex := failsafe.With[any](retrypolicy.NewBuilder[any]().WithMaxAttempts(3).WithBackoff(100*time.Millisecond, 10*time.Second).Build())
 			return func(ctx context.Context) error {
-				return failsafe.With[any](rp).WithContext(ctx).Run(func() error { return op(ctx) })
+				return ex.WithContext(ctx).Run(func() error { return op(ctx) })
 			}
 		}},
 		{"backoff", func(b *testing.B, op func(context.Context) error) func(context.Context) error {
@@ -115,10 +118,10 @@ func retryBudgetPeers() []retryPeer {
 			return func(ctx context.Context) error { return p.Do(ctx, op) }
 		}},
 		{"failsafe", func(b *testing.B, op func(context.Context) error) func(context.Context) error {
-			rp := retrypolicy.NewBuilder[any]().WithMaxAttempts(3).WithBackoff(100*time.Millisecond, 10*time.Second).
-				WithBudget(fsbudget.New()).Build()
+			ex := failsafe.With[any](retrypolicy.NewBuilder[any]().WithMaxAttempts(3).WithBackoff(100*time.Millisecond, 10*time.Second).
+				WithBudget(fsbudget.New()).Build())
 			return func(ctx context.Context) error {
-				return failsafe.With[any](rp).WithContext(ctx).Run(func() error { return op(ctx) })
+				return ex.WithContext(ctx).Run(func() error { return op(ctx) })
 			}
 		}},
 	}
