@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rampart-go/rampart"
@@ -55,6 +57,10 @@ type server struct {
 	hasTimeout        bool // the pipeline has a timeout: entity headers are saved
 	defaultRetryAfter time.Duration
 	onReject          func(http.ResponseWriter, *http.Request, int, pipeline.Outcome)
+	// exchanges holds the *exchange of requests that have been answered,
+	// for the next ones: the wrapper handed to the handler costs no
+	// allocation per request (gin and echo pool theirs the same way).
+	exchanges sync.Pool
 }
 
 // NewHandler returns a handler that admits each request through
@@ -92,6 +98,7 @@ func NewHandler(next http.Handler, cfg ServerConfig) (http.Handler, error) {
 	if s.isFailure == nil {
 		s.isFailure = func(status int) bool { return status >= 500 }
 	}
+	s.exchanges.New = func() any { return &exchange{s: s} }
 	s.hasTimeout = cfg.Pipeline.Config().Timeout != nil
 	if s.timeoutStatus == 0 {
 		s.timeoutStatus = http.StatusServiceUnavailable
@@ -117,8 +124,11 @@ func Middleware(cfg ServerConfig) (func(http.Handler) http.Handler, error) {
 	}, nil
 }
 
-// exchange is one request in flight: the status recorder and what the
-// pipeline's call needs, in one allocation.
+// exchange is one request in flight: the status recorder handed to the
+// handler and what the pipeline's call needs. Exchanges are reused through
+// the server's pool: ServeHTTP takes one, and puts it back cleared once the
+// request is answered (not on a panic, whose exchange is left to the
+// garbage collector), so an admitted request allocates nothing for it.
 type exchange struct {
 	http.ResponseWriter
 	s      *server
@@ -147,9 +157,15 @@ var entityHeaders = [...]string{
 
 // Cache-Control is not among them: the timeout answer sets it to no-store.
 
-// saveHeaders records the entity headers before the handler runs.
+// saveHeaders records the entity headers before the handler runs. An empty
+// header map, the usual case (no middleware around this one set a header),
+// has none: saved stays all nil, as the pool left it, without nine map
+// reads.
 func (e *exchange) saveHeaders() {
 	h := e.ResponseWriter.Header()
+	if len(h) == 0 {
+		return
+	}
 	for i, k := range entityHeaders {
 		e.saved[i] = h[k]
 	}
@@ -204,6 +220,24 @@ func (e *exchange) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		e.status, e.wrote = http.StatusSwitchingProtocols, true
 	}
 	return conn, buf, err
+}
+
+// ReadFrom hands src to the underlying writer's io.ReaderFrom, for handlers
+// that io.Copy a file to w: net/http's own writer then sends it with
+// sendfile(2), which a wrapper without ReadFrom would lose. Without an
+// io.ReaderFrom underneath it copies to the underlying writer with
+// io.Copy. What it wrote counts as the implicit 200 (net/http's ReadFrom
+// writes the header only once it has bytes to send).
+func (e *exchange) ReadFrom(src io.Reader) (n int64, err error) {
+	if rf, ok := e.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(src)
+	} else {
+		n, err = io.Copy(e.ResponseWriter, src) // no ReadFrom there: io.Copy does not call back here
+	}
+	if n > 0 && !e.wrote {
+		e.status, e.wrote = http.StatusOK, true
+	}
+	return n, err
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer (Flush,
@@ -277,9 +311,10 @@ func (e *exchange) serve(ctx context.Context) (err error) {
 
 // ServeHTTP admits the request through the pipeline and calls the handler.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	e := &exchange{ResponseWriter: w, s: s, r: r}
+	e := s.exchanges.Get().(*exchange)
+	e.ResponseWriter, e.r = w, r
 	if s.hasTimeout {
-		e.saveHeaders() // nine map reads: the timeout answer restores them
+		e.saveHeaders() // the timeout answer restores them
 	}
 	o := s.p.Try(r.Context(), e.serve)
 	if e.aborted {
@@ -287,6 +322,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// response as the handler asked, the way net/http expects.
 		panic(http.ErrAbortHandler)
 	}
+	s.answer(w, r, e, o)
+	// The handler has returned and the answer is written: w may not be
+	// used any more (http.ResponseWriter's contract), so neither may the
+	// exchange that wrapped it. Cleared, it holds no reference to this
+	// request.
+	*e = exchange{s: s}
+	s.exchanges.Put(e)
+}
+
+// answer writes what the outcome calls for when the handler did not answer:
+// a rejection, or the timeout answer.
+func (s *server) answer(w http.ResponseWriter, r *http.Request, e *exchange, o pipeline.Outcome) {
 	switch o.Code {
 	case pipeline.Rejected:
 		status := http.StatusServiceUnavailable

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -353,20 +354,216 @@ func TestServerUpstreamAbortMidBodyIsAFailure(t *testing.T) {
 	require.Zero(t, rig.al.Stats().InFlight)
 }
 
-// An admitted request costs one allocation, its exchange (the status
-// recorder and the pipeline's call); the abort guard adds none.
+// An admitted request allocates nothing in the middleware: its exchange
+// (the status recorder and the pipeline's call) comes from the server's
+// pool and the abort guard is a deferred call, with the typical policy set
+// (a breaker, a rate limiter, a bulkhead and a soft-mode timeout), with
+// headers that an outer middleware set (saved for the timeout answer), and
+// for a handler that flushes or copies its body through io.ReaderFrom. A
+// deadline-mode timeout costs two allocations that are not the
+// middleware's: the timeout's context (a fresh one per call, as
+// timeout.ModeDeadline documents) and net/http's copy of the request that
+// carries it (Request.WithContext allocates one every time).
 func TestServerAllocsAdmittedRequest(t *testing.T) {
+	noContent := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	body := []byte("ok")
+	write := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(body) })
+	flush := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(body)
+		w.(http.Flusher).Flush()
+	})
+	src := &bytesReader{}
+	readFrom := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		src.b = body
+		_, _ = w.(io.ReaderFrom).ReadFrom(src)
+	})
+	soft, deadline := timeout.ModeSoft, timeout.ModeDeadline
+	for _, c := range []struct {
+		name    string
+		mode    *timeout.Mode // nil: no timeout nor rate limiter
+		handler http.Handler
+		header  bool // an outer middleware set headers before the guard ran
+		want    int
+	}{
+		{"breaker and bulkhead", nil, noContent, false, 0},
+		{"typical set, soft timeout", &soft, write, false, 0},
+		{"typical set, soft timeout, outer headers", &soft, write, true, 0},
+		{"typical set, soft timeout, Flush", &soft, flush, false, 0},
+		{"typical set, soft timeout, ReadFrom", &soft, readFrom, false, 0},
+		{"typical set, deadline timeout", &deadline, write, false, 2},
+		{"typical set, deadline timeout, outer headers", &deadline, write, true, 2},
+	} {
+		tick := rampart.NewManualTicker(1)
+		cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick})
+		require.NoError(t, err)
+		bh, err := bulkhead.New(bulkhead.Config{Max: 100, Ticker: tick})
+		require.NoError(t, err)
+		cfg := pipeline.Config{Ticker: tick, Breaker: cb, Bulkhead: bh}
+		if c.mode != nil {
+			rl, err := ratelimit.New(ratelimit.Config{Rate: 1, Burst: 1 << 30, Ticker: tick})
+			require.NoError(t, err)
+			to, err := timeout.New(timeout.Config{Duration: time.Minute, Mode: *c.mode, Ticker: tick, Tick: time.Hour})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = to.Close() })
+			cfg.RateLimit, cfg.Timeout = rl, to
+		}
+		h, err := httpguard.NewHandler(c.handler, httpguard.ServerConfig{Pipeline: mustPipeline(t, cfg)})
+		require.NoError(t, err)
+		w := &readFromRecorder{ResponseRecorder: httptest.NewRecorder()}
+		if c.header {
+			w.Header().Set("X-Request-Id", "1")
+			w.Header().Set("Set-Cookie", "outer=1")
+		}
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		testkit.WantAllocs(t, c.name, c.want, func() { h.ServeHTTP(w, r) })
+		require.Zero(t, bh.Stats().InFlight, c.name)
+	}
+}
+
+// bytesReader reads b once; it has no WriteTo, so that io.Copy and
+// ReadFrom take the reader path, and it allocates nothing.
+type bytesReader struct{ b []byte }
+
+func (r *bytesReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// readFromRecorder is a ResponseRecorder with the io.ReaderFrom of
+// net/http's own writer (which sends a file with sendfile(2)); it counts
+// the calls and allocates nothing.
+type readFromRecorder struct {
+	*httptest.ResponseRecorder
+	calls int
+	buf   [64]byte
+}
+
+func (w *readFromRecorder) ReadFrom(src io.Reader) (n int64, err error) {
+	w.calls++
+	for {
+		k, err := src.Read(w.buf[:])
+		if k > 0 {
+			_, _ = w.ResponseRecorder.Write(w.buf[:k])
+			n += int64(k)
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// A handler that io.Copies its body to w (a file server) reaches the
+// underlying writer's io.ReaderFrom through the middleware, so net/http
+// keeps sending files with sendfile(2); what it copied is the implicit 200
+// (a breaker counting 200 as a failure sees it), an empty copy writes
+// nothing (net/http's ReadFrom does not either), and without an
+// io.ReaderFrom underneath the bytes go through Write.
+func TestServerHandlerCopyUsesReaderFrom(t *testing.T) {
+	var body string
+	var seen []int
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.Copy(w, &bytesReader{b: []byte(body)})
+		require.NoError(t, err)
+	}), httpguard.ServerConfig{
+		Pipeline:  mustPipeline(t, pipeline.Config{}),
+		IsFailure: func(status int) bool { seen = append(seen, status); return false },
+	})
+	require.NoError(t, err)
+
+	body = "file contents"
+	w := &readFromRecorder{ResponseRecorder: httptest.NewRecorder()}
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, 1, w.calls, "io.Copy behind the middleware did not reach the writer's ReadFrom")
+	require.Equal(t, body, w.Body.String())
+	require.Equal(t, []int{http.StatusOK}, seen, "the copied body is the implicit 200")
+
+	body = ""
+	w = &readFromRecorder{ResponseRecorder: httptest.NewRecorder()}
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, 1, w.calls)
+	require.Equal(t, []int{http.StatusOK}, seen, "an empty copy wrote nothing")
+
+	body = "through Write"
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, body, rec.Body.String())
+	require.Equal(t, []int{http.StatusOK, http.StatusOK}, seen)
+}
+
+// Exchanges are reused: a request never sees what the one before it
+// recorded. A 500 followed by a handler that writes nothing (an implicit
+// 200) is one failure, not two; a request after a timeout answer that
+// restored an outer middleware's headers does not get them.
+func TestServerReusedExchangeStartsClean(t *testing.T) {
 	tick := rampart.NewManualTicker(1)
-	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick})
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 100})
 	require.NoError(t, err)
-	bh, err := bulkhead.New(bulkhead.Config{Max: 100, Ticker: tick})
+	fail := true
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}), httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Breaker: cb})})
 	require.NoError(t, err)
-	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }),
-		httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Breaker: cb, Bulkhead: bh})})
+	for range 3 {
+		fail = true
+		require.Equal(t, http.StatusInternalServerError, serveRecorded(h, nil).Code)
+		fail = false
+		require.Equal(t, http.StatusOK, serveRecorded(h, nil).Code)
+		require.EqualValues(t, 0, cb.Stats().ConsecutiveFailures, "the implicit 200 was recorded as the previous request's 500")
+	}
+}
+
+// Concurrent requests through one handler each record their own status:
+// IsFailure sees every request's status exactly as its handler wrote it,
+// and every response carries its own.
+func TestServerConcurrentRequestsRecordTheirOwnStatus(t *testing.T) {
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1 << 10})
 	require.NoError(t, err)
-	w := httptest.NewRecorder()
-	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	testkit.WantAllocs(t, "ServeHTTP of an admitted request", 1, func() { h.ServeHTTP(w, r) })
+	var seen [600]atomic.Int64
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, err := strconv.Atoi(r.URL.Path[1:])
+		if err != nil {
+			panic(err)
+		}
+		w.WriteHeader(status)
+	}), httpguard.ServerConfig{
+		Pipeline:  mustPipeline(t, pipeline.Config{Bulkhead: bh}),
+		IsFailure: func(status int) bool { seen[status].Add(1); return false },
+	})
+	require.NoError(t, err)
+	const workers, requests = 8, 240 // each worker serves every status 40 times
+	statuses := []int{200, 201, 204, 404, 500, 503}
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			for j := range requests {
+				status := statuses[(i+j)%len(statuses)]
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/"+strconv.Itoa(status), nil))
+				if rec.Code != status {
+					t.Errorf("request for %d answered %d", status, rec.Code)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var total int64
+	for _, st := range statuses {
+		total += seen[st].Load()
+	}
+	require.EqualValues(t, workers*requests, total)
+	for _, st := range statuses {
+		require.EqualValues(t, workers*requests/len(statuses), seen[st].Load(), "status %d", st)
+	}
+	require.Zero(t, bh.Stats().InFlight)
 }
 
 // A huge DefaultRetryAfter (which NewHandler accepts) must not wrap around
@@ -489,6 +686,14 @@ func TestServerTimeoutDropsHandlerHeaders(t *testing.T) {
 	require.Equal(t, "br", rec.Header().Get("Content-Encoding"))
 	require.Equal(t, []string{"outer=1"}, rec.Header().Values("Set-Cookie"))
 	require.Empty(t, rec.Header().Get("ETag"))
+
+	// The next request reuses the exchange: it restores nothing of the
+	// headers saved for the one before.
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.Empty(t, rec.Header().Get("Content-Encoding"))
+	require.Empty(t, rec.Header().Values("Set-Cookie"))
 }
 
 func serveRecorded(h http.Handler, ctx context.Context) *httptest.ResponseRecorder {
