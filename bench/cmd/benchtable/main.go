@@ -1,6 +1,10 @@
 // Command benchtable turns `go test -bench` output of the bench module into
 // the project's benchmark tables: per scenario and case, the median ns/op and
-// allocs/op of each library and its ratio to rampart from the same run.
+// allocs/op of each library (bytes per instance in the Memory scenario), and
+// the ratios of the peers to rampart from the same run. A ratio divides only
+// the rows that groups.go declares like for like (a pair: rampart's row, the
+// peers' rows, the cases, and a label saying what is compared): executor
+// with executor, primitive with primitive. Rows no pair names have no ratio.
 //
 // Usage (from the bench directory):
 //
@@ -16,8 +20,9 @@
 //	<!-- bench-headline:start --> ... <!-- bench-headline:end -->
 //	<!-- bench:start --> ... <!-- bench:end -->
 //
-// with the headline sentence and the summary table (per scenario, each
-// peer's ns/op divided by rampart's, over the scenario's cases). With
+// with the headline sentence and the summary table (per scenario and
+// declared comparison, each peer's ns/op divided by the rampart row it is
+// compared with, over the cases). With
 // neither, the full tables go to standard output.
 //
 // The run's configuration lines are the `key: value` lines of the Go
@@ -48,14 +53,21 @@ const (
 	headlineMarker = "bench-headline"
 )
 
-// The headline comparison: one case of the suite, named here because the
-// sentence describes it.
+// The headline comparison: a declared pair of the suite, named here
+// because the sentence describes it. The first case of headlineCases that
+// the run has is used: the function reading ctx.Done() (as a network or
+// database call does) when the run has that case.
 const (
 	headlineScenario = "Pipeline"
-	headlineCase     = "Success"
 	headlinePeer     = "failsafe"
-	headlineWhat     = "a call through a pipeline of five policies (retry, circuit breaker, rate limiter, bulkhead, deadline-mode timeout)"
 )
+
+var headlineCases = []struct{ caseName, what string }{
+	{"CalleeReadsDone", "a call through a pipeline of five policies (retry, circuit breaker, rate limiter, bulkhead, " +
+		"deadline-mode timeout) whose function waits on its context's Done channel"},
+	{"Success", "a call through a pipeline of five policies (retry, circuit breaker, rate limiter, bulkhead, " +
+		"deadline-mode timeout) whose function does not read its context's Done channel"},
+}
 
 func main() {
 	in := flag.String("in", "", "go test -bench output (default: standard input)")
@@ -123,9 +135,10 @@ func generatedBy(in string) string {
 	return "cd bench && go run ./cmd/benchtable -in " + in + " -out README.md -readme ../README.md"
 }
 
-// sample is one benchmark's measurements across the -count repetitions.
+// sample is one benchmark's measurements across the -count repetitions:
+// per unit (ns/op, allocs/op, B/instance, ...), the values in run order.
 type sample struct {
-	ns, allocs []float64
+	metrics map[string][]float64
 }
 
 type key struct{ scenario, caseName, lib string }
@@ -140,8 +153,9 @@ type run struct {
 	samples           map[key]*sample
 }
 
-var line = regexp.MustCompile(`^Benchmark(\S+?)(?:-(\d+))?\s+\d+\s+([\d.]+) ns/op(.*)$`)
-var allocsRe = regexp.MustCompile(`([\d.]+) allocs/op`)
+// line is a result line: the name, GOMAXPROCS, the iterations, then the
+// measurements as value-unit pairs.
+var line = regexp.MustCompile(`^Benchmark(\S+?)(?:-(\d+))?\s+\d+\s+(.*)$`)
 
 func parse(r io.Reader) (*run, error) {
 	res := &run{samples: map[key]*sample{}}
@@ -165,6 +179,10 @@ func parse(r io.Reader) (*run, error) {
 		if m == nil {
 			continue
 		}
+		f := strings.Fields(m[3])
+		if len(f) < 2 || len(f)%2 != 0 || f[1] != "ns/op" {
+			continue // not a result line
+		}
 		parts := strings.Split(m[1], "/")
 		if len(parts) < 3 {
 			continue // not Scenario/Case/library
@@ -173,20 +191,22 @@ func parse(r io.Reader) (*run, error) {
 		if m[2] != "" {
 			res.procs, _ = strconv.Atoi(m[2])
 		}
-		ns, err := strconv.ParseFloat(m[3], 64)
-		if err != nil {
-			return nil, fmt.Errorf("%q: %v", t, err)
+		vals := map[string]float64{}
+		for i := 0; i < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return nil, fmt.Errorf("%q: %v", t, err)
+			}
+			vals[f[i+1]] = v
 		}
 		s := res.samples[k]
 		if s == nil {
-			s = &sample{}
+			s = &sample{metrics: map[string][]float64{}}
 			res.samples[k] = s
 			res.order = append(res.order, k)
 		}
-		s.ns = append(s.ns, ns)
-		if a := allocsRe.FindStringSubmatch(m[4]); a != nil {
-			v, _ := strconv.ParseFloat(a[1], 64)
-			s.allocs = append(s.allocs, v)
+		for unit, v := range vals {
+			s.metrics[unit] = append(s.metrics[unit], v)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -194,7 +214,7 @@ func parse(r io.Reader) (*run, error) {
 	}
 	if res.count == 0 {
 		for _, s := range res.samples {
-			res.count = max(res.count, len(s.ns))
+			res.count = max(res.count, len(s.metrics["ns/op"]))
 		}
 	}
 	return res, nil
@@ -236,48 +256,141 @@ func (r *run) scenarios() []string {
 	return scenarios
 }
 
-// ratio is the median ns/op of k divided by rampart's in the same case; ok
-// is false when the case has no rampart row or k is rampart itself.
-func (r *run) ratio(k key) (float64, bool) {
-	if k.lib == "rampart" {
+// value is the median of k's measurements in unit, and whether it has any.
+func (r *run) value(k key, unit string) (float64, bool) {
+	s := r.samples[k]
+	if s == nil || len(s.metrics[unit]) == 0 {
 		return 0, false
 	}
-	base, ok := r.samples[key{k.scenario, k.caseName, "rampart"}]
-	if !ok {
-		return 0, false
-	}
-	bm := median(base.ns)
-	if bm <= 0 {
-		return 0, false
-	}
-	return median(r.samples[k].ns) / bm, true
+	return median(s.metrics[unit]), true
 }
 
 func (r *run) allocs(k key) string {
-	s := r.samples[k]
-	if s == nil || len(s.allocs) == 0 {
+	v, ok := r.value(k, "allocs/op")
+	if !ok {
 		return "?"
 	}
-	return strconv.FormatFloat(median(s.allocs), 'f', -1, 64)
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
-// render is the full per-scenario tables.
+// ratio is one declared division: the peer's row by rampart's, in one case.
+type ratio struct {
+	pair      *pair
+	caseName  string
+	peer      string
+	peerValue float64
+	base      float64 // rampart's value
+	v         float64 // peerValue / base
+}
+
+// ratios is every declared division the run has the rows for, in the
+// suite's case order, then the pairs' and the peers' order. Nothing else is
+// divided: an undeclared scenario, case or library has no ratio.
+func (r *run) ratios(scenario string) []ratio {
+	g := groupOf(scenario)
+	if g == nil {
+		return nil
+	}
+	var out []ratio
+	for _, c := range r.cases(scenario) {
+		for i := range g.pairs {
+			p := &g.pairs[i]
+			if !covers(p.cases, c) {
+				continue
+			}
+			base, ok := r.value(key{scenario, c, p.rampart}, g.metric)
+			if !ok || base <= 0 {
+				continue
+			}
+			for _, peer := range p.peers {
+				v, ok := r.value(key{scenario, c, peer}, g.metric)
+				if !ok {
+					continue
+				}
+				out = append(out, ratio{p, c, peer, v, base, v / base})
+			}
+		}
+	}
+	return out
+}
+
+// cases is a scenario's cases in the suite's order.
+func (r *run) cases(scenario string) []string {
+	var cases []string
+	for _, k := range r.order {
+		if k.scenario == scenario && !slices.Contains(cases, k.caseName) {
+			cases = append(cases, k.caseName)
+		}
+	}
+	return cases
+}
+
+// metricOf is the unit a scenario's tables compare.
+func metricOf(scenario string) string {
+	if g := groupOf(scenario); g != nil {
+		return g.metric
+	}
+	return "ns/op"
+}
+
+// fmtValue formats a measurement in its unit.
+func fmtValue(v float64, unit string) string {
+	if unit == "ns/op" {
+		return fmtNs(v)
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// render is the full per-scenario tables: every row with what it calls,
+// then the declared ratios, then the note on what is compared.
 func render(r *run) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Run: %s. "+
-		"The ratio column is the library's ns/op divided by rampart's in the same case of the same run: "+
-		"above 1 means slower than rampart.\n", caption(r))
+		"Each ratio divides a peer's row by the rampart row declared like for like with it "+
+		"(the same kind of call, the same case, the same run; cmd/benchtable/groups.go): "+
+		"above 1 means the peer is slower (in Memory: larger) than rampart. Rows without a like-for-like "+
+		"rampart row are shown without a ratio.\n", caption(r))
 	for _, sc := range r.scenarios() {
-		fmt.Fprintf(&b, "\n## %s\n\n| case | library | ns/op | allocs/op | × rampart |\n|---|---|--:|--:|--:|\n", sc)
+		g := groupOf(sc)
+		unit := metricOf(sc)
+		fmt.Fprintf(&b, "\n## %s\n\n", sc)
+		if g != nil {
+			b.WriteString(g.note + "\n\n")
+		} else {
+			b.WriteString("No comparison is declared for this scenario: its rows are not divided.\n\n")
+		}
+		if unit == "ns/op" {
+			b.WriteString("| case | library | kind | calls | ns/op | allocs/op |\n|---|---|---|---|--:|--:|\n")
+		} else {
+			fmt.Fprintf(&b, "| case | library | kind | calls | %s |\n|---|---|---|---|--:|\n", unit)
+		}
 		for _, k := range r.order {
 			if k.scenario != sc {
 				continue
 			}
-			ratio := "—"
-			if v, ok := r.ratio(k); ok {
-				ratio = fmt.Sprintf("%.2f", v)
+			calls := "not declared | —"
+			if g != nil {
+				if l, ok := g.libOf(k.caseName, k.lib); ok {
+					calls = fmt.Sprintf("%s | %s", l.kind, l.calls)
+				}
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", k.caseName, k.lib, fmtNs(median(r.samples[k].ns)), r.allocs(k), ratio)
+			v, ok := r.value(k, unit)
+			cell := "?"
+			if ok {
+				cell = fmtValue(v, unit)
+			}
+			if unit == "ns/op" {
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", k.caseName, k.lib, calls, cell, r.allocs(k))
+			} else {
+				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", k.caseName, k.lib, calls, cell)
+			}
+		}
+		if rs := r.ratios(sc); len(rs) > 0 {
+			fmt.Fprintf(&b, "\n| case | compared | division (%s) | ratio |\n|---|---|---|--:|\n", unit)
+			for _, x := range rs {
+				fmt.Fprintf(&b, "| %s | %s | %s %s ÷ %s %s | %.2f |\n", x.caseName, x.pair.label,
+					x.peer, fmtValue(x.peerValue, unit), x.pair.rampart, fmtValue(x.base, unit), x.v)
+			}
 		}
 	}
 	return b.String()
@@ -302,10 +415,14 @@ func renderFile(r *run, regenerate, in string, peers []string) string {
 	}
 	b.WriteString("\nBenchmark names are `Benchmark<Scenario>/<Case>/<library>`; every benchmark checks that it " +
 		"really took the path it names (admitted or rejected). A library name with a suffix after `rampart-` " +
-		"is a rampart variant (`rampart-cached`: a `rampart.NewCachedTicker`); `direct` and `chan` are " +
-		"standard-library baselines. The machine is a shared VM: read the ratios, which come from the same " +
-		"run, rather than the absolute times. The per-package pages under [docs/](../docs) quote dedicated " +
-		"runs of single scenarios, which differ within the machine's noise.\n\n")
+		"is a rampart variant (`rampart-cached`: a `rampart.NewCachedTicker`; `rampart-do`: the executor form), " +
+		"and one with a suffix after a peer's name is that peer's other form (`failsafe-permit`: its " +
+		"primitive); `direct` and `chan` are standard-library baselines. Each row says how it calls the " +
+		"policy: an executor runs the function (Do, Run, Execute), a primitive is acquire and release called " +
+		"by hand. A ratio divides only rows declared like for like in `cmd/benchtable/groups.go`: executor " +
+		"with executor, primitive with primitive, the same timeout semantics. The machine is a shared VM: read " +
+		"the ratios, which come from the same run, rather than the absolute times. The per-package pages under " +
+		"[docs/](../docs) quote dedicated runs of single scenarios, which differ within the machine's noise.\n\n")
 	b.WriteString(render(r))
 	return b.String()
 }
@@ -317,76 +434,65 @@ func code(s string) string {
 	return "`" + s + "`"
 }
 
-// peers is the libraries of a scenario other than rampart, its variants and
-// the floors (a "-floor" library measures a lower bound, not a peer), in the
-// suite's order.
-func (r *run) peers(scenario string) []string {
-	var libs []string
-	for _, k := range r.order {
-		if k.scenario == scenario && !strings.HasPrefix(k.lib, "rampart") && !strings.HasSuffix(k.lib, "-floor") &&
-			!slices.Contains(libs, k.lib) {
-			libs = append(libs, k.lib)
-		}
-	}
-	return libs
-}
-
-// summary is the README's table: per scenario with a rampart baseline, each
-// peer's ns/op divided by rampart's, as the range over the cases both ran;
-// the cases column and the allocation range cover the compared cases only.
+// summary is the README's table: per scenario and declared comparison, each
+// peer's value divided by the rampart row it is compared with, as the range
+// over the cases both ran; the cases column and the allocation range cover
+// the compared cases only.
 func summary(r *run) string {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "Run: %s. Each cell is the peer's ns/op divided by rampart's in the same case "+
-		"of the same run (above 1: slower than rampart), as the range over the scenario's cases; "+
-		"the [full tables](bench/README.md) have every case and variant.\n\n", caption(r))
-	b.WriteString("| scenario | cases | rampart allocs/op | peer ns/op ÷ rampart ns/op |\n|---|---|--:|---|\n")
+	fmt.Fprintf(&b, "Run: %s. Each cell is a peer's ns/op (in Memory: bytes per instance) divided by the "+
+		"rampart row compared like for like with it, in the same case of the same run (above 1: slower, or "+
+		"larger, than rampart), as the range over the cases; the [full tables](bench/README.md) have every "+
+		"row, what each calls, and a note per scenario on what is compared.\n\n", caption(r))
+	b.WriteString("| scenario | compared | rampart row | cases | rampart allocs/op | peer ÷ rampart |\n|---|---|---|---|--:|---|\n")
 	for _, sc := range r.scenarios() {
-		peers := r.peers(sc)
-		var cases []string // the cases with rampart and at least one peer
-		var allocs []float64
-		for _, k := range r.order {
-			if k.scenario != sc || k.lib != "rampart" {
-				continue
-			}
-			compared := false
-			for _, lib := range peers {
-				if _, ok := r.samples[key{sc, k.caseName, lib}]; ok {
-					compared = true
-				}
-			}
-			if !compared {
-				continue
-			}
-			cases = append(cases, k.caseName)
-			if s := r.samples[k]; len(s.allocs) > 0 {
-				allocs = append(allocs, median(s.allocs))
-			}
+		g := groupOf(sc)
+		if g == nil {
+			continue
 		}
-		var cells []string
-		for _, lib := range peers {
-			lo, hi := math.Inf(1), math.Inf(-1)
-			for _, c := range cases {
-				k := key{sc, c, lib}
-				if _, ok := r.samples[k]; !ok {
+		rs := r.ratios(sc)
+		for i := range g.pairs {
+			p := &g.pairs[i]
+			var cases []string
+			var allocs []float64
+			var cells []string
+			for _, peer := range p.peers {
+				lo, hi := math.Inf(1), math.Inf(-1)
+				for _, x := range rs {
+					if x.pair != p || x.peer != peer {
+						continue
+					}
+					lo, hi = min(lo, x.v), max(hi, x.v)
+					if !slices.Contains(cases, x.caseName) {
+						cases = append(cases, x.caseName)
+						if a, ok := r.value(key{sc, x.caseName, p.rampart}, "allocs/op"); ok {
+							allocs = append(allocs, a)
+						}
+					}
+				}
+				switch {
+				case math.IsInf(lo, 1):
 					continue
-				}
-				if v, ok := r.ratio(k); ok {
-					lo, hi = min(lo, v), max(hi, v)
+				case fmt.Sprintf("%.2f", lo) == fmt.Sprintf("%.2f", hi):
+					cells = append(cells, fmt.Sprintf("%s %.2f×", peer, lo))
+				default:
+					cells = append(cells, fmt.Sprintf("%s %.2f–%.2f×", peer, lo, hi))
 				}
 			}
-			switch {
-			case math.IsInf(lo, 1):
-				continue
-			case fmt.Sprintf("%.2f", lo) == fmt.Sprintf("%.2f", hi):
-				cells = append(cells, fmt.Sprintf("%s %.2f×", lib, lo))
-			default:
-				cells = append(cells, fmt.Sprintf("%s %.2f–%.2f×", lib, lo, hi))
+			if len(cells) == 0 {
+				continue // the run lacks the rows: the full tables have what it has
 			}
+			// Keep the suite's case order, whichever peer ran a case first.
+			slices.SortStableFunc(cases, func(a, c string) int {
+				return slices.Index(r.cases(sc), a) - slices.Index(r.cases(sc), c)
+			})
+			allocCell := fmtRange(allocs)
+			if g.metric != "ns/op" {
+				allocCell = "—"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", sc, p.label, p.rampart, strings.Join(cases, ", "),
+				allocCell, strings.Join(cells, ", "))
 		}
-		if len(cells) == 0 {
-			continue // no rampart baseline or no peer: the full tables have it
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", sc, strings.Join(cases, ", "), fmtRange(allocs), strings.Join(cells, ", "))
 	}
 	return b.String()
 }
@@ -402,20 +508,32 @@ func fmtRange(v []float64) string {
 	return strconv.FormatFloat(lo, 'f', -1, 64) + "–" + strconv.FormatFloat(hi, 'f', -1, 64)
 }
 
-// headline is the README's sentence with the headline comparison, or a
-// sentence saying the run lacks it.
+// headline is the README's sentence with the headline comparison: the first
+// of headlineCases the run has for rampart and the peer (each a declared
+// pair of the Pipeline scenario), or a sentence saying the run lacks them.
 func headline(r *run) string {
-	rk := key{headlineScenario, headlineCase, "rampart"}
-	pk := key{headlineScenario, headlineCase, headlinePeer}
-	rs, pr := r.samples[rk], r.samples[pk]
-	v, ok := r.ratio(pk)
-	if rs == nil || pr == nil || !ok {
-		return fmt.Sprintf("The benchmark run has no %s/%s case for rampart and %s.", headlineScenario, headlineCase, headlinePeer)
+	var names []string
+	for _, hc := range headlineCases {
+		names = append(names, headlineScenario+"/"+hc.caseName)
+		rk := key{headlineScenario, hc.caseName, "rampart"}
+		pk := key{headlineScenario, hc.caseName, headlinePeer}
+		var x *ratio
+		for _, v := range r.ratios(headlineScenario) {
+			if v.caseName == hc.caseName && v.peer == headlinePeer && v.pair.rampart == "rampart" {
+				x = &v
+				break
+			}
+		}
+		if x == nil {
+			continue
+		}
+		return fmt.Sprintf("In the committed benchmark run (%s), %s costs %s ns and %s with rampart, "+
+			"against %s ns and %s with failsafe-go: %.1f× less time (`%s/%s` in the [full tables](bench/README.md), "+
+			"which compare every policy like for like).",
+			caption(r), hc.what, fmtNs(x.base), allocations(r.allocs(rk)), fmtNs(x.peerValue), allocations(r.allocs(pk)),
+			x.v, headlineScenario, hc.caseName)
 	}
-	return fmt.Sprintf("In the committed benchmark run (%s), %s costs %s ns and %s with rampart, "+
-		"against %s ns and %s with failsafe-go: %.1f× less time (`%s/%s` in the [full tables](bench/README.md)).",
-		caption(r), headlineWhat, fmtNs(median(rs.ns)), allocations(r.allocs(rk)), fmtNs(median(pr.ns)), allocations(r.allocs(pk)),
-		v, headlineScenario, headlineCase)
+	return fmt.Sprintf("The benchmark run has no %s case for rampart and %s.", strings.Join(names, " or "), headlinePeer)
 }
 
 // allocations is a count of allocations in words: "1 allocation", "33 allocations".

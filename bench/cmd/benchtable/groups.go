@@ -1,0 +1,356 @@
+package main
+
+import "slices"
+
+// The comparisons are declared here, not guessed from the names: a peer's
+// row is divided only by the rampart row a pair names, in the cases the pair
+// names, and a pair joins only rows of one kind (TestPairsJoinOneKind). A row
+// no pair names is shown in the full tables without a ratio.
+
+// kind is how a benchmark row calls the policy.
+type kind string
+
+const (
+	// executor: the library runs the function (Do, Run, Execute, Retry, ...).
+	executor kind = "executor"
+	// primitive: acquire and release (or allow and record) called by hand
+	// around the function.
+	primitive kind = "primitive"
+	// handler: server middleware around an http.Handler.
+	handler kind = "handler"
+	// transport: a client http.RoundTripper around another.
+	transport kind = "transport"
+	// instance: the bytes of one instance, not a call.
+	instance kind = "instance"
+	// baseline: a building block or lower bound (a floor, the standard
+	// library alone); never divided.
+	baseline kind = "baseline"
+)
+
+// lib declares one library row of a group: how it calls the policy.
+type lib struct {
+	name  string
+	cases []string // the cases this declaration covers; nil: all of the group's
+	kind  kind
+	calls string // what the row calls, for the full tables
+}
+
+// pair divides each peer's row by the rampart row in each of the cases.
+type pair struct {
+	label   string   // what is compared, in the tables and the summary
+	rampart string   // rampart's library name: rampart or a rampart- variant
+	peers   []string // the peers' library names
+	cases   []string // nil: every case of the group where both rows exist
+}
+
+// group is one benchmark scenario (Benchmark<Group>/<Case>/<library>).
+type group struct {
+	name   string
+	metric string // the unit compared: ns/op, or B/instance for Memory
+	note   string // under the group's tables: what is compared
+	libs   []lib
+	pairs  []pair
+}
+
+// Case names shared by several declarations.
+var (
+	adaptiveAdmit   = []string{"Admit", "AdmitParallel"}
+	timeoutCases    = []string{"Success", "SuccessParallel"}
+	calleeReadsDone = []string{"CalleeReadsDone"}
+	cancellable     = []string{"CancellableParent"}
+	pipelineNoRead  = []string{"Success", "SuccessParallel", "Reject"}
+	keyed100k       = []string{"Keyed100kUniform", "Keyed100kZipf"}
+	keyed1M         = []string{"Keyed1MUniform", "Keyed1MZipf"}
+	keyedCases      = slices.Concat([]string{"Keyed"}, keyed100k, keyed1M)
+	rateDecision    = []string{"Admit", "AdmitParallel", "Reject", "RejectParallel"}
+	retryFirstTry   = []string{"FirstTrySuccess", "FirstTrySuccessParallel"}
+	softTimeoutCase = []string{"SuccessSoftTimeout"}
+)
+
+// groups is every scenario the tables know, in the suite's order.
+var groups = []group{
+	{
+		name:   "Adaptive",
+		metric: "ns/op",
+		note: "Both libraries' primitives. rampart's Acquire/Release time a sample of the calls for the RTT once a window " +
+			"is busy enough (adaptive/sampling.go): a window of at least 2T calls, T = 128 at the defaults (the least " +
+			"power of two at or above max(8·MinWindowSamples, 4·MaxInFlight)), samples with stride calls/T rounded down " +
+			"to a power of two, capped at MaxSampleStride (default 64). With the default 1 s Window, sampling starts " +
+			"at 256 calls/s (1 call in 2) and reaches 1 in 64 at 8192 calls/s; below 256 calls/s every call is timed, " +
+			"as in the rampart-every row. failsafe times every call. Both comparisons are shown: the sampled row " +
+			"(stride 64 in this run) and the every-call row.",
+		libs: []lib{
+			{name: "rampart", cases: adaptiveAdmit, kind: primitive, calls: "Acquire + Release, a sample of the calls timed (1 in 64 here)"},
+			{name: "rampart-every", kind: primitive, calls: "Acquire + Release, MaxSampleStride 1: every call timed (two clock reads)"},
+			{name: "rampart-cached", kind: primitive, calls: "AcquireAt + ReleaseAt on a cached ticker's readings"},
+			{name: "failsafe", cases: adaptiveAdmit, kind: primitive, calls: "adaptivelimiter TryAcquirePermit + Record: every call timed"},
+			{name: "rampart", cases: []string{"Throttler"}, kind: primitive, calls: "Throttler AllowAt + RecordAt, one clock read"},
+			{name: "failsafe", cases: []string{"Throttler"}, kind: primitive, calls: "adaptivethrottler TryAcquirePermit + RecordSuccess"},
+		},
+		pairs: []pair{
+			{label: "primitive, every call timed", rampart: "rampart-every", peers: []string{"failsafe"}, cases: adaptiveAdmit},
+			{label: "primitive, rampart timing a sample (1 call in 64 in this run), failsafe every call", rampart: "rampart", peers: []string{"failsafe"}, cases: adaptiveAdmit},
+			{label: "primitive, client-side throttler: allow + record", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"Throttler"}},
+		},
+	},
+	{
+		name:   "Bulkhead",
+		metric: "ns/op",
+		note: "Executor with executor: rampart's Do against failsafe's executor (failsafe.With(bulkhead).Run). " +
+			"Primitive with primitive: rampart's Acquire + Release against each peer's try-acquire + release " +
+			"(failsafe-permit is failsafe's TryAcquirePermit + ReleasePermit). Reject is a refused call on a full " +
+			"bulkhead (limit 1, held).",
+		libs: []lib{
+			{name: "rampart", kind: primitive, calls: "Acquire + Release"},
+			{name: "rampart-do", kind: executor, calls: "Do(ctx, fn)"},
+			{name: "failsafe", kind: executor, calls: "failsafe.With(bulkhead).Run(fn), executor built once"},
+			{name: "failsafe-permit", kind: primitive, calls: "TryAcquirePermit + ReleasePermit"},
+			{name: "goresiliency", kind: primitive, calls: "semaphore Acquire (arms a timer) + Release"},
+			{name: "xsync", kind: primitive, calls: "semaphore.Weighted TryAcquire + Release"},
+			{name: "chan", kind: primitive, calls: "buffered channel: non-blocking send + receive"},
+		},
+		pairs: []pair{
+			{label: "executor: Do against failsafe's executor", rampart: "rampart-do", peers: []string{"failsafe"}},
+			{label: "primitive: Acquire + Release against try-acquire + release", rampart: "rampart",
+				peers: []string{"failsafe-permit", "goresiliency", "xsync", "chan"}},
+		},
+	},
+	{
+		name:   "CircuitBreaker",
+		metric: "ns/op",
+		note: "Executor with executor, on breakers that trip on consecutive failures: that is how every peer row is " +
+			"configured (gobreaker's default ReadyToTrip, go-resiliency's only mode, failsafe's WithFailureThreshold), " +
+			"so the peers are divided by rampart-consecutive; the rampart row (the default 100-call count window) has " +
+			"no peer row of its kind. Primitive with primitive: rampart-acquire (Acquire + Release) against " +
+			"gobreaker-twostep (TwoStepCircuitBreaker Allow + done) and failsafe-permit (TryAcquirePermit + Record).",
+		libs: []lib{
+			{name: "rampart", kind: executor, calls: "Do(ctx, fn), 100-call count window"},
+			{name: "rampart-consecutive", kind: executor, calls: "Do(ctx, fn), Consecutive mode"},
+			{name: "gobreaker", kind: executor, calls: "Execute(fn)"},
+			{name: "goresiliency", kind: executor, calls: "Run(fn)"},
+			{name: "failsafe", kind: executor, calls: "failsafe.With(breaker).Run(fn), executor built once"},
+			{name: "rampart-acquire", kind: primitive, calls: "Acquire + Release"},
+			{name: "gobreaker-twostep", kind: primitive, calls: "TwoStepCircuitBreaker Allow + done(ok)"},
+			{name: "failsafe-permit", kind: primitive, calls: "TryAcquirePermit + RecordSuccess/RecordFailure"},
+		},
+		pairs: []pair{
+			{label: "executor, consecutive-failures breakers", rampart: "rampart-consecutive", peers: []string{"gobreaker", "goresiliency", "failsafe"}},
+			{label: "primitive: Acquire + Release against the peers' two-step forms", rampart: "rampart-acquire", peers: []string{"gobreaker-twostep", "failsafe-permit"}},
+		},
+	},
+	{
+		name:   "Floor",
+		metric: "ns/op",
+		note:   "The building blocks every policy is made of, to read the policies' figures against; nothing is divided.",
+		libs: []lib{
+			{name: "direct", kind: baseline, calls: "the operation itself"},
+			{name: "rampart", kind: baseline, calls: "the ticker's Now"},
+			{name: "chan", kind: baseline, calls: "the channel operation itself"},
+			{name: "mathrandv2", kind: baseline, calls: "math/rand/v2 top-level Int64N"},
+			{name: "xexprand", kind: baseline, calls: "golang.org/x/exp/rand global Int63n"},
+		},
+	},
+	{
+		name:   "HTTPGuard",
+		metric: "ns/op",
+		note: "Middleware with middleware: httpguard's server middleware against failsafehttp.NewHandler over the same " +
+			"policies; RoundTripper with RoundTripper. direct is the bare handler or transport, the floor.",
+		libs: []lib{
+			{name: "rampart", cases: []string{"Middleware", "MiddlewareParallel", "MiddlewareReject"}, kind: handler, calls: "httpguard middleware around the handler"},
+			{name: "failsafe", cases: []string{"Middleware", "MiddlewareParallel", "MiddlewareReject"}, kind: handler, calls: "failsafehttp.NewHandler around the handler"},
+			{name: "rampart", cases: []string{"RoundTripper", "RoundTripperParallel"}, kind: transport, calls: "httpguard RoundTripper"},
+			{name: "failsafe", cases: []string{"RoundTripper", "RoundTripperParallel"}, kind: transport, calls: "failsafehttp.NewRoundTripper"},
+			{name: "direct", kind: baseline, calls: "the bare handler or transport"},
+		},
+		pairs: []pair{
+			{label: "server middleware", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"Middleware", "MiddlewareParallel", "MiddlewareReject"}},
+			{label: "client RoundTripper", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"RoundTripper", "RoundTripperParallel"}},
+		},
+	},
+	{
+		name:   "Hedge",
+		metric: "ns/op",
+		note: "Executor with executor; no hedge fires (delay 1 h). Like for like: rampart-async (Config.AsyncFirst) and " +
+			"failsafe both run the first attempt on a new goroutine and return as soon as an attempt wins. rampart's " +
+			"default runs the first attempt on the caller's goroutine: the same result for a function that honours " +
+			"its context, but a caller whose first attempt ignores its cancelled context waits for it; that row is " +
+			"divided too, labelled.",
+		libs: []lib{
+			{name: "rampart", kind: executor, calls: "Do, fixed delay, first attempt on the caller's goroutine"},
+			{name: "rampart-cached", kind: executor, calls: "the same on a cached ticker"},
+			{name: "rampart-p95", kind: executor, calls: "Do, live p95 delay"},
+			{name: "rampart-async", kind: executor, calls: "Do, AsyncFirst: first attempt on a new goroutine"},
+			{name: "failsafe", kind: executor, calls: "failsafe.With(hedgepolicy).Run: every attempt on a new goroutine"},
+		},
+		pairs: []pair{
+			{label: "executor, first attempt on a new goroutine in both", rampart: "rampart-async", peers: []string{"failsafe"}},
+			{label: "executor, each default: rampart's first attempt on the caller's goroutine, failsafe's on a new one",
+				rampart: "rampart", peers: []string{"failsafe"}},
+		},
+	},
+	{
+		name:   "Memory",
+		metric: "B/instance",
+		note: "Bytes of one instance with its default configuration (lower is better): unsafe.Sizeof plus what New " +
+			"allocates. rampart pads the words that many goroutines write on every call to the cache line; " +
+			"rampart-compact is Config.Compact, without the padding, for many cold instances (per-tenant, per-route " +
+			"keys). The ratio is the peer's bytes divided by rampart's.",
+		libs: []lib{
+			{name: "rampart", kind: instance, calls: "default layout (padded)"},
+			{name: "rampart-compact", kind: instance, calls: "Config.Compact"},
+			{name: "failsafe", kind: instance, calls: "default configuration"},
+			{name: "gobreaker", kind: instance, calls: "default settings"},
+			{name: "goresiliency", kind: instance, calls: "default configuration"},
+			{name: "xtimerate", kind: instance, calls: "rate.NewLimiter"},
+			{name: "uberratelimit", kind: instance, calls: "ratelimit.New"},
+			{name: "xsync", kind: instance, calls: "semaphore.NewWeighted"},
+			{name: "chan", kind: instance, calls: "make(chan struct{}, n)"},
+		},
+		pairs: []pair{
+			{label: "bytes per instance, default layout", rampart: "rampart",
+				peers: []string{"failsafe", "gobreaker", "goresiliency", "xtimerate", "uberratelimit", "xsync", "chan"}},
+			{label: "bytes per instance, compact layout", rampart: "rampart-compact",
+				peers: []string{"failsafe", "gobreaker", "goresiliency", "xtimerate", "uberratelimit", "xsync", "chan"}},
+		},
+	},
+	{
+		name:   "Pipeline",
+		metric: "ns/op",
+		note: "Executor with executor: rampart's pipeline against failsafe.With over the same policies (retry, " +
+			"circuit breaker, rate limiter, bulkhead, and a timeout that cancels the function's context at its " +
+			"deadline in both). In Success, SuccessParallel and Reject the function does not read ctx.Done() " +
+			"(rampart's deadline context makes its channel only when read); CalleeReadsDone reads it and " +
+			"CancellableParent runs under a cancellable parent context. SuccessNoTimeout drops the timeout from " +
+			"both. SuccessSoftTimeout's rampart rows use the soft timeout (classifies a late call, never cancels), " +
+			"which failsafe does not have: its failsafe row runs the cancelling timeout, so it is not divided " +
+			"(SuccessNoTimeout is the nearest like-for-like: neither cancels). rampart-primitives calls the same " +
+			"policies' primitives by hand.",
+		libs: []lib{
+			{name: "rampart", kind: executor, calls: "Pipeline.Do, deadline-mode timeout"},
+			{name: "rampart", cases: softTimeoutCase, kind: executor, calls: "Pipeline.Do, soft timeout (never cancels)"},
+			{name: "rampart-cached", kind: executor, calls: "the same on a cached ticker"},
+			{name: "rampart-cached", cases: softTimeoutCase, kind: executor, calls: "soft timeout on a cached ticker"},
+			{name: "rampart", cases: []string{"SuccessNoTimeout"}, kind: executor, calls: "Pipeline.Do, no timeout"},
+			{name: "rampart-cached", cases: []string{"SuccessNoTimeout"}, kind: executor, calls: "no timeout, on a cached ticker"},
+			{name: "rampart-primitives", kind: primitive, calls: "the policies' primitives called by hand, soft timeout"},
+			{name: "failsafe", kind: executor, calls: "failsafe.With(retry, breaker, rate limiter, bulkhead, timeout).Run"},
+			{name: "failsafe", cases: []string{"SuccessNoTimeout"}, kind: executor, calls: "failsafe.With(retry, breaker, rate limiter, bulkhead).Run"},
+			{name: "failsafe", cases: softTimeoutCase, kind: executor, calls: "failsafe with its cancelling timeout: not a soft timeout"},
+			{name: "direct", kind: baseline, calls: "one time.Now()"},
+		},
+		pairs: []pair{
+			{label: "executor, five policies, the function does not read ctx.Done()", rampart: "rampart", peers: []string{"failsafe"}, cases: pipelineNoRead},
+			{label: "executor, five policies, the function reads ctx.Done()", rampart: "rampart", peers: []string{"failsafe"}, cases: calleeReadsDone},
+			{label: "executor, five policies, under a cancellable parent context", rampart: "rampart", peers: []string{"failsafe"}, cases: cancellable},
+			{label: "executor, four policies, no timeout", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"SuccessNoTimeout"}},
+		},
+	},
+	{
+		name:   "RateLimit",
+		metric: "ns/op",
+		note: "Primitive with primitive: one admission decision (rampart Allow, x/time/rate Allow, uber's Take, which " +
+			"never waits at these rates and has no rejection, failsafe TryAcquirePermit). Keyed cases: rampart's Keyed " +
+			"limiter against a sync.Map of per-key limiters, every key present; the case name gives the key count " +
+			"and distribution (Keyed: 1024 keys round robin).",
+		libs: []lib{
+			{name: "rampart", kind: primitive, calls: "Limiter.Allow"},
+			{name: "rampart", cases: keyedCases, kind: primitive, calls: "Keyed.Allow(key)"},
+			{name: "rampart-cached", kind: primitive, calls: "the same on a cached ticker"},
+			{name: "rampart-sharded", kind: primitive, calls: "a Sharded limiter's Allow"},
+			{name: "xtimerate", kind: primitive, calls: "rate.Limiter Allow"},
+			{name: "xtimerate", cases: keyedCases, kind: primitive, calls: "sync.Map Load + rate.Limiter Allow"},
+			{name: "uberratelimit", kind: primitive, calls: "Take (never waits here)"},
+			{name: "uberratelimit", cases: keyedCases, kind: primitive, calls: "sync.Map Load + Take"},
+			{name: "failsafe", kind: primitive, calls: "ratelimiter TryAcquirePermit"},
+			{name: "failsafe", cases: keyedCases, kind: primitive, calls: "sync.Map Load + TryAcquirePermit"},
+		},
+		pairs: []pair{
+			{label: "primitive: one admission decision", rampart: "rampart", peers: []string{"xtimerate", "uberratelimit", "failsafe"}, cases: rateDecision},
+			{label: "keyed, 1024 keys", rampart: "rampart", peers: []string{"xtimerate", "uberratelimit", "failsafe"}, cases: []string{"Keyed"}},
+			{label: "keyed, 100k keys (uniform, Zipf)", rampart: "rampart", peers: []string{"xtimerate", "uberratelimit", "failsafe"}, cases: keyed100k},
+			{label: "keyed, 1M keys (uniform, Zipf)", rampart: "rampart", peers: []string{"xtimerate", "uberratelimit", "failsafe"}, cases: keyed1M},
+		},
+	},
+	{
+		name:   "Retry",
+		metric: "ns/op",
+		note: "Executor with executor: every library's retry wrapper around an operation that succeeds at once " +
+			"(3 attempts, exponential backoff, never reached). failsafe's executor is built once; the call's " +
+			"context is attached per call (WithContext), as a server with per-request contexts does. WithBudget " +
+			"adds each library's default retry budget (rampart: gRPC A6 token bucket; failsafe: budget.New).",
+		libs: []lib{
+			{name: "rampart", kind: executor, calls: "Policy.Do"},
+			{name: "rampart-call", kind: executor, calls: "retry.CallIf, typed result and predicate"},
+			{name: "rampart-ratio", kind: executor, calls: "Do with the SRE ratio budget"},
+			{name: "rampart-ratio-cached", kind: executor, calls: "the same on a cached ticker"},
+			{name: "failsafe", kind: executor, calls: "executor.WithContext(ctx).Run(fn)"},
+			{name: "backoff", kind: executor, calls: "backoff.Retry(ctx, op, WithMaxTries(3))"},
+			{name: "retrygo", kind: executor, calls: "retry.Do(op, options...)"},
+			{name: "goresiliency", kind: executor, calls: "retrier.RunCtx"},
+		},
+		pairs: []pair{
+			{label: "executor, first try succeeds", rampart: "rampart", peers: []string{"failsafe", "backoff", "retrygo", "goresiliency"}, cases: retryFirstTry},
+			{label: "executor with each library's default retry budget", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"WithBudget"}},
+		},
+	},
+	{
+		name:   "Timeout",
+		metric: "ns/op",
+		note: "Cancelling timeouts with each other: rampart's deadline mode, failsafe's timeout (a runtime timer, the " +
+			"execution cancelled at the deadline) and context.WithTimeout by hand (direct) all run the function on " +
+			"the caller's goroutine with a context done at the deadline. In Success the function does not read " +
+			"ctx.Done() (rampart's context makes its channel only when read); CalleeReadsDone reads it; " +
+			"CancellableParent runs under a cancellable parent. Returning at the deadline whatever the function " +
+			"does: rampart's DoAbandon (rampart-abandon) against go-resiliency's deadline, both running the function " +
+			"on another goroutine. rampart-soft (classification only) has no peer; handoff-floor is the least a " +
+			"call handed to another goroutine costs.",
+		libs: []lib{
+			{name: "rampart", kind: executor, calls: "Do, deadline mode"},
+			{name: "rampart-soft", kind: executor, calls: "Do, soft mode: classifies, never cancels"},
+			{name: "rampart-abandon", kind: executor, calls: "DoAbandon: function on a parked worker, returns at the deadline"},
+			{name: "rampart-cached", kind: executor, calls: "Do, deadline mode on a cached ticker"},
+			{name: "failsafe", kind: executor, calls: "failsafe.With(timeout).Run, cancels at the deadline"},
+			{name: "goresiliency", kind: executor, calls: "deadline.Run: function on a new goroutine, returns at the deadline"},
+			{name: "direct", kind: executor, calls: "context.WithTimeout + cancel around the call, by hand"},
+			{name: "handoff-floor", kind: baseline, calls: "one round trip to a parked goroutine, no timeout"},
+		},
+		pairs: []pair{
+			{label: "cancelling timeout, the function does not read ctx.Done()", rampart: "rampart", peers: []string{"failsafe", "direct"}, cases: timeoutCases},
+			{label: "cancelling timeout, the function reads ctx.Done()", rampart: "rampart", peers: []string{"failsafe", "direct"}, cases: calleeReadsDone},
+			{label: "cancelling timeout, under a cancellable parent context", rampart: "rampart", peers: []string{"failsafe", "direct"}, cases: cancellable},
+			{label: "returns at the deadline, function on another goroutine", rampart: "rampart-abandon", peers: []string{"goresiliency"},
+				cases: slices.Concat(timeoutCases, calleeReadsDone, cancellable)},
+		},
+	},
+}
+
+// groupOf returns the declaration of the named group, or nil.
+func groupOf(name string) *group {
+	for i := range groups {
+		if groups[i].name == name {
+			return &groups[i]
+		}
+	}
+	return nil
+}
+
+// covers reports whether a case list (nil: every case) covers c.
+func covers(cases []string, c string) bool {
+	return cases == nil || slices.Contains(cases, c)
+}
+
+// libOf returns the declaration of library name in case c: the first one
+// that names the case, else the first that covers every case.
+func (g *group) libOf(c, name string) (lib, bool) {
+	for _, l := range g.libs {
+		if l.name == name && l.cases != nil && slices.Contains(l.cases, c) {
+			return l, true
+		}
+	}
+	for _, l := range g.libs {
+		if l.name == name && l.cases == nil {
+			return l, true
+		}
+	}
+	return lib{}, false
+}
