@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -328,4 +331,277 @@ func benchKeyed(b *testing.B, keys []string, tick rampart.Ticker) {
 			i++
 		}
 	})
+}
+
+// Keyed admission at scale. Each case holds n distinct keys already present
+// (MaxKeys = n), with a limit that admits every call (checked), and asks for
+// them in a precomputed order: Uniform draws every key alike, Zipf draws
+// rank r with probability ∝ 1/(1+r)^1.1 (math/rand/v2's Zipf, s = 1.1, v = 1)
+// over a random permutation of the keys, so that popular keys are not the
+// first allocated. Parallel cases start each goroutine at its own offset of
+// the same order. The keys look like client IDs ("client-123456", 8 to 14
+// bytes) and are built before the loop.
+//
+// Libraries: rampart is ratelimit.Keyed; xtimerate is the usual baseline, a
+// map[string]*rate.Limiter behind a sync.RWMutex (read lock for a present
+// key); xtimerate-syncmap is the same limiters in a sync.Map, the form of the
+// RateLimit/Keyed peers above.
+//
+// NewKeyFull cases measure a request for a key not held when the table is
+// full of active keys (n keys at one permit per hour, each just spent): the
+// call is refused (checked), at a cost that must not grow with n.
+func BenchmarkKeyed(b *testing.B) {
+	sizes := []struct {
+		name string
+		n    int
+	}{{"1k", 1000}, {"100k", 100_000}, {"1M", 1_000_000}}
+	for _, sz := range sizes {
+		for _, dist := range []string{"Uniform", "Zipf"} {
+			seq := keyedSeq(dist, sz.n)
+			for _, par := range []bool{false, true} {
+				c := dist + sz.name
+				if par {
+					c += "Parallel"
+				}
+				for _, lib := range []string{"rampart", "xtimerate", "xtimerate-syncmap"} {
+					b.Run(c+"/"+lib, func(b *testing.B) {
+						b.ReportAllocs()
+						allow := keyedLib(b, lib, sz.n)
+						keys := keyedKeys(sz.n)
+						benchKeyedSeq(b, keys, seq, allow, par)
+					})
+				}
+			}
+		}
+	}
+	for _, sz := range sizes {
+		for _, par := range []bool{false, true} {
+			c := "NewKeyFull" + sz.name
+			if par {
+				c += "Parallel"
+			}
+			b.Run(c+"/rampart", func(b *testing.B) {
+				b.ReportAllocs()
+				k := keyedFull(b, sz.n)
+				fresh := keyedFresh()
+				benchKeyedSeq(b, fresh, nil, func(key string) bool { return !k.Allow(key) }, par)
+			})
+		}
+	}
+}
+
+// keyedSeqLen is the length of a precomputed order of keys (a power of 2).
+const keyedSeqLen = 1 << 20
+
+// benchKeyedSeq runs allow on keys in the order seq (nil: keys in turn),
+// from one goroutine or from RunParallel's, checking every call returns
+// true.
+func benchKeyedSeq(b *testing.B, keys []string, seq []uint32, allow func(string) bool, par bool) {
+	at := func(i int) string {
+		if seq == nil {
+			return keys[i%len(keys)]
+		}
+		return keys[seq[i&(keyedSeqLen-1)]]
+	}
+	if !par {
+		i := 0
+		for b.Loop() {
+			rlCheck(b, allow(at(i)), true)
+			i++
+		}
+		return
+	}
+	var start atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(start.Add(1) * 611_953) // goroutines apart in the order
+		for pb.Next() {
+			rlCheck(b, allow(at(i)), true)
+			i++
+		}
+	})
+}
+
+var keyedCache struct {
+	mu    sync.Mutex
+	keys  []string            // "client-0" ... for the largest n asked so far
+	seqs  map[string][]uint32 // by dist and n
+	lib   string              // the library and size of allow
+	n     int
+	allow func(string) bool
+	fresh []string
+}
+
+// keyedKeys returns n distinct client-like keys.
+func keyedKeys(n int) []string {
+	keyedCache.mu.Lock()
+	defer keyedCache.mu.Unlock()
+	for i := len(keyedCache.keys); i < n; i++ {
+		keyedCache.keys = append(keyedCache.keys, "client-"+strconv.Itoa(i))
+	}
+	return keyedCache.keys[:n]
+}
+
+// keyedFresh returns keys that no table of keyedKeys holds.
+func keyedFresh() []string {
+	keyedCache.mu.Lock()
+	defer keyedCache.mu.Unlock()
+	if keyedCache.fresh == nil {
+		for i := range 1 << 16 {
+			keyedCache.fresh = append(keyedCache.fresh, "visitor-"+strconv.Itoa(i))
+		}
+	}
+	return keyedCache.fresh
+}
+
+// keyedSeq returns the precomputed order of dist over n keys.
+func keyedSeq(dist string, n int) []uint32 {
+	keyedCache.mu.Lock()
+	defer keyedCache.mu.Unlock()
+	id := dist + strconv.Itoa(n)
+	if s, ok := keyedCache.seqs[id]; ok {
+		return s
+	}
+	rng := rand.New(rand.NewPCG(1, uint64(n)))
+	seq := make([]uint32, keyedSeqLen)
+	switch dist {
+	case "Uniform":
+		for i := range seq {
+			seq[i] = uint32(rng.IntN(n))
+		}
+	case "Zipf":
+		perm := rng.Perm(n)
+		z := rand.NewZipf(rng, 1.1, 1, uint64(n-1))
+		for i := range seq {
+			seq[i] = uint32(perm[z.Uint64()])
+		}
+	}
+	if keyedCache.seqs == nil {
+		keyedCache.seqs = map[string][]uint32{}
+	}
+	keyedCache.seqs[id] = seq
+	return seq
+}
+
+// keyedLib returns lib's admission of one permit for a key, with n keys
+// already present. The last one built is kept for the next call (b.Run
+// calls a RunParallel benchmark several times), and dropped for another.
+func keyedLib(b *testing.B, lib string, n int) func(string) bool {
+	keys := keyedKeys(n)
+	keyedCache.mu.Lock()
+	defer keyedCache.mu.Unlock()
+	if keyedCache.lib == lib && keyedCache.n == n {
+		return keyedCache.allow
+	}
+	keyedCache.allow = nil
+	runtime.GC()
+	var allow func(string) bool
+	switch lib {
+	case "rampart":
+		k, err := ratelimit.NewKeyed(ratelimit.KeyedConfig{Config: ratelimit.Config{Limit: 1e9, Period: time.Second, Burst: rlAdmitBurst}, MaxKeys: n})
+		if err != nil {
+			b.Fatal(err)
+		}
+		allow = k.Allow
+	case "xtimerate":
+		m := &rwMapLimiter{m: map[string]*rate.Limiter{}}
+		allow = m.Allow
+	case "xtimerate-syncmap":
+		var m sync.Map
+		allow = func(key string) bool {
+			v, ok := m.Load(key)
+			if !ok {
+				v, _ = m.LoadOrStore(key, rate.NewLimiter(rate.Limit(rlAdmitRate), rlAdmitBurst))
+			}
+			return v.(*rate.Limiter).Allow()
+		}
+	}
+	for _, key := range keys {
+		if !allow(key) {
+			b.Fatal("a key was refused while filling the table")
+		}
+	}
+	keyedCache.lib, keyedCache.n, keyedCache.allow = lib, n, allow
+	return allow
+}
+
+// keyedFull returns a Keyed limiter whose MaxKeys = n slots all hold keys
+// that have just spent their one permit per hour.
+func keyedFull(b *testing.B, n int) *ratelimit.Keyed {
+	keys := keyedKeys(n)
+	keyedCache.mu.Lock()
+	defer keyedCache.mu.Unlock()
+	keyedCache.lib, keyedCache.allow = "", nil
+	runtime.GC()
+	k, err := ratelimit.NewKeyed(ratelimit.KeyedConfig{Config: ratelimit.Config{Limit: 1, Period: time.Hour}, MaxKeys: n})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, key := range keys {
+		if !k.Allow(key) {
+			b.Fatal("a key was refused while filling the table")
+		}
+	}
+	return k
+}
+
+// rwMapLimiter is the common hand-written keyed limiter: x/time/rate
+// limiters in a map behind a sync.RWMutex, created on first use.
+type rwMapLimiter struct {
+	mu sync.RWMutex
+	m  map[string]*rate.Limiter
+}
+
+// Allow takes one permit of key's limiter, creating it under the write lock
+// when it is missing.
+func (r *rwMapLimiter) Allow(key string) bool {
+	r.mu.RLock()
+	l := r.m[key]
+	r.mu.RUnlock()
+	if l == nil {
+		r.mu.Lock()
+		if l = r.m[key]; l == nil {
+			l = rate.NewLimiter(rate.Limit(rlAdmitRate), rlAdmitBurst)
+			r.m[key] = l
+		}
+		r.mu.Unlock()
+	}
+	return l.Allow()
+}
+
+// TestKeyedBytesPerKey logs the heap bytes a key costs at 1M keys, for
+// rampart's Keyed and the RWMutex map of x/time/rate limiters.
+func TestKeyedBytesPerKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two tables of 1M keys")
+	}
+	const n = 1_000_000
+	keys := keyedKeys(n)
+	measure := func(build func() any) float64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		v := build()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(v)
+		return float64(after.HeapAlloc-before.HeapAlloc) / n
+	}
+	r := measure(func() any {
+		k, err := ratelimit.NewKeyed(ratelimit.KeyedConfig{Config: ratelimit.Config{Rate: 10}, MaxKeys: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range keys {
+			k.Allow(key)
+		}
+		return k
+	})
+	m := measure(func() any {
+		m := &rwMapLimiter{m: map[string]*rate.Limiter{}}
+		for _, key := range keys {
+			m.Allow(key)
+		}
+		return m
+	})
+	t.Logf("bytes per key at %d keys of 8-14 bytes: rampart Keyed %.1f, map[string]*rate.Limiter %.1f", n, r, m)
 }
