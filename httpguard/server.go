@@ -56,7 +56,10 @@ type server struct {
 	timeoutStatus     int
 	hasTimeout        bool // the pipeline has a timeout: entity headers are saved
 	defaultRetryAfter time.Duration
-	onReject          func(http.ResponseWriter, *http.Request, int, pipeline.Outcome)
+	// defaultRetryAfterS is defaultRetryAfter as the Retry-After value,
+	// formatted once.
+	defaultRetryAfterS string
+	onReject           func(http.ResponseWriter, *http.Request, int, pipeline.Outcome)
 	// exchanges holds the *exchange of requests that have been answered,
 	// for the next ones: the wrapper handed to the handler costs no
 	// allocation per request (gin and echo pool theirs the same way).
@@ -106,6 +109,7 @@ func NewHandler(next http.Handler, cfg ServerConfig) (http.Handler, error) {
 	if s.defaultRetryAfter == 0 {
 		s.defaultRetryAfter = time.Second
 	}
+	s.defaultRetryAfterS = retryAfterSeconds(s.defaultRetryAfter)
 	return s, nil
 }
 
@@ -348,25 +352,51 @@ func (s *server) answer(w http.ResponseWriter, r *http.Request, e *exchange, o p
 		// that has gone is harmless.
 		if !e.wrote {
 			e.restoreHeaders()
-			w.Header().Set("Cache-Control", "no-store")
-			w.Header().Set("Retry-After", retryAfterSeconds(s.defaultRetryAfter))
-			http.Error(w, http.StatusText(s.timeoutStatus), s.timeoutStatus)
+			writePlain(w, s.timeoutStatus, s.defaultRetryAfterS, true, "")
 		}
 	}
 }
 
-// writeReject answers a rejection. Slow path.
+// writeReject answers a rejection. Rejection path: what a server under
+// overload answers most, so it costs one allocation (writePlain's).
 func (s *server) writeReject(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
-	ra := o.RetryAfter
-	if ra <= 0 {
-		ra = s.defaultRetryAfter
+	ra := s.defaultRetryAfterS
+	if o.RetryAfter > 0 {
+		ra = retryAfterSeconds(o.RetryAfter) // no allocation below 100 s (strconv's small numbers)
 	}
-	w.Header().Set("Retry-After", retryAfterSeconds(ra))
 	if s.onReject != nil {
+		w.Header().Set("Retry-After", ra)
 		s.onReject(w, r, status, o)
 		return
 	}
-	http.Error(w, http.StatusText(status)+": "+o.Err.Error(), status)
+	writePlain(w, status, ra, false, o.Err.Error())
+}
+
+// writePlain answers status as http.Error(w, text, status) does, where
+// text is the status text, followed by ": " and detail when detail is set,
+// with Retry-After ra, and Cache-Control: no-store when noStore. The
+// header values share one backing array (one allocation, as in
+// http.Header.Clone; each value's slice is capped, so an append by a
+// middleware copies it) and the body is written as it is, without fmt
+// (net/http's writer is an io.StringWriter: no copy).
+func writePlain(w http.ResponseWriter, status int, ra string, noStore bool, detail string) {
+	h := w.Header()
+	h.Del("Content-Length") // as http.Error: it may be for the body never written
+	v := make([]string, 4)
+	v[0], v[1], v[2], v[3] = ra, "text/plain; charset=utf-8", "nosniff", "no-store"
+	h["Retry-After"] = v[0:1:1]
+	h["Content-Type"] = v[1:2:2]
+	h["X-Content-Type-Options"] = v[2:3:3]
+	if noStore {
+		h["Cache-Control"] = v[3:4:4]
+	}
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, http.StatusText(status))
+	if detail != "" {
+		_, _ = io.WriteString(w, ": ")
+		_, _ = io.WriteString(w, detail)
+	}
+	_, _ = io.WriteString(w, "\n")
 }
 
 // retryAfterSeconds formats d as whole seconds, rounded up, at least 1.

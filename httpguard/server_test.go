@@ -420,6 +420,92 @@ func TestServerAllocsAdmittedRequest(t *testing.T) {
 	}
 }
 
+// A rejection, the answer a server gives most under overload, costs one
+// allocation: the response's header values (Retry-After, Content-Type,
+// X-Content-Type-Options), in one backing array; the body is written as
+// the policy's preallocated error says it, without formatting. The
+// timeout answer costs the same one.
+func TestServerAllocsRejectedRequest(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	rl, err := ratelimit.New(ratelimit.Config{Rate: 1, Burst: 1, Ticker: tick})
+	require.NoError(t, err)
+	require.True(t, rl.Allow()) // spend the only permit
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1, Ticker: tick})
+	require.NoError(t, err)
+	require.NoError(t, bh.Acquire()) // the bulkhead is full
+	defer bh.Release()
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, OpenDuration: time.Minute})
+	require.NoError(t, err)
+	require.True(t, cb.TransitionTo(circuitbreaker.Open))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		name string
+		cfg  pipeline.Config
+		ctx  context.Context
+		want int
+	}{
+		{"rate limit", pipeline.Config{Ticker: tick, RateLimit: rl}, context.Background(), http.StatusTooManyRequests},
+		{"bulkhead", pipeline.Config{Ticker: tick, Bulkhead: bh}, context.Background(), http.StatusServiceUnavailable},
+		{"breaker", pipeline.Config{Ticker: tick, Breaker: cb}, context.Background(), http.StatusServiceUnavailable},
+		{"canceled", pipeline.Config{Ticker: tick}, ctx, http.StatusServiceUnavailable},
+	} {
+		h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{Pipeline: mustPipeline(t, c.cfg)})
+		require.NoError(t, err)
+		w := httptest.NewRecorder()
+		r := httptest.NewRequestWithContext(c.ctx, http.MethodGet, "/", nil)
+		testkit.WantAllocs(t, c.name, 1, func() {
+			clear(w.Header())
+			w.Body.Reset()
+			h.ServeHTTP(w, r)
+		})
+		require.Equal(t, c.want, w.Code, c.name)
+		require.NotEmpty(t, w.Header().Get("Retry-After"), c.name)
+	}
+}
+
+// The rejection and timeout answers are what http.Error writes (its
+// Content-Type, X-Content-Type-Options, no stale Content-Length, the text
+// and a newline), with Retry-After, and Cache-Control: no-store on the
+// timeout answer.
+func TestServerAnswersAsHTTPError(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	rl, err := ratelimit.New(ratelimit.Config{Rate: 1, Burst: 1, Ticker: tick})
+	require.NoError(t, err)
+	require.True(t, rl.Allow())
+	h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Ticker: tick, RateLimit: rl})})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		name    string
+		ctx     context.Context
+		status  int
+		text    string
+		noStore bool
+	}{
+		{"rejection", context.Background(), http.StatusTooManyRequests,
+			http.StatusText(http.StatusTooManyRequests) + ": " + rl.RejectedError().Error(), false},
+		{"canceled", ctx, http.StatusServiceUnavailable, http.StatusText(http.StatusServiceUnavailable), true},
+	} {
+		want := httptest.NewRecorder()
+		want.Header().Set("Content-Length", "1000")
+		http.Error(want, c.text, c.status)
+		rec := httptest.NewRecorder()
+		rec.Header().Set("Content-Length", "1000") // set for a body that is not the answer's
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(c.ctx, http.MethodGet, "/", nil))
+		require.Equal(t, c.status, rec.Code, c.name)
+		require.Equal(t, want.Body.String(), rec.Body.String(), c.name)
+		require.NotEmpty(t, rec.Header().Get("Retry-After"), c.name)
+		rec.Header().Del("Retry-After")
+		if c.noStore {
+			require.Equal(t, "no-store", rec.Header().Get("Cache-Control"), c.name)
+			rec.Header().Del("Cache-Control")
+		}
+		require.Equal(t, want.Header(), rec.Header(), c.name)
+	}
+}
+
 // bytesReader reads b once; it has no WriteTo, so that io.Copy and
 // ReadFrom take the reader path, and it allocates nothing.
 type bytesReader struct{ b []byte }
