@@ -118,10 +118,11 @@ var groups = []group{
 	{
 		name:   "CircuitBreaker",
 		metric: "ns/op",
-		note: "Executor with executor, on breakers that trip on consecutive failures: that is how every peer row is " +
-			"configured (gobreaker's default ReadyToTrip, go-resiliency's only mode, failsafe's WithFailureThreshold), " +
-			"so the peers are divided by rampart-consecutive; the rampart row (the default 100-call count window) has " +
-			"no peer row of its kind. Primitive with primitive: rampart-acquire (Acquire + Release) against " +
+		note: "Executor with executor, on breakers that count failures rather than keep a window of outcomes: " +
+			"that is how every peer row is configured (gobreaker's default ReadyToTrip: more than 5 consecutive " +
+			"failures; failsafe's default WithFailureThreshold: consecutive failures; go-resiliency's only mode: " +
+			"errors without an error-free period), so the peers are divided by rampart-consecutive; the rampart row " +
+			"(the default 100-call count window, which records every outcome) has no peer row of its kind. Primitive with primitive: rampart-acquire (Acquire + Release) against " +
 			"gobreaker-twostep (TwoStepCircuitBreaker Allow + done) and failsafe-permit (TryAcquirePermit + Record).",
 		libs: []lib{
 			{name: "rampart", kind: executor, calls: "Do(ctx, fn), 100-call count window"},
@@ -134,7 +135,7 @@ var groups = []group{
 			{name: "failsafe-permit", kind: primitive, calls: "TryAcquirePermit + RecordSuccess/RecordFailure"},
 		},
 		pairs: []pair{
-			{label: "executor, consecutive-failures breakers", rampart: "rampart-consecutive", peers: []string{"gobreaker", "goresiliency", "failsafe"}},
+			{label: "executor, failure-counting breakers (rampart: Consecutive mode)", rampart: "rampart-consecutive", peers: []string{"gobreaker", "goresiliency", "failsafe"}},
 			{label: "primitive: Acquire + Release against the peers' two-step forms", rampart: "rampart-acquire", peers: []string{"gobreaker-twostep", "failsafe-permit"}},
 		},
 	},
