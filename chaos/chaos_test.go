@@ -559,6 +559,20 @@ func TestInstanceBytesAllocs(t *testing.T) {
 	}
 	// New allocates the Injector (in the 288-byte size class) and its
 	// counters: one line packed, three padded (a line each side).
-	testkit.WantBytes(t, "padded", 288+3*line, func() any { return mustNew(t, chaos.Config{}) })
-	testkit.WantBytes(t, "compact", 288+line, func() any { return mustNew(t, chaos.Config{Compact: true}) })
+	wantBytes(t, "padded", 288+3*line, func() any { inj, _ := chaos.New(chaos.Config{Seed: 1}); return inj })
+	wantBytes(t, "compact", 288+line, func() any { inj, _ := chaos.New(chaos.Config{Seed: 1, Compact: true}); return inj })
+}
+
+// wantBytes is testkit.WantBytes on the least of up to three measurements:
+// now and then the runtime allocates some 5 KB during one (7 objects, on
+// no goroutine of the test's), a few bytes per instance; that only adds,
+// so the least measurement is the instance's.
+func wantBytes(t *testing.T, name string, want int64, mk func() any) {
+	t.Helper()
+	for range 2 {
+		if testkit.Bytes(t, mk) == want {
+			return
+		}
+	}
+	testkit.WantBytes(t, name, want, mk)
 }
