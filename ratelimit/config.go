@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"math"
-	"math/big"
 	"math/bits"
 	"time"
 
@@ -51,6 +50,18 @@ type Config struct {
 	// per call, which on the reject path turns a read into a write.
 	CountStats bool
 
+	// Compact lays the instance out without cache-line padding: smaller
+	// (128 B instead of 256 B), for the many cold instances (per-tenant,
+	// per-route keys) where goroutines do not contend on one instance; the
+	// default pads the words that many goroutines write on every call. The
+	// figures are for an unnamed limiter whose interval is a whole number of
+	// ns (1000 per second, 10 per 100 ms: 1e9·Period/Limit ns is whole); any
+	// other interval adds a 32 B multiplier block; a Name its rejection
+	// error (168 B for a short name, every unnamed limiter shares one);
+	// OnRejected or CountStats a 32 B block, and CountStats its two
+	// counters (16 B compact, a padded cache line pair each by default).
+	Compact bool
+
 	// OnRejected, when not nil, is called on every rejection with the
 	// number of permits asked for and the wait in nanoseconds until they
 	// would be admitted ([Never] for an n that can never be admitted). It
@@ -93,29 +104,40 @@ type params struct {
 	k     int64 // units per emission interval, ≥ 1
 	tau   int64 // burst·k: the tolerance, the most a TAT may lead now
 	burst int64 // the most permits one call may take
-	// ns → units: units(t) = floor(t·c) with c = den·k/num ∈ [1, 2),
-	// computed as floor(t·M / 2¹²⁷) with the 128-bit M = ceil(c·2¹²⁷) =
-	// mulHi·2⁶⁴ + mulLo. Exact for every t < 2⁶³: t·c has a denominator
-	// below 2⁶¹, so it is either an integer or at least 2⁻⁶¹ below the
-	// next one, and the excess of M adds less than t·2⁻¹²⁷ < 2⁻⁶⁴.
-	mulHi, mulLo uint64
-	unitIsNs     bool   // c = 1 (a whole-ns interval): units(t) = t, no multiplication
-	inv          uint64 // units → ns, approximately: inv = ceil(2⁶³·num/(den·k)) ≤ 2⁶³
-	num          uint64 // interval numerator (ns)
-	den          uint64 // interval denominator
-	denK         uint64 // den·k
-	// upFrac: the phase of a reading rounds up when the fraction bits of
-	// t·M/2¹²⁷ (as a 64-bit fraction) are ≥ upFrac, i.e. frac(x) ≥ k/num:
-	// upFrac = floor(k·2⁶⁴/num) − 2. Exact: the computed fraction is within
-	// (−2⁻⁶³, 2⁻⁶⁴) of frac(x), a multiple of 1/num ≥ 2⁻⁶¹ apart from the
-	// next, so the threshold separates i/num ≥ k/num from i/num < k/num.
-	upFrac uint64
 	// origin is the reading that counts as unit 0: 0, or the first
 	// reading of a clock that read below 0 when the limiter was built (a
 	// ManualTicker started negative, a user Ticker with a later epoch),
 	// so that its negative readings still move time (originOf). A
 	// replacement state keeps its predecessor's.
 	origin int64
+	num    uint64 // interval numerator (ns)
+	den    uint64 // interval denominator
+	denK   uint64 // den·k
+	// frac holds the ns → units multipliers of an interval that is not a
+	// whole number of ns; nil for the common whole-ns intervals, where
+	// units(t) = t: a pointer instead of 32 B in every state, since most
+	// limiters never use them.
+	frac     *fracParams
+	unitIsNs bool // c = 1 (a whole-ns interval, frac == nil): units(t) = t, no multiplication
+	compact  bool // the limiter's Config.Compact: the layout of the states it publishes
+}
+
+// fracParams are the multipliers of an interval of num/den ns that is not a
+// whole number of ns (den ≥ 2).
+type fracParams struct {
+	// ns → units: units(t) = floor(t·c) with c = den·k/num ∈ [1, 2),
+	// computed as floor(t·M / 2¹²⁷) with the 128-bit M = ceil(c·2¹²⁷) =
+	// mulHi·2⁶⁴ + mulLo. Exact for every t < 2⁶³: t·c has a denominator
+	// below 2⁶¹, so it is either an integer or at least 2⁻⁶¹ below the
+	// next one, and the excess of M adds less than t·2⁻¹²⁷ < 2⁻⁶⁴.
+	mulHi, mulLo uint64
+	// upFrac: the phase of a reading rounds up when the fraction bits of
+	// t·M/2¹²⁷ (as a 64-bit fraction) are ≥ upFrac, i.e. frac(x) ≥ k/num:
+	// upFrac = floor(k·2⁶⁴/num) − 2. Exact: the computed fraction is within
+	// (−2⁻⁶³, 2⁻⁶⁴) of frac(x), a multiple of 1/num ≥ 2⁻⁶¹ apart from the
+	// next, so the threshold separates i/num ≥ k/num from i/num < k/num.
+	upFrac uint64
+	inv    uint64 // units → ns, approximately: inv = ceil(2⁶³·num/(den·k)) ≤ 2⁶³
 }
 
 // originOf is the origin for a clock whose reading at construction is now:
@@ -146,26 +168,29 @@ func newParams(num, den uint64, burst int64, field string) (params, error) {
 	if uint64(burst) > maxTau/k {
 		return params{}, rampart.NewConfigError("ratelimit", "Burst", "%d times an interval of %d ns overflows", burst, k)
 	}
-	// M = ceil(denK·2¹²⁷ / num) < 2¹²⁸ since denK < 2·num.
-	bm := new(big.Int).Lsh(new(big.Int).SetUint64(denK), 127)
-	bq, br := new(big.Int).QuoRem(bm, new(big.Int).SetUint64(num), new(big.Int))
-	if br.Sign() != 0 {
-		bq.Add(bq, big.NewInt(1))
+	p := params{k: int64(k), tau: burst * int64(k), burst: burst, num: num, den: den, denK: denK, unitIsNs: denK == num}
+	if denK == num { // a whole-ns interval: units are ns, no multipliers
+		return p, nil
 	}
-	mulLo := new(big.Int).And(bq, new(big.Int).SetUint64(math.MaxUint64)).Uint64()
-	mulHi := new(big.Int).Rsh(bq, 64).Uint64()
+	// den ≥ 2, so k < num. M = ceil(denK·2¹²⁷ / num) < 2¹²⁸ since
+	// denK < 2·num: a long division of the 192-bit denK·2¹²⁷ (words
+	// denK>>1, (denK&1)<<63, 0; the top word is below num) by num, without
+	// allocating (every byte New allocates stays with the instance).
+	mulHi, r := bits.Div64(denK>>1, (denK&1)<<63, num)
+	mulLo, r := bits.Div64(r, 0, num)
+	if r != 0 {
+		var c uint64
+		mulLo, c = bits.Add64(mulLo, 1, 0)
+		mulHi += c
+	}
 	// inv = ceil(num·2⁶³ / denK); num ≤ denK so it is at most 2⁶³.
 	inv, rem := bits.Div64(num>>1, num<<63, denK)
 	if rem != 0 {
 		inv++
 	}
-	upFrac := uint64(math.MaxUint64) // whole-ns intervals: never used
-	if denK != num {                 // den ≥ 2, so k < num
-		q, _ := bits.Div64(k, 0, num) // floor(k·2⁶⁴/num) ≥ 2⁶⁴/num ≥ 8
-		upFrac = q - 2
-	}
-	return params{k: int64(k), tau: burst * int64(k), burst: burst, mulHi: mulHi, mulLo: mulLo, unitIsNs: denK == num,
-		upFrac: upFrac, inv: inv, num: num, den: den, denK: denK}, nil
+	q, _ := bits.Div64(k, 0, num) // floor(k·2⁶⁴/num) ≥ 2⁶⁴/num ≥ 8
+	p.frac = &fracParams{mulHi: mulHi, mulLo: mulLo, upFrac: q - 2, inv: inv}
+	return p, nil
 }
 
 // units converts a clock reading to units, exactly floor((now-origin)·c)
@@ -190,15 +215,16 @@ func (p *params) unitsPhase(now int64) (u, phase int64) {
 		u = min(max(now, 0), maxUnits)
 		return u, u
 	}
+	f := p.frac
 	uu := uint64(max(now, 0))
-	h1, l1 := bits.Mul64(uu, p.mulHi)
-	h2, _ := bits.Mul64(uu, p.mulLo)
+	h1, l1 := bits.Mul64(uu, f.mulHi)
+	h2, _ := bits.Mul64(uu, f.mulLo)
 	lo, carry := bits.Add64(l1, h2, 0)
 	u = int64(min((h1+carry)<<1|lo>>63, maxUnits))
 	// Up one unit when frac(x) ≥ k/num (the grid point below would admit
 	// some later permit early): no borrow. Branch-free, since the
 	// fraction of a reading is random.
-	_, below := bits.Sub64(lo<<1, p.upFrac, 0)
+	_, below := bits.Sub64(lo<<1, f.upFrac, 0)
 	return u, min(u+1-int64(below), maxUnits)
 }
 
@@ -215,9 +241,10 @@ func (p *params) unitsOf(t int64) int64 {
 	if p.unitIsNs { // predictable branch: the common whole-ns intervals
 		return min(max(t, 0), maxUnits)
 	}
+	f := p.frac
 	u := uint64(max(t, 0))
-	h1, l1 := bits.Mul64(u, p.mulHi)
-	h2, _ := bits.Mul64(u, p.mulLo)
+	h1, l1 := bits.Mul64(u, f.mulHi)
+	h2, _ := bits.Mul64(u, f.mulLo)
 	lo, carry := bits.Add64(l1, h2, 0) // floor(u·M / 2⁶⁴) = (h1+carry)·2⁶⁴ + lo
 	return int64(min((h1+carry)<<1|lo>>63, maxUnits))
 }
@@ -236,7 +263,10 @@ func (p *params) earliestOf(target int64) int64 {
 	if target > maxUnits {
 		return math.MaxInt64 / 2
 	}
-	hi, lo := bits.Mul64(uint64(target), p.inv) // ≈ target/c, within a unit
+	if p.unitIsNs { // c = 1: the reading is the target
+		return target
+	}
+	hi, lo := bits.Mul64(uint64(target), p.frac.inv) // ≈ target/c, within a unit
 	t := int64(hi<<1 | lo>>63)
 	// Both multipliers are within a unit of exact: a step or two at most.
 	for p.unitsOf(t) < target {

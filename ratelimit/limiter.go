@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/big"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,11 +46,59 @@ const maxReserve = int64(1) << 60
 type state struct {
 	// tat is the theoretical arrival time in units: the instant at which
 	// the limiter would be back to a full burst. Written by every admission
-	// (one CAS) from every goroutine, hence alone on its cache line. It only
-	// moves forward, except when CancelAt unwinds the latest reservation.
-	tat pad.Int64
+	// (one CAS) from every goroutine: unless Config.Compact, the state sits
+	// inside a paddedState, so that no other object shares a cache line
+	// with it. It only moves forward, except when CancelAt unwinds the
+	// latest reservation.
+	tat atomic.Int64
+	// params share tat's line in the padded layout: every call that reads
+	// them reads tat next, from the same line, so they cost no extra miss.
 	params
 }
+
+// paddedState is a state alone on its cache lines (see package pad): any
+// line that holds a byte of s lies inside the struct.
+type paddedState struct {
+	_ pad.Line
+	s state
+	_ [pad.LineSize - 8]byte
+}
+
+// newState returns a state with parameters p and TAT tat, padded unless
+// compact.
+func newState(p params, tat int64, compact bool) *state {
+	var s *state
+	if compact {
+		s = &state{params: p}
+	} else {
+		s = &(&paddedState{s: state{params: p}}).s
+	}
+	s.tat.Store(tat)
+	return s
+}
+
+// extras are the parts of a limiter that only some configurations use:
+// nil for a limiter without OnRejected and CountStats, which keeps the
+// instance small and its hot path to one nil check.
+type extras struct {
+	onRejected     func(n int, wait time.Duration)
+	listenerPanics atomic.Uint64
+	// admitted and rejected point into a counts or paddedCounts (Config.Compact)
+	// with CountStats, nil without.
+	admitted, rejected *atomic.Uint64
+}
+
+// counts are the CountStats counters of a compact limiter.
+type counts struct{ admitted, rejected atomic.Uint64 }
+
+// paddedCounts are the CountStats counters of a padded limiter: each is
+// written by every admission (or rejection), so each has its own line.
+type paddedCounts struct{ admitted, rejected pad.Uint64 }
+
+// unnamedRejection is the rejection error of every limiter without a Name:
+// they would all build the same one (policy "ratelimit", no name), so they
+// share it and an unnamed limiter allocates no error.
+var unnamedRejection = rampart.NewRejectedError("ratelimit", "", ErrLimited)
 
 // Limiter is a GCRA rate limiter. Create it with [New] and call
 // [Limiter.Allow] (fail fast), [Limiter.Wait] (block until due) or
@@ -67,19 +114,19 @@ type state struct {
 // [Limiter.AdmitN] (admit or say how long to wait), [Limiter.AllowN],
 // [Limiter.ReserveN]. The shorthands ([Limiter.Allow], [Limiter.WaitN],
 // [Limiter.Do]) read the ticker themselves.
+//
+// A limiter is 256 B (unnamed, whole-ns interval: a 48 B header and its
+// state padded to its own cache lines) or 128 B with [Config.Compact]; see
+// Compact for what names, listeners and counters add.
 type Limiter struct {
-	st         atomic.Pointer[state] // the current epoch; read by every call, written by SetRate/SetBurst
-	tk         rampart.Ticker
-	rejected   *rampart.RejectedError
-	onRejected func(n int, wait time.Duration)
-	countStats bool
-
-	mu sync.Mutex // serialises SetRate and SetBurst; never taken by admission
-
-	admitted       pad.Uint64    // only with CountStats
-	rejectedN      pad.Uint64    // only with CountStats
-	waited         atomic.Uint64 // Wait calls that slept (slow path)
-	listenerPanics atomic.Uint64
+	st       atomic.Pointer[state] // the current epoch; read by every call, written by SetRate/SetBurst
+	tk       rampart.Ticker
+	rejected *rampart.RejectedError
+	ext      *extras       // nil without OnRejected and CountStats
+	waited   atomic.Uint64 // Wait calls that slept (slow path)
+	// The setters (SetRate, SetBurst, SetLimit) serialise on the state:
+	// the one that swaps retired into the current TAT holds the epoch
+	// until it publishes the next (see lockState), so no mutex is needed.
 }
 
 // New validates c and returns a limiter whose bucket starts full (Burst
@@ -89,23 +136,39 @@ func New(c Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{
-		tk:         c.Ticker,
-		rejected:   rampart.NewRejectedError("ratelimit", c.Name, ErrLimited),
-		onRejected: c.OnRejected,
-		countStats: c.CountStats,
+	if ticker.IsNil(c.Ticker) {
+		return nil, rampart.NewConfigError("ratelimit", "Ticker", ticker.NilReason, c.Ticker)
 	}
-	if ticker.IsNil(l.tk) {
-		return nil, rampart.NewConfigError("ratelimit", "Ticker", ticker.NilReason, l.tk)
+	l := &Limiter{tk: c.Ticker, rejected: unnamedRejection}
+	if c.Name != "" {
+		l.rejected = rampart.NewRejectedError("ratelimit", c.Name, ErrLimited)
+	}
+	if c.OnRejected != nil || c.CountStats {
+		l.ext = &extras{onRejected: c.OnRejected}
+		if c.CountStats {
+			if c.Compact {
+				n := new(counts)
+				l.ext.admitted, l.ext.rejected = &n.admitted, &n.rejected
+			} else {
+				n := new(paddedCounts)
+				l.ext.admitted, l.ext.rejected = &n.admitted.Uint64, &n.rejected.Uint64
+			}
+		}
 	}
 	if l.tk == nil {
 		l.tk = rampart.DefaultTicker()
 	}
 	p.origin = originOf(l.tk.Now()) // a clock read at construction: does this clock read below 0?
-	s := &state{params: p}
-	s.tat.Store(math.MinInt64 / 2) // a full bucket at any reading
-	l.st.Store(s)
+	p.compact = c.Compact
+	l.st.Store(newState(p, math.MinInt64/2, c.Compact)) // a full bucket at any reading
 	return l, nil
+}
+
+// countAdmitted counts an admission when CountStats is on.
+func (l *Limiter) countAdmitted() {
+	if x := l.ext; x != nil && x.admitted != nil {
+		x.admitted.Add(1)
+	}
 }
 
 // AdmitN takes n permits at time now if the rate allows it.
@@ -131,12 +194,12 @@ func (l *Limiter) AdmitN(now int64, n int) (wait time.Duration) {
 		// limiter starts its new phase at ph (see params).
 		if tat+inc-u <= s.tau {
 			if s.tat.CompareAndSwap(tat, max(tat, ph)+inc) { // the one write
-				if l.countStats {
-					l.admitted.Add(1)
+				if l.ext != nil {
+					l.countAdmitted()
 				}
 				return 0
 			}
-		} else if tat < retired && !l.countStats && l.onRejected == nil {
+		} else if tat < retired && l.ext == nil {
 			return time.Duration(s.waitFor(now, tat+inc)) // read-only rejection, nothing to count
 		}
 	}
@@ -156,12 +219,12 @@ func (l *Limiter) AllowN(now int64, n int) bool {
 		inc := int64(n) * s.k
 		if tat+inc-u <= s.tau {
 			if s.tat.CompareAndSwap(tat, max(tat, ph)+inc) {
-				if l.countStats {
-					l.admitted.Add(1)
+				if l.ext != nil {
+					l.countAdmitted()
 				}
 				return true
 			}
-		} else if tat < retired && !l.countStats && l.onRejected == nil {
+		} else if tat < retired && l.ext == nil {
 			return false // read-only rejection, nothing to count
 		}
 	}
@@ -186,18 +249,16 @@ func (l *Limiter) acquireSlow(now int64, n int, wantWait bool) int64 {
 		u, ph := s.unitsPhase(now)
 		inc := int64(n) * s.k
 		if tat+inc-u > s.tau { // read-only rejection
-			if !wantWait && l.onRejected == nil {
-				if l.countStats {
-					l.rejectedN.Add(1)
+			if x := l.ext; !wantWait && (x == nil || x.onRejected == nil) {
+				if x != nil && x.rejected != nil {
+					x.rejected.Add(1)
 				}
 				return 1
 			}
 			return l.reject(n, s.waitFor(now, tat+inc))
 		}
 		if s.tat.CompareAndSwap(tat, max(tat, ph)+inc) {
-			if l.countStats {
-				l.admitted.Add(1)
-			}
+			l.countAdmitted()
 			return 0
 		}
 	}
@@ -205,11 +266,15 @@ func (l *Limiter) acquireSlow(now int64, n int, wantWait bool) int64 {
 
 // reject counts and notifies a rejection and returns wait.
 func (l *Limiter) reject(n int, wait int64) int64 {
-	if l.countStats {
-		l.rejectedN.Add(1)
+	x := l.ext
+	if x == nil {
+		return wait
 	}
-	if l.onRejected != nil {
-		notify.Call2(&l.listenerPanics, l.onRejected, n, time.Duration(wait))
+	if x.rejected != nil {
+		x.rejected.Add(1)
+	}
+	if x.onRejected != nil {
+		notify.Call2(&x.listenerPanics, x.onRejected, n, time.Duration(wait))
 	}
 	return wait
 }
@@ -322,9 +387,7 @@ func (l *Limiter) ReserveN(now int64, n int, maxWait time.Duration) (Reservation
 			return Reservation{}, l.rejected
 		}
 		if s.tat.CompareAndSwap(tat, next) {
-			if l.countStats {
-				l.admitted.Add(1)
-			}
+			l.countAdmitted()
 			return Reservation{l: l, s: s, start: tat, end: next, at: atomicx.SatAdd(now, wait), delay: wait, n: n}, nil
 		}
 	}
@@ -439,23 +502,26 @@ type Stats struct {
 // Stats returns the counters and the current rate. It allocates nothing.
 func (l *Limiter) Stats() Stats {
 	s := l.st.Load()
-	return Stats{
-		Admitted:       l.admitted.Load(),
-		Rejected:       l.rejectedN.Load(),
-		Waited:         l.waited.Load(),
-		ListenerPanics: l.listenerPanics.Load(),
-		Rate:           s.ratePerSecond(),
-		Burst:          int(s.burst),
-		Interval:       s.interval(),
+	st := Stats{
+		Waited:   l.waited.Load(),
+		Rate:     s.ratePerSecond(),
+		Burst:    int(s.burst),
+		Interval: s.interval(),
 	}
+	if x := l.ext; x != nil {
+		st.ListenerPanics = x.listenerPanics.Load()
+		if x.admitted != nil {
+			st.Admitted, st.Rejected = x.admitted.Load(), x.rejected.Load()
+		}
+	}
+	return st
 }
 
-// SetRate is SetRateAt at a reading of the limiter's Ticker, taken under
-// the setters' lock so that racing setters apply their readings in order.
+// SetRate is SetRateAt at a reading of the limiter's Ticker, taken while
+// the setter holds the epoch (see lockState) so that racing setters apply
+// their readings in order.
 func (l *Limiter) SetRate(rate float64) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.setRate(l.tk.Now(), rate)
+	return l.set(rampart.NotRead, func(old *state) (params, error) { return rateParams(rate, old.burst, "Rate") })
 }
 
 // SetRateAt changes the rate at time now to rate admissions per second,
@@ -464,28 +530,13 @@ func (l *Limiter) SetRate(rate float64) error {
 // cancelled. A now older than the readings of admissions already made
 // creates no credit: the new state has none before the old one would.
 func (l *Limiter) SetRateAt(now int64, rate float64) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.setRate(now, rate)
-}
-
-// setRate is SetRateAt under l.mu.
-func (l *Limiter) setRate(now int64, rate float64) error {
-	old := l.st.Load()
-	p, err := rateParams(rate, old.burst, "Rate")
-	if err != nil {
-		return err
-	}
-	l.replace(old, p, now)
-	return nil
+	return l.set(now, func(old *state) (params, error) { return rateParams(rate, old.burst, "Rate") })
 }
 
 // SetLimit is SetLimitAt at a reading of the limiter's Ticker, taken
-// under the setters' lock (as for SetRate).
+// while the setter holds the epoch (as for SetRate).
 func (l *Limiter) SetLimit(limit int, period time.Duration) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.setLimit(l.tk.Now(), limit, period)
+	return l.set(rampart.NotRead, func(old *state) (params, error) { return limitParams(old, limit, period) })
 }
 
 // SetLimitAt changes the rate at time now to limit admissions per period
@@ -493,29 +544,19 @@ func (l *Limiter) SetLimit(limit int, period time.Duration) error {
 // the burst). A now older than the readings of admissions already made
 // creates no credit, as for SetRateAt.
 func (l *Limiter) SetLimitAt(now int64, limit int, period time.Duration) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.setLimit(now, limit, period)
+	return l.set(now, func(old *state) (params, error) { return limitParams(old, limit, period) })
 }
 
-// setLimit is SetLimitAt under l.mu.
-func (l *Limiter) setLimit(now int64, limit int, period time.Duration) error {
-	old := l.st.Load()
+// limitParams are the parameters of limit per period with old's burst.
+func limitParams(old *state, limit int, period time.Duration) (params, error) {
 	c := Config{Limit: limit, Period: period, Burst: int(old.burst)}
-	p, err := c.build()
-	if err != nil {
-		return err
-	}
-	l.replace(old, p, now)
-	return nil
+	return c.build()
 }
 
 // SetBurst is SetBurstAt at a reading of the limiter's Ticker, taken
-// under the setters' lock (as for SetRate).
+// while the setter holds the epoch (as for SetRate).
 func (l *Limiter) SetBurst(burst int) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.setBurst(l.tk.Now(), burst)
+	return l.set(rampart.NotRead, func(old *state) (params, error) { return burstParams(old, burst) })
 }
 
 // SetBurstAt changes the burst at time now, keeping the rate and the
@@ -524,28 +565,67 @@ func (l *Limiter) SetBurst(burst int) error {
 // at once (it fills at the rate). A now older than the readings of
 // admissions already made creates no credit, as for SetRateAt.
 func (l *Limiter) SetBurstAt(now int64, burst int) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.setBurst(now, burst)
+	return l.set(now, func(old *state) (params, error) { return burstParams(old, burst) })
 }
 
-// setBurst is SetBurstAt under l.mu.
-func (l *Limiter) setBurst(now int64, burst int) error {
-	old := l.st.Load()
+// burstParams are the parameters of old's rate with burst.
+func burstParams(old *state, burst int) (params, error) {
 	if burst < 1 {
-		return rampart.NewConfigError("ratelimit", "Burst", "must be at least 1, got %d", burst)
+		return params{}, rampart.NewConfigError("ratelimit", "Burst", "must be at least 1, got %d", burst)
 	}
-	p, err := newParams(old.num, old.den, int64(burst), "Burst")
+	return newParams(old.num, old.den, int64(burst), "Burst")
+}
+
+// set replaces the state with the parameters build returns for it, at
+// time now (rampart.NotRead: at a reading of the ticker taken while the
+// setter holds the epoch). An invalid value changes nothing: build is
+// checked against the current state first, without stopping admissions,
+// and again under the epoch if another setter replaced the state
+// meanwhile.
+func (l *Limiter) set(now int64, build func(old *state) (params, error)) error {
+	seen := l.st.Load()
+	p, err := build(seen)
 	if err != nil {
 		return err
 	}
-	l.replace(old, p, now)
+	old, tat := l.lockState()
+	if old != seen { // another setter came between: build on its state
+		if p, err = build(old); err != nil {
+			old.tat.Store(tat) // give the epoch back unchanged
+			return err
+		}
+	}
+	if now == rampart.NotRead {
+		now = l.tk.Now()
+	}
+	l.replace(old, tat, p, now)
 	return nil
 }
 
+// lockState retires the current state (it swaps retired into its TAT word)
+// and returns it with the TAT it had: from there no admission can use it
+// and no other setter can retire it, until replace publishes the next
+// state. This serialises the setters, as a mutex would, without a mutex
+// in every limiter; admissions and other setters meanwhile spin on the
+// retired word (runtime.Gosched), as they always did during a replacement.
+func (l *Limiter) lockState() (*state, int64) {
+	for {
+		s := l.st.Load()
+		tat := s.tat.Load()
+		if tat >= retired { // another setter is publishing the next state
+			runtime.Gosched()
+			continue
+		}
+		if s.tat.CompareAndSwap(tat, retired) {
+			return s, tat
+		}
+	}
+}
+
 // replace retires old and publishes a state with parameters p holding the
-// same number of available permits (capped at the new burst). Slow path,
-// under l.mu; callers spinning on the retired word wait for the Store.
+// same number of available permits (capped at the new burst). Slow path:
+// old is retired (lockState) and tat is the TAT it had; callers spinning on
+// the retired word wait for the Store.
 //
 // A debt at now (TAT − tau above now) is either permits committed ahead or
 // a now older than the readings of the admissions that made it (a stale
@@ -556,9 +636,9 @@ func (l *Limiter) setBurst(now int64, burst int) error {
 // its TAT is at least phase(z) + its tau: refilling the converted debt
 // from a stale now at a faster rate would hand out permits the old state
 // never had (a bucket drained at 100 s, SetRateAt(0, 10×): full at 100 s).
-func (l *Limiter) replace(old *state, p params, now int64) {
-	p.origin = old.origin        // readings keep their meaning
-	tat := old.tat.Swap(retired) // from here no admission can use old
+func (l *Limiter) replace(old *state, tat int64, p params, now int64) {
+	p.origin = old.origin   // readings keep their meaning
+	p.compact = old.compact // and the layout stays the one New chose
 	uo := old.units(now)
 	// available permits in old units (negative: committed ahead)
 	availOld := old.tau - (max(tat, uo) - uo)
@@ -576,16 +656,13 @@ func (l *Limiter) replace(old *state, p params, now int64) {
 		availNew = max(q.Int64(), -maxReserve)
 	}
 	un, ph := p.unitsPhase(now)
-	s := &state{params: p}
+	nt := un // a full bucket at now and later
 	if availNew < p.tau {
-		nt := ph + p.tau - availNew // a phase set by now: see params
-		if tat-old.tau > uo {       // a debt at now: no credit before the old state's zero point
+		nt = ph + p.tau - availNew // a phase set by now: see params
+		if tat-old.tau > uo {      // a debt at now: no credit before the old state's zero point
 			_, zp := p.unitsPhase(old.earliest(tat - old.tau))
 			nt = max(nt, zp+p.tau)
 		}
-		s.tat.Store(nt)
-	} else {
-		s.tat.Store(un) // a full bucket at now and later
 	}
-	l.st.Store(s)
+	l.st.Store(newState(p, nt, p.compact))
 }
