@@ -42,6 +42,7 @@ type job struct {
 	fn       func(context.Context) error
 	c        *ctx
 	wh       watchdog.Handle
+	tm       *time.Timer // the fallback timer, when the watchdog refused or there is none
 	onDone   func()
 	state    atomic.Uint32
 	err      error
@@ -82,7 +83,7 @@ func (t *Timeout) getJob() *job {
 // Fire is the watchdog's callback for a DoAbandon call: end the
 // callee's context and wake the caller.
 func (j *job) Fire(uint64) {
-	j.c.Cancel(lazyctx.Fired)
+	j.c.end(lazyctx.Fired)
 	j.sig <- tokWake
 }
 
@@ -160,7 +161,7 @@ func (j *job) end(err error, out uint8, pv any) {
 // call. The caller owns j.
 func (j *job) clear() {
 	j.t, j.fn, j.c, j.onDone, j.err, j.panicVal, j.outcome = nil, nil, nil, nil, nil, nil, outNormal
-	j.wh = watchdog.Handle{}
+	j.wh, j.tm = watchdog.Handle{}, nil
 	j.state.Store(jobRunning)
 }
 
@@ -234,12 +235,13 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	c := newCtx(parent, t, deadline)
 	j.t, j.fn, j.c, j.onDone = t, fn, c, onDone
 	var wh watchdog.Handle
+	var tm *time.Timer
 	if t.wd != nil {
-		wh = t.watch(c, j, deadline, now)
+		wh, tm = t.watch(j, deadline, now)
 	} else {
-		t.watchSlow(c, j, deadline, now) // soft mode has no watchdog: a runtime timer
+		tm = t.watchSlow(j, deadline, now) // soft mode has no watchdog: a runtime timer
 	}
-	j.wh = wh
+	j.wh, j.tm = wh, tm
 	switch {
 	case running:
 		w.ch <- wakeRun // an idle worker: wake it (never blocks: capacity 1)
@@ -267,7 +269,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 		}
 	}
 	// Settle the watch: disarmed, or its token received.
-	if !woke && !t.unwatch(c, wh) {
+	if !woke && !t.unwatch(wh, tm) {
 		for !woke {
 			recv()
 		}
@@ -278,7 +280,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	// The deadline fired or the parent is done: try to leave.
 	if !atomicx.AddBelow(&t.abandoned.Int64, 1, t.maxAband) {
 		// No abandon slot: wait for fn (its context is done or will be).
-		c.Cancel(lazyctx.ParentDone) // no-op when the deadline fired
+		c.end(lazyctx.ParentDone) // no-op when the deadline fired
 		for !finished {
 			recv()
 		}
@@ -300,7 +302,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	if woke {
 		err = t.timedOut(t.tk.Now() - (deadline - t.d))
 	} else {
-		c.Cancel(lazyctx.ParentDone)
+		c.end(lazyctx.ParentDone)
 		err = c.Err()
 	}
 	if t.onAbandon != nil {
@@ -335,7 +337,7 @@ func (t *Timeout) collect(j *job) error {
 	// The verdict first, its listener (and the clock read it needs) only
 	// after the job is recycled and onDone ran: user code that calls
 	// runtime.Goexit there must not lose the permit or the worker slot.
-	timedOut := !c.Cancel(lazyctx.Finished) && c.Code() == lazyctx.Fired
+	timedOut := !c.end(lazyctx.Finished) && c.code() == lazyctx.Fired
 	if timedOut {
 		t.timeouts.Add(1) // counted now, also when fn panicked or called Goexit
 	}

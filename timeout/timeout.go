@@ -341,6 +341,7 @@ type Handle struct {
 	c        *ctx            // nil in soft mode
 	deadline int64           // ticker reading
 	wh       watchdog.Handle // the watch (zero when a fallback timer is used)
+	tm       *time.Timer     // the fallback timer, when the watchdog refused
 }
 
 // Deadline returns the call's deadline as a ticker reading.
@@ -363,7 +364,8 @@ func (t *Timeout) StartAt(parent context.Context, now int64) (context.Context, H
 		return parent, Handle{deadline: deadline}
 	}
 	c := newCtx(parent, t, deadline)
-	return c, Handle{c: c, deadline: deadline, wh: t.watch(c, c, deadline, now)}
+	wh, tm := t.watch((*fireTarget)(c), deadline, now)
+	return c, Handle{c: c, deadline: deadline, wh: wh, tm: tm}
 }
 
 // Start is [Timeout.StartAt] at a reading of the timeout's Ticker. End the
@@ -372,28 +374,29 @@ func (t *Timeout) Start(parent context.Context) (context.Context, Handle) {
 	return t.StartAt(parent, t.tk.Now())
 }
 
-// watch arms the watchdog for c (firing target), falling back to a runtime
-// timer when the watchdog refuses (closed, or its table is full).
-func (t *Timeout) watch(c *ctx, target watchdog.Target, deadline, now int64) watchdog.Handle {
+// watch arms the watchdog for target, falling back to a runtime timer
+// when the watchdog refuses (closed, or its table is full).
+func (t *Timeout) watch(target watchdog.Target, deadline, now int64) (watchdog.Handle, *time.Timer) {
 	if h, ok := t.wd.Schedule(deadline, target, 0); ok {
-		return h
+		return h, nil
 	}
-	t.watchSlow(c, target, deadline, now)
-	return watchdog.Handle{}
+	return watchdog.Handle{}, t.watchSlow(target, deadline, now)
 }
 
-// watchSlow is the slow path of watch: one runtime timer for this call.
-func (t *Timeout) watchSlow(c *ctx, target watchdog.Target, deadline, now int64) {
+// watchSlow is the slow path of watch: one runtime timer for this call
+// (it costs the timer and the closure).
+func (t *Timeout) watchSlow(target watchdog.Target, deadline, now int64) *time.Timer {
 	t.fallbacks.Add(1)
-	c.ArmTimer(time.Duration(deadline-now), func() { target.Fire(0) })
+	return time.AfterFunc(time.Duration(deadline-now), func() { target.Fire(0) })
 }
 
-// unwatch disarms c's watch. It reports whether the watch had not fired.
-func (t *Timeout) unwatch(c *ctx, wh watchdog.Handle) bool {
+// unwatch disarms a watch: the watchdog's slot wh, or else the fallback
+// timer tm. It reports whether the watch had not fired.
+func (t *Timeout) unwatch(wh watchdog.Handle, tm *time.Timer) bool {
 	if wh.Valid() {
 		return t.wd.Cancel(wh)
 	}
-	return c.StopTimer()
+	return tm != nil && tm.Stop()
 }
 
 // FinishAt ends the call started with h at now (a reading of t.Ticker()) and
@@ -448,15 +451,15 @@ func (t *Timeout) finish(h Handle, now int64, err error) error {
 		}
 		return err
 	}
-	t.unwatch(c, h.wh)
+	t.unwatch(h.wh, h.tm)
 	return t.classify(c, h.deadline, now, err)
 }
 
 // classify ends c (Canceled if still live) and classifies the call: a
 // timeout if our deadline fired or the clock says it passed.
 func (t *Timeout) classify(c *ctx, deadline, now int64, err error) error {
-	c.Cancel(lazyctx.Finished)
-	if now >= deadline || c.Code() == lazyctx.Fired {
+	c.end(lazyctx.Finished)
+	if now >= deadline || c.code() == lazyctx.Fired {
 		return t.timedOut(now - (deadline - t.d))
 	}
 	return err
@@ -482,14 +485,14 @@ func (t *Timeout) end(h Handle, err error) error {
 	if c == nil {
 		return t.FinishAt(h, t.tk.Now(), err)
 	}
-	t.unwatch(c, h.wh)
+	t.unwatch(h.wh, h.tm)
 	return t.endFired(c, h.deadline, err)
 }
 
 // endFired ends c (Canceled if still live) and classifies the call by the
 // fire alone: a timeout when the deadline fired first.
 func (t *Timeout) endFired(c *ctx, deadline int64, err error) error {
-	if !c.Cancel(lazyctx.Finished) && c.Code() == lazyctx.Fired {
+	if !c.end(lazyctx.Finished) && c.code() == lazyctx.Fired {
 		elapsed := t.d // at least the duration; the clock tells how much more
 		if t.onTimeout != nil {
 			elapsed = t.tk.Now() - (deadline - t.d) // only a listener needs it
@@ -503,8 +506,8 @@ func (t *Timeout) endFired(c *ctx, deadline int64, err error) error {
 // release the watch and end the context, classify nothing.
 func (t *Timeout) abort(h Handle) {
 	if c := h.c; c != nil {
-		t.unwatch(c, h.wh)
-		c.Cancel(lazyctx.Finished)
+		t.unwatch(h.wh, h.tm)
+		c.end(lazyctx.Finished)
 	}
 }
 

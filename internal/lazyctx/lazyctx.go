@@ -6,26 +6,34 @@
 //
 // What it is for. A callee that only passes its context along or polls Err
 // should cost its caller one small object and nothing more. A [Ctx] is
-// 32 bytes (the parent, a 32-bit end code and one pointer); everything only
-// some callees need (the Done channel, AfterFunc registrations, the watch on
-// the parent, a fallback runtime timer) is allocated on first use. Ending a
-// Ctx is a CAS on the end code, plus, only when that state exists, closing
-// the channel and running the registrations. An owner embeds Ctx in its own
-// per-call object and adds what only it needs (package timeout: the
-// deadline, and a Deadline method that reports it; the Fire method its
-// watchdog calls).
+// 48 bytes (the parent, the end code, the Done channel, the parent
+// registration's cancel func, the AfterFunc state); the Done channel is made
+// on first use, and what only a few callees need (AfterFunc registrations,
+// the watch on a parent that has an AfterFunc method) is allocated apart on
+// first use. Ending a Ctx is a CAS on the end code and two loads, plus,
+// only when Done was asked for, closing the channel (or cancelling the
+// registration that owns it).
 //
-// The contract (that of the context package):
+// The owner's operations are package functions ([Init], [End], [CodeOf],
+// [Parent]), not methods: the callee receives the Ctx as a context.Context,
+// and a type assertion on it must not reach anything that ends it. An owner
+// embeds Ctx in its own per-call object and adds what only it needs
+// (package timeout: the deadline, and a Deadline method that reports it).
+//
+// The contract (that of the context package, as context.WithDeadline's
+// child):
 //
 //   - Err is nil while the context is live, then the same error forever: a
 //     retained context never comes back to life. The error follows from the
 //     [Code] the context ended with: [Fired] gives
 //     context.DeadlineExceeded, [Finished] context.Canceled, [ParentDone]
 //     the parent's Err (stable once non-nil, by the same contract). A parent
-//     that ended is noticed by Err even before anyone asked for Done.
-//   - Done returns the same channel on every call; it is closed once Err is
-//     non-nil. A context that ended before Done was first called returns a
-//     shared closed channel.
+//     that ended is noticed by Err even before anyone asked for Done. Once
+//     Err is non-nil, Done is closed (Err waits for the closing, as the
+//     context package's cancelCtx does).
+//   - Done returns the same channel on every call; it is closed once the
+//     context ended. A context that ended before Done was first called
+//     returns a shared closed channel.
 //   - Deadline and Value are the parent's. An owner with a deadline of its
 //     own defines Deadline on the embedding type.
 //   - context.Cause is Err, except for a context ended by its parent, where
@@ -38,19 +46,28 @@
 //     parent: children made by context.WithCancel, WithTimeout, WithDeadline
 //     and context.AfterFunc register through it, so they cost no goroutine.
 //     f runs synchronously on the goroutine that ends the context: the
-//     owner's Cancel, or, when the parent ended it, the goroutine on which
+//     owner's End, or, when the parent ended it, the goroutine on which
 //     the parent's own AfterFunc callback runs (the parent's canceller when
 //     the parent is itself a Ctx; a goroutine of the context package's for
 //     a standard-library parent, one hop later). When the context had
 //     already ended, f runs on a goroutine of its own (the caller may hold
-//     locks f needs). stop unregisters f and reports whether it did so before f was
-//     called.
-//   - The parent is watched only once Done or AfterFunc is used: through
-//     the parent's own AfterFunc method when it has one (a
-//     *context.cancelCtx, via context.AfterFunc, costs no goroutine until it
-//     is cancelled; another Ctx costs none at all), otherwise through
-//     context.AfterFunc's goroutine. The watch is released when the context
-//     ends.
+//     locks f needs). stop unregisters f and reports whether it did so
+//     before f was called.
+//   - The parent is watched only once Done or AfterFunc is used, so that
+//     the Done channel closes when the parent's does. Done registers on the
+//     parent in the cheapest way the context package allows: a parent that
+//     is never cancelled (Done nil, as Background) needs nothing; a parent
+//     with an AfterFunc method (another Ctx) gets a registration through
+//     it (no goroutine); a *context.cancelCtx parent (every server
+//     request's context) gets a child context.WithCancel, whose Done
+//     channel is then this context's (three allocations: the child, its
+//     cancel func, its channel; no goroutine). The context package gives
+//     no cheaper way to hear of a cancelCtx's cancellation: its children
+//     set takes only its own types. Any other cancellable parent is
+//     watched through context.AfterFunc (its goroutine). AfterFunc
+//     registrations watch the parent too (once per context, shared with
+//     Done's watch except for a cancelCtx parent, where context.AfterFunc
+//     costs no goroutine). Every watch is released when the context ends.
 //
 // A Ctx is never reused: the owner allocates a fresh one per call (or carves
 // it from a slab that is never recycled), because a callee may keep it.
@@ -58,9 +75,11 @@ package lazyctx
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Code says why a [Ctx] ended; Err derives its error from it, so ending a
@@ -119,41 +138,105 @@ type afterFuncer interface {
 
 // Ctx is a context.Context whose Done channel and registrations are made on
 // first use (see the package documentation for the contract). The zero
-// value is not usable: call Init before handing the context out.
+// value is not usable: call [Init] before handing the context out.
 //
-// Layout: 32 bytes (parent 16, code 4+4, slow 8).
+// Layout: 48 bytes (parent 16, code 4, released 4, done 8, cancel 8,
+// slow 8).
 type Ctx struct {
 	parent context.Context
 	// code is Live while the context is live; set once (CAS from Live),
 	// never reset.
 	code atomic.Uint32
-	slow atomic.Pointer[slowState]
+	// released is set (CAS 0 -> 1) by whoever closes the Done channel, or
+	// cancels the registration that owns it: exactly once.
+	released atomic.Uint32
+	// done is the Done channel (a chan struct{}), nil until Done is first
+	// called; set once (CAS from nil).
+	done unsafe.Pointer
+	// cancel is the context.CancelFunc of the child that Done registered on
+	// the parent (a func value, which is one pointer), nil when Done made a
+	// channel of its own. Set before done, so that whoever sees done
+	// also sees whether it must cancel or close.
+	cancel unsafe.Pointer
+	slow   atomic.Pointer[slowState]
 }
 
-// slowState is the lazily allocated part of a Ctx. Its fields are guarded
-// by mu except done, which is also read without the lock.
+// slowState is the part of a Ctx that only AfterFunc needs. Its fields are
+// guarded by mu.
 type slowState struct {
 	mu        sync.Mutex
-	done      atomic.Value // chan struct{}
-	closed    bool         // the done channel is closed and the afters ran
+	closed    bool // the context ended and the afters ran
 	afters    map[*afterEntry]struct{}
 	watching  bool        // the parent watch was set up (or is not needed)
 	stopWatch func() bool // unregisters the parent watch
-	timer     *time.Timer // the owner's fallback timer (ArmTimer)
 }
 
 type afterEntry struct{ f func() }
 
 // Init sets the parent of a fresh Ctx. It must be called once, before the
 // context is shared with another goroutine.
-func (c *Ctx) Init(parent context.Context) { c.parent = parent }
+func Init(c *Ctx, parent context.Context) { c.parent = parent }
 
 // Parent returns the context c was derived from.
-func (c *Ctx) Parent() context.Context { return c.parent }
+func Parent(c *Ctx) context.Context { return c.parent }
 
-// Code returns why c ended, or Live. One atomic load; it does not consult
+// CodeOf returns why c ended, or Live. One atomic load; it does not consult
 // the parent (Err does).
-func (c *Ctx) Code() Code { return Code(c.code.Load()) }
+func CodeOf(c *Ctx) Code { return Code(c.code.Load()) }
+
+// End ends c with code (Fired, Finished or ParentDone) unless it has
+// already ended, and reports whether this call ended it. When Done was
+// used it also closes the channel (or cancels the child registered on the
+// parent, whose channel it is); when AfterFunc was used it runs the
+// registrations (on this goroutine) and releases their watch on the
+// parent. Fast path (Done never asked for): one CAS and two loads.
+func End(c *Ctx, code Code) bool {
+	if code == Live || !c.code.CompareAndSwap(uint32(Live), uint32(code)) {
+		return false
+	}
+	// Dekker pairing with doneSlow (publish done, then load code) and with
+	// getSlow+closeLocked: whoever comes second sees the other's store and
+	// does the closing.
+	if atomic.LoadPointer(&c.done) != nil {
+		c.release()
+	}
+	if s := c.slow.Load(); s != nil {
+		c.cancelSlow(s)
+	}
+	return true
+}
+
+// release closes the Done channel of an ended context, once: through the
+// parent child's cancel func when Done registered one (the channel is that
+// child's), else by closing the channel Done made.
+func (c *Ctx) release() {
+	d := atomic.LoadPointer(&c.done)
+	if d == nil || !c.released.CompareAndSwap(0, 1) {
+		return
+	}
+	if p := atomic.LoadPointer(&c.cancel); p != nil {
+		cancelFunc(p)()
+		return
+	}
+	if ch := chanOf(d); ch != closedchan {
+		close(ch)
+	}
+}
+
+// chanOf and ptrOf convert between a channel and the word that stores it
+// (a channel is one pointer), so that Done's fast path is one atomic load
+// with no interface or extra indirection.
+func chanOf(p unsafe.Pointer) chan struct{} { return *(*chan struct{})(unsafe.Pointer(&p)) }
+
+func ptrOf(ch <-chan struct{}) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&ch)) }
+
+// cancelFunc and funcPtr do the same for a context.CancelFunc (a func value
+// is one pointer to its closure).
+func cancelFunc(p unsafe.Pointer) context.CancelFunc {
+	return *(*context.CancelFunc)(unsafe.Pointer(&p))
+}
+
+func funcPtr(f context.CancelFunc) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&f)) }
 
 // getSlow returns the slow state, creating it on first use.
 func (c *Ctx) getSlow() *slowState {
@@ -172,40 +255,94 @@ func (c *Ctx) getSlow() *slowState {
 func (c *Ctx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 
 // Done returns a channel closed once the context has ended. It is created
-// on first use, together with the watch on the parent.
+// on first use, together with the registration on the parent.
 func (c *Ctx) Done() <-chan struct{} {
-	if s := c.slow.Load(); s != nil {
-		if d, ok := s.done.Load().(chan struct{}); ok {
-			return d
-		}
+	if d := atomic.LoadPointer(&c.done); d != nil {
+		return chanOf(d)
 	}
 	return c.doneSlow()
 }
 
-// doneSlow is the slow path of Done: create the channel, then make sure the
-// parent's cancellation reaches it.
+// doneSlow is the slow path of Done: make the channel and make sure the
+// parent's cancellation reaches it (see the package documentation).
 func (c *Ctx) doneSlow() <-chan struct{} {
-	// A parent that ended before anyone watched it: end now, so that the
-	// channel returned is already closed (Err must not be non-nil while
-	// Done is open; the watch registered below would close it only later,
-	// on context.AfterFunc's goroutine).
-	_ = c.Err()
-	s := c.getSlow()
-	s.mu.Lock()
-	d, _ := s.done.Load().(chan struct{})
-	if d == nil {
-		if s.closed || c.code.Load() != uint32(Live) {
-			d = closedchan
-		} else {
-			d = make(chan struct{})
+	// A context that ended (a parent that ended before anyone watched it
+	// is noticed here) gets the shared closed channel.
+	if c.Err() != nil {
+		if atomic.CompareAndSwapPointer(&c.done, nil, ptrOf(closedchan)) {
+			return closedchan
 		}
-		s.done.Store(d)
+		return c.waitDone()
 	}
-	afters, stop := c.closeLocked(s)
-	s.mu.Unlock()
-	runAfters(afters, stop)
-	c.watchParent(s)
+	a, hasAfterFunc := c.parent.(afterFuncer)
+	// Checked first: asking such a parent (a Ctx) for Done would make its
+	// channel for nothing.
+	var pd <-chan struct{}
+	if !hasAfterFunc {
+		pd = c.parent.Done()
+	}
+	if hasAfterFunc || pd == nil || !isCancelCtx(c.parent, pd) {
+		// A parent never cancelled needs no watch; one with an AfterFunc
+		// method gets one through it; a cancellable parent of another type
+		// costs context.AfterFunc's goroutine, as a WithCancel child would.
+		d := make(chan struct{})
+		if !atomic.CompareAndSwapPointer(&c.done, nil, ptrOf(d)) {
+			return c.waitDone()
+		}
+		switch {
+		case hasAfterFunc:
+			c.watchParent(c.getSlow(), a)
+		case pd != nil:
+			c.watchParent(c.getSlow(), afterFuncOf{c.parent})
+		}
+		if c.code.Load() != uint32(Live) {
+			c.release() // ended meanwhile: End may have missed the channel
+		}
+		return d
+	}
+	// A *context.cancelCtx parent: its cancellation reaches us, with no
+	// goroutine, only through a context of the context package's own
+	// making (its children set takes only those).
+	child, cancel := context.WithCancel(c.parent)
+	if !atomic.CompareAndSwapPointer(&c.cancel, nil, funcPtr(cancel)) {
+		cancel() // another Done won: use its channel
+		return c.waitDone()
+	}
+	d := child.Done()
+	if !atomic.CompareAndSwapPointer(&c.done, nil, ptrOf(d)) {
+		// Only the ended path above can have stored a channel meanwhile
+		// (the shared closed one): drop the child, keep that channel.
+		cancel()
+		return c.waitDone()
+	}
+	if c.code.Load() != uint32(Live) {
+		c.release()
+	}
 	return d
+}
+
+// isCancelCtx reports whether parent is, or is derived without a custom
+// Done from, a *context.cancelCtx (the test the context package makes
+// before it registers a child in the parent's children set): its Value for
+// the cancelCtx key is a context whose channel is the parent's. Without the
+// key (a future Go), no parent qualifies.
+func isCancelCtx(parent context.Context, pd <-chan struct{}) bool {
+	if cancelCtxKey == nil {
+		return false
+	}
+	p, ok := parent.Value(cancelCtxKey).(context.Context)
+	return ok && p.Done() == pd
+}
+
+// waitDone returns the channel another goroutine's Done is publishing (a
+// few stores away: it already won the CAS that claims the publication).
+func (c *Ctx) waitDone() <-chan struct{} {
+	for {
+		if d := atomic.LoadPointer(&c.done); d != nil {
+			return chanOf(d)
+		}
+		runtime.Gosched()
+	}
 }
 
 // Err returns nil while the context is live, then forever the error its
@@ -213,6 +350,21 @@ func (c *Ctx) doneSlow() <-chan struct{} {
 func (c *Ctx) Err() error {
 	switch Code(c.code.Load()) {
 	case Live:
+		// The parent may be done without having told us (we register with
+		// it only when Done or AfterFunc is used).
+		if e := c.parent.Err(); e != nil {
+			End(c, ParentDone)
+			break
+		}
+		return nil
+	}
+	// Ended: Done, if it was asked for, must be closed before Err reports
+	// the end (the ender closes it right after its CAS; wait for it as the
+	// context package's cancelCtx.Err does).
+	if d := atomic.LoadPointer(&c.done); d != nil {
+		<-chanOf(d)
+	}
+	switch Code(c.code.Load()) {
 	case Fired:
 		return context.DeadlineExceeded
 	case Finished:
@@ -220,13 +372,6 @@ func (c *Ctx) Err() error {
 	default:
 		return c.parentErr()
 	}
-	// The parent may be done without having told us (we register with it
-	// only when Done or AfterFunc is used).
-	if e := c.parent.Err(); e != nil {
-		c.Cancel(ParentDone)
-		return c.Err()
-	}
-	return nil
 }
 
 // parentErr is the error of a context ended by its parent: the parent's
@@ -280,6 +425,8 @@ func (c *Ctx) String() string { return "lazyctx.Ctx" }
 // (the caller may hold locks f needs). The context package wraps user
 // functions passed to context.AfterFunc in a goroutine of its own. stop
 // unregisters f; it returns true if it stopped f from being called.
+// Registering ends nothing: a callee that calls it directly only gets
+// called back.
 func (c *Ctx) AfterFunc(f func()) (stop func() bool) {
 	s := c.getSlow()
 	e := &afterEntry{f: f}
@@ -296,7 +443,7 @@ func (c *Ctx) AfterFunc(f func()) (stop func() bool) {
 	}
 	s.afters[e] = struct{}{}
 	s.mu.Unlock()
-	c.watchParent(s)
+	c.watchParentOnce(s)
 	return func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -308,26 +455,8 @@ func (c *Ctx) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-// Cancel ends the context with code (Fired, Finished or ParentDone) unless
-// it has already ended, and reports whether this call ended it. When Done
-// or AfterFunc were used it also closes the channel, runs the AfterFunc
-// registrations (on this goroutine) and releases the watch on the parent.
-// Fast path: one CAS and one load. A fallback timer is not stopped here
-// (see StopTimer).
-func (c *Ctx) Cancel(code Code) bool {
-	if code == Live || !c.code.CompareAndSwap(uint32(Live), uint32(code)) {
-		return false
-	}
-	// Dekker pairing with getSlow+closeLocked: whoever comes second sees the
-	// other's store and does the closing.
-	if s := c.slow.Load(); s != nil {
-		c.cancelSlow(s)
-	}
-	return true
-}
-
-// cancelSlow is the slow path of Cancel: close the channel, run the
-// afters, unregister from the parent.
+// cancelSlow is the slow path of End: run the afters, unregister their
+// watch on the parent.
 func (c *Ctx) cancelSlow(s *slowState) {
 	s.mu.Lock()
 	afters, stop := c.closeLocked(s)
@@ -336,19 +465,14 @@ func (c *Ctx) cancelSlow(s *slowState) {
 }
 
 // closeLocked, with s.mu held: if the context has ended and s is not yet
-// closed, close it and return what must run outside the lock.
+// closed, close it and return what must run outside the lock. The Done
+// channel is closed first (release), so that the afters see it closed.
 func (c *Ctx) closeLocked(s *slowState) (afters map[*afterEntry]struct{}, stop func() bool) {
 	if s.closed || c.code.Load() == uint32(Live) {
 		return nil, nil
 	}
 	s.closed = true
-	if d, _ := s.done.Load().(chan struct{}); d != nil {
-		if d != closedchan {
-			close(d)
-		}
-	} else {
-		s.done.Store(closedchan)
-	}
+	c.release()
 	afters, s.afters = s.afters, nil
 	stop, s.stopWatch = s.stopWatch, nil
 	return afters, stop
@@ -363,11 +487,32 @@ func runAfters(afters map[*afterEntry]struct{}, stop func() bool) {
 	}
 }
 
-// watchParent registers, once, for the parent's cancellation: through the
-// parent's own AfterFunc method when it has one (a *context.cancelCtx via
-// context.AfterFunc: no goroutine until the parent is cancelled; another
-// Ctx: none at all), else context.AfterFunc's goroutine.
-func (c *Ctx) watchParent(s *slowState) {
+// watchParentOnce registers, once, for the parent's cancellation on behalf
+// of the AfterFunc registrations: through the parent's own AfterFunc method
+// when it has one (another Ctx: no goroutine), else context.AfterFunc (a
+// *context.cancelCtx: no goroutine until it is cancelled; another parent:
+// context.AfterFunc's goroutine). A parent that is never cancelled needs
+// none.
+func (c *Ctx) watchParentOnce(s *slowState) {
+	if a, ok := c.parent.(afterFuncer); ok {
+		c.watchParent(s, a)
+		return
+	}
+	if c.parent.Done() == nil {
+		return // the parent is never cancelled
+	}
+	c.watchParent(s, afterFuncOf{c.parent})
+}
+
+// afterFuncOf gives a parent without an AfterFunc method context.AfterFunc
+// as one.
+type afterFuncOf struct{ ctx context.Context }
+
+func (a afterFuncOf) AfterFunc(f func()) func() bool { return context.AfterFunc(a.ctx, f) }
+
+// watchParent registers, once per context, parentDone through a (the
+// parent, or context.AfterFunc on it).
+func (c *Ctx) watchParent(s *slowState, a afterFuncer) {
 	s.mu.Lock()
 	if s.watching || s.closed {
 		s.mu.Unlock()
@@ -375,16 +520,7 @@ func (c *Ctx) watchParent(s *slowState) {
 	}
 	s.watching = true
 	s.mu.Unlock()
-	var stop func() bool
-	if a, ok := c.parent.(afterFuncer); ok {
-		// Checked first: asking such a parent (a Ctx) for Done would make
-		// its channel for nothing.
-		stop = a.AfterFunc(c.parentDone)
-	} else if c.parent.Done() == nil {
-		return // the parent is never cancelled
-	} else {
-		stop = context.AfterFunc(c.parent, c.parentDone)
-	}
+	stop := a.AfterFunc(c.parentDone)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -395,31 +531,4 @@ func (c *Ctx) watchParent(s *slowState) {
 	s.mu.Unlock()
 }
 
-func (c *Ctx) parentDone() { c.Cancel(ParentDone) }
-
-// ArmTimer starts a runtime timer that calls f after d, for an owner whose
-// own scheduler refused the deadline (it then costs the slow state, the
-// timer and f). The timer lives with the slow state so that the common
-// path carries no field for it. f typically calls Cancel(Fired). At most
-// one timer per context.
-func (c *Ctx) ArmTimer(d time.Duration, f func()) {
-	s := c.getSlow()
-	s.mu.Lock()
-	s.timer = time.AfterFunc(d, f)
-	s.mu.Unlock()
-}
-
-// StopTimer stops the timer ArmTimer started. It reports whether it stopped
-// the timer before it fired; false also when no timer was armed. Ending the
-// context does not stop the timer: its owner decides, since the result
-// tells it whether f is still coming.
-func (c *Ctx) StopTimer() bool {
-	s := c.slow.Load()
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	tm := s.timer
-	s.mu.Unlock()
-	return tm != nil && tm.Stop()
-}
+func (c *Ctx) parentDone() { End(c, ParentDone) }

@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func newCtx(parent context.Context) *Ctx {
 	c := new(Ctx)
-	c.Init(parent)
+	Init(c, parent)
 	return c
 }
 
@@ -69,21 +69,21 @@ func TestErrIsTheCodeAndNeverChanges(t *testing.T) {
 				parent, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				c := newCtx(parent)
-				require.Equal(t, Live, c.Code())
+				require.Equal(t, Live, CodeOf(c))
 				require.NoError(t, c.Err())
 				var d <-chan struct{}
 				if doneFirst {
 					d = c.Done()
 					requireOpen(t, d)
 				}
-				require.False(t, c.Cancel(Live), "Live ends nothing")
+				require.False(t, End(c, Live), "Live ends nothing")
 				if tc.code == ParentDone {
 					cancel() // the parent ends it (noticed by Err or by the watch)
 				} else {
-					require.True(t, c.Cancel(tc.code))
+					require.True(t, End(c, tc.code))
 				}
 				require.Equal(t, tc.want, c.Err())
-				require.Equal(t, tc.code, c.Code())
+				require.Equal(t, tc.code, CodeOf(c))
 				if d == nil {
 					d = c.Done()
 				}
@@ -92,10 +92,10 @@ func TestErrIsTheCodeAndNeverChanges(t *testing.T) {
 				// Whatever happens later, the first end stays.
 				cancel()
 				for _, code := range []Code{Fired, Finished, ParentDone} {
-					require.False(t, c.Cancel(code))
+					require.False(t, End(c, code))
 				}
 				require.Equal(t, tc.want, c.Err())
-				require.Equal(t, tc.code, c.Code())
+				require.Equal(t, tc.code, CodeOf(c))
 			})
 		}
 	}
@@ -110,8 +110,8 @@ func TestErrSeesTheParentWithoutDone(t *testing.T) {
 	require.NoError(t, c.Err())
 	cancel()
 	require.Equal(t, context.Canceled, c.Err())
-	require.Equal(t, ParentDone, c.Code())
-	require.False(t, c.Cancel(Fired))
+	require.Equal(t, ParentDone, CodeOf(c))
+	require.False(t, End(c, Fired))
 	require.Equal(t, context.Canceled, c.Err())
 	requireDone(t, c.Done())
 
@@ -140,8 +140,8 @@ func TestDeadlineValueAndStringAreTheParents(t *testing.T) {
 	dl, ok := c.Deadline()
 	require.True(t, ok)
 	require.Equal(t, at, dl)
-	require.Equal(t, parent, c.Parent())
-	c.Cancel(Finished)
+	require.Equal(t, parent, Parent(c))
+	End(c, Finished)
 	require.Equal(t, "v", newCtx(context.WithValue(c, key{}, "v")).Value(key{}), "values pass through a derived context")
 }
 
@@ -156,10 +156,10 @@ func TestCauseIsErrOrTheParentsCause(t *testing.T) {
 		end  func(c *Ctx, cancel context.CancelCauseFunc)
 		want error
 	}{
-		{"fired", func(c *Ctx, _ context.CancelCauseFunc) { c.Cancel(Fired) }, context.DeadlineExceeded},
-		{"finished", func(c *Ctx, _ context.CancelCauseFunc) { c.Cancel(Finished) }, context.Canceled},
+		{"fired", func(c *Ctx, _ context.CancelCauseFunc) { End(c, Fired) }, context.DeadlineExceeded},
+		{"finished", func(c *Ctx, _ context.CancelCauseFunc) { End(c, Finished) }, context.Canceled},
 		{"finished, then the parent", func(c *Ctx, cancel context.CancelCauseFunc) {
-			c.Cancel(Finished)
+			End(c, Finished)
 			cancel(boom)
 		}, context.Canceled},
 		{"parent", func(_ *Ctx, cancel context.CancelCauseFunc) { cancel(boom) }, boom},
@@ -217,10 +217,10 @@ func TestAfterFuncRunsAtTheEnd(t *testing.T) {
 		stop2 := c.AfterFunc(func() { ran.Add(10) })
 		require.True(t, stop2())
 		require.False(t, stop2())
-		require.True(t, c.Cancel(Fired))
+		require.True(t, End(c, Fired))
 		require.Equal(t, int32(1), ran.Load(), "ran synchronously in Cancel")
 		require.False(t, stop1(), "already ran")
-		require.False(t, c.Cancel(Finished))
+		require.False(t, End(c, Finished))
 		require.Equal(t, int32(1), ran.Load(), "runs once")
 
 		stop3 := c.AfterFunc(func() { ran.Add(100) })
@@ -282,7 +282,7 @@ func TestChildrenCostNoGoroutine(t *testing.T) {
 				for _, ch := range children {
 					requireOpen(t, ch.Done())
 				}
-				c.Cancel(Fired)
+				End(c, Fired)
 				for _, ch := range children {
 					requireDone(t, ch.Done()) // synchronously
 					require.Equal(t, context.DeadlineExceeded, ch.Err())
@@ -304,37 +304,15 @@ func TestParentWatchUnregisters(t *testing.T) {
 	c := newCtx(p)
 	d := c.Done()
 	require.Len(t, p.slow.Load().afters, 1, "c watches p through p's AfterFunc")
-	require.True(t, c.Cancel(Finished))
+	require.True(t, End(c, Finished))
 	requireDone(t, d)
 	require.Empty(t, p.slow.Load().afters, "the watch is released")
 	cancel()
 	require.Equal(t, context.Canceled, p.Err())
 	requireDone(t, p.Done())
 	require.Equal(t, context.Canceled, c.Err())
-	require.Equal(t, Finished, c.Code(), "ended by the owner, not the parent")
-	require.Equal(t, ParentDone, p.Code())
-}
-
-// TestArmTimer checks the fallback timer: it fires f after d unless
-// StopTimer stopped it first, and StopTimer reports which.
-func TestArmTimer(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := newCtx(context.Background())
-		require.False(t, c.StopTimer(), "no timer")
-		c.ArmTimer(time.Second, func() { c.Cancel(Fired) })
-		time.Sleep(time.Second)
-		synctest.Wait()
-		require.Equal(t, context.DeadlineExceeded, c.Err())
-		require.False(t, c.StopTimer(), "it fired")
-
-		c = newCtx(context.Background())
-		c.ArmTimer(time.Second, func() { c.Cancel(Fired) })
-		require.True(t, c.StopTimer())
-		c.Cancel(Finished)
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		require.Equal(t, context.Canceled, c.Err())
-	})
+	require.Equal(t, Finished, CodeOf(c), "ended by the owner, not the parent")
+	require.Equal(t, ParentDone, CodeOf(p))
 }
 
 // TestConcurrentEnd races every reader of a Ctx (Done, Err, Cause, AfterFunc
@@ -377,7 +355,7 @@ func concurrentEnd(t *testing.T) {
 			errs[i] = c.Err()
 		})
 	}
-	wg.Go(func() { <-start; c.Cancel(Fired) })
+	wg.Go(func() { <-start; End(c, Fired) })
 	wg.Go(func() { <-start; cancel() })
 	close(start)
 	wg.Wait()
@@ -401,45 +379,48 @@ func TestSize(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("sizes are for 64-bit platforms")
 	}
-	require.Equal(t, uintptr(32), unsafe.Sizeof(Ctx{}))
+	require.Equal(t, uintptr(48), unsafe.Sizeof(Ctx{}))
 }
 
 // TestAllocs pins what a Ctx costs: one object for a callee that never
-// asks for Done (Err polled, ended by its owner), and the lazily made
-// state for one that does.
+// asks for Done (Err polled, ended by its owner), the channel for one that
+// does under a parent that is never cancelled, and the child registered on
+// a cancellable parent.
 func TestAllocs(t *testing.T) {
 	parent, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	testkit.WantAllocs(t, "Err only", 1, func() {
 		c := new(Ctx)
-		c.Init(parent)
+		Init(c, parent)
 		_ = c.Err()
-		c.Cancel(Finished)
+		End(c, Finished)
 		sink = c
 	})
-	// The slow state and the channel; Background is never done: no watch.
-	testkit.WantAllocs(t, "Done, parent never done", 3, func() {
+	// The channel; Background is never done: no watch.
+	testkit.WantAllocs(t, "Done, parent never done", 1+1, func() {
 		c := new(Ctx)
-		c.Init(context.Background())
+		Init(c, context.Background())
 		<-doneAfter(c)
 		sink = c
 	})
-	// Plus the watch on a cancelCtx parent (context.AfterFunc's
-	// registration and stop func, the bound parentDone).
-	testkit.WantAllocs(t, "Done, cancelCtx parent", 3+3, func() {
+	// A cancelCtx parent: the child context.WithCancel registers on it,
+	// its cancel func and its channel (which is Done's); the parent's
+	// children set already exists.
+	testkit.WantAllocs(t, "Done, cancelCtx parent", 1+3, func() {
 		c := new(Ctx)
-		c.Init(parent)
+		Init(c, parent)
 		<-doneAfter(c)
 		sink = c
 	})
-	// A parent that is itself a Ctx (one object more): the watch costs the
-	// parent's slow state (no channel), its AfterFunc entry, map and stop
-	// closure, and the bound parentDone, but no goroutine.
-	testkit.WantAllocs(t, "Done, Ctx parent", 1+3+6, func() {
+	// A parent that is itself a Ctx (one object more): the channel, the
+	// slow state that holds the watch, and the watch through the parent's
+	// AfterFunc: the parent's slow state, its entry, map (two objects) and
+	// stop closure, and the bound parentDone; no goroutine.
+	testkit.WantAllocs(t, "Done, Ctx parent", 1+1+1+1+6, func() {
 		p := new(Ctx)
-		p.Init(context.Background())
+		Init(p, context.Background())
 		c := new(Ctx)
-		c.Init(p)
+		Init(c, p)
 		<-doneAfter(c)
 		sink = p
 	})
@@ -448,6 +429,6 @@ func TestAllocs(t *testing.T) {
 // doneAfter makes c's Done channel, ends c and returns the channel.
 func doneAfter(c *Ctx) <-chan struct{} {
 	d := c.Done()
-	c.Cancel(Finished)
+	End(c, Finished)
 	return d
 }
