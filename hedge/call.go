@@ -29,7 +29,7 @@ func (h *Hedger) newCall(parent context.Context) *call {
 	}
 	c.ctx = &c.cells[c.next]
 	c.next++
-	c.ctx.Init(parent)
+	lazyctx.Init(&c.ctx.Ctx, parent)
 	return c
 }
 
@@ -123,7 +123,7 @@ func (c *firstCtx) String() string { return "hedge.firstAttemptContext" }
 // cancel cancels the first attempt's context because a hedge won. A
 // context that already ended (the caller's context was done first) keeps
 // its error.
-func (c *firstCtx) cancel() { c.Cancel(lazyctx.Finished) }
+func (c *firstCtx) cancel() { lazyctx.End(&c.Ctx, lazyctx.Finished) }
 
 // --- the race (hedge path: allocations allowed) ---
 
@@ -148,7 +148,7 @@ func newRace[T any](c *call) *race[T] {
 			return zero, f(ctx)
 		}
 	}
-	r := &race[T]{h: c.h, first: c.ctx, parent: c.ctx.Parent(), start: c.start, fn: fn, running: 1, done: make(chan struct{}), held: c.held}
+	r := &race[T]{h: c.h, first: c.ctx, parent: lazyctx.Parent(&c.ctx.Ctx), start: c.start, fn: fn, running: 1, done: make(chan struct{}), held: c.held}
 	if r.held {
 		r.idle = make(chan struct{})
 	}

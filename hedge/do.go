@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/rampart-go/rampart/internal/atomicx"
+	"github.com/rampart-go/rampart/internal/lazyctx"
 	"time"
 )
 
@@ -179,7 +180,7 @@ func abandon(c *call) {
 func runAsync[T, F any](h *Hedger, ctx context.Context, fn F, start int64, held bool) (T, error) {
 	// The state is not pooled here: the race owns it from the start.
 	first := new(firstCtx)
-	first.Init(ctx)
+	lazyctx.Init(&first.Ctx, ctx)
 	c := &call{h: h, ctx: first, fn: fn, start: start, held: held}
 	r := newRace[T](c)
 	r.mu.Lock()
