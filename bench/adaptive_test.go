@@ -42,8 +42,8 @@ func BenchmarkAdaptive(b *testing.B) {
 	newFailsafe := func() fsal.AdaptiveLimiter[any] {
 		return fsal.NewBuilder[any]().WithLimits(1<<20, 1<<20, 1<<20).Build()
 	}
-	b.Run("Admit/rampart", func(b *testing.B) { benchBeginEnd(b, newRampart(b, 0), false) })
-	b.Run("Admit/rampart-every", func(b *testing.B) { benchBeginEnd(b, newRampart(b, 1), false) })
+	b.Run("Admit/rampart", func(b *testing.B) { benchAcquireRelease(b, newRampart(b, 0), false) })
+	b.Run("Admit/rampart-every", func(b *testing.B) { benchAcquireRelease(b, newRampart(b, 1), false) })
 	b.Run("Admit/rampart-cached", func(b *testing.B) {
 		// The cached ticker (1 ms resolution, one atomic load per reading):
 		// adequate RTTs for dependencies slower than ~10 ms, and the cost of
@@ -76,8 +76,8 @@ func BenchmarkAdaptive(b *testing.B) {
 		}
 		sink.Add(int64(l.Limit()))
 	})
-	b.Run("AdmitParallel/rampart", func(b *testing.B) { benchBeginEnd(b, newRampart(b, 0), true) })
-	b.Run("AdmitParallel/rampart-every", func(b *testing.B) { benchBeginEnd(b, newRampart(b, 1), true) })
+	b.Run("AdmitParallel/rampart", func(b *testing.B) { benchAcquireRelease(b, newRampart(b, 0), true) })
+	b.Run("AdmitParallel/rampart-every", func(b *testing.B) { benchAcquireRelease(b, newRampart(b, 1), true) })
 	b.Run("AdmitParallel/failsafe", func(b *testing.B) {
 		b.ReportAllocs()
 		l := newFailsafe()
@@ -121,9 +121,9 @@ func BenchmarkAdaptive(b *testing.B) {
 	})
 }
 
-// benchBeginEnd measures Acquire + Release(Success) on l, from one goroutine or
+// benchAcquireRelease measures Acquire + Release(Success) on l, from one goroutine or
 // from GOMAXPROCS, and reports the sampling stride the limiter reached.
-func benchBeginEnd(b *testing.B, l *adaptive.Limiter, parallel bool) {
+func benchAcquireRelease(b *testing.B, l *adaptive.Limiter, parallel bool) {
 	b.ReportAllocs()
 	one := func() {
 		tok, err := l.Acquire()
