@@ -59,9 +59,7 @@ var (
 	calleeReadsDone = []string{"CalleeReadsDone"}
 	cancellable     = []string{"CancellableParent"}
 	pipelineNoRead  = []string{"Success", "SuccessParallel", "Reject"}
-	keyed100k       = []string{"Keyed100kUniform", "Keyed100kZipf"}
-	keyed1M         = []string{"Keyed1MUniform", "Keyed1MZipf"}
-	keyedCases      = slices.Concat([]string{"Keyed"}, keyed100k, keyed1M)
+	keyedCases      = []string{"Keyed"}
 	rateDecision    = []string{"Admit", "AdmitParallel", "Reject", "RejectParallel"}
 	retryFirstTry   = []string{"FirstTrySuccess", "FirstTrySuccessParallel"}
 	softTimeoutCase = []string{"SuccessSoftTimeout"}
@@ -116,6 +114,15 @@ var groups = []group{
 		},
 	},
 	{
+		name:   "Chaos",
+		metric: "ns/op",
+		note:   "What the fault injector costs the calls it lets through; no peer injects faults, nothing is divided.",
+		libs: []lib{
+			{name: "direct", kind: baseline, calls: "the function called without an injector"},
+			{name: "rampart", kind: executor, calls: "the injector around the call"},
+		},
+	},
+	{
 		name:   "CircuitBreaker",
 		metric: "ns/op",
 		note: "Executor with executor, on breakers that count failures rather than keep a window of outcomes: " +
@@ -152,20 +159,22 @@ var groups = []group{
 		},
 	},
 	{
-		name:   "HTTPGuard",
+		name:   "HTTPServer",
 		metric: "ns/op",
-		note: "Middleware with middleware: httpguard's server middleware against failsafehttp.NewHandler over the same " +
-			"policies; RoundTripper with RoundTripper. direct is the bare handler or transport, the floor.",
+		note: "Middleware with middleware, in process (a prebuilt request into a reused ResponseWriter): " +
+			"httpguard.NewHandler over a pipeline of a circuit breaker, a rate limiter, a bulkhead and a " +
+			"deadline-mode timeout against failsafehttp.NewHandler over failsafe's same four policies (its timeout " +
+			"cancels too); the handler does not read its request context's Done channel. Reject: the rate limiter " +
+			"refuses, both answer 429. rampart-soft (a timeout that classifies and never cancels) has no peer; " +
+			"handler-floor is the bare handler.",
 		libs: []lib{
-			{name: "rampart", cases: []string{"Middleware", "MiddlewareParallel", "MiddlewareReject"}, kind: handler, calls: "httpguard middleware around the handler"},
-			{name: "failsafe", cases: []string{"Middleware", "MiddlewareParallel", "MiddlewareReject"}, kind: handler, calls: "failsafehttp.NewHandler around the handler"},
-			{name: "rampart", cases: []string{"RoundTripper", "RoundTripperParallel"}, kind: transport, calls: "httpguard RoundTripper"},
-			{name: "failsafe", cases: []string{"RoundTripper", "RoundTripperParallel"}, kind: transport, calls: "failsafehttp.NewRoundTripper"},
-			{name: "direct", kind: baseline, calls: "the bare handler or transport"},
+			{name: "handler-floor", kind: baseline, calls: "the bare handler"},
+			{name: "rampart", kind: handler, calls: "httpguard.NewHandler, deadline-mode timeout"},
+			{name: "rampart-soft", kind: handler, calls: "httpguard.NewHandler, soft timeout (never cancels)"},
+			{name: "failsafe", kind: handler, calls: "failsafehttp.NewHandler, cancelling timeout"},
 		},
 		pairs: []pair{
-			{label: "server middleware", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"Middleware", "MiddlewareParallel", "MiddlewareReject"}},
-			{label: "client RoundTripper", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"RoundTripper", "RoundTripperParallel"}},
+			{label: "server middleware, four policies, cancelling timeout", rampart: "rampart", peers: []string{"failsafe"}},
 		},
 	},
 	{
@@ -187,6 +196,25 @@ var groups = []group{
 			{label: "executor, first attempt on a new goroutine in both", rampart: "rampart-async", peers: []string{"failsafe"}},
 			{label: "executor, each default: rampart's first attempt on the caller's goroutine, failsafe's on a new one",
 				rampart: "rampart", peers: []string{"failsafe"}},
+		},
+	},
+	{
+		name:   "Keyed",
+		metric: "ns/op",
+		note: "Primitive with primitive: per-key admission with n keys present (MaxKeys = n), asked in a " +
+			"precomputed order, uniform or Zipf (s = 1.1), from one goroutine or (Parallel) from every one: " +
+			"rampart's Keyed.Allow against x/time/rate limiters in a map behind a sync.RWMutex (xtimerate) and in " +
+			"a sync.Map (xtimerate-syncmap). NewKeyFull: a key not held while the table is full of active keys " +
+			"(refused); no peer bounds its table, so it has no ratio.",
+		libs: []lib{
+			{name: "rampart", kind: primitive, calls: "Keyed.Allow(key)"},
+			{name: "xtimerate", kind: primitive, calls: "map[string]*rate.Limiter behind a sync.RWMutex, Allow"},
+			{name: "xtimerate-syncmap", kind: primitive, calls: "sync.Map of *rate.Limiter, Allow"},
+		},
+		pairs: []pair{
+			{label: "keyed admission, 1k keys", rampart: "rampart", peers: []string{"xtimerate", "xtimerate-syncmap"}, cases: keyedSizes("1k")},
+			{label: "keyed admission, 100k keys", rampart: "rampart", peers: []string{"xtimerate", "xtimerate-syncmap"}, cases: keyedSizes("100k")},
+			{label: "keyed admission, 1M keys", rampart: "rampart", peers: []string{"xtimerate", "xtimerate-syncmap"}, cases: keyedSizes("1M")},
 		},
 	},
 	{
@@ -251,8 +279,8 @@ var groups = []group{
 		metric: "ns/op",
 		note: "Primitive with primitive: one admission decision (rampart Allow, x/time/rate Allow, uber's Take, which " +
 			"never waits at these rates and has no rejection, failsafe TryAcquirePermit). Keyed cases: rampart's Keyed " +
-			"limiter against a sync.Map of per-key limiters, every key present; the case name gives the key count " +
-			"and distribution (Keyed: 1024 keys round robin).",
+			"limiter against a sync.Map of per-key limiters, 1024 keys present, asked round robin from every " +
+			"goroutine (the Keyed scenario has 1k to 1M keys).",
 		libs: []lib{
 			{name: "rampart", kind: primitive, calls: "Limiter.Allow"},
 			{name: "rampart", cases: keyedCases, kind: primitive, calls: "Keyed.Allow(key)"},
@@ -268,8 +296,6 @@ var groups = []group{
 		pairs: []pair{
 			{label: "primitive: one admission decision", rampart: "rampart", peers: []string{"xtimerate", "uberratelimit", "failsafe"}, cases: rateDecision},
 			{label: "keyed, 1024 keys", rampart: "rampart", peers: []string{"xtimerate", "uberratelimit", "failsafe"}, cases: []string{"Keyed"}},
-			{label: "keyed, 100k keys (uniform, Zipf)", rampart: "rampart", peers: []string{"xtimerate", "uberratelimit", "failsafe"}, cases: keyed100k},
-			{label: "keyed, 1M keys (uniform, Zipf)", rampart: "rampart", peers: []string{"xtimerate", "uberratelimit", "failsafe"}, cases: keyed1M},
 		},
 	},
 	{
@@ -323,6 +349,12 @@ var groups = []group{
 				cases: slices.Concat(timeoutCases, calleeReadsDone, cancellable)},
 		},
 	},
+}
+
+// keyedSizes is the Keyed scenario's admission cases at one size: uniform
+// and Zipf, from one goroutine and in parallel.
+func keyedSizes(size string) []string {
+	return []string{"Uniform" + size, "Zipf" + size, "Uniform" + size + "Parallel", "Zipf" + size + "Parallel"}
 }
 
 // groupOf returns the declaration of the named group, or nil.
