@@ -103,6 +103,9 @@ func main() {
 	if run.command == "" {
 		run.command = *cmd
 	}
+	for _, name := range undeclared(run) {
+		log.Printf("%s is not declared in cmd/benchtable/groups.go: shown without a ratio", name)
+	}
 	var peers []string
 	if mod, err := os.ReadFile(*gomod); err == nil {
 		peers = requires(string(mod))
@@ -254,6 +257,26 @@ func (r *run) scenarios() []string {
 		}
 	}
 	return scenarios
+}
+
+// undeclared is the run's rows that groups.go does not declare, as
+// Scenario/Case/library (a whole scenario as Scenario).
+func undeclared(r *run) []string {
+	var out []string
+	for _, k := range r.order {
+		g := groupOf(k.scenario)
+		switch {
+		case g == nil:
+			if !slices.Contains(out, k.scenario) {
+				out = append(out, k.scenario)
+			}
+		default:
+			if _, ok := g.libOf(k.caseName, k.lib); !ok {
+				out = append(out, k.scenario+"/"+k.caseName+"/"+k.lib)
+			}
+		}
+	}
+	return out
 }
 
 // value is the median of k's measurements in unit, and whether it has any.

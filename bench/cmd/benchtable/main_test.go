@@ -172,16 +172,11 @@ func TestPairsJoinOneKind(t *testing.T) {
 // name shows up here instead of as an undivided row (declare it in
 // groups.go, with a pair if it has a like-for-like rampart row).
 func TestEveryRowOfTheCommittedRunIsDeclared(t *testing.T) {
-	r := committedRun(t)
-	for _, k := range r.order {
-		g := groupOf(k.scenario)
-		if g == nil {
-			t.Errorf("scenario %s is not declared in groups.go", k.scenario)
-			continue
-		}
-		if _, ok := g.libOf(k.caseName, k.lib); !ok {
-			t.Errorf("%s/%s/%s is not declared in groups.go", k.scenario, k.caseName, k.lib)
-		}
+	for _, name := range undeclared(committedRun(t)) {
+		t.Errorf("%s is not declared in groups.go", name)
+	}
+	if got := undeclared(parseSample(t)); strings.Join(got, " ") != "Unknown" {
+		t.Errorf("undeclared in the sample: %q, want [Unknown]", got)
 	}
 }
 
