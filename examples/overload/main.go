@@ -255,7 +255,10 @@ func phaseList(ps []phase) string {
 // runMode starts a fresh server for mode, runs the phases against it, waits
 // for the last responses and stops the server.
 func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, error) {
-	db := newDatabase(o.pool(), o.dbVisit, o.dbErrors)
+	db, err := newDatabase(o.pool(), o.dbVisit, o.dbErrors)
+	if err != nil {
+		return result{}, err
+	}
 	svc := newService(o, db)
 	var h http.Handler = svc
 	if mode == "protected" {

@@ -129,8 +129,38 @@ func TestDefaultGuardBuildsAndCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.handler(newService(o, newDatabase(o.pool(), o.dbVisit, o.dbErrors))); err != nil {
+	db, err := newDatabase(o.pool(), o.dbVisit, o.dbErrors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.handler(newService(o, db)); err != nil {
 		t.Fatal(err)
 	}
 	g.close()
+}
+
+// TestDatabaseTransientErrors: the database's transient errors come from
+// its fault injector, at -db-errors of the visits, after the visit has
+// held its connection; an invalid share is refused.
+func TestDatabaseTransientErrors(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		want error
+	}{{0, nil}, {1, errTransient}} {
+		db, err := newDatabase(1, 0, tc.rate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 10 {
+			if err := db.query(context.Background()); err != tc.want {
+				t.Fatalf("rate %v: got %v, want %v", tc.rate, err, tc.want)
+			}
+		}
+		if s := db.faults.Stats(); db.visits.Load() != 10 || (tc.want != nil) != (s.Errored == 10) {
+			t.Errorf("rate %v: %d visits, injector stats %+v", tc.rate, db.visits.Load(), s)
+		}
+	}
+	if _, err := newDatabase(1, 0, 2); err == nil {
+		t.Error("a share of 2 was accepted")
+	}
 }

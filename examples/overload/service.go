@@ -7,33 +7,43 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/rampart-go/rampart/chaos"
 )
 
 // errTransient is a database error worth retrying (a dropped connection, a
 // serialization failure): the simulated database returns it on a small
-// share of visits.
+// share of visits, injected by package chaos.
 var errTransient = errors.New("db: transient error")
 
 // database simulates the API's database: a bounded connection pool, one
 // visit per read-cache miss or write, each visit holding a connection for
 // about visit (×slow during the slowdown phase). Waiting for a connection is
 // part of the caller's latency, as with database/sql: the wait honours the
-// caller's context.
+// caller's context. A share errRate of the visits ends in errTransient,
+// which a chaos.Injector decides (its Stats().Errored counts them).
 type database struct {
-	pool     chan struct{} // the connection pool: a send takes a connection (FIFO when full)
-	visit    time.Duration
-	slow     atomic.Int64 // current slowdown factor ×1000
-	errRate  float64
-	waiting  atomic.Int64 // callers waiting for a connection now
-	visits   atomic.Int64 // visits started
-	failures atomic.Int64 // transient errors returned
+	pool    chan struct{} // the connection pool: a send takes a connection (FIFO when full)
+	visit   time.Duration
+	slow    atomic.Int64 // current slowdown factor ×1000
+	faults  *chaos.Injector
+	waiting atomic.Int64 // callers waiting for a connection now
+	visits  atomic.Int64 // visits started
 }
 
-func newDatabase(pool int, visit time.Duration, errRate float64) *database {
-	db := &database{pool: make(chan struct{}, pool), visit: visit, errRate: errRate}
+func newDatabase(pool int, visit time.Duration, errRate float64) (*database, error) {
+	faults, err := chaos.New(chaos.Config{ErrorRate: errRate, Error: errTransient})
+	if err != nil {
+		return nil, err
+	}
+	db := &database{pool: make(chan struct{}, pool), visit: visit, faults: faults}
 	db.slow.Store(1000)
-	return db
+	return db, nil
 }
+
+// answered is a visit's own result once it has held its connection: the
+// injector replaces it with errTransient on its share of visits.
+func answered(context.Context) error { return nil }
 
 // setSlowdown multiplies every visit's duration by f from now on.
 func (db *database) setSlowdown(f float64) { db.slow.Store(int64(f * 1000)) }
@@ -55,11 +65,7 @@ func (db *database) query(ctx context.Context) error {
 	if err := sleep(ctx, d); err != nil {
 		return err
 	}
-	if db.errRate > 0 && rand.Float64() < db.errRate {
-		db.failures.Add(1)
-		return errTransient
-	}
-	return nil
+	return db.faults.Do(ctx, answered)
 }
 
 // sleep waits d or until ctx ends.
