@@ -31,7 +31,9 @@ const (
 // Config configures a Hedger. Zero fields mean the documented defaults; a
 // Config must set Delay or Percentile.
 type Config struct {
-	// Name identifies the hedger in errors. Optional.
+	// Name identifies the hedger. Optional. A hedger builds no errors of
+	// its own (it returns its attempts' errors unchanged), so New does not
+	// keep it.
 	Name string
 
 	// Delay is the fixed hedging delay: a call that has not finished after
@@ -131,41 +133,59 @@ type Stats struct {
 // The zero value is not usable; build with [New]. A zero Hedger has no
 // clock and no watchdog: its first call panics (a nil pointer). Package
 // pipeline refuses a zero Hedger at New.
+//
+// A hedger with a fixed delay is 160 B (on the shared watchdog, without
+// listeners); a percentile delay adds its latency histogram and state
+// (10320 B), listeners a 32 B block, a watchdog of its own (Config.Tick or
+// a Ticker other than the default) that watchdog. Each goroutine that runs a call through it keeps
+// a pooled per-call state (sync.Pool, per P) once it has run one.
 type Hedger struct {
-	// Read-mostly configuration, grouped and unpadded.
+	// Read-mostly configuration, grouped and unpadded: no word here is
+	// written by every call (the counters count hedges, not calls).
 	ticker     rampart.Ticker
 	wd         *watchdog.Watchdog
-	ownWD      bool
 	budget     rampart.Budget
 	fatal      func(error) bool
-	onHedge    func(int)
-	onWon      func(int)
-	onRefused  func(int)
-	name       string
 	fixed      int64 // fixed delay (ns) when !percentile
-	percentile bool
-	q          float64
-	minDelay   int64
-	maxDelay   int64
-	warmUp     uint64
-	refresh    int64
 	maxHedges  int
+	pct        *percentileDelay // nil with a fixed delay: its histogram is 10 KB
+	lis        *listeners       // nil without listeners
+	percentile bool             // pct != nil, kept as a flag for the hot path's first test
 	async      bool
+	ownWD      bool
 	calls      sync.Pool // *call: reusable per-call state
+
+	// Counters of the hedge path (rare), grouped.
+	hedges, won, refused, full atomic.Uint64
+}
+
+// percentileDelay is the state of a percentile delay, allocated by New only
+// when Config.Percentile asks for one.
+type percentileDelay struct {
+	q        float64
+	minDelay int64
+	maxDelay int64
+	warmUp   uint64
+	refresh  int64
 
 	// delay is the current percentile delay (ns, -1 none): written at each
 	// refresh, loaded by every call.
 	delay atomic.Int64
-	// nextRefresh is loaded by every call's end (percentile mode) and CASed
-	// once per Refresh: read-mostly, so it is not padded.
+	// nextRefresh is loaded by every call's end and CASed once per
+	// Refresh: read-mostly, so it is not padded.
 	nextRefresh atomic.Int64
 	samples     atomic.Uint64
 
 	// hist is the latency histogram: each call adds to one of its counters.
-	hist histogram.Histogram
+	// A pointer: its 10240 B fill their size class exactly, and the words
+	// above would push a struct holding both into the next (10880 B).
+	hist *histogram.Histogram
+}
 
-	// Counters of the hedge path (rare), grouped.
-	hedges, won, refused, full, listenerPanics atomic.Uint64
+// listeners are a hedger's listeners, allocated by New only when one is set.
+type listeners struct {
+	onHedge, onWon, onRefused func(int)
+	panics                    atomic.Uint64
 }
 
 // New validates cfg and returns a Hedger, or a [*rampart.ConfigError].
@@ -199,7 +219,7 @@ func New(cfg Config) (*Hedger, error) {
 	// retry.TokenBucket or retry.RatioBudget), set by retry's init. This
 	// package does not import retry: when retry is not linked in, Reason is
 	// nil, no budget of retry's types exists, and there is nothing to check.
-	if budgetcheck.Reason != nil {
+	if budgetcheck.Reason != nil && cfg.Budget != nil { // nil is valid, and the check builds its message eagerly (64 B)
 		if why := budgetcheck.Reason(cfg.Budget, "retry."); why != "" {
 			return nil, bad("Budget", "%s", why)
 		}
@@ -208,40 +228,42 @@ func New(cfg Config) (*Hedger, error) {
 		ticker:     cfg.Ticker,
 		budget:     cfg.Budget,
 		fatal:      cfg.Fatal,
-		onHedge:    cfg.OnHedge,
-		onWon:      cfg.OnHedgeWon,
-		onRefused:  cfg.OnBudgetRefused,
-		name:       cfg.Name,
-		percentile: cfg.Percentile != 0,
-		q:          cfg.Percentile,
-		minDelay:   int64(cfg.MinDelay),
-		maxDelay:   int64(cfg.MaxDelay),
-		warmUp:     uint64(cfg.WarmUp),
-		refresh:    int64(cfg.Refresh),
+		fixed:      int64(cfg.Delay),
 		maxHedges:  cfg.MaxHedges,
+		percentile: cfg.Percentile != 0,
 		async:      cfg.AsyncFirst,
-	}
-	if h.maxDelay == 0 {
-		h.maxDelay = math.MaxInt64
-	}
-	if h.warmUp == 0 {
-		h.warmUp = DefaultWarmUp
-	}
-	if h.refresh == 0 {
-		h.refresh = int64(DefaultRefresh)
 	}
 	if h.maxHedges == 0 {
 		h.maxHedges = 1
 	}
+	if cfg.OnHedge != nil || cfg.OnHedgeWon != nil || cfg.OnBudgetRefused != nil {
+		h.lis = &listeners{onHedge: cfg.OnHedge, onWon: cfg.OnHedgeWon, onRefused: cfg.OnBudgetRefused}
+	}
 	if h.percentile {
+		p := &percentileDelay{
+			q:        cfg.Percentile,
+			minDelay: int64(cfg.MinDelay),
+			maxDelay: int64(cfg.MaxDelay),
+			warmUp:   uint64(cfg.WarmUp),
+			refresh:  int64(cfg.Refresh),
+			hist:     new(histogram.Histogram),
+		}
+		if p.maxDelay == 0 {
+			p.maxDelay = math.MaxInt64
+		}
+		if p.warmUp == 0 {
+			p.warmUp = DefaultWarmUp
+		}
+		if p.refresh == 0 {
+			p.refresh = int64(DefaultRefresh)
+		}
 		h.fixed = -1
 		if cfg.Delay > 0 {
-			h.delay.Store(int64(cfg.Delay))
+			p.delay.Store(int64(cfg.Delay))
 		} else {
-			h.delay.Store(-1)
+			p.delay.Store(-1)
 		}
-	} else {
-		h.fixed = int64(cfg.Delay)
+		h.pct = p
 	}
 	if ticker.IsNil(h.ticker) {
 		return nil, rampart.NewConfigError("hedge", "Ticker", ticker.NilReason, h.ticker)
@@ -255,7 +277,9 @@ func New(cfg Config) (*Hedger, error) {
 		h.wd = watchdog.New(watchdog.Config{Tick: cfg.Tick, Clock: h.ticker})
 		h.ownWD = true
 	}
-	h.nextRefresh.Store(atomicx.SatAdd(h.ticker.Now(), h.refresh)) // a huge Refresh must not wrap into the past
+	if p := h.pct; p != nil {
+		p.nextRefresh.Store(atomicx.SatAdd(h.ticker.Now(), p.refresh)) // a huge Refresh must not wrap into the past
+	}
 	return h, nil
 }
 
@@ -284,7 +308,7 @@ func (h *Hedger) delayNs() int64 {
 	if !h.percentile {
 		return h.fixed
 	}
-	return h.delay.Load()
+	return h.pct.delay.Load() // one dependent load more than before pct moved out: read-mostly, cached
 }
 
 // ObserveAt records one latency (ns) in the percentile histogram and, when
@@ -296,8 +320,9 @@ func (h *Hedger) ObserveAt(now int64, latency time.Duration) {
 	if !h.percentile {
 		return
 	}
-	h.hist.Record(int64(latency))
-	if now >= h.nextRefresh.Load() {
+	p := h.pct
+	p.hist.Record(int64(latency))
+	if now >= p.nextRefresh.Load() {
 		h.refreshSlow(now)
 	}
 }
@@ -308,35 +333,41 @@ func (h *Hedger) Observe(latency time.Duration) { h.ObserveAt(h.ticker.Now(), la
 // refreshSlow is the slow path of ObserveAt: the caller that wins the CAS on
 // nextRefresh recomputes the percentile and decays the histogram.
 func (h *Hedger) refreshSlow(now int64) {
-	next := h.nextRefresh.Load()
-	if now < next || !h.nextRefresh.CompareAndSwap(next, atomicx.SatAdd(now, h.refresh)) {
+	p := h.pct
+	next := p.nextRefresh.Load()
+	if now < next || !p.nextRefresh.CompareAndSwap(next, atomicx.SatAdd(now, p.refresh)) {
 		return
 	}
-	v, n := h.hist.Quantile(h.q)
-	h.samples.Store(n)
-	if n < h.warmUp {
+	v, n := p.hist.Quantile(p.q)
+	p.samples.Store(n)
+	if n < p.warmUp {
 		return
 	}
 	// At least 1 ns: a delay of 0 means "not hedged" to the callers, and a
 	// percentile of 0 (every call under one tick of a cached ticker) must
 	// still hedge the tail.
-	h.delay.Store(min(max(v, h.minDelay, 1), h.maxDelay))
-	if n >= 2*h.warmUp {
-		h.hist.Decay(1)
+	p.delay.Store(min(max(v, p.minDelay, 1), p.maxDelay))
+	if n >= 2*p.warmUp {
+		p.hist.Decay(1)
 	}
 }
 
 // Stats returns the counters. No allocation.
 func (h *Hedger) Stats() Stats {
-	return Stats{
-		Hedges:         h.hedges.Load(),
-		HedgesWon:      h.won.Load(),
-		BudgetRefused:  h.refused.Load(),
-		TriggerFull:    h.full.Load(),
-		ListenerPanics: h.listenerPanics.Load(),
-		Delay:          h.Delay(),
-		Samples:        h.samples.Load(),
+	st := Stats{
+		Hedges:        h.hedges.Load(),
+		HedgesWon:     h.won.Load(),
+		BudgetRefused: h.refused.Load(),
+		TriggerFull:   h.full.Load(),
+		Delay:         h.Delay(),
 	}
+	if h.lis != nil {
+		st.ListenerPanics = h.lis.panics.Load()
+	}
+	if h.pct != nil {
+		st.Samples = h.pct.samples.Load()
+	}
+	return st
 }
 
 // isFatal classifies an attempt's error (err != nil).
@@ -345,19 +376,19 @@ func (h *Hedger) isFatal(err error) bool {
 }
 
 func (h *Hedger) notifyHedge(attempt int) {
-	if h.onHedge != nil {
-		notify.Call1(&h.listenerPanics, h.onHedge, attempt)
+	if l := h.lis; l != nil && l.onHedge != nil {
+		notify.Call1(&l.panics, l.onHedge, attempt)
 	}
 }
 
 func (h *Hedger) notifyWon(attempt int) {
-	if h.onWon != nil {
-		notify.Call1(&h.listenerPanics, h.onWon, attempt)
+	if l := h.lis; l != nil && l.onWon != nil {
+		notify.Call1(&l.panics, l.onWon, attempt)
 	}
 }
 
 func (h *Hedger) notifyRefused(attempt int) {
-	if h.onRefused != nil {
-		notify.Call1(&h.listenerPanics, h.onRefused, attempt)
+	if l := h.lis; l != nil && l.onRefused != nil {
+		notify.Call1(&l.panics, l.onRefused, attempt)
 	}
 }
