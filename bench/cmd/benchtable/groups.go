@@ -76,9 +76,9 @@ var groups = []group{
 			"to a power of two, capped at MaxSampleStride (default 64). With the default 1 s Window, sampling starts " +
 			"at 256 calls/s (1 call in 2) and reaches 1 in 64 at 8192 calls/s; below 256 calls/s every call is timed, " +
 			"as in the rampart-every row. failsafe times every call. Both comparisons are shown: the sampled row " +
-			"(stride 64 in this run) and the every-call row.",
+			"(its stride is in the rows' other metrics) and the every-call row.",
 		libs: []lib{
-			{name: "rampart", cases: adaptiveAdmit, kind: primitive, calls: "Acquire + Release, a sample of the calls timed (1 in 64 here)"},
+			{name: "rampart", cases: adaptiveAdmit, kind: primitive, calls: "Acquire + Release, 1 call in stride timed"},
 			{name: "rampart-every", kind: primitive, calls: "Acquire + Release, MaxSampleStride 1: every call timed (two clock reads)"},
 			{name: "rampart-cached", kind: primitive, calls: "AcquireAt + ReleaseAt on a cached ticker's readings"},
 			{name: "failsafe", cases: adaptiveAdmit, kind: primitive, calls: "adaptivelimiter TryAcquirePermit + Record: every call timed"},
@@ -87,7 +87,7 @@ var groups = []group{
 		},
 		pairs: []pair{
 			{label: "primitive, every call timed", rampart: "rampart-every", peers: []string{"failsafe"}, cases: adaptiveAdmit},
-			{label: "primitive, rampart timing a sample (1 call in 64 in this run), failsafe every call", rampart: "rampart", peers: []string{"failsafe"}, cases: adaptiveAdmit},
+			{label: "primitive, rampart timing a sample (1 call in stride: the rows' stride metric), failsafe every call", rampart: "rampart", peers: []string{"failsafe"}, cases: adaptiveAdmit},
 			{label: "primitive, client-side throttler: allow + record", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"Throttler"}},
 		},
 	},

@@ -296,6 +296,30 @@ func (r *run) allocs(k key) string {
 	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
+// others is k's custom metrics (b.ReportMetric: the adaptive limiter's
+// stride, cpu-ns/op), as "value unit" in the units' order, or "".
+func (r *run) others(k key) string {
+	s := r.samples[k]
+	if s == nil {
+		return ""
+	}
+	var units []string
+	for u := range s.metrics {
+		switch u {
+		case "ns/op", "B/op", "allocs/op", "MB/s":
+		default:
+			units = append(units, u)
+		}
+	}
+	slices.Sort(units)
+	var cells []string
+	for _, u := range units {
+		v, _ := r.value(k, u)
+		cells = append(cells, fmtValue(v, u)+" "+u)
+	}
+	return strings.Join(cells, ", ")
+}
+
 // ratio is one declared division: the peer's row by rampart's, in one case.
 type ratio struct {
 	pair      *pair
@@ -358,7 +382,7 @@ func metricOf(scenario string) string {
 
 // fmtValue formats a measurement in its unit.
 func fmtValue(v float64, unit string) string {
-	if unit == "ns/op" {
+	if strings.HasSuffix(unit, "ns/op") {
 		return fmtNs(v)
 	}
 	return strconv.FormatFloat(v, 'f', -1, 64)
@@ -383,7 +407,7 @@ func render(r *run) string {
 			b.WriteString("No comparison is declared for this scenario: its rows are not divided.\n\n")
 		}
 		if unit == "ns/op" {
-			b.WriteString("| case | library | kind | calls | ns/op | allocs/op |\n|---|---|---|---|--:|--:|\n")
+			b.WriteString("| case | library | kind | calls | ns/op | allocs/op | other metrics |\n|---|---|---|---|--:|--:|---|\n")
 		} else {
 			fmt.Fprintf(&b, "| case | library | kind | calls | %s |\n|---|---|---|---|--:|\n", unit)
 		}
@@ -403,7 +427,7 @@ func render(r *run) string {
 				cell = fmtValue(v, unit)
 			}
 			if unit == "ns/op" {
-				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", k.caseName, k.lib, calls, cell, r.allocs(k))
+				fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", k.caseName, k.lib, calls, cell, r.allocs(k), r.others(k))
 			} else {
 				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", k.caseName, k.lib, calls, cell)
 			}

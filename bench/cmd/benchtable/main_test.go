@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -61,14 +62,14 @@ func TestParseRender(t *testing.T) {
 	for _, want := range []string{
 		"Run: go1.26.8, linux/amd64, CPU: AMD EPYC, GOMAXPROCS=2, -count=3, medians.",
 		"## Bulkhead",
-		"| Admit | rampart | primitive | Acquire + Release | 11.0 | 0 |",
+		"| Admit | rampart | primitive | Acquire + Release | 11.0 | 0 |  |",
 		"| Admit | chan | primitive | buffered channel: non-blocking send + receive | 55.0 | 0 |",
 		"| Admit | primitive: Acquire + Release against try-acquire + release | chan 55.0 ÷ rampart 11.0 | 5.00 |",
 		"| Admit | executor: Do against failsafe's executor | failsafe 880 ÷ rampart-do 22.0 | 40.00 |",
-		"| TimeNow | direct | baseline | the operation itself | 60.0 | 0 |",
+		"| TimeNow | direct | baseline | the operation itself | 60.0 | 0 |  |",
 		"| Success | executor, five policies, the function does not read ctx.Done() | failsafe 3000 ÷ rampart 200 | 15.00 |",
 		"## Unknown\n\nNo comparison is declared for this scenario: its rows are not divided.",
-		"| Case | failsafe | not declared | — | 9.00 | ? |",
+		"| Case | failsafe | not declared | — | 9.00 | ? |  |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
@@ -188,14 +189,19 @@ func TestAdaptiveShowsSampledAndEveryCallRows(t *testing.T) {
 	out := summary(r)
 	for _, want := range []string{
 		"| Adaptive | primitive, every call timed | rampart-every | Admit, AdmitParallel |",
-		"| Adaptive | primitive, rampart timing a sample (1 call in 64 in this run), failsafe every call | rampart | Admit, AdmitParallel |",
+		"| Adaptive | primitive, rampart timing a sample (1 call in stride: the rows' stride metric), failsafe every call | rampart | Admit, AdmitParallel |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
 	}
-	if full := render(r); !strings.Contains(full, "sampling starts at 256 calls/s (1 call in 2) and reaches 1 in 64 at 8192 calls/s") {
+	full := render(r)
+	if !strings.Contains(full, "sampling starts at 256 calls/s (1 call in 2) and reaches 1 in 64 at 8192 calls/s") {
 		t.Errorf("the Adaptive note does not say where sampling starts:\n%s", full)
+	}
+	// The sampled row shows its stride (the run's value, whatever it is).
+	if !regexp.MustCompile(`\| Admit \| rampart \| primitive \| Acquire \+ Release, 1 call in stride timed \| [\d.]+ \| 0 \| \d+ stride \|`).MatchString(full) {
+		t.Errorf("the sampled row has no stride in\n%s", full)
 	}
 }
 
@@ -211,7 +217,7 @@ func TestSoftTimeoutIsNotDividedByACancellingOne(t *testing.T) {
 	if out := summary(r); strings.Contains(out, "SuccessSoftTimeout") {
 		t.Errorf("summary compares SuccessSoftTimeout:\n%s", out)
 	}
-	if full := render(r); !strings.Contains(full, "| SuccessSoftTimeout | failsafe | executor | failsafe with its cancelling timeout: not a soft timeout | 3100 | 33 |") {
+	if full := render(r); !strings.Contains(full, "| SuccessSoftTimeout | failsafe | executor | failsafe with its cancelling timeout: not a soft timeout | 3100 | 33 |  |") {
 		t.Errorf("the soft-timeout case's failsafe row is not labelled:\n%s", full)
 	}
 }
