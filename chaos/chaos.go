@@ -491,8 +491,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 // error, without moving tk, when ctx has ended before the latency, and
 // ctx's error after moving it, when ctx has ended by then. Calls on
 // several goroutines each move tk by their own latency: use it from one
-// goroutine at a time to keep the readings meaningful.
+// goroutine at a time to keep the readings meaningful. A nil tk panics
+// here, at setup, not in the calls.
 func ManualSleep(tk *rampart.ManualTicker) func(ctx context.Context, d time.Duration) error {
+	if tk == nil {
+		panic("chaos: ManualSleep of a nil ticker")
+	}
 	return func(ctx context.Context, d time.Duration) error {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -79,8 +79,12 @@ func (inj *Injector) response(req *http.Request) *http.Response {
 // error's text; a substituted result is Config.Status with an empty body
 // and, when Config.RetryAfter is set, a Retry-After header. A request
 // whose context ends during the latency is answered 504 (Gateway Timeout)
-// when its deadline passed and 503 otherwise, without running next.
+// when its deadline passed and 503 otherwise, without running next. A nil
+// next means http.DefaultServeMux, as for http.Server.
 func (inj *Injector) Handler(next http.Handler) http.Handler {
+	if next == nil {
+		next = http.DefaultServeMux
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !inj.enabled.Load() {
 			next.ServeHTTP(w, r)

@@ -163,6 +163,14 @@ func TestHandlerFaults(t *testing.T) {
 	}
 }
 
+func TestHandlerNilNextIsDefaultServeMux(t *testing.T) {
+	rec := httptest.NewRecorder()
+	mustNew(t, chaos.Config{}).Handler(nil).ServeHTTP(rec, httptest.NewRequest("GET", "/chaos-test-unregistered", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("got %d, want DefaultServeMux's 404", rec.Code)
+	}
+}
+
 func TestHandlerPanics(t *testing.T) {
 	ran := 0
 	h := mustNew(t, chaos.Config{PanicRate: 1}).Handler(okHandler(&ran))
