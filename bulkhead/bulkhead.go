@@ -133,6 +133,12 @@ type Config struct {
 	// granted a permit, with how long it waited. Calls admitted
 	// without waiting do not call it (so the fast path stays free).
 	OnWaitAdmit func(waited time.Duration)
+
+	// Compact lays the instance out without cache-line padding: smaller
+	// (176 B instead of 240 B), for the many cold instances (per-tenant,
+	// per-route keys) where goroutines do not contend on one instance; the
+	// default pads the words that many goroutines write on every call.
+	Compact bool
 }
 
 // Stats is a snapshot of a bulkhead's counters, returned by value.
@@ -163,13 +169,16 @@ type Stats struct {
 // atomic add and a load of the waiter count (see the package
 // documentation); only a queued wait takes a mutex. The zero
 // Bulkhead is not usable. A Bulkhead is safe for concurrent use.
+//
+// A bulkhead is 240 B (176 B with [Config.Compact]); a Name adds its
+// rejection error (every unnamed bulkhead shares one).
 type Bulkhead struct {
-	// inFlight: the permits held. Written by every Acquire and Release, so it
-	// sits alone on its cache line.
-	inFlight pad.Int64
-	// rejected: written by every rejection, which under overload is every
-	// call: its own line keeps it off inFlight's.
-	rejected pad.Uint64
+	// inFlight: the permits held, written by every Acquire and Release.
+	// The words after it, up to rejected, are read by the same calls (max
+	// and peak by Acquire, waiters by Release) and share its line; unless
+	// Config.Compact, New allocates the bulkhead inside a paddedBulkhead, so
+	// that no other object shares the line.
+	inFlight atomic.Int64
 
 	// Read-mostly: max changes only through SetMax, peak only when a new peak
 	// is reached (after warm-up, never), waiters only while calls queue.
@@ -179,11 +188,17 @@ type Bulkhead struct {
 
 	// Configuration, set in New.
 	maxWait     int64
-	name        string
 	ticker      rampart.Ticker
-	onReject    func(inFlight int64, waited time.Duration)
 	onWaitAdmit func(waited time.Duration)
-	errFull     *rampart.RejectedError
+	_           [pad.LineSize - 64]byte // rejected at least a line from inFlight (none on 64 B lines)
+
+	// rejected: written by every rejection, which under overload is every
+	// call: a line from inFlight keeps it off inFlight's, and what follows
+	// fills the rest of its line (rejections read errFull and onReject).
+	rejected atomic.Uint64
+	errFull  *rampart.RejectedError
+	onReject func(inFlight int64, waited time.Duration)
+	name     string
 
 	// Waiting path and rare counters.
 	mu             sync.Mutex
@@ -195,6 +210,19 @@ type Bulkhead struct {
 	waitedNanos    atomic.Int64
 	listenerPanics atomic.Uint64
 }
+
+// paddedBulkhead is the default layout: a line of padding before the
+// bulkhead keeps the object before it off inFlight's line; the bulkhead's
+// own words after rejected fill rejected's line (a test checks that they
+// span a line), so nothing follows it.
+type paddedBulkhead struct {
+	_ pad.Line
+	b Bulkhead
+}
+
+// unnamedFull is the rejection error of every bulkhead without a Name: they
+// would all build the same one, so they share it.
+var unnamedFull = rampart.NewRejectedError("bulkhead", "", ErrFull)
 
 // waiter is one queued AcquireWait. It is allocated only when a call has to wait.
 type waiter struct {
@@ -213,16 +241,23 @@ func New(cfg Config) (*Bulkhead, error) {
 	if cfg.MaxWait < 0 {
 		return nil, rampart.NewConfigError("bulkhead", "MaxWait", "must not be negative, got %v", cfg.MaxWait)
 	}
-	b := &Bulkhead{
-		maxWait:     int64(cfg.MaxWait),
-		name:        cfg.Name,
-		ticker:      cfg.Ticker,
-		onReject:    cfg.OnRejected,
-		onWaitAdmit: cfg.OnWaitAdmit,
-		errFull:     rampart.NewRejectedError("bulkhead", cfg.Name, ErrFull),
+	if ticker.IsNil(cfg.Ticker) {
+		return nil, rampart.NewConfigError("bulkhead", "Ticker", ticker.NilReason, cfg.Ticker)
 	}
-	if ticker.IsNil(b.ticker) {
-		return nil, rampart.NewConfigError("bulkhead", "Ticker", ticker.NilReason, b.ticker)
+	var b *Bulkhead
+	if cfg.Compact {
+		b = new(Bulkhead)
+	} else {
+		b = &new(paddedBulkhead).b
+	}
+	b.maxWait = int64(cfg.MaxWait)
+	b.name = cfg.Name
+	b.ticker = cfg.Ticker
+	b.onReject = cfg.OnRejected
+	b.onWaitAdmit = cfg.OnWaitAdmit
+	b.errFull = unnamedFull
+	if cfg.Name != "" {
+		b.errFull = rampart.NewRejectedError("bulkhead", cfg.Name, ErrFull)
 	}
 	if b.ticker == nil {
 		b.ticker = rampart.DefaultTicker()
