@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/internal/testkit"
 )
 
@@ -22,6 +23,37 @@ func mustKeyed(t testing.TB, c KeyedConfig) *Keyed {
 	k, err := NewKeyed(c)
 	require.NoError(t, err)
 	return k
+}
+
+// find looks key up as AdmitN does, lock-free: its entry (nil when absent)
+// and the slots read.
+func (k *Keyed) find(key string) (*entry, int) {
+	h := k.hash(key)
+	return k.tabs[h>>k.shift].Load().find(h, key)
+}
+
+// entries counts the entries in the shards' tables (at rest).
+func (k *Keyed) entries() int {
+	n := 0
+	for i := range k.tabs {
+		for j := range k.tabs[i].Load().slots {
+			if k.tabs[i].Load().slots[j].h.Load() != 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// scanned sums the slots the shards' eviction samples have scanned.
+func (k *Keyed) scanned() uint64 {
+	n := uint64(0)
+	for i := range k.shards {
+		k.shards[i].mu.Lock()
+		n += k.shards[i].scanned
+		k.shards[i].mu.Unlock()
+	}
+	return n
 }
 
 func TestKeyedPerKey(t *testing.T) {
@@ -290,9 +322,7 @@ func TestKeyedConcurrentLen(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	n := 0
-	k.m.Range(func(_, _ any) bool { n++; return true })
-	require.Equal(t, n, k.Len())
+	require.Equal(t, k.entries(), k.Len())
 	require.LessOrEqual(t, k.Len(), 8)
 	k.SweepAt(tk.Now() + int64(time.Second))
 	require.Equal(t, 0, k.Len())
@@ -348,12 +378,209 @@ func TestKeyedTATStaysBelowEvictedAtTheReadingCap(t *testing.T) {
 			}
 			require.Zero(t, k.Len(), "an invalid n made a key")
 			require.Zero(t, int64(k.AdmitN("a", now, 3)), "%+v at %d: a full burst", c, now)
-			v, ok := k.m.Load("a")
-			require.True(t, ok)
-			require.Less(t, v.(*cell).tat.Load(), evicted, "%+v at %d", c, now)
+			e, _ := k.find("a")
+			require.NotNil(t, e)
+			require.Less(t, e.tat.Load(), evicted, "%+v at %d", c, now)
 			require.Zero(t, k.SweepAt(now), "an active key evicted")
 			require.Equal(t, 1, k.Len())
 			require.NotZero(t, int64(k.AdmitN("a", now, 1)), "%+v at %d: beyond the burst", c, now)
 		}
 	}
+}
+
+// fullKeyed returns a Keyed limiter of n keys, every one of them active for
+// an hour (one permit per hour, just spent), so its shards are full.
+func fullKeyed(t testing.TB, n int) *Keyed {
+	t.Helper()
+	k := mustKeyed(t, KeyedConfig{Config: Config{Limit: 1, Period: time.Hour}, MaxKeys: n})
+	for i := range n {
+		require.True(t, k.AllowN("held-"+strconv.Itoa(i), 0, 1))
+	}
+	require.Equal(t, n, k.Len())
+	return k
+}
+
+// TestKeyedNewKeyCostIsBoundedAtAnyTableSize: when every slot holds an
+// active key, a new key is refused (a finite wait, at most the hour until
+// the held keys go idle) after scanning at most sampleSlots slots, at 1k as
+// at 100k keys: no sweep of the table.
+func TestKeyedNewKeyCostIsBoundedAtAnyTableSize(t *testing.T) {
+	for _, n := range []int{1000, 100_000} {
+		k := fullKeyed(t, n)
+		for i := range 2000 {
+			before := k.scanned()
+			w := int64(k.AdmitN("new-"+strconv.Itoa(i), int64(time.Minute), 1))
+			require.Greater(t, w, int64(0), "n=%d: a new key admitted into a table full of active keys", n)
+			require.LessOrEqual(t, w, int64(time.Hour-time.Minute), "n=%d", n)
+			require.LessOrEqual(t, k.scanned()-before, uint64(sampleSlots), "n=%d: new key %d scanned more than a sample", n, i)
+		}
+		require.Equal(t, n, k.Len())
+		require.Zero(t, k.Stats().Evicted, "an active key was evicted")
+	}
+}
+
+// TestKeyedFloodLeavesKnownKeysAlone: a flood of 1M distinct keys (100k
+// under the race detector), each
+// taking a permit, into a table that holds 1000 active known keys fills
+// the table and is then refused, each flood key scanning a bounded sample;
+// the known keys keep their slot (found by the lock-free lookup), their
+// lookup cost (total probes within 2× of the unflooded cost; linear probing
+// never moves a held key further from its home but a resize can rehash
+// it), and their limit: each has exactly its 3 remaining permits.
+func TestKeyedFloodLeavesKnownKeysAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million keys")
+	}
+	const known = 1000
+	flood := 1_000_000
+	if israce.Enabled {
+		flood = 100_000 // the detector makes a million take minutes
+	}
+	k := mustKeyed(t, KeyedConfig{Config: Config{Limit: 4, Period: time.Hour, CountStats: true}})
+	keys := make([]string, known)
+	probes := func() int {
+		total := 0
+		for _, key := range keys {
+			e, p := k.find(key)
+			require.NotNil(t, e, "known key %q not found by the lock-free lookup", key)
+			total += p
+		}
+		return total
+	}
+	for i := range keys {
+		keys[i] = "known-" + strconv.Itoa(i)
+		require.True(t, k.AllowN(keys[i], 0, 1))
+	}
+	unflooded := probes()
+	buf := []byte("flood-")
+	now := int64(time.Second)
+	refused := 0
+	for i := range flood {
+		if !k.AllowN(string(strconv.AppendInt(buf[:6], int64(i), 10)), now, 1) {
+			refused++
+		}
+	}
+	scanned := k.scanned() // per call at most sampleSlots: TestKeyedNewKeyCostIsBoundedAtAnyTableSize
+	flooded := probes()
+	t.Logf("known keys' probes: %d unflooded, %d after %d flood keys (%d refused, %.1f slots scanned each); %d keys held",
+		unflooded, flooded, flood, refused, float64(scanned)/float64(refused), k.Len())
+	require.LessOrEqual(t, scanned, uint64(refused)*sampleSlots)
+	require.LessOrEqual(t, flooded, 2*unflooded)
+	require.Equal(t, DefaultMaxKeys, k.Len())
+	require.Equal(t, flood-(DefaultMaxKeys-known), refused)
+	require.Zero(t, k.Stats().Evicted, "an active key was evicted")
+	for _, key := range keys {
+		require.Equal(t, 3, countTrue(5, func() bool { return k.AllowN(key, now, 1) }), "known key %q", key)
+	}
+}
+
+// TestKeyedTableMatchesAModel: random admissions of 300 keys into tables
+// of 1, 2 and 16 shards too small for them, with random SweepAt calls and
+// a clock that moves both ways: every key held is found by the lock-free
+// lookup (no removal breaks a probe run), the tables hold exactly Len
+// entries and no more than MaxKeys, and every decision matches an exact
+// GCRA model per key (dropped from the model when the key is evicted,
+// which happens only when idle: then the model and a new key agree).
+func TestKeyedTableMatchesAModel(t *testing.T) {
+	for _, maxKeys := range []int{40, 5000, 70_000} {
+		rng := rand.New(rand.NewPCG(3, uint64(maxKeys)))
+		k := mustKeyed(t, KeyedConfig{Config: Config{Limit: 3, Period: time.Second, Burst: 3}, MaxKeys: maxKeys})
+		nkeys := 300
+		if maxKeys > 1000 {
+			nkeys = maxKeys + maxKeys/4
+		}
+		held := map[string]bool{}
+		now := int64(0)
+		for step := range 20_000 {
+			now += rng.Int64N(int64(20*time.Millisecond)) - int64(5*time.Millisecond) // some readings go back
+			now = max(now, 0)
+			key := "k" + strconv.Itoa(rng.IntN(nkeys))
+			if k.AllowN(key, now, 1+rng.IntN(3)) || true {
+				if e, _ := k.find(key); e != nil {
+					held[key] = true
+				}
+			}
+			if step%997 == 0 {
+				k.SweepAt(now)
+			}
+			if step%1999 == 0 || step == 19_999 {
+				require.Equal(t, k.entries(), k.Len(), "step %d", step)
+				require.LessOrEqual(t, k.Len(), maxKeys)
+				found := 0
+				for key := range held {
+					if e, _ := k.find(key); e != nil {
+						found++
+					} else {
+						delete(held, key)
+					}
+				}
+				require.Equal(t, k.Len(), found, "step %d: a held key is not found", step)
+			}
+		}
+	}
+}
+
+// TestKeyedConcurrentGrowthKeepsEachLimit: goroutines admit on 64 known
+// keys while others insert distinct keys, so that every shard's table is
+// resized and probe runs shift under the lock-free lookups. The clock is
+// frozen, so each known key admits exactly its burst: a lookup that misses
+// a key being moved looks again under the shard's mutex and never inserts
+// a second entry for it (which would give a second burst).
+func TestKeyedConcurrentGrowthKeepsEachLimit(t *testing.T) {
+	const known, burst = 64, 20
+	k := mustKeyed(t, KeyedConfig{Config: Config{Limit: burst, Period: time.Hour, Burst: burst, Ticker: rampart.NewManualTicker(0)}, MaxKeys: 40_000})
+	var admitted [known]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() { // inserts
+			for i := range 8000 {
+				k.Allow("g" + strconv.Itoa(g) + "-" + strconv.Itoa(i))
+			}
+		})
+		wg.Go(func() { // known keys
+			for i := range 8000 {
+				j := (i*7 + g) % known
+				if k.Allow("known-" + strconv.Itoa(j)) {
+					admitted[j].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for j := range admitted {
+		require.Equal(t, int64(burst), admitted[j].Load(), "known-%d", j)
+	}
+	require.Equal(t, 4*8000+known, k.Len())
+	require.Equal(t, k.entries(), k.Len())
+}
+
+// TestKeyedBytesPerKey: a million keys like client IDs (8 to 14 bytes) cost
+// 80 to 88 heap bytes each: a 48-byte entry with the key inline, and two
+// 16-byte slots of a table at most half full (each shard's doubling puts
+// it between 1/4 and 1/2).
+func TestKeyedBytesPerKey(t *testing.T) {
+	if testing.Short() || israce.Enabled {
+		t.Skip("a million keys; the race detector's allocations would count")
+	}
+	const n = 1_000_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "client-" + strconv.Itoa(i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	k := mustKeyed(t, KeyedConfig{Config: Config{Rate: 10}, MaxKeys: n})
+	for _, key := range keys {
+		k.Allow(key)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	require.Equal(t, n, k.Len())
+	perKey := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("%.1f bytes per key at %d keys", perKey, n)
+	require.GreaterOrEqual(t, perKey, 80.0)
+	require.LessOrEqual(t, perKey, 88.0)
+	runtime.KeepAlive(k)
+	runtime.KeepAlive(keys) // live throughout: only the limiter's bytes count
 }
