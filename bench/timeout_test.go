@@ -147,33 +147,58 @@ func calleeReadsDone(ctx context.Context) error {
 //     reads Done and Err: the timeout's context must also close its Done
 //     channel when the parent is cancelled, so it registers with it.
 //
-// The contenders are rampart (ModeDeadline), failsafe-go's timeout (the
-// callee reads the execution's context) and direct (context.WithTimeout +
-// cancel).
+// The contenders are those of Success: rampart (ModeDeadline), failsafe-go's
+// timeout (the callee reads the execution's context) and direct
+// (context.WithTimeout + cancel) cancel the function's context at the
+// deadline; rampart-abandon (DoAbandon) and goresiliency return at the
+// deadline with the function on another goroutine. CancellableParent's
+// cancel-floor row is no timeout: the registration on the parent alone.
 func benchTimeoutRealistic(b *testing.B) {
 	const limit = time.Hour
 	type lib struct {
 		name string
 		do   func(b *testing.B, parent context.Context) func() error
 	}
-	libs := []lib{
-		{"rampart", func(b *testing.B, parent context.Context) func() error {
+	rampartLib := func(abandon bool) func(b *testing.B, parent context.Context) func() error {
+		return func(b *testing.B, parent context.Context) func() error {
 			t, err := timeout.New(timeout.Config{Duration: limit})
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() {
 				t.Close()
-				if st := t.Stats(); st.Timeouts != 0 || st.Fallbacks != 0 {
+				if st := t.Stats(); st.Timeouts != 0 || st.Rejected != 0 || st.Fallbacks != 0 {
 					b.Fatalf("stats %+v", st)
 				}
 			})
+			if abandon {
+				return func() error { return t.DoAbandon(parent, calleeReadsDone, nil) }
+			}
 			return func() error { return t.Do(parent, calleeReadsDone) }
-		}},
+		}
+	}
+	libs := []lib{
+		{"rampart", rampartLib(false)},
+		{"rampart-abandon", rampartLib(true)},
 		{"failsafe", func(b *testing.B, parent context.Context) func() error {
 			ex := failsafe.With[any](fstimeout.New[any](limit)).WithContext(parent)
 			return func() error {
 				return ex.RunWithExecution(func(e failsafe.Execution[any]) error { return calleeReadsDone(e.Context()) })
+			}
+		}},
+		// go-resiliency hands the function a stop channel, not a context:
+		// the function reads it and the parent's Done and Err.
+		{"goresiliency", func(b *testing.B, parent context.Context) func() error {
+			d := deadline.New(limit)
+			return func() error {
+				return d.Run(func(stop <-chan struct{}) error {
+					select {
+					case <-stop:
+						return deadline.ErrTimedOut
+					default:
+					}
+					return calleeReadsDone(parent)
+				})
 			}
 		}},
 		{"direct", func(b *testing.B, parent context.Context) func() error {
@@ -209,6 +234,24 @@ func benchTimeoutRealistic(b *testing.B) {
 			})
 		}
 	}
+	// The least that a context closing a Done channel of its own when a
+	// *context.cancelCtx parent is cancelled can cost through the context
+	// package's API: its children set takes only the package's own
+	// contexts, so one child (context.WithCancel: the child, its cancel
+	// func, its channel) is registered and removed per call. No timeout.
+	b.Run("CancellableParent/cancel-floor", func(b *testing.B) {
+		parent, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		b.ReportAllocs()
+		for b.Loop() {
+			c, cancel := context.WithCancel(parent)
+			err := calleeReadsDone(c)
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // benchHandoffFloor measures a bare two-goroutine round trip: the caller

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/bubble"
+	"github.com/rampart-go/rampart/internal/lazyctx"
 	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
@@ -449,6 +451,134 @@ func TestContextContract(t *testing.T) {
 		time.Sleep(time.Hour)
 		require.Equal(t, context.Canceled, kept.Err())
 	})
+}
+
+// TestCalleeContextCannotBeEndedByATypeAssertion checks that the context
+// handed to the callee (Do, StartAt, DoAbandon) exposes no method beyond
+// context.Context's, String and AfterFunc: a callee that type-asserts it
+// finds nothing that fires, cancels or re-initialises it.
+func TestCalleeContextCannotBeEndedByATypeAssertion(t *testing.T) {
+	tm := newT(t, Config{Duration: time.Hour})
+	want := []string{"AfterFunc", "Deadline", "Done", "Err", "String", "Value"}
+	check := func(c context.Context) error {
+		typ := reflect.TypeOf(c)
+		var got []string
+		for i := range typ.NumMethod() {
+			got = append(got, typ.Method(i).Name)
+		}
+		require.Equal(t, want, got, "exported methods of %v", typ)
+		_, ok := c.(interface{ Fire(uint64) })
+		require.False(t, ok, "the watchdog's Fire is reachable")
+		_, ok = c.(interface{ Cancel(lazyctx.Code) bool })
+		require.False(t, ok, "Cancel is reachable")
+		return c.Err()
+	}
+	require.NoError(t, tm.Do(context.Background(), check))
+	require.NoError(t, tm.DoAbandon(context.Background(), check, nil))
+	c, h := tm.Start(context.Background())
+	require.NoError(t, tm.Finish(h, check(c)))
+}
+
+// TestDeadlineContextBehavesAsWithDeadline runs the same scenarios on the
+// deadline-mode context and on a context.WithDeadline child of the same
+// kind of parent (a *context.cancelCtx with a cause, as a server request's
+// context), the callee reading Done before or after the end, and checks
+// that both report the same: Done closed at once, Err, context.Cause,
+// errors.Is(Err, context.DeadlineExceeded), a context.AfterFunc on the
+// context run once, and a child derived from it ended with the same error
+// and cause. The one documented difference: a child derived from ours
+// hears of the parent's cancellation one hop later (on the context
+// package's AfterFunc goroutine), where WithDeadline's child hears at once.
+func TestDeadlineContextBehavesAsWithDeadline(t *testing.T) {
+	boom := errors.New("boom")
+	type scenario struct {
+		name string
+		// end ends the call's context: the deadline passes, the parent is
+		// cancelled with boom, or the call finishes (finish).
+		end func(cancel context.CancelCauseFunc, finish func())
+	}
+	for _, sc := range []scenario{
+		{"deadline", func(context.CancelCauseFunc, func()) { time.Sleep(20 * time.Millisecond) }},
+		{"parent", func(cancel context.CancelCauseFunc, _ func()) { cancel(boom) }},
+		{"finished", func(_ context.CancelCauseFunc, finish func()) { finish() }},
+	} {
+		for _, doneFirst := range []bool{false, true} {
+			name := sc.name
+			if doneFirst {
+				name += "/done-first"
+			}
+			t.Run(name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					tm := newT(t, Config{Duration: 10 * time.Millisecond})
+					type result struct {
+						err, cause, childErr, childCause error
+						ran                              int32
+					}
+					run := func(c context.Context, cancel context.CancelCauseFunc, finish func(), ours bool) result {
+						var d <-chan struct{}
+						if doneFirst {
+							d = c.Done()
+							requireOpen(t, d)
+						}
+						var ran atomic.Int32
+						context.AfterFunc(c, func() { ran.Add(1) })
+						child, ccancel := context.WithCancel(c)
+						defer ccancel()
+						require.NoError(t, c.Err())
+						sc.end(cancel, finish)
+						if d == nil {
+							d = c.Done()
+						}
+						requireClosed(t, d)
+						if ours && sc.name == "parent" {
+							synctest.Wait() // the hop
+						}
+						requireClosed(t, child.Done())
+						synctest.Wait() // context.AfterFunc runs f on a goroutine
+						return result{c.Err(), context.Cause(c), child.Err(), context.Cause(child), ran.Load()}
+					}
+					// The standard library's.
+					parent, cancel := context.WithCancelCause(t.Context())
+					std, stdCancel := context.WithDeadline(parent, time.Now().Add(10*time.Millisecond))
+					want := run(std, cancel, stdCancel, false)
+					stdCancel()
+					cancel(nil)
+					// Ours, under the same kind of parent.
+					parent, cancel = context.WithCancelCause(t.Context())
+					c, h := tm.Start(parent)
+					finished := false
+					got := run(c, cancel, func() { finished = true; require.NoError(t, tm.Finish(h, nil)) }, true)
+					if !finished {
+						tm.Finish(h, nil)
+					}
+					cancel(nil)
+					require.Equal(t, want, got)
+					require.Equal(t, sc.name == "deadline", errors.Is(got.err, context.DeadlineExceeded))
+					require.Equal(t, int32(1), got.ran)
+				})
+			})
+		}
+	}
+}
+
+// requireOpen fails t if d is closed.
+func requireOpen(t *testing.T, d <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-d:
+		t.Fatal("Done is closed")
+	default:
+	}
+}
+
+// requireClosed fails t unless d is closed.
+func requireClosed(t *testing.T, d <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-d:
+	default:
+		t.Fatal("Done is open")
+	}
 }
 
 func TestParentDeadlineEarlier(t *testing.T) {

@@ -3,6 +3,7 @@ package lazyctx
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -369,6 +370,101 @@ func concurrentEnd(t *testing.T) {
 	// goroutine of its own: wait for those.
 	synctest.Wait()
 	require.Equal(t, int32(readers), ran.Load()+stopped.Load())
+}
+
+// TestOwnerOperationsAreNotMethods checks that a Ctx, as a callee receives
+// it, has no exported method beyond context.Context's, String and
+// AfterFunc: ending or re-initialising it is for its owner, through the
+// package functions.
+func TestOwnerOperationsAreNotMethods(t *testing.T) {
+	typ := reflect.TypeFor[*Ctx]()
+	var got []string
+	for i := range typ.NumMethod() {
+		got = append(got, typ.Method(i).Name)
+	}
+	require.Equal(t, []string{"AfterFunc", "Deadline", "Done", "Err", "String", "Value"}, got)
+}
+
+// children returns the number of children registered on a
+// *context.cancelCtx (read through reflection: the set is unexported).
+func children(t *testing.T, ctx context.Context) int {
+	t.Helper()
+	v := reflect.ValueOf(ctx).Elem().FieldByName("children")
+	require.True(t, v.IsValid(), "not a *context.cancelCtx: %T", ctx)
+	return v.Len()
+}
+
+// TestDoneUnderACancelCtxParentRegistersOneChild checks the registration
+// that Done makes on a *context.cancelCtx parent: one child in the parent's
+// children set while the context is live, none once it ended (End, or the
+// parent's cancellation), and the Done channel closed synchronously by the
+// parent's cancel, as a context.WithCancel child's is.
+func TestDoneUnderACancelCtxParentRegistersOneChild(t *testing.T) {
+	parent, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	c := newCtx(parent)
+	_ = c.Err()
+	require.Equal(t, 0, children(t, parent), "Err registers nothing")
+	d := c.Done()
+	require.Equal(t, d, c.Done())
+	require.Equal(t, 1, children(t, parent))
+	require.True(t, End(c, Finished))
+	requireDone(t, d)
+	require.Equal(t, 0, children(t, parent), "End releases the registration")
+
+	c = newCtx(parent)
+	d = c.Done()
+	require.Equal(t, 1, children(t, parent))
+	boom := errors.New("boom")
+	cancel(boom)
+	requireDone(t, d) // synchronously, within the parent's cancel
+	require.Equal(t, context.Canceled, c.Err())
+	require.Equal(t, ParentDone, CodeOf(c))
+	require.Equal(t, boom, context.Cause(c))
+	require.True(t, errors.Is(c.Err(), context.Canceled))
+}
+
+// TestConcurrentFirstDone races the first Done calls of one context against
+// its End (and, every other round, the parent's cancellation): every caller
+// gets the same channel, it is closed, Err agrees with the code, and the
+// parent keeps no registration. Run it under -race.
+func TestConcurrentFirstDone(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 500 {
+		p := parent
+		var pcancel context.CancelFunc = func() {}
+		if i%2 == 1 {
+			p, pcancel = context.WithCancel(parent)
+		}
+		c := newCtx(p)
+		const n = 4
+		var got [n]<-chan struct{}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for j := range n {
+			wg.Go(func() { <-start; got[j] = c.Done() })
+		}
+		wg.Go(func() { <-start; End(c, Fired) })
+		wg.Go(func() { <-start; pcancel() })
+		close(start)
+		wg.Wait()
+		for j := range n {
+			require.Equal(t, got[0], got[j])
+		}
+		requireDone(t, got[0])
+		require.Equal(t, got[0], c.Done())
+		switch CodeOf(c) {
+		case Fired:
+			require.Equal(t, context.DeadlineExceeded, c.Err())
+		case ParentDone:
+			require.Equal(t, context.Canceled, c.Err())
+		default:
+			t.Fatalf("code %v", CodeOf(c))
+		}
+		pcancel()
+		require.Equal(t, 0, children(t, parent), "round %d", i)
+	}
 }
 
 var sink *Ctx
