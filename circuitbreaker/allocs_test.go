@@ -2,12 +2,16 @@ package circuitbreaker
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/testkit"
+	"github.com/stretchr/testify/require"
 )
 
 // TestAllocs: in every mode, admitting, recording (fast, slow, failed),
@@ -80,4 +84,48 @@ func TestAllocs(t *testing.T) {
 	// The default config, the benchmark's.
 	b, _ := New(Config{})
 	gate("default/do-success", func() { _ = b.Do(ctx, ok) })
+}
+
+// TestInstanceBytesAllocs gates the heap bytes of one live breaker, in
+// both layouts, on 2 Ps (the default layout counts rejections per P) and
+// 64-byte cache lines: the Breaker (512 B: its fields, then its hot line),
+// a 100-call count window's slots (400 B, in the allocator's 416-byte
+// class), a time window (48 B) and its 10 buckets (32 B each, a line apart
+// unless Compact), and one line per P after the first. A breaker without a
+// Name shares its rejection errors; its open timer is built at the first
+// trip.
+func TestInstanceBytesAllocs(t *testing.T) {
+	if pad.LineSize != 64 {
+		t.Skipf("the figures are for 64-byte cache lines, not %d", pad.LineSize)
+	}
+	if runtime.GOMAXPROCS(0) != 2 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	}
+	// The least of three measurements: now and then something else in the
+	// process (the runtime, the test framework) allocates a few KiB during
+	// one, which the floored average does not hide.
+	want := func(name string, bytes int64, mk func() any) {
+		t.Helper()
+		got := min(testkit.Bytes(t, mk), testkit.Bytes(t, mk), testkit.Bytes(t, mk))
+		if got != bytes {
+			t.Errorf("%s: got %d bytes per instance, want %d", name, got, bytes)
+		}
+	}
+	mk := func(cfg Config) func() any {
+		return func() any {
+			b, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
+	require.Equal(t, uintptr(512), unsafe.Sizeof(Breaker{}))
+	want("default (100-call count window)", 512+416+64, mk(Config{}))
+	want("Compact", 512+416, mk(Config{Compact: true}))
+	want("1000-call count window", 512+4096+64, mk(Config{WindowSize: 1000}))
+	want("time window", 512+48+640+64, mk(Config{Mode: TimeWindow}))
+	want("time window, Compact", 512+48+320, mk(Config{Mode: TimeWindow, Compact: true}))
+	want("consecutive", 512+64, mk(Config{Mode: Consecutive}))
+	want("consecutive, Compact", 512, mk(Config{Mode: Consecutive, Compact: true}))
 }

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/atomicx"
@@ -102,62 +104,96 @@ type Permit struct {
 // package documentation for the algorithm); transitions take a mutex. The
 // zero Breaker is not usable. A Breaker is safe for concurrent use.
 type Breaker struct {
-	// Hot words, each alone on its cache line.
-	state      pad.Uint64 // the state word (layout above); loaded by every call
-	consec     pad.Int64  // Consecutive mode: failures in a row
-	openUntil  pad.Int64  // end of the open period
-	probeAt    pad.Int64  // HalfOpen only: when the newest probe was admitted (MaxHalfOpenDuration counts from it)
-	rejections pad.Uint64 // rejected calls since New
-	failures   pad.Uint64 // failures recorded in the current generation since New
-	slowCalls  pad.Uint64 // slow calls recorded since New
-	count      countWindow
+	breakerCold
+	// Fills breakerCold up to a whole number of cache lines, so that hot
+	// starts a line: the allocator places an object whose size is a
+	// multiple of the line size on a line boundary (its size classes that
+	// are multiples of 64 B start at multiples of their size from a page),
+	// which TestBreakerLayout checks.
+	_   [(pad.LineSize - unsafe.Sizeof(breakerCold{})%pad.LineSize) % pad.LineSize]byte
+	hot hotLine // the words the calls' records write; the last line of the object
+}
 
+// breakerCold is every field of a Breaker that calls only read (written
+// on transitions, the rare path, or never after New).
+type breakerCold struct {
+	state     atomic.Uint64 // the state word (layout above); loaded by every call
+	openUntil atomic.Int64  // end of the open period; written by transitions
+	probeAt   atomic.Int64  // HalfOpen only: when the newest probe was admitted (MaxHalfOpenDuration counts from it)
+	// lines holds the rejection counters of P 1 to P len(lines) (P 0's is
+	// hot.rej), one cache line each; nil when Compact or GOMAXPROCS was 1.
+	lines []hotLine
 	// Rarely written.
-	_              pad.Line
 	mu             sync.Mutex // serializes transitions (rare path)
-	streak         int        // trips from half-open since the last close; under mu
+	streak         int32      // trips from half-open since the last close; under mu
 	pending        atomic.Bool
+	mode           Mode  // cfg.Mode
+	fast           uint8 // fastCount, fastConsec: the closed success path needs no evaluation
+	timed          bool  // the shorthands must read the clock before and after every call
+	hinted         bool  // Ticker is a real-time NanoTicker: an open timer hints when an open period is over
+	count          countWindow
+	tw             *timeWindow
+	rejected       atomic.Uint64 // rejections on Ps beyond the per-P counters (GOMAXPROCS raised after New)
 	transitions    atomic.Uint64
 	trips          atomic.Uint64
 	stale          atomic.Uint64
 	listenerPanics atomic.Uint64
-	// openTimer, with a real-time NanoTicker only, fires when an open
-	// period should be over and stores the Open word it was armed for in
-	// openExpired: until then the shorthands reject an Open breaker without
-	// reading the clock. The hint only decides whether to read the clock;
-	// AcquireAt still compares with openUntil.
-	openTimer   *time.Timer
-	timerWord   atomic.Uint64 // the Open word the timer is armed for
-	openExpired atomic.Uint64 // the Open word whose period is over (hint)
-
-	// Read-only after New.
-	tw          *timeWindow
-	ticker      rampart.Ticker
-	classify    func(error) rampart.Result
-	onState     func(from, to State)
-	onSuccess   func(time.Duration)
-	onFailure   func(time.Duration)
-	onRejected  func(State)
+	// hint, with a real-time NanoTicker only, holds the open timer: built
+	// at the first transition to an open state (under mu), it fires when
+	// an open period should be over. Until then the shorthands reject an
+	// Open breaker without reading the clock.
+	hint        *openHint
 	errOpen     *rampart.RejectedError
 	errHalfOpen *rampart.RejectedError
-	mode        Mode
-	fast        uint8 // fastCount, fastConsec: the closed success path needs no evaluation
-	timed       bool  // the shorthands must read the clock before and after every call
-	slowNs      int64
-	minCalls    int64
-	consecMax   int64
-	failRate    float64
-	slowRate    float64
-	openNs      int64
-	maxOpenNs   int64
-	factor      float64
-	jitter      float64
-	probes      int
-	maxConc     int
-	hoSucc      int
-	maxHalfNs   int64
 	cfg         Config
 }
+
+// openHint is the open timer of a breaker on a real-time NanoTicker. The
+// timer stores the Open word it was armed for in expired: until then the
+// shorthands reject an Open breaker without reading the clock. The hint
+// only decides whether to read the clock; AcquireAt still compares with
+// openUntil.
+type openHint struct {
+	timer   *time.Timer
+	word    atomic.Uint64 // the Open word the timer is armed for
+	expired atomic.Uint64 // the Open word whose period is over
+}
+
+func (h *openHint) fire() { h.expired.Store(h.word.Load()) }
+
+// hotWords are the words that records write: the count window's sequence
+// and counters, the failure, slow-call and consecutive-failure counts, and
+// the rejections counted on P 0. In the default layout they fill one cache
+// line, which nothing read on the healthy path shares but the window's
+// counters; Compact keeps the same line (the rejections are then counted
+// here with an atomic add, rej).
+type hotWords struct {
+	seq       atomic.Uint64 // CountWindow: next sequence number
+	total     atomic.Int64  // CountWindow: filled slots
+	fails     atomic.Int64  // CountWindow: slots holding a failure
+	slows     atomic.Int64  // CountWindow: slots holding a slow call
+	failures  atomic.Uint64 // failures recorded since New
+	slowCalls atomic.Uint64 // slow calls recorded since New
+	consec    atomic.Int64  // Consecutive mode: failures in a row
+	rej       uint64        // rejections counted on P 0 (per-P counters), or all of them (Compact); see countRejection
+}
+
+// hotLine is hotWords on a cache line of its own (an arm64 line is 128 B).
+type hotLine struct {
+	_ [pad.LineSize - unsafe.Sizeof(hotWords{})]byte
+	hotWords
+}
+
+// maxLines caps the per-P rejection counters beyond P 0's at 7 cache
+// lines: rejections on later Ps share one atomic word (Breaker.rejected).
+const maxLines = 7
+
+// unnamedOpen and unnamedHalfOpen are the rejection errors of every
+// breaker without a Name: they are equal, so they are shared.
+var (
+	unnamedOpen     = rampart.NewRejectedError("circuitbreaker", "", ErrOpen)
+	unnamedHalfOpen = rampart.NewRejectedError("circuitbreaker", "", ErrHalfOpenFull)
+)
 
 // New validates cfg, fills its defaults and returns a closed breaker. An
 // invalid field gives a *rampart.ConfigError matching rampart.ErrInvalidConfig.
@@ -165,39 +201,31 @@ func New(cfg Config) (*Breaker, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
-	b := &Breaker{
-		ticker:      cfg.Ticker,
-		classify:    cfg.Classify,
-		onState:     cfg.OnStateChange,
-		onSuccess:   cfg.OnSuccess,
-		onFailure:   cfg.OnFailure,
-		onRejected:  cfg.OnRejected,
-		errOpen:     rampart.NewRejectedError("circuitbreaker", cfg.Name, ErrOpen),
-		errHalfOpen: rampart.NewRejectedError("circuitbreaker", cfg.Name, ErrHalfOpenFull),
-		mode:        cfg.Mode,
-		slowNs:      int64(cfg.SlowCallDuration),
-		minCalls:    int64(cfg.MinimumCalls),
-		consecMax:   int64(cfg.ConsecutiveFailures),
-		failRate:    cfg.FailureRateThreshold,
-		slowRate:    cfg.SlowCallRateThreshold,
-		openNs:      int64(cfg.OpenDuration),
-		maxOpenNs:   int64(cfg.MaxOpenDuration),
-		factor:      cfg.OpenBackoffFactor,
-		jitter:      cfg.OpenJitter,
-		probes:      cfg.HalfOpenProbes,
-		maxConc:     cfg.HalfOpenMaxConcurrent,
-		hoSucc:      cfg.HalfOpenSuccesses,
-		maxHalfNs:   int64(cfg.MaxHalfOpenDuration),
-		cfg:         cfg,
+	b := &Breaker{}
+	b.cfg = cfg
+	b.mode = cfg.Mode
+	b.errOpen, b.errHalfOpen = unnamedOpen, unnamedHalfOpen
+	if cfg.Name != "" {
+		b.errOpen = rampart.NewRejectedError("circuitbreaker", cfg.Name, ErrOpen)
+		b.errHalfOpen = rampart.NewRejectedError("circuitbreaker", cfg.Name, ErrHalfOpenFull)
 	}
 	switch cfg.Mode {
 	case CountWindow:
-		b.count.init(cfg.WindowSize)
+		b.count.init(cfg.WindowSize, &b.hot.hotWords)
 	case TimeWindow:
-		b.tw = newTimeWindow(int64(cfg.TimeWindow), cfg.Buckets)
+		b.tw = newTimeWindow(int64(cfg.TimeWindow), cfg.Buckets, cfg.Compact)
 	}
-	b.timed = b.slowNs > 0 || cfg.Mode == TimeWindow || b.onSuccess != nil || b.onFailure != nil
-	if b.slowNs == 0 && b.onSuccess == nil {
+	if !cfg.Compact {
+		// One counter per P, each on its own line, so that rejections
+		// from many goroutines at once write no shared word (see
+		// countRejection). P 0's sits in hot; the lines beyond it are
+		// allocated here, for the Ps that exist now (GOMAXPROCS).
+		if n := min(runtime.GOMAXPROCS(0), maxLines+1); n > 1 {
+			b.lines = make([]hotLine, n-1)
+		}
+	}
+	b.timed = cfg.SlowCallDuration > 0 || cfg.Mode == TimeWindow || cfg.OnSuccess != nil || cfg.OnFailure != nil
+	if cfg.SlowCallDuration == 0 && cfg.OnSuccess == nil {
 		switch cfg.Mode {
 		case CountWindow:
 			b.fast = fastCount
@@ -205,10 +233,7 @@ func New(cfg Config) (*Breaker, error) {
 			b.fast = fastConsec
 		}
 	}
-	if _, ok := cfg.Ticker.(*rampart.NanoTicker); ok {
-		b.openTimer = time.AfterFunc(time.Hour, func() { b.openExpired.Store(b.timerWord.Load()) })
-		b.openTimer.Stop()
-	}
+	_, b.hinted = cfg.Ticker.(*rampart.NanoTicker)
 	b.state.Store(genOne | uint64(Closed)) // generation 1: the zero Permit is stale
 	return b, nil
 }
@@ -224,7 +249,7 @@ func (b *Breaker) MeasuresCalls() bool { return b.timed }
 
 // Ticker returns the clock the shorthands read; pass its readings to the
 // primitive methods.
-func (b *Breaker) Ticker() rampart.Ticker { return b.ticker }
+func (b *Breaker) Ticker() rampart.Ticker { return b.cfg.Ticker }
 
 // State returns the current state. An open breaker whose open period has
 // passed still reports Open until the next AcquireAt moves it to HalfOpen.
@@ -266,19 +291,23 @@ func (b *Breaker) Acquire() (Permit, error) {
 		if !b.timed {
 			return Permit{word: w, start: rampart.NotRead}, nil // nothing needs the time: no clock read
 		}
-		return Permit{word: w, start: b.ticker.Now()}, nil // clock read: the call's duration is measured
+		return Permit{word: w, start: b.cfg.Ticker.Now()}, nil // clock read: the call's duration is measured
 	}
 	return b.acquireOther(w)
 }
 
-// acquireOther is Acquire for every state but Closed: a state that needs
-// no time (see needsNoClock) admits without reading the clock; every other
-// reads it for the decision.
+// acquireOther is Acquire for every state but Closed: an Open breaker whose
+// open timer has not fired (real-time NanoTicker only) rejects, and a state
+// that needs no time (see needsNoClock) admits, without reading the clock;
+// every other reads it for the decision.
 func (b *Breaker) acquireOther(w uint64) (Permit, error) {
+	if w&stateMask == uint64(Open) && b.hinted && b.hint.expired.Load() != w { // the open timer has not fired
+		return Permit{}, b.rejectOpen() // no decision needs the time: no clock read
+	}
 	if b.needsNoClock(w) {
 		return Permit{word: w, start: rampart.NotRead}, nil // no decision, no duration: no clock read
 	}
-	return b.acquireSlow(b.ticker.Now()) // clock read: the decision or the duration needs it
+	return b.acquireSlow(b.cfg.Ticker.Now()) // clock read: the decision or the duration needs it
 }
 
 // needsNoClock reports whether a call admitted under w (not Closed, which
@@ -311,20 +340,20 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 			// caller sees the new HalfOpen word with an older period's
 			// time; raised, never lowered, so that a caller that read the
 			// clock long ago cannot set it back.
-			atomicx.Max(&b.probeAt.Int64, now)
+			atomicx.Max(&b.probeAt, now)
 			// The open period is over: the first CAS moves to HalfOpen and
 			// takes the first probe.
 			nw := nextGen(w) | uint64(HalfOpen) | admOne | inflOne
 			if b.state.CompareAndSwap(w, nw) {
 				b.transitions.Add(1)
-				if b.onState != nil {
+				if b.cfg.OnStateChange != nil {
 					b.notifyProbeStart(nw, now)
 				}
 				return Permit{word: nw, start: now}, nil
 			}
 		case HalfOpen:
-			if field(w, admShift) >= b.probes || field(w, inflShift) >= b.maxConc {
-				if b.maxHalfNs > 0 && now != rampart.NotRead && now-b.probeAt.Load() >= b.maxHalfNs {
+			if field(w, admShift) >= b.cfg.HalfOpenProbes || field(w, inflShift) >= b.cfg.HalfOpenMaxConcurrent {
+				if b.cfg.MaxHalfOpenDuration > 0 && now != rampart.NotRead && now-b.probeAt.Load() >= int64(b.cfg.MaxHalfOpenDuration) {
 					// No probe admitted for MaxHalfOpenDuration: every
 					// probe in flight has been out that long, stuck.
 					// Start a fresh half-open period and compete for its
@@ -340,7 +369,7 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 			if b.state.CompareAndSwap(w, nw) {
 				// After the CAS: only an admitted probe moves the time
 				// forward (a rejected caller must not).
-				atomicx.Max(&b.probeAt.Int64, now)
+				atomicx.Max(&b.probeAt, now)
 				return Permit{word: nw, start: now}, nil
 			}
 		default:
@@ -373,15 +402,60 @@ func (b *Breaker) reject(now int64, s State, err *rampart.RejectedError) error {
 	if now == rampart.NotRead {
 		return err
 	}
-	b.rejections.Add(1)
-	if b.onRejected != nil {
+	b.countRejection()
+	if b.cfg.OnRejected != nil {
 		b.notifyRejected(s)
 	}
 	return err
 }
 
+// countRejection counts one rejection. Compact: one atomic add on the hot
+// line. Default layout: an add to the counter of the P that runs the
+// caller, pinned to it meanwhile so that no other goroutine writes that
+// word: a plain add on a line that no other P writes, where an atomic add
+// on one shared word costs a locked instruction and moves the line between
+// the cores that reject (an open breaker rejects every call of every
+// goroutine). Stats sums the counters (see rejections). A P beyond the
+// counters (GOMAXPROCS raised after New) adds to one shared atomic word.
+func (b *Breaker) countRejection() {
+	if b.cfg.Compact {
+		atomic.AddUint64(&b.hot.rej, 1)
+		return
+	}
+	p := procPin()
+	switch {
+	case p == 0:
+		addOwned(&b.hot.rej)
+	case p <= len(b.lines):
+		addOwned(&b.lines[p-1].rej)
+	default:
+		b.rejected.Add(1)
+	}
+	procUnpin()
+}
+
+// rejections sums the rejection counters (see countRejection).
+func (b *Breaker) rejections() uint64 {
+	n := b.rejected.Load() + atomic.LoadUint64(&b.hot.rej)
+	for i := range b.lines {
+		n += atomic.LoadUint64(&b.lines[i].rej)
+	}
+	return n
+}
+
+// rejectOpen is the rejection of an Open breaker whose open timer has not
+// fired, made without a clock reading (Do, Call, Acquire): counted and
+// notified as reject does.
+func (b *Breaker) rejectOpen() error {
+	b.countRejection()
+	if b.cfg.OnRejected != nil {
+		b.notifyRejected(Open)
+	}
+	return b.errOpen
+}
+
 func (b *Breaker) notifyRejected(s State) {
-	notify.Call1(&b.listenerPanics, b.onRejected, s)
+	notify.Call1(&b.listenerPanics, b.cfg.OnRejected, s)
 }
 
 // Classify returns the Result that ReleaseAt gives err: Config.Classify's, or
@@ -392,8 +466,8 @@ func (b *Breaker) notifyRejected(s State) {
 func (b *Breaker) Classify(err error) rampart.Result { return b.classifyErr(err) }
 
 func (b *Breaker) classifyErr(err error) rampart.Result {
-	if b.classify != nil {
-		return b.classify(err)
+	if b.cfg.Classify != nil {
+		return b.cfg.Classify(err)
 	}
 	return DefaultClassify(err)
 }
@@ -428,8 +502,8 @@ func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
 			return
 		case fastConsec:
 			// Atomic 2, a load; a store only after failures.
-			if b.consec.Load() != 0 {
-				b.consec.Store(0)
+			if b.hot.consec.Load() != 0 {
+				b.hot.consec.Store(0)
 			}
 			return
 		}
@@ -445,7 +519,7 @@ func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
 func (b *Breaker) Release(p Permit, r rampart.Result) {
 	now := rampart.NotRead
 	if p.start != rampart.NotRead {
-		now = b.ticker.Now() // clock read: the call's duration is measured
+		now = b.cfg.Ticker.Now() // clock read: the call's duration is measured
 	}
 	b.ReleaseAt(p, now, r)
 }
@@ -471,23 +545,23 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 	if timed {
 		d = now - p.start
 	}
-	slow := b.slowNs > 0 && timed && d >= b.slowNs
+	slow := b.cfg.SlowCallDuration > 0 && timed && d >= int64(b.cfg.SlowCallDuration)
 	failed := r == rampart.Failure
 	if slow && b.mode == Consecutive {
 		failed = true // in Consecutive mode a slow call is a failure: counted and reported as one
 	}
 	if failed {
-		b.failures.Add(1)
+		b.hot.failures.Add(1)
 	}
 	// The per-call listeners run after the outcome is applied: a Goexit in
 	// one must not lose it.
-	if failed && b.onFailure != nil {
-		defer notify.Call1(&b.listenerPanics, b.onFailure, time.Duration(d))
-	} else if !failed && b.onSuccess != nil {
-		defer notify.Call1(&b.listenerPanics, b.onSuccess, time.Duration(d))
+	if failed && b.cfg.OnFailure != nil {
+		defer notify.Call1(&b.listenerPanics, b.cfg.OnFailure, time.Duration(d))
+	} else if !failed && b.cfg.OnSuccess != nil {
+		defer notify.Call1(&b.listenerPanics, b.cfg.OnSuccess, time.Duration(d))
 	}
 	if slow {
-		b.slowCalls.Add(1)
+		b.hot.slowCalls.Add(1)
 	}
 	switch st {
 	case HalfOpen:
@@ -508,7 +582,7 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 			}
 		case TimeWindow:
 			if now == rampart.NotRead {
-				now = b.ticker.Now()
+				now = b.cfg.Ticker.Now()
 			}
 			slid := b.tw.add(now, failed, slow)
 			if judge && (failed || slow || slid || b.pending.Load()) {
@@ -516,11 +590,11 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 			}
 		case Consecutive:
 			if failed { // slow calls included
-				if n := b.consec.Add(1); judge && n >= b.consecMax {
+				if n := b.hot.consec.Add(1); judge && n >= int64(b.cfg.ConsecutiveFailures) {
 					b.transition(w, true, Open, now)
 				}
-			} else if b.consec.Load() != 0 {
-				b.consec.Store(0)
+			} else if b.hot.consec.Load() != 0 {
+				b.hot.consec.Store(0)
 			}
 		}
 	}
@@ -532,12 +606,12 @@ func (b *Breaker) over(total, fails, slows int64) bool {
 		return false
 	}
 	t := float64(total)
-	return float64(fails)*100 >= b.failRate*t || (b.slowNs > 0 && float64(slows)*100 >= b.slowRate*t)
+	return float64(fails)*100 >= b.cfg.FailureRateThreshold*t || (b.cfg.SlowCallDuration > 0 && float64(slows)*100 >= b.cfg.SlowCallRateThreshold*t)
 }
 
 func (b *Breaker) evaluateCount(w uint64, now int64) {
 	total, fails, slows := b.count.snapshot()
-	if total >= b.minCalls && b.over(total, fails, slows) {
+	if total >= int64(b.cfg.MinimumCalls) && b.over(total, fails, slows) {
 		b.transition(w, true, Open, now)
 	}
 }
@@ -550,7 +624,7 @@ func (b *Breaker) evaluateCount(w uint64, now int64) {
 func (b *Breaker) evaluateTime(w uint64, now int64) {
 	total, fails, slows := b.tw.snapshot(now)
 	over := b.over(total, fails, slows)
-	if over && total < b.minCalls {
+	if over && total < int64(b.cfg.MinimumCalls) {
 		if !b.pending.Load() {
 			b.pending.Store(true)
 		}
@@ -630,13 +704,13 @@ const (
 //     probe is a failure): the slow rate is not judged in half-open, the
 //     closed window judges it again.
 func (b *Breaker) probeVerdict(w uint64) int {
-	n := int64(b.probes)
+	n := int64(b.cfg.HalfOpenProbes)
 	failed, slow := int64(field(w, failShift)), int64(field(w, slowShift))
 	done := int64(field(w, admShift) - field(w, inflShift))
 	left := n - done
 	switch {
-	case b.hoSucc > 0:
-		succ, k := done-failed, int64(b.hoSucc)
+	case b.cfg.HalfOpenSuccesses > 0:
+		succ, k := done-failed, int64(b.cfg.HalfOpenSuccesses)
 		if succ+left < k {
 			return verdictReopen
 		}
@@ -644,7 +718,7 @@ func (b *Breaker) probeVerdict(w uint64) int {
 			return verdictClose
 		}
 	case b.mode == Consecutive:
-		m := min(b.consecMax, n)
+		m := min(int64(b.cfg.ConsecutiveFailures), n)
 		if failed >= m {
 			return verdictReopen
 		}
@@ -670,7 +744,7 @@ func (b *Breaker) probeVerdict(w uint64) int {
 // is published.
 func (b *Breaker) transition(expect uint64, check bool, to State, now int64) bool {
 	if now == rampart.NotRead && (to == Open || to == HalfOpen) {
-		now = b.ticker.Now() // a trip decided on a path that read no clock
+		now = b.cfg.Ticker.Now() // a trip decided on a path that read no clock
 	}
 	b.mu.Lock()
 	w := b.state.Load()
@@ -686,7 +760,7 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 		} else if from != Open {
 			b.streak = 0
 		}
-		b.openUntil.Store(atomicx.SatAdd(now, b.openDuration(b.streak)))
+		b.openUntil.Store(atomicx.SatAdd(now, b.openDuration(int(b.streak))))
 	case HalfOpen:
 		b.probeAt.Store(now) // the half-open period starts now (see acquireSlow)
 	case Closed, MetricsOnly:
@@ -695,14 +769,23 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 			b.streak = 0
 		}
 	}
+	if to == Open && b.hinted && b.hint == nil {
+		// Built at the first trip, not in New: a breaker that never
+		// opens carries no timer. Published by the state CAS below, so a
+		// caller that loads the Open word finds it.
+		h := &openHint{}
+		h.timer = time.AfterFunc(time.Hour, h.fire)
+		h.timer.Stop()
+		b.hint = h
+	}
 	for {
 		nw := nextGen(w) | uint64(to)
-		if to == Open && b.openTimer != nil {
-			b.timerWord.Store(nw)
+		if to == Open && b.hinted {
+			b.hint.word.Store(nw)
 		}
 		if b.state.CompareAndSwap(w, nw) {
-			if to == Open && b.openTimer != nil {
-				b.openTimer.Reset(time.Duration(b.openUntil.Load() - now))
+			if to == Open && b.hinted {
+				b.hint.timer.Reset(time.Duration(b.openUntil.Load() - now))
 			}
 			break
 		}
@@ -730,29 +813,29 @@ func (b *Breaker) resetWindow() {
 		b.tw.reset()
 		b.pending.Store(false)
 	}
-	b.consec.Store(0)
+	b.hot.consec.Store(0)
 }
 
 // openDuration is OpenDuration × OpenBackoffFactor^streak, capped at
 // MaxOpenDuration, shortened by up to OpenJitter of itself.
 func (b *Breaker) openDuration(streak int) int64 {
-	d := float64(b.openNs)
-	if streak > 0 && b.maxOpenNs > b.openNs {
-		d *= math.Pow(b.factor, float64(streak))
-		d = min(d, float64(b.maxOpenNs))
+	d := float64(b.cfg.OpenDuration)
+	if streak > 0 && int64(b.cfg.MaxOpenDuration) > int64(b.cfg.OpenDuration) {
+		d *= math.Pow(b.cfg.OpenBackoffFactor, float64(streak))
+		d = min(d, float64(b.cfg.MaxOpenDuration))
 	}
-	if b.jitter > 0 {
-		d -= d * b.jitter * rand.Float64()
+	if b.cfg.OpenJitter > 0 {
+		d -= d * b.cfg.OpenJitter * rand.Float64()
 	}
-	if d >= float64(b.maxOpenNs) {
-		return b.maxOpenNs // exact, and no float→int overflow near math.MaxInt64
+	if d >= float64(b.cfg.MaxOpenDuration) {
+		return int64(b.cfg.MaxOpenDuration) // exact, and no float→int overflow near math.MaxInt64
 	}
 	return int64(d)
 }
 
 func (b *Breaker) notifyState(from, to State) {
-	if b.onState != nil {
-		notify.Call2(&b.listenerPanics, b.onState, from, to)
+	if b.cfg.OnStateChange != nil {
+		notify.Call2(&b.listenerPanics, b.cfg.OnStateChange, from, to)
 	}
 }
 
@@ -765,14 +848,14 @@ func (b *Breaker) RemainingOpenAt(now int64) time.Duration {
 	case Open:
 		return time.Duration(max(b.openUntil.Load()-now, 0))
 	case ForcedOpen:
-		return time.Duration(b.openNs)
+		return b.cfg.OpenDuration
 	}
 	return 0
 }
 
 // RemainingOpen is [Breaker.RemainingOpenAt] at a reading of the breaker's
 // Ticker.
-func (b *Breaker) RemainingOpen() time.Duration { return b.RemainingOpenAt(b.ticker.Now()) }
+func (b *Breaker) RemainingOpen() time.Duration { return b.RemainingOpenAt(b.cfg.Ticker.Now()) }
 
 // TransitionTo moves the breaker to the state to by hand, reading the
 // Ticker, whatever its state: Open starts an open period of the base
@@ -788,7 +871,7 @@ func (b *Breaker) TransitionTo(to State) bool {
 	if b.State() == to {
 		return false
 	}
-	return b.transition(0, false, to, b.ticker.Now())
+	return b.transition(0, false, to, b.cfg.Ticker.Now())
 }
 
 // Reset moves the breaker to Closed with an empty window and the open
@@ -846,15 +929,15 @@ func (b *Breaker) Stats() Stats {
 	s := Stats{
 		State:               State(w & stateMask),
 		Generation:          w >> genShift,
-		ConsecutiveFailures: b.consec.Load(),
+		ConsecutiveFailures: b.hot.consec.Load(),
 		HalfOpenAdmitted:    field(w, admShift),
 		HalfOpenInFlight:    field(w, inflShift),
 		HalfOpenSucceeded:   field(w, admShift) - field(w, inflShift) - field(w, failShift),
 		HalfOpenFailed:      field(w, failShift),
 		HalfOpenSlowCalls:   field(w, slowShift),
-		Failures:            b.failures.Load(),
-		SlowCalls:           b.slowCalls.Load(),
-		Rejected:            b.rejections.Load(),
+		Failures:            b.hot.failures.Load(),
+		SlowCalls:           b.hot.slowCalls.Load(),
+		Rejected:            b.rejections(),
 		StaleResults:        b.stale.Load(),
 		Transitions:         b.transitions.Load(),
 		Trips:               b.trips.Load(),
@@ -863,9 +946,9 @@ func (b *Breaker) Stats() Stats {
 	switch b.mode {
 	case CountWindow:
 		s.WindowCalls, s.WindowFailures, s.WindowSlowCalls = b.count.snapshot()
-		s.Calls = b.count.seq.Load()
+		s.Calls = b.hot.seq.Load()
 	case TimeWindow:
-		s.WindowCalls, s.WindowFailures, s.WindowSlowCalls = b.tw.snapshot(b.ticker.Now())
+		s.WindowCalls, s.WindowFailures, s.WindowSlowCalls = b.tw.snapshot(b.cfg.Ticker.Now())
 	}
 	if s.WindowCalls > 0 {
 		s.FailureRate = float64(s.WindowFailures) * 100 / float64(s.WindowCalls)
@@ -873,9 +956,9 @@ func (b *Breaker) Stats() Stats {
 	}
 	switch s.State {
 	case Open:
-		s.RemainingOpen = b.RemainingOpenAt(b.ticker.Now())
+		s.RemainingOpen = b.RemainingOpenAt(b.cfg.Ticker.Now())
 	case ForcedOpen:
-		s.RemainingOpen = time.Duration(b.openNs) // as RemainingOpenAt: no clock needed
+		s.RemainingOpen = b.cfg.OpenDuration // as RemainingOpenAt: no clock needed
 	}
 	return s
 }

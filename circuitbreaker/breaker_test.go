@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/israce"
+	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/testkit"
 )
 
@@ -1249,7 +1252,7 @@ func TestWindowSnapshotsStayPossible(t *testing.T) {
 	// success, record Z swaps it back to a failure and applies +1, X's -1
 	// is not applied yet: fails 2, total 1.
 	var cw countWindow
-	cw.init(1)
+	cw.init(1, new(hotWords))
 	cw.add(codeFail)
 	x := cw.slots[0].Swap(codeOK)
 	cw.apply(cw.slots[0].Swap(codeFail), codeFail)
@@ -1259,11 +1262,123 @@ func TestWindowSnapshotsStayPossible(t *testing.T) {
 	require.Equal(t, [2]int64{1, 1}, [2]int64{total, fails})
 	// A reset's -1 on total applied before its -1 on fails, and the
 	// counters of a record in flight running ahead of n.
-	cw.total.Add(-1)
+	cw.h.total.Add(-1)
 	possible("count window, reset in flight")(cw.snapshot())
-	cw.total.Add(3)
-	cw.slows.Add(5)
+	cw.h.total.Add(3)
+	cw.h.slows.Add(5)
 	total, fails, slows = cw.snapshot()
 	possible("count window, ahead")(total, fails, slows)
 	require.LessOrEqual(t, total, int64(1), "at most n calls")
+}
+
+// TestAcquireRejectsOpenUntilTimerFires: on a real-time NanoTicker, Acquire
+// rejects an Open breaker whose open timer has not fired without reading
+// the clock, as Do does: the timer alone decides, even with an open
+// period that (by the breaker's books) is already over.
+func TestAcquireRejectsOpenUntilTimerFires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := New(Config{Ticker: rampart.NewNanoTicker(), OpenDuration: time.Second})
+		require.NoError(t, err)
+		require.True(t, b.TransitionTo(Open))
+		b.openUntil.Store(math.MinInt64) // a clock reading would find the period over
+		_, err = b.Acquire()
+		require.ErrorIs(t, err, ErrOpen, "the timer has not fired: rejected without reading the clock")
+		require.Equal(t, Open, b.State())
+		require.EqualValues(t, 1, b.Stats().Rejected)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		p, err := b.Acquire()
+		require.NoError(t, err, "the timer fired: the clock decides, the first caller probes")
+		require.Equal(t, HalfOpen, b.State())
+		b.Release(p, rampart.Success)
+	})
+}
+
+// TestRejectionsWriteOnlyTheirPCounter: a rejection writes one word of
+// the breaker, its P's counter, and rejections on two Ps write two
+// different cache lines, neither of them the line of the state word (so
+// an open breaker's rejections from many goroutines write no shared word).
+// Compact counts every rejection in one word of the hot line.
+func TestRejectionsWriteOnlyTheirPCounter(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs 2 Ps")
+	}
+	for _, compact := range []bool{false, true} {
+		b, _ := newTest(t, Config{Compact: compact, OpenDuration: time.Hour})
+		require.True(t, b.TransitionTo(Open))
+		size := unsafe.Sizeof(Breaker{})
+		obj := unsafe.Slice((*byte)(unsafe.Pointer(b)), size)
+		var lines []byte
+		if len(b.lines) > 0 {
+			lines = unsafe.Slice((*byte)(unsafe.Pointer(&b.lines[0])), uintptr(len(b.lines))*unsafe.Sizeof(hotLine{}))
+		}
+		// written rejects once on the caller's P and returns the P and
+		// the offsets (lines' after the Breaker's) of the bytes it changed.
+		written := func() (p int, changed []uintptr) {
+			before := append(append([]byte(nil), obj...), lines...)
+			p = procPin() // nested in countRejection's own pin: one P throughout
+			_, err := b.AcquireAt(0)
+			after := append(append([]byte(nil), obj...), lines...)
+			procUnpin()
+			require.ErrorIs(t, err, ErrOpen)
+			for i := range before {
+				if before[i] != after[i] {
+					changed = append(changed, uintptr(i))
+				}
+			}
+			return p, changed
+		}
+		lineOf := map[int]uintptr{}
+		n := 0
+		for ; n < 10000 && len(lineOf) < 2; n++ {
+			var p int
+			var changed []uintptr
+			ch := make(chan struct{})
+			go func() { // a fresh goroutine: the scheduler may run it on another P
+				defer close(ch)
+				p, changed = written()
+			}()
+			<-ch
+			require.NotEmpty(t, changed)
+			first := changed[0] / pad.LineSize
+			for _, c := range changed {
+				require.Equal(t, first, c/pad.LineSize, "one rejection writes one line")
+			}
+			require.NotEqual(t, uintptr(0), first, "not the state word's line")
+			if compact {
+				require.Equal(t, unsafe.Offsetof(b.hot)/pad.LineSize, first, "Compact: the hot line")
+			}
+			lineOf[p] = first
+		}
+		require.EqualValues(t, n, b.Stats().Rejected, "compact %v", compact)
+		if compact {
+			continue
+		}
+		if len(lineOf) < 2 {
+			t.Skip("the goroutines all ran on one P")
+		}
+		var got []uintptr
+		for _, l := range lineOf {
+			got = append(got, l)
+		}
+		require.NotEqual(t, got[0], got[1], "rejections on two Ps write two lines")
+	}
+}
+
+// TestBreakerLayout: the hot line is the last cache line of the Breaker,
+// and the allocator places every Breaker (and every per-P counter) on a
+// line boundary, so that the words records write share no line with the
+// state word and the configuration that every call reads.
+func TestBreakerLayout(t *testing.T) {
+	require.Zero(t, unsafe.Sizeof(Breaker{})%pad.LineSize)
+	require.Equal(t, unsafe.Sizeof(Breaker{})-pad.LineSize, unsafe.Offsetof(Breaker{}.hot))
+	require.Equal(t, pad.LineSize, unsafe.Sizeof(hotLine{}))
+	for range 100 {
+		b, err := New(Config{})
+		require.NoError(t, err)
+		require.Zero(t, uintptr(unsafe.Pointer(&b.hot))%pad.LineSize)
+		for i := range b.lines {
+			require.Zero(t, uintptr(unsafe.Pointer(&b.lines[i]))%pad.LineSize)
+		}
+	}
 }

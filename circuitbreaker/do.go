@@ -21,8 +21,8 @@ func (b *Breaker) successUntimed(p Permit) {
 		}
 		return
 	}
-	if b.consec.Load() != 0 { // atomic 2: a store only after failures
-		b.consec.Store(0)
+	if b.hot.consec.Load() != 0 { // atomic 2: a store only after failures
+		b.hot.consec.Store(0)
 	}
 }
 
@@ -31,13 +31,13 @@ func (b *Breaker) successUntimed(p Permit) {
 func (b *Breaker) finishSlow(p Permit, err error, returned *bool) {
 	now := int64(rampart.NotRead)
 	if p.start != rampart.NotRead {
-		now = b.ticker.Now() // clock read: the call's duration is judged
+		now = b.cfg.Ticker.Now() // clock read: the call's duration is judged
 	}
 	// Classify first: a panic in it still finds *returned false, and the
 	// deferred release records a failure. From here the permit is
 	// recorded exactly once, whatever a listener does.
 	r := rampart.Success
-	if err != nil || b.classify != nil {
+	if err != nil || b.cfg.Classify != nil {
 		r = b.classifyErr(err)
 	}
 	*returned = true
@@ -51,7 +51,7 @@ func (b *Breaker) finishAbnormal(p Permit, r any) {
 	if r != nil {
 		now := int64(rampart.NotRead)
 		if p.start != rampart.NotRead {
-			now = b.ticker.Now()
+			now = b.cfg.Ticker.Now()
 		}
 		b.ReleaseAt(p, now, rampart.Failure)
 		panic(r)
@@ -81,17 +81,13 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 	switch {
 	case w&stateMask == uint64(Closed) && !b.timed:
 		p = Permit{word: w, start: rampart.NotRead}
-	case w&stateMask == uint64(Open) && b.openTimer != nil && b.openExpired.Load() != w: // atomic 2: the timer's hint
-		b.rejections.Add(1) // atomic 3: count the rejection
-		if b.onRejected != nil {
-			b.notifyRejected(Open)
-		}
-		return b.errOpen
+	case w&stateMask == uint64(Open) && b.hinted && b.hint.expired.Load() != w: // atomic 2: the timer's hint
+		return b.rejectOpen() // counted on this P's counter: no shared word written
 	case b.needsNoClock(w): // Disabled, or MetricsOnly measuring nothing
 		p = Permit{word: w, start: rampart.NotRead}
 	default:
 		var err error
-		if p, err = b.AcquireAt(b.ticker.Now()); err != nil { // clock read: the decision or the duration needs it
+		if p, err = b.AcquireAt(b.cfg.Ticker.Now()); err != nil { // clock read: the decision or the duration needs it
 			return err
 		}
 	}
@@ -102,7 +98,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 		}
 	}()
 	err := fn(ctx)
-	if err == nil && p.start == rampart.NotRead && b.classify == nil {
+	if err == nil && p.start == rampart.NotRead && b.cfg.Classify == nil {
 		returned = true
 		b.successUntimed(p) // no duration needed: closed (b.fast is set), or see needsNoClock
 	} else {
@@ -119,18 +115,14 @@ func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, e
 	switch {
 	case w&stateMask == uint64(Closed) && !b.timed:
 		p = Permit{word: w, start: rampart.NotRead}
-	case w&stateMask == uint64(Open) && b.openTimer != nil && b.openExpired.Load() != w:
-		b.rejections.Add(1)
-		if b.onRejected != nil {
-			b.notifyRejected(Open)
-		}
+	case w&stateMask == uint64(Open) && b.hinted && b.hint.expired.Load() != w:
 		var zero T
-		return zero, b.errOpen
+		return zero, b.rejectOpen()
 	case b.needsNoClock(w):
 		p = Permit{word: w, start: rampart.NotRead}
 	default:
 		var err error
-		if p, err = b.AcquireAt(b.ticker.Now()); err != nil {
+		if p, err = b.AcquireAt(b.cfg.Ticker.Now()); err != nil {
 			var zero T
 			return zero, err
 		}
@@ -142,7 +134,7 @@ func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, e
 		}
 	}()
 	v, err := fn(ctx)
-	if err == nil && p.start == rampart.NotRead && b.classify == nil {
+	if err == nil && p.start == rampart.NotRead && b.cfg.Classify == nil {
 		returned = true
 		b.successUntimed(p)
 	} else {

@@ -1,6 +1,8 @@
 package circuitbreaker
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -131,9 +133,9 @@ func TestStressMixed(t *testing.T) {
 				fails += int64(c & codeFailBit >> 1)
 				slows += int64(c & codeSlowBit >> 2)
 			}
-			require.Equal(t, total, b.count.total.Load())
-			require.Equal(t, fails, b.count.fails.Load())
-			require.Equal(t, slows, b.count.slows.Load())
+			require.Equal(t, total, b.hot.total.Load())
+			require.Equal(t, fails, b.hot.fails.Load())
+			require.Equal(t, slows, b.hot.slows.Load())
 		}
 		t.Logf("%v: %+v", mode, s)
 	}
@@ -332,7 +334,7 @@ func TestStressTimeWindowRecyclingConsistent(t *testing.T) {
 // recorded only in half of the slices, so a foreign slice shows up as too
 // many failures.
 func TestTimeWindowSnapshotNeverCountsAnotherSlice(t *testing.T) {
-	w := newTimeWindow(4, 4) // 4 buckets of 1 ns
+	w := newTimeWindow(4, 4, false) // 4 buckets of 1 ns
 	const perTick = 3
 	var tick atomic.Int64
 	var done atomic.Bool
@@ -366,4 +368,69 @@ func TestTimeWindowSnapshotNeverCountsAnotherSlice(t *testing.T) {
 	done.Store(true)
 	wg.Wait()
 	require.Zero(t, bad.Load(), "snapshots that counted failures from outside their window")
+}
+
+// TestStressRejectedCountsExactly: rejections from many goroutines at once,
+// through Do, Call, Acquire and AcquireAt, in both layouts and with more Ps
+// than the breaker has counters for (GOMAXPROCS raised after New), are all
+// counted: Stats().Rejected, read while they land too, ends at their number.
+func TestStressRejectedCountsExactly(t *testing.T) {
+	const goroutines, each = 8, 2000
+	procs := runtime.GOMAXPROCS(0)
+	for _, c := range []struct {
+		name    string
+		compact bool
+		nano    bool
+		procsAt int // GOMAXPROCS at New; raised to 4 after
+	}{{"default", false, false, 1}, {"default/nano", false, true, 2}, {"compact", true, false, 2}, {"default/more Ps", false, false, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			runtime.GOMAXPROCS(c.procsAt)
+			var tk rampart.Ticker = rampart.NewManualTicker(0)
+			if c.nano {
+				tk = rampart.NewNanoTicker()
+			}
+			b, err := New(Config{Ticker: tk, Compact: c.compact, OpenDuration: time.Hour})
+			require.NoError(t, err)
+			require.True(t, b.TransitionTo(Open))
+			runtime.GOMAXPROCS(max(procs, 4))
+			defer runtime.GOMAXPROCS(procs)
+			var wg sync.WaitGroup
+			var done atomic.Bool
+			var reader sync.WaitGroup
+			reader.Go(func() { // the sum, read while rejections land, never exceeds them
+				for !done.Load() {
+					if n := b.Stats().Rejected; n > goroutines*each {
+						t.Errorf("Rejected %d > %d", n, goroutines*each)
+						return
+					}
+				}
+			})
+			ctx := context.Background()
+			for g := range goroutines {
+				wg.Go(func() {
+					for i := range each {
+						var err error
+						switch (g + i) % 4 {
+						case 0:
+							err = b.Do(ctx, func(context.Context) error { return nil })
+						case 1:
+							_, err = Call(ctx, b, func(context.Context) (int, error) { return 1, nil })
+						case 2:
+							_, err = b.Acquire()
+						default:
+							_, err = b.AcquireAt(tk.Now())
+						}
+						if !errors.Is(err, ErrOpen) {
+							t.Errorf("admitted: %v", err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			done.Store(true)
+			reader.Wait()
+			require.EqualValues(t, goroutines*each, b.Stats().Rejected)
+		})
+	}
 }

@@ -3,6 +3,7 @@ package circuitbreaker
 import (
 	"math"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/rampart-go/rampart/internal/pad"
 )
@@ -48,10 +49,7 @@ func outcomeCode(failed, slow bool) uint32 {
 // other, so it clamps them into a possible window: 0 ≤ fails, slows ≤ total
 // ≤ n (see snapshot).
 type countWindow struct {
-	seq   pad.Uint64 // next sequence number; written by every record
-	total pad.Int64  // filled slots
-	fails pad.Int64  // slots holding a failure
-	slows pad.Int64  // slots holding a slow call
+	h *hotWords // seq, total, fails, slows: the sequence and the counters
 	// read-mostly
 	slots  []atomic.Uint32
 	n      uint64
@@ -59,7 +57,8 @@ type countWindow struct {
 	stride uint64 // coprime with n: consecutive calls write slots on different cache lines
 }
 
-func (w *countWindow) init(n int) {
+func (w *countWindow) init(n int, h *hotWords) {
+	w.h = h
 	w.slots = make([]atomic.Uint32, n)
 	w.n = uint64(n)
 	if n&(n-1) == 0 {
@@ -100,7 +99,7 @@ func (w *countWindow) add(code uint32) uint32 {
 		// record just before any racing failure.)
 		return codeOK
 	}
-	s := (w.seq.Add(1) - 1) * w.stride // atomic 1: claim a slot
+	s := (w.h.seq.Add(1) - 1) * w.stride // atomic 1: claim a slot
 	var i uint64
 	if w.mask != 0 || w.n == 1 {
 		i = s & w.mask
@@ -124,20 +123,20 @@ func (w *countWindow) add(code uint32) uint32 {
 // apply moves the counters from old's contribution to code's.
 func (w *countWindow) apply(old, code uint32) {
 	if d := int64(code&codeFilled) - int64(old&codeFilled); d != 0 {
-		w.total.Add(d)
+		w.h.total.Add(d)
 	}
 	if d := int64(code&codeFailBit>>1) - int64(old&codeFailBit>>1); d != 0 {
-		w.fails.Add(d)
+		w.h.fails.Add(d)
 	}
 	if d := int64(code&codeSlowBit>>2) - int64(old&codeSlowBit>>2); d != 0 {
-		w.slows.Add(d)
+		w.h.slows.Add(d)
 	}
 }
 
 // allOK reports whether the window is full of plain successes (by its
 // counters, which may lag the slots by the records in flight).
 func (w *countWindow) allOK() bool {
-	return w.fails.Load() == 0 && w.slows.Load() == 0 && w.total.Load() == int64(w.n)
+	return w.h.fails.Load() == 0 && w.h.slows.Load() == 0 && w.h.total.Load() == int64(w.n)
 }
 
 // snapshot returns the window's counts, always a possible window: 0 ≤
@@ -148,8 +147,8 @@ func (w *countWindow) allOK() bool {
 // raise total, not only fails), then each is clamped to that range, an
 // error bounded by the records in flight, as the counters' own.
 func (w *countWindow) snapshot() (total, fails, slows int64) {
-	fails, slows = w.fails.Load(), w.slows.Load()
-	total = min(max(w.total.Load(), 0), int64(w.n))
+	fails, slows = w.h.fails.Load(), w.h.slows.Load()
+	total = min(max(w.h.total.Load(), 0), int64(w.n))
 	return total, min(max(fails, 0), total), min(max(slows, 0), total)
 }
 
@@ -162,14 +161,17 @@ func (w *countWindow) reset() {
 	}
 }
 
-// bucket is one time slice of a timeWindow, alone on its cache line(s).
+// bucket is one time slice of a timeWindow.
 type bucket struct {
 	epoch atomic.Int64 // the tick (now / resolution) this bucket counts
 	total atomic.Int64
 	fails atomic.Int64
 	slows atomic.Int64
-	_     [pad.LineSize - 32]byte
 }
+
+// bucketStride spaces the buckets a cache line apart in the default
+// layout: every record of a slice writes its bucket.
+const bucketStride = int64(pad.LineSize / unsafe.Sizeof(bucket{}))
 
 // timeWindow is a ring of buckets, each tagged with the tick it counts. A
 // record that finds its bucket holding an older tick claims it by CAS of the
@@ -188,23 +190,30 @@ type bucket struct {
 // (which could add a whole old bucket to the window and trip the breaker
 // spuriously).
 type timeWindow struct {
-	_       pad.Line
-	buckets []bucket
-	res     int64 // bucket resolution in ns
+	buckets []bucket // bucket i is buckets[i*stride]
+	res     int64    // bucket resolution in ns
 	n       int64
+	stride  int64 // bucketStride, or 1 when Compact
 }
 
 // recycling is the epoch of a bucket being reset: it is below every real
 // tick and outside every window.
 const recycling = math.MinInt64
 
-func newTimeWindow(span int64, n int) *timeWindow {
-	w := &timeWindow{buckets: make([]bucket, n), res: span / int64(n), n: int64(n)}
-	for i := range w.buckets {
-		w.buckets[i].epoch.Store(-1 << 62)
+func newTimeWindow(span int64, n int, compact bool) *timeWindow {
+	w := &timeWindow{res: span / int64(n), n: int64(n), stride: bucketStride}
+	if compact {
+		w.stride = 1
+	}
+	w.buckets = make([]bucket, w.n*w.stride)
+	for i := range w.n {
+		w.bucket(i).epoch.Store(-1 << 62)
 	}
 	return w
 }
+
+// bucket returns bucket i, in [0, n).
+func (w *timeWindow) bucket(i int64) *bucket { return &w.buckets[i*w.stride] }
 
 // tick is floor(now / res): readings are from an arbitrary epoch and may be
 // negative, where Go's division would round toward zero (two slices in tick 0).
@@ -221,7 +230,7 @@ func (w *timeWindow) bucketFor(tick int64) *bucket {
 	if i < 0 {
 		i += w.n
 	}
-	return &w.buckets[i]
+	return w.bucket(i)
 }
 
 // add records one outcome at now. It reports whether it started a new slice
@@ -261,8 +270,8 @@ func (w *timeWindow) add(now int64, failed, slow bool) (slid bool) {
 
 func (w *timeWindow) snapshot(now int64) (total, fails, slows int64) {
 	tick := w.tick(now)
-	for i := range w.buckets {
-		b := &w.buckets[i]
+	for i := range w.n {
+		b := w.bucket(i)
 		for {
 			e := b.epoch.Load()
 			if e > tick || e <= tick-w.n { // also excludes recycling
@@ -287,10 +296,11 @@ func (w *timeWindow) snapshot(now int64) (total, fails, slows int64) {
 }
 
 func (w *timeWindow) reset() {
-	for i := range w.buckets {
-		w.buckets[i].epoch.Store(-1 << 62)
-		w.buckets[i].total.Store(0)
-		w.buckets[i].fails.Store(0)
-		w.buckets[i].slows.Store(0)
+	for i := range w.n {
+		b := w.bucket(i)
+		b.epoch.Store(-1 << 62)
+		b.total.Store(0)
+		b.fails.Store(0)
+		b.slows.Store(0)
 	}
 }
