@@ -184,7 +184,7 @@ func (p *prober) step(s Sample) (limit float64, handled, measured bool) {
 		due = min(due, 10)
 	}
 	if p.count >= due && !s.AppLimited() && s.Limit > p.limit {
-		p.phase, p.drain, p.prevIn = 1, 0, s.InFlight
+		p.phase, p.drain, p.prevIn, p.stuck = 1, 0, s.InFlight, 0
 		p.probes++
 		p.saved = s.Limit
 		return p.limit, true, false

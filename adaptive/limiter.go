@@ -244,6 +244,10 @@ type Limiter struct {
 	// Totals of closed windows and other rare counters.
 	samples, drops, windows, panics atomic.Uint64
 	peak                            atomic.Int64
+	// The rejection count when the last window closed, for countRejected's
+	// choice of which rejections read the clock: stored by the goroutine
+	// that closes a window, loaded by clockless rejections.
+	rejectedAtClose atomic.Uint64
 }
 
 // lockedWindow in windowEnd marks a window being closed: no time reaches it
@@ -392,19 +396,24 @@ func (l *Limiter) rejectAt(now int64) (Permit, error) {
 }
 
 // reject undoes an admission attempt that read no clock (Acquire). Slow
-// path. One rejection in 64 reads the ticker, for unstall: amortised, about
-// a nanosecond per rejection.
+// path.
 func (l *Limiter) reject() (Permit, error) {
 	l.slots.Add(-admitOne) // atomic 2: give the slot (and the sequence number) back
-	l.countRejected()
+	l.clocklessRejected(l.rejected.Add(1))
 	return Permit{}, l.rejErr
 }
 
-// countRejected counts a rejection by a path that read no clock, and on one
-// in 64 reads the ticker for unstall. The slot is given back before: a
-// Ticker that panics leaks nothing.
-func (l *Limiter) countRejected() {
-	if l.rejected.Add(1)&63 == 0 { // atomic: stats, whose count picks the one in 64
+// clocklessRejected is told the rejection count r after a rejection by a
+// path that read no clock, and reads the ticker for unstallAt on a few of
+// them: the 1st, 2nd, 4th, ... 64th rejection since the last window closed,
+// then every 64th. So a low rate of calls still ends a stalled window
+// within a few of them (ten calls a second: a probe held by a hung call
+// ends in about 10 s), and a flood of rejections reads the clock on one in
+// 64 (amortised, about a nanosecond each). The slot is given back before:
+// a Ticker that panics leaks nothing.
+func (l *Limiter) clocklessRejected(r uint64) {
+	n := r - l.rejectedAtClose.Load()                             // rejections since the last close (one load)
+	if (n&63 == 0 || (n <= 64 && n&(n-1) == 0)) && l.window > 0 { // window 0: the zero Limiter, which has no Ticker
 		l.unstallAt(l.ticker.Now())
 	}
 }
@@ -415,13 +424,27 @@ func (l *Limiter) countRejected() {
 // It is what ends a baseline probe whose one slot a long call holds: its
 // windows go on closing, with no completed call in them (Count and Drops
 // 0: no evidence, on which the built-in algorithms keep the limit), and
-// the probe restores the limit it saved. One load of the read-mostly line
-// per rejection; the close itself at most once per window.
+// the probe restores the limit it saved. A window that holds some
+// successes, fewer than MinWindowSamples asks, is left to the releases that
+// will bring the rest. One load of the read-mostly line per rejection; the
+// close itself at most once per window, and then, as after a release, the
+// freed slots go to queued waiters (a raised limit frees more).
 func (l *Limiter) unstallAt(now int64) {
 	end := l.windowEnd.Load()
-	if end != lockedWindow && now >= atomicx.SatAdd(end, l.window) && l.window > 0 { // window 0: the zero Limiter, which has no Controller
+	if end != lockedWindow && now >= atomicx.SatAdd(end, l.window) && l.window > 0 && l.stalledEvidence() { // window 0: the zero Limiter, which has no Controller
 		l.closeDue(now, end) // slow path: once per stalled window
+		if l.queue != nil && l.queue.waiting.Load() > 0 {
+			l.queue.handoff(l, now)
+		}
 	}
+}
+
+// stalledEvidence reports whether an overdue window may be closed by a
+// rejection: it holds no success, or enough of them, or a drop (the rule
+// closeWindow applies to a release). Slow path: the window is overdue.
+func (l *Limiter) stalledEvidence() bool {
+	c := l.win.counts.Load() >> 32
+	return c == 0 || c >= min(l.minSamples, l.limit.Load()) || l.win.drops.Load() != 0
 }
 
 // tryAcquire is AcquireAt without counting a rejection (the waiting path).
@@ -527,6 +550,7 @@ func (l *Limiter) closeDue(now, end int64) {
 		return
 	}
 	next := l.windowAfter(now)
+	l.rejectedAtClose.Store(l.rejected.Load()) // clocklessRejected counts from here
 	closed := false
 	defer func() {
 		if !closed {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -754,4 +755,136 @@ func TestAIMDHoldsOnEmptyWindow(t *testing.T) {
 	c := AIMD{}.Start(10, 1, 100)
 	require.Equal(t, 10.0, c.Update(Sample{Limit: 10, MaxInFlight: 10, InFlight: 10}))
 	require.Equal(t, 11.0, c.Update(Sample{Limit: 10, MaxInFlight: 10, InFlight: 10, Count: 50}))
+}
+
+// TestProbeStartsWithNothingStuck: a probe whose drain stalled counts the
+// calls in flight as stuck for that probe only; the next probe drains to
+// its own limit.
+func TestProbeStartsWithNothingStuck(t *testing.T) {
+	c := Vegas{ProbeInterval: 20}.Start(100, 1, 1000)
+	busy := Sample{Limit: 100, MaxInFlight: 100, InFlight: 100, Count: 1000, AvgRTT: time.Millisecond}
+	for range 10 {
+		c.Update(busy) // the 10th window starts the first probe
+	}
+	require.Equal(t, 91.0, c.Update(Sample{Limit: 1, InFlight: 90})) // stalled: 90 stuck
+	c.Update(Sample{Limit: 91, InFlight: 90})
+	require.Equal(t, 100.0, c.Update(Sample{Limit: 91, InFlight: 50, Count: 10, AvgRTT: time.Millisecond}))
+	for range 20 {
+		c.Update(busy) // the second probe starts
+	}
+	require.Equal(t, 1.0, c.Update(Sample{Limit: 1, InFlight: 40}), "60 of the 99 in excess finished: draining at the probe's own limit")
+}
+
+// TestWindowClosedByRejectionServesTheQueue: when a rejection closes a
+// stalled window and the limit rises, the freed slots go to the queued
+// waiters at once, as after a release.
+func TestWindowClosedByRejectionServesTheQueue(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	l, err := New(Config{Algorithm: algFunc(func(s Sample) float64 { return 5 }), InitialLimit: 1,
+		Window: 10 * time.Millisecond, Ticker: tk,
+		Queue: QueueConfig{MaxLength: 1, Target: 10 * time.Second, Interval: 10 * time.Second}})
+	require.NoError(t, err)
+	hung, err := l.AcquireAt(tk.Now())
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		p, err := l.AcquireWaitAt(context.Background(), tk.Now())
+		if err == nil {
+			l.ReleaseAt(p, tk.Now(), rampart.Ignored)
+		}
+		got <- err
+	}()
+	for l.Stats().Queued != 1 {
+		runtime.Gosched() // the waiter is queued (no clock involved)
+	}
+	tk.Advance(25 * time.Millisecond)
+	_, err = l.AcquireWaitAt(context.Background(), tk.Now()) // the queue is full: rejected, and the overdue window closes
+	require.Error(t, err)
+	require.Equal(t, 5, l.Limit())
+	require.NoError(t, <-got, "the waiter must get one of the freed slots")
+	l.ReleaseAt(hung, tk.Now(), rampart.Ignored)
+}
+
+// TestRejectionKeepsMinWindowSamples: a rejection closes an overdue window
+// only when it holds no success or enough of them; a window short of
+// MinWindowSamples waits for releases.
+func TestRejectionKeepsMinWindowSamples(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	var seen []int64
+	l, err := New(Config{Algorithm: algFunc(func(s Sample) float64 { seen = append(seen, s.Samples); return s.Limit }),
+		InitialLimit: 20, MinWindowSamples: 10, Window: time.Second, Ticker: tk})
+	require.NoError(t, err)
+	toks := make([]Permit, 0, 20)
+	for range 20 {
+		p, err := l.AcquireAt(tk.Now())
+		require.NoError(t, err)
+		toks = append(toks, p)
+	}
+	for range 3 {
+		tk.Advance(time.Second)
+		l.ReleaseAt(toks[0], tk.Now(), rampart.Success)
+		p, err := l.AcquireAt(tk.Now())
+		require.NoError(t, err)
+		toks[0] = p
+		_, err = l.AcquireAt(tk.Now())
+		require.Error(t, err)
+	}
+	for _, n := range seen {
+		require.GreaterOrEqual(t, n, int64(10), "a window closed with %d samples", n)
+	}
+	for _, p := range toks {
+		l.ReleaseAt(p, tk.Now(), rampart.Ignored)
+	}
+}
+
+// TestZeroLimiterRefusesWithoutReadingAClock: the zero Limiter has no
+// Ticker; its clockless rejections never read one.
+func TestZeroLimiterRefusesWithoutReadingAClock(t *testing.T) {
+	var l Limiter
+	for range 200 {
+		p, err := l.Acquire()
+		require.False(t, p.Valid())
+		require.Error(t, err)
+		p, err = l.AcquirePartition(0)
+		require.False(t, p.Valid())
+		require.Error(t, err)
+	}
+}
+
+// TestProbeEndsAtALowRateOfClocklessCalls: at ten calls a second through
+// Acquire, which reads no clock on a rejection, a probe held by a hung call
+// still ends within a few windows.
+func TestProbeEndsAtALowRateOfClocklessCalls(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	l, err := New(Config{Algorithm: Vegas{}, InitialLimit: 20, Window: time.Second, MinWindowSamples: 1, Ticker: tk})
+	require.NoError(t, err)
+	for w := 0; l.Limit() > 1; w++ {
+		require.Less(t, w, 30, "no probe started")
+		toks := make([]Permit, 0, l.Limit())
+		for range l.Limit() {
+			p, err := l.Acquire()
+			require.NoError(t, err)
+			toks = append(toks, p)
+		}
+		tk.Advance(time.Second)
+		for _, p := range toks {
+			l.ReleaseAt(p, tk.Now(), rampart.Success)
+		}
+	}
+	hung, err := l.Acquire()
+	require.NoError(t, err)
+	restoredAt := time.Duration(-1)
+	for i := 1; i <= 300 && restoredAt < 0; i++ { // ten arrivals a second
+		tk.Advance(100 * time.Millisecond)
+		if p, err := l.Acquire(); err == nil {
+			l.ReleaseAt(p, tk.Now(), rampart.Ignored)
+		}
+		if l.Limit() > 1 {
+			restoredAt = time.Duration(i) * 100 * time.Millisecond
+		}
+	}
+	l.ReleaseAt(hung, tk.Now(), rampart.Failure)
+	t.Logf("restored after %v", restoredAt)
+	require.GreaterOrEqual(t, restoredAt, time.Duration(0))
+	require.LessOrEqual(t, restoredAt, 12*time.Second)
 }

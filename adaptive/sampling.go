@@ -170,9 +170,7 @@ func (l *Limiter) AcquirePartition(p int) (Permit, error) {
 	}
 	n, seq, ok := l.admitPriority(p)
 	if !ok {
-		if l.rejected.Load()&63 == 0 { // one rejection in 64 reads the clock (see countRejected)
-			l.unstallAt(l.ticker.Now())
-		}
+		l.clocklessRejected(l.rejected.Load()) // admitPriority counted it
 		return Permit{}, l.rejErr
 	}
 	if m := l.stride.Load(); mix32(seq^l.seed)&m == 0 {
