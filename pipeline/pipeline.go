@@ -162,12 +162,16 @@ type Pipeline struct {
 	fast bool
 	held uint8
 
+	idempotent bool // Config.Idempotent, for Config
+
 	// cached is the reading of tick when it is a *rampart.CachedTicker,
 	// loaded directly instead of through the interface (see now); else
 	// &notCached.
 	cached *atomic.Int64
 
-	cfg Config
+	// name is Config.Name, for Config: the rest of the Config is in the
+	// fields above (no copy of it, which would be 104 B more per pipeline).
+	name string
 }
 
 // New validates cfg and returns a pipeline. It returns a *rampart.ConfigError
@@ -191,7 +195,8 @@ func New(cfg Config) (*Pipeline, error) {
 		to:         cfg.Timeout,
 		hg:         cfg.Hedge,
 		alClassify: cfg.AdaptiveClassify,
-		cfg:        cfg,
+		idempotent: cfg.Idempotent,
+		name:       cfg.Name,
 	}
 	if p.rt != nil {
 		p.bud = p.rt.Budget()
@@ -248,15 +253,17 @@ func New(cfg Config) (*Pipeline, error) {
 	if ticker.IsNil(cfg.Ticker) {
 		return nil, rampart.NewConfigError("pipeline", "Ticker", ticker.NilReason, cfg.Ticker)
 	}
-	tick, err := sharedTicker(cfg.Ticker, clocks[:n])
-	if err != nil {
-		return nil, err
+	var err error
+	tick, ok := oneTicker(cfg.Ticker, clocks[:n])
+	if !ok {
+		if tick, err = sharedTicker(cfg.Ticker, clocks[:n]); err != nil {
+			return nil, err
+		}
 	}
 	if tick == nil {
 		tick = rampart.DefaultTicker()
 	}
 	p.tick = tick
-	p.cfg.Ticker = tick
 	p.cached = &notCached
 	if c, ok := tick.(*ticker.Cached); ok {
 		p.cached = ticker.Reading(c)
@@ -271,6 +278,32 @@ func New(cfg Config) (*Pipeline, error) {
 		}
 	}
 	return p, nil
+}
+
+// oneTicker returns the policies' ticker when they all share one that
+// can be compared, and Config.Ticker is nil or that one: the common case,
+// decided without building the lists of sharedTicker's error messages (an
+// allocation per New, which every pipeline would keep paying for in its
+// bytes). ok is false otherwise, and sharedTicker decides.
+func oneTicker(cfgTicker rampart.Ticker, clocks []ticked) (t rampart.Ticker, ok bool) {
+	if len(clocks) == 0 {
+		return nil, false
+	}
+	t = clocks[0].t
+	if _, ok := ticker.Equal(t, t); !ok {
+		return nil, false
+	}
+	for _, c := range clocks[1:] {
+		if eq, _ := ticker.Equal(t, c.t); !eq {
+			return nil, false
+		}
+	}
+	if cfgTicker != nil {
+		if eq, _ := ticker.Equal(cfgTicker, t); !eq {
+			return nil, false
+		}
+	}
+	return t, true
 }
 
 // refuseZeroPolicies returns a ConfigError naming the first policy of cfg
@@ -321,7 +354,21 @@ var notCached atomic.Int64
 // Config returns the configuration the pipeline was built with, its Ticker
 // filled in. Change a field and pass it to [New] to derive a pipeline (the
 // policies are shared, not copied).
-func (p *Pipeline) Config() Config { return p.cfg }
+func (p *Pipeline) Config() Config {
+	return Config{
+		Name:             p.name,
+		Ticker:           p.tick,
+		Retry:            p.rt,
+		Breaker:          p.cb,
+		RateLimit:        p.rl,
+		Bulkhead:         p.bh,
+		Adaptive:         p.al,
+		Timeout:          p.to,
+		Hedge:            p.hg,
+		Idempotent:       p.idempotent,
+		AdaptiveClassify: p.alClassify,
+	}
+}
 
 // Ticker returns the pipeline's clock.
 func (p *Pipeline) Ticker() rampart.Ticker { return p.tick }
