@@ -307,10 +307,12 @@ var groups = []group{
 			"adds each library's default retry budget (rampart: gRPC A6 token bucket; failsafe: budget.New).",
 		libs: []lib{
 			{name: "rampart", kind: executor, calls: "Policy.Do"},
+			{name: "rampart", cases: []string{"WithBudget"}, kind: executor, calls: "Policy.Do with a gRPC A6 token bucket"},
 			{name: "rampart-call", kind: executor, calls: "retry.CallIf, typed result and predicate"},
 			{name: "rampart-ratio", kind: executor, calls: "Do with the SRE ratio budget"},
 			{name: "rampart-ratio-cached", kind: executor, calls: "the same on a cached ticker"},
 			{name: "failsafe", kind: executor, calls: "executor.WithContext(ctx).Run(fn)"},
+			{name: "failsafe", cases: []string{"WithBudget"}, kind: executor, calls: "the same with budget.New()"},
 			{name: "backoff", kind: executor, calls: "backoff.Retry(ctx, op, WithMaxTries(3))"},
 			{name: "retrygo", kind: executor, calls: "retry.Do(op, options...)"},
 			{name: "goresiliency", kind: executor, calls: "retrier.RunCtx"},
