@@ -14,10 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/retry"
 )
 
 var errCB = errors.New("cb: attempt failed")
@@ -76,4 +78,57 @@ func TestRejectionListenerGoexitRecordsNoBreakerFailure(t *testing.T) {
 	require.True(t, goexited, "Do returned after the listener's runtime.Goexit")
 	require.Equal(t, circuitbreaker.Closed, cb.State(), "a rejected attempt opened the breaker")
 	require.Equal(t, int64(0), cb.Stats().ConsecutiveFailures)
+}
+
+// TestBreakerListenerGoexitDuringAbortReleasesTheRest: fn calls
+// runtime.Goexit, and while the guard releases the attempt the breaker's
+// OnFailure listener calls runtime.Goexit too. The releases after the
+// breaker's (the adaptive slot) are still given back.
+func TestBreakerListenerGoexitDuringAbortReleasesTheRest(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	cb := newBreaker(t, tick, func(c *circuitbreaker.Config) {
+		c.ConsecutiveFailures = 5
+		c.OnFailure = func(time.Duration) { testkit.Goexit() }
+	})
+	al := newAdaptive(t, tick, 1)
+	bh := newBulkhead(t, 1, tick)
+	p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh, Adaptive: al})
+	require.NoError(t, err)
+	_, goexited := testkit.Run(func() {
+		_ = p.Do(context.Background(), func(context.Context) error { testkit.Goexit(); return nil })
+	})
+	require.True(t, goexited)
+	require.Zero(t, al.InFlight(), "adaptive slot leaked")
+	require.Zero(t, bh.Stats().InFlight, "bulkhead permit leaked")
+	require.Equal(t, int64(1), cb.Stats().ConsecutiveFailures, "the aborted attempt is one failure")
+}
+
+// TestPanickingBudgetRecordsOnceAndReleasesEverything: a user retry Budget
+// whose OnSuccess and OnFailure panic. The panic goes on, every permit is
+// given back, and the attempt is recorded in the budget once (the success
+// that panicked), never again as a failure by the guard.
+func TestPanickingBudgetRecordsOnceAndReleasesEverything(t *testing.T) {
+	for _, queue := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fast", true: "general"}[queue], func(t *testing.T) {
+			tick := rampart.NewManualTicker(1)
+			bud := &testkit.Budget{Base: newTokenBucket(t)}
+			bud.PanicIn(testkit.CallOnSuccess | testkit.CallOnFailure)
+			rt := newRetry(t, tick, func(c *retry.Config) { c.MaxAttempts = 2; c.Budget = bud })
+			al := newAdaptive(t, tick, 1)
+			bh := newBulkhead(t, 1, tick)
+			if queue {
+				var err error
+				bh, err = bulkhead.New(bulkhead.Config{Max: 1, MaxWait: time.Second, Ticker: tick})
+				require.NoError(t, err)
+			}
+			p, err := pipeline.New(pipeline.Config{Retry: rt, Bulkhead: bh, Adaptive: al})
+			require.NoError(t, err)
+			r, _ := testkit.Run(func() { _ = p.Do(context.Background(), ok) })
+			require.NotNil(t, r, "the Budget's panic goes on")
+			require.Zero(t, al.InFlight(), "adaptive slot leaked")
+			require.Zero(t, bh.Stats().InFlight, "bulkhead permit leaked")
+			require.Equal(t, int64(1), bud.Successes(), "OnSuccess called once")
+			require.Equal(t, int64(0), bud.Failures(), "the guard recorded the panicking success again as a failure")
+		})
+	}
 }

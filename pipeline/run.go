@@ -193,6 +193,9 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 			p.cb.ReleaseAt(a.permit, a.t1, r) // healthy count window: four loads
 		}
 		if p.bud != nil {
+			// Recorded from here: if the user's Budget panics, the guard
+			// must not record a failure on top (a.ran tells it).
+			a.ran = false
 			p.bud.OnSuccess(a.t0) // rampart.NotRead when the retry does not use it
 		}
 		a.held = 0
@@ -565,11 +568,15 @@ func (p *Pipeline) release(a *attempt, r, oc rampart.Result, bud int, budAt int6
 		a.held &^= heldBreaker            // recorded from here (a listener may Goexit)
 		p.cb.ReleaseAt(a.permit, a.t1, r) // healthy count window: four loads
 	}
-	switch bud {
-	case budgetSuccess:
-		p.bud.OnSuccess(budAt)
-	case budgetFailure:
-		p.bud.OnFailure(budAt)
+	if bud != budgetNone {
+		// Recorded from here: if the user's Budget panics, abort must not
+		// record the attempt again (a.ran tells it).
+		a.ran = false
+		if bud == budgetSuccess {
+			p.bud.OnSuccess(budAt)
+		} else {
+			p.bud.OnFailure(budAt)
+		}
 	}
 	if a.held&heldAdaptive != 0 {
 		a.held &^= heldAdaptive
@@ -644,6 +651,10 @@ func (p *Pipeline) abort(a *attempt) {
 	// The timeout first (innermost), then release, which clears each bit
 	// before its release: a panic in one (a user Controller closing the
 	// adaptive window) neither releases a permit twice nor leaks the others.
+	// A second exit while this one is handled (a breaker listener or the
+	// Ticker calling runtime.Goexit, a user Budget panicking) cuts the
+	// releases short: abortRest then gives back what is still held.
+	defer p.abortRest(a)
 	if p.needT1 && a.t1 == rampart.NotRead {
 		a.t1 = p.readAfterPanic()
 	}
@@ -672,4 +683,17 @@ func (p *Pipeline) abort(a *attempt) {
 	}
 	a.held &^= heldCall
 	p.release(a, r, rampart.Ignored, bud, a.start)
+}
+
+// abortRest is abort's deferred guard: after a second panic or
+// runtime.Goexit during abort it releases, without an outcome, whatever
+// a.held still names (nothing when abort ran to its end). Slow path.
+func (p *Pipeline) abortRest(a *attempt) {
+	if a.held&heldTimeout != 0 {
+		a.held &^= heldTimeout
+		_ = p.to.FinishAt(a.th, a.t0, ErrPanicked) // the verdict is discarded
+	}
+	if a.held&(heldBulkhead|heldBreaker|heldAdaptive) != 0 {
+		p.release(a, rampart.Ignored, rampart.Ignored, budgetNone, rampart.NotRead)
+	}
 }
