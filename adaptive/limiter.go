@@ -71,7 +71,9 @@ type Config struct {
 	// [Limiter.Acquire]); a window with a drop ends regardless, and a limit
 	// below MinWindowSamples lowers the requirement to the limit, so that
 	// windows at a low limit, such as a baseline probe's, do not stretch
-	// for many call durations. Default 10.
+	// for many call durations. (A window with no success at all that is
+	// overdue by a whole window while calls are rejected is closed by a
+	// rejection: see [Controller].) Default 10.
 	MinWindowSamples int
 	// Partitions, when set, divide the limit between priorities: see
 	// [Limiter.AcquirePartitionAt]. Shares must sum to at most 1.
