@@ -124,8 +124,24 @@ func TestInstanceBytesAllocs(t *testing.T) {
 	want("default (100-call count window)", 512+416+64, mk(Config{}))
 	want("Compact", 512+416, mk(Config{Compact: true}))
 	want("1000-call count window", 512+4096+64, mk(Config{WindowSize: 1000}))
+	want("1000-call count window, Compact", 512+4096, mk(Config{WindowSize: 1000, Compact: true}))
 	want("time window", 512+48+640+64, mk(Config{Mode: TimeWindow}))
 	want("time window, Compact", 512+48+320, mk(Config{Mode: TimeWindow, Compact: true}))
 	want("consecutive", 512+64, mk(Config{Mode: Consecutive}))
 	want("consecutive, Compact", 512, mk(Config{Mode: Consecutive, Compact: true}))
+}
+
+// TestTripAllocs: on a real-time NanoTicker, the first transition to Open
+// builds the open timer (once, so that a breaker that never trips carries
+// none); every later trip allocates nothing.
+func TestTripAllocs(t *testing.T) {
+	b, err := New(Config{Ticker: rampart.NewNanoTicker(), OpenDuration: time.Hour})
+	require.NoError(t, err)
+	require.Nil(t, b.hint, "no timer before the first trip")
+	require.True(t, b.TransitionTo(Open))
+	require.NotNil(t, b.hint)
+	testkit.WantAllocs(t, "later trips", 0, func() {
+		b.TransitionTo(Closed)
+		b.TransitionTo(Open)
+	})
 }
