@@ -29,4 +29,19 @@ func init() {
 		_ = ex.Run(fail) // the default threshold: one failure
 		return func() error { return ex.Run(ok) }
 	}, func(err error) bool { return err == fscircuitbreaker.ErrOpen }})
+	cbPrimitivesFailsafe = append(cbPrimitivesFailsafe, cbPrimitive{"failsafe", func(b *testing.B, open bool) func() bool {
+		// Its direct calls, no executor: TryAcquirePermit, then
+		// RecordSuccess when admitted.
+		cb := fscircuitbreaker.NewBuilder[any]().WithDelay(time.Hour).Build()
+		if open {
+			cb.Open()
+		}
+		return func() bool {
+			if !cb.TryAcquirePermit() {
+				return false
+			}
+			cb.RecordSuccess()
+			return true
+		}
+	}})
 }
