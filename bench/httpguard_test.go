@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -36,9 +37,14 @@ import (
 //     timed out when it returns).
 //   - Success/failsafe: failsafehttp.NewHandler over failsafe-go's breaker,
 //     rate limiter, bulkhead and timeout.
+//   - Success/pipeline-floor: the Success/rampart pipeline's Try around a
+//     function that does nothing, and Success/withcontext-floor: one
+//     Request.WithContext, the copy of the request that hands a handler
+//     the deadline's context. The two lower bounds of the deadline-mode
+//     row, whose difference to their sum is the middleware's own share.
 //   - Reject/*: the rate limiter's only permit is spent, every request is
-//     answered 429 (rampart) or 429 (failsafehttp, which answers every
-//     rejection 429); the handler never runs.
+//     answered 429 (failsafehttp answers every rejection 429); the handler
+//     never runs.
 func BenchmarkHTTPServer(b *testing.B) {
 	b.Run("Success/handler-floor", func(b *testing.B) { benchHTTPServer(b, httpOK, http.StatusOK) })
 	b.Run("Success/rampart", func(b *testing.B) {
@@ -48,6 +54,26 @@ func BenchmarkHTTPServer(b *testing.B) {
 		benchHTTPServer(b, rampartHTTPHandler(b, timeout.ModeSoft, false), http.StatusOK)
 	})
 	b.Run("Success/failsafe", func(b *testing.B) { benchHTTPServer(b, failsafeHTTPHandler(false), http.StatusOK) })
+	b.Run("Success/pipeline-floor", func(b *testing.B) {
+		p := rampartHTTPPipeline(b, timeout.ModeDeadline, false)
+		ctx := context.Background()
+		b.ReportAllocs()
+		defer reportCPU(b, cpuTime())
+		for b.Loop() {
+			if o := p.Try(ctx, pipelineOK); o.Code != pipeline.OK {
+				b.Fatalf("not admitted: %v", o.Err)
+			}
+		}
+	})
+	b.Run("Success/withcontext-floor", func(b *testing.B) {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		ctx := context.WithValue(context.Background(), httpBenchKey{}, 1)
+		b.ReportAllocs()
+		defer reportCPU(b, cpuTime())
+		for b.Loop() {
+			httpRequestSink = r.WithContext(ctx)
+		}
+	})
 	b.Run("Reject/rampart", func(b *testing.B) {
 		benchHTTPServer(b, rampartHTTPHandler(b, timeout.ModeDeadline, true), http.StatusTooManyRequests)
 	})
@@ -58,11 +84,18 @@ func BenchmarkHTTPServer(b *testing.B) {
 
 var httpBody = []byte("ok")
 
+// httpRequestSink keeps the copies of Success/withcontext-floor alive past
+// the compiler.
+var httpRequestSink *http.Request
+
+type httpBenchKey struct{}
+
 // httpOK is the benchmarks' handler: a 200 with a two-byte body.
 var httpOK = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(httpBody) })
 
 // benchWriter is a minimal http.ResponseWriter that keeps the status and
-// discards the body; its header map is reused by every request.
+// discards the body; its header map is reused by every request. Like
+// net/http's own writer it is an io.StringWriter.
 type benchWriter struct {
 	h      http.Header
 	status int
@@ -83,6 +116,14 @@ func (w *benchWriter) Write(p []byte) (int, error) {
 	}
 	w.n += len(p)
 	return len(p), nil
+}
+
+func (w *benchWriter) WriteString(s string) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.n += len(s)
+	return len(s), nil
 }
 
 // reset readies the writer for the next request: the status and the
@@ -107,10 +148,19 @@ func benchHTTPServer(b *testing.B, h http.Handler, want int) {
 	}
 }
 
-// rampartHTTPHandler guards httpOK with a breaker, a rate limiter, a
-// bulkhead and a timeout of mode m on the default ticker; reject spends the
-// rate limiter's only permit.
+// rampartHTTPHandler guards httpOK with rampartHTTPPipeline.
 func rampartHTTPHandler(b *testing.B, m timeout.Mode, reject bool) http.Handler {
+	h, err := httpguard.NewHandler(httpOK, httpguard.ServerConfig{Pipeline: rampartHTTPPipeline(b, m, reject)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return h
+}
+
+// rampartHTTPPipeline is a breaker, a rate limiter, a bulkhead and a
+// timeout of mode m on the default ticker; reject spends the rate limiter's
+// only permit.
+func rampartHTTPPipeline(b *testing.B, m timeout.Mode, reject bool) *pipeline.Pipeline {
 	must := func(err error) {
 		if err != nil {
 			b.Fatal(err)
@@ -134,9 +184,7 @@ func rampartHTTPHandler(b *testing.B, m timeout.Mode, reject bool) http.Handler 
 	b.Cleanup(func() { _ = to.Close() })
 	p, err := pipeline.New(pipeline.Config{Breaker: cb, RateLimit: rl, Bulkhead: bh, Timeout: to})
 	must(err)
-	h, err := httpguard.NewHandler(httpOK, httpguard.ServerConfig{Pipeline: p})
-	must(err)
-	return h
+	return p
 }
 
 // errHTTPBench is the only error failsafe-go's breaker counts; the measured
