@@ -100,6 +100,12 @@ type Config struct {
 	// two from 1 to 1024; default (0) 64. AcquireAt, AcquirePartitionAt and
 	// AcquireWaitAt take the time as an argument and are always samples.
 	MaxSampleStride int
+
+	// Compact lays the instance out without cache-line padding: smaller
+	// (288 B instead of 352 B), for the many cold instances (per-tenant,
+	// per-route keys) where goroutines do not contend on one instance; the
+	// default pads the words that many goroutines write on every call.
+	Compact bool
 }
 
 // DefaultClassify is the default Config.Classify: nil is a [rampart.Success];
@@ -137,12 +143,10 @@ type Stats struct {
 // window holds the aggregates of the current window, written lock-free by
 // every release and swapped out by the goroutine that closes the window.
 type window struct {
-	_      pad.Line
 	sum    atomic.Int64 // Σ weight·RTT of sampled Success releases; written by each
 	counts atomic.Int64 // samples (high 32 bits) and Σ weight (low 32: see oneSample); same line as sum: written together
-	_      pad.Line
-	min    atomic.Int64 // least RTT; read by each success, written only when lower
-	maxIn  atomic.Int64 // most in flight; read by each success, written only when higher
+	min    atomic.Int64 // least RTT; read by each sampled success, written only when lower
+	maxIn  atomic.Int64 // most in flight; read by each sampled success, written only when higher
 	// The loss words, written on the failure path only (a Failure
 	// release); the admission path and Success releases never write them.
 	// drops costs one add per drop, which counts it (high half) and sums
@@ -155,7 +159,6 @@ type window struct {
 	// weights in counts are its terms.
 	drops   atomic.Int64 // Failure releases (high 32 bits: see oneDrop) and Σ weight of the timed ones (low 32)
 	dropSum atomic.Int64 // Σ weight·RTT of timed Failure releases
-	_       pad.Line
 }
 
 // Slot word layout (l.slots): one atomic add both takes a slot and numbers
@@ -210,47 +213,75 @@ func seqOf(w int64) uint32 { return uint32(uint64(w) >> 32) }
 // holds and errors.Is(err, rampart.ErrRejected) reports true, but its
 // Error method dereferences nil and panics.
 // Package pipeline refuses a zero Limiter at New.
+//
+// A Limiter is 288 B (352 B unless [Config.Compact]), its Algorithm's state
+// (Vegas: 112 B) besides; a Name adds its rejection error (unnamed limiters
+// share one).
 type Limiter struct {
-	slots pad.Int64 // in flight (low 32 bits) and admissions (high 32): see admitOne
+	// The layout keeps the two groups of words written by calls (the slot
+	// word with rejected; the window) at least a line minus a word apart,
+	// with the words only the window's closer touches between them, so no
+	// cache line holds both without padding; unless Config.Compact, New
+	// allocates the Limiter in a paddedLimiter, whose leading line keeps
+	// the object before it off the slot word's line (the words after the
+	// window fill its last line). A test checks the distances.
 
-	// Read by every call, written about once per window: grouped on one line.
-	_         pad.Line
+	slots atomic.Int64 // in flight (low 32 bits) and admissions (high 32): see admitOne
+	// rejected: +1 by every rejection, which has just added to and
+	// subtracted from slots: the same line, already held.
+	rejected atomic.Uint64
+
+	// Read by every call, written about once per window (limit, windowEnd,
+	// stride, target, rejectedAtClose) or never: on the slot word's line,
+	// which every call writes anyway.
 	limit     atomic.Int64  // the published limit
 	windowEnd atomic.Int64  // time the current window may end; lockedWindow while it is being closed
 	stride    atomic.Uint32 // sampling stride − 1 (a mask): Acquire times a call when mix(seq) & stride == 0
 	target    atomic.Uint32 // sample target − 1 (a power of two − 1): see sampling.go
-	_         pad.Line
-
-	win      window
-	rejected pad.Uint64 // +1 by every rejection
-
-	// Read-only after New.
-	minLimit, maxLimit float64
-	window             int64
-	minSamples         int64
-	parts              []partition
-	rejErr             *rampart.RejectedError
-	ticker             rampart.Ticker
-	classify           func(context.Context, error) rampart.Result
-	onLimit            func(int, int)
-	queue              *queue // nil without Config.Queue
-	maxStride          uint32 // Config.MaxSampleStride − 1 (a mask)
-	seed               uint32 // per-limiter key of the sampling hash
-
-	// Owned by the goroutine that holds the window lock (windowEnd ==
-	// lockedWindow); published through the CAS and Store on windowEnd.
-	ctrl    Controller
-	est     float64
-	lastSeq uint32 // admission sequence number when the previous window closed
-
-	// Totals of closed windows and other rare counters.
-	samples, drops, windows, panics atomic.Uint64
-	peak                            atomic.Int64
 	// The rejection count when the last window closed, for countRejected's
 	// choice of which rejections read the clock: stored by the goroutine
 	// that closes a window, loaded by clockless rejections.
 	rejectedAtClose atomic.Uint64
+	ticker          rampart.Ticker
+	classify        func(context.Context, error) rampart.Result
+	rejErr          *rampart.RejectedError
+	queue           *queue // nil without Config.Queue
+	parts           []partition
+	maxStride       uint32 // Config.MaxSampleStride − 1 (a mask)
+	seed            uint32 // per-limiter key of the sampling hash
+
+	// Read and written only when a window closes: they keep the window
+	// off the slot word's line.
+	minLimit, maxLimit float64
+	// Owned by the goroutine that holds the window lock (windowEnd ==
+	// lockedWindow); published through the CAS and Store on windowEnd.
+	ctrl       Controller
+	est        float64
+	minSamples int64
+	lastSeq    uint32 // admission sequence number when the previous window closed
+	_          [pad.LineSize - 64]byte
+
+	win window
+	_   [pad.LineSize - 64]byte
+
+	// Totals of closed windows and other rare counters, and read-only
+	// words of the window's closer: after the window, they fill its line.
+	samples, drops, windows, panics atomic.Uint64
+	peak                            atomic.Int64
+	onLimit                         func(int, int)
+	window                          int64
 }
+
+// paddedLimiter is the default layout: a line of padding before the Limiter
+// keeps the object before it off the slot word's line.
+type paddedLimiter struct {
+	_ pad.Line
+	l Limiter
+}
+
+// unnamedRejection is the rejection error of every Limiter without a Name:
+// they would all build the same one, so they share it.
+var unnamedRejection = rampart.NewRejectedError("adaptive", "", ErrLimited)
 
 // lockedWindow in windowEnd marks a window being closed: no time reaches it
 // (window ends are capped below it by windowAfter, and closeWindow never
@@ -320,21 +351,28 @@ func New(c Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{
-		minLimit:   float64(minL),
-		maxLimit:   float64(maxL),
-		window:     durationOr(c.Window, time.Second),
-		minSamples: int64(c.MinWindowSamples),
-		parts:      parts,
-		rejErr:     rampart.NewRejectedError(policy, c.Name, ErrLimited),
-		ticker:     c.Ticker,
-		classify:   c.Classify,
-		onLimit:    c.OnLimitChange,
-		queue:      q,
-		maxStride:  uint32(maxStride - 1),
-		seed:       rand.Uint32(),
-		est:        float64(initL),
+	var l *Limiter
+	if c.Compact {
+		l = new(Limiter)
+	} else {
+		l = &new(paddedLimiter).l
 	}
+	l.minLimit = float64(minL)
+	l.maxLimit = float64(maxL)
+	l.window = durationOr(c.Window, time.Second)
+	l.minSamples = int64(c.MinWindowSamples)
+	l.parts = parts
+	l.rejErr = unnamedRejection
+	if c.Name != "" {
+		l.rejErr = rampart.NewRejectedError(policy, c.Name, ErrLimited)
+	}
+	l.ticker = c.Ticker
+	l.classify = c.Classify
+	l.onLimit = c.OnLimitChange
+	l.queue = q
+	l.maxStride = uint32(maxStride - 1)
+	l.seed = rand.Uint32()
+	l.est = float64(initL)
 	if l.minSamples == 0 {
 		l.minSamples = 10
 	}
