@@ -8,8 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"unsafe"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
