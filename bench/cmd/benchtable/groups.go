@@ -332,7 +332,7 @@ var groups = []group{
 			"CancellableParent runs under a cancellable parent. Returning at the deadline whatever the function " +
 			"does: rampart's DoAbandon (rampart-abandon) against go-resiliency's deadline, both running the function " +
 			"on another goroutine. rampart-soft (classification only) has no peer; handoff-floor is the least a " +
-			"call handed to another goroutine costs.",
+			"call handed to another goroutine costs, cancel-floor what registering with a cancellable parent costs.",
 		libs: []lib{
 			{name: "rampart", kind: executor, calls: "Do, deadline mode"},
 			{name: "rampart-soft", kind: executor, calls: "Do, soft mode: classifies, never cancels"},
@@ -342,6 +342,7 @@ var groups = []group{
 			{name: "goresiliency", kind: executor, calls: "deadline.Run: function on a new goroutine, returns at the deadline"},
 			{name: "direct", kind: executor, calls: "context.WithTimeout + cancel around the call, by hand"},
 			{name: "handoff-floor", kind: baseline, calls: "one round trip to a parked goroutine, no timeout"},
+			{name: "cancel-floor", kind: baseline, calls: "no timeout: the registration on the cancellable parent alone"},
 		},
 		pairs: []pair{
 			{label: "cancelling timeout, the function does not read ctx.Done()", rampart: "rampart", peers: []string{"failsafe", "direct"}, cases: timeoutCases},
