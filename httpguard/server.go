@@ -54,7 +54,6 @@ type server struct {
 	p                 *pipeline.Pipeline
 	isFailure         func(int) bool
 	timeoutStatus     int
-	hasTimeout        bool // the pipeline has a timeout: entity headers are saved
 	defaultRetryAfter time.Duration
 	// defaultRetryAfterS is defaultRetryAfter as the Retry-After value,
 	// formatted once.
@@ -102,7 +101,6 @@ func NewHandler(next http.Handler, cfg ServerConfig) (http.Handler, error) {
 		s.isFailure = func(status int) bool { return status >= 500 }
 	}
 	s.exchanges.New = func() any { return &exchange{s: s} }
-	s.hasTimeout = cfg.Pipeline.Config().Timeout != nil
 	if s.timeoutStatus == 0 {
 		s.timeoutStatus = http.StatusServiceUnavailable
 	}
@@ -144,9 +142,9 @@ type exchange struct {
 	// returned an outcome for the pipeline and ServeHTTP re-panics.
 	aborted bool
 	// saved holds the entity headers (entityHeaders) as they were before
-	// the handler ran, when the pipeline has a timeout: a timeout answer
-	// restores them, so that it does not go out with the handler's
-	// validators, caching or encoding for a body it never wrote.
+	// the handler ran: the timeout answer (and that for a request whose
+	// context ended) restores them, so that it does not go out with the
+	// handler's validators, caching or encoding for a body it never wrote.
 	saved [len(entityHeaders)][]string
 }
 
@@ -317,9 +315,10 @@ func (e *exchange) serve(ctx context.Context) (err error) {
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := s.exchanges.Get().(*exchange)
 	e.ResponseWriter, e.r = w, r
-	if s.hasTimeout {
-		e.saveHeaders() // the timeout answer restores them
-	}
+	// Saved with any pipeline, not only one with a timeout: a request whose
+	// context ends (before admission, or while the handler gives up on it)
+	// gets the same answer, which restores them.
+	e.saveHeaders()
 	o := s.p.Try(r.Context(), e.serve)
 	if e.aborted {
 		// Every permit is released and the outcome recorded: abort the

@@ -782,6 +782,40 @@ func TestServerTimeoutDropsHandlerHeaders(t *testing.T) {
 	require.Empty(t, rec.Header().Values("Set-Cookie"))
 }
 
+// The answer for a request whose context ended (no timeout in the
+// pipeline) keeps the entity headers an outer middleware set before the
+// guard ran, and drops those its handler set, as the timeout answer does:
+// both when the context ended before admission and when the handler gave
+// up on it without writing.
+func TestServerCanceledAnswerKeepsOuterHeaders(t *testing.T) {
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1, MaxWait: time.Hour})
+	require.NoError(t, err)
+	var cancel context.CancelFunc
+	h, err := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Add("Set-Cookie", "inner=1")
+		cancel() // the client leaves; the handler gives up without writing
+		<-r.Context().Done()
+	}), httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Bulkhead: bh})})
+	require.NoError(t, err)
+	for _, name := range []string{"ended before admission", "ended while the handler ran"} {
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(context.Background())
+		if name == "ended before admission" {
+			cancel()
+		}
+		rec := httptest.NewRecorder()
+		rec.Header().Set("Content-Encoding", "br")
+		rec.Header().Set("Set-Cookie", "outer=1")
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil))
+		cancel()
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code, name)
+		require.Equal(t, "br", rec.Header().Get("Content-Encoding"), name)
+		require.Equal(t, []string{"outer=1"}, rec.Header().Values("Set-Cookie"), name)
+		require.Empty(t, rec.Header().Get("ETag"), name)
+	}
+}
+
 func serveRecorded(h http.Handler, ctx context.Context) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
