@@ -36,7 +36,9 @@ import (
 //     (the request keeps its context; a late handler is classified as
 //     timed out when it returns).
 //   - Success/failsafe: failsafehttp.NewHandler over failsafe-go's breaker,
-//     rate limiter, bulkhead and timeout.
+//     rate limiter, bulkhead and timeout (whose context, merged with the
+//     request's, gives the handler the deadline: the like of
+//     Success/rampart).
 //   - Success/pipeline-floor: the Success/rampart pipeline's Try around a
 //     function that does nothing, and Success/withcontext-floor: one
 //     Request.WithContext, the copy of the request that hands a handler
