@@ -129,7 +129,8 @@ var groups = []group{
 			"that is how every peer row is configured (gobreaker's default ReadyToTrip: more than 5 consecutive " +
 			"failures; failsafe's default WithFailureThreshold: consecutive failures; go-resiliency's only mode: " +
 			"errors without an error-free period), so the peers are divided by rampart-consecutive; the rampart row " +
-			"(the default 100-call count window, which records every outcome) has no peer row of its kind. Primitive with primitive: rampart-acquire (Acquire + Release) against " +
+			"(the default 100-call count window, which records every outcome) is divided only by failsafe-window, " +
+			"failsafe's count window (WithFailureThresholdRatio), when the run has it. Primitive with primitive: rampart-acquire (Acquire + Release) against " +
 			"gobreaker-twostep (TwoStepCircuitBreaker Allow + done) and failsafe-permit (TryAcquirePermit + Record).",
 		libs: []lib{
 			{name: "rampart", kind: executor, calls: "Do(ctx, fn), 100-call count window"},
@@ -137,12 +138,14 @@ var groups = []group{
 			{name: "gobreaker", kind: executor, calls: "Execute(fn)"},
 			{name: "goresiliency", kind: executor, calls: "Run(fn)"},
 			{name: "failsafe", kind: executor, calls: "failsafe.With(breaker).Run(fn), executor built once"},
+			{name: "failsafe-window", kind: executor, calls: "failsafe.With(breaker).Run(fn), WithFailureThresholdRatio: a count window"},
 			{name: "rampart-acquire", kind: primitive, calls: "Acquire + Release"},
 			{name: "gobreaker-twostep", kind: primitive, calls: "TwoStepCircuitBreaker Allow + done(ok)"},
 			{name: "failsafe-permit", kind: primitive, calls: "TryAcquirePermit + RecordSuccess/RecordFailure"},
 		},
 		pairs: []pair{
 			{label: "executor, failure-counting breakers (rampart: Consecutive mode)", rampart: "rampart-consecutive", peers: []string{"gobreaker", "goresiliency", "failsafe"}},
+			{label: "executor, count-window breakers", rampart: "rampart", peers: []string{"failsafe-window"}},
 			{label: "primitive: Acquire + Release against the peers' two-step forms", rampart: "rampart-acquire", peers: []string{"gobreaker-twostep", "failsafe-permit"}},
 		},
 	},
