@@ -908,8 +908,8 @@ func TestLimiterBytes(t *testing.T) {
 			return l
 		}
 	}
-	wantBytes(t, "default", padded+algo+queueCheck, mk(Config{}))
-	wantBytes(t, "Compact", compact+algo+queueCheck, mk(Config{Compact: true}))
+	testkit.WantBytes(t, "default", padded+algo+queueCheck, mk(Config{}))
+	testkit.WantBytes(t, "Compact", compact+algo+queueCheck, mk(Config{Compact: true}))
 	a, b := mk(Config{})().(*Limiter), mk(Config{Compact: true})().(*Limiter)
 	require.Same(t, a.RejectedError(), b.RejectedError(), "unnamed limiters share their rejection error")
 }
@@ -930,18 +930,4 @@ func TestLimiterLayoutSeparatesWrittenWords(t *testing.T) {
 	var p paddedLimiter
 	require.Equal(t, pad.LineSize, unsafe.Offsetof(p.l))
 	require.Equal(t, uintptr(280+2*(pad.LineSize-64)), unsafe.Sizeof(l))
-}
-
-// wantBytes is testkit.WantBytes on the least of up to three measurements:
-// a stray allocation elsewhere in the process during one (about one
-// measurement in 200 sees some 5 KB more, a few bytes per instance) only
-// adds, so the least is the instance's.
-func wantBytes(t *testing.T, name string, want int64, mk func() any) {
-	t.Helper()
-	for range 2 {
-		if testkit.Bytes(t, mk) == want {
-			return
-		}
-	}
-	testkit.WantBytes(t, name, want, mk)
 }

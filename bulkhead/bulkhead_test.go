@@ -233,8 +233,8 @@ func TestBulkheadBytes(t *testing.T) {
 	require.Equal(t, int64(176+pad.LineSize-64), size)
 	padded := map[uintptr]int64{64: 240, 128: 384}[pad.LineSize] // 64 + 176 B; 128 + 240 B (size class 384)
 	mk := func(c Config) func() any { return func() any { return mustNew(t, c) } }
-	wantBytes(t, "default", padded, mk(Config{Max: 10}))
-	wantBytes(t, "Compact", 176+int64(pad.LineSize)-64, mk(Config{Max: 10, Compact: true}))
+	testkit.WantBytes(t, "default", padded, mk(Config{Max: 10}))
+	testkit.WantBytes(t, "Compact", 176+int64(pad.LineSize)-64, mk(Config{Max: 10, Compact: true}))
 	require.Same(t, mustNew(t, Config{Max: 1}).RejectedError(), mustNew(t, Config{Max: 2}).RejectedError(), "unnamed bulkheads share their rejection error")
 }
 
@@ -251,18 +251,4 @@ func TestHotWordsOnSeparateLines(t *testing.T) {
 	require.GreaterOrEqual(t, unsafe.Sizeof(b)-unsafe.Offsetof(b.rejected), line)
 	var p paddedBulkhead
 	require.Equal(t, line, unsafe.Offsetof(p.b))
-}
-
-// wantBytes is testkit.WantBytes on the least of up to three measurements:
-// a stray allocation elsewhere in the process during one (about one
-// measurement in 200 sees some 5 KB more, a few bytes per instance) only
-// adds, so the least is the instance's.
-func wantBytes(t *testing.T, name string, want int64, mk func() any) {
-	t.Helper()
-	for range 2 {
-		if testkit.Bytes(t, mk) == want {
-			return
-		}
-	}
-	testkit.WantBytes(t, name, want, mk)
 }

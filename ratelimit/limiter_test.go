@@ -1092,12 +1092,12 @@ func TestLimiterBytes(t *testing.T) {
 	mk := func(c Config) func() any {
 		return func() any { return mustNew(t, c) }
 	}
-	wantBytes(t, "default", padded, mk(Config{Limit: 1000}))
-	wantBytes(t, "Compact", 128, mk(Config{Limit: 1000, Compact: true}))
-	wantBytes(t, "default, fractional interval", padded+32, mk(Config{Rate: 3}))
-	wantBytes(t, "Compact, fractional interval", 160, mk(Config{Rate: 3, Compact: true}))
-	wantBytes(t, "Compact, CountStats", 128+32+16, mk(Config{Limit: 1000, Compact: true, CountStats: true}))
-	wantBytes(t, "default, CountStats", padded+32+4*int64(pad.LineSize), mk(Config{Limit: 1000, CountStats: true}))
+	testkit.WantBytes(t, "default", padded, mk(Config{Limit: 1000}))
+	testkit.WantBytes(t, "Compact", 128, mk(Config{Limit: 1000, Compact: true}))
+	testkit.WantBytes(t, "default, fractional interval", padded+32, mk(Config{Rate: 3}))
+	testkit.WantBytes(t, "Compact, fractional interval", 160, mk(Config{Rate: 3, Compact: true}))
+	testkit.WantBytes(t, "Compact, CountStats", 128+32+16, mk(Config{Limit: 1000, Compact: true, CountStats: true}))
+	testkit.WantBytes(t, "default, CountStats", padded+32+4*int64(pad.LineSize), mk(Config{Limit: 1000, CountStats: true}))
 }
 
 // TestCompactLayoutKept: a compact limiter admits exactly as a padded one
@@ -1141,18 +1141,4 @@ func TestSetterRefusedUnderARacingSetterKeepsTheState(t *testing.T) {
 	require.Equal(t, 1<<20, l.Stats().Burst)
 	require.True(t, l.AllowN(0, 1))
 	require.Equal(t, float64(0), l.TokensAt(0), "a raised burst fills at the rate")
-}
-
-// wantBytes is testkit.WantBytes on the least of up to three measurements:
-// a stray allocation elsewhere in the process during one (about one
-// measurement in 200 sees some 5 KB more, a few bytes per instance) only
-// adds, so the least is the instance's.
-func wantBytes(t *testing.T, name string, want int64, mk func() any) {
-	t.Helper()
-	for range 2 {
-		if testkit.Bytes(t, mk) == want {
-			return
-		}
-	}
-	testkit.WantBytes(t, name, want, mk)
 }
