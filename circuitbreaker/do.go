@@ -82,7 +82,11 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 	case w&stateMask == uint64(Closed) && !b.timed:
 		p = Permit{word: w, start: rampart.NotRead}
 	case w&stateMask == uint64(Open) && b.hinted && b.hint.expired.Load() != w: // atomic 2: the timer's hint
-		return b.rejectOpen() // counted on this P's counter: no shared word written
+		b.countRejection() // on this P's counter: no shared word written
+		if b.cfg.OnRejected != nil {
+			b.notifyRejected(Open)
+		}
+		return b.errOpen // rejectOpen's body, written out: one call less
 	case b.needsNoClock(w): // Disabled, or MetricsOnly measuring nothing
 		p = Permit{word: w, start: rampart.NotRead}
 	default:
