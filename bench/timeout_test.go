@@ -38,6 +38,9 @@ import (
 //     any mode running the function on another goroutine can cost (see
 //     benchHandoffFloor).
 //
+// Besides ns/op, each case of this file's loops reports cpu-ns/op, the
+// process's CPU time per operation (see reportCPU).
+//
 // CalleeReadsDone and CancellableParent are the realistic cases (see
 // benchTimeoutRealistic): the callee reads its context's Done and Err, and
 // the parent may be cancellable.
@@ -99,6 +102,7 @@ func BenchmarkTimeout(b *testing.B) {
 		b.Run("Success/"+l.name, func(b *testing.B) {
 			call := l.do(b)
 			b.ReportAllocs()
+			defer reportCPU(b, cpuTime())
 			for b.Loop() {
 				if err := call(); err != nil {
 					b.Fatal(err)
@@ -226,6 +230,7 @@ func benchTimeoutRealistic(b *testing.B) {
 			b.Run(c.name+"/"+l.name, func(b *testing.B) {
 				call := l.do(b, c.parent(b))
 				b.ReportAllocs()
+				defer reportCPU(b, cpuTime())
 				for b.Loop() {
 					if err := call(); err != nil {
 						b.Fatal(err)
@@ -243,6 +248,7 @@ func benchTimeoutRealistic(b *testing.B) {
 		parent, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		b.ReportAllocs()
+		defer reportCPU(b, cpuTime())
 		for b.Loop() {
 			c, cancel := context.WithCancel(parent)
 			err := calleeReadsDone(c)

@@ -76,9 +76,11 @@ const (
 	// when the call ended after the deadline. The function runs on the
 	// caller's goroutine; the caller returns when the function does, so the
 	// function must honour the context. Costs one allocation per call (the
-	// context; two more, the Done channel and its state, only if the
-	// function asks for it) and no goroutine; Do and Call keep the caller's
-	// closure on its stack (see the package doc, Allocations).
+	// context) and no goroutine; a function that asks for Done adds its
+	// channel, and under a cancellable parent the registration on the
+	// parent (three allocations in all: see the package doc, Reading
+	// Done). Do and Call keep the caller's closure on its stack (see the
+	// package doc, Allocations).
 	ModeDeadline Mode = iota
 	// ModeSoft only classifies: the function gets the parent context
 	// unchanged and nothing cancels it; the call returns ErrTimeout when it

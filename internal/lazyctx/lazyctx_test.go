@@ -528,3 +528,47 @@ func doneAfter(c *Ctx) <-chan struct{} {
 	End(c, Finished)
 	return d
 }
+
+// BenchmarkParentRegistration measures the two ways the context package
+// offers to hear of a *context.cancelCtx parent's cancellation without a
+// goroutine, each with the Done channel a context needs (made, then
+// closed): a child context.WithCancel, whose channel is the context's (what
+// Done does), and context.AfterFunc beside a channel of one's own. Both
+// insert into and delete from the parent's children set under its lock;
+// Ctx is what Done costs in all (the Ctx, the child, its cancel func, the
+// channel). Command: go test -run '^$' -bench ParentRegistration
+// ./internal/lazyctx/
+func BenchmarkParentRegistration(b *testing.B) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.Run("WithCancel", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			child, cancel := context.WithCancel(parent)
+			doneSink = child.Done()
+			cancel()
+		}
+	})
+	b.Run("AfterFunc", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			d := make(chan struct{})
+			stop := context.AfterFunc(parent, func() { close(d) })
+			doneSink = d
+			if stop() {
+				close(d)
+			}
+		}
+	})
+	b.Run("Ctx", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c := new(Ctx)
+			Init(c, parent)
+			doneSink = c.Done()
+			End(c, Finished)
+		}
+	})
+}
+
+var doneSink <-chan struct{}
