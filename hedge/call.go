@@ -111,7 +111,7 @@ func (c *call) Fire(uint64) {
 // first (lazyctx.ParentDone), nil before; once non-nil it never changes.
 // Deadline and Value are the caller's context's. It is handed out once and
 // never reused, so a callee that keeps it after the call keeps a valid
-// context. It is 32 bytes, carved from slabs (see newCall); what Done and
+// context. It is 48 bytes, carved from slabs (see newCall); what Done and
 // AfterFunc need is allocated on their first use.
 type firstCtx struct {
 	lazyctx.Ctx
