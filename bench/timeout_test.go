@@ -18,7 +18,7 @@ import (
 // BenchmarkTimeout measures the path every call under a timeout pays: the
 // call succeeds well before its deadline (1 h), so nothing fires.
 //
-//   - rampart: ModeDeadline (default): a fresh 48-byte context per call,
+//   - rampart: ModeDeadline (default): a fresh 64-byte context per call,
 //     armed on the shared watchdog, two clock reads (start, end).
 //   - rampart-soft: ModeSoft, classification only: two clock reads.
 //   - rampart-abandon: DoAbandon on a deadline-mode Timeout: the function

@@ -147,8 +147,9 @@ type Ctx struct {
 	// code is Live while the context is live; set once (CAS from Live),
 	// never reset.
 	code atomic.Uint32
-	// released is set (CAS 0 -> 1) by whoever closes the Done channel, or
-	// cancels the registration that owns it: exactly once.
+	// released is set (CAS 0 -> 1) by whoever closes the Done channel that
+	// Done made: exactly once. (The cancel func of a registered child is
+	// idempotent and needs no such guard.)
 	released atomic.Uint32
 	// done is the Done channel (a chan struct{}), nil until Done is first
 	// called; set once (CAS from nil).
@@ -211,11 +212,14 @@ func End(c *Ctx, code Code) bool {
 // child's), else by closing the channel Done made.
 func (c *Ctx) release() {
 	d := atomic.LoadPointer(&c.done)
-	if d == nil || !c.released.CompareAndSwap(0, 1) {
+	if d == nil {
 		return
 	}
 	if p := atomic.LoadPointer(&c.cancel); p != nil {
-		cancelFunc(p)()
+		cancelFunc(p)() // idempotent: no need to be the only caller
+		return
+	}
+	if !c.released.CompareAndSwap(0, 1) {
 		return
 	}
 	if ch := chanOf(d); ch != closedchan {
@@ -266,6 +270,13 @@ func (c *Ctx) Done() <-chan struct{} {
 // doneSlow is the slow path of Done: make the channel and make sure the
 // parent's cancellation reaches it (see the package documentation).
 func (c *Ctx) doneSlow() <-chan struct{} {
+	// A *context.cancelCtx parent (every server request's context) first:
+	// its cancellation reaches us, with no goroutine, only through a
+	// context of the context package's own making (its children set takes
+	// only those). A parent cancelled already cancels that child at once.
+	if c.code.Load() == uint32(Live) && isCancelCtx(c.parent) {
+		return c.doneChild()
+	}
 	// A context that ended (a parent that ended before anyone watched it
 	// is noticed here) gets the shared closed channel.
 	if c.Err() != nil {
@@ -274,35 +285,31 @@ func (c *Ctx) doneSlow() <-chan struct{} {
 		}
 		return c.waitDone()
 	}
+	// A parent never cancelled needs no watch; one with an AfterFunc method
+	// (another Ctx) gets one through it; a cancellable parent of another
+	// type costs context.AfterFunc's goroutine, as a WithCancel child would.
 	a, hasAfterFunc := c.parent.(afterFuncer)
 	// Checked first: asking such a parent (a Ctx) for Done would make its
 	// channel for nothing.
-	var pd <-chan struct{}
-	if !hasAfterFunc {
-		pd = c.parent.Done()
+	if !hasAfterFunc && c.parent.Done() != nil {
+		a, hasAfterFunc = afterFuncOf{c.parent}, true
 	}
-	if hasAfterFunc || pd == nil || !isCancelCtx(c.parent, pd) {
-		// A parent never cancelled needs no watch; one with an AfterFunc
-		// method gets one through it; a cancellable parent of another type
-		// costs context.AfterFunc's goroutine, as a WithCancel child would.
-		d := make(chan struct{})
-		if !atomic.CompareAndSwapPointer(&c.done, nil, ptrOf(d)) {
-			return c.waitDone()
-		}
-		switch {
-		case hasAfterFunc:
-			c.watchParent(c.getSlow(), a)
-		case pd != nil:
-			c.watchParent(c.getSlow(), afterFuncOf{c.parent})
-		}
-		if c.code.Load() != uint32(Live) {
-			c.release() // ended meanwhile: End may have missed the channel
-		}
-		return d
+	d := make(chan struct{})
+	if !atomic.CompareAndSwapPointer(&c.done, nil, ptrOf(d)) {
+		return c.waitDone()
 	}
-	// A *context.cancelCtx parent: its cancellation reaches us, with no
-	// goroutine, only through a context of the context package's own
-	// making (its children set takes only those).
+	if hasAfterFunc {
+		c.watchParent(c.getSlow(), a)
+	}
+	if c.code.Load() != uint32(Live) {
+		c.release() // ended meanwhile: End may have missed the channel
+	}
+	return d
+}
+
+// doneChild is doneSlow under a *context.cancelCtx parent: one child
+// context.WithCancel registered on it, whose channel is Done's.
+func (c *Ctx) doneChild() <-chan struct{} {
 	child, cancel := context.WithCancel(c.parent)
 	if !atomic.CompareAndSwapPointer(&c.cancel, nil, funcPtr(cancel)) {
 		cancel() // another Done won: use its channel
@@ -325,13 +332,18 @@ func (c *Ctx) doneSlow() <-chan struct{} {
 // Done from, a *context.cancelCtx (the test the context package makes
 // before it registers a child in the parent's children set): its Value for
 // the cancelCtx key is a context whose channel is the parent's. Without the
-// key (a future Go), no parent qualifies.
-func isCancelCtx(parent context.Context, pd <-chan struct{}) bool {
+// key (a future Go), no parent qualifies. (A Ctx parent answers nil while
+// live, so its Done is not made here.)
+func isCancelCtx(parent context.Context) bool {
 	if cancelCtxKey == nil {
 		return false
 	}
 	p, ok := parent.Value(cancelCtxKey).(context.Context)
-	return ok && p.Done() == pd
+	if !ok {
+		return false
+	}
+	pd := parent.Done()
+	return pd != nil && p.Done() == pd
 }
 
 // waitDone returns the channel another goroutine's Done is publishing (a
