@@ -135,6 +135,73 @@ func cbBasePeers() []cbPeer {
 			}
 			return func() error { return cb.Run(ok) }
 		}, func(err error) bool { return err == breaker.ErrBreakerOpen }},
+		{"rampart-acquire", func(b *testing.B, k cbKind) func() error {
+			// The primitives, as a middleware that holds the permit across
+			// code it does not own calls them: Acquire, then Release with
+			// the outcome. The default count window without a slow-call
+			// threshold: no clock read while closed, nor while open (the
+			// open timer's hint).
+			cfg := circuitbreaker.Config{OpenDuration: time.Hour}
+			if k == cbFailure {
+				cfg.FailureRateThreshold, cfg.MinimumCalls = 100, 100
+			}
+			cb, err := circuitbreaker.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			call := func(r rampart.Result) error {
+				p, err := cb.Acquire()
+				if err != nil {
+					return err
+				}
+				cb.Release(p, r)
+				if r == rampart.Failure {
+					return errCBBoom
+				}
+				return nil
+			}
+			switch k {
+			case cbSuccess:
+				return func() error { return call(rampart.Success) }
+			case cbFailure:
+				i := 0 // one success in 100, as for rampart's Do
+				return func() error {
+					i++
+					if i%100 == 0 {
+						return call(rampart.Success)
+					}
+					return call(rampart.Failure)
+				}
+			}
+			cb.TransitionTo(circuitbreaker.Open)
+			return func() error { return call(rampart.Success) }
+		}, rampartRejected},
+		{"gobreaker-twostep", func(b *testing.B, k cbKind) func() error {
+			// gobreaker's two-step form: Allow, then done with the outcome.
+			st := gobreaker.Settings{Name: "bench", Timeout: time.Hour}
+			if k == cbFailure {
+				st.ReadyToTrip = func(gobreaker.Counts) bool { return false }
+			}
+			cb := gobreaker.NewTwoStepCircuitBreaker[any](st)
+			call := func(outcome error) error {
+				done, err := cb.Allow()
+				if err != nil {
+					return err
+				}
+				done(outcome)
+				return outcome
+			}
+			switch k {
+			case cbSuccess:
+				return func() error { return call(nil) }
+			case cbFailure:
+				return func() error { return call(errCBBoom) }
+			}
+			for range 6 { // the default ReadyToTrip: more than 5 consecutive failures
+				_ = call(errCBBoom)
+			}
+			return func() error { return call(nil) }
+		}, func(err error) bool { return err == gobreaker.ErrOpenState }},
 	}
 }
 
@@ -262,99 +329,5 @@ func TestCircuitBreakerMinRatios(t *testing.T) {
 			out += fmt.Sprintf(" %s %.1f ns (×%.1f)", p.name, mins[i], mins[i]/mins[0])
 		}
 		t.Log(out)
-	}
-}
-
-// cbPrimitive is one library's breaker called through its primitives, as a
-// middleware that holds the permit across code it does not own calls it:
-// an admission and, when admitted, the record of a success.
-type cbPrimitive struct {
-	name string
-	// build returns a goroutine-safe call on a closed breaker (open false)
-	// or on a tripped one with a long open duration; it reports whether
-	// the call was admitted.
-	build func(b *testing.B, open bool) func() bool
-}
-
-// cbPrimitivesFailsafe is failsafe-go's, added by circuitbreaker_failsafe_test.go.
-var cbPrimitivesFailsafe []cbPrimitive
-
-func cbPrimitives() []cbPrimitive {
-	rampartBreaker := func(b *testing.B, open bool) *circuitbreaker.Breaker {
-		cb, err := circuitbreaker.New(circuitbreaker.Config{OpenDuration: time.Hour})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if open {
-			cb.TransitionTo(circuitbreaker.Open)
-		}
-		return cb
-	}
-	peers := []cbPrimitive{
-		{"rampart", func(b *testing.B, open bool) func() bool {
-			// The shorthands: a count window without a slow-call threshold
-			// reads no clock on a closed breaker, and an open one rejects
-			// on its open timer's hint, without a clock read either.
-			cb := rampartBreaker(b, open)
-			return func() bool {
-				p, err := cb.Acquire()
-				if err != nil {
-					return false
-				}
-				cb.Release(p, rampart.Success)
-				return true
-			}
-		}},
-		{"rampart-at", func(b *testing.B, open bool) func() bool {
-			// The explicit-time primitives with a reading before and after
-			// the call, as a caller that measures the call itself does.
-			cb := rampartBreaker(b, open)
-			tk := cb.Ticker()
-			return func() bool {
-				p, err := cb.AcquireAt(tk.Now())
-				if err != nil {
-					return false
-				}
-				cb.ReleaseAt(p, tk.Now(), rampart.Success)
-				return true
-			}
-		}},
-	}
-	return append(peers, cbPrimitivesFailsafe...)
-}
-
-// BenchmarkCircuitBreakerPrimitive measures a breaker's primitives, like
-// with like: rampart's Acquire/Release (and AcquireAt/ReleaseAt with two
-// clock readings) beside failsafe-go's direct calls, TryAcquirePermit then
-// RecordSuccess (gobreaker and go-resiliency have none). Success: a closed
-// breaker with the default configuration; Open: a tripped one, every call
-// rejected; the Parallel cases from GOMAXPROCS goroutines on one breaker.
-func BenchmarkCircuitBreakerPrimitive(b *testing.B) {
-	for _, c := range []struct {
-		name           string
-		open, parallel bool
-	}{{"Success", false, false}, {"SuccessParallel", false, true}, {"Open", true, false}, {"OpenParallel", true, true}} {
-		for _, p := range cbPrimitives() {
-			b.Run(c.name+"/"+p.name, func(b *testing.B) {
-				b.ReportAllocs()
-				call := p.build(b, c.open)
-				if !c.parallel {
-					for b.Loop() {
-						if call() == c.open {
-							b.Fatalf("admitted %v, want %v", !c.open, c.open)
-						}
-					}
-					return
-				}
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						if call() == c.open {
-							b.Errorf("admitted %v, want %v", !c.open, c.open)
-							return
-						}
-					}
-				})
-			})
-		}
 	}
 }
