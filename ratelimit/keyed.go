@@ -4,11 +4,9 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/notify"
@@ -37,180 +35,97 @@ type KeyedConfig struct {
 }
 
 // Table geometry. A shard's table is linear-probing open addressing, at
-// most half full, so that a lookup of a present key reads 1.5 slots on
-// average and a miss 2.5 (Knuth, TAOCP vol. 3, 6.4), four slots a cache
-// line.
+// most half full counting tombstones, so that a lookup of a present key
+// reads 1.5 slots on average and a miss 2.5 (Knuth, TAOCP vol. 3, 6.4), two
+// slots a cache line.
 const (
-	shardKeys     = 4096 // keys a shard aims to hold: its growth copies at most 2·shardKeys slots
+	shardKeys     = 4096 // keys a shard aims to hold: a rebuild copies about 2·shardKeys slots
 	maxKeyShards  = 1024 // beyond 4M keys shards grow instead
 	minSlots      = 8
-	sampleEntries = 8  // keys a new key's admission examines in a full shard
-	sampleSlots   = 64 // slots it scans at most to find them (a full shard is 1/4 to 1/2 occupied)
+	sampleEntries = 8  // keys a new key's admission examines in a full table
+	sampleSlots   = 64 // slots it scans at most to find them
 )
 
-// entry is one key's GCRA state: its theoretical arrival time in units, or
-// evicted once the key is removed, and the key itself (immutable). A key of
-// up to 104 bytes is copied into the entry's own allocation, so that the
-// lookup's comparison reads the line the admission's CAS writes, not a
-// third one.
-type entry struct {
-	tat atomic.Int64
-	key string
-}
-
-// Entries with the key's bytes inline, sized to the allocator's classes of
-// 48, 64, 96 and 128 bytes.
-type (
-	entry24 struct {
-		e entry
-		b [24]byte
-	}
-	entry40 struct {
-		e entry
-		b [40]byte
-	}
-	entry72 struct {
-		e entry
-		b [72]byte
-	}
-	entry104 struct {
-		e entry
-		b [104]byte
-	}
-)
-
-// newEntry returns an entry for key with TAT tat.
-func newEntry(key string, tat int64) *entry {
-	var e *entry
-	var b []byte
-	switch n := len(key); {
-	case n == 0:
-		e = &entry{}
-	case n <= 24:
-		x := new(entry24)
-		e, b = &x.e, x.b[:n]
-	case n <= 40:
-		x := new(entry40)
-		e, b = &x.e, x.b[:n]
-	case n <= 72:
-		x := new(entry72)
-		e, b = &x.e, x.b[:n]
-	case n <= 104:
-		x := new(entry104)
-		e, b = &x.e, x.b[:n]
-	default:
-		e = &entry{key: strings.Clone(key)}
-	}
-	if b != nil {
-		copy(b, key)
-		// The bytes are never written again: the string is immutable, and
-		// it keeps its own allocation (the entry) alive.
-		e.key = unsafe.String(unsafe.SliceData(b), len(b))
-	}
-	e.tat.Store(tat)
-	return e
-}
-
-// evicted marks an entry removed from the table: no admission CAS can
-// succeed on it any more, so an admission never lands on a key that is
-// gone.
+// evicted marks the TAT word of a key removed from the table (a tombstone)
+// or of a slot retired by a rebuild: no admission CAS can succeed on it any
+// more, so an admission never lands on a key that is gone.
 const evicted = retired
 
-// kslot is one slot of a shard's table: the key's hash (0 when the slot is
-// empty) and its entry. Readers load both without a lock; a reader that
-// sees a hash and an entry from two different moments compares the key,
-// which is in the entry, so it never admits on another key's entry.
+// kslot is one key in a shard's table: its 128-bit fingerprint (two
+// independently seeded 64-bit hashes, h1 = 0 when the slot is empty) and its
+// GCRA state. A slot is taken once in the life of a table and never given
+// to another key: an evicted key leaves a tombstone (its TAT word evicted)
+// until the next rebuild, so a lock-free reader that matched the
+// fingerprint can CAS the TAT without the slot changing hands under it.
+// 32 bytes: two slots a cache line, none straddling two.
 type kslot struct {
-	h atomic.Uint64
-	e atomic.Pointer[entry]
+	h1  atomic.Uint64
+	h2  atomic.Uint64
+	tat atomic.Int64
+	_   uint64
 }
 
-// ktable is a shard's table. Its slots change only under the shard's mutex;
-// a grown or shrunk table replaces it whole, and the entries (the keys'
-// states) move to the new table unchanged, so a reader still on the old
-// table admits on the same entry.
+// ktable is a shard's table. Its slots are taken and evicted only under the
+// shard's mutex; a rebuild (to grow, shrink or drop tombstones) retires
+// every slot (Swap to evicted, which hands over the last TAT exactly even
+// while readers CAS it) into a new table published whole, so a reader still
+// on the old one fails its CAS and looks again under the mutex.
 type ktable struct {
 	mask  uint64
 	slots []kslot
 }
 
-// find returns key's entry and the number of slots read, or nil when key is
-// not in t. Lock-free: a concurrent insert, eviction or move can make it
-// miss a key that is present, and the caller then looks again under the
-// shard's mutex.
-func (t *ktable) find(h uint64, key string) (e *entry, probes int) {
-	for i := h & t.mask; probes <= int(t.mask); i = (i + 1) & t.mask {
+// find returns the live slot of the key whose fingerprint is h1, h2, and
+// the number of slots read, or nil when it is not in t. Lock-free: a
+// concurrent eviction or rebuild can make it miss a key that is present,
+// and the caller then looks again under the shard's mutex.
+func (t *ktable) find(h1, h2 uint64) (s *kslot, probes int) {
+	for i := h1 & t.mask; probes <= int(t.mask); i = (i + 1) & t.mask {
 		probes++
 		s := &t.slots[i]
-		sh := s.h.Load()
-		if sh == 0 {
+		x := s.h1.Load()
+		if x == 0 {
 			return nil, probes
 		}
-		if sh == h {
-			if e := s.e.Load(); e != nil && e.key == key {
-				return e, probes
-			}
+		// A tombstone of the key may precede its live slot (evicted, then
+		// inserted again): skip it.
+		if x == h1 && s.h2.Load() == h2 && s.tat.Load() != evicted {
+			return s, probes
 		}
 	}
 	return nil, probes
 }
 
-// put stores e in the first empty slot of h's run (under the mutex). The
-// entry goes in before the hash, so a reader that sees the hash sees an
-// entry.
-func (t *ktable) put(h uint64, e *entry) {
-	i := h & t.mask
-	for t.slots[i].h.Load() != 0 {
+// put takes the first empty slot of h1's run for a key with TAT tat (under
+// the mutex, or into a table not yet published). The TAT and h2 go in
+// before h1, so a reader that sees h1 sees the rest.
+func (t *ktable) put(h1, h2 uint64, tat int64) *kslot {
+	i := h1 & t.mask
+	for t.slots[i].h1.Load() != 0 {
 		i = (i + 1) & t.mask
 	}
-	t.slots[i].e.Store(e)
-	t.slots[i].h.Store(h)
+	s := &t.slots[i]
+	s.tat.Store(tat)
+	s.h2.Store(h2)
+	s.h1.Store(h1)
+	return s
 }
 
-// remove empties slot i (under the mutex) by backward shift: the entries
-// after it in its run move back into the hole whenever their home slot
-// allows, so that no tombstone lengthens later probes (Knuth's Algorithm R).
-// A reader racing with a move may miss a key; it then looks again under the
-// mutex.
-func (t *ktable) remove(i uint64) {
-	for j := (i + 1) & t.mask; ; j = (j + 1) & t.mask {
-		h := t.slots[j].h.Load()
-		if h == 0 {
-			break
-		}
-		// The entry at j may move to i unless its home slot lies
-		// cyclically in (i, j].
-		if home := h & t.mask; (j-home)&t.mask >= (j-i)&t.mask {
-			t.slots[i].e.Store(t.slots[j].e.Load())
-			t.slots[i].h.Store(h)
-			i = j
-		}
-	}
-	t.slots[i].h.Store(0)
-	t.slots[i].e.Store(nil)
+// newKtable returns an empty table of size slots (a power of 2).
+func newKtable(size int) *ktable {
+	return &ktable{mask: uint64(size - 1), slots: make([]kslot, size)}
 }
 
-// resized returns a copy of t with size slots (a power of 2 above the
-// entries held).
-func (t *ktable) resized(size int) *ktable {
-	nt := &ktable{mask: uint64(size - 1), slots: make([]kslot, size)}
-	for i := range t.slots {
-		if h := t.slots[i].h.Load(); h != 0 {
-			nt.put(h, t.slots[i].e.Load())
-		}
-	}
-	return nt
-}
-
-// kshard is the writers' side of one shard: inserts, evictions and resizes
-// take mu. Each shard sits on its own cache lines, so that inserts into
-// different shards do not contend.
+// kshard is the writers' side of one shard: inserts, evictions and
+// rebuilds take mu. Each shard sits on its own cache lines, so that inserts
+// into different shards do not contend.
 type kshard struct {
 	mu      sync.Mutex
-	n       atomic.Int64 // keys held; written under mu, read by Len
+	n       atomic.Int64 // live keys; written under mu, read by the tests
+	used    int          // slots taken, live or tombstone (under mu)
 	cap     int64        // twice the shard's share of MaxKeys: a bound on its table, not on the keys (Keyed.keys is)
 	hand    uint64       // the next slot the eviction sample examines (under mu)
-	floor   int64        // the largest TAT evicted from this shard: a new entry starts there (under mu)
+	floor   int64        // the largest TAT evicted from this shard: a new key starts there (under mu)
 	scanned uint64       // slots the eviction samples have scanned (under mu; for the cost tests)
 	_       pad.Line
 }
@@ -223,36 +138,45 @@ type kshard struct {
 // Evicting an idle key loses nothing: a key whose arrival time has passed
 // is in exactly the state of a new one (a full burst).
 //
-// The table is sharded by a hash of the key (hash/maphash, seeded at random
-// per limiter, so that no client can choose keys that collide); each shard
-// is an open-addressing table at most half full. A key already present
-// costs the hash, a lock-free probe of about 1.5 slots (four to a cache
-// line), one load and one CAS on the key's own entry, and no allocation.
-// The first use of a key takes its shard's mutex and allocates its entry
-// (48 bytes for a key of up to 24 bytes, its bytes inline); a shard that
-// grows copies its slots, at most 2·4096, under that mutex.
+// Keys are identified by a 128-bit fingerprint: two hash/maphash hashes
+// under two seeds drawn at random per limiter. The key itself is not kept
+// (no allocation, no copy, nothing for the garbage collector to scan). Two
+// keys share one limit only if both their hashes collide: a chance below
+// n²/2¹²⁹ for n keys (10⁻²⁷ at a million), which no client can aim for, the
+// seeds being random and never revealed.
 //
-// When a new key's shard is full, its admission examines the next 8 keys
-// at the shard's eviction hand (scanning at most 64 slots), evicts those of
-// them that are idle and takes a freed slot; when none of them is idle the
-// new key is refused, with the wait until the soonest of them goes idle.
-// That is a bounded cost whatever the table's size, and it is the choice of
-// refusal over evicting an active key: an evicted active key would come
-// back with a full burst, so a flood of new keys could reset the limits of
-// the keys it displaced. Keys already held, active or idle, keep their slot
-// and their cost through a flood (TestKeyedFloodLeavesKnownKeysAlone: 1M
-// distinct keys into a full table leave the held keys' probes unchanged and
-// scan at most 64 slots each); a key that was idle and evicted comes back
-// as a new key. Size MaxKeys above the keys that can be active at once (the
-// distinct keys per emission interval × the burst's span) for new keys
+// The table is sharded by the first hash, about 4096 keys a shard, each
+// shard a linear-probing table of 32-byte slots at most half full. A key
+// already present costs the two hashes, a lock-free probe of about 1.5
+// slots (two to a cache line: one line in most lookups), one load and one
+// CAS on the slot's TAT word, and no allocation. A new key takes its
+// shard's mutex and a slot, allocating nothing either; a shard whose table
+// passes half full is rebuilt (doubled, or only cleared of tombstones)
+// under that mutex, copying its own slots: about 4096 keys for MaxKeys up
+// to 4M, amortised O(1) a key, while other shards and all lookups go on.
+//
+// When MaxKeys keys are held, a new key's admission examines the next 8
+// keys at its shard's eviction hand (scanning at most 64 slots), evicts
+// those of them that are idle and takes a freed slot; when none of them is
+// idle the new key is refused, with the wait until the soonest of them goes
+// idle (a hint: another key may go idle sooner). That is a bounded cost
+// whatever the table's size, and it is the choice of refusal over evicting
+// an active key: an evicted active key would come back with a full burst,
+// so a flood of new keys could reset the limits of the keys it displaced
+// (and a client with fresh keys already has one burst per key). Keys
+// already held keep their slot and their cost through a flood
+// (TestKeyedFloodLeavesKnownKeysAlone); a key that was idle, was evicted
+// and comes back is a new key. Size MaxKeys above the keys that can be
+// active at once (the distinct keys seen in one burst's span) for new keys
 // never to be refused.
 //
-// Memory: about 80 bytes a key for keys of up to 24 bytes (a 48-byte entry
-// and two 16-byte slots), measured at 1M keys by TestKeyedBytesPerKey.
+// Memory: 67 bytes a key at 1M keys (TestKeyedBytesPerKey), the slots of
+// tables between a quarter and a half full, whatever the keys' length.
 type Keyed struct {
 	p          params
-	seed       maphash.Seed
-	shift      uint                     // 64 − log2(shards): a hash's top bits pick its shard
+	seed1      maphash.Seed
+	seed2      maphash.Seed
+	shift      uint                     // 64 − log2(shards): h1's top bits pick its shard
 	tabs       []atomic.Pointer[ktable] // per shard; read by every admission, replaced under its shard's mu
 	shards     []kshard
 	tk         rampart.Ticker
@@ -283,7 +207,8 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 	}
 	k := &Keyed{
 		p:          p,
-		seed:       maphash.MakeSeed(),
+		seed1:      maphash.MakeSeed(),
+		seed2:      maphash.MakeSeed(),
 		tk:         c.Ticker,
 		rejected:   rampart.NewRejectedError("ratelimit", c.Name, ErrLimited),
 		onRejected: c.OnRejected,
@@ -310,20 +235,20 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 		// shard), and a table full at MaxKeys keys must take them all.
 		k.shards[i].cap = 2 * int64((maxKeys+nsh-1)/nsh)
 		k.shards[i].floor = math.MinInt64 / 2
-		k.tabs[i].Store(&ktable{mask: minSlots - 1, slots: make([]kslot, minSlots)})
+		k.tabs[i].Store(newKtable(minSlots))
 	}
 	return k, nil
 }
 
-// hash returns key's hash, never 0 (the empty slot).
-func (k *Keyed) hash(key string) uint64 {
-	return max(maphash.String(k.seed, key), 1)
+// hash returns key's fingerprint; h1 is never 0 (the empty slot).
+func (k *Keyed) hash(key string) (h1, h2 uint64) {
+	return max(maphash.String(k.seed1, key), 1), maphash.String(k.seed2, key)
 }
 
 // AdmitN takes n permits of key's limit at time now, with the contract
 // of [Limiter.AdmitN]: 0 when admitted, otherwise the ns to wait
 // (read-only), [Never] for n < 1 or n > the burst. When key is new and the
-// keys sampled in its full shard are all active, the wait is until the
+// keys sampled in its full table are all active, the wait is until the
 // soonest of them goes idle (see [Keyed]).
 func (k *Keyed) AdmitN(key string, now int64, n int) (wait time.Duration) {
 	if uint64(n-1) >= uint64(k.p.burst) {
@@ -331,18 +256,18 @@ func (k *Keyed) AdmitN(key string, now int64, n int) (wait time.Duration) {
 	}
 	u, ph := k.p.unitsPhase(now) // floor for the test, phase for a new TAT (see params)
 	inc := int64(n) * k.p.k
-	h := k.hash(key)
-	si := h >> k.shift
-	if e, _ := k.tabs[si].Load().find(h, key); e != nil { // lock-free, no allocation
+	h1, h2 := k.hash(key)
+	si := h1 >> k.shift
+	if s, _ := k.tabs[si].Load().find(h1, h2); s != nil { // lock-free, no allocation
 		for {
-			tat := e.tat.Load()
+			tat := s.tat.Load()
 			if tat == evicted {
-				break // evicted since the lookup: take the slow path
+				break // evicted or retired since the lookup: take the slow path
 			}
 			if tat+inc-u > k.p.tau { // as in Limiter.AdmitN
 				return time.Duration(k.reject(n, k.p.waitFor(now, tat+inc))) // read-only
 			}
-			if e.tat.CompareAndSwap(tat, max(tat, ph)+inc) { // the one write, on the key's entry
+			if s.tat.CompareAndSwap(tat, max(tat, ph)+inc) { // the one write, on the key's word
 				if k.countStats {
 					k.admitted.Add(1)
 				}
@@ -350,7 +275,7 @@ func (k *Keyed) AdmitN(key string, now int64, n int) (wait time.Duration) {
 			}
 		}
 	}
-	return time.Duration(k.admitSlow(key, h, si, now, u, ph, n))
+	return time.Duration(k.admitSlow(h1, h2, si, now, u, ph, n))
 }
 
 // Admit is AdmitN for one permit of key at a reading of the limiter's
@@ -358,16 +283,16 @@ func (k *Keyed) AdmitN(key string, now int64, n int) (wait time.Duration) {
 func (k *Keyed) Admit(key string) time.Duration { return k.AdmitN(key, k.tk.Now(), 1) }
 
 // admitSlow is the slow path of AdmitN for a key the lock-free lookup did
-// not find (new, evicted, or moved by a racing writer). Under the shard's
+// not find (new, evicted, or in a table being rebuilt). Under the shard's
 // mutex it looks again, makes room and inserts when the key is new, and
-// decides; no entry in the table can be evicted while the mutex is held,
-// so the decision needs no retry. The listener runs after the unlock.
-func (k *Keyed) admitSlow(key string, h, si uint64, now, u, ph int64, n int) int64 {
+// decides; no slot can be evicted or retired while the mutex is held, so
+// the decision needs no retry. The listener runs after the unlock.
+func (k *Keyed) admitSlow(h1, h2, si uint64, now, u, ph int64, n int) int64 {
 	inc := int64(n) * k.p.k
 	sh := &k.shards[si]
 	sh.mu.Lock()
-	e, _ := k.tabs[si].Load().find(h, key)
-	if e == nil {
+	s, _ := k.tabs[si].Load().find(h1, h2)
+	if s == nil {
 		if !k.reserve(sh) {
 			soonest := k.evictSample(sh, si, u)
 			if !k.reserve(sh) {
@@ -378,23 +303,28 @@ func (k *Keyed) admitSlow(key string, h, si uint64, now, u, ph int64, n int) int
 				return k.reject(n, k.fullWait(soonest, now))
 			}
 		}
-		e = newEntry(key, sh.floor) // a full burst for any reading not older than an evicted TAT
 		t := k.tabs[si].Load()
-		if (sh.n.Load()+1)*2 > int64(len(t.slots)) { // keep the table at most half full
-			t = t.resized(2 * len(t.slots))
-			k.tabs[si].Store(t)
+		if (sh.used+1)*2 > len(t.slots) { // keep the table at most half full
+			size := len(t.slots)
+			if (sh.n.Load()+1)*4 > int64(size) {
+				size *= 2 // else tombstones fill it: clear them at the same size
+			}
+			t = k.rebuild(sh, si, size)
 		}
-		t.put(h, e)
+		// A full burst for any reading not older than an evicted TAT; the
+		// key is inserted even when refused.
+		s = t.put(h1, h2, sh.floor)
+		sh.used++
 		sh.n.Add(1)
 	}
 	var w int64
 	for {
-		tat := e.tat.Load()
+		tat := s.tat.Load()
 		if tat+inc-u > k.p.tau {
-			w = k.p.waitFor(now, tat+inc) // the entry is inserted even when refused
+			w = k.p.waitFor(now, tat+inc)
 			break
 		}
-		if e.tat.CompareAndSwap(tat, max(tat, ph)+inc) {
+		if s.tat.CompareAndSwap(tat, max(tat, ph)+inc) {
 			break
 		}
 	}
@@ -408,10 +338,33 @@ func (k *Keyed) admitSlow(key string, h, si uint64, now, u, ph int64, n int) int
 	return 0
 }
 
-// evictSample examines up to sampleEntries keys from the shard's hand,
-// scanning at most sampleSlots slots (and each slot once), evicts those
-// idle at u (TAT ≤ u: a full burst, the same as a new entry), and returns
-// the least TAT among the others. Called under sh.mu.
+// rebuild replaces shard si's table by one of size slots holding its live
+// keys, and returns it. Called under sh.mu. Each old slot is retired by a
+// Swap to evicted, which returns its last TAT even while lock-free readers
+// CAS it: an admission lands either before the Swap (and is carried over)
+// or fails and retries under the mutex, on the new table.
+func (k *Keyed) rebuild(sh *kshard, si uint64, size int) *ktable {
+	old := k.tabs[si].Load()
+	t := newKtable(size)
+	for i := range old.slots {
+		s := &old.slots[i]
+		h1 := s.h1.Load()
+		if h1 == 0 {
+			continue
+		}
+		if tat := s.tat.Swap(evicted); tat != evicted { // a tombstone is dropped
+			t.put(h1, s.h2.Load(), tat)
+		}
+	}
+	k.tabs[si].Store(t)
+	sh.used = int(sh.n.Load())
+	return t
+}
+
+// evictSample examines up to sampleEntries live keys from the shard's
+// hand, scanning at most sampleSlots slots (and each slot once), evicts
+// those idle at u (TAT ≤ u: a full burst, the same as a new key), and
+// returns the least TAT among the others. Called under sh.mu.
 func (k *Keyed) evictSample(sh *kshard, si uint64, u int64) (soonest int64) {
 	t := k.tabs[si].Load()
 	soonest = math.MaxInt64
@@ -421,37 +374,33 @@ func (k *Keyed) evictSample(sh *kshard, si uint64, u int64) (soonest int64) {
 			break
 		}
 		sh.scanned++
-		i := sh.hand & t.mask
-		e := t.slots[i].e.Load()
-		if e == nil {
-			sh.hand++
-			continue
+		s := &t.slots[sh.hand&t.mask]
+		sh.hand++
+		if s.h1.Load() == 0 || s.tat.Load() == evicted {
+			continue // empty or a tombstone
 		}
 		examined++
-		if k.evictIfIdle(sh, t, i, e, u) {
-			continue // slot i now holds the next entry of its run, or nothing
+		if !k.evictIfIdle(sh, s, u) {
+			soonest = min(soonest, s.tat.Load())
 		}
-		soonest = min(soonest, e.tat.Load())
-		sh.hand++
 	}
 	return soonest
 }
 
-// evictIfIdle evicts e, in slot i of the shard's table t, when it is idle
-// at u, and reports whether it did. Called under sh.mu.
-func (k *Keyed) evictIfIdle(sh *kshard, t *ktable, i uint64, e *entry, u int64) bool {
+// evictIfIdle evicts the live key of slot s when it is idle at u, leaving a
+// tombstone, and reports whether it did. Called under sh.mu.
+func (k *Keyed) evictIfIdle(sh *kshard, s *kslot, u int64) bool {
 	for {
-		tat := e.tat.Load()
+		tat := s.tat.Load()
 		if tat > u {
-			return false
+			return false // active (or already evicted: evicted > u)
 		}
-		// The CAS fails if an admission updated the entry meanwhile: an
-		// entry is evicted only in a state equal to a new one.
-		if e.tat.CompareAndSwap(tat, evicted) {
-			// No new entry for this key (same hash, same shard) can start
-			// below the TAT evicted.
+		// The CAS fails if an admission updated the key meanwhile: a key
+		// is evicted only in a state equal to a new one.
+		if s.tat.CompareAndSwap(tat, evicted) {
+			// No new slot for this key (same fingerprint, same shard) can
+			// start below the TAT evicted.
 			sh.floor = max(sh.floor, tat)
-			t.remove(i)
 			sh.n.Add(-1)
 			k.keys.Add(-1)
 			k.evictedN.Add(1)
@@ -473,7 +422,7 @@ func (k *Keyed) reserve(sh *kshard) bool {
 	return true
 }
 
-// fullWait is the wait of a new key refused because its shard is full:
+// fullWait is the wait of a new key refused because the table is full:
 // until the soonest sampled key goes idle, or 1 ns when the sample found
 // none active (slots are being freed and taken concurrently: retry at
 // once).
@@ -485,11 +434,12 @@ func (k *Keyed) fullWait(soonest, now int64) int64 {
 }
 
 // SweepAt evicts every key idle at time now (back to a full burst) and
-// returns how many it evicted; a shard left less than 1/8 full gets a
-// smaller table. It visits every key, one shard at a time under that
-// shard's mutex (new keys of that shard wait for it; admissions of held
-// keys do not). Calling it periodically bounds memory by the active keys
-// rather than MaxKeys; it is never needed for correctness.
+// returns how many it evicted; each shard's table is then rebuilt without
+// its tombstones, smaller when it is left less than a quarter full. It
+// visits every key, one shard at a time under that shard's mutex (new keys
+// of that shard wait for it; admissions of held keys do not). Calling it
+// periodically bounds memory by the active keys rather than MaxKeys; it is
+// never needed for correctness.
 func (k *Keyed) SweepAt(now int64) int {
 	u := k.p.units(now)
 	total := 0
@@ -497,24 +447,20 @@ func (k *Keyed) SweepAt(now int64) int {
 		sh := &k.shards[si]
 		sh.mu.Lock()
 		t := k.tabs[si].Load()
-		// A removal moves later entries of the run back into slot i, so
-		// i advances only past a slot that stays; an entry moved from the
-		// start of the table to its end (a run that wraps) is seen twice,
-		// which is harmless.
-		for i := 0; i < len(t.slots); {
-			e := t.slots[i].e.Load()
-			if e != nil && k.evictIfIdle(sh, t, uint64(i), e, u) {
-				total++
-				continue
+		evictedHere := 0
+		for i := range t.slots {
+			s := &t.slots[i]
+			if s.h1.Load() != 0 && k.evictIfIdle(sh, s, u) {
+				evictedHere++
 			}
-			i++
 		}
-		if n := int(sh.n.Load()); len(t.slots) > minSlots && n*8 < len(t.slots) {
-			size := minSlots
-			for size < 4*n {
-				size *= 2
-			}
-			k.tabs[si].Store(t.resized(size))
+		total += evictedHere
+		size := minSlots
+		for int64(size) < 4*sh.n.Load() {
+			size *= 2
+		}
+		if size = min(size, len(t.slots)); evictedHere > 0 || size < len(t.slots) {
+			k.rebuild(sh, uint64(si), size)
 		}
 		sh.mu.Unlock()
 	}
