@@ -3,6 +3,7 @@ package rampart
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // ErrRejected matches, through errors.Is, every rejection by every rampart
@@ -31,11 +32,14 @@ type RejectedError struct {
 // (may be empty), reason the package sentinel (circuitbreaker.ErrOpen).
 // Call it at construction, never per call.
 func NewRejectedError(policy, name string, reason error) *RejectedError {
-	msg := policy
+	// One concatenation: the message is built once, at construction, and
+	// every temporary string would count against each named instance.
+	var msg string
 	if name != "" {
-		msg += " " + fmt.Sprintf("%q", name)
+		msg = policy + " " + strconv.Quote(name) + ": " + reason.Error()
+	} else {
+		msg = policy + ": " + reason.Error()
 	}
-	msg += ": " + reason.Error()
 	return &RejectedError{policy: policy, name: name, reason: reason, msg: msg}
 }
 

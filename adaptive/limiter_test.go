@@ -894,11 +894,10 @@ func TestProbeEndsAtALowRateOfClocklessCalls(t *testing.T) {
 // TestLimiterBytes gates the heap bytes of one live Limiter with the
 // default Vegas, both layouts: the 280 B Limiter (size class 288) with a
 // line of padding before it by default (352 B), or not with Compact;
-// Vegas's state adds 112 B, and New's queue check 96 B it lets go (a
-// Config.Queue with MaxLength 0 builds a queue and returns nil). A Name
-// adds its rejection error; unnamed limiters share one.
+// Vegas's state adds 112 B (a Config.Queue with MaxLength 0 allocates no
+// queue). A Name adds its rejection error; unnamed limiters share one.
 func TestLimiterBytes(t *testing.T) {
-	const algo, queueCheck = 112, 96
+	const algo, queueCheck = 112, 0
 	padded := map[uintptr]int64{64: 352, 128: 576}[pad.LineSize] // 64 + 280 B; 128 + 408 B
 	compact := map[uintptr]int64{64: 288, 128: 416}[pad.LineSize]
 	mk := func(c Config) func() any {

@@ -70,19 +70,14 @@ func newQueue(c QueueConfig) (*queue, error) {
 	if c.Interval < 0 {
 		return nil, rampart.NewConfigError(policy, "Queue.Interval", "must not be negative, got %v", c.Interval)
 	}
-	q := &queue{
-		maxLen:   c.MaxLength,
-		target:   durationOr(c.Target, 5*time.Millisecond),
-		interval: durationOr(c.Interval, 100*time.Millisecond),
-		lifo:     !c.FIFO,
-	}
-	if q.interval < q.target {
-		return nil, rampart.NewConfigError(policy, "Queue.Interval", "(%v) must be at least Target (%v)", time.Duration(q.interval), time.Duration(q.target))
+	target, interval := durationOr(c.Target, 5*time.Millisecond), durationOr(c.Interval, 100*time.Millisecond)
+	if interval < target {
+		return nil, rampart.NewConfigError(policy, "Queue.Interval", "(%v) must be at least Target (%v)", time.Duration(interval), time.Duration(target))
 	}
 	if c.MaxLength == 0 {
-		return nil, nil
+		return nil, nil // no queue: nothing allocated
 	}
-	return q, nil
+	return &queue{maxLen: c.MaxLength, target: target, interval: interval, lifo: !c.FIFO}, nil
 }
 
 // overloaded reports whether the queue has been non-empty for more than the

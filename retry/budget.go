@@ -339,21 +339,23 @@ func (b *RatioBudget) AllowRetry(now int64) bool {
 // pointer may be a valid receiver there). qual prefixes the constructors'
 // names ("retry." for package hedge). New only.
 func budgetReason(b any, qual string) string {
-	use := "pass one made by " + qual + "NewTokenBucket or " + qual + "NewRatioBudget"
+	// The advice is built only for a refused budget: New's message strings
+	// would otherwise be garbage counted against every instance.
+	use := func() string { return "pass one made by " + qual + "NewTokenBucket or " + qual + "NewRatioBudget" }
 	switch b := b.(type) {
 	case *TokenBucket:
 		switch {
 		case b == nil:
-			return "is a nil *retry.TokenBucket: leave it nil for no budget, or " + use
+			return "is a nil *retry.TokenBucket: leave it nil for no budget, or " + use()
 		case b.max == 0: // NewTokenBucket sets at least 1 milli-token
-			return "is a zero retry.TokenBucket, not built by " + qual + "NewTokenBucket (the zero value never grants a retry): " + use
+			return "is a zero retry.TokenBucket, not built by " + qual + "NewTokenBucket (the zero value never grants a retry): " + use()
 		}
 	case *RatioBudget:
 		switch {
 		case b == nil:
-			return "is a nil *retry.RatioBudget: leave it nil for no budget, or " + use
+			return "is a nil *retry.RatioBudget: leave it nil for no budget, or " + use()
 		case b.n == 0: // NewRatioBudget sets at least 1 bucket
-			return "is a zero retry.RatioBudget, not built by " + qual + "NewRatioBudget (the zero value has no window and would divide by zero): " + use
+			return "is a zero retry.RatioBudget, not built by " + qual + "NewRatioBudget (the zero value has no window and would divide by zero): " + use()
 		}
 	}
 	return ""

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/testkit"
 )
 
@@ -1021,4 +1022,27 @@ func TestCalleeDeadlineRetriedCallerDeadlineFinal(t *testing.T) {
 			t.Fatalf("tokens %v, want %v", got, want)
 		}
 	})
+}
+
+// TestPolicyBytes gates the heap bytes of one live Policy with the default
+// Config (and a Budget, which New checks without building a message for a
+// usable one): New allocates the Policy and nothing it lets go.
+func TestPolicyBytes(t *testing.T) {
+	bud, err := NewTokenBucket(TokenBucketConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := testkit.Bytes(t, func() any {
+		p, err := New(Config{Budget: bud})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	})
+	// 288 B on 64-byte lines: the configuration, a line of padding, the
+	// retry path's counters (size class 288). Was 352 with the budget
+	// check's advice built for every New.
+	if want := int64(288); pad.LineSize == 64 && got != want {
+		t.Fatalf("a retry.Policy: got %d B, want %d", got, want)
+	}
 }
