@@ -17,7 +17,8 @@
 //     or when the call finishes. The call returns when the function does;
 //     the result is [ErrTimeout] if it ended after the deadline. One
 //     allocation per call (the context object), no goroutine, no runtime
-//     timer.
+//     timer; a callee that reads Done adds its channel, and under a
+//     cancellable parent the registration on it (see Reading Done).
 //   - [ModeSoft]: classification only. The function gets the parent context
 //     unchanged, nothing is cancelled, and the call returns [ErrTimeout] if
 //     it ended after the deadline. No allocation.
@@ -69,7 +70,7 @@
 // them (gated by TestAllocsCapturingClosure; go test -run Allocs ./timeout/):
 //
 //	mode       Do   Call   StartAt/FinishAt   DoAbandon   CallAbandon
-//	soft       0    0      0                  5           7
+//	soft       0    0      0                  4           6
 //	deadline   1    1      1                  2           4
 //
 // Do, Call and StartAt/FinishAt cost the context in deadline mode and nothing
@@ -77,9 +78,53 @@
 // goroutine, so a capturing closure is allocated next to the context; a function value that captures nothing (a top-level
 // function) costs nothing. CallAbandon adds a result box and the closure
 // that fills it. A soft-mode Timeout has no watchdog, so its DoAbandon
-// times the call with a runtime timer (three allocations more): build the
-// Timeout in deadline mode for DoAbandon. (A Done channel, when the callee
-// asks for it, costs two more in deadline mode and with DoAbandon.)
+// times the call with a runtime timer (two allocations more, the timer and
+// its callback): build the Timeout in deadline mode for DoAbandon. (A Done
+// channel, when the callee asks for it, costs one more in deadline mode and
+// with DoAbandon, three under a cancellable parent: see Reading Done.)
+//
+// # Reading Done
+//
+// The context makes its Done channel only when the callee asks for it, and
+// watches the parent only then. What a callee that reads Done adds to the
+// call, by parent (gated by TestAllocsDeadline):
+//
+//   - a parent that is never cancelled (context.Background, or values on
+//     it): the channel, one allocation;
+//   - a *context.cancelCtx parent (context.WithCancel, WithTimeout,
+//     WithDeadline, and every server request's context): a child
+//     context.WithCancel registered in the parent's children set, whose
+//     channel is the Done channel: three allocations (the child, its cancel
+//     func, the channel) and no goroutine;
+//   - another rampart context (a hedge's or a timeout's): the channel and a
+//     registration through its AfterFunc, no goroutine;
+//   - any other cancellable parent: the channel and context.AfterFunc's
+//     registration, which costs that package's goroutine.
+//
+// What stops it from being cheaper under a cancelCtx parent is the context
+// package: a *context.cancelCtx tells only the contexts of its own package
+// of its cancellation (its children set has an unexported interface), so
+// every context that must close its own Done channel when the parent is
+// cancelled pays one such child, or context.AfterFunc's (which costs more:
+// lazyctx's BenchmarkParentRegistration), inserted and removed under the
+// parent's lock. context.WithTimeout pays the same registration plus its
+// runtime timer. Measured on a shared 2-core VM (Go 1.26.8), medians of 8
+// runs in a row of one bench binary, process CPU time per call (cd bench &&
+// go test -c -o /tmp/bench.test . && /tmp/bench.test -test.run '^$'
+// -test.bench '^BenchmarkTimeout$/^(Success|CalleeReadsDone|CancellableParent)$/'
+// -test.benchmem; docs/timeout.md has the whole table):
+//
+//	case                 rampart          context.WithTimeout     ratio
+//	Success              177 ns, 1 alloc  856 ns, 4 allocs        4.5x
+//	CalleeReadsDone      327 ns, 2        934 ns, 5               2.8x
+//	CancellableParent    772 ns, 4        1080 ns, 5              1.4x
+//
+// Under a cancellable parent the registration alone (cancel-floor: a
+// context.WithCancel child, its Done and its cancel, no timeout) costs
+// 531 ns, half of context.WithTimeout's cost, which bounds how much
+// cheaper any timeout context can be there (1080 / (177 + 531) = 1.5x).
+// With a Background parent the channel alone (made and closed, about
+// 120 ns) is most of what reading Done adds.
 //
 // # The watchdog
 //
@@ -109,7 +154,9 @@
 //
 // The context handed to the callee in deadline mode and by DoAbandon is a
 // fresh object per call, never reused, so a callee that keeps it sees it
-// stay done with the same error forever. Deadline returns the wall-clock deadline (or
+// stay done with the same error forever. Its only methods are those of
+// context.Context, String and AfterFunc: a type assertion on it finds
+// nothing that fires or ends it. Deadline returns the wall-clock deadline (or
 // the parent's, if earlier); Done is created on first use; Err is
 // context.DeadlineExceeded once the deadline fired, the parent's error if
 // the parent was done first, context.Canceled once the call finished first
@@ -118,7 +165,11 @@
 // looks for on a custom parent, so children derived with context.WithCancel,
 // WithTimeout or AfterFunc cost no goroutine. context.Cause on it reports
 // its Err, or the parent's cause (context.WithCancelCause) when the parent
-// ended it.
+// ended it. Under a *context.cancelCtx parent its Done channel closes
+// within the parent's cancel, as a context.WithDeadline child's does; a
+// context derived from it hears of a
+// parent's cancellation one hop later, on the goroutine context.AfterFunc
+// starts (it hears of the deadline and of the call's end at once).
 //
 // # A result after the deadline
 //

@@ -536,7 +536,8 @@ func doneAfter(c *Ctx) <-chan struct{} {
 // Done does), and context.AfterFunc beside a channel of one's own. Both
 // insert into and delete from the parent's children set under its lock;
 // Ctx is what Done costs in all (the Ctx, the child, its cancel func, the
-// channel). Command: go test -run '^$' -bench ParentRegistration
+// channel). Channel and CtxBackground are the same under a parent that is
+// never cancelled. Command: go test -run '^$' -bench ParentRegistration
 // ./internal/lazyctx/
 func BenchmarkParentRegistration(b *testing.B) {
 	parent, cancel := context.WithCancel(context.Background())
@@ -565,6 +566,26 @@ func BenchmarkParentRegistration(b *testing.B) {
 		for b.Loop() {
 			c := new(Ctx)
 			Init(c, parent)
+			doneSink = c.Done()
+			End(c, Finished)
+		}
+	})
+	// The floor under a parent that is never cancelled: the channel alone,
+	// made and closed (a context that ends must close the channel it handed
+	// out, so a channel never serves two contexts), and Done there.
+	b.Run("Channel", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			d := make(chan struct{})
+			doneSink = d
+			close(d)
+		}
+	})
+	b.Run("CtxBackground", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c := new(Ctx)
+			Init(c, context.Background())
 			doneSink = c.Done()
 			End(c, Finished)
 		}
