@@ -302,7 +302,13 @@ func (b *Breaker) Acquire() (Permit, error) {
 // every other reads it for the decision.
 func (b *Breaker) acquireOther(w uint64) (Permit, error) {
 	if w&stateMask == uint64(Open) && b.hinted && b.hint.expired.Load() != w { // the open timer has not fired
-		return Permit{}, b.rejectOpen() // no decision needs the time: no clock read
+		// No decision needs the time: no clock read. rejectOpen's body,
+		// written out: one call less.
+		b.countRejection()
+		if b.cfg.OnRejected != nil {
+			b.notifyRejected(Open)
+		}
+		return Permit{}, b.errOpen
 	}
 	if b.needsNoClock(w) {
 		return Permit{word: w, start: rampart.NotRead}, nil // no decision, no duration: no clock read
@@ -444,8 +450,8 @@ func (b *Breaker) rejections() uint64 {
 }
 
 // rejectOpen is the rejection of an Open breaker whose open timer has not
-// fired, made without a clock reading (Do, Call, Acquire): counted and
-// notified as reject does.
+// fired, made without a clock reading (Call; Do and Acquire write its body
+// out): counted and notified as reject does.
 func (b *Breaker) rejectOpen() error {
 	b.countRejection()
 	if b.cfg.OnRejected != nil {
@@ -910,7 +916,7 @@ type Stats struct {
 	Calls          uint64
 	Failures       uint64 // failures recorded (closed, half-open, metrics-only; in Consecutive mode slow calls included)
 	SlowCalls      uint64
-	Rejected       uint64
+	Rejected       uint64 // rejected calls, summed over the per-P counters (see the package doc, Cost)
 	StaleResults   uint64 // results ignored because their permit was from an older generation
 	Transitions    uint64
 	Trips          uint64 // automatic transitions to Open
