@@ -443,13 +443,13 @@ func TestKeyedNewKeyCostIsBoundedAtAnyTableSize(t *testing.T) {
 }
 
 // TestKeyedFloodLeavesKnownKeysAlone: a flood of 1M distinct keys (100k
-// under the race detector), each
-// taking a permit, into a table that holds 1000 active known keys fills
-// the table and is then refused, each flood key scanning a bounded sample;
-// the known keys keep their slot (found by the lock-free lookup), their
-// lookup cost (total probes within 2× of the unflooded cost; linear probing
-// never moves a held key further from its home but a resize can rehash
-// it), and their limit: each has exactly its 3 remaining permits.
+// under the race detector), each taking a permit, into a table that holds
+// 1000 active known keys fills the table and is then refused, each flood
+// key scanning a bounded sample; the known keys keep their slot (found by
+// the lock-free lookup), their lookup cost (total probes within 2× of the
+// unflooded cost: later inserts never lengthen a held key's probe, and a
+// shard's rebuild places it again in a table as sparse as before), and
+// their limit: each has exactly its 3 remaining permits.
 func TestKeyedFloodLeavesKnownKeysAlone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a million keys")
@@ -500,8 +500,8 @@ func TestKeyedFloodLeavesKnownKeysAlone(t *testing.T) {
 // TestKeyedTableKeepsEveryKeyFindable: random admissions of more keys
 // than fit into tables of 1, 2 and 32 shards, with periodic SweepAt calls
 // (which also shrink tables) and a clock that sometimes reads back: every
-// key held stays found by the lock-free lookup (no backward-shift removal
-// or resize breaks a probe run), and the tables hold exactly Len entries,
+// key held stays found by the lock-free lookup (no tombstone, eviction or
+// rebuild breaks a probe run), and the tables hold exactly Len live keys,
 // never more than MaxKeys.
 func TestKeyedTableKeepsEveryKeyFindable(t *testing.T) {
 	for _, maxKeys := range []int{40, 5000, 70_000} {
