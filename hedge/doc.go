@@ -89,14 +89,15 @@
 // Put of the reusable call state, one watchdog Schedule and Cancel (a few
 // CASes), one CAS on the call's state, one histogram add and one atomic load
 // (percentile delay); no goroutine, no timer, no allocation per call. The
-// first attempt's context is a 32-byte object that is never reused (reusing
+// first attempt's context is a 48-byte object that is never reused (reusing
 // a context breaks the contract for callees that retain it: its Err would go
 // back to nil and its values would change); contexts are carved from slabs
-// of 128, so a call allocates 1/128 of a 4 KiB slab: 0 allocs/op and 32 B/op
+// of 128, so a call allocates 1/128 of a 6 KiB slab: 0 allocs/op and 48 B/op
 // of garbage (docs/hedge.md has the benchmark). A callee that calls
-// Done on the context allocates its Done channel (and a registration on the
-// caller's context when that one can end, through the caller's own AfterFunc
-// method when it has one). A closure passed to Do or Call lives on the heap
+// Done on the context allocates its Done channel (and, when the caller's
+// context can end, a registration on it: one context.WithCancel child under
+// the standard library's cancellable contexts, whose channel is Done's, or
+// the caller's own AfterFunc method when it has one). A closure passed to Do or Call lives on the heap
 // (hedges may run it on other goroutines): one that captures variables costs
 // the usual closure allocation; a func value that captures nothing costs
 // nothing. A hedge costs a goroutine, a context.WithCancel and the race's
