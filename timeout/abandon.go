@@ -278,7 +278,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 		return t.collect(j)
 	}
 	// The deadline fired or the parent is done: try to leave.
-	if !atomicx.AddBelow(&t.abandoned.Int64, 1, t.maxAband) {
+	if !atomicx.AddBelow(&t.abandoned, 1, t.maxAband) {
 		// No abandon slot: wait for fn (its context is done or will be).
 		c.end(lazyctx.ParentDone) // no-op when the deadline fired
 		for !finished {

@@ -11,7 +11,6 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/lazyctx"
 	"github.com/rampart-go/rampart/internal/notify"
-	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
@@ -208,12 +207,12 @@ type Timeout struct {
 	workers  atomic.Pointer[workerPool] // DoAbandon's workers; created by its first call
 	nWorkers int
 
+	// Words written on rare events only (timeouts, abandons, rejections),
+	// never on the success path, so nothing here is padded: a storm of
+	// timeouts writes these lines, but so it would the timeout counter's.
 	// abandoned is written when a call is abandoned and when an abandoned
 	// function returns, read by every DoAbandon call.
-	abandoned pad.Int64
-
-	// Counters of rare events (timeouts, abandons, rejections): not on the
-	// success path.
+	abandoned      atomic.Int64
 	timeouts       atomic.Uint64
 	abandonedTotal atomic.Uint64
 	rejected       atomic.Uint64
@@ -286,18 +285,21 @@ func New(cfg Config) (*Timeout, error) {
 		}
 	}
 	t.epoch = time.Now().Add(-time.Duration(t.tk.Now()))
-	msg := "timeout"
+	// Each message in one concatenation: a temporary string would count
+	// against every instance.
+	msg := "timeout: deadline exceeded (" + cfg.Duration.String() + ")"
+	t.rej = unnamedRejected
 	if cfg.Name != "" {
-		msg += " " + quote(cfg.Name)
+		msg = "timeout \"" + cfg.Name + "\": deadline exceeded (" + cfg.Duration.String() + ")"
+		t.rej = rampart.NewRejectedError("timeout", cfg.Name, ErrTooManyAbandoned)
 	}
-	t.err = &Error{name: cfg.Name, d: cfg.Duration, msg: msg + ": deadline exceeded (" + cfg.Duration.String() + ")"}
-	t.rej = rampart.NewRejectedError("timeout", cfg.Name, ErrTooManyAbandoned)
+	t.err = &Error{name: cfg.Name, d: cfg.Duration, msg: msg}
 	return t, nil
 }
 
-func quote(s string) string {
-	return `"` + s + `"`
-}
+// unnamedRejected is the rejection error of every unnamed Timeout: built
+// once, shared (it holds no instance state).
+var unnamedRejected = rampart.NewRejectedError("timeout", "", ErrTooManyAbandoned)
 
 // Close stops the Timeout's DoAbandon workers and its own watchdog, if
 // it has one (see Config.Watchdog), and waits for their goroutines to exit:

@@ -1049,3 +1049,21 @@ func TestAllocsCapturingClosure(t *testing.T) {
 		})
 	}
 }
+
+// TestTimeoutBytes gates the heap bytes of one live Timeout, default
+// Config: the 240 B Timeout, its 40 B Error (size class 48) and the Error's
+// message (48); unnamed timeouts share their rejection error, and New
+// builds each message in one concatenation. (Was 592 B: a padded counter,
+// a message built in three steps and a rejection error per instance.)
+func TestTimeoutBytes(t *testing.T) {
+	got := testkit.Bytes(t, func() any {
+		to, err := New(Config{Duration: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return to
+	})
+	if want := int64(336); got != want {
+		t.Fatalf("a Timeout: got %d B, want %d", got, want)
+	}
+}
