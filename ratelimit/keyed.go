@@ -31,6 +31,12 @@ type KeyedConfig struct {
 	// keys a new key's admission samples there are all active, the new key
 	// is refused until one goes idle: an active key is never evicted, so
 	// every key keeps its limit (see [Keyed]).
+	//
+	// Config.Compact applies to the limiter's own words: an empty Keyed is
+	// 1416 B instead of 2928 B for the default MaxKeys (16 shards), 344 B
+	// instead of 768 B for a MaxKeys up to 4096 (one shard), unnamed, with a
+	// whole-ns interval (TestKeyedBytes); the keys cost the same 32-byte
+	// slots in both layouts.
 	MaxKeys int
 }
 
@@ -117,8 +123,7 @@ func newKtable(size int) *ktable {
 }
 
 // kshard is the writers' side of one shard: inserts, evictions and
-// rebuilds take mu. Each shard sits on its own cache lines, so that inserts
-// into different shards do not contend.
+// rebuilds take mu.
 type kshard struct {
 	mu      sync.Mutex
 	n       atomic.Int64 // live keys; written under mu, read by the tests
@@ -127,8 +132,19 @@ type kshard struct {
 	hand    uint64       // the next slot the eviction sample examines (under mu)
 	floor   int64        // the largest TAT evicted from this shard: a new key starts there (under mu)
 	scanned uint64       // slots the eviction samples have scanned (under mu; for the cost tests)
-	_       pad.Line
 }
+
+// paddedShard is a shard on its own cache lines (the default layout), so
+// that inserts into different shards do not contend.
+type paddedShard struct {
+	kshard
+	_ pad.Line
+}
+
+// emptyKtable is the table of every shard that never held a key: one empty
+// slot, so a lookup misses at once, and the first insert rebuilds it into a
+// table of the shard's own (it is never written).
+var emptyKtable = newKtable(1)
 
 // Keyed is a set of GCRA limiters, one per key, created on first use and
 // evicted when idle. Create it with [NewKeyed] and call [Keyed.Allow] (or
@@ -178,19 +194,36 @@ type Keyed struct {
 	seed2      maphash.Seed
 	shift      uint                     // 64 − log2(shards): h1's top bits pick its shard
 	tabs       []atomic.Pointer[ktable] // per shard; read by every admission, replaced under its shard's mu
-	shards     []kshard
+	shards     []*kshard                // a pointer per shard: padded apart by default, packed when Compact
 	tk         rampart.Ticker
 	rejected   *rampart.RejectedError
 	onRejected func(n int, wait time.Duration)
 	countStats bool
 	maxKeys    int64
+	// keys (held, at most maxKeys; changed on insert and eviction only) and
+	// the CountStats counters point into a keyedPadded (each word on its
+	// own lines, off the lines every admission reads) or, with Compact, a
+	// keyedCompact. One more load, from this read-mostly line, where they
+	// are written.
+	keys                *atomic.Int64
+	admitted, rejectedN *atomic.Uint64
 
-	keys           pad.Int64 // keys held, at most maxKeys; changed on insert and eviction only
-	admitted       pad.Uint64
-	rejectedN      pad.Uint64
-	evictedN       atomic.Uint64
-	listenerPanics atomic.Uint64
+	evictedN       atomic.Uint64 // slow paths only
+	listenerPanics atomic.Uint64 // slow paths only
 }
+
+// keyedPadded holds a padded Keyed's shared words; keyedCompact a compact
+// one's.
+type (
+	keyedPadded struct {
+		keys pad.Int64
+		paddedCounts
+	}
+	keyedCompact struct {
+		keys atomic.Int64
+		counts
+	}
+)
 
 // NewKeyed validates c and returns a keyed limiter.
 func NewKeyed(c KeyedConfig) (*Keyed, error) {
@@ -210,9 +243,12 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 		seed1:      maphash.MakeSeed(),
 		seed2:      maphash.MakeSeed(),
 		tk:         c.Ticker,
-		rejected:   rampart.NewRejectedError("ratelimit", c.Name, ErrLimited),
+		rejected:   unnamedRejection,
 		onRejected: c.OnRejected,
 		countStats: c.CountStats,
+	}
+	if c.Name != "" {
+		k.rejected = rampart.NewRejectedError("ratelimit", c.Name, ErrLimited)
 	}
 	if ticker.IsNil(k.tk) {
 		return nil, rampart.NewConfigError("ratelimit", "Ticker", ticker.NilReason, k.tk)
@@ -227,15 +263,30 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 	}
 	k.shift = uint(64 - bits.TrailingZeros(uint(nsh)))
 	k.tabs = make([]atomic.Pointer[ktable], nsh)
-	k.shards = make([]kshard, nsh)
+	k.shards = make([]*kshard, nsh)
 	k.maxKeys = int64(maxKeys)
-	for i := range k.shards {
+	if c.Compact {
+		w := new(keyedCompact)
+		k.keys, k.admitted, k.rejectedN = &w.keys, &w.admitted, &w.rejected
+		shards := make([]kshard, nsh)
+		for i := range shards {
+			k.shards[i] = &shards[i]
+		}
+	} else {
+		w := new(keyedPadded)
+		k.keys, k.admitted, k.rejectedN = &w.keys.Int64, &w.admitted.Uint64, &w.rejected.Uint64
+		shards := make([]paddedShard, nsh)
+		for i := range shards {
+			k.shards[i] = &shards[i].kshard
+		}
+	}
+	for i, sh := range k.shards {
 		// MaxKeys bounds the keys of all shards together; a shard may hold
 		// up to twice its share, since keys hash unevenly (±2 % at 4096 a
 		// shard), and a table full at MaxKeys keys must take them all.
-		k.shards[i].cap = 2 * int64((maxKeys+nsh-1)/nsh)
-		k.shards[i].floor = math.MinInt64 / 2
-		k.tabs[i].Store(newKtable(minSlots))
+		sh.cap = 2 * int64((maxKeys+nsh-1)/nsh)
+		sh.floor = math.MinInt64 / 2
+		k.tabs[i].Store(emptyKtable)
 	}
 	return k, nil
 }
@@ -289,7 +340,7 @@ func (k *Keyed) Admit(key string) time.Duration { return k.AdmitN(key, k.tk.Now(
 // the decision needs no retry. The listener runs after the unlock.
 func (k *Keyed) admitSlow(h1, h2, si uint64, now, u, ph int64, n int) int64 {
 	inc := int64(n) * k.p.k
-	sh := &k.shards[si]
+	sh := k.shards[si]
 	sh.mu.Lock()
 	s, _ := k.tabs[si].Load().find(h1, h2)
 	if s == nil {
@@ -309,7 +360,7 @@ func (k *Keyed) admitSlow(h1, h2, si uint64, now, u, ph int64, n int) int64 {
 			if (sh.n.Load()+1)*4 > int64(size) {
 				size *= 2 // else tombstones fill it: clear them at the same size
 			}
-			t = k.rebuild(sh, si, size)
+			t = k.rebuild(sh, si, max(size, minSlots)) // emptyKtable's 1 slot becomes minSlots
 		}
 		// A full burst for any reading not older than an evicted TAT; the
 		// key is inserted even when refused.
@@ -444,7 +495,7 @@ func (k *Keyed) SweepAt(now int64) int {
 	u := k.p.units(now)
 	total := 0
 	for si := range k.shards {
-		sh := &k.shards[si]
+		sh := k.shards[si]
 		sh.mu.Lock()
 		t := k.tabs[si].Load()
 		evictedHere := 0

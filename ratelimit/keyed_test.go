@@ -541,15 +541,23 @@ func TestKeyedTableKeepsEveryKeyFindable(t *testing.T) {
 	}
 }
 
-// TestKeyedConcurrentGrowthKeepsEachLimit: goroutines admit on 64 known
-// keys while others insert distinct keys, so that every shard's table is
-// resized and probe runs shift under the lock-free lookups. The clock is
-// frozen, so each known key admits exactly its burst: a lookup that misses
-// a key being moved looks again under the shard's mutex and never inserts
-// a second entry for it (which would give a second burst).
+// TestKeyedConcurrentGrowthKeepsEachLimit, in both layouts: goroutines
+// admit on 64 known keys while others insert distinct keys, so that every
+// shard's table is rebuilt (each slot retired by a Swap) under the
+// lock-free lookups. The clock is frozen, so each known key admits exactly
+// its burst: an admission racing with a rebuild is carried over or retried
+// under the shard's mutex, never lost (which would give more than the
+// burst), and a lookup that misses a key never inserts a second slot for
+// it; the counters agree.
 func TestKeyedConcurrentGrowthKeepsEachLimit(t *testing.T) {
+	for _, compact := range []bool{false, true} {
+		testKeyedConcurrentGrowth(t, compact)
+	}
+}
+
+func testKeyedConcurrentGrowth(t *testing.T, compact bool) {
 	const known, burst = 64, 20
-	k := mustKeyed(t, KeyedConfig{Config: Config{Limit: burst, Period: time.Hour, Burst: burst, Ticker: rampart.NewManualTicker(0)}, MaxKeys: 40_000})
+	k := mustKeyed(t, KeyedConfig{Config: Config{Limit: burst, Period: time.Hour, Burst: burst, Ticker: rampart.NewManualTicker(0), Compact: compact, CountStats: true}, MaxKeys: 40_000})
 	var admitted [known]atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -573,6 +581,7 @@ func TestKeyedConcurrentGrowthKeepsEachLimit(t *testing.T) {
 	}
 	require.Equal(t, 4*8000+known, k.Len())
 	require.Equal(t, k.entries(), k.Len())
+	require.Equal(t, uint64(4*8000+known*burst), k.Stats().Admitted, "compact=%v", compact)
 }
 
 // TestKeyedBytesPerKey: a million keys cost 64 to 72 heap bytes each,
@@ -604,4 +613,25 @@ func TestKeyedBytesPerKey(t *testing.T) {
 	require.LessOrEqual(t, perKey, 72.0)
 	runtime.KeepAlive(k)
 	runtime.KeepAlive(keys) // live throughout: only the limiter's bytes count
+}
+
+// TestKeyedBytes: an empty Keyed limiter, unnamed, with a whole-ns
+// interval, in both layouts, for one shard (MaxKeys up to 4096) and for the
+// 16 shards of the default MaxKeys; every shard starts on the shared empty
+// table, so a key-less shard costs its writer state only.
+func TestKeyedBytes(t *testing.T) {
+	for _, tc := range []struct {
+		maxKeys         int
+		compact, padded int64
+	}{{4096, 344, 768}, {0, 1416, 2928}} {
+		for _, compact := range []bool{true, false} {
+			want := tc.padded
+			if compact {
+				want = tc.compact
+			}
+			testkit.WantBytes(t, "Keyed MaxKeys="+strconv.Itoa(tc.maxKeys)+" compact="+strconv.FormatBool(compact), want, func() any {
+				return mustKeyed(t, KeyedConfig{Config: Config{Limit: 1000, Period: time.Second, Compact: compact}, MaxKeys: tc.maxKeys})
+			})
+		}
+	}
 }
