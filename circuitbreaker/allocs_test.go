@@ -88,7 +88,7 @@ func TestAllocs(t *testing.T) {
 
 // TestInstanceBytesAllocs gates the heap bytes of one live breaker, in
 // both layouts, on 2 Ps (the default layout counts rejections per P) and
-// 64-byte cache lines: the Breaker (512 B: its fields, then its hot line),
+// 64-byte cache lines: the Breaker (448 B: its fields, then its hot line),
 // a 100-call count window's slots (400 B, in the allocator's 416-byte
 // class), a time window (48 B) and its 10 buckets (32 B each, a line apart
 // unless Compact), and one line per P after the first. A breaker without a
@@ -120,15 +120,15 @@ func TestInstanceBytesAllocs(t *testing.T) {
 			return b
 		}
 	}
-	require.Equal(t, uintptr(512), unsafe.Sizeof(Breaker{}))
-	want("default (100-call count window)", 512+416+64, mk(Config{}))
-	want("Compact", 512+416, mk(Config{Compact: true}))
-	want("1000-call count window", 512+4096+64, mk(Config{WindowSize: 1000}))
-	want("1000-call count window, Compact", 512+4096, mk(Config{WindowSize: 1000, Compact: true}))
-	want("time window", 512+48+640+64, mk(Config{Mode: TimeWindow}))
-	want("time window, Compact", 512+48+320, mk(Config{Mode: TimeWindow, Compact: true}))
-	want("consecutive", 512+64, mk(Config{Mode: Consecutive}))
-	want("consecutive, Compact", 512, mk(Config{Mode: Consecutive, Compact: true}))
+	require.Equal(t, uintptr(448), unsafe.Sizeof(Breaker{}))
+	want("default (100-call count window)", 448+416+64, mk(Config{}))
+	want("Compact", 448+416, mk(Config{Compact: true}))
+	want("1000-call count window", 448+4096+64, mk(Config{WindowSize: 1000}))
+	want("1000-call count window, Compact", 448+4096, mk(Config{WindowSize: 1000, Compact: true}))
+	want("time window", 448+48+640+64, mk(Config{Mode: TimeWindow}))
+	want("time window, Compact", 448+48+320, mk(Config{Mode: TimeWindow, Compact: true}))
+	want("consecutive", 448+64, mk(Config{Mode: Consecutive}))
+	want("consecutive, Compact", 448, mk(Config{Mode: Consecutive, Compact: true}))
 }
 
 // TestTripAllocs: on a real-time NanoTicker, the first transition to Open

@@ -120,9 +120,11 @@ type breakerCold struct {
 	state     atomic.Uint64 // the state word (layout above); loaded by every call
 	openUntil atomic.Int64  // end of the open period; written by transitions
 	probeAt   atomic.Int64  // HalfOpen only: when the newest probe was admitted (MaxHalfOpenDuration counts from it)
-	// lines holds the rejection counters of P 1 to P len(lines) (P 0's is
-	// hot.rej), one cache line each; nil when Compact or GOMAXPROCS was 1.
-	lines []hotLine
+	// lines points to the rejection counters of P 1 to P nLines (P 0's
+	// is hot.rej), one cache line each (see perP); nil when Compact or
+	// GOMAXPROCS was 1. A pointer and a count rather than a slice: 12 B
+	// less, which keeps the Breaker at 448 B.
+	lines *hotLine
 	// Rarely written.
 	mu             sync.Mutex // serializes transitions (rare path)
 	streak         int32      // trips from half-open since the last close; under mu
@@ -131,6 +133,7 @@ type breakerCold struct {
 	fast           uint8 // fastCount, fastConsec: the closed success path needs no evaluation
 	timed          bool  // the shorthands must read the clock before and after every call
 	hinted         bool  // Ticker is a real-time NanoTicker: an open timer hints when an open period is over
+	nLines         int32 // the counters lines points to
 	count          countWindow
 	tw             *timeWindow
 	rejected       atomic.Uint64 // rejections on Ps beyond the per-P counters (GOMAXPROCS raised after New)
@@ -142,10 +145,9 @@ type breakerCold struct {
 	// at the first transition to an open state (under mu), it fires when
 	// an open period should be over. Until then the shorthands reject an
 	// Open breaker without reading the clock.
-	hint        *openHint
-	errOpen     *rampart.RejectedError
-	errHalfOpen *rampart.RejectedError
-	cfg         Config
+	hint *openHint
+	errs *[2]rampart.RejectedError // the preallocated rejections: open (errOpen), half-open full (errHalfOpen)
+	cfg  Config
 }
 
 // openHint is the open timer of a breaker on a real-time NanoTicker. The
@@ -188,12 +190,25 @@ type hotLine struct {
 // lines: rejections on later Ps share one atomic word (Breaker.rejected).
 const maxLines = 7
 
-// unnamedOpen and unnamedHalfOpen are the rejection errors of every
-// breaker without a Name: they are equal, so they are shared.
-var (
-	unnamedOpen     = rampart.NewRejectedError("circuitbreaker", "", ErrOpen)
-	unnamedHalfOpen = rampart.NewRejectedError("circuitbreaker", "", ErrHalfOpenFull)
-)
+// unnamedErrs are the rejection errors of every breaker without a Name:
+// they are equal, so they are shared.
+var unnamedErrs = rejectionErrors("")
+
+// rejectionErrors builds a breaker's two rejection errors in one
+// allocation.
+func rejectionErrors(name string) *[2]rampart.RejectedError {
+	return &[2]rampart.RejectedError{
+		*rampart.NewRejectedError("circuitbreaker", name, ErrOpen),
+		*rampart.NewRejectedError("circuitbreaker", name, ErrHalfOpenFull),
+	}
+}
+
+// errOpen is the rejection of an open (or forced-open) breaker.
+func (b *Breaker) errOpen() *rampart.RejectedError { return &b.errs[0] }
+
+// errHalfOpen is the rejection of a half-open breaker whose probes are all
+// taken or in flight.
+func (b *Breaker) errHalfOpen() *rampart.RejectedError { return &b.errs[1] }
 
 // New validates cfg, fills its defaults and returns a closed breaker. An
 // invalid field gives a *rampart.ConfigError matching rampart.ErrInvalidConfig.
@@ -204,10 +219,9 @@ func New(cfg Config) (*Breaker, error) {
 	b := &Breaker{}
 	b.cfg = cfg
 	b.mode = cfg.Mode
-	b.errOpen, b.errHalfOpen = unnamedOpen, unnamedHalfOpen
+	b.errs = unnamedErrs
 	if cfg.Name != "" {
-		b.errOpen = rampart.NewRejectedError("circuitbreaker", cfg.Name, ErrOpen)
-		b.errHalfOpen = rampart.NewRejectedError("circuitbreaker", cfg.Name, ErrHalfOpenFull)
+		b.errs = rejectionErrors(cfg.Name)
 	}
 	switch cfg.Mode {
 	case CountWindow:
@@ -221,7 +235,7 @@ func New(cfg Config) (*Breaker, error) {
 		// countRejection). P 0's sits in hot; the lines beyond it are
 		// allocated here, for the Ps that exist now (GOMAXPROCS).
 		if n := min(runtime.GOMAXPROCS(0), maxLines+1); n > 1 {
-			b.lines = make([]hotLine, n-1)
+			b.lines, b.nLines = unsafe.SliceData(make([]hotLine, n-1)), int32(n-1)
 		}
 	}
 	b.timed = cfg.SlowCallDuration > 0 || cfg.Mode == TimeWindow || cfg.OnSuccess != nil || cfg.OnFailure != nil
@@ -308,7 +322,7 @@ func (b *Breaker) acquireOther(w uint64) (Permit, error) {
 		if b.cfg.OnRejected != nil {
 			b.notifyRejected(Open)
 		}
-		return Permit{}, b.errOpen
+		return Permit{}, b.errOpen()
 	}
 	if b.needsNoClock(w) {
 		return Permit{word: w, start: rampart.NotRead}, nil // no decision, no duration: no clock read
@@ -334,11 +348,11 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 		case Closed, Disabled, MetricsOnly:
 			return Permit{word: w, start: now}, nil
 		case ForcedOpen:
-			return Permit{}, b.reject(now, ForcedOpen, b.errOpen)
+			return Permit{}, b.reject(now, ForcedOpen, b.errOpen())
 		case Open:
 			until := b.openUntil.Load()
 			if now < until {
-				return Permit{}, b.reject(now, Open, b.errOpen)
+				return Permit{}, b.reject(now, Open, b.errOpen())
 			}
 			// The half-open period starts now, not when the open period
 			// ended (possibly long ago): MaxHalfOpenDuration counts from
@@ -369,7 +383,7 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 					b.transition(w, true, HalfOpen, now)
 					break
 				}
-				return Permit{}, b.reject(now, HalfOpen, b.errHalfOpen)
+				return Permit{}, b.reject(now, HalfOpen, b.errHalfOpen())
 			}
 			nw := w + admOne + inflOne
 			if b.state.CompareAndSwap(w, nw) {
@@ -379,7 +393,7 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 				return Permit{word: nw, start: now}, nil
 			}
 		default:
-			return Permit{}, b.reject(now, ForcedOpen, b.errOpen)
+			return Permit{}, b.reject(now, ForcedOpen, b.errOpen())
 		}
 		w = b.state.Load()
 	}
@@ -432,8 +446,8 @@ func (b *Breaker) countRejection() {
 	switch {
 	case p == 0:
 		addOwned(&b.hot.rej)
-	case p <= len(b.lines):
-		addOwned(&b.lines[p-1].rej)
+	case p <= int(b.nLines):
+		addOwned(&b.perP()[p-1].rej)
 	default:
 		b.rejected.Add(1)
 	}
@@ -443,11 +457,14 @@ func (b *Breaker) countRejection() {
 // rejections sums the rejection counters (see countRejection).
 func (b *Breaker) rejections() uint64 {
 	n := b.rejected.Load() + atomic.LoadUint64(&b.hot.rej)
-	for i := range b.lines {
-		n += atomic.LoadUint64(&b.lines[i].rej)
+	for i := range b.perP() {
+		n += atomic.LoadUint64(&b.perP()[i].rej)
 	}
 	return n
 }
+
+// perP returns the rejection counters of P 1 to P nLines.
+func (b *Breaker) perP() []hotLine { return unsafe.Slice(b.lines, b.nLines) }
 
 // rejectOpen is the rejection of an Open breaker whose open timer has not
 // fired, made without a clock reading (Call; Do and Acquire write its body
@@ -457,7 +474,7 @@ func (b *Breaker) rejectOpen() error {
 	if b.cfg.OnRejected != nil {
 		b.notifyRejected(Open)
 	}
-	return b.errOpen
+	return b.errOpen()
 }
 
 func (b *Breaker) notifyRejected(s State) {

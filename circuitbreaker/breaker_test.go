@@ -1309,8 +1309,8 @@ func TestRejectionsWriteOnlyTheirPCounter(t *testing.T) {
 		size := unsafe.Sizeof(Breaker{})
 		obj := unsafe.Slice((*byte)(unsafe.Pointer(b)), size)
 		var lines []byte
-		if len(b.lines) > 0 {
-			lines = unsafe.Slice((*byte)(unsafe.Pointer(&b.lines[0])), uintptr(len(b.lines))*unsafe.Sizeof(hotLine{}))
+		if b.nLines > 0 {
+			lines = unsafe.Slice((*byte)(unsafe.Pointer(b.lines)), uintptr(b.nLines)*unsafe.Sizeof(hotLine{}))
 		}
 		// written rejects once on the caller's P and returns the P and
 		// the offsets (lines' after the Breaker's) of the bytes it changed.
@@ -1377,8 +1377,8 @@ func TestBreakerLayout(t *testing.T) {
 		b, err := New(Config{})
 		require.NoError(t, err)
 		require.Zero(t, uintptr(unsafe.Pointer(&b.hot))%pad.LineSize)
-		for i := range b.lines {
-			require.Zero(t, uintptr(unsafe.Pointer(&b.lines[i]))%pad.LineSize)
+		for i := range b.perP() {
+			require.Zero(t, uintptr(unsafe.Pointer(&b.perP()[i]))%pad.LineSize)
 		}
 	}
 }

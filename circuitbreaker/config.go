@@ -186,8 +186,8 @@ type Config struct {
 	OnRejected func(s State)
 
 	// Compact lays the instance out without cache-line padding: smaller
-	// (928 B instead of 992 B with the default 100-call count window on 2
-	// Ps; 880 B instead of 1264 B with the default time window), for the
+	// (864 B instead of 928 B with the default 100-call count window on 2
+	// Ps; 816 B instead of 1200 B with the default time window), for the
 	// many cold instances (per-tenant, per-route keys) where goroutines do
 	// not contend on one instance; the default pads the words that many
 	// goroutines write on every call. Both layouts keep the words that

@@ -86,7 +86,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 		if b.cfg.OnRejected != nil {
 			b.notifyRejected(Open)
 		}
-		return b.errOpen // rejectOpen's body, written out: one call less
+		return b.errOpen() // rejectOpen's body, written out: one call less
 	case b.needsNoClock(w): // Disabled, or MetricsOnly measuring nothing
 		p = Permit{word: w, start: rampart.NotRead}
 	default:

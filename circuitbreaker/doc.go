@@ -167,18 +167,18 @@
 // TestInstanceBytesAllocs):
 //
 //	configuration                     default   Compact
-//	100-call count window (default)     992 B     928 B
-//	1000-call count window             4672 B    4608 B
-//	time window (10 buckets)           1264 B     880 B
-//	consecutive                         576 B     512 B
+//	100-call count window (default)     928 B     864 B
+//	1000-call count window             4608 B    4544 B
+//	time window (10 buckets)           1200 B     816 B
+//	consecutive                         512 B     448 B
 //
 // The default layout adds one 64-byte line per P after the first (up to 8
 // Ps) for the rejection counters, and spaces a time window's buckets a line
 // apart; [Config.Compact] counts rejections with one atomic add and packs
 // the buckets, for the many cold instances (per-tenant, per-route keys)
 // where goroutines do not contend on one breaker. A breaker with a Name
-// adds its two rejection errors (about 300 B); a tripped breaker on the
-// real-time clock, its open timer (about 150 B).
+// adds its two rejection errors (about 350 B); a tripped breaker on the
+// real-time clock, its open timer (about 200 B).
 //
 // # For composition
 //

@@ -346,7 +346,7 @@ func FuzzReference(f *testing.F) {
 				p, err := b.AcquireAt(now)
 				rp, rej := m.acquire(now)
 				switch {
-				case rej == 0 && err != nil, rej == 1 && err != b.errOpen, rej == 2 && err != b.errHalfOpen:
+				case rej == 0 && err != nil, rej == 1 && err != b.errOpen(), rej == 2 && err != b.errHalfOpen():
 					t.Fatalf("op %d acquire: real %v, model %d", i/2, err, rej)
 				}
 				if err == nil {

@@ -80,7 +80,7 @@ func TestTransitionTable(t *testing.T) {
 					record(0, rampart.Ignored)
 				case 'x', 'h':
 					_, err := b.AcquireAt(tk.Now())
-					if want := map[byte]error{'x': b.errOpen, 'h': b.errHalfOpen}[step[0]]; err != want {
+					if want := map[byte]error{'x': b.errOpen(), 'h': b.errHalfOpen()}[step[0]]; err != want {
 						fail("got %v, want %v", err, want)
 					}
 				case 'p':

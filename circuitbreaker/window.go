@@ -52,17 +52,17 @@ type countWindow struct {
 	h *hotWords // seq, total, fails, slows: the sequence and the counters
 	// read-mostly
 	slots  []atomic.Uint32
-	n      uint64
-	mask   uint64 // n-1 when n is a power of two, else 0
-	stride uint64 // coprime with n: consecutive calls write slots on different cache lines
+	n      uint32 // at most maxWindowSize
+	mask   uint32 // n-1 when n is a power of two, else 0
+	stride uint32 // coprime with n: consecutive calls write slots on different cache lines
 }
 
 func (w *countWindow) init(n int, h *hotWords) {
 	w.h = h
 	w.slots = make([]atomic.Uint32, n)
-	w.n = uint64(n)
+	w.n = uint32(n)
 	if n&(n-1) == 0 {
-		w.mask = uint64(n - 1)
+		w.mask = uint32(n - 1)
 	}
 	// Slot of sequence s: s*stride mod n. With stride coprime with n this
 	// is a permutation of each run of n sequence numbers, and s and s-n
@@ -70,9 +70,9 @@ func (w *countWindow) init(n int, h *hotWords) {
 	// follow each other (often on different cores) write slots at least a
 	// cache line apart. s*stride wraps after 2^64/stride calls: never.
 	w.stride = 1
-	if w.n > 2*lineSlots {
-		w.stride = lineSlots + 1
-		for gcd(w.stride, w.n) != 1 {
+	if uint64(w.n) > 2*lineSlots {
+		w.stride = uint32(lineSlots + 1)
+		for gcd(uint64(w.stride), uint64(w.n)) != 1 {
 			w.stride++
 		}
 	}
@@ -99,12 +99,12 @@ func (w *countWindow) add(code uint32) uint32 {
 		// record just before any racing failure.)
 		return codeOK
 	}
-	s := (w.h.seq.Add(1) - 1) * w.stride // atomic 1: claim a slot
+	s := (w.h.seq.Add(1) - 1) * uint64(w.stride) // atomic 1: claim a slot
 	var i uint64
 	if w.mask != 0 || w.n == 1 {
-		i = s & w.mask
+		i = s & uint64(w.mask)
 	} else {
-		i = s % w.n
+		i = s % uint64(w.n)
 	}
 	if w.slots[i].Load() == code {
 		// The common healthy case, a success over a success: the slot
