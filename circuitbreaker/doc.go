@@ -153,8 +153,8 @@
 // RAMPART_MINRATIO=1 go test -run TestCircuitBreakerMinRatios -v ., 2-core
 // shared VM): an open rejection through Do is 7.0–7.4 ns, 1/10.8 of
 // gobreaker's (1/11.5 from 2 goroutines; it was 1/8.5 with one shared
-// rejection counter) and 3× go-resiliency's, whose rejection is one inlined
-// load that counts nothing; Acquire + Release on a closed breaker is 8.0
+// rejection counter) and 3.5× go-resiliency's, whose rejection is one
+// inlined load that counts nothing; Acquire + Release on a closed breaker is 8.0
 // ns, 1/5.3 of failsafe-go's TryAcquirePermit + RecordSuccess and 1/28 of
 // gobreaker's two-step Allow + done. docs/circuitbreaker.md has the tables.
 //

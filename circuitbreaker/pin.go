@@ -9,8 +9,9 @@ import (
 
 // procPin pins the calling goroutine to its P (no preemption, no
 // migration) until procUnpin, and returns the P's id, in [0, GOMAXPROCS).
-// It is the runtime's own per-P primitive (sync.Pool's): the runtime keeps
-// it for the packages that link to it (see go.dev/issue/67401).
+// It is the runtime's own per-P primitive (sync.Pool's), which the runtime
+// source marks as kept, signature unchanged, for the packages that link to
+// it.
 //
 //go:linkname procPin runtime.procPin
 func procPin() int
