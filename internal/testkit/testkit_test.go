@@ -316,7 +316,7 @@ func TestPlainCtx(t *testing.T) {
 }
 
 func TestBytesCountsLiveInstances(t *testing.T) {
-	type thing struct{ a [100]byte }
+	type thing [100]byte
 	if got := testkit.Bytes(t, func() any { return new(thing) }); got != 112 { // the 112-byte size class
 		t.Fatalf("Bytes of a 100-byte struct: got %d, want 112", got)
 	}
