@@ -18,8 +18,6 @@ const (
 	primitive kind = "primitive"
 	// handler: server middleware around an http.Handler.
 	handler kind = "handler"
-	// transport: a client http.RoundTripper around another.
-	transport kind = "transport"
 	// instance: the bytes of one instance, not a call.
 	instance kind = "instance"
 	// baseline: a building block or lower bound (a floor, the standard
