@@ -188,6 +188,16 @@ var emptyKtable = newKtable(1)
 //
 // Memory: 67 bytes a key at 1M keys (TestKeyedBytesPerKey), the slots of
 // tables between a quarter and a half full, whatever the keys' length.
+//
+// Speed, against the usual hand-written keyed limiter (a
+// map[string]*rate.Limiter of golang.org/x/time/rate behind a
+// sync.RWMutex), as the median over six interleaved rounds of
+// `cd bench && go test -run '^$' -bench 'Keyed/' -benchmem` on a shared
+// 2-core VM (docs/ratelimit.md has the table): at 1M keys 4.3× its speed
+// drawing keys uniformly and 4.5× on a Zipf draw from one goroutine, 3.4×
+// and 2.8× from two; at 100k keys 2.1× to 3.6×; at 1k keys, all in cache,
+// 1.7× to 1.9×. A new key refused by a full table costs 0.2 µs at 1k keys
+// and 0.75 µs at 1M (the sweep this replaced: 53 µs at 1k, 94 ms at 100k).
 type Keyed struct {
 	p          params
 	seed1      maphash.Seed
