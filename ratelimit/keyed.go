@@ -126,12 +126,12 @@ func newKtable(size int) *ktable {
 // rebuilds take mu.
 type kshard struct {
 	mu      sync.Mutex
-	n       atomic.Int64 // live keys; written under mu, read by the tests
-	used    int          // slots taken, live or tombstone (under mu)
-	cap     int64        // twice the shard's share of MaxKeys: a bound on its table, not on the keys (Keyed.keys is)
-	hand    uint64       // the next slot the eviction sample examines (under mu)
-	floor   int64        // the largest TAT evicted from this shard: a new key starts there (under mu)
-	scanned uint64       // slots the eviction samples have scanned (under mu; for the cost tests)
+	n       int64  // live keys (under mu)
+	used    int    // slots taken, live or tombstone (under mu)
+	cap     int64  // twice the shard's share of MaxKeys: a bound on its table, not on the keys (Keyed.keys is)
+	hand    uint64 // the next slot the eviction sample examines (under mu)
+	floor   int64  // the largest TAT evicted from this shard: a new key starts there (under mu)
+	scanned uint64 // slots the eviction samples have scanned (under mu; for the cost tests)
 }
 
 // paddedShard is a shard on its own cache lines (the default layout), so
@@ -366,9 +366,13 @@ func (k *Keyed) admitSlow(h1, h2, si uint64, now, u, ph int64, n int) int64 {
 		}
 		t := k.tabs[si].Load()
 		if (sh.used+1)*2 > len(t.slots) { // keep the table at most half full
+			// Double when the live keys alone would fill more than 3/8 of
+			// the table, else only clear its tombstones: a shard that
+			// evicts and inserts at its cap settles at 4 slots a key, and
+			// the rebuild's cost is spread over at least 1/8 of its slots.
 			size := len(t.slots)
-			if (sh.n.Load()+1)*4 > int64(size) {
-				size *= 2 // else tombstones fill it: clear them at the same size
+			if (sh.n+1)*8 > int64(size)*3 {
+				size *= 2
 			}
 			t = k.rebuild(sh, si, max(size, minSlots)) // emptyKtable's 1 slot becomes minSlots
 		}
@@ -376,7 +380,7 @@ func (k *Keyed) admitSlow(h1, h2, si uint64, now, u, ph int64, n int) int64 {
 		// key is inserted even when refused.
 		s = t.put(h1, h2, sh.floor)
 		sh.used++
-		sh.n.Add(1)
+		sh.n++
 	}
 	var w int64
 	for {
@@ -418,7 +422,7 @@ func (k *Keyed) rebuild(sh *kshard, si uint64, size int) *ktable {
 		}
 	}
 	k.tabs[si].Store(t)
-	sh.used = int(sh.n.Load())
+	sh.used = int(sh.n)
 	return t
 }
 
@@ -462,7 +466,7 @@ func (k *Keyed) evictIfIdle(sh *kshard, s *kslot, u int64) bool {
 			// No new slot for this key (same fingerprint, same shard) can
 			// start below the TAT evicted.
 			sh.floor = max(sh.floor, tat)
-			sh.n.Add(-1)
+			sh.n--
 			k.keys.Add(-1)
 			k.evictedN.Add(1)
 			return true
@@ -473,7 +477,7 @@ func (k *Keyed) evictIfIdle(sh *kshard, s *kslot, u int64) bool {
 // reserve takes a slot for a new key in shard sh, under sh.mu, and reports
 // whether there was one: below MaxKeys in all and below the shard's cap.
 func (k *Keyed) reserve(sh *kshard) bool {
-	if sh.n.Load() >= sh.cap {
+	if sh.n >= sh.cap {
 		return false
 	}
 	if k.keys.Add(1) > k.maxKeys {
@@ -517,7 +521,7 @@ func (k *Keyed) SweepAt(now int64) int {
 		}
 		total += evictedHere
 		size := minSlots
-		for int64(size) < 4*sh.n.Load() {
+		for int64(size) < 4*sh.n {
 			size *= 2
 		}
 		if size = min(size, len(t.slots)); evictedHere > 0 || size < len(t.slots) {
