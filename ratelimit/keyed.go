@@ -299,7 +299,7 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 		// MaxKeys bounds the keys of all shards together; a shard may hold
 		// up to twice its share, since keys hash unevenly (±2 % at 4096 a
 		// shard), and a table full at MaxKeys keys must take them all.
-		sh.cap = 2 * int64((maxKeys+nsh-1)/nsh)
+		sh.cap = 2 * int64((maxKeys-1)/nsh+1) // ⌈maxKeys/nsh⌉ without overflow at MaxInt
 		sh.floor = math.MinInt64 / 2
 		k.tabs[i].Store(emptyKtable)
 	}

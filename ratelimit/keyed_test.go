@@ -80,6 +80,15 @@ func TestKeyedPerKey(t *testing.T) {
 	testkit.RequireConfigError(t, err, "ratelimit", "Rate")
 }
 
+// TestKeyedMaxKeysAtMaxInt: the largest bound is accepted and each shard's
+// share of it computed without overflow, so new keys are taken.
+func TestKeyedMaxKeysAtMaxInt(t *testing.T) {
+	huge := mustKeyed(t, KeyedConfig{Config: Config{Rate: 1}, MaxKeys: math.MaxInt})
+	require.True(t, huge.AllowN("a", 0, 1))
+	require.True(t, huge.AllowN("b", 0, 1))
+	require.Equal(t, 2, huge.Len())
+}
+
 // TestKeyedListenerPanicIsCounted: a panicking OnRejected never breaks the
 // call and is counted; the rejection is still reported and counted once.
 func TestKeyedListenerPanicIsCounted(t *testing.T) {
