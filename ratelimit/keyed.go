@@ -58,7 +58,7 @@ const (
 const evicted = retired
 
 // kslot is one key in a shard's table: its 128-bit fingerprint (two
-// independently seeded 64-bit hashes, h1 = 0 when the slot is empty) and its
+// independent randomised 64-bit hashes, h1 = 0 when the slot is empty) and its
 // GCRA state. A slot is taken once in the life of a table and never given
 // to another key: an evicted key leaves a tombstone (its TAT word evicted)
 // until the next rebuild, so a lock-free reader that matched the
@@ -154,12 +154,12 @@ var emptyKtable = newKtable(1)
 // Evicting an idle key loses nothing: a key whose arrival time has passed
 // is in exactly the state of a new one (a full burst).
 //
-// Keys are identified by a 128-bit fingerprint: two hash/maphash hashes
-// under two seeds drawn at random per limiter. The key itself is not kept
+// Keys are identified by a 128-bit fingerprint: two hash/maphash hashes,
+// each randomised afresh per limiter. The key itself is not kept
 // (no allocation, no copy, nothing for the garbage collector to scan). Two
 // keys share one limit only if both their hashes collide: a chance below
-// n²/2¹²⁹ for n keys (10⁻²⁷ at a million), which no client can aim for, the
-// seeds being random and never revealed.
+// n²/2¹²⁹ for n keys (10⁻²⁷ at a million), which no client can aim for:
+// the hashes' random parameters are never revealed.
 //
 // The table is sharded by the first hash, about 4096 keys a shard, each
 // shard a linear-probing table of 32-byte slots at most half full. A key
@@ -205,8 +205,8 @@ var emptyKtable = newKtable(1)
 // and 0.75 µs at 1M (the sweep this replaced: 53 µs at 1k, 94 ms at 100k).
 type Keyed struct {
 	p          params
-	seed1      maphash.Seed
-	seed2      maphash.Seed
+	hk1        maphash.Seed
+	hk2        maphash.Seed
 	shift      uint                     // 64 − log2(shards): h1's top bits pick its shard
 	tabs       []atomic.Pointer[ktable] // per shard; read by every admission, replaced under its shard's mu
 	shards     []*kshard                // a pointer per shard: padded apart by default, packed when Compact
@@ -255,8 +255,8 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 	}
 	k := &Keyed{
 		p:          p,
-		seed1:      maphash.MakeSeed(),
-		seed2:      maphash.MakeSeed(),
+		hk1:        maphash.MakeSeed(),
+		hk2:        maphash.MakeSeed(),
 		tk:         c.Ticker,
 		rejected:   unnamedRejection,
 		onRejected: c.OnRejected,
@@ -308,7 +308,7 @@ func NewKeyed(c KeyedConfig) (*Keyed, error) {
 
 // hash returns key's fingerprint; h1 is never 0 (the empty slot).
 func (k *Keyed) hash(key string) (h1, h2 uint64) {
-	return max(maphash.String(k.seed1, key), 1), maphash.String(k.seed2, key)
+	return max(maphash.String(k.hk1, key), 1), maphash.String(k.hk2, key)
 }
 
 // AdmitN takes n permits of key's limit at time now, with the contract
