@@ -69,7 +69,8 @@
 // net/http's copy of the request that carries it (Request.WithContext
 // copies the request every time; no middleware that hands the handler a
 // deadline avoids it). A rejection and the timeout answer cost one (the
-// response's header values). TestServerAllocsAdmittedRequest and
+// response's header values), two when the Retry-After hint is 100 s or
+// more (its digits: strconv keeps only smaller numbers ready-made). TestServerAllocsAdmittedRequest and
 // TestServerAllocsRejectedRequest gate these counts. Measured in process
 // (BenchmarkHTTPServer in the bench module; docs/httpguard.md has the
 // figures and the command) with a breaker, a rate limiter, a bulkhead and

@@ -202,14 +202,22 @@ func (e *exchange) Write(b []byte) (int, error) {
 	return e.ResponseWriter.Write(b)
 }
 
-// Flush records an implicit 200 and flushes the underlying writer, for
-// streaming handlers that check w.(http.Flusher) rather than use
+// Flush flushes the underlying writer (see FlushError), for streaming
+// handlers that check w.(http.Flusher) rather than use
 // http.ResponseController.
-func (e *exchange) Flush() {
-	if !e.wrote {
+func (e *exchange) Flush() { _ = e.FlushError() }
+
+// FlushError flushes the underlying writer and returns its error (the
+// client is gone, say): http.ResponseController.Flush calls FlushError
+// before Flush, so without it a streaming handler behind the guard would
+// never see that error. A flush that the writer underneath supports counts
+// as an implicit 200, as a write does.
+func (e *exchange) FlushError() error {
+	err := http.NewResponseController(e.ResponseWriter).Flush()
+	if !e.wrote && !errors.Is(err, http.ErrNotSupported) {
 		e.status, e.wrote = http.StatusOK, true
 	}
-	_ = http.NewResponseController(e.ResponseWriter).Flush()
+	return err
 }
 
 // Hijack hands the connection to the handler (a WebSocket upgrade) for
@@ -357,7 +365,8 @@ func (s *server) answer(w http.ResponseWriter, r *http.Request, e *exchange, o p
 }
 
 // writeReject answers a rejection. Rejection path: what a server under
-// overload answers most, so it costs one allocation (writePlain's).
+// overload answers most, so it costs one allocation (writePlain's), two
+// when the Retry-After hint is 100 s or more (its digits).
 func (s *server) writeReject(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
 	ra := s.defaultRetryAfterS
 	if o.RetryAfter > 0 {

@@ -990,3 +990,45 @@ func TestServerCanceledBeforeAdmissionIsNot200(t *testing.T) {
 	rec := serveRecorded(h, ctx)
 	require.NotEqual(t, http.StatusOK, rec.Code, "a request never served answered 200 with body %q", rec.Body.String())
 }
+
+// TestServerAllocsRejectedRequestLongRetryAfter: a Retry-After hint of 100 s
+// or more adds its digits to the rejection's one allocation (strconv has
+// only the smaller numbers ready-made), as the package doc says.
+func TestServerAllocsRejectedRequestLongRetryAfter(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, OpenDuration: 5 * time.Minute})
+	require.NoError(t, err)
+	require.True(t, cb.TransitionTo(circuitbreaker.Open))
+	h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{Ticker: tick, Breaker: cb})})
+	require.NoError(t, err)
+	w, r := httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil)
+	testkit.WantAllocs(t, "breaker open 5 min", 2, func() {
+		clear(w.Header())
+		w.Body.Reset()
+		h.ServeHTTP(w, r)
+	})
+	require.Equal(t, "300", w.Header().Get("Retry-After"))
+}
+
+// flushErrWriter is a ResponseWriter whose flush fails, as net/http's does
+// once the client is gone.
+type flushErrWriter struct{ *httptest.ResponseRecorder }
+
+var errFlushBroken = errors.New("broken pipe")
+
+func (flushErrWriter) FlushError() error { return errFlushBroken }
+
+// TestServerFlushErrorReachesTheHandler: http.ResponseController.Flush
+// behind the guard returns the writer's flush error, as it does on a bare
+// handler, so that a streaming handler stops when the client is gone.
+func TestServerFlushErrorReachesTheHandler(t *testing.T) {
+	var got error
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("event: x\n\n"))
+		got = http.NewResponseController(w).Flush()
+	})
+	g, err := httpguard.NewHandler(h, httpguard.ServerConfig{Pipeline: mustPipeline(t, pipeline.Config{})})
+	require.NoError(t, err)
+	g.ServeHTTP(flushErrWriter{httptest.NewRecorder()}, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.ErrorIs(t, got, errFlushBroken)
+}
