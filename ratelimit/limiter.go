@@ -582,6 +582,13 @@ func burstParams(old *state, burst int) (params, error) {
 // checked against the current state first, without stopping admissions,
 // and again under the epoch if another setter replaced the state
 // meanwhile.
+//
+// Whatever ends the setter while it holds the epoch (an invalid value, a
+// Ticker whose Now panics or calls runtime.Goexit) gives the epoch back
+// unchanged: the deferred Store puts the TAT back into the old state's
+// word, so no admission or setter spins on a retired word forever, and a
+// panic reaches the caller as it was. (A slow path: the defer costs the
+// admissions nothing.)
 func (l *Limiter) set(now int64, build func(old *state) (params, error)) error {
 	seen := l.st.Load()
 	p, err := build(seen)
@@ -589,9 +596,14 @@ func (l *Limiter) set(now int64, build func(old *state) (params, error)) error {
 		return err
 	}
 	old, tat := l.lockState()
+	published := false
+	defer func() {
+		if !published {
+			old.tat.Store(tat) // give the epoch back unchanged
+		}
+	}()
 	if old != seen { // another setter came between: build on its state
 		if p, err = build(old); err != nil {
-			old.tat.Store(tat) // give the epoch back unchanged
 			return err
 		}
 	}
@@ -599,13 +611,14 @@ func (l *Limiter) set(now int64, build func(old *state) (params, error)) error {
 		now = l.tk.Now()
 	}
 	l.replace(old, tat, p, now)
+	published = true
 	return nil
 }
 
 // lockState retires the current state (it swaps retired into its TAT word)
 // and returns it with the TAT it had: from there no admission can use it
 // and no other setter can retire it, until replace publishes the next
-// state. This serialises the setters, as a mutex would, without a mutex
+// state or set gives the epoch back (see set). This serialises the setters, as a mutex would, without a mutex
 // in every limiter; admissions and other setters meanwhile spin on the
 // retired word (runtime.Gosched), as they always did during a replacement.
 func (l *Limiter) lockState() (*state, int64) {

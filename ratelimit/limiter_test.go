@@ -1142,3 +1142,63 @@ func TestSetterRefusedUnderARacingSetterKeepsTheState(t *testing.T) {
 	require.True(t, l.AllowN(0, 1))
 	require.Equal(t, float64(0), l.TokensAt(0), "a raised burst fills at the rate")
 }
+
+// goexitTicker calls runtime.Goexit on Now while armed, as a Ticker whose
+// code ends its goroutine (t.FailNow in a test ticker) would.
+type goexitTicker struct{ armed atomic.Bool }
+
+func (g *goexitTicker) Now() int64 {
+	if g.armed.Load() {
+		runtime.Goexit()
+	}
+	return 0
+}
+
+// TestSetterWhoseTickerPanicsLeavesTheLimiterUsable: the shorthand setters
+// (SetRate, SetLimit, SetBurst) read the Ticker while they hold the epoch
+// (the retired word). A Ticker that panics or calls runtime.Goexit there
+// ends the setter, and the epoch comes back unchanged: the panic reaches
+// the caller as it was, the TAT word holds the TAT it had (no admission
+// spins on a retired word), the parameters are the old ones, and the
+// limiter admits and sets as before.
+func TestSetterWhoseTickerPanicsLeavesTheLimiterUsable(t *testing.T) {
+	setters := map[string]func(l *Limiter) error{
+		"SetRate":  func(l *Limiter) error { return l.SetRate(20) },
+		"SetLimit": func(l *Limiter) error { return l.SetLimit(20, time.Second) },
+		"SetBurst": func(l *Limiter) error { return l.SetBurst(7) },
+	}
+	for name, set := range setters {
+		for _, goexit := range []bool{false, true} {
+			pt := &testkit.PanicTicker{}
+			gt := &goexitTicker{}
+			var tk rampart.Ticker = pt
+			if goexit {
+				tk = gt
+			}
+			l := mustNew(t, Config{Rate: 10, Burst: 5, Ticker: tk})
+			require.True(t, l.AllowN(0, 2))
+			before := l.st.Load()
+			tat := before.tat.Load()
+
+			pt.Arm()
+			gt.armed.Store(true)
+			panicked, goexited := testkit.Run(func() { _ = set(l) })
+			pt.Disarm()
+			gt.armed.Store(false)
+			if goexit {
+				require.True(t, goexited, "%s: the setter ends with the Ticker's Goexit", name)
+			} else {
+				require.Equal(t, testkit.PanicTickerValue, panicked, "%s: the Ticker's panic reaches the caller unchanged", name)
+			}
+
+			require.Same(t, before, l.st.Load(), "%s goexit=%v: no state published", name, goexit)
+			require.Equal(t, tat, l.st.Load().tat.Load(), "%s goexit=%v: the epoch is given back with its TAT", name, goexit)
+			require.Equal(t, 5, l.Stats().Burst)
+			require.InDelta(t, 10.0, l.Stats().Rate, 1e-9)
+			require.True(t, l.AllowN(0, 3), "%s goexit=%v: the 3 permits left are admitted", name, goexit)
+			require.False(t, l.AllowN(0, 1))
+			require.NoError(t, set(l), "%s goexit=%v: a later setter takes the epoch", name, goexit)
+			require.Less(t, l.st.Load().tat.Load(), retired)
+		}
+	}
+}
