@@ -160,7 +160,7 @@ type Substitute[T any] struct {
 type Stats struct {
 	Calls          uint64        // calls seen while enabled (a disabled injector counts nothing)
 	Delayed        uint64        // calls that got an injected latency
-	DelayTime      time.Duration // the latencies injected, in all (the ones cut short counted in full)
+	DelayTime      time.Duration // the latencies injected, in all (the ones cut short counted in full), saturating at the largest Duration
 	Interrupted    uint64        // delayed calls whose context ended during the latency (they returned its error without running)
 	Panicked       uint64        // calls that panicked with PanicValue
 	Errored        uint64        // calls that returned Error
@@ -244,7 +244,11 @@ func New(cfg Config) (*Injector, error) {
 	// A little slack for sums of decimal shares that float64 rounds up
 	// (0.1 + 0.2 + 0.7 is 1.0000000000000002).
 	if sum := cfg.PanicRate + cfg.ErrorRate + cfg.ResultRate; sum > 1+1e-9 {
-		return nil, rampart.NewConfigError("chaos", "ResultRate", "must not exceed 1 - PanicRate - ErrorRate (a call gets at most one of the three), got a sum of %v", sum)
+		field := "ResultRate" // the field that pushed the sum over 1: the last non-zero one
+		if cfg.ResultRate == 0 {
+			field = "ErrorRate"
+		}
+		return nil, rampart.NewConfigError("chaos", field, "PanicRate + ErrorRate + ResultRate must not exceed 1 (a call gets at most one of the three), got a sum of %v", sum)
 	}
 	switch {
 	case cfg.Latency < 0:
@@ -293,8 +297,11 @@ func New(cfg Config) (*Injector, error) {
 		inj.sleep = sleep
 	}
 	if cfg.RetryAfter > 0 {
-		secs := (cfg.RetryAfter + time.Second - 1) / time.Second
-		inj.retryAfter = strconv.FormatInt(int64(secs), 10)
+		secs := int64(cfg.RetryAfter / time.Second)
+		if cfg.RetryAfter%time.Second > 0 {
+			secs++ // rounded up without adding to RetryAfter, which could overflow
+		}
+		inj.retryAfter = strconv.FormatInt(secs, 10)
 	}
 	inj.active = inj.latencyThr > 0 || inj.resultThr > 0
 	if cfg.Compact {
@@ -422,7 +429,9 @@ func (inj *Injector) inject(ctx context.Context, canSubstitute bool) (action, er
 			d += int64(hi)
 		}
 		inj.c.delayed.Add(1)
-		inj.c.delayNanos.Add(d)
+		if inj.c.delayNanos.Add(d) < 0 { // d >= 0: the total wrapped (a latency of MaxInt64, "hang until cancelled")
+			inj.c.delayNanos.Store(math.MaxInt64) // saturates
+		}
 		inj.notify(FaultLatency, time.Duration(d))
 		if err := inj.sleep(ctx, time.Duration(d)); err != nil {
 			inj.c.interrupted.Add(1)

@@ -576,3 +576,38 @@ func wantBytes(t *testing.T, name string, want int64, mk func() any) {
 	}
 	testkit.WantBytes(t, name, want, mk)
 }
+
+// TestDelayTimeSaturates: a latency of the largest Duration ("hang until
+// the context ends") counted twice does not wrap the total negative.
+func TestDelayTimeSaturates(t *testing.T) {
+	inj, err := chaos.New(chaos.Config{LatencyRate: 1, Latency: math.MaxInt64, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 2 {
+		_ = inj.Do(ctx, func(context.Context) error { return nil })
+	}
+	if s := inj.Stats(); s.DelayTime != math.MaxInt64 || s.Delayed != 2 {
+		t.Fatalf("DelayTime %v after %d delayed calls, want the largest Duration", s.DelayTime, s.Delayed)
+	}
+}
+
+// TestRateSumErrorNamesAFieldThatIsSet: a sum of rates above 1 is blamed on
+// a field the configuration sets.
+func TestRateSumErrorNamesAFieldThatIsSet(t *testing.T) {
+	for _, c := range []struct {
+		cfg   chaos.Config
+		field string
+	}{
+		{chaos.Config{PanicRate: 0.7, ErrorRate: 0.7}, "ErrorRate"},
+		{chaos.Config{ErrorRate: 0.7, ResultRate: 0.7}, "ResultRate"},
+	} {
+		_, err := chaos.New(c.cfg)
+		var ce *rampart.ConfigError
+		if !errors.As(err, &ce) || ce.Field != c.field {
+			t.Fatalf("%+v: got %v, want a ConfigError on %s", c.cfg, err, c.field)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/rampart-go/rampart/chaos"
@@ -209,4 +211,21 @@ func TestHandlerLatencyHonoursContext(t *testing.T) {
 			t.Fatalf("canceled: got %d, ran %d; want 503", rec.Code, ran)
 		}
 	})
+}
+
+// TestRoundTripperRetryAfterOfTheLargestDuration: the substituted response's
+// Retry-After is rounded up to whole seconds without overflowing.
+func TestRoundTripperRetryAfterOfTheLargestDuration(t *testing.T) {
+	inj, err := chaos.New(chaos.Config{ResultRate: 1, RetryAfter: math.MaxInt64, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := newRequest(t, context.Background())
+	resp, err := inj.RoundTripper(&countingTransport{}).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.Header.Get("Retry-After"), strconv.FormatInt(int64(math.MaxInt64/time.Second)+1, 10); got != want {
+		t.Fatalf("Retry-After %q, want %q", got, want)
+	}
 }
