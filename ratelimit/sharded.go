@@ -84,9 +84,10 @@ func NewSharded(c ShardedConfig) (*Sharded, error) {
 			return nil, err
 		}
 		sp.origin = l.st.Load().origin // the shard's own, from New (one clock)
-		st := &state{params: sp}
-		st.tat.Store(l.st.Load().tat.Load())
-		l.st.Store(st)
+		// Padded, whatever Config.Compact says: a shard's TAT word is
+		// written by every call routed to it, and shards exist to spread
+		// those writes over cache lines.
+		l.st.Store(newState(sp, l.st.Load().tat.Load(), false))
 		s.shards[i] = l
 	}
 	s.tk = s.shards[0].tk

@@ -5,10 +5,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/testkit"
 )
 
@@ -207,6 +209,29 @@ func TestShardedAtTheReadingCap(t *testing.T) {
 			require.GreaterOrEqual(t, admitted, 2, "%+v at %d: at least one shard's burst", c, now)
 			for i, l := range s.shards {
 				require.Less(t, l.st.Load().tat.Load(), retired, "%+v at %d: shard %d", c, now, i)
+			}
+		}
+	}
+}
+
+// TestShardedShardsDoNotShareCacheLines: each shard's TAT word, written by
+// every call routed to it, shares no cache line with another shard's state.
+func TestShardedShardsDoNotShareCacheLines(t *testing.T) {
+	s, err := NewSharded(ShardedConfig{Config: Config{Rate: 1e6, Burst: 64}, Shards: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := uintptr(pad.LineSize)
+	for i, a := range s.shards {
+		tat := uintptr(unsafe.Pointer(&a.st.Load().tat)) / line
+		for j, b := range s.shards {
+			if i == j {
+				continue
+			}
+			lo := uintptr(unsafe.Pointer(b.st.Load()))
+			hi := lo + unsafe.Sizeof(state{}) - 1
+			if lo/line <= tat && tat <= hi/line {
+				t.Errorf("shard %d's TAT word shares a cache line with shard %d's state", i, j)
 			}
 		}
 	}
