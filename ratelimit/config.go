@@ -57,9 +57,12 @@ type Config struct {
 	// figures are for an unnamed limiter whose interval is a whole number of
 	// ns (1000 per second, 10 per 100 ms: 1e9·Period/Limit ns is whole); any
 	// other interval adds a 32 B multiplier block; a Name its rejection
-	// error (168 B for a short name, every unnamed limiter shares one);
-	// OnRejected or CountStats a 32 B block, and CountStats its two
-	// counters (16 B compact, a padded cache line pair each by default).
+	// error, which New allocates with its message (96 to 112 B for a name
+	// of up to 20 bytes, 176 B at 24, 224 B at 32; every unnamed limiter
+	// shares one); OnRejected or CountStats a 32 B block, and CountStats
+	// its two counters (16 B compact, a padded cache line pair each by
+	// default); the first Wait that sleeps its Waited counter (8 B
+	// compact, a padded cache line pair by default).
 	Compact bool
 
 	// OnRejected, when not nil, is called on every rejection with the

@@ -117,13 +117,21 @@ var unnamedRejection = rampart.NewRejectedError("ratelimit", "", ErrLimited)
 //
 // A limiter is 256 B (unnamed, whole-ns interval: a 48 B header and its
 // state padded to its own cache lines) or 128 B with [Config.Compact]; see
-// Compact for what names, listeners and counters add.
+// Compact for what names, listeners and counters add. The first Wait that
+// sleeps allocates the Waited counter of [Stats], on its own cache lines
+// unless Compact, so that the sleepers' counting never writes the line
+// every call reads.
 type Limiter struct {
 	st       atomic.Pointer[state] // the current epoch; read by every call, written by SetRate/SetBurst
 	tk       rampart.Ticker
 	rejected *rampart.RejectedError
-	ext      *extras       // nil without OnRejected and CountStats
-	waited   atomic.Uint64 // Wait calls that slept (slow path)
+	ext      *extras // nil without OnRejected and CountStats
+	// waited counts the Wait calls that slept. It is a pointer to a
+	// counter that the first such Wait allocates (countWaited), not a word
+	// of the header: every sleeping Wait writes it, and in the header it
+	// would share a cache line with st, which every call reads. A limiter
+	// that never sleeps allocates nothing for it.
+	waited atomic.Pointer[atomic.Uint64]
 	// The setters (SetRate, SetBurst, SetLimit) serialise on the state:
 	// the one that swaps retired into the current TAT holds the epoch
 	// until it publishes the next (see lockState), so no mutex is needed.
@@ -428,7 +436,7 @@ func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 
 // waitSlow sleeps until the reservation's time or ctx's end (slow path).
 func (l *Limiter) waitSlow(ctx context.Context, r *Reservation) error {
-	l.waited.Add(1)
+	l.countWaited()
 	t := time.NewTimer(time.Duration(r.delay))
 	defer t.Stop()
 	select {
@@ -438,6 +446,25 @@ func (l *Limiter) waitSlow(ctx context.Context, r *Reservation) error {
 		r.CancelAt(l.tk.Now())
 		return ctx.Err()
 	}
+}
+
+// countWaited counts a Wait that sleeps (slow path: it is about to start a
+// timer). The first one allocates the counter, padded to its own cache
+// lines unless Config.Compact, and publishes it with a CAS; a Wait that
+// loses the CAS counts on the winner's counter.
+func (l *Limiter) countWaited() {
+	c := l.waited.Load()
+	if c == nil {
+		if l.st.Load().compact {
+			c = new(atomic.Uint64)
+		} else {
+			c = &new(pad.Uint64).Uint64
+		}
+		if !l.waited.CompareAndSwap(nil, c) {
+			c = l.waited.Load()
+		}
+	}
+	c.Add(1)
 }
 
 // Do runs fn if one permit is available now, and returns its error
@@ -492,7 +519,7 @@ func (l *Limiter) Tokens() float64 { return l.TokensAt(l.tk.Now()) }
 type Stats struct {
 	Admitted       uint64        // calls admitted (AdmitN, ReserveN); only with Config.CountStats
 	Rejected       uint64        // calls rejected; only with Config.CountStats
-	Waited         uint64        // Wait calls that had to sleep
+	Waited         uint64        // Wait calls that had to sleep (always counted: a slow path)
 	ListenerPanics uint64        // panics recovered from OnRejected
 	Rate           float64       // admissions per second
 	Burst          int           // the bucket size
@@ -503,10 +530,12 @@ type Stats struct {
 func (l *Limiter) Stats() Stats {
 	s := l.st.Load()
 	st := Stats{
-		Waited:   l.waited.Load(),
 		Rate:     s.ratePerSecond(),
 		Burst:    int(s.burst),
 		Interval: s.interval(),
+	}
+	if c := l.waited.Load(); c != nil {
+		st.Waited = c.Load()
 	}
 	if x := l.ext; x != nil {
 		st.ListenerPanics = x.listenerPanics.Load()

@@ -7,11 +7,13 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -1083,7 +1085,9 @@ func TestPastTheReadingCapKeepsTheLimit(t *testing.T) {
 // a 48 B header and its state, padded to its own cache lines by default
 // (256 B on 64 B lines) or not with Compact (128 B). An interval that is
 // not a whole number of ns adds its 32 B multipliers; CountStats its two
-// counters; a Name its rejection error (an unnamed limiter shares one).
+// counters; a Name its rejection error (an unnamed limiter shares one);
+// the first Wait that sleeps its Waited counter (two cache lines by
+// default, 8 B with Compact).
 func TestLimiterBytes(t *testing.T) {
 	padded := int64(48 + 208) // the state in 64 + 80 + 56 B: size class 208
 	if pad.LineSize == 128 {
@@ -1098,6 +1102,51 @@ func TestLimiterBytes(t *testing.T) {
 	testkit.WantBytes(t, "Compact, fractional interval", 160, mk(Config{Rate: 3, Compact: true}))
 	testkit.WantBytes(t, "Compact, CountStats", 128+32+16, mk(Config{Limit: 1000, Compact: true, CountStats: true}))
 	testkit.WantBytes(t, "default, CountStats", padded+32+4*int64(pad.LineSize), mk(Config{Limit: 1000, CountStats: true}))
+	// A Name: the 64 B error, its message ("ratelimit \"name\": rate
+	// limited", 27 B + the name) and strconv.Quote's buffer, each in its
+	// size class, as Config.Compact states.
+	for _, c := range []struct {
+		name  string
+		bytes int64
+	}{{"a", 104}, {"abc", 104}, {"abcdefgh", 112}, {"abcdefghijklmnop", 112}, {"abcdefghijklmnopqrstuvwx", 176}, {"abcdefghijklmnopqrstuvwxyz012345", 224}} {
+		testkit.WantBytes(t, "Compact, Name of "+strconv.Itoa(len(c.name))+" B", 128+c.bytes, mk(Config{Limit: 1000, Compact: true, Name: c.name}))
+	}
+	// The Waited counter, allocated by the first Wait that sleeps.
+	slept := func(c Config) func() any {
+		return func() any { l := mustNew(t, c); l.countWaited(); return l }
+	}
+	testkit.WantBytes(t, "default, after a Wait slept", padded+2*int64(pad.LineSize), slept(Config{Limit: 1000}))
+	testkit.WantBytes(t, "Compact, after a Wait slept", 128+8, slept(Config{Limit: 1000, Compact: true}))
+}
+
+// TestWaitedCounterOffTheHeaderLine: the Waited counter, which every Wait
+// that sleeps writes, shares no cache line with the limiter's header (whose
+// st every call reads) and, by default, none with any other object (it is
+// the word of a pad.Uint64, whose layout package pad tests); the header
+// stays 48 B, and a limiter that never sleeps has no counter.
+func TestWaitedCounterOffTheHeaderLine(t *testing.T) {
+	require.Equal(t, 6*unsafe.Sizeof(uintptr(0)), unsafe.Sizeof(Limiter{}), "the header does not grow: six words, 48 B on 64-bit")
+	synctest.Test(t, func(t *testing.T) {
+		for _, compact := range []bool{false, true} {
+			l := mustNew(t, Config{Rate: 10, Burst: 1, Ticker: rampart.NewNanoTicker(), Compact: compact})
+			require.NoError(t, l.Wait(context.Background()))
+			require.Nil(t, l.waited.Load(), "no Wait slept: no counter")
+			require.NoError(t, l.Wait(context.Background()))
+			c := l.waited.Load()
+			require.NotNil(t, c)
+			require.Equal(t, uint64(1), l.Stats().Waited)
+
+			line := uintptr(pad.LineSize)
+			w := uintptr(unsafe.Pointer(c))
+			lo := uintptr(unsafe.Pointer(l))
+			hi := lo + unsafe.Sizeof(*l) - 1
+			if !compact {
+				require.False(t, lo/line <= w/line && w/line <= hi/line,
+					"the counter (%#x) shares a cache line with the header [%#x, %#x]", w, lo, hi)
+			}
+			require.False(t, lo <= w && w <= hi, "the counter is not a word of the header")
+		}
+	})
 }
 
 // TestCompactLayoutKept: a compact limiter admits exactly as a padded one
