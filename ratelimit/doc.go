@@ -10,9 +10,12 @@
 //
 // # Algorithm
 //
-// A [Limiter] holds one word, alone on its cache line: the theoretical
-// arrival time (TAT), the instant at which the limiter would be back to a
-// full burst. With emission interval T (1/rate) and tolerance τ = burst·T, a
+// A [Limiter]'s state is one word: the theoretical arrival time (TAT), the
+// instant at which the limiter would be back to a full burst. By default the
+// word shares its padded cache lines only with the limiter's parameters,
+// which every call reads with it (no other object sits on them); with
+// Config.Compact it is not padded. With emission interval T (1/rate) and
+// tolerance τ = burst·T, a
 // request for n permits at time now is admitted when
 //
 //	max(TAT, now) + n·T − now ≤ τ
@@ -87,5 +90,11 @@
 // The zero Limiter is not usable: create one with [New] (or [NewKeyed],
 // [NewSharded]). Every method is safe for concurrent use. The rate and burst
 // can be changed at run time ([Limiter.SetRate], [Limiter.SetLimit],
-// [Limiter.SetBurst]); admission never takes a lock.
+// [Limiter.SetBurst]); admission never takes a lock. A setter holds the
+// TAT word (it swaps a retired marker into it) from its check to the
+// publication of the next state, which for the shorthands includes their
+// read of the Ticker; admissions and other setters spin meanwhile. If the
+// setter ends there (an invalid value, a Ticker that panics or calls
+// runtime.Goexit) the word gets its TAT back unchanged, and a panic reaches
+// the setter's caller as it was.
 package ratelimit
