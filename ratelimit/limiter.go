@@ -647,9 +647,10 @@ func (l *Limiter) set(now int64, build func(old *state) (params, error)) error {
 // lockState retires the current state (it swaps retired into its TAT word)
 // and returns it with the TAT it had: from there no admission can use it
 // and no other setter can retire it, until replace publishes the next
-// state or set gives the epoch back (see set). This serialises the setters, as a mutex would, without a mutex
-// in every limiter; admissions and other setters meanwhile spin on the
-// retired word (runtime.Gosched), as they always did during a replacement.
+// state or set gives the epoch back (see set). This serialises the
+// setters, as a mutex would, without a mutex in every limiter; admissions
+// and other setters meanwhile spin on the retired word (runtime.Gosched),
+// as they always did during a replacement.
 func (l *Limiter) lockState() (*state, int64) {
 	for {
 		s := l.st.Load()
