@@ -25,7 +25,10 @@ import (
 // before the loop, so every call is rejected (checked).
 const (
 	rlAdmitRate  = 1e9
-	rlAdmitBurst = 1 << 30
+	// A burst of about 18 minutes at the rate: so large that a reading a
+	// preempted goroutine holds for seconds on a loaded machine is still
+	// within it, and every call meant to be admitted is.
+	rlAdmitBurst = 1 << 40
 	rlKeys       = 1024
 )
 
