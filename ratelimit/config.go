@@ -288,7 +288,19 @@ func (p *params) waitFor(now, next int64) int64 {
 	if next-p.tau > maxUnits {
 		return never
 	}
-	return max(p.earliest(next-p.tau)-now, 1)
+	return waitUntil(p.earliest(next-p.tau), now)
+}
+
+// waitUntil returns the ns from now to the reading at (≥ 1), saturated
+// at the largest finite wait, Never−1: from a reading far below the origin
+// (any int64 is a reading, math.MinInt64 too) at−now overflows, and a
+// wrapped sum would say "retry at once" to a caller admitted no sooner.
+// One compare, on rejection paths only.
+func waitUntil(at, now int64) int64 {
+	if now < 0 && at >= now+math.MaxInt64 { // at−now ≥ Never: it would wrap or say Never
+		return never - 1
+	}
+	return max(at-now, 1)
 }
 
 // interval returns the emission interval rounded to whole ns.

@@ -1251,3 +1251,12 @@ func TestSetterWhoseTickerPanicsLeavesTheLimiterUsable(t *testing.T) {
 		}
 	}
 }
+
+// TestLimiterWaitAtTheLeastReadingSaturates: a wait computed at a reading
+// far below the origin (math.MinInt64 is a valid reading) saturates at
+// the largest finite wait instead of wrapping to 1 ns.
+func TestLimiterWaitAtTheLeastReadingSaturates(t *testing.T) {
+	l := mustNew(t, Config{Limit: 1, Period: time.Second})
+	require.True(t, l.AllowN(0, 1))
+	require.Equal(t, time.Duration(math.MaxInt64-1), l.AdmitN(math.MinInt64, 1))
+}
