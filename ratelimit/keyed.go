@@ -48,8 +48,9 @@ const (
 	shardKeys     = 4096 // keys a shard aims to hold: a rebuild copies about 2·shardKeys slots
 	maxKeyShards  = 1024 // beyond 4M keys shards grow instead
 	minSlots      = 8
-	sampleEntries = 8  // keys a new key's admission examines in a full table
+	sampleEntries = 8  // keys one eviction sample examines in a full table
 	sampleSlots   = 64 // slots it scans at most to find them
+	sampleRounds  = 4  // samples a new key's admission takes at most before it is refused
 )
 
 // evicted marks the TAT word of a key removed from the table (a tombstone)
@@ -358,17 +359,39 @@ func (k *Keyed) admitSlow(h1, h2, si uint64, now, u, ph int64, n int) int64 {
 	sh := k.shards[si]
 	sh.mu.Lock()
 	s, _ := k.tabs[si].Load().find(h1, h2)
-	if s == nil {
-		if !k.reserve(sh) {
-			soonest := k.evictSample(sh, si, u)
-			if !k.reserve(sh) {
-				sh.mu.Unlock()
-				// Full of active keys, or a racing insert in another
-				// shard took the slot our eviction freed: a finite wait,
-				// never Never (which means the n can never be admitted).
-				return k.reject(n, k.fullWait(soonest, now))
+	if s == nil && !k.reserve(sh) {
+		// Full: sample this shard, then, when the bound on all keys
+		// refused and this shard had nothing to evict, the next shards.
+		r := sampleResult{soonest: math.MaxInt64}
+		reserved := k.sampleShard(sh, si, u, &r, true)
+		if !reserved && r.evicted == 0 && sh.n < sh.cap && r.rounds < sampleRounds {
+			// One mutex at a time: this shard's is released while the
+			// others are sampled, so the key may be inserted meanwhile.
+			sh.mu.Unlock()
+			for j := uint64(1); r.rounds < sampleRounds && j < uint64(len(k.shards)); j++ {
+				oi := (si + j) & uint64(len(k.shards)-1)
+				o := k.shards[oi]
+				o.mu.Lock()
+				k.sampleShard(o, oi, u, &r, false)
+				o.mu.Unlock()
+				if r.evicted > 0 {
+					break
+				}
+			}
+			sh.mu.Lock()
+			if s, _ = k.tabs[si].Load().find(h1, h2); s == nil {
+				reserved = k.reserve(sh)
 			}
 		}
+		if s == nil && !reserved {
+			sh.mu.Unlock()
+			// Full of active keys, or a racing insert took the slot our
+			// eviction freed: a finite wait, never Never (which means
+			// the n can never be admitted).
+			return k.reject(n, k.fullWait(&r, u, now))
+		}
+	}
+	if s == nil {
 		t := k.tabs[si].Load()
 		if (sh.used+1)*2 > len(t.slots) { // keep the table at most half full
 			// Double when the live keys alone would fill more than 3/8 of
@@ -431,30 +454,62 @@ func (k *Keyed) rebuild(sh *kshard, si uint64, size int) *ktable {
 	return t
 }
 
-// evictSample examines up to sampleEntries live keys from the shard's
-// hand, scanning at most sampleSlots slots (and each slot once), evicts
-// those idle at u (TAT ≤ u: a full burst, the same as a new key), and
-// returns the least TAT among the others. Called under sh.mu.
-func (k *Keyed) evictSample(sh *kshard, si uint64, u int64) (soonest int64) {
+// sampleResult accumulates what a new key's eviction samples found, over
+// the shards they visit.
+type sampleResult struct {
+	soonest int64 // the least TAT of the active keys sampled (MaxInt64: none)
+	evicted int   // idle keys evicted
+	rounds  int   // samples taken, at most sampleRounds
+}
+
+// sampleShard takes eviction samples of shard si (under sh.mu) until one
+// evicts a key, sampleRounds samples are taken in all, or the shard's
+// table is scanned whole, and accumulates them in r; a shard visited
+// counts one sample at least. In the new key's own shard (own) it tries to
+// reserve a slot after each sample that evicted, and reports whether it
+// did.
+func (k *Keyed) sampleShard(sh *kshard, si uint64, u int64, r *sampleResult, own bool) bool {
 	t := k.tabs[si].Load()
+	for scanned := 0; r.rounds < sampleRounds && scanned < len(t.slots); {
+		soonest, evictedHere, n := k.evictSample(sh, t, u)
+		r.rounds++
+		r.soonest = min(r.soonest, soonest)
+		r.evicted += evictedHere
+		scanned += n
+		if evictedHere > 0 {
+			return own && k.reserve(sh)
+		}
+	}
+	return false
+}
+
+// evictSample examines up to sampleEntries live keys of shard table t from
+// the shard's hand, scanning at most sampleSlots slots (and each slot
+// once), evicts those idle at u (TAT ≤ u: a full burst, the same as a new
+// key), and returns the least TAT among the others, how many it evicted
+// and the slots it scanned. Called under sh.mu.
+func (k *Keyed) evictSample(sh *kshard, t *ktable, u int64) (soonest int64, evictedHere, scanned int) {
 	soonest = math.MaxInt64
 	examined := 0
 	for range min(len(t.slots), sampleSlots) {
 		if examined >= sampleEntries {
 			break
 		}
-		sh.scanned++
+		scanned++
 		s := &t.slots[sh.hand&t.mask]
 		sh.hand++
 		if s.h1.Load() == 0 || s.tat.Load() == evicted {
 			continue // empty or a tombstone
 		}
 		examined++
-		if !k.evictIfIdle(sh, s, u) {
+		if k.evictIfIdle(sh, s, u) {
+			evictedHere++
+		} else {
 			soonest = min(soonest, s.tat.Load())
 		}
 	}
-	return soonest
+	sh.scanned += uint64(scanned)
+	return soonest, evictedHere, scanned
 }
 
 // evictIfIdle evicts the live key of slot s when it is idle at u, leaving a
@@ -481,26 +536,38 @@ func (k *Keyed) evictIfIdle(sh *kshard, s *kslot, u int64) bool {
 
 // reserve takes a slot for a new key in shard sh, under sh.mu, and reports
 // whether there was one: below MaxKeys in all and below the shard's cap.
+// The count is raised by a CAS that never takes it above MaxKeys, so Len
+// never reads more keys than the bound, even for an instant (shards insert
+// concurrently, each under its own mutex).
 func (k *Keyed) reserve(sh *kshard) bool {
 	if sh.n >= sh.cap {
 		return false
 	}
-	if k.keys.Add(1) > k.maxKeys {
-		k.keys.Add(-1)
-		return false
+	for {
+		n := k.keys.Load()
+		if n >= k.maxKeys {
+			return false
+		}
+		if k.keys.CompareAndSwap(n, n+1) {
+			return true
+		}
 	}
-	return true
 }
 
-// fullWait is the wait of a new key refused because the table is full:
-// until the soonest sampled key goes idle, or 1 ns when the sample found
-// none active (slots are being freed and taken concurrently: retry at
-// once).
-func (k *Keyed) fullWait(soonest, now int64) int64 {
-	if soonest == math.MaxInt64 {
+// fullWait is the wait of a new key refused because the table is full: 1
+// ns when its samples evicted a key (a racing insert took the slot: retry
+// at once), else until the soonest sampled key goes idle, or, when they
+// found no key at all, the burst span, within which every held key goes
+// idle. An upper bound: a key not sampled may go idle sooner.
+func (k *Keyed) fullWait(r *sampleResult, u, now int64) int64 {
+	if r.evicted > 0 {
 		return 1
 	}
-	return max(k.p.earliest(soonest)-now, 1)
+	soonest := r.soonest
+	if soonest == math.MaxInt64 {
+		soonest = u + min(k.p.tau, maxUnits) + 1 // u and tau ≤ maxUnits: no overflow
+	}
+	return waitUntil(k.p.earliest(soonest), now)
 }
 
 // SweepAt evicts every key idle at time now (back to a full burst) and
