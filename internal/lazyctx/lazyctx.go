@@ -12,7 +12,8 @@
 // the watch on a parent that has an AfterFunc method) is allocated apart on
 // first use. Ending a Ctx is a CAS on the end code and two loads, plus,
 // only when Done was asked for, closing the channel (or cancelling the
-// registration that owns it).
+// registration that owns it, after a second CAS, a look at the channel
+// and a store: see End).
 //
 // The owner's operations are package functions ([Init], [End], [CodeOf],
 // [Parent]), not methods: the callee receives the Ctx as a context.Context,
@@ -29,8 +30,20 @@
 //     context.DeadlineExceeded, [Finished] context.Canceled, [ParentDone]
 //     the parent's Err (stable once non-nil, by the same contract). A parent
 //     that ended is noticed by Err even before anyone asked for Done. Once
-//     Err is non-nil, Done is closed (Err waits for the closing, as the
-//     context package's cancelCtx does).
+//     Err is non-nil, Done is closed, and so is the channel of any later
+//     Done (Err waits for the closing, as the context package's cancelCtx
+//     does, and installs the shared closed channel when Done was never
+//     asked for).
+//   - The first end wins, and a parent that closed Done's channel ended
+//     the context: under a *context.cancelCtx parent, Done's channel is a
+//     registered child's (see below), which the parent closes itself,
+//     without a word to the Ctx. End, on that path only, first claims the
+//     context, then looks at the channel: closed, the context ends
+//     [ParentDone] (Err and Cause are the parent's) whatever code the
+//     owner passed, as a context.WithDeadline child cancelled by its
+//     parent keeps the parent's error when its deadline passes later.
+//     Readers that meet a claimed context wait (a few instructions) for
+//     the decision.
 //   - Done returns the same channel on every call; it is closed once the
 //     context ended. A context that ended before Done was first called
 //     returns a shared closed channel.
@@ -85,6 +98,20 @@ import (
 // Code says why a [Ctx] ended; Err derives its error from it, so ending a
 // context stores no pointer (no GC write barrier on the hot path).
 type Code uint32
+
+// The code word (Ctx.code) holds the Code in its low bits and two flags.
+const (
+	codeMask = 0xff
+	// childBit: Done registered a child on a *context.cancelCtx parent (or
+	// is registering one), so Done's channel may be closed by the parent
+	// itself, without telling us. It makes End's fast CAS (from a bare
+	// Live) fail, so that End takes the path that decides who ended the
+	// context first (endChild).
+	childBit = 1 << 8
+	// pendingBit: an End claimed the context and is deciding its code
+	// (endChild); readers wait for the decision.
+	pendingBit = 1 << 9
+)
 
 const (
 	// Live: not ended; Err is nil.
@@ -144,8 +171,8 @@ type afterFuncer interface {
 // slow 8).
 type Ctx struct {
 	parent context.Context
-	// code is Live while the context is live; set once (CAS from Live),
-	// never reset.
+	// code is the code word: the Code (Live while the context is live;
+	// set once, never reset) and the flags childBit and pendingBit.
 	code atomic.Uint32
 	// released is set (CAS 0 -> 1) by whoever closes the Done channel that
 	// Done made: exactly once. (The cancel func of a registered child is
@@ -156,8 +183,9 @@ type Ctx struct {
 	done unsafe.Pointer
 	// cancel is the context.CancelFunc of the child that Done registered on
 	// the parent (a func value, which is one pointer), nil when Done made a
-	// channel of its own. Set before done, so that whoever sees done
-	// also sees whether it must cancel or close.
+	// channel of its own. Set (once, by the Done that set childBit) before
+	// done, so that whoever sees done also sees whether it must cancel or
+	// close.
 	cancel unsafe.Pointer
 	slow   atomic.Pointer[slowState]
 }
@@ -182,18 +210,51 @@ func Init(c *Ctx, parent context.Context) { c.parent = parent }
 func Parent(c *Ctx) context.Context { return c.parent }
 
 // CodeOf returns why c ended, or Live. One atomic load; it does not consult
-// the parent (Err does).
-func CodeOf(c *Ctx) Code { return Code(c.code.Load()) }
+// the parent (Err does). While an End is deciding the code (see End) it
+// waits for the decision.
+func CodeOf(c *Ctx) Code {
+	w := c.code.Load()
+	if w&pendingBit != 0 {
+		w = c.settle()
+	}
+	return Code(w & codeMask)
+}
+
+// settle returns the code word once no End is deciding it: an End that
+// claimed the context (endChild) stores its decision a few instructions
+// later.
+func (c *Ctx) settle() uint32 {
+	for {
+		if w := c.code.Load(); w&pendingBit == 0 {
+			return w
+		}
+		runtime.Gosched()
+	}
+}
+
+// live reports whether the settled code word w is that of a live context.
+func live(w uint32) bool { return w&codeMask == uint32(Live) }
 
 // End ends c with code (Fired, Finished or ParentDone) unless it has
-// already ended, and reports whether this call ended it. When Done was
-// used it also closes the channel (or cancels the child registered on the
-// parent, whose channel it is); when AfterFunc was used it runs the
-// registrations (on this goroutine) and releases their watch on the
-// parent. Fast path (Done never asked for): one CAS and two loads.
+// already ended, and reports whether this call ended it with code. When
+// Done was used it also closes the channel (or cancels the child
+// registered on the parent, whose channel it is); when AfterFunc was used
+// it runs the registrations (on this goroutine) and releases their watch
+// on the parent. Fast path (Done never asked for): one CAS and two loads.
+//
+// Under a *context.cancelCtx parent, Done's channel is the registered
+// child's, which the parent closes itself when it is cancelled: a context
+// whose channel the parent closed before End claimed it ends ParentDone,
+// whatever code End was given (End then reports false), as a
+// context.WithDeadline child cancelled by its parent keeps the parent's
+// error when its deadline passes later.
 func End(c *Ctx, code Code) bool {
-	if code == Live || !c.code.CompareAndSwap(uint32(Live), uint32(code)) {
+	if code == Live {
 		return false
+	}
+	if !c.code.CompareAndSwap(uint32(Live), uint32(code)) {
+		// Ended already, or Done registered a child on the parent.
+		return c.endChild(code)
 	}
 	// Dekker pairing with doneSlow (publish done, then load code) and with
 	// getSlow+closeLocked: whoever comes second sees the other's store and
@@ -205,6 +266,50 @@ func End(c *Ctx, code Code) bool {
 		c.cancelSlow(s)
 	}
 	return true
+}
+
+// endChild is End for a live context whose Done registered a child on a
+// *context.cancelCtx parent (the code word is Live|childBit): the parent
+// may have closed Done's channel already. End claims the context (pending)
+// first and only then looks at the channel, so that the parent cannot
+// close it unseen between the look and the claim: a channel closed before
+// the claim was closed by the parent (nothing of ours closes it before a
+// decision: release waits for it), and the context ends ParentDone. A
+// channel closed after the look is closed on a context that had already
+// ended with code; readers that see it closed meanwhile wait in settle for
+// the decision. The extra store and the look are paid only on this path,
+// which also cancels the child (the parent's lock).
+func (c *Ctx) endChild(code Code) bool {
+	if !c.code.CompareAndSwap(childBit, childBit|pendingBit|uint32(code)) {
+		return false // ended already (or being ended)
+	}
+	ended := code
+	if code != ParentDone && c.childClosed() {
+		ended = ParentDone
+	}
+	c.code.Store(childBit | uint32(ended))
+	// A Done still publishing the channel releases it when it sees the
+	// code (doneChild's tail).
+	c.release()
+	if s := c.slow.Load(); s != nil {
+		c.cancelSlow(s)
+	}
+	return ended == code
+}
+
+// childClosed reports whether the channel of the child that Done
+// registered on the parent is published and closed.
+func (c *Ctx) childClosed() bool {
+	d := atomic.LoadPointer(&c.done)
+	if d == nil || d == ptrOf(closedchan) || atomic.LoadPointer(&c.cancel) == nil {
+		return false
+	}
+	select {
+	case <-chanOf(d):
+		return true
+	default:
+		return false
+	}
 }
 
 // release closes the Done channel of an ended context, once: through the
@@ -274,15 +379,12 @@ func (c *Ctx) doneSlow() <-chan struct{} {
 	// its cancellation reaches us, with no goroutine, only through a
 	// context of the context package's own making (its children set takes
 	// only those). A parent cancelled already cancels that child at once.
-	if c.code.Load() == uint32(Live) && isCancelCtx(c.parent) {
+	if live(c.code.Load()) && isCancelCtx(c.parent) {
 		return c.doneChild()
 	}
 	// A context that ended (a parent that ended before anyone watched it
-	// is noticed here) gets the shared closed channel.
+	// is noticed here) gets the shared closed channel: Err installs it.
 	if c.Err() != nil {
-		if atomic.CompareAndSwapPointer(&c.done, nil, ptrOf(closedchan)) {
-			return closedchan
-		}
 		return c.waitDone()
 	}
 	// A parent never cancelled needs no watch; one with an AfterFunc method
@@ -301,28 +403,44 @@ func (c *Ctx) doneSlow() <-chan struct{} {
 	if hasAfterFunc {
 		c.watchParent(c.getSlow(), a)
 	}
-	if c.code.Load() != uint32(Live) {
-		c.release() // ended meanwhile: End may have missed the channel
+	if !live(c.settle()) {
+		// Ended meanwhile: End may have missed the channel, and the slow
+		// state with the watch just registered.
+		c.release()
+		if s := c.slow.Load(); s != nil {
+			c.cancelSlow(s)
+		}
 	}
 	return d
 }
 
 // doneChild is doneSlow under a *context.cancelCtx parent: one child
-// context.WithCancel registered on it, whose channel is Done's.
+// context.WithCancel registered on it, whose channel is Done's. The
+// registering Done first sets childBit in the code word (a CAS from a bare
+// Live, which also elects it among concurrent first Dones), so that every
+// End from then on decides, in endChild, whether the parent closed the
+// channel first.
 func (c *Ctx) doneChild() <-chan struct{} {
-	child, cancel := context.WithCancel(c.parent)
-	if !atomic.CompareAndSwapPointer(&c.cancel, nil, funcPtr(cancel)) {
-		cancel() // another Done won: use its channel
+	if !c.code.CompareAndSwap(uint32(Live), childBit) {
+		if live(c.code.Load()) {
+			return c.waitDone() // another Done is registering: use its channel
+		}
+		c.Err() // ended: Err installs the shared closed channel if none
 		return c.waitDone()
 	}
+	child, cancel := context.WithCancel(c.parent)
+	atomic.StorePointer(&c.cancel, funcPtr(cancel))
 	d := child.Done()
 	if !atomic.CompareAndSwapPointer(&c.done, nil, ptrOf(d)) {
-		// Only the ended path above can have stored a channel meanwhile
-		// (the shared closed one): drop the child, keep that channel.
+		// Only an Err on the ended context can have stored a channel
+		// meanwhile (the shared closed one): drop the child, keep that
+		// channel.
 		cancel()
 		return c.waitDone()
 	}
-	if c.code.Load() != uint32(Live) {
+	// Ended meanwhile: End may have missed the channel. (Not before the
+	// decision: releasing would close the channel End is looking at.)
+	if !live(c.settle()) {
 		c.release()
 	}
 	return d
@@ -360,23 +478,32 @@ func (c *Ctx) waitDone() <-chan struct{} {
 // Err returns nil while the context is live, then forever the error its
 // Code gives. One atomic load, plus the parent's Err while live.
 func (c *Ctx) Err() error {
-	switch Code(c.code.Load()) {
-	case Live:
+	w := c.code.Load()
+	if live(w) {
 		// The parent may be done without having told us (we register with
 		// it only when Done or AfterFunc is used).
 		if e := c.parent.Err(); e != nil {
 			End(c, ParentDone)
-			break
+		} else {
+			return nil
 		}
-		return nil
 	}
-	// Ended: Done, if it was asked for, must be closed before Err reports
-	// the end (the ender closes it right after its CAS; wait for it as the
-	// context package's cancelCtx.Err does).
-	if d := atomic.LoadPointer(&c.done); d != nil {
+	// Ended: wait for the code if an End is deciding it (endChild).
+	w = c.settle()
+	// Done, if it was asked for, must be closed before Err reports the end
+	// (the ender closes it right after its decision; wait for it as the
+	// context package's cancelCtx.Err does). A context without a channel
+	// yet gets the shared closed one, so that a Done that follows this Err
+	// (or one between its liveness check and its publication) returns a
+	// closed channel: one CAS, on the first Err after the end only.
+	d := atomic.LoadPointer(&c.done)
+	if d == nil && !atomic.CompareAndSwapPointer(&c.done, nil, ptrOf(closedchan)) {
+		d = atomic.LoadPointer(&c.done)
+	}
+	if d != nil && d != ptrOf(closedchan) {
 		<-chanOf(d)
 	}
-	switch Code(c.code.Load()) {
+	switch Code(w & codeMask) {
 	case Fired:
 		return context.DeadlineExceeded
 	case Finished:
@@ -415,7 +542,7 @@ func (c *Ctx) Value(key any) any {
 // context package checks that the cancelCtx's channel is this context's
 // Done channel, and it never is.)
 func (c *Ctx) cancelCtx() any {
-	if c.Err() == nil || Code(c.code.Load()) != ParentDone {
+	if c.Err() == nil || CodeOf(c) != ParentDone {
 		return nil
 	}
 	v := c.parent.Value(cancelCtxKey)
@@ -479,8 +606,13 @@ func (c *Ctx) cancelSlow(s *slowState) {
 // closeLocked, with s.mu held: if the context has ended and s is not yet
 // closed, close it and return what must run outside the lock. The Done
 // channel is closed first (release), so that the afters see it closed.
+//
+// A context whose End is still deciding its code (pendingBit) counts as
+// live here: that End runs cancelSlow once it has decided (it loads slow
+// after its decision), and releasing now would close the channel it is
+// looking at.
 func (c *Ctx) closeLocked(s *slowState) (afters map[*afterEntry]struct{}, stop func() bool) {
-	if s.closed || c.code.Load() == uint32(Live) {
+	if w := c.code.Load(); s.closed || live(w) || w&pendingBit != 0 {
 		return nil, nil
 	}
 	s.closed = true

@@ -593,3 +593,172 @@ func BenchmarkParentRegistration(b *testing.B) {
 }
 
 var doneSink <-chan struct{}
+
+// TestParentCancelBeforeFireKeepsTheParentsErr cancels a *context.cancelCtx
+// parent after Done was made (the parent closes Done's channel itself: it
+// is the registered child's), then fires the deadline: as under
+// context.WithDeadline, the context keeps the parent's error and cause, and
+// the fire ends nothing.
+func TestParentCancelBeforeFireKeepsTheParentsErr(t *testing.T) {
+	parent, cancel := context.WithCancelCause(context.Background())
+	c := newCtx(parent)
+	d := c.Done()
+	boom := errors.New("boom")
+	cancel(boom)
+	requireDone(t, d) // the callee sees its context done: the parent's doing
+
+	// What context.WithDeadline does.
+	ref, rcancel := context.WithCancel(parent)
+	defer rcancel()
+	<-ref.Done()
+
+	require.False(t, End(c, Fired), "the parent ended the context first")
+	require.Equal(t, ParentDone, CodeOf(c))
+	require.Equal(t, ref.Err(), c.Err())
+	require.Equal(t, boom, context.Cause(c))
+}
+
+// TestParentCancelBeforeFinishKeepsTheParentsCause is the same with the
+// owner finishing the call after the parent's cancellation: the code is
+// ParentDone and Cause the parent's cause.
+func TestParentCancelBeforeFinishKeepsTheParentsCause(t *testing.T) {
+	parent, cancel := context.WithCancelCause(context.Background())
+	c := newCtx(parent)
+	d := c.Done()
+	boom := errors.New("boom")
+	cancel(boom)
+	<-d
+	require.False(t, End(c, Finished))
+	require.Equal(t, ParentDone, CodeOf(c))
+	require.Equal(t, context.Canceled, c.Err())
+	require.Equal(t, boom, context.Cause(c))
+}
+
+// TestDoneClosedWhileLiveMeansParentDone races the parent's cancellation
+// against the owner's End (Fired, or Finished) under a *context.cancelCtx
+// parent, with an observer that waits for Done (made before, or racing
+// too): an observer that saw Done closed while the context was still live
+// saw the parent's doing, so the context must end ParentDone, whoever asks
+// Err first. Run it under -race.
+func TestDoneClosedWhileLiveMeansParentDone(t *testing.T) {
+	for i := range 2000 {
+		parent, cancel := context.WithCancel(context.Background())
+		c := newCtx(parent)
+		var d <-chan struct{}
+		if i%4 < 2 {
+			d = c.Done()
+		}
+		code := Fired
+		if i%2 == 1 {
+			code = Finished
+		}
+		var wg sync.WaitGroup
+		var sawLive bool
+		start := make(chan struct{})
+		wg.Go(func() {
+			<-start
+			if d == nil {
+				<-c.Done()
+			} else {
+				<-d
+			}
+			sawLive = CodeOf(c) == Live
+		})
+		wg.Go(func() { <-start; cancel() })
+		wg.Go(func() { <-start; End(c, code) })
+		close(start)
+		wg.Wait()
+		if sawLive {
+			require.Equal(t, ParentDone, CodeOf(c), "round %d: Done was closed by the parent while live", i)
+			require.Equal(t, context.Canceled, c.Err(), "round %d", i)
+		}
+		require.Equal(t, 0, children(t, parent), "round %d", i)
+	}
+}
+
+// hookCtx is a cancellable custom parent (no AfterFunc method) whose Done
+// calls run hooks: it lets a test stop Done's slow path at fixed points.
+type hookCtx struct {
+	context.Context
+	ch    chan struct{}
+	calls int
+	hooks []func()
+}
+
+func (h *hookCtx) Done() <-chan struct{} {
+	if h.calls < len(h.hooks) {
+		f := h.hooks[h.calls]
+		h.calls++
+		f()
+	}
+	return h.ch
+}
+
+func (h *hookCtx) Err() error { return nil }
+
+// TestErrNonNilMeansDoneClosed ends a context and reads its Err while the
+// first Done is between its liveness check and the publication of its
+// channel: once Err has returned non-nil, Done (that first call, and every
+// later one) returns a closed channel, as the context package guarantees.
+func TestErrNonNilMeansDoneClosed(t *testing.T) {
+	atDone1, go1 := make(chan struct{}), make(chan struct{})
+	atDone2, go2 := make(chan struct{}), make(chan struct{})
+	p := &hookCtx{Context: context.Background(), ch: make(chan struct{}), hooks: []func(){
+		func() { close(atDone1); <-go1 }, // doneSlow's parent.Done(), before the publication
+		func() { close(atDone2); <-go2 }, // context.AfterFunc's parent.Done(), after it
+	}}
+	c := newCtx(p)
+	first := make(chan (<-chan struct{}))
+	go func() { first <- c.Done() }()
+	<-atDone1
+	require.True(t, End(c, Finished))
+	require.Equal(t, context.Canceled, c.Err())
+	close(go1)
+	var fd <-chan struct{}
+	select {
+	case <-atDone2: // the first Done published an open channel and is registering
+	case fd = <-first: // it returned at once
+	}
+	d := c.Done()
+	open := false
+	select {
+	case <-d:
+	default:
+		open = true
+	}
+	close(go2)
+	if fd == nil {
+		fd = <-first
+	}
+	require.False(t, open, "Err returned context.Canceled, then Done returned an open channel")
+	requireDone(t, fd)
+	require.Equal(t, d, fd)
+}
+
+// TestDoneRacingEndReleasesTheParentWatch ends a context while its first
+// Done is between its liveness check and the creation of the slow state
+// that holds the watch on a custom parent: Done registers the watch, then
+// must release it (context.AfterFunc's goroutine would otherwise live
+// until the parent ends).
+func TestDoneRacingEndReleasesTheParentWatch(t *testing.T) {
+	atDone1, go1 := make(chan struct{}), make(chan struct{})
+	p := &hookCtx{Context: context.Background(), ch: make(chan struct{}), hooks: []func(){
+		func() { close(atDone1); <-go1 }, // doneSlow's parent.Done(), before the publication
+	}}
+	c := newCtx(p)
+	first := make(chan (<-chan struct{}))
+	go func() { first <- c.Done() }()
+	<-atDone1
+	require.True(t, End(c, Finished))
+	close(go1)
+	requireDone(t, <-first)
+	s := c.slow.Load()
+	require.NotNil(t, s, "no slow state")
+	s.mu.Lock()
+	stop := s.stopWatch
+	s.mu.Unlock()
+	if stop != nil {
+		stop() // let goleak pass
+		t.Fatal("the context ended, but its watch on the parent is still registered")
+	}
+}
