@@ -807,3 +807,23 @@ func (k *Keyed) shardOf(key string) uint64 {
 	h1, _ := k.hash(key)
 	return h1 >> k.shift
 }
+
+// BenchmarkKeyedShardRebuild measures a rebuild of one shard holding
+// shardKeys keys (what a held key the rebuild has already moved waits for
+// on the shard's mutex): `go test -run '^$' -bench KeyedShardRebuild
+// ./ratelimit/`.
+func BenchmarkKeyedShardRebuild(b *testing.B) {
+	k := mustKeyed(b, KeyedConfig{Config: Config{Limit: 1, Period: time.Hour}, MaxKeys: shardKeys})
+	for i := range shardKeys {
+		k.AllowN("k"+strconv.Itoa(i), 0, 1)
+	}
+	sh := k.shards[0]
+	size := len(k.tabs[0].Load().slots)
+	b.ReportAllocs()
+	for b.Loop() {
+		sh.mu.Lock()
+		k.rebuild(sh, 0, size)
+		sh.mu.Unlock()
+	}
+	b.ReportMetric(float64(shardKeys), "keys")
+}
