@@ -665,9 +665,9 @@ func TestKeyedChurnAtMaxKeysKeepsTheTableBounded(t *testing.T) {
 	}
 	t.Logf("refused %d of %d; %d slots for %d keys; %d evicted", refused, 20*maxKeys, len(k.tabs[0].Load().slots), k.Len(), k.Stats().Evicted)
 	require.Equal(t, 4*maxKeys, len(k.tabs[0].Load().slots))
-	// The sample refuses a new key when its 8 keys are all active although
-	// idle ones remain elsewhere: near the end of each wave, when few do
-	// (about 0.02 % of these inserts; 1 % would be a broken hand).
+	// The samples refuse a new key when their 32 keys are all active
+	// although idle ones remain elsewhere: near the end of each wave, when
+	// few do (about 0.002 % of these inserts; 1 % would be a broken hand).
 	require.Less(t, refused, 20*maxKeys/100)
 	// Every key admitted is held or was evicted (a refused one is not kept).
 	require.Equal(t, uint64(20*maxKeys-refused), k.Stats().Evicted+uint64(k.Len()))
