@@ -318,7 +318,12 @@ func (r *race[T]) report(i int, v T, err error, fatal, panicked bool, p any) {
 		if p := recover(); p != nil {
 			r.panicked, r.pval = true, p // read by result after done is closed
 		}
-		if i != 0 {
+		// The first attempt's context stays live when that attempt won with
+		// what it returned (a result may read through it, as Call's doc
+		// says); a first attempt that panicked or called runtime.Goexit
+		// returned nothing: end its context, which releases what its Done
+		// registered on the caller's context.
+		if i != 0 || panicked || err == errGoexit {
 			r.first.cancel()
 		}
 		close(r.done)
@@ -341,7 +346,8 @@ func (r *race[T]) report(i int, v T, err error, fatal, panicked bool, p any) {
 }
 
 // abort ends the race without a result: the first attempt panicked on the
-// caller's goroutine; the hedges are cancelled.
+// caller's goroutine (or its result could not be reported); its context is
+// ended and the hedges are cancelled.
 func (r *race[T]) abort() {
 	r.mu.Lock()
 	r.endedLocked() // the first attempt, which will not report
@@ -358,6 +364,7 @@ func (r *race[T]) abort() {
 	}
 	next := r.next
 	r.mu.Unlock()
+	r.first.cancel() // the first attempt is over, without a result
 	r.h.wd.Cancel(next)
 	close(r.done)
 	r.waitIdle()

@@ -161,9 +161,13 @@ func joinRace[T any](h *Hedger, c *call, v T, err error) (T, error) {
 	return r.result()
 }
 
-// abandon releases a call whose first attempt panicked: the trigger is
-// disarmed or the hedges are cancelled; the panic goes on.
+// abandon releases a call whose first attempt panicked (or called
+// runtime.Goexit): its context is ended (before c can go back to the pool,
+// which reuses c.ctx), which releases what its Done registered on the
+// caller's context; the trigger is disarmed or the hedges are cancelled;
+// the panic goes on.
 func abandon(c *call) {
+	c.ctx.cancel()
 	if c.st.CompareAndSwap(stRunning, stFinished) {
 		if c.h.wd.Cancel(c.wd) || !c.wd.Valid() {
 			c.h.release(c)

@@ -65,7 +65,9 @@
 // call whose context is already done runs no attempt and returns the
 // context's error at once (as package pipeline does).
 //
-// A panic in the first attempt cancels the hedges and propagates. A panic
+// A panic (or runtime.Goexit) in the first attempt ends its context, which
+// releases what its Done registered on the caller's context, cancels the
+// hedges and propagates. A panic
 // in a hedge attempt is recovered on its goroutine and, if it decides the
 // race, re-raised on the caller's goroutine with the same value.
 //

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/bubble"
@@ -390,6 +392,69 @@ func TestParentCancelled(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+}
+
+// TestHedgeWinAfterTheCallersContextEndedKeepsTheFirstAttemptsErr: the
+// caller's context expires while the first attempt, which saw its Done
+// closed, cleans up; a hedge then wins. The first attempt's context was
+// ended by the caller's: its Err stays context.DeadlineExceeded (a hedge's
+// win does not turn it into Canceled).
+func TestHedgeWinAfterTheCallersContextEndedKeepsTheFirstAttemptsErr(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: time.Millisecond})
+		parent, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		defer cancel()
+		var n atomic.Int32
+		var firstErr error
+		err := h.Do(parent, func(ctx context.Context) error {
+			if n.Add(1) > 1 {
+				time.Sleep(6 * time.Millisecond) // ignores ctx: wins after the parent expired
+				return nil
+			}
+			<-ctx.Done()
+			time.Sleep(10 * time.Millisecond) // cleanup, past the hedge's win
+			firstErr = ctx.Err()
+			return firstErr
+		})
+		if err != nil {
+			t.Fatalf("Do = %v, want the hedge's nil", err)
+		}
+		if firstErr != context.DeadlineExceeded {
+			t.Fatalf("the first attempt's Err = %v, want the caller's context.DeadlineExceeded", firstErr)
+		}
+	})
+}
+
+// TestFirstAttemptPanicReleasesItsParentRegistration: a first attempt
+// that asks for Done (net/http does) and panics leaves nothing registered
+// on the caller's context (the context.WithCancel child that Done
+// registered on it), and its context is ended.
+func TestFirstAttemptPanicReleasesItsParentRegistration(t *testing.T) {
+	h, err := New(Config{Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var kept context.Context
+	for range 3 {
+		if r, _ := testkit.Run(func() {
+			_ = h.Do(parent, func(ctx context.Context) error {
+				kept = ctx
+				_ = ctx.Done()
+				panic("boom")
+			})
+		}); r != "boom" {
+			t.Fatalf("recovered %v, want the first attempt's panic", r)
+		}
+	}
+	if n := reflect.ValueOf(parent).Elem().FieldByName("children").Len(); n != 0 {
+		t.Errorf("%d registrations left on the caller's context after 3 panicking calls", n)
+	}
+	if kept.Err() != context.Canceled {
+		t.Errorf("the panicked first attempt's context: Err = %v, want context.Canceled", kept.Err())
+	}
 }
 
 // TestPanics: a first attempt's panic propagates and cancels the hedge; a
@@ -1000,6 +1065,9 @@ func TestBudgetGrantStartsHedge(t *testing.T) {
 // delay, which adds it and its state: 10240 + 80 B), a 32 B block more
 // with listeners. New builds nothing for a nil Budget.
 func TestHedgerBytes(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("sizes are for 64-bit platforms")
+	}
 	mk := func(c Config) func() any {
 		return func() any {
 			h, err := New(c)
