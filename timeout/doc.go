@@ -171,6 +171,11 @@
 // parent's cancellation one hop later, on the goroutine context.AfterFunc
 // starts (it hears of the deadline and of the call's end at once).
 //
+// The first end wins, as under context.WithDeadline: once the parent was
+// done (and a callee may have seen Done closed by it), a deadline that
+// passes while the callee cleans up changes nothing: its Err and Cause stay
+// the parent's.
+//
 // # A result after the deadline
 //
 // A call that ends after its deadline is a timeout whatever the function
@@ -179,6 +184,11 @@
 // [Call] returns the function's value next to it. Upstream policies (a
 // breaker counting failures, a retry) thus see one consistent outcome for a
 // call that overran, whether or not the callee noticed its context.
+// The exception is a call whose parent was done first: [Timeout.Do] and
+// [Call], which classify by the deadline's firing, return the function's
+// error unchanged and count no timeout (the parent's
+// cancellation is not this Timeout's doing); [Timeout.FinishAt] with an end
+// reading past the deadline still counts one by the clock.
 //
 // # For composition
 //

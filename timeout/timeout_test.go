@@ -12,6 +12,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -1056,6 +1057,9 @@ func TestAllocsCapturingClosure(t *testing.T) {
 // builds each message in one concatenation. (Was 592 B: a padded counter,
 // a message built in three steps and a rejection error per instance.)
 func TestTimeoutBytes(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("sizes are for 64-bit platforms")
+	}
 	got := testkit.Bytes(t, func() any {
 		to, err := New(Config{Duration: 100 * time.Millisecond})
 		if err != nil {
@@ -1066,4 +1070,29 @@ func TestTimeoutBytes(t *testing.T) {
 	if want := int64(336); got != want {
 		t.Fatalf("a Timeout: got %d B, want %d", got, want)
 	}
+}
+
+// TestParentCancelledBeforeDeadlineIsNotATimeout cancels the parent (with
+// a cause) before the deadline; the callee sees its context's Done closed,
+// cleans up past the deadline and returns its context's Err. The parent
+// ended the call first: the callee's Err is the parent's (Canceled, as
+// under context.WithDeadline), its Cause the parent's cause, and Do
+// returns fn's error unchanged and counts no timeout.
+func TestParentCancelledBeforeDeadlineIsNotATimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: 10 * time.Millisecond})
+		parent, cancel := context.WithCancelCause(t.Context())
+		boom := errors.New("boom")
+		time.AfterFunc(time.Millisecond, func() { cancel(boom) })
+		var cause error
+		err := tm.Do(parent, func(c context.Context) error {
+			<-c.Done()
+			time.Sleep(20 * time.Millisecond) // cleanup, past the deadline
+			cause = context.Cause(c)
+			return c.Err()
+		})
+		require.Equal(t, context.Canceled, err)
+		require.Equal(t, boom, cause)
+		require.Zero(t, tm.Stats().Timeouts)
+	})
 }
