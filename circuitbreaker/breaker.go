@@ -109,10 +109,21 @@ type Breaker struct {
 	// starts a line: the allocator places an object whose size is a
 	// multiple of the line size on a line boundary (its size classes that
 	// are multiples of 64 B start at multiples of their size from a page),
-	// which TestBreakerLayout checks.
+	// which TestBreakerLayout checks. That holds where the Breaker gets
+	// no malloc header (see alignedByAllocator): amd64, arm64 and the
+	// other 64-bit platforms with lines of at most 128 B, not 386, arm
+	// and s390x (256 B lines), where hot is on lines of its own only
+	// when the allocator happens to align it.
 	_   [(pad.LineSize - unsafe.Sizeof(breakerCold{})%pad.LineSize) % pad.LineSize]byte
 	hot hotLine // the words the calls' records write; the last line of the object
 }
+
+// alignedByAllocator reports whether the allocator places every Breaker
+// on a cache-line boundary: an object with pointers gets an 8 B malloc
+// header before it (the runtime's minSizeForMallocHeader) when it is
+// larger than 8 words of pointer bitmap, 512 B on 64-bit platforms and
+// 128 B on 32-bit ones.
+const alignedByAllocator = unsafe.Sizeof(Breaker{}) <= 8*unsafe.Sizeof(uintptr(0))*unsafe.Sizeof(uintptr(0))
 
 // breakerCold is every field of a Breaker that calls only read (written
 // on transitions, the rare path, or never after New).
@@ -180,9 +191,11 @@ type hotWords struct {
 	rej       uint64        // rejections counted on P 0 (per-P counters), or all of them (Compact); see countRejection
 }
 
-// hotLine is hotWords on a cache line of its own (an arm64 line is 128 B).
+// hotLine is hotWords on cache lines of their own: one 64 B line on
+// amd64, one 128 B line on arm64, two 32 B lines where x/sys/cpu's pad is
+// 32 B (arm, mips): the pad rounds the 64 B of hotWords up to whole lines.
 type hotLine struct {
-	_ [pad.LineSize - unsafe.Sizeof(hotWords{})]byte
+	_ [(pad.LineSize - unsafe.Sizeof(hotWords{})%pad.LineSize) % pad.LineSize]byte
 	hotWords
 }
 
