@@ -280,7 +280,9 @@ func End(c *Ctx, code Code) bool {
 // the decision. The extra store and the look are paid only on this path,
 // which also cancels the child (the parent's lock).
 func (c *Ctx) endChild(code Code) bool {
-	if !c.code.CompareAndSwap(childBit, childBit|pendingBit|uint32(code)) {
+	// A load first: an End on a context that already ended (the usual
+	// reason the fast CAS failed) pays no second locked instruction.
+	if c.code.Load() != childBit || !c.code.CompareAndSwap(childBit, childBit|pendingBit|uint32(code)) {
 		return false // ended already (or being ended)
 	}
 	ended := code
