@@ -14,6 +14,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/ticker"
 )
 
 // ErrOpen is the sentinel of every rejection by a breaker: open, forced
@@ -172,7 +173,20 @@ type openHint struct {
 	expired atomic.Uint64 // the Open word whose period is over
 }
 
-func (h *openHint) fire() { h.expired.Store(h.word.Load()) }
+func (h *openHint) fire() { h.store(h.expired.Load(), h.word.Load()) }
+
+// store publishes w, the armed word that a fire loaded after loading old
+// from expired. A fire runs on its own goroutine and may be descheduled
+// between its loads and its store: the CAS on old fails if a later fire
+// stored meanwhile, and the retry reloads both words (expired first), so a
+// stale fire never puts back an older word; a word that a later store
+// saw armed is at least as new as w.
+func (h *openHint) store(old, w uint64) {
+	for old != w && !h.expired.CompareAndSwap(old, w) {
+		old = h.expired.Load()
+		w = h.word.Load()
+	}
+}
 
 // hotWords are the words that records write: the count window's sequence
 // and counters, the failure, slow-call and consecutive-failure counts, and
@@ -805,23 +819,42 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 			b.streak = 0
 		}
 	}
-	if to == Open && b.hinted && b.hint == nil {
-		// Built at the first trip, not in New: a breaker that never
-		// opens carries no timer. Published by the state CAS below, so a
-		// caller that loads the Open word finds it.
-		h := &openHint{}
-		h.timer = time.AfterFunc(time.Hour, h.fire)
-		h.timer.Stop()
-		b.hint = h
+	// The open timer runs only where it runs on the ticker's clock: the
+	// NanoTicker made and the trip made on the same side of a
+	// testing/synctest bubble's edge (a breaker shared across it, a
+	// package-level one say, must neither reset a bubble's timer from
+	// outside, which the runtime answers with a fatal error, nor arm a
+	// real timer with the bubble's readings). Elsewhere the period is
+	// marked expired at once, so that the shorthands read the clock. One
+	// clock read (SameBubble's), on a trip only.
+	armable := false
+	if to == Open && b.hinted {
+		armable = ticker.SameBubble(b.cfg.Ticker.(*rampart.NanoTicker))
+		if b.hint == nil {
+			// Built at the first trip, not in New: a breaker that never
+			// opens carries no timer. Published by the state CAS below,
+			// so a caller that loads the Open word finds it.
+			b.hint = &openHint{}
+		}
+		if armable && b.hint.timer == nil {
+			// The timer is read and written only here, under mu.
+			h := b.hint
+			h.timer = time.AfterFunc(time.Hour, h.fire)
+			h.timer.Stop()
+		}
 	}
 	for {
 		nw := nextGen(w) | uint64(to)
 		if to == Open && b.hinted {
+			// Also when not armable: a fire still pending from an earlier
+			// period then stores nw, not an older word.
 			b.hint.word.Store(nw)
 		}
 		if b.state.CompareAndSwap(w, nw) {
-			if to == Open && b.hinted {
+			if armable {
 				b.hint.timer.Reset(time.Duration(b.openUntil.Load() - now))
+			} else if to == Open && b.hinted {
+				b.hint.store(b.hint.expired.Load(), nw) // no timer on this clock: the shorthands read it
 			}
 			break
 		}

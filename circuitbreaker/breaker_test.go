@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -1408,4 +1409,79 @@ func TestBuildsWhereTheCacheLineIs32Bytes(t *testing.T) {
 			t.Errorf("GOARCH=%s go vet: %v\n%s", arch, err, out)
 		}
 	}
+}
+
+// TestTripOutsideABubbleAfterATripInsideIsNotFatal: a breaker on the
+// default clock whose first trip happens inside a testing/synctest bubble
+// trips again outside it without touching a timer of the bubble (the
+// runtime kills the process on "reset of synctest timer from outside
+// bubble"). The trips run in a child process, so that a fatal error fails
+// this test instead of killing the test binary.
+func TestTripOutsideABubbleAfterATripInsideIsNotFatal(t *testing.T) {
+	const child = "CIRCUITBREAKER_TRIP_ACROSS_BUBBLE"
+	if os.Getenv(child) == "1" {
+		b, err := New(Config{})
+		require.NoError(t, err)
+		synctest.Test(t, func(t *testing.T) { b.TransitionTo(Open) })
+		b.TransitionTo(Closed)
+		b.TransitionTo(Open)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTripOutsideABubbleAfterATripInsideIsNotFatal$", "-test.count=1")
+	cmd.Env = append(os.Environ(), child+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		i := max(strings.Index(string(out), "fatal error"), 0)
+		t.Fatalf("the child died: %v\n%s", err, string(out)[i:min(i+300, len(out))])
+	}
+}
+
+// TestShorthandsReadTheClockAfterATripInsideABubble: a breaker whose open
+// timer was built by a trip outside a testing/synctest bubble, tripped
+// again inside one, does not arm that real timer against the bubble's
+// clock: the period counts as over for the shorthands, which read the
+// clock and admit once the reading says so (here at once: the bubble's
+// readings of a ticker made outside are decades behind), as AcquireAt does.
+func TestShorthandsReadTheClockAfterATripInsideABubble(t *testing.T) {
+	b, err := New(Config{OpenDuration: 10 * ms, MaxOpenDuration: 10 * ms})
+	require.NoError(t, err)
+	require.True(t, b.TransitionTo(Open)) // builds a real timer
+	require.True(t, b.TransitionTo(Closed))
+	synctest.Test(t, func(t *testing.T) { require.True(t, b.TransitionTo(Open)) })
+	_, aerr := b.AcquireAt(b.Ticker().Now())
+	require.NoError(t, aerr, "AcquireAt: the period is over by the clock")
+	require.True(t, b.TransitionTo(Open))
+	require.True(t, b.TransitionTo(Closed))
+	synctest.Test(t, func(t *testing.T) { require.True(t, b.TransitionTo(Open)) })
+	require.NoError(t, b.Do(context.Background(), func(context.Context) error { return nil }),
+		"Do: the period is over by the clock")
+}
+
+// TestStaleOpenTimerFireKeepsTheNewerExpiry: an open timer's fire for an
+// older Open word W1, descheduled between its loads and its store (a fire
+// runs on its own goroutine), that resumes after the breaker went W1 →
+// HalfOpen → Open W3 and W3's timer fired, leaves W3 expired: a stale fire
+// never puts back an older word (the shorthands would reject for good).
+func TestStaleOpenTimerFireKeepsTheNewerExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := New(Config{Ticker: rampart.NewNanoTicker(), Mode: Consecutive, ConsecutiveFailures: 1,
+			OpenDuration: ms, MaxOpenDuration: ms, HalfOpenProbes: 1})
+		require.NoError(t, err)
+		require.True(t, b.TransitionTo(Open)) // W1
+		h := b.hint
+		old, w1 := h.expired.Load(), h.word.Load() // the stale fire's loads
+		time.Sleep(ms)
+		synctest.Wait() // W1's timer fired
+		p, err := b.AcquireAt(b.Ticker().Now())
+		require.NoError(t, err) // W1 → HalfOpen
+		b.ReleaseAt(p, b.Ticker().Now(), rampart.Failure)
+		require.Equal(t, Open, b.State()) // W3, its timer armed
+		w3 := b.state.Load()
+		time.Sleep(ms)
+		synctest.Wait() // W3's timer fired
+		require.Equal(t, w3, h.expired.Load())
+		h.store(old, w1) // the stale fire resumes
+		require.Equal(t, w3, h.expired.Load(), "a stale fire put back an older word")
+		require.NoError(t, b.Do(context.Background(), func(context.Context) error { return nil }))
+	})
 }

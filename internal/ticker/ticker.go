@@ -246,3 +246,13 @@ func Equal(a, b any) (equal, ok bool) {
 // UncomparableReason is the ConfigError reason for a Ticker that Equal
 // cannot compare; its verb takes the ticker.
 const UncomparableReason = "is of type %T, which cannot be compared to tell whether two policies share one clock: use a pointer type"
+
+// SameBubble reports whether n runs on the caller's clock: n made and the
+// caller running outside any testing/synctest bubble, or both inside one.
+// Inside a bubble time.Now carries no monotonic reading (the runtime
+// omits it there), nor does an epoch taken there. It reads the clock once:
+// for rare paths (a breaker's trip), not for every call.
+func SameBubble(n *Nano) bool {
+	now := time.Now()
+	return (n.epoch == n.epoch.Round(0)) == (now == now.Round(0))
+}

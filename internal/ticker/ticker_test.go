@@ -51,6 +51,29 @@ func TestNanoSynctest(t *testing.T) {
 	})
 }
 
+// TestSameBubble: a Nano made outside a testing/synctest bubble runs on the
+// clock of callers outside, not of callers inside one, and the other way
+// round.
+func TestSameBubble(t *testing.T) {
+	outside := NewNano()
+	if !SameBubble(outside) {
+		t.Error("made and asked outside: not the same clock")
+	}
+	var inside *Nano
+	synctest.Test(t, func(t *testing.T) {
+		inside = NewNano()
+		if SameBubble(outside) {
+			t.Error("made outside, asked inside: the same clock")
+		}
+		if !SameBubble(inside) {
+			t.Error("made and asked inside: not the same clock")
+		}
+	})
+	if SameBubble(inside) {
+		t.Error("made inside, asked outside: the same clock")
+	}
+}
+
 func TestCachedRefreshesAndCloses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := NewCached(time.Millisecond)
