@@ -133,10 +133,16 @@ type breakerCold struct {
 	openUntil atomic.Int64  // end of the open period; written by transitions
 	probeAt   atomic.Int64  // HalfOpen only: when the newest probe was admitted (MaxHalfOpenDuration counts from it)
 	// lines points to the rejection counters of P 1 to P nLines (P 0's
-	// is hot.rej), one cache line each (see perP); nil when Compact or
-	// GOMAXPROCS was 1. A pointer and a count rather than a slice: 12 B
-	// less, which keeps the Breaker at 448 B.
-	lines *hotLine
+	// is hot.rej), one hotLine each (see perP); nil until the first
+	// transition to a rejecting state (Open, HalfOpen, ForcedOpen), which
+	// allocates them for the Ps that exist then, and nil for good when
+	// Compact or GOMAXPROCS was 1 then. Lazy, as the open timer: a breaker
+	// that never opens carries no counters (a default one stays under
+	// 1 KB at any GOMAXPROCS). An atomic pointer because rejections load
+	// it while a trip publishes it (on amd64 and arm64 its load is a plain
+	// load); a pointer and a count rather than a slice: 12 B less, which
+	// keeps the Breaker at 448 B.
+	lines atomic.Pointer[hotLine]
 	// Rarely written.
 	mu             sync.Mutex // serializes transitions (rare path)
 	streak         int32      // trips from half-open since the last close; under mu
@@ -145,10 +151,10 @@ type breakerCold struct {
 	fast           uint8 // fastCount, fastConsec: the closed success path needs no evaluation
 	timed          bool  // the shorthands must read the clock before and after every call
 	hinted         bool  // Ticker is a real-time NanoTicker: an open timer hints when an open period is over
-	nLines         int32 // the counters lines points to
+	nLines         int32 // the counters lines points to; written once, before lines is published, and read only after loading it non-nil
 	count          countWindow
 	tw             *timeWindow
-	rejected       atomic.Uint64 // rejections on Ps beyond the per-P counters (GOMAXPROCS raised after New)
+	rejected       atomic.Uint64 // rejections on Ps other than P 0 while lines is nil (before the first trip, or GOMAXPROCS 1 then)
 	transitions    atomic.Uint64
 	trips          atomic.Uint64
 	stale          atomic.Uint64
@@ -213,8 +219,9 @@ type hotLine struct {
 	hotWords
 }
 
-// maxLines caps the per-P rejection counters beyond P 0's at 7 cache
-// lines: rejections on later Ps share one atomic word (Breaker.rejected).
+// maxLines caps the per-P rejection counters beyond P 0's at 7 hotLines:
+// rejections on later Ps are striped over spare words (seq) of those
+// lines, with an atomic add (see countRejection).
 const maxLines = 7
 
 // unnamedErrs are the rejection errors of every breaker without a Name:
@@ -255,15 +262,6 @@ func New(cfg Config) (*Breaker, error) {
 		b.count.init(cfg.WindowSize, &b.hot.hotWords)
 	case TimeWindow:
 		b.tw = newTimeWindow(int64(cfg.TimeWindow), cfg.Buckets, cfg.Compact)
-	}
-	if !cfg.Compact {
-		// One counter per P, each on its own line, so that rejections
-		// from many goroutines at once write no shared word (see
-		// countRejection). P 0's sits in hot; the lines beyond it are
-		// allocated here, for the Ps that exist now (GOMAXPROCS).
-		if n := min(runtime.GOMAXPROCS(0), maxLines+1); n > 1 {
-			b.lines, b.nLines = unsafe.SliceData(make([]hotLine, n-1)), int32(n-1)
-		}
 	}
 	b.timed = cfg.SlowCallDuration > 0 || cfg.Mode == TimeWindow || cfg.OnSuccess != nil || cfg.OnFailure != nil
 	if cfg.SlowCallDuration == 0 && cfg.OnSuccess == nil {
@@ -462,21 +460,30 @@ func (b *Breaker) reject(now int64, s State, err *rampart.RejectedError) error {
 // word: a plain add on a line that no other P writes, where an atomic add
 // on one shared word costs a locked instruction and moves the line between
 // the cores that reject (an open breaker rejects every call of every
-// goroutine). Stats sums the counters (see rejections). A P beyond the
-// counters (GOMAXPROCS raised after New) adds to one shared atomic word.
+// goroutine). Stats sums the counters (see rejections). The Ps beyond the
+// counters (more than 8 Ps, or GOMAXPROCS raised after the first trip) add
+// atomically to the spare word seq of the line of P 1 + (p-1) mod nLines:
+// P 8 + i shares P 1 + i's line, so beyond 8 Ps a rejection writes a line
+// that another P writes too, each word shared by the Ps beyond, not all of
+// them on one. Before the lines exist (a rejection racing the first trip's
+// publication) and when there are none (GOMAXPROCS 1 at the first trip),
+// the Ps but P 0 add atomically to one shared word, b.rejected: counts
+// stay exact either way.
 func (b *Breaker) countRejection() {
 	if b.cfg.Compact {
 		atomic.AddUint64(&b.hot.rej, 1)
 		return
 	}
 	p := procPin()
-	switch {
+	switch lines := b.lines.Load(); {
 	case p == 0:
 		addOwned(&b.hot.rej)
-	case p <= int(b.nLines):
-		addOwned(&b.perP()[p-1].rej)
-	default:
+	case lines == nil:
 		b.rejected.Add(1)
+	case p <= int(b.nLines):
+		addOwned(&unsafe.Slice(lines, b.nLines)[p-1].rej)
+	default:
+		unsafe.Slice(lines, b.nLines)[(p-1)%int(b.nLines)].seq.Add(1)
 	}
 	procUnpin()
 }
@@ -484,14 +491,22 @@ func (b *Breaker) countRejection() {
 // rejections sums the rejection counters (see countRejection).
 func (b *Breaker) rejections() uint64 {
 	n := b.rejected.Load() + atomic.LoadUint64(&b.hot.rej)
-	for i := range b.perP() {
-		n += atomic.LoadUint64(&b.perP()[i].rej)
+	lines := b.perP()
+	for i := range lines {
+		n += atomic.LoadUint64(&lines[i].rej) + lines[i].seq.Load()
 	}
 	return n
 }
 
-// perP returns the rejection counters of P 1 to P nLines.
-func (b *Breaker) perP() []hotLine { return unsafe.Slice(b.lines, b.nLines) }
+// perP returns the rejection counters of P 1 to P nLines: none before the
+// first trip, nor when Compact or GOMAXPROCS was 1 then.
+func (b *Breaker) perP() []hotLine {
+	lines := b.lines.Load()
+	if lines == nil {
+		return nil
+	}
+	return unsafe.Slice(lines, b.nLines)
+}
 
 // rejectOpen is the rejection of an Open breaker whose open timer has not
 // fired, made without a clock reading (Call; Do and Acquire write its body
@@ -817,6 +832,18 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 		b.resetWindow()
 		if to == Closed {
 			b.streak = 0
+		}
+	}
+	if (to == Open || to == HalfOpen || to == ForcedOpen) && !b.cfg.Compact && b.lines.Load() == nil {
+		// One rejection counter per P, each on its own line, so that
+		// rejections from many goroutines at once write no shared word
+		// (see countRejection). P 0's sits in hot; the lines beyond it
+		// are allocated here, at the first transition to a state that
+		// rejects, for the Ps that exist now (GOMAXPROCS), and published
+		// before the state word that makes callers reject.
+		if n := min(runtime.GOMAXPROCS(0), maxLines+1); n > 1 {
+			b.nLines = int32(n - 1)
+			b.lines.Store(unsafe.SliceData(make([]hotLine, n-1)))
 		}
 	}
 	// The open timer runs only where it runs on the ticker's clock: the

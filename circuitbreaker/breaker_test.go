@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -1312,8 +1313,8 @@ func TestRejectionsWriteOnlyTheirPCounter(t *testing.T) {
 		size := unsafe.Sizeof(Breaker{})
 		obj := unsafe.Slice((*byte)(unsafe.Pointer(b)), size)
 		var lines []byte
-		if b.nLines > 0 {
-			lines = unsafe.Slice((*byte)(unsafe.Pointer(b.lines)), uintptr(b.nLines)*unsafe.Sizeof(hotLine{}))
+		if l := b.perP(); len(l) > 0 {
+			lines = unsafe.Slice((*byte)(unsafe.Pointer(&l[0])), uintptr(len(l))*unsafe.Sizeof(hotLine{}))
 		}
 		// written rejects once on the caller's P and returns the P and
 		// the offsets (lines' after the Breaker's) of the bytes it changed.
@@ -1384,6 +1385,7 @@ func TestBreakerLayout(t *testing.T) {
 	for range 100 {
 		b, err := New(Config{})
 		require.NoError(t, err)
+		b.TransitionTo(ForcedOpen) // allocates the per-P counters
 		require.Zero(t, uintptr(unsafe.Pointer(&b.hot))%pad.LineSize)
 		for i := range b.perP() {
 			require.Zero(t, uintptr(unsafe.Pointer(&b.perP()[i]))%pad.LineSize)
@@ -1484,4 +1486,39 @@ func TestStaleOpenTimerFireKeepsTheNewerExpiry(t *testing.T) {
 		require.Equal(t, w3, h.expired.Load(), "a stale fire put back an older word")
 		require.NoError(t, b.Do(context.Background(), func(context.Context) error { return nil }))
 	})
+}
+
+// TestRejectionsBeyondEightPsWriteNoSharedWord: with more Ps than per-P
+// counters (16 Ps, 8 counters), the rejections of the Ps beyond are
+// striped over spare words of the per-P lines, not added to one word
+// that every such P writes, and every rejection is counted exactly.
+func TestRejectionsBeyondEightPsWriteNoSharedWord(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
+	b, _ := newTest(t, Config{OpenDuration: time.Hour})
+	require.True(t, b.TransitionTo(Open))
+	require.Len(t, b.perP(), maxLines)
+	const G, N = 32, 2000
+	var beyond sync.Map // Ps >= 8 that rejected
+	var wg sync.WaitGroup
+	for range G {
+		wg.Go(func() {
+			for range N {
+				p := procPin() // nested in countRejection's own pin: one P throughout
+				_, err := b.AcquireAt(0)
+				procUnpin()
+				require.ErrorIs(t, err, ErrOpen)
+				if p > maxLines {
+					beyond.Store(p, true)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, G*N, b.Stats().Rejected)
+	require.Zero(t, b.rejected.Load(), "the shared word")
+	n := 0
+	beyond.Range(func(any, any) bool { n++; return true })
+	if n == 0 {
+		t.Skip("the scheduler ran no goroutine on a P beyond the eighth")
+	}
 }

@@ -185,19 +185,21 @@ type Config struct {
 	// rejected it (Open, HalfOpen or ForcedOpen). Optional.
 	OnRejected func(s State)
 
-	// Compact lays the instance out without cache-line padding: smaller
-	// (864 B instead of 928 B with the default 100-call count window on 2
-	// Ps; 816 B instead of 1200 B with the default time window), for the
-	// many cold instances (per-tenant, per-route keys) where goroutines do
-	// not contend on one instance; the default pads the words that many
-	// goroutines write on every call. Both layouts keep the words that
-	// records write (the window's sequence and counters, the failure
-	// counts) on a cache line of their own, away from the state word that
-	// every call reads. The default adds a rejection counter per P (up
-	// to 8; one 64 B line each after the first), so that an open
-	// breaker's rejections write no shared word, and spaces a time
-	// window's buckets a line apart; Compact counts rejections with one
-	// atomic add and packs the buckets.
+	// Compact lays the instance out without cache-line padding but for
+	// its hot line: smaller (816 B instead of 1136 B with the default
+	// time window; 864 B in both layouts with the default count window
+	// until its first trip, which adds 64 B per P after the first, up to
+	// 448 B, to the default layout only), for the many cold instances
+	// (per-tenant, per-route keys) where goroutines do not contend on one
+	// instance; the default pads the words that many goroutines write on
+	// every call. Exactly, Compact changes two things: rejections are
+	// counted with one atomic add on the hot line instead of in per-P
+	// counters (one counter line per P up to 8, allocated at the first
+	// transition to Open, HalfOpen or ForcedOpen; 64 B a line on amd64,
+	// 128 B on arm64), and a time window's buckets are packed instead of
+	// spaced a line apart. Both layouts keep the words that records write
+	// (the window's sequence and counters, the failure counts) on a cache
+	// line of their own, away from the state word that every call reads.
 	Compact bool
 }
 

@@ -139,15 +139,29 @@
 // makes them read it.
 //
 // An Open rejection is two loads (the state word, the open timer's hint)
-// and a count that writes no shared word: the rejection is added to a
-// counter of the P (the scheduler's processor) running the caller, on a
-// cache line of its own, with the goroutine pinned to its P meanwhile (the
-// runtime's per-P primitive that sync.Pool uses), so the add is a plain
-// one, not a locked instruction, and rejections from many goroutines at
-// once never move a line between cores. Stats sums the counters. It
-// returns a preallocated error. Nothing allocates on a call; transitions
-// take a mutex, and the first trip of a breaker on the real-time clock
-// builds its open timer.
+// and a count: the rejection is added to a counter of the P (the
+// scheduler's processor) running the caller, on a cache line of its own,
+// with the goroutine pinned to its P meanwhile (the runtime's per-P
+// primitive that sync.Pool uses), so the add is a plain one, not a locked
+// instruction. On up to 8 Ps (GOMAXPROCS at the first trip) a rejection
+// thus writes no shared word, and rejections from many goroutines at once
+// never move a line between cores. Beyond 8 Ps there are still 8 counters:
+// P 8+i adds atomically to a spare word on P 1+i's line (modulo 7), so
+// those lines are shared by two or more Ps, spread over 7 lines rather than
+// one word. Stats sums the counters, exactly. It returns a preallocated
+// error. Nothing allocates on a call; transitions take a mutex, and the
+// first transition to a rejecting state allocates the per-P counters (and,
+// on the real-time clock, the open timer). A rejection that races that
+// first publication, or a breaker that tripped first on 1 P, counts on one
+// shared atomic word instead (Compact counts every rejection so, on its
+// hot line).
+//
+// The open timer runs only where the breaker's NanoTicker and the tripping
+// goroutine are on the same side of a testing/synctest bubble's edge (both
+// outside, or both inside): a breaker shared across that edge (a
+// package-level one, say) marks each such open period over at once
+// instead, so that the shorthands read the clock to decide, as AcquireAt
+// does.
 //
 // Measured in the bench module with interleaved rounds (cd bench &&
 // RAMPART_MINRATIO=1 go test -run TestCircuitBreakerMinRatios -v ., 2-core
@@ -161,24 +175,32 @@
 // # Memory
 //
 // The words that records write (the window's sequence and counters, the
-// failure counts) share one cache line, the last of the Breaker, away from
-// the state word and configuration that every call reads; the rest is
-// unpadded. Heap bytes per live breaker on amd64 with 2 Ps (gated by
-// TestInstanceBytesAllocs):
+// failure counts) share one cache line (64 B on amd64, 128 B on arm64, two
+// 32 B lines on arm and mips), the last of the Breaker, away from the state
+// word and configuration that every call reads; the rest is unpadded. The
+// allocator places the Breaker on a line boundary where it gets no malloc
+// header: on 64-bit platforms with lines of at most 128 B (amd64, arm64,
+// ppc64, riscv64, mips64, ...), not on 32-bit ones nor on s390x, where the
+// hot line shares a line with its neighbours when the allocator does not
+// happen to align it. Heap bytes per live breaker that never left Closed,
+// on amd64 at any GOMAXPROCS (gated by TestInstanceBytesAllocs at 1, 2 and
+// 16 Ps):
 //
 //	configuration                     default   Compact
-//	100-call count window (default)     928 B     864 B
-//	1000-call count window             4608 B    4544 B
-//	time window (10 buckets)           1200 B     816 B
-//	consecutive                         512 B     448 B
+//	100-call count window (default)     864 B     864 B
+//	1000-call count window             4544 B    4544 B
+//	time window (10 buckets)           1136 B     816 B
+//	consecutive                         448 B     448 B
 //
-// The default layout adds one 64-byte line per P after the first (up to 8
-// Ps) for the rejection counters, and spaces a time window's buckets a line
-// apart; [Config.Compact] counts rejections with one atomic add and packs
-// the buckets, for the many cold instances (per-tenant, per-route keys)
-// where goroutines do not contend on one breaker. A breaker with a Name
-// adds its two rejection errors (about 350 B); a tripped breaker on the
-// real-time clock, its open timer (about 200 B).
+// The default layout adds, at the first transition to Open, HalfOpen or
+// ForcedOpen, one counter line per P after the first (64 B each on amd64,
+// up to 7: 64 B on 2 Ps, 448 B from 8 Ps on) for the rejection counters,
+// and spaces a time window's buckets a line apart; [Config.Compact] counts
+// rejections with one atomic add and packs the buckets, for the many cold
+// instances (per-tenant, per-route keys) where goroutines do not contend
+// on one breaker. A breaker with a Name adds its two rejection errors
+// (about 350 B); a tripped breaker on the real-time clock, its open timer
+// (about 200 B).
 //
 // # For composition
 //
