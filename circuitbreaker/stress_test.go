@@ -372,8 +372,10 @@ func TestTimeWindowSnapshotNeverCountsAnotherSlice(t *testing.T) {
 
 // TestStressRejectedCountsExactly: rejections from many goroutines at once,
 // through Do, Call, Acquire and AcquireAt, in both layouts and with more Ps
-// than the breaker has counters for (GOMAXPROCS raised after New), are all
-// counted: Stats().Rejected, read while they land too, ends at their number.
+// than the breaker has counters for (GOMAXPROCS raised after the first
+// trip, which allocates them; at 1 P it allocates none, and every P but P 0
+// counts on the shared word), are all counted: Stats().Rejected, read while
+// they land too, ends at their number.
 func TestStressRejectedCountsExactly(t *testing.T) {
 	const goroutines, each = 8, 2000
 	procs := runtime.GOMAXPROCS(0)
@@ -381,7 +383,7 @@ func TestStressRejectedCountsExactly(t *testing.T) {
 		name    string
 		compact bool
 		nano    bool
-		procsAt int // GOMAXPROCS at New; raised to 4 after
+		procsAt int // GOMAXPROCS at New and the first trip; raised to 4 after
 	}{{"default", false, false, 1}, {"default/nano", false, true, 2}, {"compact", true, false, 2}, {"default/more Ps", false, false, 2}} {
 		t.Run(c.name, func(t *testing.T) {
 			runtime.GOMAXPROCS(c.procsAt)
