@@ -474,16 +474,17 @@ func (b *Breaker) countRejection() {
 		atomic.AddUint64(&b.hot.rej, 1)
 		return
 	}
-	p := procPin()
-	switch lines := b.lines.Load(); {
-	case p == 0:
-		addOwned(&b.hot.rej)
-	case lines == nil:
-		b.rejected.Add(1)
-	case p <= int(b.nLines):
-		addOwned(&unsafe.Slice(lines, b.nLines)[p-1].rej)
-	default:
-		unsafe.Slice(lines, b.nLines)[(p-1)%int(b.nLines)].seq.Add(1)
+	if p := procPin(); p == 0 {
+		addOwned(&b.hot.rej) // P 0 loads no pointer: the old cost
+	} else {
+		switch lines := b.lines.Load(); {
+		case lines == nil:
+			b.rejected.Add(1)
+		case p <= int(b.nLines):
+			addOwned(&unsafe.Slice(lines, b.nLines)[p-1].rej)
+		default:
+			unsafe.Slice(lines, b.nLines)[(p-1)%int(b.nLines)].seq.Add(1)
+		}
 	}
 	procUnpin()
 }
