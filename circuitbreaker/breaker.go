@@ -116,7 +116,7 @@ type Breaker struct {
 	// and s390x (256 B lines), where hot is on lines of its own only
 	// when the allocator happens to align it.
 	_   [(pad.LineSize - unsafe.Sizeof(breakerCold{})%pad.LineSize) % pad.LineSize]byte
-	hot hotLine // the words the calls' records write; the last line of the object
+	hot hotLine // the words the calls' records write; the last line (or lines) of the object
 }
 
 // alignedByAllocator reports whether the allocator places every Breaker
@@ -196,10 +196,11 @@ func (h *openHint) store(old, w uint64) {
 
 // hotWords are the words that records write: the count window's sequence
 // and counters, the failure, slow-call and consecutive-failure counts, and
-// the rejections counted on P 0. In the default layout they fill one cache
-// line, which nothing read on the healthy path shares but the window's
-// counters; Compact keeps the same line (the rejections are then counted
-// here with an atomic add, rej).
+// the rejections counted on P 0. They fill one cache line (two where the
+// line is 32 B), which nothing read on the healthy path shares but the
+// window's counters; Compact keeps the same line (the rejections are then
+// counted here with an atomic add, rej). On the per-P counter lines only
+// rej is used, and seq counts the rejections of the Ps beyond the lines.
 type hotWords struct {
 	seq       atomic.Uint64 // CountWindow: next sequence number
 	total     atomic.Int64  // CountWindow: filled slots

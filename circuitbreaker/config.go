@@ -194,10 +194,10 @@ type Config struct {
 	// instance; the default pads the words that many goroutines write on
 	// every call. Exactly, Compact changes two things: rejections are
 	// counted with one atomic add on the hot line instead of in per-P
-	// counters (one counter line per P up to 8, allocated at the first
-	// transition to Open, HalfOpen or ForcedOpen; 64 B a line on amd64,
-	// 128 B on arm64), and a time window's buckets are packed instead of
-	// spaced a line apart. Both layouts keep the words that records write
+	// counters (a counter line per P after the first, up to 7, allocated
+	// at the first transition to Open, HalfOpen or ForcedOpen; 64 B a
+	// line on amd64, 128 B on arm64), and a time window's buckets are
+	// packed instead of spaced a line apart. Both layouts keep the words that records write
 	// (the window's sequence and counters, the failure counts) on a cache
 	// line of their own, away from the state word that every call reads.
 	Compact bool
