@@ -32,15 +32,20 @@ type RejectedError struct {
 // (may be empty), reason the package sentinel (circuitbreaker.ErrOpen).
 // Call it at construction, never per call.
 func NewRejectedError(policy, name string, reason error) *RejectedError {
-	// One concatenation: the message is built once, at construction, and
-	// every temporary string would count against each named instance.
-	var msg string
+	// Small enough to inline: a caller that copies the error into its own
+	// instance (*NewRejectedError(...)) then builds it on the stack, and
+	// only the message is allocated.
+	return &RejectedError{policy: policy, name: name, reason: reason, msg: rejectedMessage(policy, name, reason)}
+}
+
+// rejectedMessage is a RejectedError's message, built in one concatenation:
+// the message is built once, at construction, and every temporary string
+// would count against each named instance.
+func rejectedMessage(policy, name string, reason error) string {
 	if name != "" {
-		msg = policy + " " + strconv.Quote(name) + ": " + reason.Error()
-	} else {
-		msg = policy + ": " + reason.Error()
+		return policy + " " + strconv.Quote(name) + ": " + reason.Error()
 	}
-	return &RejectedError{policy: policy, name: name, reason: reason, msg: msg}
+	return policy + ": " + reason.Error()
 }
 
 // Error returns the preformatted message, e.g. `circuitbreaker "db": open`.
