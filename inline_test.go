@@ -30,6 +30,9 @@ import (
 // internal/pad declares only types (atomic words alone on a cache line):
 // its methods are sync/atomic's, which the compiler treats as intrinsics.
 var intendedInlining = map[string][]string{
+	".": {
+		"NewRejectedError", // an instance that copies its error in builds it on the stack (TestInstanceBytesAllocs)
+	},
 	"internal/ticker": {
 		"(*Cached).Now", // the cached ticker's read: one load while it runs
 		"Reading",       // the cached word that pipeline's now loads
