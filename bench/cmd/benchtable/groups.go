@@ -167,9 +167,12 @@ var groups = []group{
 			"deadline-mode timeout against failsafehttp.NewHandler over failsafe's same four policies (its timeout " +
 			"cancels too); the handler does not read its request context's Done channel. Reject: the rate limiter " +
 			"refuses, both answer 429. rampart-soft (a timeout that classifies and never cancels) has no peer; " +
-			"handler-floor is the bare handler.",
+			"handler-floor is the bare handler; pipeline-floor and withcontext-floor are the deadline row's two lower bounds " +
+			"(the pipeline alone, and net/http's request copy that hands the handler its deadline).",
 		libs: []lib{
 			{name: "handler-floor", kind: baseline, calls: "the bare handler"},
+			{name: "pipeline-floor", kind: baseline, calls: "the deadline-mode pipeline alone, no HTTP"},
+			{name: "withcontext-floor", kind: baseline, calls: "one Request.WithContext (net/http's request copy)"},
 			{name: "rampart", kind: handler, calls: "httpguard.NewHandler, deadline-mode timeout"},
 			{name: "rampart-soft", kind: handler, calls: "httpguard.NewHandler, soft timeout (never cancels)"},
 			{name: "failsafe", kind: handler, calls: "failsafehttp.NewHandler, cancelling timeout"},
