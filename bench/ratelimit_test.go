@@ -24,7 +24,7 @@ import (
 // call is admitted (checked). Reject cases use one permit per 1000 s, spent
 // before the loop, so every call is rejected (checked).
 const (
-	rlAdmitRate  = 1e9
+	rlAdmitRate = 1e9
 	// A burst of about 18 minutes at the rate: so large that a reading a
 	// preempted goroutine holds for seconds on a loaded machine is still
 	// within it, and every call meant to be admitted is.
