@@ -53,8 +53,9 @@
 // is required. A policy that New accepted never panics on its hot path.
 //
 // Hot paths. Admission and release are allocation-free and lock-free
-// (sync/atomic only); words written by every call sit alone on a cache line;
-// the clock is read only when a decision needs it. Allocation budgets are
+// (sync/atomic only); words that many goroutines write on every call sit on
+// their own cache lines (or not, with a policy's Config.Compact, for many
+// cold instances); the clock is read only when a decision needs it. Allocation budgets are
 // tests (testing.AllocsPerRun) and speed is measured in the separate bench
 // module against the peer libraries.
 //
