@@ -4,6 +4,8 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -96,5 +98,27 @@ func TestPoliciesImportNoPolicy(t *testing.T) {
 func TestDefaultClockIsShared(t *testing.T) {
 	if watchdog.Default().Clock() != rampart.DefaultTicker() || rampart.DefaultTicker() != rampart.Ticker(ticker.Default()) {
 		t.Fatal("DefaultTicker and the default watchdog's clock are different instances")
+	}
+}
+
+// TestModuleVetsOnOtherArchitectures: the module and its tests build where
+// words are 32 bits (386, arm, mips), where x/sys/cpu's cache line is 32 B
+// (arm, mips: a pad written as LineSize − n goes negative; the pads use
+// pad.Tail64 and friends, which round up to whole lines) and where it has
+// no line at all (wasm). go vet type-checks every package with its tests.
+func TestModuleVetsOnOtherArchitectures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cross-compiles the module")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	for _, target := range [][2]string{{"linux", "386"}, {"linux", "arm"}, {"linux", "mips"}, {"js", "wasm"}} {
+		cmd := exec.Command(gobin, "vet", "./...")
+		cmd.Env = append(os.Environ(), "GOOS="+target[0], "GOARCH="+target[1], "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("GOOS=%s GOARCH=%s go vet ./...: %v\n%s", target[0], target[1], err, out)
+		}
 	}
 }

@@ -259,10 +259,10 @@ type Limiter struct {
 	est        float64
 	minSamples int64
 	lastSeq    uint32 // admission sequence number when the previous window closed
-	_          [pad.LineSize - 64]byte
+	_          [pad.Tail64]byte
 
 	win window
-	_   [pad.LineSize - 64]byte
+	_   [pad.Tail64]byte
 
 	// Totals of closed windows and other rare counters, and read-only
 	// words of the window's closer: after the window, they fill its line.

@@ -39,7 +39,6 @@ func TestConfigValidation(t *testing.T) {
 		{MaxLimit: -1},
 		{InitialLimit: -1},
 		{MinLimit: 10, MaxLimit: 5},
-		{MaxLimit: math.MaxInt32 + 1},
 		{Window: -1},
 		{MinWindowSamples: -1},
 		{Algorithm: AIMD{Backoff: 1.5}},
@@ -67,6 +66,10 @@ func TestConfigValidation(t *testing.T) {
 		{Queue: QueueConfig{MaxLength: -1}},
 		{Queue: QueueConfig{MaxLength: 1, Target: time.Second, Interval: time.Millisecond}},
 		{Queue: QueueConfig{Target: -1}},
+	}
+	if math.MaxInt > math.MaxInt32 { // a limit above the in-flight count's 32 bits (no such int on 32-bit)
+		above := int64(math.MaxInt32) + 1
+		bad = append(bad, Config{MaxLimit: int(above)})
 	}
 	for i, c := range bad {
 		_, err := New(c)
@@ -920,6 +923,9 @@ func TestLimiterBytes(t *testing.T) {
 // heap object is 8-byte aligned), and so are the window and the end of
 // the Limiter; the padded layout puts a line before the slot word.
 func TestLimiterLayoutSeparatesWrittenWords(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is laid out for 64-bit words")
+	}
 	var l Limiter
 	gap := pad.LineSize - 8
 	readByCalls := unsafe.Offsetof(l.seed) + unsafe.Sizeof(l.seed) // the end of the slot word's group
@@ -928,5 +934,5 @@ func TestLimiterLayoutSeparatesWrittenWords(t *testing.T) {
 	require.GreaterOrEqual(t, unsafe.Sizeof(l)-(unsafe.Offsetof(l.win)+unsafe.Sizeof(l.win)), gap)
 	var p paddedLimiter
 	require.Equal(t, pad.LineSize, unsafe.Offsetof(p.l))
-	require.Equal(t, uintptr(280+2*(pad.LineSize-64)), unsafe.Sizeof(l))
+	require.Equal(t, uintptr(280+2*pad.Tail64), unsafe.Sizeof(l))
 }

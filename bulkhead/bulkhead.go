@@ -203,7 +203,7 @@ type Bulkhead struct {
 	maxWait     int64
 	ticker      rampart.Ticker
 	onWaitAdmit func(waited time.Duration)
-	_           [pad.LineSize - 64]byte // rejected at least a line from inFlight (none on 64 B lines)
+	_           [pad.Tail64]byte // rejected at least a line from inFlight (none on 64 B lines)
 
 	// rejected: written by every rejection, which under overload is every
 	// call: a line from inFlight keeps it off inFlight's, and what follows

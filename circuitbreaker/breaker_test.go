@@ -1393,26 +1393,6 @@ func TestBreakerLayout(t *testing.T) {
 	}
 }
 
-// TestBuildsWhereTheCacheLineIs32Bytes: the package compiles where
-// x/sys/cpu's cache-line pad is 32 B (arm, mips, mips64le), shorter than
-// the hot words: every pad rounds up to whole lines.
-func TestBuildsWhereTheCacheLineIs32Bytes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cross-compiles the package")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command")
-	}
-	for _, arch := range []string{"arm", "mips", "mips64le"} {
-		cmd := exec.Command(gobin, "vet", ".")
-		cmd.Env = append(os.Environ(), "GOARCH="+arch, "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("GOARCH=%s go vet: %v\n%s", arch, err, out)
-		}
-	}
-}
-
 // TestTripOutsideABubbleAfterATripInsideIsNotFatal: a breaker on the
 // default clock whose first trip happens inside a testing/synctest bubble
 // trips again outside it without touching a timer of the bubble (the

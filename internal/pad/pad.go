@@ -29,8 +29,18 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// LineSize is the cache line size assumed for padding on this architecture.
-const LineSize = unsafe.Sizeof(cpu.CacheLinePad{})
+// LineSize is the cache line size assumed for padding on this architecture
+// (at least 16, so that every padded struct here builds: x/sys/cpu has no
+// line on wasm, which runs one thread).
+const LineSize = max(unsafe.Sizeof(cpu.CacheLinePad{}), 16)
+
+// Tail64 and Tail48 pad 64 and 48 bytes of fields that open a line to a
+// whole number of lines: LineSize − n where lines hold n bytes or more,
+// else what rounds n up to whole lines (32 B lines: arm, mips).
+const (
+	Tail64 = (LineSize - 64%LineSize) % LineSize
+	Tail48 = (LineSize - 48%LineSize) % LineSize
+)
 
 // Line is one cache line of padding, for structs that separate groups of
 // fields by hand. It separates what precedes it from what follows it.

@@ -156,7 +156,7 @@ type slot struct {
 	// table does not keep targets alive.
 	target Target
 	arg    uint64
-	_      [pad.LineSize - 48]byte
+	_      [pad.Tail48]byte
 }
 
 type segment [SegmentSize]slot
