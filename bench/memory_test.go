@@ -40,7 +40,9 @@ const memInstances = 10_000
 // over memInstances calls whose results are all kept alive until the end:
 // what a program holding thousands of instances (per tenant, per route)
 // pays, in the allocator's size classes, the garbage New leaves included.
-// One call before the count warms up lazily built globals.
+// One call before the count warms up lazily built globals. (The core's
+// internal/testkit.Bytes does the same for the packages' gates; the bench
+// module imports nothing under the core's internal/, so it has its own.)
 func instanceBytes(mk func() any) float64 {
 	keep := make([]any, memInstances)
 	keep[0] = mk()
