@@ -6,22 +6,24 @@ FUZZTIME ?= 10s
 BENCHCOUNT ?= 5
 BENCHTIME ?= 1s
 STATICCHECK_VERSION ?= v0.8.2
+# Every module of its own under the root (a go.mod below it): the adapters
+# that bring a third-party dependency, the Redis limiter, the benchmarks.
+MODULES := $(shell find . -name go.mod -not -path './go.mod' -not -path './.git/*' -not -path '*/testdata/*' -printf '%h\n' | sed 's|^\./||' | sort)
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: help test fmt-check vet test-race test-allocs test-redis bench bench-redis bench-smoke bench-report demo fuzz lint
+.PHONY: help test fmt-check vet test-race test-allocs test-modules test-redis bench bench-redis bench-smoke bench-report demo fuzz lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-test: fmt-check vet test-race test-allocs ## gofmt check, go vet, go test -race, then the allocation gates
+test: fmt-check vet test-race test-allocs test-modules ## gofmt check, go vet, go test -race, the allocation gates, then every other module
 
 fmt-check: ## fail if gofmt would change a file
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-vet: ## go vet the core module, the bench module and the Redis limiter module
+vet: ## go vet the core module and every module of its own
 	$(GO) vet ./...
-	cd bench && $(GO) vet ./...
-	cd ratelimit/redislimit && $(GO) vet ./...
+	@set -e; for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
 
 test-race: ## every test of the core module (and the bench tooling) under the race detector, one line per package
 	@echo "go test -race, package by package (about 2 minutes in all on 2 cores once built)"
@@ -34,6 +36,14 @@ test-race: ## every test of the core module (and the bench tooling) under the ra
 test-allocs: ## the allocation gates, without -race
 	$(GO) test -count=1 -run 'Allocs' ./...
 
+# The modules of their own: the adapters' tests under -race (the Redis
+# limiter's skip the cases that need a server: test-redis runs them), then
+# their allocation gates without it; the benchmark module's tests in short
+# mode (its long cross-checks run by hand).
+test-modules: ## every module of its own: go test -race, then its allocation gates
+	@set -e; for m in $(filter-out bench,$(MODULES)); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 ./... && $(GO) test -count=1 -run Allocs ./...); done
+	cd bench && $(GO) test -short -count=1 ./...
+
 test-redis: ## the Redis limiter's tests, against a throwaway redis-server (installed if missing)
 	./scripts/ensure-redis.sh
 	cd ratelimit/redislimit && REQUIRE_REDIS=1 $(GO) test -race -count=1 ./...
@@ -45,7 +55,7 @@ bench-smoke: ## every benchmark for one iteration, so none rots
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x ./...
 	./scripts/ensure-redis.sh
-	cd ratelimit/redislimit && REQUIRE_REDIS=1 $(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	@set -e; for m in $(filter-out bench,$(MODULES)); do echo "benchmarks, one iteration ($$m)"; (cd $$m && REQUIRE_REDIS=1 $(GO) test -run '^$$' -bench . -benchtime 1x ./...); done
 
 bench-redis: ## the Redis limiter against throttled/v2 on a local server, -count=$(BENCHCOUNT)
 	./scripts/ensure-redis.sh
@@ -62,5 +72,4 @@ fuzz: ## every fuzz target for $(FUZZTIME)
 
 lint: vet ## go vet plus staticcheck (installed from the Go module proxy), every module
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
-	cd bench && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
-	cd ratelimit/redislimit && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@set -e; for m in $(MODULES); do echo "staticcheck ($$m)"; (cd $$m && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...); done

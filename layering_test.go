@@ -60,7 +60,7 @@ func TestLayering(t *testing.T) {
 			}
 		}
 	}
-	for _, dir := range []string{"ratelimit/redislimit", "bench"} {
+	for _, dir := range nestedModules(t) {
 		for file, paths := range imports(t, dir, true) {
 			for _, p := range paths {
 				if strings.HasPrefix(p, modulePath+"/internal/") {
@@ -69,6 +69,32 @@ func TestLayering(t *testing.T) {
 			}
 		}
 	}
+}
+
+// nestedModules returns the directory of every module of its own under the
+// root (a go.mod below it: the Redis limiter, the adapters, the benchmarks).
+func nestedModules(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && d.Name() == "go.mod" && path != "go.mod" {
+			dirs = append(dirs, filepath.Dir(path))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) == 0 {
+		t.Fatal("no module of its own found under the root")
+	}
+	return dirs
 }
 
 // TestPoliciesImportNoPolicy: a policy package never imports another (the
