@@ -1,0 +1,372 @@
+package registry_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
+	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/chaos"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/hedge"
+	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/registry"
+	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/timeout"
+)
+
+func names(r *registry.Registry) []string {
+	var out []string
+	r.Range(func(name string, _ any) bool { out = append(out, name); return true })
+	return out
+}
+
+func TestAddGetRemove(t *testing.T) {
+	r := registry.New()
+	if err := r.Add("b", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Add("a", "x", "g"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(r); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("Range order %v", got)
+	}
+	if v, ok := r.Get("a"); !ok || v != "x" {
+		t.Fatalf("Get(a) = %v, %v", v, ok)
+	}
+	if _, ok := r.Get("c"); ok {
+		t.Fatal("Get of an absent name found something")
+	}
+	if !r.Remove("a") || r.Remove("a") {
+		t.Fatal("Remove reports wrongly")
+	}
+	if got := names(r); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("after Remove: %v", got)
+	}
+	if r.Len() != 1 {
+		t.Fatalf("Len = %d", r.Len())
+	}
+}
+
+func TestAddRefusals(t *testing.T) {
+	r := registry.New()
+	if err := r.Add("taken", 1); err != nil {
+		t.Fatal(err)
+	}
+	var nilBreaker *circuitbreaker.Breaker
+	for _, tc := range []struct {
+		name     string
+		instance any
+		want     error
+	}{
+		{"", 1, registry.ErrEmptyName},
+		{"n", nil, registry.ErrNilInstance},
+		{"n", nilBreaker, registry.ErrNilInstance},
+		{"taken", 2, registry.ErrNameTaken},
+	} {
+		if err := r.Add(tc.name, tc.instance); !errors.Is(err, tc.want) {
+			t.Errorf("Add(%q, %v) = %v, want %v", tc.name, tc.instance, err, tc.want)
+		}
+	}
+	if v, _ := r.Get("taken"); v != 1 {
+		t.Fatalf("a refused Add replaced the instance: %v", v)
+	}
+	if r.Len() != 1 {
+		t.Fatalf("a refused Add registered something: %v", names(r))
+	}
+}
+
+func TestGroups(t *testing.T) {
+	r := registry.New()
+	_ = r.Add("c", 3, "x", "y", "x")
+	_ = r.Add("a", 1, "x")
+	_ = r.Add("b", 2)
+	if got := r.Names("x"); !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("Names(x) = %v", got)
+	}
+	if got := r.Groups("c"); !slices.Equal(got, []string{"x", "y"}) {
+		t.Fatalf("Groups(c) = %v", got)
+	}
+	if got := r.Groups("b"); got != nil {
+		t.Fatalf("Groups(b) = %v", got)
+	}
+	var seen []string
+	r.RangeGroup("x", func(name string, _ any) bool { seen = append(seen, name); return false })
+	if !slices.Equal(seen, []string{"a"}) {
+		t.Fatalf("RangeGroup does not stop when f returns false: %v", seen)
+	}
+}
+
+// TestRangeCallbackMayWrite: Range's callback may add and remove instances;
+// the enumeration goes on over the snapshot it started with.
+func TestRangeCallbackMayWrite(t *testing.T) {
+	r := registry.New()
+	for i := range 4 {
+		_ = r.Add(strconv.Itoa(i), i)
+	}
+	var seen []string
+	r.Range(func(name string, _ any) bool {
+		seen = append(seen, name)
+		r.Remove("3")
+		_ = r.Add("z"+name, 0)
+		return true
+	})
+	if !slices.Equal(seen, []string{"0", "1", "2", "3"}) {
+		t.Fatalf("Range saw %v", seen)
+	}
+	if got := names(r); !slices.Equal(got, []string{"0", "1", "2", "z0", "z1", "z2", "z3"}) {
+		t.Fatalf("after: %v", got)
+	}
+}
+
+// TestConcurrentAddRemoveRange: writers add and remove while readers
+// enumerate and look up; every enumeration is sorted and holds each of the
+// stable names, and the race detector sees no race.
+func TestConcurrentAddRemoveRange(t *testing.T) {
+	r := registry.New()
+	const stable = 8
+	for i := range stable {
+		_ = r.Add(fmt.Sprintf("s%02d", i), i, "stable")
+	}
+	var writers, readers sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 4 {
+		writers.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("w%d-%d", w, i%16)
+				if err := r.Add(name, i, "churn"); err != nil {
+					t.Error(err)
+					return
+				}
+				if !r.Remove(name) {
+					t.Errorf("Remove(%s) found nothing", name)
+					return
+				}
+			}
+		})
+	}
+	for range 4 {
+		readers.Go(func() {
+			for range 1000 {
+				var got []string
+				s := 0
+				r.Range(func(name string, _ any) bool {
+					got = append(got, name)
+					if name[0] == 's' {
+						s++
+					}
+					return true
+				})
+				if !slices.IsSorted(got) || s != stable {
+					t.Errorf("Range saw %v (%d stable)", got, s)
+					return
+				}
+				if _, ok := r.Get("s03"); !ok {
+					t.Error("Get lost a stable name")
+					return
+				}
+				if n := len(r.Names("stable")); n != stable {
+					t.Errorf("Names(stable) has %d", n)
+					return
+				}
+			}
+		})
+	}
+	readers.Wait()
+	close(stop)
+	writers.Wait()
+	if got := r.Names("churn"); len(got) != 0 {
+		t.Fatalf("churn left %v", got)
+	}
+}
+
+func TestCreateOrGet(t *testing.T) {
+	r := registry.New()
+	b, err := registry.Breaker(r, "pay", circuitbreaker.Config{}, "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Config().Name != "pay" {
+		t.Fatalf("Name = %q, want the registry name", b.Config().Name)
+	}
+	again, err := registry.Breaker(r, "pay", circuitbreaker.Config{Name: "other"}, "down")
+	if err != nil || again != b {
+		t.Fatalf("second Breaker = %p, %v; want the first %p", again, err, b)
+	}
+	if b.Config().Name != "pay" || !slices.Equal(r.Groups("pay"), []string{"up"}) {
+		t.Fatal("create-or-get of an existing name applied its arguments")
+	}
+	if _, err := registry.RateLimiter(r, "pay", ratelimit.Config{Rate: 1}); !errors.Is(err, registry.ErrKindMismatch) {
+		t.Fatalf("another kind under a taken name: %v", err)
+	}
+	if _, err := registry.Bulkhead(r, "bad", bulkhead.Config{}); !errors.Is(err, rampart.ErrInvalidConfig) {
+		t.Fatalf("an invalid config: %v", err)
+	}
+	if _, ok := r.Get("bad"); ok {
+		t.Fatal("an invalid config registered something")
+	}
+	if _, err := registry.Breaker(r, "", circuitbreaker.Config{}); !errors.Is(err, registry.ErrEmptyName) {
+		t.Fatalf("empty name: %v", err)
+	}
+	if got, ok := registry.Lookup[*circuitbreaker.Breaker](r, "pay"); !ok || got != b {
+		t.Fatal("Lookup of the breaker failed")
+	}
+	if _, ok := registry.Lookup[*bulkhead.Bulkhead](r, "pay"); ok {
+		t.Fatal("Lookup of another kind succeeded")
+	}
+}
+
+// TestCreateOrGetEveryKind builds one instance of every kind and finds it
+// again by name.
+func TestCreateOrGetEveryKind(t *testing.T) {
+	r := registry.New()
+	mk := []func() (any, error){
+		func() (any, error) { return registry.Breaker(r, "cb", circuitbreaker.Config{}) },
+		func() (any, error) { return registry.RateLimiter(r, "rl", ratelimit.Config{Rate: 10}) },
+		func() (any, error) {
+			return registry.KeyedRateLimiter(r, "krl", ratelimit.KeyedConfig{Config: ratelimit.Config{Rate: 10}})
+		},
+		func() (any, error) {
+			return registry.ShardedRateLimiter(r, "srl", ratelimit.ShardedConfig{Config: ratelimit.Config{Rate: 10}, Shards: 2})
+		},
+		func() (any, error) { return registry.Bulkhead(r, "bh", bulkhead.Config{Max: 2}) },
+		func() (any, error) { return registry.AdaptiveLimiter(r, "al", adaptive.Config{}) },
+		func() (any, error) { return registry.Throttler(r, "th", adaptive.ThrottlerConfig{}) },
+		func() (any, error) { return registry.Retry(r, "re", retry.Config{}) },
+		func() (any, error) { return registry.Timeout(r, "to", timeout.Config{Duration: 1}) },
+		func() (any, error) { return registry.Hedger(r, "he", hedge.Config{Delay: 1}) },
+		func() (any, error) { return registry.Pipeline(r, "pi", pipeline.Config{}) },
+		func() (any, error) { return registry.Injector(r, "ch", chaos.Config{}) },
+	}
+	var first []any
+	for i, f := range mk {
+		v, err := f()
+		if err != nil {
+			t.Fatalf("kind %d: %v", i, err)
+		}
+		first = append(first, v)
+	}
+	for i, f := range mk {
+		if v, err := f(); err != nil || v != first[i] {
+			t.Fatalf("kind %d: a second call built another instance (%v)", i, err)
+		}
+	}
+	if r.Len() != len(mk) {
+		t.Fatalf("Len = %d", r.Len())
+	}
+	if h, ok := registry.Lookup[*hedge.Hedger](r, "he"); ok {
+		_ = h.Close()
+	}
+	if to, ok := registry.Lookup[*timeout.Timeout](r, "to"); ok {
+		_ = to.Close()
+	}
+}
+
+// TestCreateOrGetRaceBuildsOne: racing create-or-gets of one name all get
+// the same instance.
+func TestCreateOrGetRaceBuildsOne(t *testing.T) {
+	r := registry.New()
+	var wg sync.WaitGroup
+	got := make([]*bulkhead.Bulkhead, 16)
+	for i := range got {
+		wg.Go(func() {
+			b, err := registry.Bulkhead(r, "b", bulkhead.Config{Max: 1})
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = b
+		})
+	}
+	wg.Wait()
+	for _, b := range got {
+		if b != got[0] {
+			t.Fatal("two instances for one name")
+		}
+	}
+}
+
+func TestBreakerGroupOperations(t *testing.T) {
+	r := registry.New()
+	a, _ := registry.Breaker(r, "a", circuitbreaker.Config{}, "up")
+	b, _ := registry.Breaker(r, "b", circuitbreaker.Config{}, "up")
+	c, _ := registry.Breaker(r, "c", circuitbreaker.Config{}, "other")
+	_ = r.Add("x", 42, "up") // not a breaker: left alone
+	if n := r.ForceOpenBreakers("up"); n != 2 {
+		t.Fatalf("ForceOpenBreakers moved %d", n)
+	}
+	if a.State() != circuitbreaker.ForcedOpen || b.State() != circuitbreaker.ForcedOpen || c.State() != circuitbreaker.Closed {
+		t.Fatalf("states %v %v %v", a.State(), b.State(), c.State())
+	}
+	if _, err := a.Acquire(); !errors.Is(err, circuitbreaker.ErrOpen) {
+		t.Fatalf("a forced-open breaker admitted: %v", err)
+	}
+	if n := r.DisableBreakers("up"); n != 2 || a.State() != circuitbreaker.Disabled {
+		t.Fatalf("DisableBreakers moved %d, a is %v", n, a.State())
+	}
+	if n := r.CloseBreakers("up"); n != 2 || a.State() != circuitbreaker.Closed || b.State() != circuitbreaker.Closed {
+		t.Fatalf("CloseBreakers moved %d", n)
+	}
+	if n := r.CloseBreakers("up"); n != 0 {
+		t.Fatalf("closing closed breakers moved %d", n)
+	}
+}
+
+func TestScaleAndRestore(t *testing.T) {
+	r := registry.New()
+	tk := rampart.NewManualTicker(0)
+	l, _ := registry.RateLimiter(r, "l", ratelimit.Config{Limit: 100, Period: 1e9, Burst: 10, Ticker: tk}, "edge")
+	bh, _ := registry.Bulkhead(r, "bh", bulkhead.Config{Max: 10}, "edge")
+	other, _ := registry.Bulkhead(r, "o", bulkhead.Config{Max: 10}, "core")
+	if n, err := r.Scale("edge", 0.5); n != 2 || err != nil {
+		t.Fatalf("Scale = %d, %v", n, err)
+	}
+	if got := l.Stats(); got.Rate != 50 || got.Burst != 10 {
+		t.Fatalf("limiter after Scale(0.5): rate %v burst %d", got.Rate, got.Burst)
+	}
+	if bh.Max() != 5 || other.Max() != 10 {
+		t.Fatalf("Max after Scale(0.5): %d (other %d)", bh.Max(), other.Max())
+	}
+	// A second Scale counts from the baseline, not from the scaled value.
+	if _, err := r.Scale("edge", 0.25); err != nil {
+		t.Fatal(err)
+	}
+	if l.Stats().Rate != 25 || bh.Max() != 3 {
+		t.Fatalf("after Scale(0.25): rate %v, Max %d", l.Stats().Rate, bh.Max())
+	}
+	if _, err := r.Scale("edge", 0.001); err != nil { // rounds to 0: Max stays at least 1
+		t.Fatal(err)
+	}
+	if bh.Max() != 1 {
+		t.Fatalf("Max after a tiny factor: %d", bh.Max())
+	}
+	if n, err := r.Restore("edge"); n != 2 || err != nil {
+		t.Fatalf("Restore = %d, %v", n, err)
+	}
+	if l.Stats().Rate != 100 || l.Stats().Burst != 10 || bh.Max() != 10 {
+		t.Fatalf("after Restore: rate %v burst %d Max %d", l.Stats().Rate, l.Stats().Burst, bh.Max())
+	}
+	if n, _ := r.Restore("edge"); n != 0 {
+		t.Fatalf("a second Restore restored %d", n)
+	}
+	for _, f := range []float64{0, -1, math.Inf(1), math.NaN()} {
+		if _, err := r.Scale("edge", f); !errors.Is(err, rampart.ErrInvalidConfig) {
+			t.Errorf("Scale(%v) = %v", f, err)
+		}
+	}
+	if bh.Max() != 10 {
+		t.Fatal("a refused Scale changed something")
+	}
+}
