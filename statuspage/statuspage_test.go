@@ -1,0 +1,543 @@
+package statuspage_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
+	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/chaos"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/hedge"
+	"github.com/rampart-go/rampart/internal/testkit"
+	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/statuspage"
+	"github.com/rampart-go/rampart/timeout"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/status.golden.json")
+
+var errBoom = errors.New("boom")
+
+// fixture is one instance of every kind the page knows, on one
+// ManualTicker, with a few calls run through them so that their counters
+// are not all zero.
+type fixture struct {
+	tk       *rampart.ManualTicker
+	breaker  *circuitbreaker.Breaker
+	injector *chaos.Injector
+	closers  []func() error
+	list     []statuspage.Instance
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	tk := rampart.NewManualTicker(1_000_000_000)
+	f := &fixture{tk: tk}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	f.breaker, err = circuitbreaker.New(circuitbreaker.Config{Name: "db", Ticker: tk, WindowSize: 10, MinimumCalls: 4, FailureRateThreshold: 50, OpenDuration: time.Second})
+	must(err)
+	bh, err := bulkhead.New(bulkhead.Config{Name: "api", Max: 8})
+	must(err)
+	rl, err := ratelimit.New(ratelimit.Config{Name: "ingress", Rate: 10, Burst: 5, Ticker: tk, CountStats: true})
+	must(err)
+	keyed, err := ratelimit.NewKeyed(ratelimit.KeyedConfig{Config: ratelimit.Config{Name: "tenants", Rate: 1, Burst: 1, Ticker: tk, CountStats: true}, MaxKeys: 64})
+	must(err)
+	sharded, err := ratelimit.NewSharded(ratelimit.ShardedConfig{Config: ratelimit.Config{Name: "hot", Rate: 100, Burst: 8, Ticker: tk}, Shards: 2})
+	must(err)
+	al, err := adaptive.New(adaptive.Config{Name: "backend", Ticker: tk, InitialLimit: 10})
+	must(err)
+	th, err := adaptive.NewThrottler(adaptive.ThrottlerConfig{Name: "client", Ticker: tk})
+	must(err)
+	tb, err := retry.NewTokenBucket(retry.TokenBucketConfig{MaxTokens: 10, TokenRatio: 0.1})
+	must(err)
+	rp, err := retry.New(retry.Config{Name: "db", MaxAttempts: 3, Budget: tb, Ticker: tk})
+	must(err)
+	rb, err := retry.NewRatioBudget(retry.RatioBudgetConfig{})
+	must(err)
+	f.injector, err = chaos.New(chaos.Config{ErrorRate: 1, Error: errBoom, Seed: 1})
+	must(err)
+	hg, err := hedge.New(hedge.Config{Name: "search", Delay: 20 * time.Millisecond, Ticker: tk})
+	must(err)
+	f.closers = append(f.closers, hg.Close)
+	to, err := timeout.New(timeout.Config{Name: "api", Duration: 150 * time.Millisecond, Ticker: tk})
+	must(err)
+	f.closers = append(f.closers, to.Close)
+	pl, err := pipeline.New(pipeline.Config{Name: "db", Ticker: tk, Retry: rp, Breaker: f.breaker})
+	must(err)
+	t.Cleanup(func() {
+		for _, c := range f.closers {
+			_ = c()
+		}
+	})
+
+	// Some traffic: the breaker trips on four failures; two bulkhead
+	// permits held; the limiter spends three tokens; two keys; a retry.
+	for range 4 {
+		p, err := f.breaker.Acquire()
+		must(err)
+		f.breaker.Release(p, rampart.Failure)
+	}
+	must(bh.Acquire())
+	must(bh.Acquire())
+	t.Cleanup(func() { bh.Release(); bh.Release() })
+	for range 3 {
+		rl.Allow()
+	}
+	keyed.Allow("a")
+	keyed.Allow("b")
+	keyed.Allow("b")
+	for range 3 {
+		_ = f.injector.Do(context.Background(), func(context.Context) error { return nil })
+	}
+	rb.OnRequest(tk.Now())
+	rb.AllowRetry(tk.Now())
+	f.list = []statuspage.Instance{
+		{Name: "api", Value: bh}, {Name: "api-timeout", Value: to}, {Name: "backend", Value: al},
+		{Name: "client", Value: th}, {Name: "db", Value: f.breaker}, {Name: "db-budget", Value: tb},
+		{Name: "db-pipeline", Value: pl}, {Name: "db-retry", Value: rp}, {Name: "faults", Value: f.injector},
+		{Name: "hot", Value: sharded}, {Name: "ingress", Value: rl}, {Name: "ratio-budget", Value: rb},
+		{Name: "search", Value: hg}, {Name: "tenants", Value: keyed}, {Name: "other", Value: struct{}{}},
+	}
+	return f
+}
+
+func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+	return w
+}
+
+// TestStatusJSONMatchesGolden: the JSON of every kind, on a ManualTicker,
+// is byte for byte testdata/status.golden.json (go test -update rewrites
+// it): a change of the document's shape, or of a policy's Stats, shows up
+// here.
+func TestStatusJSONMatchesGolden(t *testing.T) {
+	f := newFixture(t)
+	h, err := statuspage.New(statuspage.Config{Instances: f.list, Ticker: f.tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := get(t, h, "/debug/rampart/status.json")
+	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d, content type %q", w.Code, w.Header().Get("Content-Type"))
+	}
+	const golden = "testdata/status.golden.json"
+	if *update {
+		if err := os.WriteFile(golden, w.Body.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(w.Body.Bytes(), want) {
+		t.Fatalf("status.json differs from %s (go test -update rewrites it):\n%s", golden, w.Body.String())
+	}
+	// The same request again at the same reading is the same document.
+	if again := get(t, h, "/status.json"); !bytes.Equal(again.Body.Bytes(), want) {
+		t.Fatalf("a second request differs:\n%s", again.Body.String())
+	}
+}
+
+// TestStatusJSONReadsTheInstancesLive: the document follows the instances
+// (a breaker opened by hand reads "forced-open") and lists every instance
+// once, sorted by name, the explicit list winning over the Source.
+func TestStatusJSONReadsTheInstancesLive(t *testing.T) {
+	f := newFixture(t)
+	src := sourceFunc(func(yield func(string, any) bool) {
+		_ = yield("db", f.injector) && yield("zeta", f.injector)
+	})
+	h, err := statuspage.New(statuspage.Config{Instances: f.list, Source: src, Ticker: f.tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.breaker.TransitionTo(circuitbreaker.ForcedOpen)
+	doc := decode(t, get(t, h, "/status.json"))
+	var names []string
+	for _, in := range doc.Instances {
+		names = append(names, in.Name)
+	}
+	if got, want := strings.Join(names, ","), "api,api-timeout,backend,client,db,db-budget,db-pipeline,db-retry,faults,hot,ingress,other,ratio-budget,search,tenants,zeta"; got != want {
+		t.Fatalf("names %s, want %s", got, want)
+	}
+	db := find(t, doc, "db")
+	if db.Kind != "circuitbreaker" || db.Stats["State"] != "forced-open" {
+		t.Fatalf("db: %+v", db)
+	}
+	if z := find(t, doc, "zeta"); z.Kind != "chaos" {
+		t.Fatalf("zeta: %+v", z)
+	}
+	if o := find(t, doc, "other"); o.Kind != "other" || o.Stats != nil || o.Type != "struct {}" {
+		t.Fatalf("other: %+v", o)
+	}
+}
+
+type sourceFunc func(yield func(string, any) bool)
+
+func (s sourceFunc) Range(f func(string, any) bool) { s(f) }
+
+type docJSON struct {
+	Now       int64 `json:"now"`
+	Actions   bool  `json:"actions"`
+	Instances []struct {
+		Name    string         `json:"name"`
+		Kind    string         `json:"kind"`
+		Type    string         `json:"type"`
+		Stats   map[string]any `json:"stats"`
+		Actions []string       `json:"actions"`
+	} `json:"instances"`
+}
+
+func decode(t *testing.T, w *httptest.ResponseRecorder) docJSON {
+	t.Helper()
+	var d docJSON
+	if err := json.Unmarshal(w.Body.Bytes(), &d); err != nil {
+		t.Fatalf("%v: %s", err, w.Body.String())
+	}
+	return d
+}
+
+func find(t *testing.T, d docJSON, name string) struct {
+	Name    string         `json:"name"`
+	Kind    string         `json:"kind"`
+	Type    string         `json:"type"`
+	Stats   map[string]any `json:"stats"`
+	Actions []string       `json:"actions"`
+} {
+	t.Helper()
+	for _, in := range d.Instances {
+		if in.Name == name {
+			return in
+		}
+	}
+	t.Fatalf("no instance %q", name)
+	panic("unreachable")
+}
+
+func post(h http.Handler, form url.Values, mod func(*http.Request)) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, "http://status.local/debug/rampart/action", strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if mod != nil {
+		mod(r)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestActionsRefusedWithoutAuthorisation: without Authorize every action
+// is 403 and changes nothing; with it, a request it refuses is 403, one
+// from another origin is 403 even when it would accept it, a GET is 405,
+// and the page and the JSON offer no action to a refused request.
+func TestActionsRefusedWithoutAuthorisation(t *testing.T) {
+	f := newFixture(t)
+	force := url.Values{"name": {"db"}, "action": {"force-open"}}
+	readOnly, err := statuspage.New(statuspage.Config{Instances: f.list, Ticker: f.tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authorize := func(r *http.Request) bool { return r.Header.Get("X-Token") == "secret" }
+	guarded, err := statuspage.New(statuspage.Config{Instances: f.list, Ticker: f.tk, Authorize: authorize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withToken := func(r *http.Request) { r.Header.Set("X-Token", "secret") }
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+		mod  func(*http.Request)
+		want int
+	}{
+		{"read-only", readOnly, withToken, http.StatusForbidden},
+		{"refused by Authorize", guarded, nil, http.StatusForbidden},
+		{"cross-origin", guarded, func(r *http.Request) { withToken(r); r.Header.Set("Origin", "https://evil.example") }, http.StatusForbidden},
+	} {
+		if w := post(tc.h, force, tc.mod); w.Code != tc.want {
+			t.Errorf("%s: status %d, want %d: %s", tc.name, w.Code, tc.want, w.Body.String())
+		}
+		if s := f.breaker.State(); s != circuitbreaker.Open {
+			t.Fatalf("%s: the breaker moved to %v", tc.name, s)
+		}
+	}
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/action?name=db&action=force-open", nil)
+	withToken(r)
+	guarded.ServeHTTP(w, r)
+	if w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "POST" {
+		t.Errorf("GET action: status %d, Allow %q", w.Code, w.Header().Get("Allow"))
+	}
+	if d := decode(t, get(t, guarded, "/status.json")); d.Actions || find(t, d, "db").Actions != nil {
+		t.Errorf("an unauthorised request is offered actions: %+v", d)
+	}
+	if body := get(t, guarded, "/").Body.String(); strings.Contains(body, "<form") {
+		t.Errorf("an unauthorised request's page has forms")
+	}
+}
+
+// TestActionsWithAuthorisation: an authorised POST moves the breaker
+// (force-open, disable, reset), switches the injector, answers the
+// instance's JSON or, from the page's forms, 303 to the page; an unknown
+// instance is 404, an action its kind lacks 400.
+func TestActionsWithAuthorisation(t *testing.T) {
+	f := newFixture(t)
+	h, err := statuspage.New(statuspage.Config{Instances: f.list, Ticker: f.tk, Authorize: func(*http.Request) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameOrigin := func(r *http.Request) { r.Header.Set("Origin", "http://status.local") }
+	for _, tc := range []struct {
+		action string
+		want   circuitbreaker.State
+	}{{"force-open", circuitbreaker.ForcedOpen}, {"disable", circuitbreaker.Disabled}, {"reset", circuitbreaker.Closed}} {
+		w := post(h, url.Values{"name": {"db"}, "action": {tc.action}}, sameOrigin)
+		if w.Code != http.StatusOK || f.breaker.State() != tc.want {
+			t.Fatalf("%s: status %d, breaker %v: %s", tc.action, w.Code, f.breaker.State(), w.Body.String())
+		}
+		var in struct{ Stats struct{ State string } }
+		if err := json.Unmarshal(w.Body.Bytes(), &in); err != nil || in.Stats.State != tc.want.String() {
+			t.Fatalf("%s: answer %s (%v)", tc.action, w.Body.String(), err)
+		}
+	}
+	if w := post(h, url.Values{"name": {"faults"}, "action": {"disable"}, "redirect": {"1"}}, nil); w.Code != http.StatusSeeOther || f.injector.Enabled() {
+		t.Fatalf("chaos disable: status %d, enabled %v", w.Code, f.injector.Enabled())
+	}
+	if w := post(h, url.Values{"name": {"nobody"}, "action": {"reset"}}, nil); w.Code != http.StatusNotFound {
+		t.Errorf("unknown instance: status %d", w.Code)
+	}
+	if w := post(h, url.Values{"name": {"api"}, "action": {"reset"}}, nil); w.Code != http.StatusBadRequest {
+		t.Errorf("a bulkhead reset: status %d", w.Code)
+	}
+	if d := decode(t, get(t, h, "/status.json")); !d.Actions || strings.Join(find(t, d, "db").Actions, ",") != "force-open,disable,reset" {
+		t.Errorf("an authorised request is not offered the actions: %+v", find(t, d, "db"))
+	}
+}
+
+// node is a generic XML element, for parsing the page.
+type node struct {
+	XMLName xml.Name
+	Attrs   []xml.Attr `xml:",any,attr"`
+	Nodes   []node     `xml:",any"`
+	Text    string     `xml:",chardata"`
+}
+
+func (n node) attr(name string) string {
+	for _, a := range n.Attrs {
+		if a.Name.Local == name {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+func (n node) walk(f func(node)) {
+	f(n)
+	for _, c := range n.Nodes {
+		c.walk(f)
+	}
+}
+
+// TestPageParsesAndChartsTheSamples: the page is well-formed (it parses as
+// XML, with the HTML entities it uses), refreshes itself by a meta
+// refresh, carries no script, and charts each instance's samples: after 5
+// samples a second apart, the breaker's chart has its state strip (5
+// rectangles) and the bulkhead's two polylines of 5 points each, the
+// in-flight one at the height of its value.
+func TestPageParsesAndChartsTheSamples(t *testing.T) {
+	f := newFixture(t)
+	h, err := statuspage.New(statuspage.Config{Instances: f.list, Ticker: f.tk, Samples: 60, Authorize: func(*http.Request) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		h.Sample()
+		f.tk.Advance(time.Second)
+	}
+	w := get(t, h, "/debug/rampart/") // the fifth sample, on request
+	if w.Code != http.StatusOK || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
+		t.Fatalf("status %d, content type %q", w.Code, w.Header().Get("Content-Type"))
+	}
+	if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("CSP %q", csp)
+	}
+	body := strings.TrimPrefix(w.Body.String(), "<!DOCTYPE html>")
+	dec := xml.NewDecoder(strings.NewReader(body))
+	dec.Strict = true
+	dec.Entity = xml.HTMLEntity
+	var root node
+	if err := dec.Decode(&root); err != nil {
+		t.Fatalf("the page does not parse: %v\n%s", err, body)
+	}
+	var refresh, scripts, forms int
+	charts := map[string]node{}
+	root.walk(func(n node) {
+		switch n.XMLName.Local {
+		case "meta":
+			if n.attr("http-equiv") == "refresh" && n.attr("content") == "5" {
+				refresh++
+			}
+		case "script":
+			scripts++
+		case "form":
+			forms++
+		case "section":
+			for _, c := range n.Nodes {
+				if c.XMLName.Local == "svg" {
+					charts[n.attr("data-name")] = c
+				}
+			}
+		}
+	})
+	if refresh != 1 || scripts != 0 || forms != 5 { // 3 breaker actions, 2 chaos ones
+		t.Errorf("%d meta refreshes, %d scripts, %d forms", refresh, scripts, forms)
+	}
+	count := func(svg node, tag, class string) (out []node) {
+		svg.walk(func(n node) {
+			if n.XMLName.Local == tag && n.attr("class") == class {
+				out = append(out, n)
+			}
+		})
+		return out
+	}
+	if n := len(count(charts["db"], "rect", "state")); n != 5 {
+		t.Errorf("breaker chart: %d state rectangles, want 5", n)
+	}
+	lines := count(charts["api"], "polyline", "series")
+	if len(lines) != 2 || lines[0].attr("data-series") != "in flight" || lines[1].attr("data-series") != "max" {
+		t.Fatalf("bulkhead chart: %+v", lines)
+	}
+	ymax, _ := strconv.ParseFloat(charts["api"].attr("data-ymax"), 64)
+	for _, l := range lines {
+		pts := strings.Fields(l.attr("points"))
+		if len(pts) != 5 {
+			t.Fatalf("%s: %d points, want 5", l.attr("data-series"), len(pts))
+		}
+		want := 2.0 // in flight
+		if l.attr("data-series") == "max" {
+			want = 8
+		}
+		for _, p := range pts {
+			_, ys, _ := strings.Cut(p, ",")
+			y, _ := strconv.ParseFloat(ys, 64)
+			if got := ymax * (64 - y) / 64; got < want-0.1 || got > want+0.1 {
+				t.Errorf("%s: point %s maps back to %v, want %v", l.attr("data-series"), p, got, want)
+			}
+		}
+	}
+	if n := len(count(charts["api"], "g", "legend")); n != 2 {
+		t.Errorf("bulkhead chart: %d legends", n)
+	}
+}
+
+// TestRingIsBounded: a ring holds at most Samples samples, and sampling on
+// request takes at most one per Interval.
+func TestRingIsBounded(t *testing.T) {
+	f := newFixture(t)
+	h, err := statuspage.New(statuspage.Config{Instances: f.list, Ticker: f.tk, Samples: 3, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		get(t, h, "/")
+		get(t, h, "/") // not due: no sample
+		f.tk.Advance(time.Second)
+	}
+	body := get(t, h, "/").Body.String()
+	_, chart, _ := strings.Cut(body, `data-name="api"`)
+	chart, _, _ = strings.Cut(chart, "</svg>")
+	_, pts, _ := strings.Cut(chart, `points="`)
+	pts, _, _ = strings.Cut(pts, `"`)
+	if n := len(strings.Fields(pts)); n != 3 {
+		t.Fatalf("%d points charted, want 3: %s", n, chart)
+	}
+}
+
+// TestRunSamplesUntilCancelled: Run samples once at once and returns the
+// context's error when it ends, leaving no goroutine.
+func TestRunSamplesUntilCancelled(t *testing.T) {
+	testkit.LeakCheck(t)
+	f := newFixture(t)
+	h, err := statuspage.New(statuspage.Config{Instances: f.list, Ticker: f.tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	if !strings.Contains(get(t, h, "/").Body.String(), "in flight 2") {
+		t.Fatal("Run took no sample")
+	}
+}
+
+// TestNewRejectsInvalidConfig: invalid fields are ConfigErrors at New.
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	b, err := bulkhead.New(bulkhead.Config{Max: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		field string
+		c     statuspage.Config
+	}{
+		{"Interval", statuspage.Config{Interval: -1}},
+		{"Samples", statuspage.Config{Samples: -1}},
+		{"Samples", statuspage.Config{Samples: 100_001}},
+		{"Refresh", statuspage.Config{Refresh: -time.Second}},
+		{"Instances", statuspage.Config{Instances: []statuspage.Instance{{Name: "", Value: b}}}},
+		{"Instances", statuspage.Config{Instances: []statuspage.Instance{{Name: "x"}}}},
+		{"Instances", statuspage.Config{Instances: []statuspage.Instance{{Name: "x", Value: b}, {Name: "x", Value: b}}}},
+	} {
+		_, err := statuspage.New(tc.c)
+		testkit.RequireConfigError(t, err, "statuspage", tc.field)
+		if !errors.Is(err, rampart.ErrInvalidConfig) {
+			t.Errorf("%v does not match ErrInvalidConfig", err)
+		}
+	}
+}
+
+// TestOnlyGetAndHeadReadThePage: other methods on the page or the JSON are 405.
+func TestOnlyGetAndHeadReadThePage(t *testing.T) {
+	h, err := statuspage.New(statuspage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/", "/status.json"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, p, nil))
+		if w.Code != http.StatusMethodNotAllowed {
+			t.Errorf("POST %s: %d", p, w.Code)
+		}
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodHead, "/status.json", nil))
+	if w.Code != http.StatusOK {
+		t.Errorf("HEAD: %d", w.Code)
+	}
+	_, _ = io.Copy(io.Discard, w.Body)
+}
