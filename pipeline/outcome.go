@@ -98,4 +98,17 @@ type Outcome struct {
 	// Policy is the policy that decided a Rejected or TimedOut outcome, None
 	// otherwise.
 	Policy Kind
+	// FellBack: a [Fallback] (or [DoFallback]) answered the call. Code,
+	// Policy, RetryAfter and Attempts still say how the call through the
+	// policies ended (a rejected call is Rejected, by its Policy, and
+	// counted so in that policy's Stats), Cause holds the error it ended
+	// with, and Err is the fallback's answer: nil when it gave a value.
+	FellBack bool
+	// Stale: the fallback answered with the last good value (see
+	// [FallbackConfig.Stale]), no older than its MaxAge.
+	Stale bool
+	// Cause is, when FellBack is set, the error the call ended with before
+	// the fallback answered: what Err would have been without it. Nil
+	// otherwise.
+	Cause error
 }
