@@ -15,14 +15,16 @@ type breaker struct {
 	cb *circuitbreaker.Breaker
 }
 
-func newBreaker(cfg Config) (*breaker, error) {
+// newBreaker builds the breaker of a Limiter or a Semaphore from its
+// BreakerFailures and BreakerOpen.
+func newBreaker(ticker rampart.Ticker, failures int, open time.Duration) (*breaker, error) {
 	cb, err := circuitbreaker.New(circuitbreaker.Config{
 		Name:                "redislimit",
-		Ticker:              cfg.Ticker,
+		Ticker:              ticker,
 		Mode:                circuitbreaker.Consecutive,
-		ConsecutiveFailures: cfg.BreakerFailures,
-		OpenDuration:        cfg.BreakerOpen,
-		MaxOpenDuration:     cfg.BreakerOpen, // fixed: BreakerOpen is the probe period
+		ConsecutiveFailures: failures,
+		OpenDuration:        open,
+		MaxOpenDuration:     open, // fixed: BreakerOpen is the probe period
 		HalfOpenProbes:      1,
 	})
 	if err != nil {

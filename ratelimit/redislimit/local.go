@@ -11,20 +11,22 @@ import (
 
 // localLimits is FailLocal's in-process GCRA per key, with this replica's
 // share of each limit: Rate/Replicas per Period and a burst of
-// max(1, Burst/Replicas). With every replica falling back at once, the
-// shares add up to the shared limit.
+// max(1, Burst/Replicas), where Replicas is Config.LiveReplicas' count when
+// it has one. With every replica falling back at once, the shares add up
+// to the shared limit. A key whose share changes (the live count did) gets
+// a fresh cell for the new share.
 type localLimits struct {
-	replicas int
-	ticker   ratelimitTicker
-	mu       sync.Mutex // guards byKey; taken only while Redis is unavailable
-	byKey    map[localKey]*ratelimit.Limiter
+	ticker ratelimitTicker
+	mu     sync.Mutex // guards byKey; taken only while Redis is unavailable
+	byKey  map[localKey]*ratelimit.Limiter
 }
 
 type ratelimitTicker = interface{ Now() int64 }
 
 type localKey struct {
-	key   string
-	limit Limit
+	key      string
+	limit    Limit
+	replicas int // the share's divisor: Replicas, or the live count
 }
 
 // maxLocalKeys bounds the fallback's memory during a long outage; past it
@@ -33,7 +35,7 @@ type localKey struct {
 const maxLocalKeys = 1 << 16
 
 func newLocalLimits(cfg Config) *localLimits {
-	return &localLimits{replicas: cfg.Replicas, ticker: cfg.Ticker, byKey: map[localKey]*ratelimit.Limiter{}}
+	return &localLimits{ticker: cfg.Ticker, byKey: map[localKey]*ratelimit.Limiter{}}
 }
 
 // The bounds of ratelimit.New on a Limit/Period configuration (its maxNum
@@ -91,7 +93,7 @@ func (ll *localLimits) limiter(k localKey) (*ratelimit.Limiter, error) {
 	}
 	// normalize has checked the share already; checked again here, where
 	// a wrapped period would admit too much, before building it.
-	if err := checkShare(k.limit, ll.replicas); err != nil {
+	if err := checkShare(k.limit, k.replicas); err != nil {
 		return nil, err
 	}
 	if len(ll.byKey) >= maxLocalKeys {
@@ -100,8 +102,8 @@ func (ll *localLimits) limiter(k localKey) (*ratelimit.Limiter, error) {
 	rl, err := ratelimit.New(ratelimit.Config{
 		Name:   "redislimit-fallback",
 		Limit:  k.limit.Rate,
-		Period: k.limit.Period * time.Duration(ll.replicas),
-		Burst:  max(1, k.limit.Burst/ll.replicas),
+		Period: k.limit.Period * time.Duration(k.replicas),
+		Burst:  max(1, k.limit.Burst/k.replicas),
 		Ticker: ll.ticker,
 	})
 	if err != nil {
@@ -111,11 +113,13 @@ func (ll *localLimits) limiter(k localKey) (*ratelimit.Limiter, error) {
 	return rl, nil
 }
 
-// allow decides n events for key locally. Its error, a share that
-// ratelimit.New refuses, is returned with the decision: normalize refuses
-// such limits first, so it is never expected.
-func (ll *localLimits) allow(key string, n int, lim Limit, now int64) (Decision, error) {
-	rl, err := ll.limiter(localKey{key, lim})
+// allow decides n events for key locally with the share of lim across
+// replicas. Its error, a share that ratelimit.New refuses, is returned
+// with the decision: normalize refuses such limits for the static
+// Replicas first, and the fallback checks a live count's share before it
+// uses it, so it is never expected.
+func (ll *localLimits) allow(key string, n int, lim Limit, replicas int, now int64) (Decision, error) {
+	rl, err := ll.limiter(localKey{key, lim, replicas})
 	if err != nil {
 		return Decision{Remaining: -1, Source: SourceFallback}, err
 	}

@@ -204,8 +204,13 @@ type Config struct {
 	// FailOpen.
 	Failure FailureMode
 	// Replicas is the number of processes sharing the limit, for FailLocal's
-	// share. Default 1.
+	// share when LiveReplicas is nil or has not answered yet. Default 1.
 	Replicas int
+	// LiveReplicas, when set, gives FailLocal's share as the limit divided
+	// by its live count (the last heartbeat's answer, see [Replicas])
+	// instead of by Replicas. A live count whose share the in-process
+	// limiter cannot hold (see [Limit]) falls back to Replicas' share.
+	LiveReplicas *Replicas
 	// Lease, when > 0, is how many events a process takes from a key per
 	// round trip and spends locally. It must not exceed the burst. Default 0
 	// (every decision is a round trip).
@@ -332,7 +337,7 @@ func New(cfg Config) (*Limiter, error) {
 		errTimeout: fmt.Errorf("redislimit: no reply from redis within %v: %w", cfg.Timeout, context.DeadlineExceeded)}
 	l.ivArg = strconv.FormatFloat(l.interval, 'f', -1, 64)
 	l.burstArg = strconv.Itoa(lim.Burst)
-	l.brk, err = newBreaker(cfg)
+	l.brk, err = newBreaker(cfg.Ticker, cfg.BreakerFailures, cfg.BreakerOpen)
 	if err != nil {
 		return nil, err
 	}
@@ -451,55 +456,14 @@ func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need in
 
 var errBreakerOpen = errors.New("redislimit: breaker in front of redis is open")
 
-// scriptReply is the outcome of one script run.
-type scriptReply struct {
-	vals  []int64
-	err   error
-	panic any // a panic in the client (a hook, say), re-raised on the caller's goroutine
-}
-
-// roundTrip runs the script and returns when it answers or when ctx ends,
-// whichever comes first. The client may not honour ctx's deadline: go-redis
-// v9 ignores context deadlines on socket reads unless
-// Options.ContextTimeoutEnabled is set (a read then waits for ReadTimeout,
-// 5 s by default, and any retries), and with ReadTimeout -1 or -2 it sets no
-// read deadline at all. So the script runs on a goroutine of its own and the
-// caller waits for it only until ctx ends; this one goroutine and its reply
-// channel are the cost of a Timeout that holds for every client, next to the
-// round trip itself and go-redis' own allocations. The goroutine still gets
-// ctx, so a client that does honour it stops at the deadline too; one that
-// does not finishes the call in the background, bounded by its own
-// ReadTimeout (at most the client's pool size of them at once: waiting for a
-// pooled connection, and dialling one, do honour ctx), and its late reply is
-// dropped: the decision was already made by the Failure mode and the breaker
-// has recorded the timeout, so nothing is counted twice. Events such a late
-// script run granted in Redis are never spent (under-admission only).
+// roundTrip runs the script within ctx (see within for why the client's
+// own handling of ctx's deadline is not relied on). Events a late script
+// run granted in Redis after the caller's deadline are never spent
+// (under-admission only).
 func (l *Limiter) roundTrip(ctx context.Context, full, iv, burst string, want, need int) ([]int64, error) {
-	done := make(chan scriptReply, 1) // buffered: a reply nobody waits for any more never blocks the goroutine
-	go func() {
-		var r scriptReply
-		defer func() {
-			if p := recover(); p != nil {
-				r = scriptReply{panic: p}
-			}
-			done <- r
-		}()
-		r.vals, r.err = gcraScript.Run(ctx, l.cfg.Client, []string{full}, iv, burst, want, need).Int64Slice()
-	}()
-	var r scriptReply
-	select {
-	case r = <-done:
-	case <-ctx.Done():
-		select {
-		case r = <-done: // the reply raced the deadline: use it
-		default:
-			return nil, context.Cause(ctx) // l.errTimeout, or the caller's own cancellation or deadline
-		}
-	}
-	if r.panic != nil {
-		panic(r.panic)
-	}
-	return r.vals, r.err
+	return within(ctx, func(ctx context.Context) ([]int64, error) {
+		return gcraScript.Run(ctx, l.cfg.Client, []string{full}, iv, burst, want, need).Int64Slice()
+	})
 }
 
 // fallback applies the Failure mode after Redis could not decide.
@@ -511,7 +475,11 @@ func (l *Limiter) fallback(key string, n int, lim Limit, cause error) (Decision,
 		return Decision{RetryAfter: l.brk.remaining(l.cfg.Ticker.Now()), Remaining: -1, Source: SourceFallback},
 			fmt.Errorf("%w: %w", ErrUnavailable, cause)
 	case FailLocal:
-		res, err := l.local.allow(key, n, lim, l.cfg.Ticker.Now())
+		replicas := share(l.cfg.LiveReplicas, l.cfg.Replicas)
+		if replicas != l.cfg.Replicas && checkShare(lim, replicas) != nil {
+			replicas = l.cfg.Replicas // a share the local limiter cannot hold: the static one, which New checked
+		}
+		res, err := l.local.allow(key, n, lim, replicas, l.cfg.Ticker.Now())
 		if err != nil {
 			return res, err // a share the local limiter refuses: no decision
 		}
@@ -532,12 +500,7 @@ func (l *Limiter) count(allowed bool) {
 }
 
 func (l *Limiter) notify(f func(error), err error) {
-	defer func() {
-		if recover() != nil {
-			l.listenerPanics.Add(1)
-		}
-	}()
-	f(err)
+	notifyListener(&l.listenerPanics, f, err)
 }
 
 // Stats returns a snapshot of the counters.

@@ -1,0 +1,770 @@
+package redislimit
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/bulkhead"
+)
+
+// ErrSemaphoreFull is the sentinel of a [Semaphore]'s rejection: Max leases
+// were held across all processes (and, in waiting mode, stayed held for
+// MaxWait). Match it with errors.Is; the error returned also matches
+// [rampart.ErrRejected].
+var ErrSemaphoreFull = errors.New("full")
+
+// SemaphoreConfig configures a [Semaphore]. Zero fields mean the documented
+// defaults.
+type SemaphoreConfig struct {
+	// Client is the Redis client: a single node, Sentinel or Cluster
+	// client. Required.
+	Client redis.UniversalClient
+	// Name identifies the semaphore across processes: every process that
+	// shares the budget uses the same Name (and Prefix and Max). It names
+	// the Redis key, Prefix + "{" + Name + "}", and the rejection error.
+	// Required.
+	Name string
+	// Max is the budget: the most permits held at once across every
+	// process. Required: at least 1.
+	Max int
+	// Prefix starts the semaphore's Redis key. Default "rampart:sem:".
+	Prefix string
+	// TTL is a lease's lifetime without renewal: a process that dies
+	// (kill -9, a partition) frees its permits within TTL. Default 3 s; it
+	// must be longer than RenewEvery, and should exceed RenewEvery +
+	// Timeout so that one late renewal does not lose the leases.
+	TTL time.Duration
+	// RenewEvery is the renewal period: every RenewEvery one script call
+	// per 1,024 held leases renews every lease this process holds. Default
+	// TTL/3.
+	RenewEvery time.Duration
+	// MaxWait is how long AcquireWait, Do and Call wait for a permit when
+	// Max are held, at most (the context can end the wait earlier). 0 (the
+	// default) means fail-fast. Use time.Duration(math.MaxInt64) to wait
+	// as long as the context allows. The wait runs on real timers.
+	MaxWait time.Duration
+	// PollMin and PollMax bound the wait between two tries of a waiting
+	// AcquireWait: it starts at PollMin and doubles up to PollMax, each
+	// wait drawn uniformly below the bound (full jitter); a Release in
+	// this process wakes one local waiter at once. Defaults 2 ms and 50 ms.
+	PollMin, PollMax time.Duration
+	// Timeout bounds every Redis call (acquire, release, renewal), whatever
+	// the client's own timeouts. Default 100 ms.
+	Timeout time.Duration
+	// Failure is what an acquire does when Redis cannot answer: FailOpen
+	// admits (the default), FailClosed rejects with an error matching
+	// ErrUnavailable and rampart.ErrRejected, FailLocal admits through a
+	// local bulkhead of max(1, Max / replicas) permits.
+	Failure FailureMode
+	// Replicas is the number of processes sharing the budget, for
+	// FailLocal's share when LiveReplicas is nil or has not answered yet.
+	// Default 1.
+	Replicas int
+	// LiveReplicas, when set, gives FailLocal's share as Max divided by its
+	// live count (see [Replicas]).
+	LiveReplicas *Replicas
+	// BreakerFailures is how many consecutive Redis failures open the
+	// breaker in front of Redis. Default 5.
+	BreakerFailures int
+	// BreakerOpen is how long the breaker stays open before a probe.
+	// Default 1 s.
+	BreakerOpen time.Duration
+	// Ticker is the local clock of the breaker and of wait times. Default
+	// rampart.DefaultTicker().
+	Ticker rampart.Ticker
+	// OnRejected, when set, is called on the rejecting goroutine each time
+	// an acquire is refused (full, MaxWait expired, context ended, or
+	// FailClosed), with the leases held across all processes that Redis
+	// reported (the local bulkhead's in-flight count under FailLocal; -1
+	// when unknown) and how long it waited (0 for fail-fast).
+	OnRejected func(held int64, waited time.Duration)
+	// OnWaitAdmit, when set, is called when an acquire that had to wait is
+	// granted a permit, with how long it waited.
+	OnWaitAdmit func(waited time.Duration)
+	// OnExpired, when set, is called from the renewal goroutine with the
+	// number of leases a renewal found expired in Redis: their calls were
+	// still running, no longer counted in the budget.
+	OnExpired func(n int)
+	// OnRedisError, if set, is called with every error from Redis.
+	OnRedisError func(err error)
+}
+
+// SemaphoreStats is a snapshot of a [Semaphore]'s counters, for this
+// process.
+type SemaphoreStats struct {
+	Max            int64         // the budget, across all processes
+	InFlight       int64         // permits this process holds now (leases and fallback permits)
+	PeakInFlight   int64         // most permits this process held at once
+	Waiting        int64         // AcquireWait calls waiting now
+	Admitted       uint64        // acquires granted a permit (by Redis or by the Failure mode)
+	Rejected       uint64        // acquires refused, for any reason (includes TimedOut and Canceled)
+	TimedOut       uint64        // waiting acquires whose MaxWait expired
+	Canceled       uint64        // acquires whose context ended first
+	Waited         uint64        // acquires admitted after waiting
+	WaitTime       time.Duration // total time spent waiting, admitted or not
+	Expired        uint64        // leases a renewal found expired while their call ran
+	RoundTrips     uint64        // acquire and release calls Redis answered
+	Renewals       uint64        // renewal script calls Redis answered
+	RedisErrors    uint64        // failed Redis calls (timeouts, connection errors)
+	Fallbacks      uint64        // acquires decided by the Failure mode
+	BreakerOpen    bool          // whether the breaker in front of Redis is open now
+	ListenerPanics uint64        // listener panics recovered
+}
+
+// Permit is one permit of a [Semaphore], returned by Acquire and
+// AcquireWait and given back with [Semaphore.Release]. The zero Permit
+// holds nothing.
+type Permit struct{ h *held }
+
+// Source tells whether the permit is a lease in Redis (SourceRedis) or was
+// given by the Failure mode (SourceFallback).
+func (p Permit) Source() Source {
+	if p.h != nil && p.h.kind == kindLease {
+		return SourceRedis
+	}
+	return SourceFallback
+}
+
+type permitKind uint8
+
+const (
+	kindLease permitKind = iota // a lease in Redis
+	kindLocal                   // a permit of the FailLocal bulkhead
+	kindOpen                    // FailOpen: nothing is held
+)
+
+// held is a permit this process holds.
+type held struct {
+	token    string
+	kind     permitKind
+	released atomic.Bool // set by the first Release: a second one does nothing
+}
+
+// maxRenewBatch is how many tokens one renewal script call carries at most:
+// a Lua script blocks the Redis server while it runs, and 1,024 ZSCORE+ZADD
+// pairs take about a millisecond.
+const maxRenewBatch = 1024
+
+// maxOrphans bounds the tokens waiting to be removed by the next renewal
+// (releases that failed, acquires that timed out); past it a token is
+// dropped and its lease, if Redis granted it, expires within TTL.
+const maxOrphans = 1 << 12
+
+// Semaphore is a concurrency limit shared by every process that builds one
+// with the same Client, Prefix and Name: at most Max permits are held at
+// once across all of them. Create it with [NewSemaphore]; run calls
+// through [Semaphore.Do] or [Call], or bracket a call with
+// [Semaphore.Acquire] (or [Semaphore.AcquireWait]) and exactly one
+// [Semaphore.Release]. Call [Semaphore.Close] at shutdown.
+//
+// Each permit is a lease in a Redis sorted set, scored by its expiry on
+// Redis' clock, under a random token: acquire is one script call, release
+// one ZREM, and one background goroutine renews every lease the process
+// holds with one script call per RenewEvery (see the package
+// documentation). The zero Semaphore is not usable. A Semaphore is safe
+// for concurrent use.
+type Semaphore struct {
+	cfg            SemaphoreConfig
+	key            string
+	keys           []string // {key}: go-redis only reads it, so every call shares it
+	maxArg, ttlArg string
+	errTimeout     error
+	errFull        *rampart.RejectedError
+	errUnavailable *rampart.RejectedError
+	brk            *breaker
+	freed          chan struct{} // a Release wakes one local waiter
+
+	local    *bulkhead.Bulkhead // FailLocal's share
+	localMu  sync.Mutex         // serialises changes of the share
+	localMax atomic.Int64
+
+	mu       sync.Mutex // guards held, orphans, renewing, closed
+	held     map[*held]struct{}
+	orphans  []string
+	renewing bool
+	closed   bool
+	stop     chan struct{}
+	wg       sync.WaitGroup
+
+	inFlight, peak, waiting, waitNanos             atomic.Int64
+	admitted, rejected, timedOut, canceled, waited atomic.Uint64
+	expired, roundTrips, renewals, redisErrors     atomic.Uint64
+	fallbacks, listenerPanics                      atomic.Uint64
+}
+
+// NewSemaphore validates cfg and returns a Semaphore, or a
+// *rampart.ConfigError (matching rampart.ErrInvalidConfig).
+func NewSemaphore(cfg SemaphoreConfig) (*Semaphore, error) {
+	if cfg.Client == nil {
+		return nil, rampart.NewConfigError("redislimit", "SemaphoreConfig.Client", "is required")
+	}
+	if cfg.Name == "" {
+		return nil, rampart.NewConfigError("redislimit", "SemaphoreConfig.Name", "is required")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "rampart:sem:"
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 3 * time.Second
+	}
+	if cfg.RenewEvery == 0 {
+		cfg.RenewEvery = cfg.TTL / 3
+	}
+	if cfg.PollMin == 0 {
+		cfg.PollMin = 2 * time.Millisecond
+	}
+	if cfg.PollMax == 0 {
+		cfg.PollMax = max(50*time.Millisecond, cfg.PollMin)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 100 * time.Millisecond
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = 5
+	}
+	if cfg.BreakerOpen == 0 {
+		cfg.BreakerOpen = time.Second
+	}
+	if cfg.Ticker == nil {
+		cfg.Ticker = rampart.DefaultTicker()
+	}
+	field := func(f string) string { return "SemaphoreConfig." + f }
+	switch {
+	case cfg.Max < 1:
+		return nil, rampart.NewConfigError("redislimit", field("Max"), "must be at least 1, got %d", cfg.Max)
+	case cfg.TTL < time.Millisecond:
+		return nil, rampart.NewConfigError("redislimit", field("TTL"), "must be at least 1ms, got %v", cfg.TTL)
+	case cfg.RenewEvery < 0:
+		return nil, rampart.NewConfigError("redislimit", field("RenewEvery"), "must be positive, got %v", cfg.RenewEvery)
+	case cfg.TTL <= cfg.RenewEvery:
+		return nil, rampart.NewConfigError("redislimit", field("TTL"),
+			"must be longer than the renewal period RenewEvery (%v), got %v", cfg.RenewEvery, cfg.TTL)
+	case cfg.MaxWait < 0:
+		return nil, rampart.NewConfigError("redislimit", field("MaxWait"), "must not be negative, got %v", cfg.MaxWait)
+	case cfg.PollMin < 0:
+		return nil, rampart.NewConfigError("redislimit", field("PollMin"), "must be positive, got %v", cfg.PollMin)
+	case cfg.PollMax < cfg.PollMin:
+		return nil, rampart.NewConfigError("redislimit", field("PollMax"), "must be at least PollMin (%v), got %v", cfg.PollMin, cfg.PollMax)
+	case cfg.Timeout < 0:
+		return nil, rampart.NewConfigError("redislimit", field("Timeout"), "must be positive, got %v", cfg.Timeout)
+	case cfg.Failure > FailLocal:
+		return nil, rampart.NewConfigError("redislimit", field("Failure"), "unknown mode %d", cfg.Failure)
+	case cfg.Replicas < 1:
+		return nil, rampart.NewConfigError("redislimit", field("Replicas"), "must be at least 1, got %d", cfg.Replicas)
+	case cfg.BreakerFailures < 0:
+		return nil, rampart.NewConfigError("redislimit", field("BreakerFailures"), "must be at least 1, got %d", cfg.BreakerFailures)
+	case cfg.BreakerOpen < 0:
+		return nil, rampart.NewConfigError("redislimit", field("BreakerOpen"), "must be positive, got %v", cfg.BreakerOpen)
+	}
+	s := &Semaphore{
+		cfg: cfg, key: cfg.Prefix + "{" + cfg.Name + "}",
+		maxArg:         strconv.Itoa(cfg.Max),
+		ttlArg:         strconv.FormatInt(cfg.TTL.Microseconds(), 10),
+		errTimeout:     fmt.Errorf("redislimit: no reply from redis within %v: %w", cfg.Timeout, context.DeadlineExceeded),
+		errFull:        rampart.NewRejectedError("redislimit.semaphore", cfg.Name, ErrSemaphoreFull),
+		errUnavailable: rampart.NewRejectedError("redislimit.semaphore", cfg.Name, ErrUnavailable),
+		freed:          make(chan struct{}, 1),
+		held:           map[*held]struct{}{},
+		stop:           make(chan struct{}),
+	}
+	s.keys = []string{s.key}
+	var err error
+	if s.brk, err = newBreaker(cfg.Ticker, cfg.BreakerFailures, cfg.BreakerOpen); err != nil {
+		return nil, err
+	}
+	if cfg.Failure == FailLocal {
+		n := max(1, cfg.Max/cfg.Replicas)
+		if s.local, err = bulkhead.New(bulkhead.Config{Max: n, Name: cfg.Name, Ticker: cfg.Ticker, Compact: true}); err != nil {
+			return nil, err
+		}
+		s.localMax.Store(int64(n))
+	}
+	return s, nil
+}
+
+// Key returns the semaphore's Redis key, Prefix + "{" + Name + "}".
+func (s *Semaphore) Key() string { return s.key }
+
+// RejectedError returns the semaphore's preallocated rejection error, the
+// one Acquire and AcquireWait return when Max leases are held. It matches
+// [ErrSemaphoreFull] and rampart.ErrRejected.
+func (s *Semaphore) RejectedError() error { return s.errFull }
+
+// Acquire takes a permit if fewer than Max are held across all processes,
+// in one round trip, and never waits. It returns the permit, to be given
+// back with exactly one [Semaphore.Release]; or [Semaphore.RejectedError]
+// when Max are held; or ctx's error when ctx ends first; or, when Redis
+// cannot answer, what the Failure mode decides (a fallback permit, or with
+// FailClosed an error matching ErrUnavailable and rampart.ErrRejected).
+func (s *Semaphore) Acquire(ctx context.Context) (Permit, error) {
+	p, n, err := s.try(ctx)
+	if err != nil && err != ErrClosed {
+		s.refuse(err, n, 0)
+	}
+	return p, err
+}
+
+// AcquireWait is [Semaphore.Acquire] that, when Max permits are held,
+// waits for one for at most Config.MaxWait or until ctx ends: it tries
+// again after a wait drawn below a bound that starts at PollMin and doubles
+// up to PollMax, or at once when a Release in this process frees a permit.
+// It returns the rejection error when MaxWait expires, ctx's error when
+// ctx ends first. Waiters are not served in order: across processes the
+// first poll after a release wins.
+//
+// Polling rather than Redis pub/sub: a notification on release would need
+// a connection held open per process, wake every waiter of every process
+// for each release (a herd that one of them wins), and still never fire
+// for a lease that expires (a holder killed): polling is needed anyway,
+// and a local release, the common case of contention within one process,
+// wakes a local waiter without Redis.
+func (s *Semaphore) AcquireWait(ctx context.Context) (Permit, error) {
+	p, n, err := s.try(ctx)
+	if err != s.errFull || s.cfg.MaxWait == 0 {
+		if err != nil && err != ErrClosed {
+			s.refuse(err, n, 0)
+		}
+		return p, err
+	}
+	start := s.cfg.Ticker.Now()
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
+	var timeout <-chan time.Time
+	if s.cfg.MaxWait != math.MaxInt64 {
+		t := time.NewTimer(s.cfg.MaxWait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	bound := s.cfg.PollMin
+	poll := time.NewTimer(jitter(bound))
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return s.giveUp(ctx.Err(), n, start)
+		case <-timeout:
+			s.timedOut.Add(1)
+			return s.giveUp(s.errFull, n, start)
+		case <-poll.C:
+			bound = min(2*bound, s.cfg.PollMax)
+		case <-s.freed: // a permit came back in this process: try now
+			poll.Stop()
+			bound = s.cfg.PollMin
+		}
+		p, n, err = s.try(ctx)
+		if err == nil {
+			waited := s.cfg.Ticker.Now() - start
+			s.waited.Add(1)
+			s.waitNanos.Add(waited)
+			if f := s.cfg.OnWaitAdmit; f != nil {
+				notifyListener(&s.listenerPanics, f, time.Duration(waited))
+			}
+			return p, nil
+		}
+		if err != s.errFull {
+			return s.giveUp(err, n, start)
+		}
+		poll.Reset(jitter(bound))
+	}
+}
+
+// jitter is a wait drawn uniformly in [0, bound]: full jitter, so that
+// waiters of many processes that found the semaphore full together do not
+// poll together again.
+func jitter(bound time.Duration) time.Duration {
+	return time.Duration(mrand.Int64N(int64(bound) + 1))
+}
+
+// giveUp ends a wait that got no permit.
+func (s *Semaphore) giveUp(err error, held, start int64) (Permit, error) {
+	waited := s.cfg.Ticker.Now() - start
+	s.waitNanos.Add(waited)
+	if err != ErrClosed {
+		s.refuse(err, held, time.Duration(waited))
+	}
+	return Permit{}, err
+}
+
+// try makes one acquire: a round trip, or the Failure mode when Redis
+// cannot answer. It returns the permit (admitted and counted in flight),
+// or the leases Redis reported held and the error: s.errFull when full, the
+// others final. Refusals are counted by the caller.
+func (s *Semaphore) try(ctx context.Context) (Permit, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return Permit{}, -1, err // the caller is gone: no round trip, nothing learnt about Redis
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return Permit{}, -1, ErrClosed
+	}
+	tok := rand.Text() // 128 random bits: no other process or Acquire has this lease's token
+	vals, err := s.call(ctx, func(ctx context.Context) ([]int64, error) {
+		v, err := semAcquireScript.Run(ctx, s.cfg.Client, s.keys, tok, s.maxArg, s.ttlArg).Int64Slice()
+		if err == nil && len(v) != 2 {
+			err = fmt.Errorf("redislimit: semaphore script returned %d values", len(v))
+		}
+		return v, err
+	})
+	if err != nil {
+		if !errors.Is(err, errBreakerOpen) {
+			// The script may have run and granted the lease: remove it
+			// with the next renewal (else it expires within TTL).
+			s.orphan(tok)
+		}
+		if ctx.Err() != nil {
+			return Permit{}, -1, ctx.Err() // the caller's own cancellation or deadline
+		}
+		return s.fallback()
+	}
+	s.roundTrips.Add(1)
+	if vals[0] != 1 {
+		return Permit{}, vals[1], s.errFull
+	}
+	h := &held{token: tok}
+	s.mu.Lock()
+	if s.closed { // Close ran during the round trip: give the lease back
+		s.orphans = append(s.orphans, tok)
+		s.mu.Unlock()
+		s.removeOrphans()
+		return Permit{}, -1, ErrClosed
+	}
+	s.held[h] = struct{}{}
+	if !s.renewing { // the first held lease starts the renewal goroutine
+		s.renewing = true
+		s.wg.Add(1)
+		go s.renewLoop()
+	}
+	s.mu.Unlock()
+	return s.admit(h), vals[1], nil
+}
+
+// admit counts a granted permit.
+func (s *Semaphore) admit(h *held) Permit {
+	s.admitted.Add(1)
+	if n := s.inFlight.Add(1); n > s.peak.Load() {
+		for old := s.peak.Load(); n > old && !s.peak.CompareAndSwap(old, n); old = s.peak.Load() {
+		}
+	}
+	return Permit{h}
+}
+
+// refuse counts a refusal and calls the listener.
+func (s *Semaphore) refuse(err error, held int64, waited time.Duration) {
+	s.rejected.Add(1)
+	if err != s.errFull && err != s.errUnavailable {
+		s.canceled.Add(1) // ctx's error
+	}
+	if f := s.cfg.OnRejected; f != nil {
+		notifyListener2(&s.listenerPanics, f, held, waited)
+	}
+}
+
+// fallback applies the Failure mode after Redis could not answer.
+func (s *Semaphore) fallback() (Permit, int64, error) {
+	s.fallbacks.Add(1)
+	switch s.cfg.Failure {
+	case FailClosed:
+		return Permit{}, -1, s.errUnavailable
+	case FailLocal:
+		n := int64(max(1, s.cfg.Max/share(s.cfg.LiveReplicas, s.cfg.Replicas)))
+		if n != s.localMax.Load() { // the live count changed: this replica's share too
+			s.localMu.Lock()
+			if n != s.localMax.Load() {
+				_ = s.local.SetMax(int(n)) // n >= 1
+				s.localMax.Store(n)
+			}
+			s.localMu.Unlock()
+		}
+		if s.local.Acquire() != nil {
+			return Permit{}, s.local.Stats().InFlight, s.errFull
+		}
+		return s.admit(&held{kind: kindLocal}), -1, nil
+	default:
+		return s.admit(&held{kind: kindOpen}), -1, nil
+	}
+}
+
+// call makes one Redis call through the breaker, within Timeout.
+func (s *Semaphore) call(ctx context.Context, f func(context.Context) ([]int64, error)) ([]int64, error) {
+	now := s.cfg.Ticker.Now() // the breaker's open state is judged against it
+	permit, ok := s.brk.acquire(now)
+	if !ok {
+		return nil, errBreakerOpen
+	}
+	parent := ctx
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.Timeout, s.errTimeout)
+	defer cancel()
+	// A panic in the client, re-raised by within, must still give the
+	// breaker's permit back (in half-open it is the one probe).
+	returned := false
+	defer func() {
+		if !returned {
+			s.brk.record(permit, s.cfg.Ticker.Now(), false)
+		}
+	}()
+	vals, err := within(ctx, f)
+	returned = true
+	if err != nil && errors.Is(parent.Err(), context.Canceled) {
+		// The caller cancelled mid-call: not a Redis failure.
+		s.brk.cb.ReleaseAt(permit, s.cfg.Ticker.Now(), rampart.Ignored)
+		return nil, err
+	}
+	if err != nil {
+		s.redisErrors.Add(1)
+		s.brk.record(permit, s.cfg.Ticker.Now(), false)
+		if f := s.cfg.OnRedisError; f != nil {
+			notifyListener(&s.listenerPanics, f, err)
+		}
+		return nil, err
+	}
+	s.brk.record(permit, now, true)
+	return vals, nil
+}
+
+// Release gives back a permit taken by Acquire or AcquireWait: for a lease,
+// one ZREM within Timeout (if it fails, the next renewal removes the
+// lease, and otherwise it expires within TTL, since nobody renews it any
+// more); for a fallback permit, no round trip. Releasing the zero Permit,
+// or a permit a second time, does nothing: a token is released by its
+// holder once.
+func (s *Semaphore) Release(p Permit) {
+	h := p.h
+	if h == nil || !h.released.CompareAndSwap(false, true) {
+		return
+	}
+	s.inFlight.Add(-1)
+	switch h.kind {
+	case kindLocal:
+		s.local.Release()
+	case kindLease:
+		s.mu.Lock()
+		_, ok := s.held[h] // not when a renewal found it expired, or Close removed it
+		delete(s.held, h)
+		s.mu.Unlock()
+		if ok {
+			_, err := s.call(context.Background(), func(ctx context.Context) ([]int64, error) {
+				_, err := s.cfg.Client.ZRem(ctx, s.key, h.token).Result()
+				return nil, err
+			})
+			if err != nil {
+				s.orphan(h.token)
+			} else {
+				s.roundTrips.Add(1)
+			}
+		}
+	}
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+}
+
+// orphan queues a token for removal by the next renewal call, and starts
+// the renewal goroutine if none runs.
+func (s *Semaphore) orphan(tok string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || len(s.orphans) >= maxOrphans {
+		return // the lease, if any, expires within TTL
+	}
+	s.orphans = append(s.orphans, tok)
+	if !s.renewing {
+		s.renewing = true
+		s.wg.Add(1)
+		go s.renewLoop()
+	}
+}
+
+// renewLoop is the renewal goroutine: one per Semaphore, running while
+// this process holds a lease or has tokens to remove.
+func (s *Semaphore) renewLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.RenewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if !s.renewOnce() {
+			return
+		}
+	}
+}
+
+// renewOnce renews every lease this process holds and removes the queued
+// tokens, one script call per maxRenewBatch tokens. It returns false, having
+// marked the renewal goroutine stopped, when there is nothing to do.
+func (s *Semaphore) renewOnce() bool {
+	s.mu.Lock()
+	if len(s.held) == 0 && len(s.orphans) == 0 {
+		s.renewing = false
+		s.mu.Unlock()
+		return false
+	}
+	batch := make([]*held, 0, len(s.held))
+	for h := range s.held {
+		batch = append(batch, h)
+	}
+	orphans := s.orphans
+	s.orphans = nil
+	s.mu.Unlock()
+	for len(batch) > 0 || len(orphans) > 0 {
+		nb := min(len(batch), maxRenewBatch)
+		no := min(len(orphans), maxRenewBatch-nb)
+		lost, err := s.renew(batch[:nb], orphans[:no])
+		if err != nil {
+			s.mu.Lock()
+			if len(s.orphans) < maxOrphans {
+				s.orphans = append(s.orphans, orphans[:min(no, maxOrphans-len(s.orphans))]...)
+			}
+			s.mu.Unlock()
+		} else if len(lost) > 0 {
+			n := 0
+			s.mu.Lock()
+			for _, i := range lost {
+				if i >= 1 && int(i) <= nb {
+					if _, ok := s.held[batch[i-1]]; ok {
+						delete(s.held, batch[i-1])
+						n++
+					}
+				}
+			}
+			s.mu.Unlock()
+			if n > 0 {
+				s.expired.Add(uint64(n))
+				if f := s.cfg.OnExpired; f != nil {
+					notifyListener(&s.listenerPanics, f, n)
+				}
+			}
+		}
+		batch, orphans = batch[nb:], orphans[no:]
+	}
+	return true
+}
+
+// renew makes one renewal script call.
+func (s *Semaphore) renew(renew []*held, remove []string) ([]int64, error) {
+	args := make([]any, 0, 2+len(renew)+len(remove))
+	args = append(args, s.ttlArg, len(renew))
+	for _, h := range renew {
+		args = append(args, h.token)
+	}
+	for _, t := range remove {
+		args = append(args, t)
+	}
+	lost, err := s.call(context.Background(), func(ctx context.Context) ([]int64, error) {
+		return semRenewScript.Run(ctx, s.cfg.Client, s.keys, args...).Int64Slice()
+	})
+	if err == nil {
+		s.renewals.Add(1)
+	}
+	return lost, err
+}
+
+// removeOrphans removes the queued tokens now, in renewal calls that renew
+// nothing (after Close).
+func (s *Semaphore) removeOrphans() error {
+	s.mu.Lock()
+	orphans := s.orphans
+	s.orphans = nil
+	s.mu.Unlock()
+	var first error
+	for len(orphans) > 0 {
+		n := min(len(orphans), maxRenewBatch)
+		if _, err := s.renew(nil, orphans[:n]); err != nil && first == nil {
+			first = err
+		}
+		orphans = orphans[n:]
+	}
+	return first
+}
+
+// Close stops the renewal goroutine and removes every lease this process
+// holds (one script call per 1,024 leases, within Timeout each; a lease it
+// could not remove expires within TTL). Calls still running under those
+// permits are no longer counted: close after they finish. Their Release
+// then makes no round trip. Acquire after Close returns ErrClosed. Close
+// returns the removal's error and is idempotent.
+func (s *Semaphore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	for h := range s.held {
+		s.orphans = append(s.orphans, h.token)
+	}
+	clear(s.held)
+	s.mu.Unlock()
+	s.wg.Wait()
+	return s.removeOrphans()
+}
+
+// Stats returns a snapshot of the counters. The fields are read one by one,
+// so they are not one atomic snapshot.
+func (s *Semaphore) Stats() SemaphoreStats {
+	return SemaphoreStats{
+		Max:            int64(s.cfg.Max),
+		InFlight:       s.inFlight.Load(),
+		PeakInFlight:   s.peak.Load(),
+		Waiting:        s.waiting.Load(),
+		Admitted:       s.admitted.Load(),
+		Rejected:       s.rejected.Load(),
+		TimedOut:       s.timedOut.Load(),
+		Canceled:       s.canceled.Load(),
+		Waited:         s.waited.Load(),
+		WaitTime:       time.Duration(s.waitNanos.Load()),
+		Expired:        s.expired.Load(),
+		RoundTrips:     s.roundTrips.Load(),
+		Renewals:       s.renewals.Load(),
+		RedisErrors:    s.redisErrors.Load(),
+		Fallbacks:      s.fallbacks.Load(),
+		BreakerOpen:    s.brk.open(),
+		ListenerPanics: s.listenerPanics.Load(),
+	}
+}
+
+// Do runs fn under a permit: AcquireWait (waiting if MaxWait is set), fn,
+// Release. It returns AcquireWait's error without calling fn when refused,
+// and otherwise fn's error unchanged. The permit is released on every path
+// out of fn, a panic (re-raised) and runtime.Goexit included.
+func (s *Semaphore) Do(ctx context.Context, fn func(context.Context) error) error {
+	p, err := s.AcquireWait(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.Release(p)
+	return fn(ctx)
+}
+
+// Call is [Semaphore.Do] for a function with a typed result. When
+// refused it returns the zero T and AcquireWait's error.
+func Call[T any](ctx context.Context, s *Semaphore, fn func(context.Context) (T, error)) (T, error) {
+	p, err := s.AcquireWait(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer s.Release(p)
+	return fn(ctx)
+}
