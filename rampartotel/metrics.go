@@ -1,0 +1,173 @@
+package rampartotel
+
+import (
+	"context"
+
+	"github.com/rampart-go/rampart"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Config configures [New]. The zero value is valid.
+type Config struct {
+	// Ticker is the clock read once per collection for the stats that are
+	// read at a clock reading (the window of a *retry.RatioBudget): give
+	// the ticker the budget's policies use. Zero means
+	// rampart.DefaultTicker.
+	Ticker rampart.Ticker
+}
+
+// Metrics reports the Stats of rampart instances as OpenTelemetry
+// observable instruments. It reads each instance's Stats once per
+// collection, in one callback registered on the Meter; between
+// collections it does nothing, and the instances' calls never touch it.
+//
+// Create it with [New], then give it instances with [Metrics.Add] or
+// [Metrics.AddSource]. Its methods are safe for concurrent use, and with a
+// collection.
+type Metrics struct {
+	set  *set
+	inst map[*kindSpec][]metric.Float64Observable
+	skip metric.Float64ObservableGauge
+	reg  metric.Registration
+
+	// Used by collections only, under set.mu.
+	attrs map[string]*nameAttrs
+	gen   uint64
+}
+
+// nameAttrs is the attribute sets of one instance name, built once and
+// kept while a collection sees the name.
+type nameAttrs struct {
+	name   attribute.Set
+	states [len(breakerStates)]attribute.Set
+	gen    uint64
+}
+
+// New creates every instrument of the scheme on meter (see the package
+// doc) and registers the callback that reads the instances. It returns a
+// *rampart.ConfigError for a nil meter, and the meter's error if an
+// instrument or the callback cannot be created.
+func New(meter metric.Meter, cfg Config) (*Metrics, error) {
+	if meter == nil {
+		return nil, rampart.NewConfigError("rampartotel", "meter", "must not be nil")
+	}
+	m := &Metrics{set: newSet(cfg.Ticker), inst: map[*kindSpec][]metric.Float64Observable{}, attrs: map[string]*nameAttrs{}}
+	byName := map[string]metric.Float64Observable{}
+	var all []metric.Observable
+	for _, k := range kinds {
+		obs := make([]metric.Float64Observable, len(k.metrics))
+		for i, ms := range k.metrics {
+			if o, ok := byName[ms.name]; ok {
+				obs[i] = o
+				continue
+			}
+			o, err := instrument(meter, ms)
+			if err != nil {
+				return nil, err
+			}
+			byName[ms.name], obs[i] = o, o
+			all = append(all, o)
+		}
+		m.inst[k] = obs
+	}
+	skip, err := meter.Float64ObservableGauge(skippedMetric.name, metric.WithUnit(skippedMetric.unit), metric.WithDescription(skippedMetric.desc))
+	if err != nil {
+		return nil, err
+	}
+	m.skip = skip
+	all = append(all, skip)
+	m.reg, err = meter.RegisterCallback(m.callback, all...)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func instrument(meter metric.Meter, ms metricSpec) (metric.Float64Observable, error) {
+	if ms.kind == counter {
+		return meter.Float64ObservableCounter(ms.name, metric.WithUnit(ms.unit), metric.WithDescription(ms.desc))
+	}
+	return meter.Float64ObservableGauge(ms.name, metric.WithUnit(ms.unit), metric.WithDescription(ms.desc))
+}
+
+// Add collects inst under name from the next collection on. It returns an
+// error wrapping [ErrUnsupported] for a type the package does not collect
+// (a *pipeline.Pipeline included: it has no Stats; add its policies), and
+// one wrapping [ErrDuplicateName] if name is already added for an instance
+// of the same family (the ratelimit types form one family, as they share
+// metric names).
+func (m *Metrics) Add(name string, inst any) error { return m.set.add(name, inst) }
+
+// Remove stops collecting the instances added under name.
+func (m *Metrics) Remove(name string) { m.set.remove(name) }
+
+// AddSource collects every instance src holds, at every collection. An
+// instance added by name wins over a Source's of the same family and name.
+func (m *Metrics) AddSource(src Source) { m.set.addSource(src) }
+
+// Close unregisters the callback: the instruments report nothing more.
+func (m *Metrics) Close() error { return m.reg.Unregister() }
+
+func (m *Metrics) callback(_ context.Context, o metric.Observer) error {
+	m.set.collect(&observation{m: m, o: o, gen: m.gen + 1})
+	return nil
+}
+
+// observation is one collection's emitter.
+type observation struct {
+	m   *Metrics
+	o   metric.Observer
+	gen uint64
+}
+
+func (ob *observation) attrsOf(name string) *nameAttrs {
+	a := ob.m.attrs[name]
+	if a == nil {
+		a = &nameAttrs{name: attribute.NewSet(attribute.String(attrName, name))}
+		for i, st := range breakerStates {
+			a.states[i] = attribute.NewSet(attribute.String(attrName, name), attribute.String(attrState, st.String()))
+		}
+		ob.m.attrs[name] = a
+	}
+	a.gen = ob.gen
+	return a
+}
+
+func (ob *observation) instance(name string, spec *kindSpec, v []float64) {
+	a := ob.attrsOf(name)
+	obs := ob.m.inst[spec]
+	for i := range spec.metrics {
+		if spec.metrics[i].states {
+			for st := range breakerStates {
+				x := 0.0
+				if int(v[i]) == st {
+					x = 1
+				}
+				ob.o.ObserveFloat64(obs[i], x, metric.WithAttributeSet(a.states[st]))
+			}
+			continue
+		}
+		ob.o.ObserveFloat64(obs[i], v[i], metric.WithAttributeSet(a.name))
+	}
+}
+
+var reasonSets = func() (s [nSkipReasons]attribute.Set) {
+	for i, r := range skipReasons {
+		s[i] = attribute.NewSet(attribute.String(attrReason, r))
+	}
+	return s
+}()
+
+func (ob *observation) skipped(counts *[nSkipReasons]int) {
+	for i, n := range counts {
+		ob.o.ObserveFloat64(ob.m.skip, float64(n), metric.WithAttributeSet(reasonSets[i]))
+	}
+	// Forget the names this collection did not see.
+	ob.m.gen = ob.gen
+	for name, a := range ob.m.attrs {
+		if a.gen != ob.gen {
+			delete(ob.m.attrs, name)
+		}
+	}
+}

@@ -1,0 +1,238 @@
+package rampartotel
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sort"
+	"testing"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/pipeline"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// point is one collected series.
+type point struct {
+	kind  metricKind
+	unit  string
+	value float64
+}
+
+// collect reads every series through r, keyed as want is.
+func collect(t testing.TB, r *sdkmetric.ManualReader) map[string]point {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]point{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			var kind metricKind
+			var dps []metricdata.DataPoint[float64]
+			switch d := m.Data.(type) {
+			case metricdata.Gauge[float64]:
+				kind, dps = gauge, d.DataPoints
+			case metricdata.Sum[float64]:
+				if !d.IsMonotonic || d.Temporality != metricdata.CumulativeTemporality {
+					t.Errorf("%s: a sum that is not a cumulative monotonic counter", m.Name)
+				}
+				kind, dps = counter, d.DataPoints
+			default:
+				t.Fatalf("%s: unexpected data %T", m.Name, m.Data)
+			}
+			for _, dp := range dps {
+				name, _ := dp.Attributes.Value(attribute.Key(attrName))
+				state, _ := dp.Attributes.Value(attribute.Key(attrState))
+				reason, _ := dp.Attributes.Value(attribute.Key(attrReason))
+				k := seriesKeyOf(m.Name, name.AsString(), state.AsString())
+				if reason.AsString() != "" {
+					k = m.Name + "|" + reason.AsString()
+				}
+				if _, dup := out[k]; dup {
+					t.Errorf("series %s collected twice", k)
+				}
+				out[k] = point{kind, m.Unit, dp.Value}
+			}
+		}
+	}
+	return out
+}
+
+func newMetrics(t testing.TB) (*Metrics, *sdkmetric.ManualReader) {
+	t.Helper()
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	m, err := New(mp.Meter("github.com/rampart-go/rampart/rampartotel"), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, r
+}
+
+// TestEveryInstrumentAfterAKnownSequence: after the fixture's calls, every
+// series of the scheme, for one instance of every kind, has the value the
+// calls imply, the scheme's kind and unit, and no other series exists.
+func TestEveryInstrumentAfterAKnownSequence(t *testing.T) {
+	f := newFixture(t)
+	m, r := newMetrics(t)
+	m.set.tk = f.tk // the ratio budget's window ends at the fixture's clock
+	for name, inst := range f.instances() {
+		if err := m.Add(name, inst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.drive(t)
+	got := collect(t, r)
+	expected := map[string]point{}
+	for name, inst := range f.instances() {
+		spec, _ := specOf(inst)
+		for _, ms := range spec.metrics {
+			if ms.states {
+				for _, st := range breakerStates {
+					k := seriesKeyOf(ms.name, name, st.String())
+					expected[k] = point{ms.kind, ms.unit, want[k]}
+				}
+				continue
+			}
+			k := seriesKeyOf(ms.name, name, "")
+			expected[k] = point{ms.kind, ms.unit, want[k]}
+		}
+	}
+	for _, reason := range skipReasons {
+		expected[skippedMetric.name+"|"+reason] = point{gauge, skippedMetric.unit, 0}
+	}
+	for k := range want {
+		if _, ok := expected[k]; !ok {
+			t.Errorf("want lists %s, which is no series of the scheme", k)
+		}
+	}
+	var keys []string
+	for k := range expected {
+		keys = append(keys, k)
+	}
+	for k := range got {
+		if _, ok := expected[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		g, ok := got[k]
+		e, expectedOK := expected[k]
+		switch {
+		case !ok:
+			t.Errorf("%s: not collected", k)
+		case !expectedOK:
+			t.Errorf("%s = %v: not in the scheme", k, g.value)
+		case g.kind != e.kind || g.unit != e.unit:
+			t.Errorf("%s: %s %q, want %s %q", k, g.kind, g.unit, e.kind, e.unit)
+		case math.Abs(g.value-e.value) > 1e-9:
+			t.Errorf("%s = %v, want %v", k, g.value, e.value)
+		}
+	}
+}
+
+// fakeSource is a Source over a map, in a fixed order.
+type fakeSource struct {
+	names []string
+	insts []any
+}
+
+func (s *fakeSource) Range(f func(string, any) bool) {
+	for i := range s.names {
+		if !f(s.names[i], s.insts[i]) {
+			return
+		}
+	}
+}
+
+// TestSourceSkipsUnknownAndDuplicateInstances: a Source's instances are
+// collected; those of unknown types, pipelines and duplicate names are
+// skipped and counted by reason; an instance added by name and held by the
+// Source too is collected once and is no duplicate.
+func TestSourceSkipsUnknownAndDuplicateInstances(t *testing.T) {
+	f := newFixture(t)
+	m, r := newMetrics(t)
+	if err := m.Add("login", f.limiter); err != nil {
+		t.Fatal(err)
+	}
+	f.drive(t)
+	src := &fakeSource{
+		names: []string{"api", "login", "login", "weird", "api", "tenant", "pipe"},
+		insts: []any{f.breaker, f.limiter, f.sharded, struct{}{}, f.breaker, f.keyed, newPipeline(t)},
+	}
+	m.AddSource(src)
+	got := collect(t, r)
+	check := func(k string, v float64) {
+		t.Helper()
+		if g, ok := got[k]; !ok || g.value != v {
+			t.Errorf("%s = %v (collected: %v), want %v", k, g.value, ok, v)
+		}
+	}
+	check("rampart.circuitbreaker.rejected|api", 1)
+	check("rampart.ratelimit.admitted|login", 2)
+	check("rampart.ratelimit.keys|tenant", 2)
+	check("rampart.skipped_instances|unknown_type", 1)
+	check("rampart.skipped_instances|no_stats", 1)
+	check("rampart.skipped_instances|duplicate_name", 2)
+
+	// Removed, login is the Source's first instance of that name.
+	m.Remove("login")
+	got = collect(t, r)
+	check("rampart.ratelimit.admitted|login", 2)
+	check("rampart.skipped_instances|duplicate_name", 2)
+}
+
+// TestAddRefusesWhatItCannotCollect: Add refuses an empty name, a nil
+// instance, an unknown type, a pipeline, and a name taken in the same
+// family; the same name in another family is accepted.
+func TestAddRefusesWhatItCannotCollect(t *testing.T) {
+	f := newFixture(t)
+	m, _ := newMetrics(t)
+	if err := m.Add("", f.breaker); err == nil {
+		t.Error("empty name accepted")
+	}
+	if err := m.Add("x", nil); err == nil {
+		t.Error("nil accepted")
+	}
+	if err := m.Add("x", f.breaker); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		inst any
+		want error
+	}{
+		{struct{}{}, ErrUnsupported},
+		{newPipeline(t), ErrUnsupported},
+		{f.breaker, ErrDuplicateName},
+	} {
+		if err := m.Add("x", tc.inst); !errors.Is(err, tc.want) {
+			t.Errorf("Add(%T) = %v, want %v", tc.inst, err, tc.want)
+		}
+	}
+	if err := m.Add("x", f.limiter); err != nil {
+		t.Errorf("Add of another family under a taken name: %v", err)
+	}
+	if err := m.Add("x", f.keyed); !errors.Is(err, ErrDuplicateName) {
+		t.Errorf("Add of a *Keyed where a *Limiter has the name: %v, want ErrDuplicateName", err)
+	}
+}
+
+func TestNewRefusesANilMeter(t *testing.T) {
+	_, err := New(nil, Config{})
+	if !errors.Is(err, rampart.ErrInvalidConfig) {
+		t.Fatalf("New(nil) = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// newPipeline returns a pipeline of one breaker.
+func newPipeline(t testing.TB) *pipeline.Pipeline {
+	t.Helper()
+	return must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{}))}))
+}

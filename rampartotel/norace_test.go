@@ -1,0 +1,5 @@
+//go:build !race
+
+package rampartotel
+
+const raceEnabled = false
