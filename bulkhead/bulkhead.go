@@ -78,6 +78,36 @@
 // limit at run time: growing it wakes waiters, shrinking it never evicts
 // running calls (new calls are rejected until enough have exited).
 //
+// # Live reconfiguration
+//
+// [Bulkhead.Update] takes a whole Config (start from [Bulkhead.Config]),
+// validates it as New does, and applies it while calls run, or refuses it
+// with a *rampart.ConfigError naming the field and changes nothing:
+//
+//   - Max: updatable, as SetMax (which is Update of Max alone). Permits in
+//     flight stay valid: above a smaller Max they finish normally and no
+//     call is admitted until the count is below it; a larger Max grants
+//     queued callers at once.
+//   - MaxWait: updatable between positive values; it times the waits that
+//     start after Update (a queued call keeps its timer). Fixed between 0
+//     and positive: a pipeline chooses its fail-fast or waiting path by
+//     [Bulkhead.MayWait] when it is built.
+//   - Name: fixed: New builds the rejection error that carries it, once.
+//   - Ticker: fixed: the waits under way are measured on it, and a
+//     pipeline checked that its policies share its clock.
+//   - Compact: fixed: it chose the memory layout New allocated.
+//   - OnRejected, OnWaitAdmit: fixed: the rejection and waiting paths read
+//     them from words New set (replacing them would cost every rejection
+//     an atomic load of a pointer to the func). Update accepts the func
+//     value New was given (Config returns it), and refuses any other,
+//     including nil and a new closure of the same literal.
+//
+// Max and MaxWait are separate atomic words, not one snapshot: a call
+// decides admission on Max and how long to queue on MaxWait, each read
+// once, so a call that sees the new Max with the old MaxWait (or the
+// reverse) acts as it would have just before or just after the Update.
+// A single pointer to both would add a dependent load to every Acquire.
+//
 // # Memory
 //
 // A bulkhead is 240 B: the in-flight count (written by every admission and
@@ -199,8 +229,10 @@ type Bulkhead struct {
 	peak    atomic.Int64
 	waiters atomic.Int64
 
-	// Configuration, set in New.
-	maxWait     int64
+	// Configuration, set in New. maxWait changes through Update (an
+	// atomic word: a plain load on amd64 and arm64, read once per
+	// AcquireWait and once more if it queues).
+	maxWait     atomic.Int64
 	ticker      rampart.Ticker
 	onWaitAdmit func(waited time.Duration)
 	_           [pad.Tail64]byte // rejected at least a line from inFlight (none on 64 B lines)
@@ -209,9 +241,9 @@ type Bulkhead struct {
 	// call: a line from inFlight keeps it off inFlight's, and what follows
 	// fills the rest of its line (rejections read errFull and onReject).
 	rejected atomic.Uint64
-	errFull  *rampart.RejectedError
+	errFull  *rampart.RejectedError // its Name is the bulkhead's (Release's panic names it)
 	onReject func(inFlight int64, waited time.Duration)
-	name     string
+	compact  bool // Config.Compact, which Update refuses to change (the bytes the name took before)
 
 	// Waiting path and rare counters.
 	mu             sync.Mutex
@@ -248,14 +280,8 @@ type waiter struct {
 // New returns a bulkhead for cfg, or a *rampart.ConfigError (matching
 // rampart.ErrInvalidConfig) when Max < 1 or MaxWait < 0.
 func New(cfg Config) (*Bulkhead, error) {
-	if cfg.Max < 1 {
-		return nil, rampart.NewConfigError("bulkhead", "Max", "must be at least 1, got %d", cfg.Max)
-	}
-	if cfg.MaxWait < 0 {
-		return nil, rampart.NewConfigError("bulkhead", "MaxWait", "must not be negative, got %v", cfg.MaxWait)
-	}
-	if ticker.IsNil(cfg.Ticker) {
-		return nil, rampart.NewConfigError("bulkhead", "Ticker", ticker.NilReason, cfg.Ticker)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	var b *Bulkhead
 	if cfg.Compact {
@@ -263,8 +289,8 @@ func New(cfg Config) (*Bulkhead, error) {
 	} else {
 		b = &new(paddedBulkhead).b
 	}
-	b.maxWait = int64(cfg.MaxWait)
-	b.name = cfg.Name
+	b.compact = cfg.Compact
+	b.maxWait.Store(int64(cfg.MaxWait))
 	b.ticker = cfg.Ticker
 	b.onReject = cfg.OnRejected
 	b.onWaitAdmit = cfg.OnWaitAdmit
@@ -277,6 +303,21 @@ func New(cfg Config) (*Bulkhead, error) {
 	}
 	b.max.Store(int64(cfg.Max))
 	return b, nil
+}
+
+// validate returns the *rampart.ConfigError of the first invalid field of
+// cfg, for New and Update.
+func (cfg *Config) validate() error {
+	if cfg.Max < 1 {
+		return rampart.NewConfigError("bulkhead", "Max", "must be at least 1, got %d", cfg.Max)
+	}
+	if cfg.MaxWait < 0 {
+		return rampart.NewConfigError("bulkhead", "MaxWait", "must not be negative, got %v", cfg.MaxWait)
+	}
+	if ticker.IsNil(cfg.Ticker) {
+		return rampart.NewConfigError("bulkhead", "Ticker", ticker.NilReason, cfg.Ticker)
+	}
+	return nil
 }
 
 // Acquire takes a permit if one is free and returns nil, or returns the
@@ -403,7 +444,7 @@ func (b *Bulkhead) exitSlow(n int64) {
 
 func (b *Bulkhead) unmatchedExit() {
 	b.inFlight.Add(1)
-	name := b.name
+	name := b.errFull.Name()
 	if name == "" {
 		name = "(unnamed)"
 	}
@@ -422,7 +463,7 @@ func (b *Bulkhead) unmatchedExit() {
 // granted even to a context that is already done, like a ready case of a
 // select). Only a call that has to wait pays for the queue.
 func (b *Bulkhead) AcquireWait(ctx context.Context) error {
-	if b.maxWait == 0 { // fail-fast configuration: exactly Acquire
+	if b.maxWait.Load() == 0 { // fail-fast configuration: exactly Acquire
 		if b.Acquire() == nil {
 			return nil
 		}
@@ -455,8 +496,8 @@ func (b *Bulkhead) enterSlow(ctx context.Context) error {
 	}
 
 	var timeout <-chan time.Time
-	if b.maxWait != math.MaxInt64 {
-		t := time.NewTimer(time.Duration(b.maxWait))
+	if mw := b.maxWait.Load(); mw != math.MaxInt64 {
+		t := time.NewTimer(time.Duration(mw))
 		defer t.Stop()
 		timeout = t.C
 	}
@@ -575,14 +616,61 @@ func (b *Bulkhead) remove(w *waiter) {
 // enough of them have exited. An Acquire that read the old limit just before
 // a shrink may still be admitted against it, as if it had come first (at
 // most one such call per racing goroutine). It returns a *rampart.ConfigError
-// when n < 1.
+// when n < 1. It is [Bulkhead.Update] of Max alone.
 func (b *Bulkhead) SetMax(n int) error {
 	if n < 1 {
 		return rampart.NewConfigError("bulkhead", "Max", "must be at least 1, got %d", n)
 	}
+	b.setMax(n)
+	return nil
+}
+
+// setMax stores a valid limit and hands the permits it frees to the queue.
+func (b *Bulkhead) setMax(n int) {
 	b.max.Store(int64(n))
 	if b.waiters.Load() != 0 {
 		b.dispatch()
+	}
+}
+
+// Update changes the bulkhead's configuration while calls run (see "Live
+// reconfiguration" in the package documentation). It validates c as New
+// does, refuses with a *rampart.ConfigError naming the field a change to a
+// field fixed at construction (Name, Ticker, Compact, OnRejected,
+// OnWaitAdmit, and MaxWait between 0 and positive), and otherwise applies
+// Max as [Bulkhead.SetMax] does and MaxWait for the calls that start
+// waiting after it. An invalid or refused c changes nothing. The permits
+// in flight stay valid: above a smaller Max they finish normally and new
+// calls are refused until the count is below it.
+func (b *Bulkhead) Update(c Config) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if err := b.checkFixed(&c); err != nil {
+		return err
+	}
+	b.maxWait.Store(int64(c.MaxWait))
+	b.setMax(c.Max)
+	return nil
+}
+
+// checkFixed returns the *rampart.ConfigError of the first field of c that
+// differs from the one New fixed.
+func (b *Bulkhead) checkFixed(c *Config) error {
+	const fixed = "is fixed at construction: "
+	switch {
+	case c.Name != b.errFull.Name():
+		return rampart.NewConfigError("bulkhead", "Name", fixed+"New built the rejection error that carries it (got %q, built with %q)", c.Name, b.errFull.Name())
+	case !sameTicker(c.Ticker, b.ticker):
+		return rampart.NewConfigError("bulkhead", "Ticker", fixed+"waits already started are measured on the old clock; a pipeline checked it shares its own")
+	case c.Compact != b.compact:
+		return rampart.NewConfigError("bulkhead", "Compact", fixed+"it chose the memory layout New allocated (got %v)", c.Compact)
+	case !sameFunc(c.OnRejected, b.onReject):
+		return rampart.NewConfigError("bulkhead", "OnRejected", fixed+"the rejection path reads it from a word New set; pass the func value New was given")
+	case !sameFunc(c.OnWaitAdmit, b.onWaitAdmit):
+		return rampart.NewConfigError("bulkhead", "OnWaitAdmit", fixed+"the waiting path reads it from a word New set; pass the func value New was given")
+	case (c.MaxWait > 0) != (b.maxWait.Load() > 0):
+		return rampart.NewConfigError("bulkhead", "MaxWait", fixed+"between 0 (fail-fast) and positive (waiting): a pipeline chose its path by MayWait when it was built (got %v)", c.MaxWait)
 	}
 	return nil
 }
@@ -590,10 +678,25 @@ func (b *Bulkhead) SetMax(n int) error {
 // Max returns the current limit.
 func (b *Bulkhead) Max() int { return int(b.max.Load()) }
 
+// Config returns the configuration in force, its Ticker filled in (the
+// default when New was given nil): change a field and pass it to
+// [Bulkhead.Update].
+func (b *Bulkhead) Config() Config {
+	return Config{
+		Max:         int(b.max.Load()),
+		MaxWait:     time.Duration(b.maxWait.Load()),
+		Name:        b.errFull.Name(),
+		Ticker:      b.ticker,
+		OnRejected:  b.onReject,
+		OnWaitAdmit: b.onWaitAdmit,
+		Compact:     b.compact,
+	}
+}
+
 // MayWait reports whether AcquireWait can wait for a permit (Config.MaxWait > 0).
 // A pipeline uses it to re-read the clock after admission, so that a
 // deadline does not count the time spent queueing.
-func (b *Bulkhead) MayWait() bool { return b.maxWait > 0 }
+func (b *Bulkhead) MayWait() bool { return b.maxWait.Load() > 0 }
 
 // RejectedError returns the bulkhead's preallocated rejection error, the one
 // AcquireWait, Do and Call return when full. It matches [ErrFull] and

@@ -152,6 +152,95 @@ func TestSetMax(t *testing.T) {
 	b.Release()
 }
 
+// TestUpdateKeepsPermitsInFlight: a smaller Max evicts nobody; new calls
+// are refused until the in-flight count is below it, then admitted; a
+// larger one admits at once.
+func TestUpdateKeepsPermitsInFlight(t *testing.T) {
+	b := mustNew(t, Config{Max: 5})
+	for range 5 {
+		require.NoError(t, b.Acquire())
+	}
+	c := b.Config()
+	c.Max = 2
+	require.NoError(t, b.Update(c))
+	require.Equal(t, 2, b.Max())
+	require.Equal(t, int64(5), b.Stats().InFlight)
+	for range 3 {
+		require.ErrorIs(t, b.Acquire(), ErrFull)
+		b.Release()
+	}
+	require.ErrorIs(t, b.Acquire(), ErrFull) // 2 in flight, Max 2
+	b.Release()
+	require.NoError(t, b.Acquire())
+	c.Max = 4
+	require.NoError(t, b.Update(c))
+	require.NoError(t, b.Acquire())
+	require.NoError(t, b.Acquire())
+	require.ErrorIs(t, b.Acquire(), ErrFull)
+	for range 4 {
+		b.Release()
+	}
+	s := b.Stats()
+	require.Zero(t, s.InFlight)
+	require.Equal(t, int64(5), s.PeakInFlight)
+	require.Equal(t, uint64(5), s.Rejected)
+}
+
+// TestUpdateRefusesFixedFields: a change to a field fixed at construction
+// is a ConfigError naming it, and changes nothing; the same values (the
+// func values New was given, a nil Ticker for the default) are accepted.
+func TestUpdateRefusesFixedFields(t *testing.T) {
+	onRej := func(int64, time.Duration) {}
+	onAdmit := func(time.Duration) {}
+	tk := rampart.NewManualTicker(0)
+	base := Config{Max: 4, MaxWait: time.Second, Name: "db", Ticker: tk, OnRejected: onRej, OnWaitAdmit: onAdmit}
+	capture := 0
+	for _, tc := range []struct {
+		field  string
+		change func(*Config)
+	}{
+		{"Name", func(c *Config) { c.Name = "other" }},
+		{"Name", func(c *Config) { c.Name = "" }},
+		{"Ticker", func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }},
+		{"Ticker", func(c *Config) { c.Ticker = nil }}, // the default, not tk
+		{"Ticker", func(c *Config) { c.Ticker = testkit.FuncTicker(func() int64 { return 0 }) }},
+		{"Compact", func(c *Config) { c.Compact = true }},
+		{"OnRejected", func(c *Config) { c.OnRejected = nil }},
+		{"OnRejected", func(c *Config) { c.OnRejected = func(int64, time.Duration) { capture++ } }},
+		{"OnWaitAdmit", func(c *Config) { c.OnWaitAdmit = nil }},
+		{"MaxWait", func(c *Config) { c.MaxWait = 0 }},
+		{"Max", func(c *Config) { c.Max = 0 }},                                  // invalid, as New says
+		{"MaxWait", func(c *Config) { c.MaxWait = -1 }},                         // invalid, as New says
+		{"Ticker", func(c *Config) { c.Ticker = (*rampart.ManualTicker)(nil) }}, // invalid, as New says
+	} {
+		b := mustNew(t, base)
+		c := base
+		c.Max = 9 // a valid change that must not be applied beside the refused one
+		tc.change(&c)
+		err := b.Update(c)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce, tc.field)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+		require.Equal(t, tc.field, ce.Field, err.Error())
+		require.Equal(t, 4, b.Max(), "a refused Update applied something: %v", err)
+		require.Equal(t, time.Second, b.Config().MaxWait)
+	}
+	b := mustNew(t, base)
+	c := base
+	c.Max, c.MaxWait = 6, time.Minute
+	require.NoError(t, b.Update(c))
+	require.Equal(t, 6, b.Max())
+	require.Equal(t, time.Minute, b.Config().MaxWait)
+	// The default ticker, nil or filled in by Config, is the same clock.
+	d := mustNew(t, Config{Max: 1})
+	dc := d.Config()
+	require.NotNil(t, dc.Ticker)
+	dc.Max = 2
+	require.NoError(t, d.Update(dc))
+	require.NoError(t, d.Update(Config{Max: 3}))
+	require.Equal(t, 3, d.Max())
+}
+
 func TestListenerPanicRecovered(t *testing.T) {
 	b := mustNew(t, Config{Max: 1, OnRejected: func(int64, time.Duration) { panic("listener") }})
 	require.NoError(t, b.Acquire())
@@ -226,11 +315,12 @@ func TestOverCountRate(t *testing.T) {
 }
 
 // TestBulkheadBytes gates the heap bytes of one live bulkhead, both
-// layouts: 176 B compact, and a line of padding more by default (240 B on
-// 64 B lines). A Name adds its rejection error; unnamed bulkheads share one.
+// layouts: 176 B compact (the struct's 168 B in its size class), and a
+// line of padding more by default (240 B on 64 B lines). A Name adds its
+// rejection error; unnamed bulkheads share one.
 func TestBulkheadBytes(t *testing.T) {
 	size := int64(unsafe.Sizeof(Bulkhead{}))
-	require.Equal(t, int64(176+pad.LineSize-64), size)
+	require.Equal(t, int64(168+pad.LineSize-64), size)
 	padded := map[uintptr]int64{64: 240, 128: 384}[pad.LineSize] // 64 + 176 B; 128 + 240 B (size class 384)
 	mk := func(c Config) func() any { return func() any { return mustNew(t, c) } }
 	testkit.WantBytes(t, "default", padded, mk(Config{Max: 10}))

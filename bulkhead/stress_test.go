@@ -192,6 +192,77 @@ func TestStressSetMaxWhileWaiting(t *testing.T) {
 	})
 }
 
+// TestStressUpdateRacingCalls: Update changes Max (1 to 5) and MaxWait
+// (1 to 3 ms) while 16 goroutines run waiting calls and fail-fast
+// Acquires. The real concurrency never exceeds the largest Max, every
+// attempt is admitted or refused exactly once, the counters add up, and
+// nothing is left in flight or queued: no permit lost or released twice.
+func TestStressUpdateRacingCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(t, Config{Max: 2, MaxWait: 3 * time.Millisecond})
+		const maxEver = 5
+		var running, peak atomic.Int64
+		var admitted, refused atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Go(func() {
+				for i := range 200 {
+					work := func(context.Context) error {
+						atomicx.Max(&peak, running.Add(1))
+						time.Sleep(time.Duration(1+(g*7+i)%3) * time.Millisecond)
+						running.Add(-1)
+						return nil
+					}
+					if g%4 == 0 { // fail-fast
+						if b.Acquire() != nil {
+							refused.Add(1)
+							continue
+						}
+						admitted.Add(1)
+						_ = work(nil)
+						b.Release()
+						continue
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+(g+i)%4)*time.Millisecond)
+					err := b.Do(ctx, work)
+					cancel()
+					tallyWait(t, err, &admitted, &refused)
+				}
+			})
+		}
+		wg.Go(func() {
+			c := b.Config()
+			for i := range 400 {
+				c.Max = 1 + i%maxEver
+				c.MaxWait = time.Duration(1+i%3) * time.Millisecond
+				if err := b.Update(c); err != nil {
+					t.Error(err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+		wg.Wait()
+		st := b.Stats()
+		require.LessOrEqual(t, peak.Load(), int64(maxEver))
+		require.LessOrEqual(t, st.PeakInFlight, int64(maxEver))
+		require.Equal(t, int64(16*200), admitted.Load()+refused.Load())
+		require.Equal(t, uint64(refused.Load()), st.Rejected)
+		require.Zero(t, st.InFlight)
+		require.Zero(t, st.Waiting)
+		require.Positive(t, admitted.Load())
+		require.Positive(t, refused.Load())
+		// The last Update holds from the next admission.
+		c := b.Config()
+		c.Max = 2
+		require.NoError(t, b.Update(c))
+		require.NoError(t, b.Acquire())
+		require.NoError(t, b.Acquire())
+		require.ErrorIs(t, b.Acquire(), ErrFull)
+		b.Release()
+		b.Release()
+	})
+}
+
 // TestStressCancelRacingGrant: many waiters whose contexts end at the very
 // instants permits are freed (same synctest instant), with fail-fast
 // Acquire callers mixed in. Afterwards: nothing in flight or queued, the

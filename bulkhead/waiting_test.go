@@ -249,6 +249,53 @@ func TestWaitResize(t *testing.T) {
 	})
 }
 
+// TestUpdateGrowsForQueuedAndTimesNewWaits: an Update that grows Max
+// grants permits to queued callers at once, and its MaxWait is the wait of
+// the calls that queue after it (those already queued keep theirs).
+func TestUpdateGrowsForQueuedAndTimesNewWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := waitingBulkhead(t, 1, time.Second)
+		require.NoError(t, b.Acquire())
+		var wg sync.WaitGroup
+		start := time.Now()
+		var early, late time.Duration
+		wg.Go(func() { // queued before the Update: its wait stays 1 s
+			require.ErrorIs(t, b.AcquireWait(t.Context()), ErrFull)
+			early = time.Since(start)
+		})
+		synctest.Wait()
+		c := b.Config()
+		c.MaxWait = 5 * time.Second
+		require.NoError(t, b.Update(c))
+		wg.Go(func() { // queued after it: 5 s
+			require.ErrorIs(t, b.AcquireWait(t.Context()), ErrFull)
+			late = time.Since(start)
+		})
+		wg.Wait()
+		require.Equal(t, time.Second, early)
+		require.Equal(t, 5*time.Second, late)
+
+		for range 2 {
+			wg.Go(func() {
+				if err := b.AcquireWait(t.Context()); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		synctest.Wait()
+		require.Equal(t, int64(2), b.Stats().Waiting)
+		c.Max = 3
+		require.NoError(t, b.Update(c)) // both waiters enter at once
+		wg.Wait()
+		s := b.Stats()
+		require.Equal(t, int64(3), s.InFlight)
+		require.Zero(t, s.Waiting)
+		for range 3 {
+			b.Release()
+		}
+	})
+}
+
 // TestWaitDoReleases: Do in waiting mode releases on panic and hands the
 // permit to the next waiter.
 func TestWaitDoReleases(t *testing.T) {
