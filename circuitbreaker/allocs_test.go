@@ -87,12 +87,16 @@ func TestAllocs(t *testing.T) {
 
 // TestInstanceBytesAllocs gates the heap bytes of one live breaker on
 // amd64, in both layouts, at 1, 2 and 16 Ps: the Breaker (448 B: its
-// fields, then its hot line), a 100-call count window's slots (400 B, in
-// the allocator's 416-byte class), a time window (48 B) and its 10 buckets
-// (32 B each, a line apart unless Compact). A breaker that never left
-// Closed is the same at any GOMAXPROCS, and a default one is under 1 KB;
-// the default layout adds its per-P rejection counters at the first trip,
-// one 64 B line per P after the first, up to 7. A breaker without a Name
+// fields, the time window's header included, then its hot line), a
+// 100-call count window's slots (16 to a word: 7 words, 56 B, in the
+// allocator's 64-byte class; 416 B when a slot was a word), a time
+// window's 10 buckets (32 B each, packed in both layouts: 320 B; 688 B
+// with the header allocated apart and the buckets a line apart), and a
+// Name's two rejection errors (128 B) and their messages (32 and 64 B,
+// and 16 B of quoted name). A breaker that never left Closed is the same
+// at any GOMAXPROCS, and a default one, named or not, is under 1 KB; the
+// default layout adds its per-P rejection counters at the first trip, one
+// 64 B line per P after the first, up to 7. A breaker without a Name
 // shares its rejection errors; on a ManualTicker it has no open timer.
 func TestInstanceBytesAllocs(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
@@ -127,15 +131,18 @@ func TestInstanceBytesAllocs(t *testing.T) {
 	for _, procs := range []int{1, 2, 16} {
 		runtime.GOMAXPROCS(procs)
 		lines := int64(64 * (min(procs, maxLines+1) - 1)) // the per-P counters of a tripped breaker
-		want("default (100-call count window)", 448+416, mk(Config{}, false))
-		require.LessOrEqual(t, int64(448+416), int64(1024))
-		want("default, tripped", 448+416+lines, mk(Config{}, true))
-		want("Compact", 448+416, mk(Config{Compact: true}, false))
-		want("Compact, tripped", 448+416, mk(Config{Compact: true}, true))
-		want("1000-call count window", 448+4096, mk(Config{WindowSize: 1000}, false))
-		want("1000-call count window, Compact", 448+4096, mk(Config{WindowSize: 1000, Compact: true}, false))
-		want("time window", 448+48+640, mk(Config{Mode: TimeWindow}, false))
-		want("time window, Compact", 448+48+320, mk(Config{Mode: TimeWindow, Compact: true}, false))
+		want("default (100-call count window)", 448+64, mk(Config{}, false))
+		want("default, named", 448+64+240, mk(Config{Name: "db"}, false))
+		require.LessOrEqual(t, int64(448+64+240), int64(1024))
+		want("default, tripped", 448+64+lines, mk(Config{}, true))
+		want("Compact", 448+64, mk(Config{Compact: true}, false))
+		want("Compact, named", 448+64+240, mk(Config{Name: "db", Compact: true}, false))
+		want("Compact, tripped", 448+64, mk(Config{Compact: true}, true))
+		want("1000-call count window", 448+512, mk(Config{WindowSize: 1000}, false))
+		want("1000-call count window, Compact", 448+512, mk(Config{WindowSize: 1000, Compact: true}, false))
+		want("time window", 448+320, mk(Config{Mode: TimeWindow}, false))
+		want("time window, named", 448+320+240, mk(Config{Mode: TimeWindow, Name: "db"}, false))
+		want("time window, Compact", 448+320, mk(Config{Mode: TimeWindow, Compact: true}, false))
 		want("consecutive", 448, mk(Config{Mode: Consecutive}, false))
 		want("consecutive, tripped", 448+lines, mk(Config{Mode: Consecutive}, true))
 		want("consecutive, Compact", 448, mk(Config{Mode: Consecutive, Compact: true}, false))

@@ -153,7 +153,7 @@ type breakerCold struct {
 	hinted         bool  // Ticker is a real-time NanoTicker: an open timer hints when an open period is over
 	nLines         int32 // the counters lines points to; written once, before lines is published, and read only after loading it non-nil
 	count          countWindow
-	tw             *timeWindow
+	tw             timeWindow
 	rejected       atomic.Uint64 // rejections on Ps other than P 0 while lines is nil (before the first trip, or GOMAXPROCS 1 then)
 	transitions    atomic.Uint64
 	trips          atomic.Uint64
@@ -262,7 +262,7 @@ func New(cfg Config) (*Breaker, error) {
 	case CountWindow:
 		b.count.init(cfg.WindowSize, &b.hot.hotWords)
 	case TimeWindow:
-		b.tw = newTimeWindow(int64(cfg.TimeWindow), cfg.Buckets, cfg.Compact)
+		b.tw = newTimeWindow(int64(cfg.TimeWindow), cfg.Buckets)
 	}
 	b.timed = cfg.SlowCallDuration > 0 || cfg.Mode == TimeWindow || cfg.OnSuccess != nil || cfg.OnFailure != nil
 	if cfg.SlowCallDuration == 0 && cfg.OnSuccess == nil {

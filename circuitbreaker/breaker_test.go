@@ -1258,8 +1258,8 @@ func TestWindowSnapshotsStayPossible(t *testing.T) {
 	var cw countWindow
 	cw.init(1, new(hotWords))
 	cw.add(codeFail)
-	x := cw.slots[0].Swap(codeOK)
-	cw.apply(cw.slots[0].Swap(codeFail), codeFail)
+	x := cw.swap(0, codeOK)
+	cw.apply(cw.swap(0, codeFail), codeFail)
 	possible("count window")(cw.snapshot())
 	cw.apply(x, codeOK) // X lands: consistent again
 	total, fails, _ = cw.snapshot()

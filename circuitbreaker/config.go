@@ -186,20 +186,21 @@ type Config struct {
 	OnRejected func(s State)
 
 	// Compact lays the instance out without cache-line padding but for
-	// its hot line: smaller (816 B instead of 1136 B with the default
-	// time window; 864 B in both layouts with the default count window
-	// until its first trip, which adds 64 B per P after the first, up to
-	// 448 B, to the default layout only), for the many cold instances
-	// (per-tenant, per-route keys) where goroutines do not contend on one
-	// instance; the default pads the words that many goroutines write on
-	// every call. Exactly, Compact changes two things: rejections are
-	// counted with one atomic add on the hot line instead of in per-P
-	// counters (a counter line per P after the first, up to 7, allocated
-	// at the first transition to Open, HalfOpen or ForcedOpen; 64 B a
-	// line on amd64, 128 B on arm64), and a time window's buckets are
-	// packed instead of spaced a line apart. Both layouts keep the words that records write
-	// (the window's sequence and counters, the failure counts) on a cache
-	// line of their own, away from the state word that every call reads.
+	// its hot line: smaller once it has tripped (512 B instead of up to
+	// 960 B with the default count window: the default layout adds 64 B
+	// per P after the first, up to 448 B, at its first trip; both are
+	// 512 B until then, 768 B with the default time window), for the many
+	// cold instances (per-tenant, per-route keys) where goroutines do not
+	// contend on one instance; the default pads the words that many
+	// goroutines write on every call. Exactly, Compact changes one thing:
+	// rejections are counted with one atomic add on the hot line instead
+	// of in per-P counters (a counter line per P after the first, up to 7,
+	// allocated at the first transition to Open, HalfOpen or ForcedOpen;
+	// 64 B a line on amd64, 128 B on arm64). Both layouts keep the words
+	// that records write (the window's sequence and counters, the failure
+	// counts) on a cache line of their own, away from the state word that
+	// every call reads, and pack a window's slots and buckets (see the
+	// package documentation, Memory).
 	Compact bool
 }
 

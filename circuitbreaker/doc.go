@@ -21,9 +21,9 @@
 // Config.Mode chooses one of three judgements of the closed state:
 //
 //   - CountWindow (default): failure and slow-call rates over the last
-//     WindowSize calls, kept in a wait-free ring: one atomic add on a
-//     sequence number, an atomic swap of a slot only when its outcome
-//     changes, and 0–3 counter adds. A success that finds the window full
+//     WindowSize calls, kept in a wait-free ring of 4-bit slots, 16 to a
+//     word: one atomic add on a sequence number, a CAS of a slot's word
+//     only when its outcome changes, and 0–3 counter adds. A success that finds the window full
 //     of successes writes nothing at all (three loads), so a healthy
 //     breaker is read-only and scales across cores.
 //   - TimeWindow: the same rates over the last TimeWindow, kept in Buckets
@@ -187,20 +187,25 @@
 // 16 Ps):
 //
 //	configuration                     default   Compact
-//	100-call count window (default)     864 B     864 B
-//	1000-call count window             4544 B    4544 B
-//	time window (10 buckets)           1136 B     816 B
+//	100-call count window (default)     512 B     512 B
+//	1000-call count window              960 B     960 B
+//	time window (10 buckets)            768 B     768 B
 //	consecutive                         448 B     448 B
 //
-// The default layout adds, at the first transition to Open, HalfOpen or
-// ForcedOpen, one counter line per P after the first (64 B each on amd64,
-// up to 7: 64 B on 2 Ps, 448 B from 8 Ps on) for the rejection counters,
-// and spaces a time window's buckets a line apart; [Config.Compact] counts
-// rejections with one atomic add and packs the buckets, for the many cold
-// instances (per-tenant, per-route keys) where goroutines do not contend
-// on one breaker. A breaker with a Name adds its two rejection errors
-// (about 350 B); a tripped breaker on the real-time clock, its open timer
-// (about 200 B).
+// The Breaker is 448 B (the time window's header included); a count window
+// adds its slots, 4 bits a call, 16 to a word (7 words for 100 calls: 64 B
+// in the allocator's size classes); a time window its buckets, 32 B each,
+// packed two to a line in both layouts (every call of a slice writes the
+// one bucket of that slice, so a line per bucket would separate nothing
+// that is written at once). The default layout adds, at the first
+// transition to Open, HalfOpen or ForcedOpen, one counter line per P after
+// the first (64 B each on amd64, up to 7: 64 B on 2 Ps, 448 B from 8 Ps
+// on) for the rejection counters; [Config.Compact] counts rejections with
+// one atomic add instead, for the many cold instances (per-tenant,
+// per-route keys) where goroutines do not contend on one breaker. A
+// breaker with a Name adds its two rejection errors and their messages
+// (240 B with the name "db": a named default breaker is 752 B); a tripped
+// breaker on the real-time clock, its open timer (about 200 B).
 //
 // # For composition
 //

@@ -127,8 +127,8 @@ func TestStressMixed(t *testing.T) {
 		require.Greater(t, s.Transitions, uint64(3), "%v: the stress should move the state", mode)
 		if mode == CountWindow {
 			var total, fails, slows int64
-			for i := range b.count.slots {
-				c := b.count.slots[i].Load()
+			for i := range uint64(b.count.n) {
+				c := b.count.slot(i)
 				total += int64(c & codeFilled)
 				fails += int64(c & codeFailBit >> 1)
 				slows += int64(c & codeSlowBit >> 2)
@@ -334,7 +334,7 @@ func TestStressTimeWindowRecyclingConsistent(t *testing.T) {
 // recorded only in half of the slices, so a foreign slice shows up as too
 // many failures.
 func TestTimeWindowSnapshotNeverCountsAnotherSlice(t *testing.T) {
-	w := newTimeWindow(4, 4, false) // 4 buckets of 1 ns
+	w := newTimeWindow(4, 4) // 4 buckets of 1 ns
 	const perTick = 3
 	var tick atomic.Int64
 	var done atomic.Bool
@@ -434,5 +434,46 @@ func TestStressRejectedCountsExactly(t *testing.T) {
 			reader.Wait()
 			require.EqualValues(t, goroutines*each, b.Stats().Rejected)
 		})
+	}
+}
+
+// TestStressPackedSlotsMirrorTheirCounters: goroutines record random
+// outcomes at once into count windows whose slots share words (16 a word),
+// sizes that fill part of a word, one word, several, with and without a
+// stride: no CAS on a word loses a neighbour's outcome, so at the end the
+// counters equal the histogram of the slots, every slot holds a code a
+// record wrote, and a reset empties the window and the counters together.
+func TestStressPackedSlotsMirrorTheirCounters(t *testing.T) {
+	codes := []uint32{codeOK, codeFail, codeSlowOK, codeSlowFail}
+	for _, n := range []int{1, 5, 16, 17, 37, 64, 100} {
+		var w countWindow
+		w.init(n, new(hotWords))
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(g), uint64(n)))
+				for range 2000 {
+					w.add(codes[r.IntN(len(codes))])
+				}
+			})
+		}
+		wg.Wait()
+		var total, fails, slows int64
+		for i := range uint64(n) {
+			c := w.slot(i)
+			require.Contains(t, codes, c, "n %d: slot %d", n, i)
+			total += int64(c & codeFilled)
+			fails += int64(c & codeFailBit >> 1)
+			slows += int64(c & codeSlowBit >> 2)
+		}
+		require.Equal(t, int64(n), total, "n %d: every slot written", n)
+		require.Equal(t, [3]int64{total, fails, slows}, [3]int64{w.h.total.Load(), w.h.fails.Load(), w.h.slows.Load()}, "n %d", n)
+		last := w.slots()[len(w.slots())-1].Load()
+		require.Zero(t, last>>(uint64(n-1)%slotsPerWord*slotBits)>>slotBits, "n %d: no code beyond slot n-1", n)
+		w.reset()
+		require.Equal(t, [3]int64{0, 0, 0}, [3]int64{w.h.total.Load(), w.h.fails.Load(), w.h.slows.Load()}, "n %d: reset", n)
+		for i := range uint64(n) {
+			require.Equal(t, uint32(codeEmpty), w.slot(i))
+		}
 	}
 }

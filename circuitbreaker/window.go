@@ -4,8 +4,6 @@ import (
 	"math"
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/rampart-go/rampart/internal/pad"
 )
 
 // Outcome codes stored in a count-window slot. Bit 0 = the slot holds a
@@ -32,54 +30,75 @@ func outcomeCode(failed, slow bool) uint32 {
 	return c
 }
 
-// countWindow is the last n outcomes in a ring of slots, wait-free:
+// Slots are packed slotsPerWord to a word, slotBits each: a 100-call
+// window is 7 words (64 B with the allocator's rounding) instead of 100.
+const (
+	slotBits     = 4
+	slotsPerWord = 64 / slotBits
+	slotMask     = 1<<slotBits - 1
+)
+
+// countWindow is the last n outcomes in a ring of slots, packed 16 to a
+// word (4-bit outcome codes), wait-free:
 //
 //	if code is a success and the window holds n successes: return (3 loads, no write)
 //	s   := seq.Add(1) - 1          // one atomic add on the one globally hot word
-//	old := slots[s % n].Swap(code) // one atomic swap, skipped (a load) when the slot holds code
+//	old := slot(s) <- code         // one CAS on the slot's word, skipped (a load) when the slot holds code
 //	counters += delta(old, code)   // 0 adds when old == code (a success over a success)
 //
 // The counters mirror the slots' contents: every change of a slot is made by
-// a Swap whose caller applies exactly the difference it caused. While
+// a CAS whose caller applies exactly the difference it caused. While
 // records are in flight a counter may lag or, briefly, run ahead of the
 // slots (even below 0, or fails above total: a slot's fail→ok change
 // applied after a later ok→fail one), by at most the number of records in
-// flight. Resetting swaps every slot to empty under the same rule, so the
+// flight. Resetting swaps every word to empty under the same rule, so the
 // counters never drift. A snapshot reads the three counters one after the
 // other, so it clamps them into a possible window: 0 ≤ fails, slows ≤ total
 // ≤ n (see snapshot).
+//
+// Packing trades the slots' spread over cache lines (a slot a word, calls
+// that follow each other a line apart) for a sixteenth of the memory: the
+// slots of a 100-call window share one line. The words are written only
+// when a slot's outcome changes (never on the healthy path, which writes
+// nothing), and every such record also writes the sequence and a counter
+// on the hot line, so the slots' line adds one line to the traffic of a
+// record that already moves one; consecutive calls still write different
+// words (stride), so their CASes do not fail on each other.
 type countWindow struct {
-	h *hotWords // seq, total, fails, slows: the sequence and the counters
-	// read-mostly
-	slots  []atomic.Uint32
-	n      uint32 // at most maxWindowSize
-	mask   uint32 // n-1 when n is a power of two, else 0
-	stride uint32 // coprime with n: consecutive calls write slots on different cache lines
+	h      *hotWords      // seq, total, fails, slows: the sequence and the counters
+	words  *atomic.Uint64 // the slot words, nWords() of them; read-mostly
+	n      uint32         // at most maxWindowSize
+	mask   uint32         // n-1 when n is a power of two, else 0
+	stride uint32         // coprime with n: consecutive calls write slots in different words
 }
 
 func (w *countWindow) init(n int, h *hotWords) {
 	w.h = h
-	w.slots = make([]atomic.Uint32, n)
 	w.n = uint32(n)
+	w.words = unsafe.SliceData(make([]atomic.Uint64, w.nWords()))
 	if n&(n-1) == 0 {
 		w.mask = uint32(n - 1)
 	}
 	// Slot of sequence s: s*stride mod n. With stride coprime with n this
 	// is a permutation of each run of n sequence numbers, and s and s-n
 	// still share a slot (the ring holds the last n calls), but calls that
-	// follow each other (often on different cores) write slots at least a
-	// cache line apart. s*stride wraps after 2^64/stride calls: never.
+	// follow each other (often on different cores) write slots of
+	// different words, so their CASes do not collide. s*stride wraps
+	// after 2^64/stride calls: never.
 	w.stride = 1
-	if uint64(w.n) > 2*lineSlots {
-		w.stride = uint32(lineSlots + 1)
+	if w.n > 2*slotsPerWord {
+		w.stride = slotsPerWord + 1
 		for gcd(uint64(w.stride), uint64(w.n)) != 1 {
 			w.stride++
 		}
 	}
 }
 
-// lineSlots is the number of slots on one cache line.
-const lineSlots = uint64(pad.LineSize / 4)
+// nWords is the number of slot words: n slots, slotsPerWord a word.
+func (w *countWindow) nWords() int { return int((w.n + slotsPerWord - 1) / slotsPerWord) }
+
+// slots returns the slot words.
+func (w *countWindow) slots() []atomic.Uint64 { return unsafe.Slice(w.words, w.nWords()) }
 
 func gcd(a, b uint64) uint64 {
 	for b != 0 {
@@ -106,18 +125,34 @@ func (w *countWindow) add(code uint32) uint32 {
 	} else {
 		i = s % uint64(w.n)
 	}
-	if w.slots[i].Load() == code {
-		// The common healthy case, a success over a success: the slot
-		// would not change, so nothing is written (a plain load instead of
-		// a locked swap, and the line stays shared between cores). This is
-		// the swap linearised just before a concurrent writer's.
-		return code
-	}
-	old := w.slots[i].Swap(code) // atomic 2: publish the outcome
+	old := w.swap(i, code) // atomic 2: publish the outcome (a load only when the slot holds code)
 	if old != code {
 		w.apply(old, code) // atomics 3–5, only when the slot's content changed
 	}
 	return old
+}
+
+// swap stores code in slot i and returns the code it held. When the slot
+// already holds code nothing is written (a load instead of a locked CAS,
+// and the line stays shared between cores): the common healthy case, a
+// success over a success, linearised just before a concurrent writer's.
+// Otherwise one CAS on the slot's word, retried only when a record of
+// another slot of the word landed in between.
+func (w *countWindow) swap(i uint64, code uint32) uint32 {
+	word := &w.slots()[i/slotsPerWord]
+	shift := i % slotsPerWord * slotBits
+	for {
+		v := word.Load()
+		old := uint32(v>>shift) & slotMask
+		if old == code || word.CompareAndSwap(v, v&^(slotMask<<shift)|uint64(code)<<shift) {
+			return old
+		}
+	}
+}
+
+// slot returns the code slot i holds.
+func (w *countWindow) slot(i uint64) uint32 {
+	return uint32(w.slots()[i/slotsPerWord].Load()>>(i%slotsPerWord*slotBits)) & slotMask
 }
 
 // apply moves the counters from old's contribution to code's.
@@ -152,11 +187,15 @@ func (w *countWindow) snapshot() (total, fails, slows int64) {
 	return total, min(max(fails, 0), total), min(max(slows, 0), total)
 }
 
-// reset empties every slot (rare path: a transition to closed).
+// reset empties every slot (rare path: a transition to closed): one swap
+// a word, then the counters lose what its slots held.
 func (w *countWindow) reset() {
-	for i := range w.slots {
-		if old := w.slots[i].Swap(codeEmpty); old != codeEmpty {
-			w.apply(old, codeEmpty)
+	words := w.slots()
+	for i := range words {
+		for old := words[i].Swap(codeEmpty); old != 0; old >>= slotBits {
+			if c := uint32(old) & slotMask; c != codeEmpty {
+				w.apply(c, codeEmpty)
+			}
 		}
 	}
 }
@@ -168,10 +207,6 @@ type bucket struct {
 	fails atomic.Int64
 	slows atomic.Int64
 }
-
-// bucketStride spaces the buckets a cache line apart in the default
-// layout: every record of a slice writes its bucket.
-const bucketStride = int64(pad.LineSize / unsafe.Sizeof(bucket{}))
 
 // timeWindow is a ring of buckets, each tagged with the tick it counts. A
 // record that finds its bucket holding an older tick claims it by CAS of the
@@ -189,23 +224,26 @@ const bucketStride = int64(pad.LineSize / unsafe.Sizeof(bucket{}))
 // counters, so it never counts one slice's calls under another slice's tick
 // (which could add a whole old bucket to the window and trip the breaker
 // spuriously).
+//
+// The buckets are packed, two to a 64 B line, in both layouts: every call
+// of a slice writes the one bucket of that slice, so a line per bucket
+// would separate words that are never written at the same time (the
+// neighbours are the slices before and after, which no call of this slice
+// writes; snapshots read every bucket, the current one included, in either
+// layout). The header lives in the Breaker: no allocation but the buckets.
 type timeWindow struct {
-	buckets []bucket // bucket i is buckets[i*stride]
-	res     int64    // bucket resolution in ns
+	buckets *bucket // n of them
+	res     int64   // bucket resolution in ns
 	n       int64
-	stride  int64 // bucketStride, or 1 when Compact
 }
 
 // recycling is the epoch of a bucket being reset: it is below every real
 // tick and outside every window.
 const recycling = math.MinInt64
 
-func newTimeWindow(span int64, n int, compact bool) *timeWindow {
-	w := &timeWindow{res: span / int64(n), n: int64(n), stride: bucketStride}
-	if compact {
-		w.stride = 1
-	}
-	w.buckets = make([]bucket, w.n*w.stride)
+func newTimeWindow(span int64, n int) timeWindow {
+	w := timeWindow{res: span / int64(n), n: int64(n)}
+	w.buckets = unsafe.SliceData(make([]bucket, n))
 	for i := range w.n {
 		w.bucket(i).epoch.Store(-1 << 62)
 	}
@@ -213,7 +251,7 @@ func newTimeWindow(span int64, n int, compact bool) *timeWindow {
 }
 
 // bucket returns bucket i, in [0, n).
-func (w *timeWindow) bucket(i int64) *bucket { return &w.buckets[i*w.stride] }
+func (w *timeWindow) bucket(i int64) *bucket { return &unsafe.Slice(w.buckets, w.n)[i] }
 
 // tick is floor(now / res): readings are from an arbitrary epoch and may be
 // negative, where Go's division would round toward zero (two slices in tick 0).
