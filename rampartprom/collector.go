@@ -1,0 +1,147 @@
+package rampartprom
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rampart-go/rampart"
+)
+
+// Config configures [NewCollector]. The zero value is valid.
+type Config struct {
+	// Ticker is the clock read once per collection for the stats that are
+	// read at a clock reading (the window of a *retry.RatioBudget): give
+	// the ticker the budget's policies use. Zero means
+	// rampart.DefaultTicker.
+	Ticker rampart.Ticker
+}
+
+// Collector is a prometheus.Collector of the Stats of rampart instances.
+// It reads each instance's Stats once per Collect (once per scrape);
+// between scrapes it does nothing, and the instances' calls never touch
+// it.
+//
+// Create it with [NewCollector], register it (prometheus.MustRegister),
+// then give it instances with [Collector.Add] or [Collector.AddSource]. Its
+// methods are safe for concurrent use, and with a scrape.
+type Collector struct {
+	set   *set
+	descs map[*kindSpec][]*prometheus.Desc
+	all   []*prometheus.Desc
+	skip  *prometheus.Desc
+}
+
+// Label names: the OpenTelemetry attribute names, dots as underscores.
+var (
+	labelName   = promLabel(attrName)
+	labelState  = promLabel(attrState)
+	labelReason = promLabel(attrReason)
+)
+
+func promLabel(attr string) string { return strings.ReplaceAll(attr, ".", "_") }
+
+// promName derives a metric's Prometheus name from its OpenTelemetry name,
+// unit and kind, as OpenTelemetry's Prometheus compatibility rules do: dots
+// become underscores, unit "s" appends _seconds, a unit per second ("/s")
+// appends _per_second, unit "1" appends _ratio (except for the breaker's
+// state series, a state set), and a counter appends _total.
+func promName(ms metricSpec) string {
+	n := strings.ReplaceAll(ms.name, ".", "_")
+	switch {
+	case ms.unit == "s":
+		n += "_seconds"
+	case strings.HasSuffix(ms.unit, "/s"):
+		n += "_per_second"
+	case ms.unit == "1" && !ms.states:
+		n += "_ratio"
+	}
+	if ms.kind == counter {
+		n += "_total"
+	}
+	return n
+}
+
+// NewCollector returns a collector of no instance yet.
+func NewCollector(cfg Config) *Collector {
+	c := &Collector{set: newSet(cfg.Ticker), descs: map[*kindSpec][]*prometheus.Desc{}}
+	byName := map[string]*prometheus.Desc{}
+	for _, k := range kinds {
+		ds := make([]*prometheus.Desc, len(k.metrics))
+		for i, ms := range k.metrics {
+			d, ok := byName[ms.name]
+			if !ok {
+				labels := []string{labelName}
+				if ms.states {
+					labels = append(labels, labelState)
+				}
+				d = prometheus.NewDesc(promName(ms), ms.desc, labels, nil)
+				byName[ms.name] = d
+				c.all = append(c.all, d)
+			}
+			ds[i] = d
+		}
+		c.descs[k] = ds
+	}
+	c.skip = prometheus.NewDesc(promName(skippedMetric), skippedMetric.desc, []string{labelReason}, nil)
+	c.all = append(c.all, c.skip)
+	return c
+}
+
+// Add collects inst under name from the next scrape on. It returns an
+// error wrapping [ErrUnsupported] for a type the package does not collect
+// (a *pipeline.Pipeline included: it has no Stats; add its policies), and
+// one wrapping [ErrDuplicateName] if name is already added for an instance
+// of the same family (the ratelimit types form one family, as they share
+// metric names).
+func (c *Collector) Add(name string, inst any) error { return c.set.add(name, inst) }
+
+// Remove stops collecting the instances added under name.
+func (c *Collector) Remove(name string) { c.set.remove(name) }
+
+// AddSource collects every instance src holds, at every scrape. An
+// instance added by name wins over a Source's of the same family and name.
+func (c *Collector) AddSource(src Source) { c.set.addSource(src) }
+
+// Describe sends the descriptor of every metric of the scheme.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.all {
+		ch <- d
+	}
+}
+
+// Collect reads every instance's Stats and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.set.collect(&scrape{c: c, ch: ch})
+}
+
+// scrape is one Collect's emitter.
+type scrape struct {
+	c  *Collector
+	ch chan<- prometheus.Metric
+}
+
+var valueTypes = [...]prometheus.ValueType{gauge: prometheus.GaugeValue, counter: prometheus.CounterValue}
+
+func (s *scrape) instance(name string, spec *kindSpec, v []float64) {
+	ds := s.c.descs[spec]
+	for i := range spec.metrics {
+		ms := &spec.metrics[i]
+		if ms.states {
+			for st, state := range breakerStates {
+				x := 0.0
+				if int(v[i]) == st {
+					x = 1
+				}
+				s.ch <- prometheus.MustNewConstMetric(ds[i], prometheus.GaugeValue, x, name, state.String())
+			}
+			continue
+		}
+		s.ch <- prometheus.MustNewConstMetric(ds[i], valueTypes[ms.kind], v[i], name)
+	}
+}
+
+func (s *scrape) skipped(counts *[nSkipReasons]int) {
+	for i, n := range counts {
+		s.ch <- prometheus.MustNewConstMetric(s.c.skip, prometheus.GaugeValue, float64(n), skipReasons[i])
+	}
+}

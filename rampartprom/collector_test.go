@@ -1,0 +1,298 @@
+package rampartprom
+
+import (
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/pipeline"
+)
+
+// point is one collected series.
+type point struct {
+	kind  metricKind
+	value float64
+}
+
+// series flattens metric families into points keyed as want is, by
+// OpenTelemetry name (the Prometheus name is checked against promName).
+func series(t testing.TB, mfs map[string]*dto.MetricFamily) map[string]point {
+	t.Helper()
+	otelName := map[string]string{promName(skippedMetric): skippedMetric.name}
+	for _, k := range kinds {
+		for _, ms := range k.metrics {
+			otelName[promName(ms)] = ms.name
+		}
+	}
+	out := map[string]point{}
+	for pname, mf := range mfs {
+		name, ok := otelName[pname]
+		if !ok {
+			t.Errorf("family %s is not in the scheme", pname)
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			var p point
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				p = point{counter, m.GetCounter().GetValue()}
+			case dto.MetricType_GAUGE:
+				p = point{gauge, m.GetGauge().GetValue()}
+			default:
+				t.Fatalf("%s: type %v", pname, mf.GetType())
+			}
+			k := seriesKeyOf(name, labels[labelName], labels[labelState])
+			if r := labels[labelReason]; r != "" {
+				k = name + "|" + r
+			}
+			out[k] = p
+		}
+	}
+	return out
+}
+
+func gather(t testing.TB, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		m[mf.GetName()] = mf
+	}
+	return m
+}
+
+func newRegistered(t testing.TB, f *fixture) (*Collector, *prometheus.Registry) {
+	t.Helper()
+	c := NewCollector(Config{Ticker: f.tk})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	for name, inst := range f.instances() {
+		if err := c.Add(name, inst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, reg
+}
+
+// expected returns every series of the scheme for the fixture's
+// instances, valued from want.
+func expected(f *fixture) map[string]point {
+	e := map[string]point{}
+	for name, inst := range f.instances() {
+		spec, _ := specOf(inst)
+		for _, ms := range spec.metrics {
+			if ms.states {
+				for _, st := range breakerStates {
+					k := seriesKeyOf(ms.name, name, st.String())
+					e[k] = point{ms.kind, want[k]}
+				}
+				continue
+			}
+			k := seriesKeyOf(ms.name, name, "")
+			e[k] = point{ms.kind, want[k]}
+		}
+	}
+	for _, r := range skipReasons {
+		e[skippedMetric.name+"|"+r] = point{gauge, 0}
+	}
+	return e
+}
+
+func compare(t *testing.T, got, exp map[string]point) {
+	t.Helper()
+	var keys []string
+	for k := range exp {
+		keys = append(keys, k)
+	}
+	for k := range got {
+		if _, ok := exp[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		g, ok := got[k]
+		e, eok := exp[k]
+		switch {
+		case !ok:
+			t.Errorf("%s: not collected", k)
+		case !eok:
+			t.Errorf("%s = %v: not in the scheme", k, g.value)
+		case g.kind != e.kind:
+			t.Errorf("%s: %s, want %s", k, g.kind, e.kind)
+		case math.Abs(g.value-e.value) > 1e-9:
+			t.Errorf("%s = %v, want %v", k, g.value, e.value)
+		}
+	}
+}
+
+// TestEverySeriesAfterAKnownSequence: after the fixture's calls, every
+// series of the scheme has the value the calls imply and its kind, through
+// a pedantic registry (which checks the descriptors against the metrics).
+func TestEverySeriesAfterAKnownSequence(t *testing.T) {
+	f := newFixture(t)
+	_, reg := newRegistered(t, f)
+	f.drive(t)
+	compare(t, series(t, gather(t, reg)), expected(f))
+}
+
+// TestExpositionText: the exposition of a few families, to the byte (HELP,
+// TYPE, names, labels, values).
+func TestExpositionText(t *testing.T) {
+	f := newFixture(t)
+	c, _ := newRegistered(t, f)
+	f.drive(t)
+	const text = `# HELP rampart_bulkhead_in_flight Permits held now.
+# TYPE rampart_bulkhead_in_flight gauge
+rampart_bulkhead_in_flight{rampart_name="db"} 1
+# HELP rampart_bulkhead_wait_time_seconds_total Time spent queueing, admitted or not.
+# TYPE rampart_bulkhead_wait_time_seconds_total counter
+rampart_bulkhead_wait_time_seconds_total{rampart_name="db"} 0
+# HELP rampart_circuitbreaker_rejected_total Calls rejected (open, forced open, half-open full).
+# TYPE rampart_circuitbreaker_rejected_total counter
+rampart_circuitbreaker_rejected_total{rampart_name="api"} 1
+# HELP rampart_circuitbreaker_remaining_open_seconds Time left before an open breaker lets probes through.
+# TYPE rampart_circuitbreaker_remaining_open_seconds gauge
+rampart_circuitbreaker_remaining_open_seconds{rampart_name="api"} 6
+# HELP rampart_circuitbreaker_state 1 for the breaker's current state, 0 for the others (one series per state).
+# TYPE rampart_circuitbreaker_state gauge
+rampart_circuitbreaker_state{rampart_name="api",rampart_state="closed"} 0
+rampart_circuitbreaker_state{rampart_name="api",rampart_state="disabled"} 0
+rampart_circuitbreaker_state{rampart_name="api",rampart_state="forced-open"} 0
+rampart_circuitbreaker_state{rampart_name="api",rampart_state="half-open"} 0
+rampart_circuitbreaker_state{rampart_name="api",rampart_state="metrics-only"} 0
+rampart_circuitbreaker_state{rampart_name="api",rampart_state="open"} 1
+# HELP rampart_circuitbreaker_window_failure_rate_ratio Share of the window's results that failed.
+# TYPE rampart_circuitbreaker_window_failure_rate_ratio gauge
+rampart_circuitbreaker_window_failure_rate_ratio{rampart_name="api"} 0
+# HELP rampart_hedge_delay_seconds The current hedging delay (-1 s: no hedging yet).
+# TYPE rampart_hedge_delay_seconds gauge
+rampart_hedge_delay_seconds{rampart_name="read"} 0.25
+# HELP rampart_ratelimit_admitted_total Calls admitted (counted only with Config.CountStats).
+# TYPE rampart_ratelimit_admitted_total counter
+rampart_ratelimit_admitted_total{rampart_name="ingest"} 4
+rampart_ratelimit_admitted_total{rampart_name="login"} 2
+rampart_ratelimit_admitted_total{rampart_name="tenant"} 2
+# HELP rampart_ratelimit_rate_per_second Admissions per second allowed.
+# TYPE rampart_ratelimit_rate_per_second gauge
+rampart_ratelimit_rate_per_second{rampart_name="ingest"} 4
+rampart_ratelimit_rate_per_second{rampart_name="login"} 1
+`
+	err := testutil.CollectAndCompare(c, strings.NewReader(text),
+		"rampart_bulkhead_in_flight", "rampart_bulkhead_wait_time_seconds_total", "rampart_circuitbreaker_rejected_total",
+		"rampart_circuitbreaker_remaining_open_seconds", "rampart_circuitbreaker_state", "rampart_circuitbreaker_window_failure_rate_ratio",
+		"rampart_hedge_delay_seconds", "rampart_ratelimit_admitted_total", "rampart_ratelimit_rate_per_second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestScrapeOverHTTP: a real scrape of promhttp's handler, parsed with
+// expfmt, carries every series of the scheme with its value.
+func TestScrapeOverHTTP(t *testing.T) {
+	f := newFixture(t)
+	_, reg := newRegistered(t, f)
+	f.drive(t)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("scrape: %s: %s", resp.Status, b)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compare(t, series(t, mfs), expected(f))
+}
+
+// fakeSource is a Source over a list, in a fixed order.
+type fakeSource struct {
+	names []string
+	insts []any
+}
+
+func (s *fakeSource) Range(f func(string, any) bool) {
+	for i := range s.names {
+		if !f(s.names[i], s.insts[i]) {
+			return
+		}
+	}
+}
+
+// TestSourceDuplicatesNeverFailAScrape: a Source holding a name twice
+// (which a pedantic registry would refuse as a duplicate series) is
+// scraped with the first instance, the others counted as skipped.
+func TestSourceDuplicatesNeverFailAScrape(t *testing.T) {
+	f := newFixture(t)
+	c := NewCollector(Config{})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	f.drive(t)
+	c.AddSource(&fakeSource{names: []string{"api", "api", "x", "p"}, insts: []any{f.breaker, f.breaker, 42, newPipeline()}})
+	got := series(t, gather(t, reg))
+	for k, v := range map[string]float64{
+		"rampart.circuitbreaker.rejected|api":      1,
+		"rampart.skipped_instances|duplicate_name": 1,
+		"rampart.skipped_instances|unknown_type":   1,
+		"rampart.skipped_instances|no_stats":       1,
+	} {
+		if got[k].value != v {
+			t.Errorf("%s = %v, want %v", k, got[k].value, v)
+		}
+	}
+}
+
+// TestAddRefusesWhatItCannotCollect: Add refuses unknown types, pipelines
+// and a name taken in the same family.
+func TestAddRefusesWhatItCannotCollect(t *testing.T) {
+	f := newFixture(t)
+	c := NewCollector(Config{})
+	if err := c.Add("x", f.breaker); err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range []any{struct{}{}, newPipeline()} {
+		if err := c.Add("y", inst); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("Add(%T) = %v, want ErrUnsupported", inst, err)
+		}
+	}
+	if err := c.Add("x", f.breaker); !errors.Is(err, ErrDuplicateName) {
+		t.Errorf("second Add: %v, want ErrDuplicateName", err)
+	}
+}
+
+func newPipeline() *pipeline.Pipeline {
+	return must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{}))}))
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rampartprom
+
+const raceEnabled = false

@@ -1,0 +1,351 @@
+package rampartprom
+
+// This file is the metric scheme, shared word for word by rampartotel and
+// rampartprom (each module holds a copy; the test TestMetricTableMatchesDocs
+// in each checks its copy against the table in docs/observability.md, so the
+// two cannot drift apart or away from the docs).
+
+import (
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/adaptive"
+	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/chaos"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/hedge"
+	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/timeout"
+)
+
+// metricKind is how a metric accumulates.
+type metricKind uint8
+
+const (
+	gauge   metricKind = iota // a value now
+	counter                   // a monotonic count since the instance was created
+)
+
+func (k metricKind) String() string {
+	if k == counter {
+		return "counter"
+	}
+	return "gauge"
+}
+
+// metricSpec is one metric of one instance type.
+type metricSpec struct {
+	name   string // the OpenTelemetry name, e.g. rampart.circuitbreaker.rejected
+	kind   metricKind
+	unit   string // UCUM, as OpenTelemetry writes it: "{call}", "s", "1"
+	field  string // the Stats field (or method) it reads
+	desc   string
+	states bool // one series per circuit breaker state (attribute rampart.state), 1 for the current one
+}
+
+// kindSpec is the metrics of one instance type and the function that reads
+// them all from one Stats snapshot into v (v[i] is metrics[i]'s value; for
+// a states metric, the State's number).
+type kindSpec struct {
+	typ     string // the Go type, e.g. *circuitbreaker.Breaker
+	family  string // kinds of one family share metric names, so a name is unique within a family
+	metrics []metricSpec
+	read    func(inst any, now int64, v []float64)
+}
+
+// Attribute (label) names.
+const (
+	attrName  = "rampart.name"  // the instance's name, as given to Add or by the Source
+	attrState = "rampart.state" // a circuit breaker state, on rampart.circuitbreaker.state
+)
+
+// attrReason is the attribute of rampart.skipped_instances.
+const attrReason = "rampart.reason"
+
+// Why an instance a Source holds is not collected: the values of
+// rampart.reason, indexed by skipReason.
+const (
+	skipUnknownType = iota // a type the adapter does not know
+	skipNoStats            // a known type without Stats (*pipeline.Pipeline)
+	skipDuplicate          // a name already collected for the same kind family
+	nSkipReasons
+)
+
+var skipReasons = [nSkipReasons]string{"unknown_type", "no_stats", "duplicate_name"}
+
+// skippedMetric counts the instances that Sources held at the last
+// collection and that were not collected.
+var skippedMetric = metricSpec{name: "rampart.skipped_instances", kind: gauge, unit: "{instance}", field: "-",
+	desc: "Instances the Sources held at the last collection that were skipped, by reason."}
+
+// breakerStates are the values of rampart.state, indexed by State.
+var breakerStates = [...]circuitbreaker.State{circuitbreaker.Closed, circuitbreaker.Open, circuitbreaker.HalfOpen,
+	circuitbreaker.Disabled, circuitbreaker.ForcedOpen, circuitbreaker.MetricsOnly}
+
+func secs(d int64) float64 { return float64(d) / 1e9 }
+
+var breakerSpec = kindSpec{typ: "*circuitbreaker.Breaker", family: "circuitbreaker", metrics: []metricSpec{
+	{"rampart.circuitbreaker.state", gauge, "1", "State", "1 for the breaker's current state, 0 for the others (one series per state).", true},
+	{"rampart.circuitbreaker.window.calls", gauge, "{call}", "WindowCalls", "Results in the current window.", false},
+	{"rampart.circuitbreaker.window.failures", gauge, "{call}", "WindowFailures", "Failures in the current window.", false},
+	{"rampart.circuitbreaker.window.slow_calls", gauge, "{call}", "WindowSlowCalls", "Slow calls in the current window.", false},
+	{"rampart.circuitbreaker.window.failure_rate", gauge, "1", "FailureRate/100", "Share of the window's results that failed.", false},
+	{"rampart.circuitbreaker.window.slow_call_rate", gauge, "1", "SlowCallRate/100", "Share of the window's results that were slow.", false},
+	{"rampart.circuitbreaker.consecutive_failures", gauge, "{call}", "ConsecutiveFailures", "Failures in a row now (Consecutive mode).", false},
+	{"rampart.circuitbreaker.half_open.admitted", gauge, "{call}", "HalfOpenAdmitted", "Probes admitted in the current half-open period.", false},
+	{"rampart.circuitbreaker.half_open.in_flight", gauge, "{call}", "HalfOpenInFlight", "Probes in flight now.", false},
+	{"rampart.circuitbreaker.half_open.succeeded", gauge, "{call}", "HalfOpenSucceeded", "Probes that succeeded in the current half-open period.", false},
+	{"rampart.circuitbreaker.half_open.failed", gauge, "{call}", "HalfOpenFailed", "Probes that failed in the current half-open period.", false},
+	{"rampart.circuitbreaker.half_open.slow_calls", gauge, "{call}", "HalfOpenSlowCalls", "Slow probes in the current half-open period.", false},
+	{"rampart.circuitbreaker.failures", counter, "{call}", "Failures", "Failures recorded.", false},
+	{"rampart.circuitbreaker.slow_calls", counter, "{call}", "SlowCalls", "Slow calls recorded.", false},
+	{"rampart.circuitbreaker.rejected", counter, "{call}", "Rejected", "Calls rejected (open, forced open, half-open full).", false},
+	{"rampart.circuitbreaker.stale_results", counter, "{call}", "StaleResults", "Results ignored because their permit was from an older generation.", false},
+	{"rampart.circuitbreaker.transitions", counter, "{transition}", "Transitions", "State transitions.", false},
+	{"rampart.circuitbreaker.trips", counter, "{transition}", "Trips", "Automatic transitions to open.", false},
+	{"rampart.circuitbreaker.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+	{"rampart.circuitbreaker.remaining_open", gauge, "s", "RemainingOpen", "Time left before an open breaker lets probes through.", false},
+}, read: func(inst any, _ int64, v []float64) {
+	s := inst.(*circuitbreaker.Breaker).Stats()
+	v[0], v[1], v[2], v[3] = float64(s.State), float64(s.WindowCalls), float64(s.WindowFailures), float64(s.WindowSlowCalls)
+	v[4], v[5], v[6] = s.FailureRate/100, s.SlowCallRate/100, float64(s.ConsecutiveFailures)
+	v[7], v[8], v[9], v[10], v[11] = float64(s.HalfOpenAdmitted), float64(s.HalfOpenInFlight), float64(s.HalfOpenSucceeded), float64(s.HalfOpenFailed), float64(s.HalfOpenSlowCalls)
+	v[12], v[13], v[14], v[15] = float64(s.Failures), float64(s.SlowCalls), float64(s.Rejected), float64(s.StaleResults)
+	v[16], v[17], v[18], v[19] = float64(s.Transitions), float64(s.Trips), float64(s.ListenerPanics), secs(int64(s.RemainingOpen))
+}}
+
+var rateMetrics = []metricSpec{
+	{"rampart.ratelimit.admitted", counter, "{call}", "Admitted", "Calls admitted (counted only with Config.CountStats).", false},
+	{"rampart.ratelimit.rejected", counter, "{call}", "Rejected", "Calls rejected (counted only with Config.CountStats).", false},
+	{"rampart.ratelimit.waited", counter, "{call}", "Waited", "Wait calls that had to sleep.", false},
+	{"rampart.ratelimit.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+	{"rampart.ratelimit.rate", gauge, "{call}/s", "Rate", "Admissions per second allowed.", false},
+	{"rampart.ratelimit.burst", gauge, "{call}", "Burst", "The bucket size.", false},
+}
+
+func readRate(s ratelimit.Stats, v []float64) {
+	v[0], v[1], v[2], v[3], v[4], v[5] = float64(s.Admitted), float64(s.Rejected), float64(s.Waited), float64(s.ListenerPanics), s.Rate, float64(s.Burst)
+}
+
+var limiterSpec = kindSpec{typ: "*ratelimit.Limiter", family: "ratelimit", metrics: rateMetrics, read: func(inst any, _ int64, v []float64) {
+	readRate(inst.(*ratelimit.Limiter).Stats(), v)
+}}
+
+var shardedSpec = kindSpec{typ: "*ratelimit.Sharded", family: "ratelimit", metrics: rateMetrics, read: func(inst any, _ int64, v []float64) {
+	readRate(inst.(*ratelimit.Sharded).Stats(), v)
+}}
+
+var keyedSpec = kindSpec{typ: "*ratelimit.Keyed", family: "ratelimit", metrics: []metricSpec{
+	{"rampart.ratelimit.admitted", counter, "{call}", "Admitted", "Calls admitted (counted only with Config.CountStats).", false},
+	{"rampart.ratelimit.rejected", counter, "{call}", "Rejected", "Calls rejected (counted only with Config.CountStats).", false},
+	{"rampart.ratelimit.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+	{"rampart.ratelimit.keys", gauge, "{key}", "Keys", "Keys held now.", false},
+	{"rampart.ratelimit.evicted", counter, "{key}", "Evicted", "Idle keys evicted.", false},
+}, read: func(inst any, _ int64, v []float64) {
+	s := inst.(*ratelimit.Keyed).Stats()
+	v[0], v[1], v[2], v[3], v[4] = float64(s.Admitted), float64(s.Rejected), float64(s.ListenerPanics), float64(s.Keys), float64(s.Evicted)
+}}
+
+var bulkheadSpec = kindSpec{typ: "*bulkhead.Bulkhead", family: "bulkhead", metrics: []metricSpec{
+	{"rampart.bulkhead.max", gauge, "{call}", "Max", "The current limit of calls in flight.", false},
+	{"rampart.bulkhead.in_flight", gauge, "{call}", "InFlight", "Permits held now.", false},
+	{"rampart.bulkhead.peak_in_flight", gauge, "{call}", "PeakInFlight", "The most permits ever held at once.", false},
+	{"rampart.bulkhead.waiting", gauge, "{call}", "Waiting", "Calls queued now.", false},
+	{"rampart.bulkhead.rejected", counter, "{call}", "Rejected", "Calls refused a permit, for any reason (timed out and canceled included).", false},
+	{"rampart.bulkhead.timed_out", counter, "{call}", "TimedOut", "Waiting calls whose MaxWait expired.", false},
+	{"rampart.bulkhead.canceled", counter, "{call}", "Canceled", "Waiting calls whose context ended first.", false},
+	{"rampart.bulkhead.overshoots", counter, "{call}", "Overshoots", "Adds that lost the race for the last permit and were undone.", false},
+	{"rampart.bulkhead.waited", counter, "{call}", "Waited", "Calls admitted after queueing.", false},
+	{"rampart.bulkhead.wait_time", counter, "s", "WaitTime", "Time spent queueing, admitted or not.", false},
+	{"rampart.bulkhead.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+}, read: func(inst any, _ int64, v []float64) {
+	s := inst.(*bulkhead.Bulkhead).Stats()
+	v[0], v[1], v[2], v[3] = float64(s.Max), float64(s.InFlight), float64(s.PeakInFlight), float64(s.Waiting)
+	v[4], v[5], v[6], v[7] = float64(s.Rejected), float64(s.TimedOut), float64(s.Canceled), float64(s.Overshoots)
+	v[8], v[9], v[10] = float64(s.Waited), secs(int64(s.WaitTime)), float64(s.ListenerPanics)
+}}
+
+var adaptiveSpec = kindSpec{typ: "*adaptive.Limiter", family: "adaptive", metrics: []metricSpec{
+	{"rampart.adaptive.limit", gauge, "{call}", "Limit", "The published concurrency limit.", false},
+	{"rampart.adaptive.in_flight", gauge, "{call}", "InFlight", "Calls admitted and not yet released.", false},
+	{"rampart.adaptive.peak_in_flight", gauge, "{call}", "PeakInFlight", "The most calls in flight seen at an admission.", false},
+	{"rampart.adaptive.queued", gauge, "{call}", "Queued", "Calls waiting in the queue now.", false},
+	{"rampart.adaptive.stride", gauge, "{call}", "Stride", "RTT sampling stride: about one call in Stride is timed.", false},
+	{"rampart.adaptive.rejected", counter, "{call}", "Rejected", "Calls refused (shed from the queue included).", false},
+	{"rampart.adaptive.shed", counter, "{call}", "Shed", "Waiting calls shed by CoDel or a full queue.", false},
+	{"rampart.adaptive.samples", counter, "{sample}", "Samples", "RTT samples counted in closed windows.", false},
+	{"rampart.adaptive.drops", counter, "{call}", "Drops", "Failure releases counted in closed windows.", false},
+	{"rampart.adaptive.windows", counter, "{window}", "Windows", "Windows closed (limit recomputations).", false},
+	{"rampart.adaptive.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+}, read: func(inst any, _ int64, v []float64) {
+	s := inst.(*adaptive.Limiter).Stats()
+	v[0], v[1], v[2], v[3], v[4] = float64(s.Limit), float64(s.InFlight), float64(s.PeakInFlight), float64(s.Queued), float64(s.Stride)
+	v[5], v[6], v[7], v[8], v[9], v[10] = float64(s.Rejected), float64(s.Shed), float64(s.Samples), float64(s.Drops), float64(s.Windows), float64(s.ListenerPanics)
+}}
+
+var throttlerSpec = kindSpec{typ: "*adaptive.Throttler", family: "adaptive.throttler", metrics: []metricSpec{
+	{"rampart.adaptive.throttler.window.requests", gauge, "{request}", "Requests", "Requests counted in the window.", false},
+	{"rampart.adaptive.throttler.window.accepted", gauge, "{request}", "Accepted", "Accepts counted in the window.", false},
+	{"rampart.adaptive.throttler.rejection_probability", gauge, "1", "Probability", "The current probability of a local rejection.", false},
+	{"rampart.adaptive.throttler.rejected", counter, "{request}", "Rejected", "Local rejections.", false},
+}, read: func(inst any, _ int64, v []float64) {
+	s := inst.(*adaptive.Throttler).Stats()
+	v[0], v[1], v[2], v[3] = float64(s.Requests), float64(s.Accepted), s.Probability, float64(s.Rejected)
+}}
+
+var retrySpec = kindSpec{typ: "*retry.Policy", family: "retry", metrics: []metricSpec{
+	{"rampart.retry.retries", counter, "{retry}", "Retries", "Retries granted.", false},
+	{"rampart.retry.give_ups", counter, "{call}", "GiveUps", "Calls that gave up (give-up errors built).", false},
+	{"rampart.retry.budget_refused", counter, "{retry}", "BudgetRefused", "Retries the budget refused.", false},
+	{"rampart.retry.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+}, read: func(inst any, _ int64, v []float64) {
+	s := inst.(*retry.Policy).Stats()
+	v[0], v[1], v[2], v[3] = float64(s.Retries), float64(s.GiveUps), float64(s.BudgetRefused), float64(s.ListenerPanics)
+}}
+
+var tokenBucketSpec = kindSpec{typ: "*retry.TokenBucket", family: "retry.budget", metrics: []metricSpec{
+	{"rampart.retry.budget.tokens", gauge, "{token}", "Tokens()", "Tokens in the gRPC A6 bucket; retries are allowed above half of MaxTokens.", false},
+}, read: func(inst any, _ int64, v []float64) {
+	v[0] = inst.(*retry.TokenBucket).Tokens()
+}}
+
+var ratioBudgetSpec = kindSpec{typ: "*retry.RatioBudget", family: "retry.budget", metrics: []metricSpec{
+	{"rampart.retry.budget.window.requests", gauge, "{request}", "Counts(now) requests", "Requests counted in the budget's window.", false},
+	{"rampart.retry.budget.window.retries", gauge, "{retry}", "Counts(now) retries", "Retries granted in the budget's window.", false},
+}, read: func(inst any, now int64, v []float64) {
+	req, ret := inst.(*retry.RatioBudget).Counts(now)
+	v[0], v[1] = float64(req), float64(ret)
+}}
+
+var timeoutSpec = kindSpec{typ: "*timeout.Timeout", family: "timeout", metrics: []metricSpec{
+	{"rampart.timeout.timeouts", counter, "{call}", "Timeouts", "Calls classified as timed out.", false},
+	{"rampart.timeout.abandoned", counter, "{call}", "AbandonedTotal", "Functions ever abandoned (DoAbandon, CallAbandon).", false},
+	{"rampart.timeout.abandoned_running", gauge, "{call}", "Abandoned", "Abandoned functions still running.", false},
+	{"rampart.timeout.rejected", counter, "{call}", "Rejected", "Calls rejected because MaxAbandoned was reached.", false},
+	{"rampart.timeout.fallbacks", counter, "{call}", "Fallbacks", "Calls timed by a runtime timer instead of the watchdog.", false},
+	{"rampart.timeout.workers", gauge, "{goroutine}", "Workers", "DoAbandon worker goroutines alive now.", false},
+	{"rampart.timeout.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+}, read: func(inst any, _ int64, v []float64) {
+	s := inst.(*timeout.Timeout).Stats()
+	v[0], v[1], v[2], v[3] = float64(s.Timeouts), float64(s.AbandonedTotal), float64(s.Abandoned), float64(s.Rejected)
+	v[4], v[5], v[6] = float64(s.Fallbacks), float64(s.Workers), float64(s.ListenerPanics)
+}}
+
+var hedgeSpec = kindSpec{typ: "*hedge.Hedger", family: "hedge", metrics: []metricSpec{
+	{"rampart.hedge.hedges", counter, "{attempt}", "Hedges", "Hedge attempts that ran.", false},
+	{"rampart.hedge.hedges_won", counter, "{attempt}", "HedgesWon", "Races won by a hedge.", false},
+	{"rampart.hedge.budget_refused", counter, "{attempt}", "BudgetRefused", "Hedges the budget refused.", false},
+	{"rampart.hedge.trigger_full", counter, "{call}", "TriggerFull", "Calls that ran unhedged because the watchdog refused the trigger.", false},
+	{"rampart.hedge.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+	{"rampart.hedge.delay", gauge, "s", "Delay", "The current hedging delay (-1 s: no hedging yet).", false},
+	{"rampart.hedge.samples", gauge, "{sample}", "Samples", "Latencies in the histogram at the last refresh.", false},
+}, read: func(inst any, _ int64, v []float64) {
+	s := inst.(*hedge.Hedger).Stats()
+	v[0], v[1], v[2], v[3], v[4] = float64(s.Hedges), float64(s.HedgesWon), float64(s.BudgetRefused), float64(s.TriggerFull), float64(s.ListenerPanics)
+	v[5], v[6] = secs(int64(s.Delay)), float64(s.Samples)
+	if s.Delay < 0 {
+		v[5] = -1
+	}
+}}
+
+var chaosSpec = kindSpec{typ: "*chaos.Injector", family: "chaos", metrics: []metricSpec{
+	{"rampart.chaos.calls", counter, "{call}", "Calls", "Calls seen while enabled.", false},
+	{"rampart.chaos.delayed", counter, "{call}", "Delayed", "Calls that got an injected latency.", false},
+	{"rampart.chaos.delay_time", counter, "s", "DelayTime", "Latency injected, in all.", false},
+	{"rampart.chaos.interrupted", counter, "{call}", "Interrupted", "Delayed calls whose context ended during the latency.", false},
+	{"rampart.chaos.panicked", counter, "{call}", "Panicked", "Calls made to panic.", false},
+	{"rampart.chaos.errored", counter, "{call}", "Errored", "Calls made to return the injected error.", false},
+	{"rampart.chaos.substituted", counter, "{call}", "Substituted", "Calls whose result was substituted.", false},
+	{"rampart.chaos.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+}, read: func(inst any, _ int64, v []float64) {
+	s := inst.(*chaos.Injector).Stats()
+	v[0], v[1], v[2], v[3] = float64(s.Calls), float64(s.Delayed), secs(int64(s.DelayTime)), float64(s.Interrupted)
+	v[4], v[5], v[6], v[7] = float64(s.Panicked), float64(s.Errored), float64(s.Substituted), float64(s.ListenerPanics)
+}}
+
+// kinds lists every kind, in the order of the docs' table.
+var kinds = []*kindSpec{&breakerSpec, &limiterSpec, &shardedSpec, &keyedSpec, &bulkheadSpec, &adaptiveSpec,
+	&throttlerSpec, &retrySpec, &tokenBucketSpec, &ratioBudgetSpec, &timeoutSpec, &hedgeSpec, &chaosSpec}
+
+// maxMetrics is the most metrics of one kind (the size of a read buffer).
+const maxMetrics = 20
+
+// specOf returns inst's kind, nil for a type the adapter does not know.
+// A *pipeline.Pipeline is known but has no stats of its own: noStats.
+func specOf(inst any) (k *kindSpec, noStats bool) {
+	switch inst.(type) {
+	case *circuitbreaker.Breaker:
+		return &breakerSpec, false
+	case *ratelimit.Limiter:
+		return &limiterSpec, false
+	case *ratelimit.Sharded:
+		return &shardedSpec, false
+	case *ratelimit.Keyed:
+		return &keyedSpec, false
+	case *bulkhead.Bulkhead:
+		return &bulkheadSpec, false
+	case *adaptive.Limiter:
+		return &adaptiveSpec, false
+	case *adaptive.Throttler:
+		return &throttlerSpec, false
+	case *retry.Policy:
+		return &retrySpec, false
+	case *retry.TokenBucket:
+		return &tokenBucketSpec, false
+	case *retry.RatioBudget:
+		return &ratioBudgetSpec, false
+	case *timeout.Timeout:
+		return &timeoutSpec, false
+	case *hedge.Hedger:
+		return &hedgeSpec, false
+	case *chaos.Injector:
+		return &chaosSpec, false
+	case *pipeline.Pipeline:
+		return nil, true
+	}
+	return nil, false
+}
+
+// isNil reports whether inst is a nil pointer of a known type (a typed nil
+// in an interface), which Add refuses.
+func isNil(inst any) bool {
+	switch p := inst.(type) {
+	case *circuitbreaker.Breaker:
+		return p == nil
+	case *ratelimit.Limiter:
+		return p == nil
+	case *ratelimit.Sharded:
+		return p == nil
+	case *ratelimit.Keyed:
+		return p == nil
+	case *bulkhead.Bulkhead:
+		return p == nil
+	case *adaptive.Limiter:
+		return p == nil
+	case *adaptive.Throttler:
+		return p == nil
+	case *retry.Policy:
+		return p == nil
+	case *retry.TokenBucket:
+		return p == nil
+	case *retry.RatioBudget:
+		return p == nil
+	case *timeout.Timeout:
+		return p == nil
+	case *hedge.Hedger:
+		return p == nil
+	case *chaos.Injector:
+		return p == nil
+	case *pipeline.Pipeline:
+		return p == nil
+	}
+	return inst == nil
+}
+
+// tickerOrDefault returns tk, or rampart.DefaultTicker when tk is nil.
+func tickerOrDefault(tk rampart.Ticker) rampart.Ticker {
+	if tk == nil {
+		return rampart.DefaultTicker()
+	}
+	return tk
+}
