@@ -6,7 +6,9 @@
 // build a [Pipeline] with [New]; run each call through [Pipeline.Do] (or the
 // typed [Call]), or [Pipeline.Try] ([TryCall]) for an [Outcome] that says
 // which policy rejected and when to come back. [Pipeline.DoHedged] and its
-// kin also hedge the call, for an idempotent fn.
+// kin also hedge the call, for an idempotent fn. A [Fallback] (or, for
+// calls that return only an error, a [DoFallback]) wraps a pipeline with
+// a fallback stage that answers the calls it does not admit or that fail.
 //
 // # Order
 //
@@ -14,7 +16,9 @@
 // one nil check. An attempt goes through the present policies in this order,
 // which is fixed:
 //
-//	retry (and its budget)   outermost: a loop around everything below
+//	fallback                 outermost, for a call through a Fallback: it
+//	                         answers how the call ended, after everything below
+//	retry (and its budget)   a loop around everything below
 //	circuit breaker          AcquireAt(now) before, ReleaseAt(permit, now, result) after
 //	rate limiter             AdmitN(now, 1): admitted or a wait hint
 //	bulkhead, adaptive limit a concurrency permit held until the call ends
@@ -23,6 +27,23 @@
 //	the call                 fn(ctx)
 //
 // Why this order:
+//
+//   - The fallback is outermost because it must see every ending that the
+//     policies decide: a rejection by any of them (the retry's budget
+//     included), the timeout's verdict on the last attempt, and the retry's
+//     give-up once it has no attempt left. Inside the retry it would answer
+//     the first failed attempt and there would be nothing left to retry;
+//     inside the breaker or the adaptive limit its answer would be recorded
+//     as a success of the dependency, which keeps a breaker closed on a
+//     dead dependency and feeds the limit a latency that is not the
+//     dependency's. Outermost, every policy records the real outcome (its
+//     Stats count a rejected call as rejected although the fallback
+//     answered), and the fallback runs after every permit is released, so
+//     a slow, panicking or runtime.Goexit-calling fallback holds nothing
+//     and leaks nothing (the panic goes on unchanged). The same placement
+//     is resilience4j's Decorators.withFallback, failsafe-go's Fallback as
+//     the first policy of failsafe.With, and Polly's fallback strategy
+//     added first to a pipeline.
 //
 //   - Retry is outermost so that every retry is admitted again by every other
 //     policy: retries cannot bypass an open breaker, a rate limit or a full
@@ -124,6 +145,26 @@
 // instead: a [Code], which [Kind] of policy rejected, and a retry-after hint
 // (the rate limiter's wait, the breaker's remaining open time), for callers
 // that treat rejection as normal flow (an HTTP server answering 429 or 503).
+//
+// # Fallback
+//
+// [NewFallback] builds a [Fallback] around a pipeline from a
+// [FallbackConfig]: [FallbackConfig.When] selects the endings it answers
+// ([Endings]; by default [DefaultEndings]: a rejection by any policy, a
+// timeout, the retry giving up; fn's own errors only where
+// [FallbackConfig.Failed] accepts them, never a cancellation unless When
+// names [Cancellations]: a canceled caller wants no answer; never a panic),
+// and the answer is a Value, a Func of the [Outcome], or the last good
+// value ([FallbackConfig.Stale]) while it is no older than MaxAge on the
+// pipeline's ticker. [Fallback.Call] and [Fallback.Try] keep fn's result
+// type (no interface boxing); a success through them costs what [Call]
+// costs, with no allocation (a Stale fallback stores the value: one clock
+// read, one allocation and one atomic store per success at a new
+// reading). When the fallback answers, the Outcome's FellBack is set, Code,
+// Policy and RetryAfter still say how the call ended (so a server counts
+// the rejection it answered), Cause is the error it ended with and Err the
+// fallback's. [DoFallback] is the same for fn returning only an error:
+// its Func returns the call's error, nil to answer it.
 //
 // # Release exactly once
 //

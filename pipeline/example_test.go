@@ -59,3 +59,55 @@ func ExamplePipeline_Try() {
 	// ok none 0s false
 	// rejected ratelimit 500ms true
 }
+
+// ExampleFallback answers while the breaker is open with the last good
+// value, no older than a minute on the pipeline's clock; the breaker still
+// counts the rejection, and the Outcome says why the fallback answered.
+func ExampleFallback() {
+	tick := rampart.NewManualTicker(0)
+	cb, _ := circuitbreaker.New(circuitbreaker.Config{Name: "prices", Ticker: tick})
+	p, _ := pipeline.New(pipeline.Config{Breaker: cb})
+	prices, _ := pipeline.NewFallback(pipeline.FallbackConfig[string]{
+		Pipeline: p,
+		When:     pipeline.RejectionsBy(pipeline.Breaker),
+		Stale:    true,
+		MaxAge:   time.Minute,
+	})
+	fetch := func(context.Context) (string, error) { return "EUR 1.17", nil }
+
+	v, o := prices.Try(context.Background(), fetch)
+	fmt.Println(v, o.Code, o.FellBack)
+
+	cb.TransitionTo(circuitbreaker.ForcedOpen)
+	tick.Advance(30 * time.Second)
+	v, o = prices.Try(context.Background(), fetch)
+	fmt.Println(v, o.Code, o.Policy, o.FellBack, o.Stale, errors.Is(o.Cause, circuitbreaker.ErrOpen))
+
+	tick.Advance(time.Minute) // too old now
+	_, err := prices.Call(context.Background(), fetch)
+	fmt.Println(err != nil, cb.Stats().Rejected)
+	// Output:
+	// EUR 1.17 ok false
+	// EUR 1.17 rejected circuitbreaker true true true
+	// true 2
+}
+
+// ExampleDoFallback answers a shed call to a best-effort dependency with
+// nil: the caller goes on, and the rejection is still counted.
+func ExampleDoFallback() {
+	bh, _ := bulkhead.New(bulkhead.Config{Max: 1})
+	p, _ := pipeline.New(pipeline.Config{Bulkhead: bh})
+	audit, _ := pipeline.NewDoFallback(pipeline.DoFallbackConfig{
+		Pipeline: p,
+		Func: func(_ context.Context, o pipeline.Outcome) error {
+			fmt.Println("audit record dropped:", o.Policy)
+			return nil
+		},
+	})
+	_ = bh.Acquire() // another call holds the only permit
+	fmt.Println(audit.Do(context.Background(), func(context.Context) error { return nil }))
+	bh.Release()
+	// Output:
+	// audit record dropped: bulkhead
+	// <nil>
+}
