@@ -1,7 +1,6 @@
 package rampartprom
 
 import (
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rampart-go/rampart"
@@ -37,29 +36,6 @@ var (
 	labelState  = promLabel(attrState)
 	labelReason = promLabel(attrReason)
 )
-
-func promLabel(attr string) string { return strings.ReplaceAll(attr, ".", "_") }
-
-// promName derives a metric's Prometheus name from its OpenTelemetry name,
-// unit and kind, as OpenTelemetry's Prometheus compatibility rules do: dots
-// become underscores, unit "s" appends _seconds, a unit per second ("/s")
-// appends _per_second, unit "1" appends _ratio (except for the breaker's
-// state series, a state set), and a counter appends _total.
-func promName(ms metricSpec) string {
-	n := strings.ReplaceAll(ms.name, ".", "_")
-	switch {
-	case ms.unit == "s":
-		n += "_seconds"
-	case strings.HasSuffix(ms.unit, "/s"):
-		n += "_per_second"
-	case ms.unit == "1" && !ms.states:
-		n += "_ratio"
-	}
-	if ms.kind == counter {
-		n += "_total"
-	}
-	return n
-}
 
 // NewCollector returns a collector of no instance yet.
 func NewCollector(cfg Config) *Collector {

@@ -6,6 +6,8 @@ package rampartprom
 // two cannot drift apart or away from the docs).
 
 import (
+	"strings"
+
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
@@ -348,4 +350,28 @@ func tickerOrDefault(tk rampart.Ticker) rampart.Ticker {
 		return rampart.DefaultTicker()
 	}
 	return tk
+}
+
+// promLabel is an attribute's Prometheus label name: dots as underscores.
+func promLabel(attr string) string { return strings.ReplaceAll(attr, ".", "_") }
+
+// promName derives a metric's Prometheus name from its OpenTelemetry name,
+// unit and kind, as OpenTelemetry's Prometheus compatibility rules do: dots
+// become underscores, unit "s" appends _seconds, a unit per second ("/s")
+// appends _per_second, unit "1" appends _ratio (except for the breaker's
+// state series, a state set), and a counter appends _total.
+func promName(ms metricSpec) string {
+	n := strings.ReplaceAll(ms.name, ".", "_")
+	switch {
+	case ms.unit == "s":
+		n += "_seconds"
+	case strings.HasSuffix(ms.unit, "/s"):
+		n += "_per_second"
+	case ms.unit == "1" && !ms.states:
+		n += "_ratio"
+	}
+	if ms.kind == counter {
+		n += "_total"
+	}
+	return n
 }
