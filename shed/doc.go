@@ -1,0 +1,107 @@
+// Package shed sheds load while the process is overloaded, judged by the Go
+// runtime's own signals: the server-side load shedder, which needs no
+// limit to be configured.
+//
+// Build a [Shedder] with [New] and wrap each request's work in
+// [Shedder.Do] (or [Shedder.DoPriority], the typed [Call]);
+// [Shedder.Acquire] and then exactly one [Shedder.Release] bracket a call
+// by hand. While the process is not overloaded every call is admitted, at
+// the cost of one atomic add; while it is, the calls in flight are capped
+// at what the process has shown it can complete, and the rest are rejected
+// at once with a preallocated error matching [ErrOverloaded] and
+// rampart.ErrRejected. The algorithm is Kratos's BBR limiter (aegis's
+// ratelimit/bbr, after the BBR congestion control of Cardwell et al.,
+// 2016) and go-zero's adaptive shedder (core/load), with the CPU trigger
+// replaced by the runtime's signals; Sentinel's system-adaptive rules
+// (sentinel-golang's system rules) combine the same two ideas.
+//
+// # Signals
+//
+// Every SampleInterval (default 100 ms) the first call at or after the due
+// time wins a CAS on the due time and samples: there is no background
+// goroutine. The sample reads the [Source] (default: a [RuntimeSource],
+// runtime/metrics with preallocated samples) and the shedder's own
+// counters:
+//
+//	signal          what                                          engages at (default)         Config field
+//	--------------  --------------------------------------------  ---------------------------  ---------------------
+//	SchedLatency    p99 of /sched/latencies:seconds, the change    ≥ 10 ms                      SchedLatencyThreshold
+//	                between two samples (not the cumulative one)
+//	CPU             Δ(total − idle) / Δtotal of /cpu/classes:      ≥ 0.9 of GOMAXPROCS          CPUThreshold
+//	                busy CPU against GOMAXPROCS × elapsed
+//	Runnable        /sched/goroutines/runnable:goroutines per P    ≥ 4 per P                    RunnableThreshold
+//	InFlight        the shedder's calls in flight                  off (0)                      InFlightThreshold
+//	Latency         mean latency of the calls completed since      off (0)                      LatencyThreshold
+//	                the previous sample
+//
+// The shedder engages when any signal reaches its threshold and calls
+// Config.OnOverload(true). It releases (OnOverload(false)) when every known
+// signal is below threshold·(1 − Hysteresis) (Hysteresis default 0.2) and
+// no call was rejected for CoolOff (default 1 s, go-zero's cool-off): it
+// stays engaged while it sheds, since shedding is what holds the signals
+// down, and a signal that hovers at its threshold engages it once instead of
+// flapping. A signal the Source reports as unknown (negative) counts for
+// neither. The runtime's CPU classes are updated only at the end of a GC
+// cycle, so CPU is unknown between GCs, and it counts a P as busy while the
+// OS has descheduled its thread: where the process shares its CPUs
+// (containers with a quota, sandboxes) put CPU in Config.Ignore, or give a
+// Source that reports the container's figure (wrap a RuntimeSource: see
+// [Source]); SchedLatency sees that contention either way.
+//
+// # The cap
+//
+// Each sample also closes a bucket of the sliding window (Window, default
+// 1 s: ten buckets): the calls that completed as a Success since the
+// previous sample and the sum of their latencies. From the buckets of the
+// window,
+//
+//	maxPass = max over buckets of completions / bucket length   (calls/s)
+//	minRT   = min over buckets of Σlatency / completions         (s)
+//	cap     = max(1, round(maxPass × minRT))
+//
+// the bandwidth-delay product: by Little's law the calls in flight that the
+// best throughput seen needs at the best latency seen, and nothing that
+// could only queue. While engaged a call is admitted while the calls in
+// flight, itself included, are at most the cap; before any call has
+// completed the cap is unlimited. Failure and Ignored releases only free
+// their slot: they say nothing of the capacity.
+//
+// # Priorities
+//
+// With Config.Priorities > 1, [Shedder.AcquirePriorityAt] and
+// [Shedder.DoPriority] take a priority, 0 the most important. While engaged,
+// priority p is admitted while the calls in flight are at most
+// max(1, cap − p·⌈cap·PriorityReserve⌉) (default reserve 0.1 per level):
+// trunk reservation, as in telephone networks, so the least important
+// level is shed first and the most important keeps the whole cap. It needs
+// no per-level counter on the hot path (one multiply on the rejection
+// check, only while engaged). A level alone uses its share of the cap,
+// not the whole of it: that is the price of keeping the rest for the levels
+// above.
+//
+// # For composition
+//
+// A pipeline or an adapter that shares one clock reading and one
+// classification between policies uses [Shedder.AcquireAt],
+// [Shedder.AcquirePriorityAt], [Shedder.ReleaseAt], [Shedder.Classify],
+// [Shedder.RejectedError] and [Shedder.Ticker]. Applications call Do,
+// DoPriority, [Call] and the shorthands ([Shedder.Acquire],
+// [Shedder.Release]).
+//
+// # Costs
+//
+// Admission is one atomic add and two loads (the due time and the cap)
+// while not engaged; a Success release is three atomic adds on the same
+// cache line, any other release one. No lock, no allocation, no clock read
+// in the XAt forms; Acquire reads the clock once (the due sample and the
+// call's start) and Release once for a Success (its latency). The sample,
+// once per SampleInterval, reads runtime/metrics (a few microseconds) into
+// samples allocated at New.
+//
+// # Zero values and concurrency
+//
+// The zero [Config] is valid; [New] validates every field and returns a
+// *rampart.ConfigError for a bad one. The zero [Shedder] is not usable;
+// build with [New]. A Shedder is safe for concurrent use by any number of
+// goroutines; its Source is called by one goroutine at a time.
+package shed

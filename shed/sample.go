@@ -1,0 +1,131 @@
+package shed
+
+import (
+	"math"
+)
+
+// sampleAt takes the sample due at or before now, if this caller wins the
+// CAS on the due time: it closes the current bucket, recomputes the cap from
+// the window, reads the Source, and moves the overload state. Slow path:
+// once per SampleInterval, by one caller.
+func (s *Shedder) sampleAt(now int64) {
+	due := s.next.Load()
+	if now < due || due == lockedSample || !s.next.CompareAndSwap(due, lockedSample) {
+		return // not due, or another caller is sampling or has sampled
+	}
+	var notify int8 // +1: engaged, -1: released; the listener runs after the lock is given back
+	done := false
+	defer func() {
+		if !done {
+			// The Source panicked or called runtime.Goexit: keep the
+			// shedder alive, with the state it had, and count the panic
+			// (a Goexit goes on from here).
+			if r := recover(); r != nil {
+				s.panics.Add(1)
+			}
+			s.next.Store(s.dueAfter(now))
+		}
+	}()
+	s.closeBucket(now)
+	sig := &s.sig // the Shedder's: a local would escape to the heap through the interface call
+	*sig = Signals{SchedLatency: -1, CPU: -1, Runnable: -1}
+	s.src.Read(now, sig)
+	b := &s.ring[(s.head+len(s.ring)-1)%len(s.ring)] // the bucket just closed
+	hot, cold := s.judge(sig, b)
+	switch {
+	case !s.on && hot != 0:
+		s.on = true
+		s.overloads.Add(1)
+		notify = 1
+	case s.on && hot == 0 && cold && now-s.lastDrop.Load() >= s.coolOff:
+		s.on = false
+		notify = -1
+	}
+	s.publish()
+	s.trigger.Store(uint32(hot))
+	s.sigSched.Store(int64(sig.SchedLatency))
+	s.sigCPU.Store(math.Float64bits(sig.CPU))
+	s.sigRun.Store(math.Float64bits(sig.Runnable))
+	s.samples.Add(1)
+	done = true
+	s.next.Store(s.dueAfter(now)) // gives the sample lock back
+	if notify != 0 {
+		s.notifyOverload(notify > 0)
+	}
+}
+
+// closeBucket ends the current bucket at now, puts it in the ring, and
+// counts the admissions since the previous sample into s.admitted.
+func (s *Shedder) closeBucket(now int64) {
+	// The count before the latency, the reverse of ReleaseAt's adds: see
+	// there.
+	passes := s.passes.Swap(0)
+	rtSum := s.rtSum.Swap(0)
+	s.ring[s.head] = bucket{end: now, dur: max(now-s.last, 1), passes: passes, rtSum: rtSum}
+	s.head = (s.head + 1) % len(s.ring)
+	s.last = now
+	a := s.admitted.Load()
+	s.admitted.Store(admittedAt(a, s.slots.Load()))
+}
+
+// judge returns the signals at or above their thresholds (hot) and whether
+// every known signal is below its release level (cold), for the signals
+// read into sig and the bucket b just closed.
+func (s *Shedder) judge(sig *Signals, b *bucket) (hot Signal, cold bool) {
+	cold = true
+	check := func(k Signal, v, th float64) {
+		if s.ignore&k != 0 || v < 0 {
+			return // ignored, or unknown
+		}
+		if v >= th {
+			hot |= k
+		}
+		if v >= th*s.release {
+			cold = false
+		}
+	}
+	check(SchedLatency, float64(sig.SchedLatency), float64(s.schedTh))
+	check(CPU, sig.CPU, s.cpuTh)
+	check(Runnable, sig.Runnable, s.runTh)
+	check(InFlight, float64(inFlightOf(s.slots.Load())), float64(s.inflightTh))
+	lat := -1.0
+	if b.passes > 0 {
+		lat = float64(b.rtSum) / float64(b.passes)
+	}
+	check(Latency, lat, float64(s.latencyTh))
+	return hot, cold
+}
+
+// publish computes the cap from the window (maxPass × minRT, BBR's
+// bandwidth-delay product) and stores it, with the priority step, in capw
+// while the shedder is on; 0 while off.
+func (s *Shedder) publish() {
+	maxPass, minRT := 0.0, int64(math.MaxInt64)
+	from := s.last - s.window // buckets that ended within the window
+	for i := range s.ring {
+		b := &s.ring[i]
+		if b.passes == 0 || b.end <= from {
+			continue
+		}
+		maxPass = max(maxPass, float64(b.passes)*1e9/float64(b.dur))
+		minRT = min(minRT, b.rtSum/b.passes)
+	}
+	capf := float64(maxCap)
+	if maxPass > 0 {
+		// Rounded, as Kratos's BBR: truncating (go-zero) turns a cap
+		// measured at 1.98 into 1, and a ceiling turns 2.02 into 3.
+		capf = min(max(math.Floor(maxPass*float64(minRT)/1e9+0.5), 1), maxCap)
+		s.maxPass.Store(math.Float64bits(maxPass))
+		s.minRT.Store(minRT)
+	}
+	if !s.on {
+		s.capw.Store(0)
+		return
+	}
+	c := int64(capf)
+	step := int64(0)
+	if s.prios > 1 && c < maxCap {
+		step = int64(math.Ceil(capf * s.reserve))
+	}
+	s.capw.Store(step<<32 | c)
+}

@@ -1,0 +1,798 @@
+package shed
+
+import (
+	"context"
+	"errors"
+	"math"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/testkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const interval = 100 * time.Millisecond
+
+// fakeSource reports the signals a test sets. The atomic fields let the
+// stress test change them while callers sample.
+type fakeSource struct {
+	sched atomic.Int64  // Signals.SchedLatency
+	cpu   atomic.Uint64 // math.Float64bits of Signals.CPU
+	run   atomic.Uint64 // math.Float64bits of Signals.Runnable
+	reads atomic.Int64
+	panic atomic.Bool
+}
+
+func newFakeSource() *fakeSource {
+	f := &fakeSource{}
+	f.set(-1, -1, -1)
+	return f
+}
+
+func (f *fakeSource) set(sched time.Duration, cpu, run float64) {
+	f.sched.Store(int64(sched))
+	f.cpu.Store(math.Float64bits(cpu))
+	f.run.Store(math.Float64bits(run))
+}
+
+func (f *fakeSource) Read(_ int64, s *Signals) {
+	f.reads.Add(1)
+	if f.panic.Load() {
+		panic("source")
+	}
+	s.SchedLatency = time.Duration(f.sched.Load())
+	s.CPU = math.Float64frombits(f.cpu.Load())
+	s.Runnable = math.Float64frombits(f.run.Load())
+}
+
+// rig is a shedder on a manual clock with a fake source, and its listener's
+// calls.
+type rig struct {
+	t   *testing.T
+	s   *Shedder
+	tk  *rampart.ManualTicker
+	src *fakeSource
+	ons []bool
+}
+
+func newRig(t *testing.T, c Config) *rig {
+	t.Helper()
+	r := &rig{t: t, tk: rampart.NewManualTicker(0), src: newFakeSource()}
+	c.Ticker = r.tk
+	c.Source = r.src
+	c.OnOverload = func(on bool) { r.ons = append(r.ons, on) }
+	s, err := New(c)
+	require.NoError(t, err)
+	r.s = s
+	return r
+}
+
+// complete runs n calls that each take rt and succeed, all within the
+// current bucket (their releases carry now + rt; the clock does not move).
+func (r *rig) complete(n int, rt time.Duration) {
+	now := r.tk.Now()
+	for range n {
+		p, err := r.s.AcquireAt(now)
+		require.NoError(r.t, err)
+		r.s.ReleaseAt(p, now+int64(rt), rampart.Success)
+	}
+}
+
+// sample moves the clock one interval on and takes the sample with one call
+// (released as Ignored: it counts nowhere).
+func (r *rig) sample() {
+	r.tk.Advance(interval)
+	p, err := r.s.Acquire()
+	if err == nil {
+		r.s.Release(p, rampart.Ignored)
+	}
+}
+
+func TestZeroConfigIsValid(t *testing.T) {
+	s, err := New(Config{})
+	require.NoError(t, err)
+	require.NoError(t, s.Do(context.Background(), func(context.Context) error { return nil }))
+	st := s.Stats()
+	require.Equal(t, uint64(1), st.Admitted)
+	require.False(t, st.Overloaded)
+	require.Equal(t, 0, st.InFlight)
+}
+
+func TestConfigErrors(t *testing.T) {
+	var nilTicker *rampart.ManualTicker
+	var nilSource *RuntimeSource
+	for _, tc := range []struct {
+		field string
+		c     Config
+	}{
+		{"SampleInterval", Config{SampleInterval: -1}},
+		{"SampleInterval", Config{SampleInterval: time.Microsecond}},
+		{"Window", Config{Window: -1}},
+		{"Window", Config{SampleInterval: time.Second, Window: 500 * time.Millisecond}},
+		{"Window", Config{SampleInterval: time.Millisecond, Window: 2 * time.Second}},
+		{"CoolOff", Config{CoolOff: -time.Second}},
+		{"Hysteresis", Config{Hysteresis: -0.1}},
+		{"Hysteresis", Config{Hysteresis: 1}},
+		{"Hysteresis", Config{Hysteresis: math.NaN()}},
+		{"SchedLatencyThreshold", Config{SchedLatencyThreshold: -1}},
+		{"SchedLatencyThreshold", Config{SchedLatencyThreshold: time.Nanosecond}},
+		{"CPUThreshold", Config{CPUThreshold: 1.5}},
+		{"CPUThreshold", Config{CPUThreshold: -0.5}},
+		{"CPUThreshold", Config{CPUThreshold: math.NaN()}},
+		{"RunnableThreshold", Config{RunnableThreshold: -1}},
+		{"RunnableThreshold", Config{RunnableThreshold: math.Inf(1)}},
+		{"InFlightThreshold", Config{InFlightThreshold: -1}},
+		{"LatencyThreshold", Config{LatencyThreshold: -1}},
+		{"Ignore", Config{Ignore: 1 << 7}},
+		{"Priorities", Config{Priorities: -1}},
+		{"Priorities", Config{Priorities: 65}},
+		{"PriorityReserve", Config{PriorityReserve: -0.1}},
+		{"PriorityReserve", Config{PriorityReserve: 1}},
+		{"PriorityReserve", Config{Priorities: 5, PriorityReserve: 0.25}},
+		{"PriorityReserve", Config{Priorities: 12}}, // the default 0.1 times 11 levels
+		{"Ticker", Config{Ticker: nilTicker}},
+		{"Source", Config{Source: nilSource}},
+		{"Source", Config{Source: SourceFunc(nil)}},
+	} {
+		_, err := New(tc.c)
+		testkit.RequireConfigError(t, err, "shed", tc.field)
+	}
+	_, err := New(Config{Priorities: 11}) // 10 levels below the first × 0.1 reaches 1
+	testkit.RequireConfigError(t, err, "shed", "PriorityReserve")
+	_, err = New(Config{Priorities: 10})
+	require.NoError(t, err)
+}
+
+func TestNotEngagedAdmitsEveryCall(t *testing.T) {
+	r := newRig(t, Config{})
+	r.src.set(time.Millisecond, 0.5, 1)
+	r.complete(100, time.Millisecond)
+	r.sample()
+	now := r.tk.Now()
+	for range 1000 {
+		_, err := r.s.AcquireAt(now)
+		require.NoError(t, err)
+	}
+	st := r.s.Stats()
+	require.False(t, st.Overloaded)
+	require.Equal(t, 1000, st.InFlight)
+	require.Zero(t, st.Rejected)
+	require.Empty(t, r.ons)
+}
+
+func TestEngagesAtTheThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		c          Config
+		below, at  func(r *rig)
+		wantSignal Signal
+	}{
+		{"SchedLatency", Config{},
+			func(r *rig) { r.src.set(10*time.Millisecond-1, -1, -1) },
+			func(r *rig) { r.src.set(10*time.Millisecond, -1, -1) }, SchedLatency},
+		{"CPU", Config{},
+			func(r *rig) { r.src.set(-1, 0.89, -1) },
+			func(r *rig) { r.src.set(-1, 0.9, -1) }, CPU},
+		{"Runnable", Config{RunnableThreshold: 2},
+			func(r *rig) { r.src.set(-1, -1, 1.99) },
+			func(r *rig) { r.src.set(-1, -1, 2) }, Runnable},
+		{"InFlight", Config{InFlightThreshold: 3},
+			func(r *rig) { r.hold(2) },
+			func(r *rig) { r.hold(1) }, InFlight},
+		{"Latency", Config{LatencyThreshold: 20 * time.Millisecond},
+			func(r *rig) { r.complete(10, 20*time.Millisecond-1) },
+			func(r *rig) { r.complete(10, 20*time.Millisecond) }, Latency},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, tc.c)
+			tc.below(r)
+			r.sample()
+			require.False(t, r.s.Overloaded(), "below the threshold")
+			tc.at(r)
+			r.sample()
+			require.True(t, r.s.Overloaded(), "at the threshold")
+			require.Equal(t, []bool{true}, r.ons)
+			st := r.s.Stats()
+			require.Equal(t, tc.wantSignal, st.Trigger)
+			require.Equal(t, uint64(1), st.Overloads)
+		})
+	}
+}
+
+// hold admits n calls and keeps them in flight.
+func (r *rig) hold(n int) []Permit {
+	ps := make([]Permit, n)
+	for i := range ps {
+		p, err := r.s.AcquireAt(r.tk.Now())
+		require.NoError(r.t, err)
+		ps[i] = p
+	}
+	return ps
+}
+
+func TestIgnoredSignalsNeverEngage(t *testing.T) {
+	r := newRig(t, Config{Ignore: SchedLatency | CPU})
+	r.src.set(time.Hour, 1, -1)
+	for range 10 {
+		r.sample()
+	}
+	require.False(t, r.s.Overloaded())
+	r.src.set(time.Hour, 1, 100)
+	r.sample()
+	require.True(t, r.s.Overloaded())
+	require.Equal(t, Runnable, r.s.Stats().Trigger)
+}
+
+func TestCapIsMaxPassTimesMinRT(t *testing.T) {
+	r := newRig(t, Config{})
+	r.complete(200, 8*time.Millisecond) // 2000 calls/s at 8 ms
+	r.sample()
+	r.complete(100, 2*time.Millisecond) // 1000 calls/s at 2 ms
+	r.src.set(20*time.Millisecond, -1, -1)
+	r.sample()
+	st := r.s.Stats()
+	require.True(t, st.Overloaded)
+	require.InDelta(t, 2000, st.MaxPass, 1e-9)
+	require.Equal(t, 2*time.Millisecond, st.MinRT)
+	require.Equal(t, 4, st.Cap, "2000/s × 2 ms")
+
+	now := r.tk.Now()
+	held := r.hold(4)
+	_, err := r.s.AcquireAt(now)
+	require.ErrorIs(t, err, ErrOverloaded)
+	require.ErrorIs(t, err, rampart.ErrRejected)
+	require.Same(t, r.s.RejectedError(), err)
+	r.s.ReleaseAt(held[0], now, rampart.Ignored)
+	p, err := r.s.AcquireAt(now)
+	require.NoError(t, err, "a slot under the cap is free again")
+	require.True(t, p.Valid())
+	st = r.s.Stats()
+	require.Equal(t, uint64(1), st.Rejected)
+	require.Equal(t, 4, st.InFlight)
+}
+
+func TestCapRoundsTheBandwidthDelayProduct(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		rt   time.Duration
+		want int
+	}{
+		{198, time.Millisecond, 2}, // 1.98
+		{202, time.Millisecond, 2}, // 2.02
+		{250, time.Millisecond, 3}, // 2.5
+		{10, time.Microsecond, 1},  // 0.0001: at least one
+	} {
+		r := newRig(t, Config{})
+		r.complete(tc.n, tc.rt)
+		r.src.set(time.Second, -1, -1)
+		r.sample()
+		require.Equal(t, tc.want, r.s.Stats().Cap, "%d calls in 100 ms at %v", tc.n, tc.rt)
+	}
+}
+
+func TestWindowForgetsOldBuckets(t *testing.T) {
+	r := newRig(t, Config{Window: 300 * time.Millisecond})
+	r.complete(1000, time.Millisecond) // 10000/s
+	r.sample()
+	r.src.set(time.Second, -1, -1)
+	for range 2 {
+		r.complete(100, 10*time.Millisecond) // 1000/s at 10 ms
+		r.sample()
+	}
+	require.Equal(t, 10, r.s.Stats().Cap, "10000/s × 1 ms, the first bucket still in the window")
+	r.complete(100, 10*time.Millisecond)
+	r.sample()
+	require.Equal(t, 10, r.s.Stats().Cap, "1000/s × 10 ms once the first bucket left the window")
+	require.Equal(t, 10*time.Millisecond, r.s.Stats().MinRT)
+	require.InDelta(t, 1000, r.s.Stats().MaxPass, 1e-9)
+}
+
+func TestNoCapBeforeAnyCompletion(t *testing.T) {
+	r := newRig(t, Config{})
+	r.src.set(time.Second, -1, -1)
+	r.sample()
+	require.True(t, r.s.Overloaded())
+	require.Zero(t, r.s.Stats().Cap)
+	r.hold(10000)
+	require.Zero(t, r.s.Stats().Rejected)
+}
+
+func TestFailureAndIgnoredReleasesAreNoEvidence(t *testing.T) {
+	r := newRig(t, Config{})
+	now := r.tk.Now()
+	for _, res := range []rampart.Result{rampart.Failure, rampart.Ignored, rampart.Result(9)} {
+		p, err := r.s.AcquireAt(now)
+		require.NoError(t, err)
+		r.s.ReleaseAt(p, now+int64(time.Millisecond), res)
+	}
+	r.sample()
+	st := r.s.Stats()
+	require.Zero(t, st.MaxPass)
+	require.Zero(t, st.MinRT)
+	require.Equal(t, 0, st.InFlight)
+	require.Equal(t, uint64(4), st.Admitted)
+}
+
+// engaged returns a rig engaged with a cap of 2 (100 calls of 2 ms in a
+// bucket: 1000/s × 2 ms) and the signals at 20 ms, above the threshold.
+func engaged(t *testing.T, c Config) *rig {
+	r := newRig(t, c)
+	r.complete(100, 2*time.Millisecond)
+	r.src.set(20*time.Millisecond, -1, -1)
+	r.sample()
+	require.True(t, r.s.Overloaded())
+	require.Equal(t, 2, r.s.Stats().Cap)
+	return r
+}
+
+func TestReleasesAfterTheCoolOff(t *testing.T) {
+	r := engaged(t, Config{})
+	held := r.hold(2)
+	_, err := r.s.AcquireAt(r.tk.Now())
+	require.ErrorIs(t, err, ErrOverloaded)
+	dropAt := r.tk.Now()
+	for _, p := range held {
+		r.s.ReleaseAt(p, dropAt, rampart.Success)
+	}
+	r.src.set(time.Millisecond, -1, -1) // far below the release level
+	for r.tk.Now()+int64(interval) < dropAt+int64(time.Second) {
+		r.sample()
+		require.True(t, r.s.Overloaded(), "within the cool-off after the last rejection, at %v", time.Duration(r.tk.Now()-dropAt))
+	}
+	r.sample() // the first sample a whole cool-off after the drop
+	require.False(t, r.s.Overloaded())
+	require.Equal(t, []bool{true, false}, r.ons)
+	_, err = r.s.AcquireAt(r.tk.Now())
+	require.NoError(t, err)
+}
+
+func TestStaysEngagedWhileItSheds(t *testing.T) {
+	r := engaged(t, Config{})
+	r.src.set(time.Millisecond, -1, -1) // shedding holds the signals down
+	for range 50 {
+		now := r.tk.Now()
+		held := r.hold(2)
+		_, err := r.s.AcquireAt(now) // the offered load is still above the cap
+		require.ErrorIs(t, err, ErrOverloaded)
+		for _, p := range held {
+			r.s.ReleaseAt(p, now+int64(2*time.Millisecond), rampart.Success)
+		}
+		r.complete(98, 2*time.Millisecond)
+		r.sample()
+		require.True(t, r.s.Overloaded())
+	}
+	require.Equal(t, []bool{true}, r.ons, "one engagement, no flapping")
+}
+
+func TestSignalAtTheThresholdDoesNotOscillate(t *testing.T) {
+	r := newRig(t, Config{})
+	const th = 10 * time.Millisecond
+	// Off: a signal that hovers just under the threshold never engages.
+	for i := range 50 {
+		r.src.set(th-time.Duration(i%3+1)*100*time.Microsecond, -1, -1)
+		r.sample()
+	}
+	require.False(t, r.s.Overloaded())
+	// At the threshold, then hovering around it inside the band (above
+	// threshold·0.8): engaged once, and it stays engaged with no rejection.
+	r.src.set(th, -1, -1)
+	r.sample()
+	for i := range 50 {
+		r.src.set(th+time.Duration(i%5-2)*time.Millisecond, -1, -1) // 8–12 ms
+		r.sample()
+		require.True(t, r.s.Overloaded(), "sample %d inside the hysteresis band", i)
+	}
+	// Below the release level with no rejection for a cool-off: released
+	// once, and hovering below the threshold again does not re-engage.
+	r.src.set(th*8/10-1, -1, -1)
+	r.sample()
+	require.False(t, r.s.Overloaded())
+	for i := range 50 {
+		r.src.set(th-time.Duration(i%3+1)*time.Millisecond, -1, -1)
+		r.sample()
+	}
+	require.Equal(t, []bool{true, false}, r.ons)
+	require.Equal(t, uint64(1), r.s.Stats().Overloads)
+}
+
+func TestUnknownSignalsNeitherEngageNorHold(t *testing.T) {
+	r := engaged(t, Config{})
+	r.src.set(-1, -1, -1)
+	r.sample()
+	require.False(t, r.s.Overloaded(), "no rejection and no known signal: released")
+}
+
+func TestShedsTheLeastImportantFirst(t *testing.T) {
+	r := newRig(t, Config{Priorities: 3})
+	r.complete(100, 10*time.Millisecond) // 1000/s × 10 ms: a cap of 10
+	r.src.set(time.Second, -1, -1)
+	r.sample()
+	require.Equal(t, 10, r.s.Stats().Cap)
+	now := r.tk.Now()
+	admit := func(p int) error {
+		_, err := r.s.AcquirePriorityAt(now, p)
+		return err
+	}
+	for range 8 {
+		require.NoError(t, admit(2))
+	}
+	// Levels admitted up to 10, 9 and 8 in flight (a step of ⌈10·0.1⌉).
+	require.ErrorIs(t, admit(2), ErrOverloaded, "the least important is shed at 8")
+	require.ErrorIs(t, admit(7), ErrOverloaded, "an out-of-range level is the least important")
+	require.ErrorIs(t, admit(-1), ErrOverloaded, "a negative level is the least important")
+	require.NoError(t, admit(1))
+	require.ErrorIs(t, admit(1), ErrOverloaded, "the middle level is shed at 9")
+	require.NoError(t, admit(0))
+	require.ErrorIs(t, admit(0), ErrOverloaded, "the most important has the whole cap")
+	require.Equal(t, 10, r.s.InFlight())
+}
+
+func TestPriorityLimitsFloorAtOne(t *testing.T) {
+	r := newRig(t, Config{Priorities: 4, PriorityReserve: 0.3})
+	r.complete(10, 10*time.Millisecond) // 100/s × 10 ms: a cap of 1
+	r.src.set(time.Second, -1, -1)
+	r.sample()
+	require.Equal(t, 1, r.s.Stats().Cap)
+	p, err := r.s.AcquirePriorityAt(r.tk.Now(), 3)
+	require.NoError(t, err, "every level may run one call")
+	_, err = r.s.AcquirePriorityAt(r.tk.Now(), 0)
+	require.ErrorIs(t, err, ErrOverloaded)
+	r.s.ReleaseAt(p, r.tk.Now(), rampart.Ignored)
+}
+
+func TestSampleOncePerInterval(t *testing.T) {
+	r := newRig(t, Config{})
+	for range 100 {
+		r.hold(1)
+	}
+	require.Zero(t, r.src.reads.Load(), "not due")
+	r.tk.Advance(interval - 1)
+	r.hold(1)
+	require.Zero(t, r.src.reads.Load(), "not due yet")
+	r.tk.Advance(1)
+	r.hold(3)
+	require.Equal(t, int64(1), r.src.reads.Load())
+	r.tk.Advance(5 * interval) // a long gap: one sample, the next due an interval later
+	r.hold(3)
+	require.Equal(t, int64(2), r.src.reads.Load())
+	require.Equal(t, uint64(2), r.s.Stats().Samples)
+}
+
+func TestSourcePanicIsRecovered(t *testing.T) {
+	r := engaged(t, Config{})
+	r.src.panic.Store(true)
+	r.sample()
+	r.sample()
+	require.Equal(t, uint64(2), r.s.Stats().ListenerPanics)
+	require.True(t, r.s.Overloaded(), "the state holds")
+	r.src.panic.Store(false)
+	r.src.set(-1, -1, -1)
+	r.sample()
+	require.False(t, r.s.Overloaded(), "sampling goes on")
+}
+
+func TestSourceGoexitKeepsTheShedderAlive(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	exit := atomic.Bool{}
+	s, err := New(Config{Ticker: tk, Source: SourceFunc(func(int64, *Signals) {
+		if exit.Load() {
+			testkit.Goexit()
+		}
+	})})
+	require.NoError(t, err)
+	exit.Store(true)
+	tk.Advance(interval)
+	_, goexited := testkit.Run(func() { _, _ = s.Acquire() })
+	require.True(t, goexited)
+	exit.Store(false)
+	tk.Advance(interval)
+	p, err := s.Acquire()
+	require.NoError(t, err)
+	s.Release(p, rampart.Success)
+	require.Equal(t, uint64(1), s.Stats().Samples, "the sample lock was given back")
+}
+
+func TestListenerPanicIsRecovered(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	src := newFakeSource()
+	s, err := New(Config{Ticker: tk, Source: src, OnOverload: func(bool) { panic("listener") }})
+	require.NoError(t, err)
+	src.set(time.Second, -1, -1)
+	tk.Advance(interval)
+	_, err = s.Acquire()
+	require.NoError(t, err)
+	require.True(t, s.Overloaded())
+	require.Equal(t, uint64(1), s.Stats().ListenerPanics)
+}
+
+func TestDoReturnsTheUserErrorUnchanged(t *testing.T) {
+	r := newRig(t, Config{})
+	mine := errors.New("mine")
+	require.Same(t, mine, r.s.Do(context.Background(), func(context.Context) error { return mine }))
+	v, err := Call(context.Background(), r.s, func(context.Context) (int, error) { return 7, mine })
+	require.Equal(t, 7, v)
+	require.Same(t, mine, err)
+	require.Equal(t, 0, r.s.InFlight())
+}
+
+func TestDoRejectsWhileOverloadedAtTheCap(t *testing.T) {
+	r := engaged(t, Config{})
+	r.hold(2)
+	ran := false
+	err := r.s.Do(context.Background(), func(context.Context) error { ran = true; return nil })
+	require.ErrorIs(t, err, ErrOverloaded)
+	require.False(t, ran)
+	v, err := Call(context.Background(), r.s, func(context.Context) (int, error) { return 1, nil })
+	require.ErrorIs(t, err, rampart.ErrRejected)
+	require.Zero(t, v)
+	err = r.s.DoPriority(context.Background(), 0, func(context.Context) error { return nil })
+	require.ErrorIs(t, err, ErrOverloaded)
+}
+
+func TestDoReleasesWhenFnPanics(t *testing.T) {
+	r := newRig(t, Config{})
+	panicked, _ := testkit.Run(func() {
+		_ = r.s.Do(context.Background(), func(context.Context) error { panic("fn") })
+	})
+	require.Equal(t, "fn", panicked)
+	_, goexited := testkit.Run(func() {
+		_, _ = Call(context.Background(), r.s, func(context.Context) (int, error) { testkit.Goexit(); return 0, nil })
+	})
+	require.True(t, goexited)
+	require.Equal(t, 0, r.s.InFlight())
+	r.sample()
+	require.Zero(t, r.s.Stats().MaxPass, "released as Ignored: no completion counted")
+}
+
+func TestDefaultClassify(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.Equal(t, rampart.Success, DefaultClassify(context.Background(), nil))
+	require.Equal(t, rampart.Success, DefaultClassify(context.Background(), errors.New("app")))
+	require.Equal(t, rampart.Ignored, DefaultClassify(ctx, context.Canceled))
+	require.Equal(t, rampart.Failure, DefaultClassify(context.Background(), context.DeadlineExceeded))
+	require.Equal(t, rampart.Failure, DefaultClassify(context.Background(), unnamedRejection))
+}
+
+func TestRejectedErrorNamesTheInstance(t *testing.T) {
+	s, err := New(Config{Name: "api"})
+	require.NoError(t, err)
+	require.EqualError(t, s.RejectedError(), `shed "api": overloaded`)
+	u, err := New(Config{})
+	require.NoError(t, err)
+	require.Same(t, unnamedRejection, u.RejectedError(), "unnamed shedders share their rejection")
+}
+
+func TestSignalString(t *testing.T) {
+	require.Equal(t, "sched-latency", SchedLatency.String())
+	require.Equal(t, "latency", Latency.String())
+	require.Equal(t, "none", Signal(0).String())
+	require.Equal(t, "signals", (CPU | Runnable).String())
+}
+
+func TestStatsCountAdmissionsAcrossTheWrap(t *testing.T) {
+	r := newRig(t, Config{})
+	// Put the slot word's admission count near its wrap, as 2^32 calls would.
+	wrap := uint64(math.MaxUint32-2) << 32
+	r.s.slots.Store(int64(wrap))
+	r.s.admitted.Store(math.MaxUint32 - 2)
+	r.hold(5)
+	require.Equal(t, uint64(math.MaxUint32+3), r.s.Stats().Admitted)
+	r.sample()
+	r.hold(1)
+	require.Equal(t, uint64(math.MaxUint32+5), r.s.Stats().Admitted) // the sample's own call and this one
+}
+
+// TestStressInFlightReturnsToZero: goroutines admit and release through
+// the overload's engagement and release, the clock moving under them and
+// the source flipping; in the end nothing is in flight and every call was
+// either admitted or rejected.
+func TestStressInFlightReturnsToZero(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	src := newFakeSource()
+	s, err := New(Config{Ticker: tk, Source: src, SampleInterval: time.Millisecond, Window: 10 * time.Millisecond,
+		CoolOff: 5 * time.Millisecond, Priorities: 3, OnOverload: func(bool) {}})
+	require.NoError(t, err)
+	const workers, calls = 8, 2000
+	var wg sync.WaitGroup
+	var attempts, admitted, rejected atomic.Uint64
+	for w := range workers {
+		wg.Go(func() {
+			for i := range calls {
+				if i%50 == 0 {
+					tk.Advance(time.Millisecond)
+				}
+				if w == 0 && i%100 == 0 {
+					if i%200 == 0 {
+						src.set(time.Second, -1, -1)
+					} else {
+						src.set(-1, -1, -1)
+					}
+				}
+				attempts.Add(1)
+				p, err := s.AcquirePriorityAt(tk.Now(), i%3)
+				if err != nil {
+					require.ErrorIs(t, err, ErrOverloaded)
+					rejected.Add(1)
+					continue
+				}
+				admitted.Add(1)
+				if i%7 == 0 {
+					runtime.Gosched() // hold it across others' calls
+				}
+				s.ReleaseAt(p, tk.Now(), rampart.Result(i%4))
+			}
+		})
+	}
+	wg.Wait()
+	st := s.Stats()
+	require.Equal(t, 0, st.InFlight)
+	require.Equal(t, attempts.Load(), st.Admitted+st.Rejected)
+	require.Equal(t, admitted.Load(), st.Admitted)
+	require.Equal(t, rejected.Load(), st.Rejected)
+	require.Equal(t, uint64(workers*calls), attempts.Load())
+	require.NotZero(t, st.Overloads)
+}
+
+func TestAdmitAndReleaseAllocs(t *testing.T) {
+	r := engaged(t, Config{})
+	now := r.tk.Now()
+	testkit.WantAllocs(t, "AcquireAt+ReleaseAt", 0, func() {
+		p, _ := r.s.AcquireAt(now)
+		r.s.ReleaseAt(p, now, rampart.Success)
+	})
+	held := r.hold(2)
+	testkit.WantAllocs(t, "rejection", 0, func() { _, _ = r.s.AcquirePriorityAt(now, 1) })
+	for _, p := range held {
+		r.s.ReleaseAt(p, now, rampart.Success)
+	}
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	testkit.WantAllocs(t, "Do", 0, func() { _ = r.s.Do(ctx, fn) })
+	testkit.WantAllocs(t, "Call", 0, func() {
+		_, _ = Call(ctx, r.s, func(context.Context) (int, error) { return 1, nil })
+	})
+	testkit.WantAllocs(t, "Stats", 0, func() { _ = r.s.Stats() })
+}
+
+func TestSampleAllocs(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	s, err := New(Config{Ticker: tk}) // the runtime source
+	require.NoError(t, err)
+	testkit.WantAllocs(t, "a sample with the RuntimeSource", 0, func() {
+		tk.Advance(interval)
+		p, _ := s.AcquireAt(tk.Now())
+		s.ReleaseAt(p, tk.Now(), rampart.Success)
+	})
+}
+
+// TestShedderBytes: the bytes a Shedder costs, both layouts, with the
+// default window (10 buckets) and with a Source of the caller's (the
+// RuntimeSource's own bytes besides).
+func TestShedderBytes(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 || pad.LineSize != 64 {
+		t.Skip("the sizes are for 64-bit platforms with 64 B lines")
+	}
+	src := SourceFunc(func(int64, *Signals) {})
+	mk := func(c Config) func() any {
+		return func() any {
+			c.Source = src
+			s, err := New(c)
+			if err != nil {
+				panic(err)
+			}
+			return s
+		}
+	}
+	require.Equal(t, uintptr(368), unsafe.Sizeof(Shedder{}))
+	require.Equal(t, uintptr(432), unsafe.Sizeof(paddedShedder{}))
+	const buckets = 10 * 32
+	testkit.WantBytes(t, "default", 448+buckets, mk(Config{})) // 432 in the 448 B size class
+	testkit.WantBytes(t, "Compact", 384+buckets, mk(Config{Compact: true}))
+	testkit.WantBytes(t, "RuntimeSource", runtimeSourceBytes(), func() any { return NewRuntimeSource() })
+}
+
+// runtimeSourceBytes is what NewRuntimeSource allocates: the struct (in
+// its size class), the previous counts, and the histogram metrics.Read
+// fills (its header and its counts; the buckets are the runtime's).
+func runtimeSourceBytes() int64 {
+	n := len(NewRuntimeSource().prev)
+	counts := sizeClass(int64(8 * n))
+	return sizeClass(int64(unsafe.Sizeof(RuntimeSource{}))) + counts + sizeClass(int64(unsafe.Sizeof(metrics.Float64Histogram{}))) + counts
+}
+
+// sizeClass rounds n up to the allocator's size class, for the sizes
+// above (as runtime/sizeclasses.go lists them).
+func sizeClass(n int64) int64 {
+	for _, c := range []int64{8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024, 1152, 1280, 1408, 1536, 1792, 2048} {
+		if n <= c {
+			return c
+		}
+	}
+	return n
+}
+
+// TestLayoutSeparatesWrittenWords: the hot words (written by every call)
+// and the read-mostly words (read by every call) are at least a line minus
+// a word apart, so no cache line holds both (a heap object is 8-byte
+// aligned); the padded layout puts a line before the hot words, and the
+// read-mostly words are a line minus a word from the Shedder's end.
+func TestLayoutSeparatesWrittenWords(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("offsets are for 64-bit platforms")
+	}
+	var s Shedder
+	hotEnd := unsafe.Offsetof(s.lastDrop) + 8
+	mostlyStart := unsafe.Offsetof(s.next)
+	mostlyEnd := unsafe.Offsetof(s.prios) + 8
+	require.GreaterOrEqual(t, mostlyStart-hotEnd, pad.LineSize-8, "hot and read-mostly words")
+	require.GreaterOrEqual(t, unsafe.Sizeof(s)-mostlyEnd, pad.LineSize-8, "read-mostly words and the Shedder's end")
+	var p paddedShedder
+	require.Equal(t, pad.LineSize, unsafe.Offsetof(p.s))
+}
+
+func TestRuntimeSourceReadsTheRuntime(t *testing.T) {
+	r := NewRuntimeSource()
+	var wg sync.WaitGroup
+	for range 4 * runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for range 100 {
+				runtime.Gosched()
+			}
+		})
+	}
+	wg.Wait()
+	runtime.GC() // the CPU classes move at the end of a GC cycle
+	s := Signals{SchedLatency: -1, CPU: -1, Runnable: -1}
+	r.Read(0, &s)
+	require.GreaterOrEqual(t, s.SchedLatency, time.Duration(0), "thousands of scheduling events")
+	require.Less(t, s.SchedLatency, time.Minute)
+	require.GreaterOrEqual(t, s.CPU, 0.0)
+	require.LessOrEqual(t, s.CPU, 1.0)
+	require.GreaterOrEqual(t, s.Runnable, 0.0)
+	s = Signals{SchedLatency: -1, CPU: -1, Runnable: -1}
+	r.Read(0, &s)
+	require.Equal(t, -1.0, s.CPU, "no GC since the previous reading: unknown")
+}
+
+// TestSchedLatencyIsTheChangeBetweenReadings: the percentile is of the
+// events since the previous reading, not of the cumulative histogram.
+func TestSchedLatencyIsTheChangeBetweenReadings(t *testing.T) {
+	h := &metrics.Float64Histogram{
+		Buckets: []float64{0, 1e-6, 1e-3, 1e-2, 1e-1, math.Inf(1)},
+		Counts:  []uint64{1000, 1000, 0, 0, 5},
+	}
+	prev := []uint64{0, 0, 0, 0, 0}
+	require.Equal(t, 1e-3, quantileOf(h, prev, 2005, 0.99), "cumulative: the p99 is in [1µs, 1ms)")
+	prev = []uint64{1000, 1000, 0, 0, 0}
+	h.Counts = []uint64{1000, 1001, 0, 0, 5}
+	require.Equal(t, 1e-1, quantileOf(h, prev, 6, 0.99), "since the previous reading: five of six events took 100 ms or more")
+	h.Counts = []uint64{1000, 1000, 0, 0, 105}
+	require.Equal(t, 1e-1, quantileOf(h, prev, 105, 0.99), "the unbounded bucket gives its lower bound")
+}
+
+// TestStatsCountAnAdmissionBeingUndone: a sample that reads the slot word
+// between a rejected admission's add and its undo counts one admission
+// too many, which the next reading takes back (it never wraps to 2^32).
+func TestStatsCountAnAdmissionBeingUndone(t *testing.T) {
+	r := newRig(t, Config{})
+	r.hold(3)
+	r.s.slots.Add(admitOne) // an admission attempt in progress
+	r.tk.Advance(interval)
+	r.s.sampleAt(r.tk.Now())
+	r.s.slots.Add(-admitOne) // its undo: rejected
+	st := r.s.Stats()
+	require.Equal(t, uint64(3), st.Admitted)
+	require.Equal(t, 3, st.InFlight)
+}
