@@ -43,14 +43,13 @@ func (b Backoff) String() string {
 }
 
 // backoff is the validated, precomputed delay function of a Policy.
+// Its kind is kept beside it (settings.kind), in a word that has room.
 type backoff struct {
-	kind    Backoff
-	base    int64               // BaseDelay, ns
-	max     int64               // MaxDelay, ns (>= base)
-	inc     int64               // Linear increment, ns
-	mult    float64             // multiplier (>= 1)
-	intMult int64               // mult when it is a whole number (2, 3, ...), else 0
-	rand    func(n int64) int64 // Config.Rand; nil = math/rand/v2
+	base int64               // BaseDelay, ns
+	max  int64               // MaxDelay, ns (>= base)
+	inc  int64               // Linear increment, ns
+	mult float64             // multiplier (>= 1)
+	rand func(n int64) int64 // Config.Rand; nil = math/rand/v2
 }
 
 // between returns a uniform draw in [lo, hi] (lo <= hi).
@@ -80,11 +79,11 @@ func (b *backoff) exp(n int) int64 {
 	if n <= 1 || d <= 0 || b.mult == 1 {
 		return min(d, b.max)
 	}
-	if b.intMult >= 2 {
-		// Repeated whole-number multiplication: at most 63 rounds, since each
-		// at least doubles d until it reaches max.
+	if m := int64(b.mult); m >= 2 && m < 1<<62 && float64(m) == b.mult {
+		// A whole-number multiplier: repeated multiplication, at most 63
+		// rounds, since each at least doubles d until it reaches max.
 		for i := 1; i < n; i++ {
-			d = atomicx.SatMul(d, b.intMult)
+			d = atomicx.SatMul(d, m)
 			if d >= b.max {
 				return b.max
 			}
@@ -100,10 +99,11 @@ func (b *backoff) exp(n int) int64 {
 	return int64(f)
 }
 
-// delay returns the delay before the retry that follows attempt n (n >= 1);
-// prev is the previous delay (0 when unknown), used by DecorrelatedJitter.
-func (b *backoff) delay(n int, prev int64) int64 {
-	switch b.kind {
+// delay returns the delay of kind before the retry that follows attempt n
+// (n >= 1); prev is the previous delay (0 when unknown), used by
+// DecorrelatedJitter.
+func (b *backoff) delay(kind Backoff, n int, prev int64) int64 {
+	switch kind {
 	case Constant:
 		return b.base
 	case Linear:

@@ -47,7 +47,7 @@ func TestBackoffExact(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := mustNew(t, tc.c)
 			for i, want := range tc.want {
-				if got := p.bo.delay(i+1, 0); got != want {
+				if got := p.cur.Load().delay(i+1, 0); got != want {
 					t.Errorf("delay(%d) = %v, want %v", i+1, time.Duration(got), time.Duration(want))
 				}
 			}
@@ -60,7 +60,7 @@ func TestBackoffSaturates(t *testing.T) {
 		p := mustNew(t, Config{Backoff: Exponential, BaseDelay: time.Hour, MaxDelay: math.MaxInt64, Multiplier: mult})
 		prev := int64(0)
 		for _, n := range []int{1, 2, 10, 40, 63, 64, 65, 100, 1 << 20, math.MaxInt32, math.MaxInt} {
-			d := p.bo.delay(n, 0)
+			d := p.cur.Load().delay(n, 0)
 			if d < prev || d <= 0 {
 				t.Fatalf("mult %v: delay(%d) = %d after %d: not monotonic or overflowed", mult, n, d, prev)
 			}
@@ -71,14 +71,14 @@ func TestBackoffSaturates(t *testing.T) {
 		}
 	}
 	p := mustNew(t, Config{Backoff: Linear, BaseDelay: time.Hour, MaxDelay: math.MaxInt64})
-	if d := p.bo.delay(math.MaxInt, 0); d != math.MaxInt64 {
+	if d := p.cur.Load().delay(math.MaxInt, 0); d != math.MaxInt64 {
 		t.Fatalf("linear did not saturate: %d", d)
 	}
 	for _, k := range []Backoff{FullJitter, EqualJitter, DecorrelatedJitter} {
 		p := mustNew(t, Config{Backoff: k, BaseDelay: time.Hour, MaxDelay: math.MaxInt64, Rand: seeded(1)})
 		prev := int64(0)
 		for n := 1; n < 200; n++ {
-			d := p.bo.delay(n, prev)
+			d := p.cur.Load().delay(n, prev)
 			if d < 0 {
 				t.Fatalf("%v: negative delay %d", k, d)
 			}
@@ -99,7 +99,7 @@ func TestBackoffBoundedAtExtremes(t *testing.T) {
 					Increment: math.MaxInt64 / 2, MaxAttempts: math.MaxInt})
 				for _, n := range []int{1, 2, 62, 63, 64, 1000, math.MaxInt32, math.MaxInt - 1} {
 					for _, prev := range []int64{0, 1, int64(maxD), math.MaxInt64} {
-						d := p.bo.delay(n, prev)
+						d := p.cur.Load().delay(n, prev)
 						if d < 0 || d > int64(maxD) {
 							t.Fatalf("%v mult %v max %v n %d prev %d: delay %d", kind, mult, maxD, n, prev, d)
 						}
@@ -109,10 +109,10 @@ func TestBackoffBoundedAtExtremes(t *testing.T) {
 		}
 	}
 	p := mustNew(t, Config{Backoff: Exponential, BaseDelay: 3, MaxDelay: math.MaxInt64})
-	if d := p.bo.delay(1000, 0); d != math.MaxInt64 {
+	if d := p.cur.Load().delay(1000, 0); d != math.MaxInt64 {
 		t.Fatalf("exp(1000) = %d", d)
 	}
-	if d := p.bo.delay(3, 0); d != 12 {
+	if d := p.cur.Load().delay(3, 0); d != 12 {
 		t.Fatalf("exp(3) = %d, want 12", d)
 	}
 }
@@ -127,7 +127,7 @@ func TestJitterBounds(t *testing.T) {
 		t.Run(k.String(), func(t *testing.T) {
 			p := mustNew(t, Config{Backoff: k, BaseDelay: time.Duration(base), MaxDelay: time.Duration(maxD), Rand: seeded(42)})
 			for n := 1; n <= 12; n++ {
-				exp := p.bo.exp(n)
+				exp := p.cur.Load().bo.exp(n)
 				var lo, hi int64
 				switch k {
 				case FullJitter:
@@ -142,7 +142,7 @@ func TestJitterBounds(t *testing.T) {
 						prev = min(max(prev, base), maxD)
 						lo, hi = base, min(prev*3, maxD)
 					}
-					d := p.bo.delay(n, prev)
+					d := p.cur.Load().delay(n, prev)
 					if d < lo || d > hi {
 						t.Fatalf("n=%d: delay %v outside [%v, %v]", n, time.Duration(d), time.Duration(lo), time.Duration(hi))
 					}
@@ -167,9 +167,9 @@ func TestJitterBounds(t *testing.T) {
 func TestJitterDefaultSource(t *testing.T) {
 	p := mustNew(t, Config{Backoff: EqualJitter, BaseDelay: time.Millisecond, MaxDelay: time.Second})
 	for n := 1; n < 20; n++ {
-		e := p.bo.exp(n)
+		e := p.cur.Load().bo.exp(n)
 		for range 500 {
-			if d := p.bo.delay(n, 0); d < e-e/2 || d > e {
+			if d := p.cur.Load().delay(n, 0); d < e-e/2 || d > e {
 				t.Fatalf("delay %d outside [%d, %d]", d, e-e/2, e)
 			}
 		}
@@ -180,7 +180,7 @@ func TestJitterDeterministic(t *testing.T) {
 	a := mustNew(t, Config{Rand: seeded(7)})
 	b := mustNew(t, Config{Rand: seeded(7)})
 	for n := 1; n < 50; n++ {
-		if x, y := a.bo.delay(n, 0), b.bo.delay(n, 0); x != y {
+		if x, y := a.cur.Load().delay(n, 0), b.cur.Load().delay(n, 0); x != y {
 			t.Fatalf("same seed, different draws: %d vs %d", x, y)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/budgetcheck"
@@ -23,6 +24,12 @@ type TokenBucketConfig struct {
 	// TokenRatio is what a success adds back (a failure removes 1). 0 means
 	// 0.1. Must be in (0, 1]; it is kept to three decimal places, as in A6.
 	TokenRatio float64
+	// Compact lays the instance out without cache-line padding: smaller
+	// (32 B instead of 64 B on amd64, 128 B on arm64), for the many cold
+	// instances (per-tenant, per-route keys) where goroutines do not
+	// contend on one instance; the default pads the words that many
+	// goroutines write on every call.
+	Compact bool
 }
 
 // TokenBucket is the gRPC A6 retry-throttling budget: a token count that
@@ -36,7 +43,13 @@ type TokenBucketConfig struct {
 // "Choosing a budget" in the package doc).
 //
 // The count is one int64 of milli-tokens (fixed point, no float on the hot
-// path) alone on its cache line. AllowRetry is one load. OnSuccess and
+// path), on one cache line with the three constants that every call reads
+// beside it and nothing else: the default layout fills the line (a
+// TokenBucket is 32 B; New allocates it in a block of one line, which the
+// allocator places on a line boundary), so no other object shares the
+// line that every caller of the dependency writes while the bucket is
+// neither full nor empty (TokenBucketConfig.Compact drops the fill).
+// AllowRetry is one load. OnSuccess and
 // OnFailure are one load, plus one atomic add only when the add would change
 // the count (a full bucket and a healthy dependency cost no write). Under
 // concurrency the raw word may overshoot the bounds by a few adds for an
@@ -45,13 +58,24 @@ type TokenBucketConfig struct {
 //
 // The zero TokenBucket is not usable; create it with [NewTokenBucket].
 type TokenBucket struct {
-	// tokens is the count in milli-tokens, written by every success and
-	// failure of every caller of the dependency: alone on its line.
-	tokens pad.Int64
+	// tokens is the count in milli-tokens, written by the successes and
+	// failures of every caller of the dependency (not while the bucket is
+	// full, nor empty); read-only constants share its line, which every
+	// reader of tokens loads anyway (see paddedBucket).
+	tokens atomic.Int64
 
 	max   int64 // MaxTokens in milli-tokens
 	half  int64 // retries allowed while tokens > half
 	ratio int64 // TokenRatio in milli-tokens
+}
+
+// paddedBucket is the default layout of a TokenBucket: filled to a whole
+// cache line, a size class whose blocks the allocator places at multiples
+// of their size from a page (on a line boundary), so that the line of the
+// token count holds nothing else: TestTokenBucketLayout.
+type paddedBucket struct {
+	TokenBucket
+	_ [(pad.LineSize - unsafe.Sizeof(TokenBucket{})%pad.LineSize) % pad.LineSize]byte
 }
 
 // NewTokenBucket returns a full A6 token bucket, or a [*rampart.ConfigError]
@@ -70,10 +94,13 @@ func NewTokenBucket(c TokenBucketConfig) (*TokenBucket, error) {
 	if !(ratio > 0 && ratio <= 1) {
 		return nil, rampart.NewConfigError("retry", "TokenRatio", "must be in (0, 1], got %v", c.TokenRatio)
 	}
-	b := &TokenBucket{
-		max:   int64(math.Round(maxTok * milli)),
-		ratio: int64(math.Round(ratio * milli)),
+	var b *TokenBucket
+	if c.Compact {
+		b = new(TokenBucket)
+	} else {
+		b = &new(paddedBucket).TokenBucket // the block stays alive with b
 	}
+	b.max, b.ratio = int64(math.Round(maxTok*milli)), int64(math.Round(ratio*milli))
 	if b.max < 1 || b.ratio < 1 {
 		return nil, rampart.NewConfigError("retry", "TokenBucket", "MaxTokens and TokenRatio must be at least 0.001 (three decimals)")
 	}

@@ -11,8 +11,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/testkit"
 )
 
@@ -826,5 +828,45 @@ func TestTokenBucketAtItsBounds(t *testing.T) {
 	tiny.OnSuccess(0)
 	if tiny.tokens.Load() != 1 || !tiny.AllowRetry(0) {
 		t.Fatalf("tiny bucket refilled: word %d, AllowRetry %v", tiny.tokens.Load(), tiny.AllowRetry(0))
+	}
+}
+
+// TestTokenBucketBytes gates the heap bytes of one live TokenBucket on
+// 64-byte lines: one line in the default layout (the count and the three
+// constants, filled to the line), 32 B Compact. Was 160 B, the count
+// padded on lines of its own (pad.Int64) and the constants after it.
+func TestTokenBucketBytes(t *testing.T) {
+	if pad.LineSize != 64 {
+		t.Skipf("the figures are for 64-byte lines, not %d", pad.LineSize)
+	}
+	for _, c := range []struct {
+		compact bool
+		want    int64
+	}{{false, 64}, {true, 32}} {
+		testkit.WantBytes(t, fmt.Sprintf("Compact %v", c.compact), c.want, func() any {
+			b, err := NewTokenBucket(TokenBucketConfig{Compact: c.compact})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		})
+	}
+}
+
+// TestTokenBucketLayout: in the default layout the allocator places every
+// TokenBucket at the start of a block of whole cache lines, so the line of
+// the token count holds nothing but the bucket.
+func TestTokenBucketLayout(t *testing.T) {
+	if unsafe.Sizeof(paddedBucket{})%pad.LineSize != 0 {
+		t.Fatalf("a padded TokenBucket is %d B, not whole lines", unsafe.Sizeof(paddedBucket{}))
+	}
+	for range 100 {
+		b, err := NewTokenBucket(TokenBucketConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := uintptr(unsafe.Pointer(b)); a%pad.LineSize != 0 {
+			t.Fatalf("a TokenBucket at %#x: not on a line boundary", a)
+		}
 	}
 }

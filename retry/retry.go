@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/atomicx"
@@ -23,7 +24,8 @@ type Config struct {
 	Name string
 
 	// MaxAttempts is the number of attempts in all, the first included.
-	// 0 means 3; 1 means no retry. Must not be negative.
+	// 0 means 3; 1 means no retry. Must not be negative; a value above
+	// 2^31-1 counts as 2^31-1.
 	MaxAttempts int
 	// MaxDuration bounds the time from the start of the first attempt to the
 	// start of the last one: a retry that would start later is not made.
@@ -113,73 +115,100 @@ type Stats struct {
 // clock: the first failed attempt of Do or CallIf panics (a nil Ticker).
 // Package pipeline refuses a zero Policy at New.
 type Policy struct {
-	// Read-mostly configuration, read by every call.
-	maxAttempts int
-	maxDur      int64
+	// cur is the configuration calls read: init until an Update publishes
+	// another. A call loads it once (one load on a line nobody writes) and
+	// reads every field from that copy, so it never mixes two
+	// configurations.
+	cur  atomic.Pointer[settings]
+	init settings // the configuration New built: 120 B, so cur and init fill two lines on 64-bit platforms
+	_    [(pad.LineSize - (unsafe.Sizeof(atomic.Pointer[settings]{})+unsafe.Sizeof(settings{}))%pad.LineSize) % pad.LineSize]byte
+
+	// Counters written on the retry path only, never on a first-try
+	// success, on a line of their own (the Policy is 192 B on amd64, a
+	// size class the allocator places on a line boundary, which
+	// TestPolicyLayout checks) with the name, read only by give-ups:
+	// their writes (frequent during an outage) stay off the lines of the
+	// configuration, which every call reads.
+	retries, giveUps, refusals, panics atomic.Uint64
+	name                               string
+	_                                  [pad.Tail48]byte
+}
+
+// delay is the backoff's delay of the configured kind (see backoff.delay).
+func (s *settings) delay(n int, prev int64) int64 { return s.bo.delay(s.kind, n, prev) }
+
+// settings is a Policy's validated configuration, immutable once
+// published in cur.
+type settings struct {
+	maxAttempts int32
+	kind        Backoff
 	needStart   bool // read the clock before the first attempt (MaxDuration or a time-keeping budget)
 	full        bool // needStart || budget != nil: the first attempt needs more than a call
+	maxDur      int64
 	budget      rampart.Budget
-	bucket      *TokenBucket // budget's dynamic type when it is one: calls devirtualised
 	ticker      rampart.Ticker
 	shouldRetry func(error) bool
 	bo          backoff
-	name        string
 
 	onRetry   func(int, time.Duration, error)
 	onGiveUp  func(int, Stop, error)
 	onRefused func(int, error)
-
-	// Counters written on the retry path only, never on a first-try
-	// success: one line of padding keeps their writes (frequent during an
-	// outage) off the configuration's lines, which every call reads.
-	_                                  pad.Line
-	retries, giveUps, refusals, panics atomic.Uint64
 }
 
 // New validates c and returns a Policy, or a [*rampart.ConfigError] (which
 // matches [rampart.ErrInvalidConfig]).
 func New(c Config) (*Policy, error) {
+	p := &Policy{name: c.Name}
+	if err := c.settings(&p.init); err != nil {
+		return nil, err
+	}
+	p.cur.Store(&p.init)
+	return p, nil
+}
+
+// settings validates c and fills s with it, its defaults filled in.
+func (c *Config) settings(s *settings) error {
 	cfgErr := func(field, format string, args ...any) error {
 		return rampart.NewConfigError("retry", field, format, args...)
 	}
 	switch {
 	case c.MaxAttempts < 0:
-		return nil, cfgErr("MaxAttempts", "must be at least 1 (0 means the default 3), got %d", c.MaxAttempts)
+		return cfgErr("MaxAttempts", "must be at least 1 (0 means the default 3), got %d", c.MaxAttempts)
 	case c.MaxDuration < 0:
-		return nil, cfgErr("MaxDuration", "must not be negative, got %v", c.MaxDuration)
+		return cfgErr("MaxDuration", "must not be negative, got %v", c.MaxDuration)
 	case c.Backoff >= numBackoffs:
-		return nil, cfgErr("Backoff", "unknown kind %d", c.Backoff)
+		return cfgErr("Backoff", "unknown kind %d", c.Backoff)
 	case c.BaseDelay < 0:
-		return nil, cfgErr("BaseDelay", "must not be negative, got %v", c.BaseDelay)
+		return cfgErr("BaseDelay", "must not be negative, got %v", c.BaseDelay)
 	case c.MaxDelay < 0:
-		return nil, cfgErr("MaxDelay", "must not be negative, got %v", c.MaxDelay)
+		return cfgErr("MaxDelay", "must not be negative, got %v", c.MaxDelay)
 	case c.Increment < 0:
-		return nil, cfgErr("Increment", "must not be negative, got %v", c.Increment)
+		return cfgErr("Increment", "must not be negative, got %v", c.Increment)
 	case c.Multiplier != 0 && !(c.Multiplier >= 1 && c.Multiplier <= math.MaxFloat64):
-		return nil, cfgErr("Multiplier", "must be at least 1 and finite (0 means the default), got %v", c.Multiplier)
+		return cfgErr("Multiplier", "must be at least 1 and finite (0 means the default), got %v", c.Multiplier)
 	}
 	if why := budgetReason(c.Budget, ""); why != "" {
-		return nil, cfgErr("Budget", "%s", why)
+		return cfgErr("Budget", "%s", why)
 	}
-	p := &Policy{
-		maxAttempts: c.MaxAttempts,
+	if ticker.IsNil(c.Ticker) {
+		return rampart.NewConfigError("retry", "Ticker", ticker.NilReason, c.Ticker)
+	}
+	*s = settings{
+		maxAttempts: int32(min(c.MaxAttempts, math.MaxInt32)), // 2^31-1 attempts: unlimited in practice
+		kind:        c.Backoff,
 		maxDur:      int64(c.MaxDuration),
 		budget:      c.Budget,
 		ticker:      c.Ticker,
 		shouldRetry: c.ShouldRetry,
-		name:        c.Name,
 		onRetry:     c.OnRetry,
 		onGiveUp:    c.OnGiveUp,
 		onRefused:   c.OnBudgetRefused,
 	}
-	if p.maxAttempts == 0 {
-		p.maxAttempts = 3
+	if s.maxAttempts == 0 {
+		s.maxAttempts = 3
 	}
-	if ticker.IsNil(p.ticker) {
-		return nil, rampart.NewConfigError("retry", "Ticker", ticker.NilReason, p.ticker)
-	}
-	if p.ticker == nil {
-		p.ticker = rampart.DefaultTicker()
+	if s.ticker == nil {
+		s.ticker = rampart.DefaultTicker()
 	}
 	base := int64(c.BaseDelay)
 	if base == 0 {
@@ -190,7 +219,7 @@ func New(c Config) (*Policy, error) {
 		maxD = max(int64(10*time.Second), base)
 	}
 	if maxD < base {
-		return nil, cfgErr("MaxDelay", "must not be below BaseDelay (%v), got %v", time.Duration(base), c.MaxDelay)
+		return cfgErr("MaxDelay", "must not be below BaseDelay (%v), got %v", time.Duration(base), c.MaxDelay)
 	}
 	mult := c.Multiplier
 	if mult == 0 {
@@ -203,20 +232,17 @@ func New(c Config) (*Policy, error) {
 	if inc == 0 {
 		inc = base
 	}
-	p.bo = backoff{kind: c.Backoff, base: base, max: maxD, inc: inc, mult: mult, rand: c.Rand}
-	if mult == math.Trunc(mult) && mult < 1<<62 {
-		p.bo.intMult = int64(mult)
-	}
-	p.bucket, _ = c.Budget.(*TokenBucket) // the A6 bucket ignores time
-	p.needStart = p.maxDur > 0 || (c.Budget != nil && p.bucket == nil)
-	p.full = p.needStart || c.Budget != nil
-	return p, nil
+	s.bo = backoff{base: base, max: maxD, inc: inc, mult: mult, rand: c.Rand}
+	_, bucket := c.Budget.(*TokenBucket) // the A6 bucket ignores time
+	s.needStart = s.maxDur > 0 || (c.Budget != nil && !bucket)
+	s.full = s.needStart || c.Budget != nil
+	return nil
 }
 
 // Budget returns the configured budget, or nil. Callers of the primitives
 // call its OnRequest and OnSuccess themselves; [Policy.Decide] calls
 // OnFailure and AllowRetry.
-func (p *Policy) Budget() rampart.Budget { return p.budget }
+func (p *Policy) Budget() rampart.Budget { return p.cur.Load().budget }
 
 // NeedsTime reports whether the policy uses the start of a call: true when
 // Config.MaxDuration is set or the budget keeps time (a [RatioBudget]'s
@@ -229,13 +255,13 @@ func (p *Policy) Budget() rampart.Budget { return p.budget }
 // OnRequest, OnSuccess and OnFailure are ignored, so any value (0) will do.
 // Decide's now is used whatever NeedsTime says (the delay is checked
 // against the deadline): pass a real reading there.
-func (p *Policy) NeedsTime() bool { return p.needStart }
+func (p *Policy) NeedsTime() bool { return p.cur.Load().needStart }
 
 // Ticker returns the policy's clock.
-func (p *Policy) Ticker() rampart.Ticker { return p.ticker }
+func (p *Policy) Ticker() rampart.Ticker { return p.cur.Load().ticker }
 
 // MaxAttempts returns the effective maximum number of attempts.
-func (p *Policy) MaxAttempts() int { return p.maxAttempts }
+func (p *Policy) MaxAttempts() int { return int(p.cur.Load().maxAttempts) }
 
 // Stats returns the policy's counters.
 func (p *Policy) Stats() Stats {
@@ -247,14 +273,16 @@ func (p *Policy) Stats() Stats {
 // caller's context were live: it is not nil, not [Permanent], and
 // Config.ShouldRetry accepts it (nil ShouldRetry: every error).
 // [ErrRetryResult] is always retryable.
-func (p *Policy) Retryable(err error) bool {
+func (p *Policy) Retryable(err error) bool { return p.cur.Load().retryable(err) }
+
+func (s *settings) retryable(err error) bool {
 	if err == nil {
 		return false
 	}
 	if err == ErrRetryResult {
 		return true
 	}
-	return !IsPermanent(err) && (p.shouldRetry == nil || p.shouldRetry(err))
+	return !IsPermanent(err) && (s.shouldRetry == nil || s.shouldRetry(err))
 }
 
 // callerEnded is the loops' rule once the caller's context is done (cerr,
@@ -302,20 +330,20 @@ func callerEnded(err, cerr error) bool { return errors.Is(err, cerr) }
 //
 // Decide allocates nothing and takes no lock.
 func (p *Policy) Decide(attempt int, err error, start, now, deadline int64, prev time.Duration) (delay time.Duration, stop Stop) {
-	d, stop := p.decide(attempt, err, start, now, deadline, int64(prev))
+	d, stop := p.decide(p.cur.Load(), attempt, err, start, now, deadline, int64(prev))
 	return time.Duration(d), stop
 }
 
 // decide is Decide in the int64 nanoseconds that readings add to (the
 // retry loops).
-func (p *Policy) decide(attempt int, err error, start, now, deadline, prev int64) (delay int64, stop Stop) {
-	if !p.Retryable(err) {
+func (p *Policy) decide(s *settings, attempt int, err error, start, now, deadline, prev int64) (delay int64, stop Stop) {
+	if !s.retryable(err) {
 		return 0, NotRetryable
 	}
-	if p.budget != nil {
-		p.budget.OnFailure(now)
+	if s.budget != nil {
+		s.budget.OnFailure(now)
 	}
-	if attempt >= p.maxAttempts {
+	if attempt >= int(s.maxAttempts) {
 		return 0, MaxAttempts
 	}
 	hint := time.Duration(-1)
@@ -324,31 +352,31 @@ func (p *Policy) decide(attempt int, err error, start, now, deadline, prev int64
 	}
 	if hint >= 0 {
 		delay = int64(hint)
-		if delay > p.bo.max {
+		if delay > s.bo.max {
 			return 0, HintTooLong
 		}
 	} else {
-		delay = p.bo.delay(max(attempt, 1), prev)
+		delay = s.delay(max(attempt, 1), prev)
 	}
 	at := atomicx.SatAdd(now, delay) // when the next attempt would start
 	// Compared without the sum, which saturates near the end of the range
 	// (a manual clock): elapsed + delay > MaxDuration.
-	if p.maxDur > 0 && (now-start > p.maxDur || delay > p.maxDur-(now-start)) {
+	if s.maxDur > 0 && (now-start > s.maxDur || delay > s.maxDur-(now-start)) {
 		return 0, MaxDuration
 	}
 	if deadline != 0 && at >= deadline {
 		return 0, Deadline
 	}
-	if p.budget != nil && !p.budget.AllowRetry(now) {
+	if s.budget != nil && !s.budget.AllowRetry(now) {
 		p.refusals.Add(1)
-		if p.onRefused != nil {
-			notify.Call2(&p.panics, p.onRefused, attempt, err)
+		if s.onRefused != nil {
+			notify.Call2(&p.panics, s.onRefused, attempt, err)
 		}
 		return 0, BudgetRefused
 	}
 	p.retries.Add(1)
-	if p.onRetry != nil {
-		notify.Call3(&p.panics, p.onRetry, attempt, time.Duration(delay), err)
+	if s.onRetry != nil {
+		notify.Call3(&p.panics, s.onRetry, attempt, time.Duration(delay), err)
 	}
 	return delay, Continue
 }
@@ -361,6 +389,11 @@ func (p *Policy) decide(attempt int, err error, start, now, deadline, prev int64
 // OnGiveUp for every reason but NotRetryable. It allocates only the
 // ExhaustedError.
 func (p *Policy) GiveUp(reason Stop, attempts int, last, cause error) error {
+	return p.giveUp(p.cur.Load(), reason, attempts, last, cause)
+}
+
+// giveUp is GiveUp under the configuration s of the call.
+func (p *Policy) giveUp(s *settings, reason Stop, attempts int, last, cause error) error {
 	if reason == NotRetryable || reason == Continue {
 		if pe, ok := last.(*permanentError); ok {
 			return pe.err
@@ -368,8 +401,8 @@ func (p *Policy) GiveUp(reason Stop, attempts int, last, cause error) error {
 		return last
 	}
 	p.giveUps.Add(1)
-	if p.onGiveUp != nil {
-		notify.Call3(&p.panics, p.onGiveUp, attempts, reason, last)
+	if s.onGiveUp != nil {
+		notify.Call3(&p.panics, s.onGiveUp, attempts, reason, last)
 	}
 	return &ExhaustedError{name: p.name, attempts: attempts, reason: reason, last: last, cause: cause}
 }
@@ -444,24 +477,25 @@ func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if p.full { // one load and a branch
-		return p.doFull(ctx, fn)
+	s := p.cur.Load()
+	if s.full { // two loads and a branch
+		return p.doFull(s, ctx, fn)
 	}
 	err := fn(ctx)
 	if err == nil {
 		return nil
 	}
 	var pending bool // no budget: nothing to record
-	return p.doRetry(ctx, fn, err, 0, &pending)
+	return p.doRetry(s, ctx, fn, err, 0, &pending)
 }
 
 // doFull is Do with a clock read for the start and the budget protocol.
-func (p *Policy) doFull(ctx context.Context, fn func(context.Context) error) (err error) {
+func (p *Policy) doFull(s *settings, ctx context.Context, fn func(context.Context) error) (err error) {
 	var start int64
-	if p.needStart {
-		start = p.ticker.Now() // the only clock read of a first-try success
+	if s.needStart {
+		start = s.ticker.Now() // the only clock read of a first-try success
 	}
-	if tb := p.bucket; tb != nil {
+	if tb, ok := s.budget.(*TokenBucket); ok {
 		// The A6 bucket, devirtualised: OnRequest is a no-op and OnSuccess
 		// one load on a healthy dependency.
 		pending := true // the attempt's outcome has not reached the budget
@@ -475,15 +509,15 @@ func (p *Policy) doFull(ctx context.Context, fn func(context.Context) error) (er
 			tb.OnSuccess(start)
 			return nil
 		}
-		return p.doRetry(ctx, fn, err, start, &pending)
+		return p.doRetry(s, ctx, fn, err, start, &pending)
 	}
-	b := p.budget
+	b := s.budget
 	if b == nil {
 		if err = fn(ctx); err == nil {
 			return nil
 		}
 		var pending bool // no budget: nothing to record
-		return p.doRetry(ctx, fn, err, start, &pending)
+		return p.doRetry(s, ctx, fn, err, start, &pending)
 	}
 	b.OnRequest(start)
 	pending := true // as above
@@ -497,7 +531,7 @@ func (p *Policy) doFull(ctx context.Context, fn func(context.Context) error) (er
 		b.OnSuccess(start)
 		return nil
 	}
-	return p.doRetry(ctx, fn, err, start, &pending)
+	return p.doRetry(s, ctx, fn, err, start, &pending)
 }
 
 // doRetry is the retry loop of Do (slow path): err is the first attempt's
@@ -506,14 +540,14 @@ func (p *Policy) doFull(ctx context.Context, fn func(context.Context) error) (er
 // code (fn, ShouldRetry, the ticker) panics or calls runtime.Goexit before;
 // once Decide has recorded the failure, a panic in the user code it calls
 // (a RetryAfter hint, Rand, OnRetry) records nothing more.
-func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, err error, start int64, pending *bool) error {
+func (p *Policy) doRetry(s *settings, ctx context.Context, fn func(context.Context) error, err error, start int64, pending *bool) error {
 	attempt, prev, deadline := 1, int64(0), rampart.NotRead // deadline: not computed yet
 	for {
-		if !p.Retryable(err) {
+		if !s.retryable(err) {
 			*pending = false // a non-retryable failure is not the budget's
-			return p.GiveUp(NotRetryable, attempt, err, nil)
+			return p.giveUp(s, NotRetryable, attempt, err, nil)
 		}
-		now := p.ticker.Now()
+		now := s.ticker.Now()
 		if deadline == rampart.NotRead {
 			deadline = p.Deadline(ctx, now)
 		}
@@ -522,28 +556,28 @@ func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, er
 			if callerEnded(err, cerr) {
 				// The caller's own context error: returned as it is, not
 				// the budget's (as a non-retryable error).
-				return p.GiveUp(NotRetryable, attempt, err, nil)
+				return p.giveUp(s, NotRetryable, attempt, err, nil)
 			}
-			if p.budget != nil {
-				p.budget.OnFailure(now) // Decide, which would record it, is skipped
+			if s.budget != nil {
+				s.budget.OnFailure(now) // Decide, which would record it, is skipped
 			}
-			return p.GiveUp(Canceled, attempt, err, cerr)
+			return p.giveUp(s, Canceled, attempt, err, cerr)
 		}
 		*pending = false // Decide records the failure
-		delay, stop := p.decide(attempt, err, start, now, deadline, prev)
+		delay, stop := p.decide(s, attempt, err, start, now, deadline, prev)
 		if stop != Continue {
-			return p.GiveUp(stop, attempt, err, nil)
+			return p.giveUp(s, stop, attempt, err, nil)
 		}
 		if cerr := p.sleep(ctx, delay); cerr != nil {
-			return p.GiveUp(Canceled, attempt, err, cerr)
+			return p.giveUp(s, Canceled, attempt, err, cerr)
 		}
 		prev = delay
 		attempt++
 		*pending = true
 		if err = fn(ctx); err == nil {
 			*pending = false
-			if p.budget != nil {
-				p.budget.OnSuccess(p.budgetNow())
+			if s.budget != nil {
+				s.budget.OnSuccess(s.budgetNow())
 			}
 			return nil
 		}
@@ -551,9 +585,9 @@ func (p *Policy) doRetry(ctx context.Context, fn func(context.Context) error, er
 }
 
 // budgetNow is the time handed to the budget after a retry succeeded.
-func (p *Policy) budgetNow() int64 {
-	if p.needStart {
-		return p.ticker.Now()
+func (s *settings) budgetNow() int64 {
+	if s.needStart {
+		return s.ticker.Now()
 	}
 	return 0
 }
@@ -577,30 +611,31 @@ func CallIf[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, 
 		var zero T
 		return zero, err
 	}
-	if p.full { // one load and a branch
-		return callFull(ctx, p, fn, retryResult)
+	s := p.cur.Load()
+	if s.full { // two loads and a branch
+		return callFull(s, ctx, p, fn, retryResult)
 	}
 	v, err := fn(ctx)
 	if err == nil && (retryResult == nil || !retryResult(v)) {
 		return v, nil
 	}
 	var pending bool // no budget: nothing to record
-	return callRetry(ctx, p, fn, retryResult, v, err, 0, &pending)
+	return callRetry(s, ctx, p, fn, retryResult, v, err, 0, &pending)
 }
 
-func callFull[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool) (v T, err error) {
+func callFull[T any](s *settings, ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool) (v T, err error) {
 	var start int64
-	if p.needStart {
-		start = p.ticker.Now()
+	if s.needStart {
+		start = s.ticker.Now()
 	}
-	b := p.budget
+	b := s.budget
 	if b == nil {
 		v, err = fn(ctx)
 		if err == nil && (retryResult == nil || !retryResult(v)) {
 			return v, nil
 		}
 		var pending bool // no budget: nothing to record
-		return callRetry(ctx, p, fn, retryResult, v, err, start, &pending)
+		return callRetry(s, ctx, p, fn, retryResult, v, err, start, &pending)
 	}
 	b.OnRequest(start)
 	pending := true // as in doFull
@@ -615,42 +650,42 @@ func callFull[T any](ctx context.Context, p *Policy, fn func(context.Context) (T
 		b.OnSuccess(start)
 		return v, nil
 	}
-	return callRetry(ctx, p, fn, retryResult, v, err, start, &pending)
+	return callRetry(s, ctx, p, fn, retryResult, v, err, start, &pending)
 }
 
 // callRetry is the retry loop of CallIf (slow path).
 // *pending is as in doRetry.
-func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool, v T, err error, start int64, pending *bool) (T, error) {
+func callRetry[T any](s *settings, ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool, v T, err error, start int64, pending *bool) (T, error) {
 	attempt, prev, deadline := 1, int64(0), rampart.NotRead // deadline: not computed yet
 	for {
 		if err == nil {
 			err = ErrRetryResult
 		}
-		if !p.Retryable(err) {
+		if !s.retryable(err) {
 			*pending = false
-			return v, p.GiveUp(NotRetryable, attempt, err, nil)
+			return v, p.giveUp(s, NotRetryable, attempt, err, nil)
 		}
-		now := p.ticker.Now()
+		now := s.ticker.Now()
 		if deadline == rampart.NotRead {
 			deadline = p.Deadline(ctx, now)
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			*pending = false
 			if callerEnded(err, cerr) { // as in doRetry
-				return v, p.GiveUp(NotRetryable, attempt, err, nil)
+				return v, p.giveUp(s, NotRetryable, attempt, err, nil)
 			}
-			if p.budget != nil {
-				p.budget.OnFailure(now)
+			if s.budget != nil {
+				s.budget.OnFailure(now)
 			}
-			return v, p.GiveUp(Canceled, attempt, err, cerr)
+			return v, p.giveUp(s, Canceled, attempt, err, cerr)
 		}
 		*pending = false // Decide records the failure
-		delay, stop := p.decide(attempt, err, start, now, deadline, prev)
+		delay, stop := p.decide(s, attempt, err, start, now, deadline, prev)
 		if stop != Continue {
-			return v, p.GiveUp(stop, attempt, err, nil)
+			return v, p.giveUp(s, stop, attempt, err, nil)
 		}
 		if cerr := p.sleep(ctx, delay); cerr != nil {
-			return v, p.GiveUp(Canceled, attempt, err, cerr)
+			return v, p.giveUp(s, Canceled, attempt, err, cerr)
 		}
 		prev = delay
 		attempt++
@@ -658,8 +693,8 @@ func callRetry[T any](ctx context.Context, p *Policy, fn func(context.Context) (
 		v, err = fn(ctx)
 		if err == nil && (retryResult == nil || !retryResult(v)) {
 			*pending = false
-			if p.budget != nil {
-				p.budget.OnSuccess(p.budgetNow())
+			if s.budget != nil {
+				s.budget.OnSuccess(s.budgetNow())
 			}
 			return v, nil
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/pad"
@@ -56,14 +57,14 @@ func TestNewValidation(t *testing.T) {
 		t.Errorf("nil *TokenBucket: %v", err)
 	}
 	p := mustNew(t, Config{})
-	if p.MaxAttempts() != 3 || p.bo.base != int64(100*time.Millisecond) || p.bo.max != int64(10*time.Second) || p.bo.mult != 2 || p.bo.kind != FullJitter {
-		t.Fatalf("defaults: %+v", p.bo)
+	if p.MaxAttempts() != 3 || p.cur.Load().bo.base != int64(100*time.Millisecond) || p.cur.Load().bo.max != int64(10*time.Second) || p.cur.Load().bo.mult != 2 || p.cur.Load().kind != FullJitter {
+		t.Fatalf("defaults: %+v", p.cur.Load().bo)
 	}
-	if p := mustNew(t, Config{BaseDelay: time.Minute}); p.bo.max != int64(time.Minute) {
-		t.Fatalf("MaxDelay default below BaseDelay: %d", p.bo.max)
+	if p := mustNew(t, Config{BaseDelay: time.Minute}); p.cur.Load().bo.max != int64(time.Minute) {
+		t.Fatalf("MaxDelay default below BaseDelay: %d", p.cur.Load().bo.max)
 	}
-	if p := mustNew(t, Config{Backoff: DecorrelatedJitter}); p.bo.mult != 3 {
-		t.Fatalf("decorrelated default multiplier %v", p.bo.mult)
+	if p := mustNew(t, Config{Backoff: DecorrelatedJitter}); p.cur.Load().bo.mult != 3 {
+		t.Fatalf("decorrelated default multiplier %v", p.cur.Load().bo.mult)
 	}
 }
 
@@ -802,8 +803,8 @@ func FuzzDecide(f *testing.F) {
 				}
 				return
 			}
-			if d < 0 || d > p.bo.max {
-				t.Fatalf("delay %d outside [0, %d]", d, p.bo.max)
+			if d < 0 || d > p.cur.Load().bo.max {
+				t.Fatalf("delay %d outside [0, %d]", d, p.cur.Load().bo.max)
 			}
 			now, prev = atomicSat(now, d), d
 			if attempts > 5000 {
@@ -1039,10 +1040,37 @@ func TestPolicyBytes(t *testing.T) {
 		}
 		return p
 	})
-	// 288 B on 64-byte lines: the configuration, a line of padding, the
-	// retry path's counters (size class 288). Was 352 with the budget
-	// check's advice built for every New.
-	if want := int64(288); pad.LineSize == 64 && got != want {
+	// 192 B on 64-byte lines: the configuration on two lines, the retry
+	// path's counters and the name on the third (size class 192). Was 288
+	// with a line of padding between them, 352 with the budget check's
+	// advice built for every New.
+	if want := int64(192); pad.LineSize == 64 && got != want {
 		t.Fatalf("a retry.Policy: got %d B, want %d", got, want)
+	}
+}
+
+// TestPolicyLayout: the counters that the retry path writes start a cache
+// line after the configuration that every call reads, and the allocator
+// places every Policy on a line boundary (192 B, a size class whose
+// objects start at multiples of their size from a page; no malloc header
+// below 512 B), so that no write of a counter touches a line the
+// configuration is on.
+func TestPolicyLayout(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is for 64-bit platforms")
+	}
+	var p Policy
+	cfgEnd := unsafe.Offsetof(p.init) + unsafe.Sizeof(p.init)
+	if off := unsafe.Offsetof(p.retries); off%pad.LineSize != 0 || off < cfgEnd {
+		t.Fatalf("counters at %d: want a line boundary at or after the configuration's end, %d", off, cfgEnd)
+	}
+	if size := unsafe.Sizeof(p); size%pad.LineSize != 0 {
+		t.Fatalf("a Policy is %d B, not whole lines", size)
+	}
+	for range 100 {
+		p := mustNew(t, Config{})
+		if a := uintptr(unsafe.Pointer(p)); a%pad.LineSize != 0 {
+			t.Fatalf("a Policy at %#x: not on a line boundary", a)
+		}
 	}
 }
