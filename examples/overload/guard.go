@@ -14,6 +14,7 @@ import (
 	"github.com/rampart-go/rampart/httpguard"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/statuspage"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -41,6 +42,8 @@ type guard struct {
 	dbLimit   *bulkhead.Bulkhead
 	breaker   *circuitbreaker.Breaker
 	deadline  *timeout.Timeout
+	retry     *retry.Policy
+	budget    *retry.TokenBucket
 	visitAvg  atomic.Int64 // moving average of a database visit (ns)
 }
 
@@ -103,7 +106,7 @@ func newGuard(o options) (*guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &guard{entry: entry, db: db, admission: admission, dbLimit: dbLimit, breaker: breaker, deadline: deadline}
+	g := &guard{entry: entry, db: db, admission: admission, dbLimit: dbLimit, breaker: breaker, deadline: deadline, retry: rp, budget: budget}
 	g.visitAvg.Store(int64(o.dbVisit))
 	return g, nil
 }
@@ -168,6 +171,29 @@ func (g *guard) visitEstimate() time.Duration {
 func (g *guard) observeVisit(d int64) {
 	avg := g.visitAvg.Load()
 	g.visitAvg.Store(avg + (d-avg)/16)
+}
+
+// snapshot reads the policies' state into p, for the series.
+func (g *guard) snapshot(p *point) {
+	bs := g.breaker.Stats()
+	p.BreakerState, p.BreakerFailureRate = bs.State.String(), bs.FailureRate
+	as, ds := g.admission.Stats(), g.dbLimit.Stats()
+	p.AdmissionInFlight, p.AdmissionMax = as.InFlight, as.Max
+	p.DBInFlight, p.DBMax = ds.InFlight, ds.Max
+}
+
+// instances names the guard's policies for the status page.
+func (g *guard) instances() []statuspage.Instance {
+	return []statuspage.Instance{
+		{Name: "api", Value: g.entry},
+		{Name: "api-admission", Value: g.admission},
+		{Name: "api-deadline", Value: g.deadline},
+		{Name: "db", Value: g.db},
+		{Name: "db-breaker", Value: g.breaker},
+		{Name: "db-bulkhead", Value: g.dbLimit},
+		{Name: "db-retry", Value: g.retry},
+		{Name: "db-retry-budget", Value: g.budget},
+	}
 }
 
 // close stops the timeout's own watchdog.

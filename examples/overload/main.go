@@ -38,6 +38,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -60,6 +61,11 @@ type options struct {
 	clientTimeout, maxLag              time.Duration
 	maxVUs                             int
 	quiet                              bool
+	out                                string // directory for the recorded series and the chart; "" writes none
+	render                             string // an overload.json to render instead of running
+	status                             string // the status page's listen address; "" serves none
+	args                               []string
+	onStatus                           func(url string) // tests: called once the status page serves
 }
 
 func defaultOptions() options {
@@ -82,6 +88,7 @@ func defaultOptions() options {
 		clientTimeout: 2 * time.Second,
 		maxLag:        100 * time.Millisecond,
 		maxVUs:        5000,
+		status:        "127.0.0.1:0",
 	}
 }
 
@@ -153,9 +160,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.maxLag, "max-lag", o.maxLag, "load generator: drop an iteration it could only start this late")
 	fs.IntVar(&o.maxVUs, "vus", o.maxVUs, "load generator: most requests in flight (more are dropped iterations)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
+	fs.StringVar(&o.out, "out", "", "write the per-second series (overload.json, overload.csv) and the chart (overload.svg, overload.html) into this directory")
+	fs.StringVar(&o.render, "render", "", "render the chart of a recorded overload.json into -out (default: its directory) instead of running")
+	fs.StringVar(&o.status, "status", o.status, "serve the live status page on this loopback address while the demo runs (\"\": none)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	o.args = args
 	share := func(x float64) bool { return x >= 0 && x <= 1 } // false for NaN too
 	switch {
 	case o.rate < 1 || o.rate > 1_000_000:
@@ -184,6 +195,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-client-timeout must be positive, got %v", o.clientTimeout)
 	case o.maxLag < 0:
 		return o, fmt.Errorf("-max-lag must not be negative, got %v", o.maxLag)
+	case o.status != "" && !loopback(o.status):
+		return o, fmt.Errorf("-status must be a loopback address (127.0.0.1:port, [::1]:port or localhost:port), got %q", o.status)
 	}
 	return o, nil
 }
@@ -200,6 +213,13 @@ func main() {
 	// The generator, the server and the simulated database share the
 	// process: collect garbage less often, it is CPU the demo needs.
 	debug.SetGCPercent(400)
+	if o.render != "" {
+		if err := render(o, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "overload:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if _, err := run(ctx, o, os.Stdout); err != nil {
@@ -212,6 +232,39 @@ func main() {
 type result struct {
 	mode   string
 	phases []*phaseStats
+	series runSeries // one point per second
+}
+
+// render writes the chart of a recorded run (-render) into -out, or next
+// to the recording.
+func render(o options, w io.Writer) error {
+	rec, err := readRecording(o.render)
+	if err != nil {
+		return err
+	}
+	dir := o.out
+	if dir == "" {
+		dir = filepath.Dir(o.render)
+	}
+	paths, err := writeOutputs(dir, rec)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "wrote", strings.Join(paths, ", "))
+	return nil
+}
+
+// loopback reports whether addr is host:port with a loopback host.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // run performs the runs o asks for and prints progress and the table to w.
@@ -229,9 +282,17 @@ func run(ctx context.Context, o options, w io.Writer) ([]result, error) {
 	if o.rate < 10000 {
 		fmt.Fprintf(w, "(the scenario is sized for 10000 req/s; one 2-core machine cannot generate and serve that many, so the default is %d: try -rate 10000 to see the generator say so)\n", defaultRate)
 	}
+	st, err := startStatus(o.status, o.onStatus)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
+	if st != nil {
+		fmt.Fprintf(w, "status page: %s (status.json beside it), while the demo runs\n", st.url)
+	}
 	var results []result
 	for _, m := range modes {
-		r, err := runMode(ctx, o, m, w)
+		r, err := runMode(ctx, o, m, w, st)
 		if err != nil {
 			return results, err
 		}
@@ -241,6 +302,17 @@ func run(ctx context.Context, o options, w io.Writer) ([]result, error) {
 		}
 	}
 	printTable(w, o, results)
+	if o.out != "" {
+		var runs []runSeries
+		for _, r := range results {
+			runs = append(runs, r.series)
+		}
+		paths, err := writeOutputs(o.out, newRecording(o, o.args, runs))
+		if err != nil {
+			return results, err
+		}
+		fmt.Fprintln(w, "wrote", strings.Join(paths, ", "))
+	}
 	return results, nil
 }
 
@@ -254,16 +326,16 @@ func phaseList(ps []phase) string {
 
 // runMode starts a fresh server for mode, runs the phases against it, waits
 // for the last responses and stops the server.
-func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, error) {
+func runMode(ctx context.Context, o options, mode string, w io.Writer, st *status) (result, error) {
 	db, err := newDatabase(o.pool(), o.dbVisit, o.dbErrors)
 	if err != nil {
 		return result{}, err
 	}
 	svc := newService(o, db)
 	var h http.Handler = svc
+	var g *guard
 	if mode == "protected" {
-		g, err := newGuard(o)
-		if err != nil {
+		if g, err = newGuard(o); err != nil {
 			return result{}, err
 		}
 		defer g.close()
@@ -271,6 +343,8 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, 
 			return result{}, err
 		}
 	}
+	st.show(mode, db, g)
+	defer st.show("", nil, nil)
 	res := result{mode: mode}
 	for i, p := range o.phases() {
 		res.phases = append(res.phases, &phaseStats{phase: p, index: i})
@@ -299,20 +373,24 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, 
 	gen := newGenerator("http://"+ln.Addr().String()+"/item", o)
 	defer gen.close()
 
-	// One progress line per second.
+	// One point of the series and one progress line per second.
 	var cur sync.Mutex
 	current := res.phases[0]
 	stopProgress := make(chan struct{})
 	progressDone := make(chan struct{})
+	start := time.Now()
+	rec := newRecorder(mode, res.phases, start)
+	snapshot := func() point {
+		p := point{InFlightClient: gen.inFlight.Load(), InFlightServer: svc.inFlight.Load(), DBWaiting: db.waiting.Load()}
+		if g != nil {
+			g.snapshot(&p)
+		}
+		return p
+	}
 	go func() {
 		defer close(progressDone)
-		if o.quiet {
-			<-stopProgress
-			return
-		}
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
-		start := time.Now()
 		var last [4]int64
 		for {
 			select {
@@ -322,7 +400,12 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, 
 			}
 			cur.Lock()
 			p := current
+			rec.record(time.Now(), p.phase.name, snapshot())
 			cur.Unlock()
+			st.sample()
+			if o.quiet {
+				continue
+			}
 			var now [4]int64
 			for _, q := range res.phases {
 				now[0] += q.sent.Load()
@@ -341,6 +424,7 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, 
 	for _, p := range res.phases {
 		cur.Lock()
 		current = p
+		rec.phaseStarted(p.phase.name, time.Now())
 		cur.Unlock()
 		db.setSlowdown(p.phase.slowdown)
 		gen.run(ctx, o.rate, p.phase.name == "warm-up", p)
@@ -348,9 +432,15 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer) (result, 
 			break
 		}
 	}
+	cur.Lock()
+	rec.phasesEnded(time.Now())
+	cur.Unlock()
 	gen.wait() // bounded by the client timeout
 	close(stopProgress)
 	<-progressDone
+	// The last, partial second: the responses that came after the last tick.
+	rec.record(time.Now(), current.phase.name, snapshot())
+	res.series = rec.series
 	return res, nil
 }
 

@@ -3,6 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
+	"encoding/json"
+	"encoding/xml"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,10 +32,25 @@ func TestDemoShort(t *testing.T) {
 	o.dbPool = 2 // 200 req/s × 28 % × 10 ms = 0.56 busy; ×8 = 4.5 busy: overloaded
 	o.slowFactor = 8
 	o.clientTimeout = 4 * time.Second // generous: CI runs packages side by side on 2 cores
+	o.out = t.TempDir()
+	var statusErr error = errNoStatus
+	o.onStatus = func(url string) { statusErr = checkStatusJSON(url + "status.json") }
 	var out bytes.Buffer
 	results, err := run(context.Background(), o, &out)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if statusErr != nil {
+		t.Errorf("status page: %v", statusErr)
+	}
+	if !strings.Contains(out.String(), "status page: http://127.0.0.1:") {
+		t.Errorf("the status page's URL is not printed")
+	}
+	checkSeries(t, results)
+	for _, name := range []string{"overload.json", "overload.csv", "overload.svg", "overload.html"} {
+		if fi, err := os.Stat(filepath.Join(o.out, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("-out wrote no %s: %v", name, err)
+		}
 	}
 	t.Log("\n" + out.String())
 	if len(results) != 2 || results[0].mode != "unprotected" || results[1].mode != "protected" {
@@ -162,5 +185,334 @@ func TestDatabaseTransientErrors(t *testing.T) {
 	}
 	if _, err := newDatabase(1, 0, 2); err == nil {
 		t.Error("a share of 2 was accepted")
+	}
+}
+
+var errNoStatus = errorString("the status page was not started")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// checkStatusJSON fetches the demo's status.json and decodes it.
+func checkStatusJSON(url string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errorString("status " + resp.Status)
+	}
+	var doc struct {
+		Instances []any `json:"instances"`
+	}
+	return json.NewDecoder(resp.Body).Decode(&doc)
+}
+
+// checkSeries: each run has about one point a second, each point's counts
+// add up (completed = succeeded + shed + failed), the rates integrate back
+// to the table's totals, and the protected run records its breaker's state.
+func checkSeries(t *testing.T, results []result) {
+	t.Helper()
+	for _, r := range results {
+		pts := r.series.Points
+		var total time.Duration
+		for _, p := range r.phases {
+			total += p.phase.duration
+		}
+		if min, max := int(total.Seconds())-1, int(total.Seconds()+o4s.Seconds())+2; len(pts) < min || len(pts) > max {
+			t.Errorf("%s: %d points for a %s run", r.mode, len(pts), total)
+		}
+		if len(r.series.Phases) != len(r.phases) {
+			t.Errorf("%s: %d phase spans", r.mode, len(r.series.Phases))
+		}
+		var ok, want float64
+		for _, p := range pts {
+			if d := p.Completed - p.Succeeded - p.Shed - p.Failed; math.Abs(d) > 0.01 {
+				t.Errorf("%s at %vs: completed %v is not the sum of its parts", r.mode, p.T, p.Completed)
+			}
+			ok += p.Succeeded * p.Dt
+			if r.mode == "protected" && p.BreakerState == "" {
+				t.Errorf("protected at %vs: no breaker state", p.T)
+			}
+		}
+		for _, p := range r.phases {
+			want += float64(p.ok.Load())
+		}
+		if math.Abs(ok-want) > 1 {
+			t.Errorf("%s: the series integrate to %.1f successes, the table counts %.0f", r.mode, ok, want)
+		}
+	}
+}
+
+// o4s bounds the drain after the last phase (the client timeout of
+// TestDemoShort).
+const o4s = 4 * time.Second
+
+// node is a generic XML element.
+type node struct {
+	XMLName xml.Name
+	Attrs   []xml.Attr `xml:",any,attr"`
+	Nodes   []node     `xml:",any"`
+	Text    string     `xml:",chardata"`
+}
+
+func (n node) attr(name string) string {
+	for _, a := range n.Attrs {
+		if a.Name.Local == name {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+func (n node) num(t *testing.T, name string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(n.attr(name), 64)
+	if err != nil {
+		t.Fatalf("<%s> %s=%q: %v", n.XMLName.Local, name, n.attr(name), err)
+	}
+	return v
+}
+
+// all returns the elements under n (n included) with tag and, when class is
+// not empty, that class.
+func (n node) all(tag, class string) []node {
+	var out []node
+	var walk func(node)
+	walk = func(m node) {
+		if m.XMLName.Local == tag && (class == "" || m.attr("class") == class) {
+			out = append(out, m)
+		}
+		for _, c := range m.Nodes {
+			walk(c)
+		}
+	}
+	walk(n)
+	return out
+}
+
+func parseXML(t *testing.T, s string) node {
+	t.Helper()
+	dec := xml.NewDecoder(strings.NewReader(s))
+	dec.Strict = true
+	dec.Entity = xml.HTMLEntity
+	var root node
+	if err := dec.Decode(&root); err != nil {
+		t.Fatalf("does not parse: %v", err)
+	}
+	return root
+}
+
+// TestChartDrawsTheRecordedSeries renders the fixed recording in testdata
+// and reads the SVG back with encoding/xml: for each row and mode, a
+// panel whose every series has one polyline point per recorded point with a
+// value, each mapping back (through the panel's own axes) to that point's
+// time and value; both columns of a row share the y range; the phases are
+// shaded with their names; each row has a legend entry per series and
+// both axes have ticks and a label; the breaker's strip has one
+// rectangle per protected point; the unprotected column says it has no
+// policies.
+func TestChartDrawsTheRecordedSeries(t *testing.T) {
+	rec, err := readRecording("testdata/recording.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg := parseXML(t, renderSVG(rec))
+	if svg.XMLName.Local != "svg" || svg.XMLName.Space != "http://www.w3.org/2000/svg" {
+		t.Fatalf("root %v", svg.XMLName)
+	}
+	if n := len(svg.all("script", "")); n != 0 {
+		t.Errorf("%d scripts", n)
+	}
+	panels := svg.all("g", "panel")
+	if len(panels) != 2*len(chartRows) {
+		t.Fatalf("%d panels, want %d", len(panels), 2*len(chartRows))
+	}
+	for _, row := range chartRows {
+		var yRange [2]string
+		for ci, run := range rec.Runs {
+			var panel node
+			for _, p := range panels {
+				if p.attr("data-row") == row.key && p.attr("data-mode") == run.Mode {
+					panel = p
+				}
+			}
+			if panel.XMLName.Local == "" {
+				t.Fatalf("no %s panel for %s", row.key, run.Mode)
+			}
+			x0, y0, w, h := panel.num(t, "data-x"), panel.num(t, "data-y"), panel.num(t, "data-w"), panel.num(t, "data-h")
+			t0, t1, v0, v1 := panel.num(t, "data-t0"), panel.num(t, "data-t1"), panel.num(t, "data-v0"), panel.num(t, "data-v1")
+			logScale := panel.attr("data-scale") == "log"
+			if r := [2]string{panel.attr("data-v0"), panel.attr("data-v1")}; ci == 0 {
+				yRange = r
+			} else if r != yRange {
+				t.Errorf("%s: y range %v for %s, %v for the other mode", row.key, r, run.Mode, yRange)
+			}
+			back := func(px, py float64) (tm, v float64) {
+				tm = t0 + (px-x0)/w*(t1-t0)
+				f := (y0 + h - py) / h
+				if logScale {
+					return tm, math.Pow(10, math.Log10(v0)+f*(math.Log10(v1)-math.Log10(v0)))
+				}
+				return tm, v0 + f*(v1-v0)
+			}
+			for _, s := range row.series {
+				var want []point
+				for _, p := range run.Points {
+					if v, ok := s.get(run.Mode, p); ok && (!logScale || v > 0) {
+						want = append(want, p)
+					}
+				}
+				var got [][2]float64
+				for _, pl := range panel.all("polyline", "series") {
+					if pl.attr("data-series") != s.key {
+						continue
+					}
+					for _, xy := range strings.Fields(pl.attr("points")) {
+						xs, ys, _ := strings.Cut(xy, ",")
+						px, _ := strconv.ParseFloat(xs, 64)
+						py, _ := strconv.ParseFloat(ys, 64)
+						tm, v := back(px, py)
+						got = append(got, [2]float64{tm, v})
+					}
+				}
+				if len(got) != len(want) {
+					t.Errorf("%s/%s/%s: %d points drawn, %d recorded", row.key, run.Mode, s.key, len(got), len(want))
+					continue
+				}
+				for i, p := range want {
+					v, _ := s.get(run.Mode, p)
+					tol := (v1 - v0) * 0.002
+					if logScale {
+						tol = v * 0.01
+					}
+					if math.Abs(got[i][0]-p.T) > 0.02 || math.Abs(got[i][1]-v) > tol {
+						t.Errorf("%s/%s/%s: point %d maps back to (%.3f s, %.3f), recorded (%.3f s, %.3f)", row.key, run.Mode, s.key, i, got[i][0], got[i][1], p.T, v)
+					}
+				}
+			}
+			phases := panel.all("rect", "phase")
+			if len(phases) != len(run.Phases) {
+				t.Errorf("%s/%s: %d phase rectangles", row.key, run.Mode, len(phases))
+			}
+			for i, ph := range phases {
+				if i < len(run.Phases) && ph.attr("data-phase") != run.Phases[i].Name {
+					t.Errorf("%s/%s: phase %d is %q", row.key, run.Mode, i, ph.attr("data-phase"))
+				}
+			}
+			axes := panel.all("g", "axis")
+			if len(axes) != 2 || len(axes[0].all("text", "tick")) < 2 || len(axes[1].all("text", "tick")) < 2 || len(panel.all("text", "axis-label")) != 1 {
+				t.Errorf("%s/%s: axes %d, x label %d", row.key, run.Mode, len(axes), len(panel.all("text", "axis-label")))
+			} else if top := axes[0].all("text", "tick"); top[len(top)-1].num(t, "data-value") != v1 {
+				t.Errorf("%s/%s: the top y tick is not the axis' end %v", row.key, run.Mode, v1)
+			}
+			if row.states {
+				var states int
+				for _, p := range run.Points {
+					if p.BreakerState != "" {
+						states++
+					}
+				}
+				if n := len(panel.all("rect", "state")); n != states {
+					t.Errorf("%s/%s: %d state rectangles, %d points with a state", row.key, run.Mode, n, states)
+				}
+				if noData := len(panel.all("text", "no-data")); (run.Mode == "unprotected") != (noData == 1) {
+					t.Errorf("%s/%s: %d no-data notes", row.key, run.Mode, noData)
+				}
+			}
+		}
+		var legend node
+		for _, l := range svg.all("g", "legend") {
+			if l.attr("data-row") == row.key {
+				legend = l
+			}
+		}
+		items := map[string]bool{}
+		for _, it := range legend.all("g", "legend-item") {
+			items[it.attr("data-series")] = true
+		}
+		for _, s := range row.series {
+			if !items[s.key] {
+				t.Errorf("%s: no legend entry for %s", row.key, s.key)
+			}
+		}
+	}
+	if title := svg.all("text", "title"); len(title) != 1 || !strings.Contains(title[0].Text, "200 req/s") {
+		t.Errorf("title %+v", title)
+	}
+	if c := svg.all("text", "caption"); len(c) != 1 || !strings.Contains(c[0].Text, rec.GoVersion) || !strings.Contains(c[0].Text, rec.Command) {
+		t.Errorf("caption %+v", c)
+	}
+}
+
+// TestChartOutputs: -out's four files from the recording: the JSON reads
+// back to the same recording, the CSV has a row per point, the HTML
+// parses, embeds the SVG inline and has no script.
+func TestChartOutputs(t *testing.T) {
+	rec, err := readRecording("testdata/recording.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := writeOutputs(dir, rec); err != nil {
+		t.Fatal(err)
+	}
+	back, err := readRecording(filepath.Join(dir, "overload.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(rec)
+	b, _ := json.Marshal(back)
+	if !bytes.Equal(a, b) {
+		t.Error("overload.json does not read back to the recording")
+	}
+	f, err := os.Open(filepath.Join(dir, "overload.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 1
+	for _, r := range rec.Runs {
+		n += len(r.Points)
+	}
+	if len(rows) != n || strings.Join(rows[0], ",") != strings.Join(csvHeader, ",") {
+		t.Errorf("%d CSV rows, want %d; header %v", len(rows), n, rows[0])
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "overload.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := parseXML(t, strings.TrimPrefix(string(page), "<!DOCTYPE html>\n"))
+	if svgs := html.all("svg", ""); len(svgs) != 1 || len(svgs[0].all("g", "panel")) != 2*len(chartRows) {
+		t.Errorf("the page embeds %d SVGs", len(svgs))
+	}
+	if n := len(html.all("script", "")); n != 0 {
+		t.Errorf("%d scripts", n)
+	}
+}
+
+// TestRenderFlagRedrawsARecording: -render draws a recording without
+// running the demo.
+func TestRenderFlagRedrawsARecording(t *testing.T) {
+	var errOut bytes.Buffer
+	o, err := parseFlags([]string{"-render", "testdata/recording.json", "-out", t.TempDir()}, &errOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := render(o, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "overload.svg") {
+		t.Errorf("output %q", out.String())
+	}
+	if _, err := parseFlags([]string{"-status", "0.0.0.0:8080"}, &errOut); err == nil {
+		t.Error("-status on a non-loopback address was accepted")
 	}
 }

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// point is one second of a run (the last one of a run may be shorter):
+// rates are per second over the interval that ends at T, latencies are the
+// successes' that completed in it (0: none did), counts in flight are read
+// at T. The policies' fields are the protected run's (empty or 0 in the
+// unprotected one).
+type point struct {
+	T              float64 `json:"t"`     // seconds since the run started, at the end of the interval
+	Dt             float64 `json:"dt"`    // the interval's length, seconds
+	Phase          string  `json:"phase"` // the phase being offered at T
+	Offered        float64 `json:"offered"`
+	Completed      float64 `json:"completed"` // responses or client errors: succeeded + shed + failed
+	Succeeded      float64 `json:"succeeded"`
+	Shed           float64 `json:"shed"`   // 503 with Retry-After
+	Failed         float64 `json:"failed"` // anything else
+	InFlightClient int64   `json:"in_flight_client"`
+	InFlightServer int64   `json:"in_flight_server"`
+	DBWaiting      int64   `json:"db_waiting"` // callers waiting for a database connection
+	P50ms          float64 `json:"p50_ms"`
+	P99ms          float64 `json:"p99_ms"`
+
+	BreakerState       string  `json:"breaker_state,omitempty"` // the database breaker's state ("closed", "open", "half-open")
+	BreakerFailureRate float64 `json:"breaker_failure_rate"`    // percent of its window
+	AdmissionInFlight  int64   `json:"admission_in_flight"`     // the entry bulkhead's permits held
+	AdmissionMax       int64   `json:"admission_max"`
+	DBInFlight         int64   `json:"db_in_flight"` // the database bulkhead's permits held
+	DBMax              int64   `json:"db_max"`
+}
+
+// span is one phase's stretch of a run, in seconds since its start.
+type span struct {
+	Name  string  `json:"name"`
+	Start float64 `json:"start"`
+	End   float64 `json:"end"`
+}
+
+// runSeries is one mode's recorded run.
+type runSeries struct {
+	Mode   string  `json:"mode"`
+	Phases []span  `json:"phases"`
+	Points []point `json:"points"`
+}
+
+// recording is what -out writes: the runs and what they ran on.
+type recording struct {
+	Command    string      `json:"command"`
+	GoVersion  string      `json:"go_version"`
+	CPU        string      `json:"cpu"`
+	GOMAXPROCS int         `json:"gomaxprocs"`
+	Rate       int         `json:"rate"` // offered req/s at full rate
+	Runs       []runSeries `json:"runs"`
+}
+
+// recorder builds one run's series from the counters of its phases,
+// called once a second by the progress loop.
+type recorder struct {
+	phases  []*phaseStats
+	start   time.Time
+	lastT   time.Time
+	last    [5]int64 // offered, succeeded, shed, failed, completed so far
+	latSeen []int    // per phase: latencies already folded into a point
+	series  runSeries
+}
+
+func newRecorder(mode string, phases []*phaseStats, start time.Time) *recorder {
+	return &recorder{phases: phases, start: start, lastT: start, latSeen: make([]int, len(phases)), series: runSeries{Mode: mode}}
+}
+
+// phaseStarted marks the start of phase name at t.
+func (r *recorder) phaseStarted(name string, t time.Time) {
+	s := round3(t.Sub(r.start).Seconds())
+	if n := len(r.series.Phases); n > 0 && r.series.Phases[n-1].End == 0 {
+		r.series.Phases[n-1].End = s
+	}
+	r.series.Phases = append(r.series.Phases, span{Name: name, Start: s})
+}
+
+// phasesEnded closes the last phase at t.
+func (r *recorder) phasesEnded(t time.Time) {
+	if n := len(r.series.Phases); n > 0 && r.series.Phases[n-1].End == 0 {
+		r.series.Phases[n-1].End = round3(t.Sub(r.start).Seconds())
+	}
+}
+
+// record adds the point of the interval that ends at now; p holds the
+// in-flight counts and the policies' state, read by the caller.
+func (r *recorder) record(now time.Time, phase string, p point) {
+	dt := now.Sub(r.lastT).Seconds()
+	if dt <= 0 {
+		return
+	}
+	var cur [5]int64
+	var lat []time.Duration
+	for i, q := range r.phases {
+		cur[0] += q.sent.Load() + q.dropped.Load()
+		cur[1] += q.ok.Load()
+		cur[2] += q.shed.Load()
+		cur[3] += q.failed.Load()
+		q.mu.Lock()
+		lat = append(lat, q.lat[r.latSeen[i]:]...)
+		r.latSeen[i] = len(q.lat)
+		q.mu.Unlock()
+	}
+	cur[4] = cur[1] + cur[2] + cur[3]
+	rate := func(i int) float64 { return float64(cur[i]-r.last[i]) / dt }
+	p.T, p.Dt, p.Phase = round3(now.Sub(r.start).Seconds()), round3(dt), phase
+	p.Offered, p.Succeeded, p.Shed, p.Failed, p.Completed = round3(rate(0)), round3(rate(1)), round3(rate(2)), round3(rate(3)), round3(rate(4))
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		at := func(q float64) float64 {
+			return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))]) / float64(time.Millisecond)
+		}
+		p.P50ms, p.P99ms = round3(at(0.50)), round3(at(0.99))
+	}
+	r.series.Points = append(r.series.Points, p)
+	r.last, r.lastT = cur, now
+}
+
+func round3(x float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', 3, 64), 64)
+	return v
+}
+
+// newRecording describes this process's runs.
+func newRecording(o options, args []string, runs []runSeries) recording {
+	return recording{
+		Command:    strings.TrimSpace("go run ./examples/overload " + strings.Join(args, " ")),
+		GoVersion:  runtime.Version(),
+		CPU:        cpuModel(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0),
+		Rate:       o.rate,
+		Runs:       runs,
+	}
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo, or GOARCH where
+// there is none.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				return fmt.Sprintf("%s (%d logical CPUs)", strings.TrimSpace(v), runtime.NumCPU())
+			}
+		}
+	}
+	return fmt.Sprintf("%s (%d logical CPUs)", runtime.GOARCH, runtime.NumCPU())
+}
+
+// csvHeader names writeCSV's columns.
+var csvHeader = []string{"mode", "t", "dt", "phase", "offered", "completed", "succeeded", "shed", "failed",
+	"in_flight_client", "in_flight_server", "db_waiting", "p50_ms", "p99_ms",
+	"breaker_state", "breaker_failure_rate", "admission_in_flight", "admission_max", "db_in_flight", "db_max"}
+
+// writeCSV writes one row per mode and point.
+func writeCSV(w io.Writer, rec recording) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(csvHeader); err != nil {
+		return err
+	}
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+	d := func(x int64) string { return strconv.FormatInt(x, 10) }
+	for _, r := range rec.Runs {
+		for _, p := range r.Points {
+			if err := cw.Write([]string{r.Mode, f(p.T), f(p.Dt), p.Phase, f(p.Offered), f(p.Completed), f(p.Succeeded), f(p.Shed), f(p.Failed),
+				d(p.InFlightClient), d(p.InFlightServer), d(p.DBWaiting), f(p.P50ms), f(p.P99ms),
+				p.BreakerState, f(p.BreakerFailureRate), d(p.AdmissionInFlight), d(p.AdmissionMax), d(p.DBInFlight), d(p.DBMax)}); err != nil {
+				return err
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// writeOutputs writes overload.json, overload.csv, overload.svg and
+// overload.html into dir (created if missing) and returns their paths.
+func writeOutputs(dir string, rec recording) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	js, err := json.MarshalIndent(rec, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	var csvBuf, svgBuf, htmlBuf strings.Builder
+	if err := writeCSV(&csvBuf, rec); err != nil {
+		return nil, err
+	}
+	svg := renderSVG(rec)
+	svgBuf.WriteString(svg)
+	if err := writeHTML(&htmlBuf, rec, svg); err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{
+		{"overload.json", append(js, '\n')},
+		{"overload.csv", []byte(csvBuf.String())},
+		{"overload.svg", []byte(svgBuf.String())},
+		{"overload.html", []byte(htmlBuf.String())},
+	} {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, f.data, 0o644); err != nil {
+			return paths, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// readRecording reads a recording written by -out (overload.json).
+func readRecording(path string) (recording, error) {
+	var rec recording
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(rec.Runs) == 0 {
+		return rec, fmt.Errorf("%s: no runs", path)
+	}
+	return rec, nil
+}
