@@ -155,6 +155,63 @@ type ClientConfig struct {
 	// "Pipeline.Retry", say) or the breakers ("NewHostBreaker"). Hosts are
 	// kept for the transport's lifetime: use it for a bounded set of hosts.
 	NewHostBreaker func(host string) (*circuitbreaker.Breaker, error)
+
+	// Fallback, when set, gives the response of a request whose call ends
+	// as FallbackWhen selects, in place of the error or the last response
+	// RoundTrip would return: a synthetic *http.Response (see
+	// [SyntheticResponse]) served from a cache or built in place. o is the
+	// call's outcome (o.Err says why: a rejection error, the retry's
+	// give-up error wrapping the last [*StatusError] or transport error);
+	// the policies' Stats count that ending whatever Fallback returns.
+	//
+	// Body rules: every response of the call's attempts is closed before
+	// Fallback is called (it sees the status through StatusOf(o.Err), not
+	// the body), and so is the request's body. The response Fallback
+	// returns is the caller's to close, as any response from RoundTrip; a
+	// nil Body is replaced by http.NoBody and a nil Request by the
+	// request. A non-nil error is returned as RoundTrip's error (a response
+	// returned with it is closed); no response and no error returns the
+	// call's own error, o.Err. Fallback runs on the caller's goroutine
+	// after every permit was released: a panic goes on and leaks nothing.
+	Fallback func(req *http.Request, o pipeline.Outcome) (*http.Response, error)
+
+	// FallbackWhen selects the endings Fallback answers. Zero means
+	// pipeline.DefaultEndings: a rejection by any policy of the pipeline
+	// (the retry's budget included), its soft-mode timeout, and the retry
+	// giving up (after the last retryable status or transport error, an
+	// AttemptTimeout included), plus pipeline.Failures when
+	// FallbackFailed is set. A response that is not retried (a 404, or a
+	// 500 to a request sent once) is a failure, answered only through
+	// FallbackFailed; a cancellation only when FallbackWhen names
+	// pipeline.Cancellations.
+	FallbackWhen pipeline.Endings
+
+	// FallbackFailed says which failures (pipeline.Failures: the
+	// request's one attempt failed, or its error was not retryable) the
+	// fallback answers, from the call's error: StatusOf(err) is the status
+	// of a failure response, 0 for a transport error. Required when
+	// FallbackWhen includes pipeline.Failures.
+	FallbackFailed func(err error) bool
+}
+
+// SyntheticResponse builds a response for a [ClientConfig.Fallback]: status,
+// header (nil: empty), body (its Content-Length set), for req, as HTTP/1.1.
+// The caller closes its body as any response's (closing it does nothing).
+func SyntheticResponse(req *http.Request, status int, header http.Header, body []byte) *http.Response {
+	if header == nil {
+		header = make(http.Header)
+	}
+	return &http.Response{
+		Status:        strconv.Itoa(status) + " " + http.StatusText(status),
+		StatusCode:    status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        header,
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
 }
 
 // transport is the client RoundTripper.
@@ -170,6 +227,10 @@ type transport struct {
 	newHostCB func(string) (*circuitbreaker.Breaker, error)
 	hostsMu   sync.Mutex // serialises the creation of a host's route
 	hosts     sync.Map   // host -> *route
+
+	fallback       func(*http.Request, pipeline.Outcome) (*http.Response, error)
+	fallbackWhen   pipeline.Endings
+	fallbackFailed func(error) bool
 }
 
 // route holds the pipelines of one destination, all sharing its policies:
@@ -196,6 +257,13 @@ func NewTransport(cfg ClientConfig) (http.RoundTripper, error) {
 		timeoutErr: &attemptTimeoutError{"httpguard: attempt timed out after " + cfg.AttemptTimeout.String() +
 			" (ClientConfig.AttemptTimeout)"},
 		newHostCB: cfg.NewHostBreaker,
+
+		fallback:       cfg.Fallback,
+		fallbackWhen:   cfg.FallbackWhen,
+		fallbackFailed: cfg.FallbackFailed,
+	}
+	if err := t.checkFallback(); err != nil {
+		return nil, err
 	}
 	if t.base == nil {
 		t.base = http.DefaultTransport
@@ -231,6 +299,63 @@ func NewTransport(cfg ClientConfig) (http.RoundTripper, error) {
 	}
 	t.def = r
 	return t, nil
+}
+
+// checkFallback validates the fallback's fields and fills in FallbackWhen's
+// default. Construction only.
+func (t *transport) checkFallback() error {
+	const all = pipeline.Rejections | pipeline.Timeouts | pipeline.RetriesExhausted | pipeline.Failures | pipeline.Cancellations
+	switch {
+	case t.fallback == nil && (t.fallbackWhen != 0 || t.fallbackFailed != nil):
+		return rampart.NewConfigError("httpguard", "Fallback", "is nil, but FallbackWhen or FallbackFailed is set")
+	case t.fallback == nil:
+		return nil
+	case t.fallbackWhen == 0:
+		t.fallbackWhen = pipeline.DefaultEndings
+		if t.fallbackFailed != nil {
+			t.fallbackWhen |= pipeline.Failures
+		}
+	case t.fallbackFailed != nil && t.fallbackWhen&pipeline.Failures == 0:
+		return rampart.NewConfigError("httpguard", "FallbackFailed", "is set but FallbackWhen does not include pipeline.Failures: it would never be called")
+	}
+	if bad := t.fallbackWhen &^ all; bad != 0 {
+		return rampart.NewConfigError("httpguard", "FallbackWhen", "holds endings that no call has (%#x)", uint16(bad))
+	}
+	if t.fallbackWhen&pipeline.Failures != 0 && t.fallbackFailed == nil {
+		return rampart.NewConfigError("httpguard", "FallbackFailed", "must be set when FallbackWhen includes pipeline.Failures")
+	}
+	return nil
+}
+
+// answers reports whether the fallback answers the call that ended as o.
+// Failure path.
+func (t *transport) answers(o pipeline.Outcome) bool {
+	if t.fallback == nil || !t.fallbackWhen.Selects(o) {
+		return false
+	}
+	return !pipeline.Failures.Selects(o) || t.fallbackFailed(o.Err)
+}
+
+// answer returns the fallback's response for req (see ClientConfig.Fallback).
+// Failure path: every response of the call is closed already.
+func (t *transport) answer(req *http.Request, o pipeline.Outcome) (*http.Response, error) {
+	resp, err := t.fallback(req, o)
+	switch {
+	case err != nil:
+		if resp != nil && resp.Body != nil {
+			_ = resp.Body.Close()
+		}
+		return nil, err
+	case resp == nil:
+		return nil, o.Err
+	}
+	if resp.Body == nil {
+		resp.Body = http.NoBody
+	}
+	if resp.Request == nil {
+		resp.Request = req
+	}
+	return resp, nil
 }
 
 // defaultRetryStatus is RetryStatus's default: 408, 429 and the 5xx
@@ -408,6 +533,13 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	default:
 		c.sequential, c.rp = true, r.rp
 		resp, o = pipeline.TryCall(req.Context(), r.retry, c.attempt)
+	}
+	if o.Code != pipeline.OK && t.answers(o) {
+		// Every response of the call is closed before the fallback runs
+		// (a panic in it then leaks nothing).
+		finished = true
+		c.finish(nil)
+		return t.answer(req, o)
 	}
 	if o.Code != pipeline.OK {
 		resp = nil

@@ -1051,3 +1051,157 @@ func TestClientHedgeWinnerBodyReadable(t *testing.T) {
 		require.Equal(t, uint64(1), hg.Stats().HedgesWon)
 	})
 }
+
+// trackedBase is a Base answering status (with a body) through a body
+// tracker, counting its attempts.
+func trackedBase(status func(n int32) int) (*bodyTracker, *atomic.Int32) {
+	hits := new(atomic.Int32)
+	return &bodyTracker{base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		n := hits.Add(1)
+		if r.Body != nil {
+			_ = r.Body.Close()
+		}
+		return memResponse(status(n), "upstream body"), nil
+	})}, hits
+}
+
+// The client's Fallback answers a rejection, the retry giving up on a
+// retryable status and, with FallbackFailed, a failure status, with a
+// synthetic response; every attempt's response and the request's body are
+// closed before it runs; the policies count the real ending; a 404 is not
+// answered by default.
+func TestClientFallbackAnswersRejectionsAndGiveUps(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, OpenDuration: time.Minute})
+	require.NoError(t, err)
+	bt, hits := trackedBase(func(n int32) int {
+		if n <= 3 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusNotFound
+	})
+	var seen []pipeline.Outcome
+	var openAtFallback []int
+	tr, err := httpguard.NewTransport(httpguard.ClientConfig{
+		Base:     bt,
+		Pipeline: mustPipeline(t, pipeline.Config{Ticker: tick, Retry: fastRetry(t, func(c *retry.Config) { c.MaxAttempts = 3; c.Ticker = tick }), Breaker: cb}),
+		Fallback: func(req *http.Request, o pipeline.Outcome) (*http.Response, error) {
+			seen = append(seen, o)
+			openAtFallback = append(openAtFallback, bt.open())
+			return httpguard.SyntheticResponse(req, http.StatusOK, http.Header{"X-Fallback": {"1"}}, []byte("cached")), nil
+		},
+		FallbackWhen:   pipeline.DefaultEndings | pipeline.Failures,
+		FallbackFailed: func(err error) bool { return httpguard.StatusOf(err) == http.StatusGone },
+	})
+	require.NoError(t, err)
+	c := &http.Client{Transport: tr}
+	read := func(resp *http.Response) string {
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		return string(b)
+	}
+
+	body := &closeCounter{Reader: strings.NewReader("x")}
+	req, err := http.NewRequest(http.MethodPut, "http://svc/a", body)
+	require.NoError(t, err)
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("x")), nil }
+	resp, err := c.Do(req) // three 503s: the retry gives up
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "1", resp.Header.Get("X-Fallback"))
+	require.Same(t, req, resp.Request)
+	require.Equal(t, "cached", read(resp))
+	require.EqualValues(t, 3, hits.Load())
+	require.Equal(t, http.StatusServiceUnavailable, httpguard.StatusOf(seen[0].Err))
+	require.ErrorIs(t, seen[0].Err, retry.ErrExhausted)
+	require.Zero(t, openAtFallback[0], "the attempts' bodies are closed before the fallback runs")
+	require.EqualValues(t, 1, body.closes.Load())
+
+	resp, err = c.Get("http://svc/b") // a 404: fn's own answer, not answered
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Equal(t, "upstream body", read(resp))
+	require.Len(t, seen, 1)
+
+	require.True(t, cb.TransitionTo(circuitbreaker.Open))
+	before := hits.Load()
+	resp, err = c.Get("http://svc/c")
+	require.NoError(t, err)
+	require.Equal(t, "cached", read(resp))
+	require.Equal(t, before, hits.Load(), "rejected: nothing sent")
+	require.Equal(t, pipeline.Rejected, seen[1].Code)
+	require.Equal(t, pipeline.Breaker, seen[1].Policy)
+	require.Equal(t, uint64(1), cb.Stats().Rejected)
+	require.Zero(t, bt.open())
+}
+
+// A failure that FallbackFailed accepts is answered; the Fallback's error
+// is RoundTrip's (its response closed), no response and no error returns
+// the call's own error, and a panicking Fallback leaks no body.
+func TestClientFallbackFailuresErrorsAndPanics(t *testing.T) {
+	bt, _ := trackedBase(func(int32) int { return http.StatusInternalServerError })
+	errOffline := errors.New("offline")
+	var mode atomic.Int32
+	synthetic := &trackedBody{ReadCloser: io.NopCloser(strings.NewReader(""))}
+	tr, err := httpguard.NewTransport(httpguard.ClientConfig{
+		Base: bt,
+		Fallback: func(req *http.Request, o pipeline.Outcome) (*http.Response, error) {
+			switch mode.Load() {
+			case 1:
+				return &http.Response{StatusCode: http.StatusOK, Body: synthetic}, errOffline
+			case 2:
+				return nil, nil
+			case 3:
+				panic("fallback bug")
+			}
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}}, nil
+		},
+		FallbackFailed: func(err error) bool { return httpguard.StatusOf(err) == http.StatusInternalServerError },
+	})
+	require.NoError(t, err)
+	req := func() *http.Request {
+		r, err := http.NewRequest(http.MethodPost, "http://svc/", nil)
+		require.NoError(t, err)
+		return r
+	}
+	resp, err := tr.RoundTrip(req())
+	require.NoError(t, err)
+	require.Equal(t, http.NoBody, resp.Body, "a nil Body is http.NoBody")
+	require.NotNil(t, resp.Request)
+
+	mode.Store(1)
+	resp, err = tr.RoundTrip(req())
+	require.Nil(t, resp)
+	require.ErrorIs(t, err, errOffline)
+	require.True(t, synthetic.closed.Load(), "a response returned with an error is closed")
+
+	mode.Store(2)
+	resp, err = tr.RoundTrip(req())
+	require.Nil(t, resp)
+	require.Equal(t, http.StatusInternalServerError, httpguard.StatusOf(err), "the call's own error")
+
+	mode.Store(3)
+	panicked, _ := testkit.Run(func() { _, _ = tr.RoundTrip(req()) })
+	require.Equal(t, "fallback bug", panicked)
+	require.Zero(t, bt.open())
+}
+
+// The client fallback's configuration errors.
+func TestClientFallbackConfigErrors(t *testing.T) {
+	fb := func(*http.Request, pipeline.Outcome) (*http.Response, error) { return nil, nil }
+	pred := func(error) bool { return true }
+	for _, c := range []struct {
+		field string
+		cfg   httpguard.ClientConfig
+	}{
+		{"Fallback", httpguard.ClientConfig{FallbackWhen: pipeline.Rejections}},
+		{"Fallback", httpguard.ClientConfig{FallbackFailed: pred}},
+		{"FallbackFailed", httpguard.ClientConfig{Fallback: fb, FallbackWhen: pipeline.Failures}},
+		{"FallbackFailed", httpguard.ClientConfig{Fallback: fb, FallbackWhen: pipeline.Rejections, FallbackFailed: pred}},
+		{"FallbackWhen", httpguard.ClientConfig{Fallback: fb, FallbackWhen: pipeline.RejectionsBy(pipeline.Timeout)}},
+	} {
+		_, err := httpguard.NewTransport(c.cfg)
+		testkit.RequireConfigError(t, err, "httpguard", c.field)
+	}
+}

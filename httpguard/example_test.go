@@ -1,6 +1,7 @@
 package httpguard_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/httpguard"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
@@ -49,4 +51,53 @@ func Example() {
 	// 200 []
 	// 200 []
 	// 429 [1000]
+}
+
+// ExampleStaticFallback serves a static page when the guard sheds a
+// request, with the guard's 503 and Retry-After kept; the bulkhead still
+// counts the rejection.
+func ExampleStaticFallback() {
+	bh, _ := bulkhead.New(bulkhead.Config{Max: 1})
+	admission, _ := pipeline.New(pipeline.Config{Bulkhead: bh})
+	busyPage, _ := httpguard.StaticFallback(httpguard.StaticFallbackConfig{
+		Header: http.Header{"Content-Type": {"text/html; charset=utf-8"}},
+		Body:   []byte("<h1>Busy</h1><p>Try again in a moment.</p>"),
+	})
+	h, _ := httpguard.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "hello")
+	}), httpguard.ServerConfig{Pipeline: admission, Fallback: busyPage})
+
+	_ = bh.Acquire() // a slow request holds the only permit
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	bh.Release()
+	fmt.Println(rec.Code, rec.Header().Get("Retry-After"), rec.Body.String(), bh.Stats().Rejected)
+	// Output: 503 1 <h1>Busy</h1><p>Try again in a moment.</p> 1
+}
+
+// ExampleClientConfig_fallback answers from a cache while the breaker of
+// the upstream is open: the caller gets a synthetic response, to close as
+// any other.
+func ExampleClientConfig_fallback() {
+	cb, _ := circuitbreaker.New(circuitbreaker.Config{Name: "upstream"})
+	p, _ := pipeline.New(pipeline.Config{Breaker: cb})
+	tr, _ := httpguard.NewTransport(httpguard.ClientConfig{
+		Pipeline: p,
+		Fallback: func(req *http.Request, o pipeline.Outcome) (*http.Response, error) {
+			h := http.Header{"Warning": {`110 - "Response is Stale"`}}
+			return httpguard.SyntheticResponse(req, http.StatusOK, h, []byte("cached rates")), nil
+		},
+	})
+	cb.TransitionTo(circuitbreaker.ForcedOpen)
+
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://rates.internal/today", nil)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, resp.Header.Get("Warning"), string(body), cb.Stats().Rejected)
+	// Output: 200 110 - "Response is Stale" cached rates 1
 }

@@ -44,9 +44,40 @@ type ServerConfig struct {
 	// OnRejected, when set, writes the rejection response instead of the
 	// default plain-text one. The status and the Retry-After header are
 	// decided already: status is 429 or 503, and w's Retry-After header is
-	// set; OnRejected must call w.WriteHeader(status) itself.
+	// set; OnRejected must call w.WriteHeader(status) itself. It is not
+	// called for the rejections that Fallback answers.
 	OnRejected func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome)
+
+	// Fallback, when set, answers in the guard's place the requests that
+	// FallbackWhen selects: a rejection (the handler never ran), the
+	// timeout answer (the pipeline's timeout expired and the handler wrote
+	// nothing; the entity headers it set are restored first, as for the
+	// plain answer) and, only when FallbackWhen names
+	// pipeline.Cancellations, a request whose context ended before the
+	// handler answered. It serves a static page or a cached body
+	// ([StaticFallback] builds one). status is the guard's answer (429 or
+	// 503 for a rejection, TimeoutStatus otherwise) and w's Retry-After
+	// header is set as for that answer; the fallback keeps both by calling
+	// w.WriteHeader(status), or replaces them: another status (200 to
+	// serve a cached page as the answer), w.Header().Del("Retry-After").
+	// o is the request's outcome: the policies' Stats count the rejection
+	// or the timeout whatever the fallback writes. It runs on the request's
+	// goroutine after every permit was released (a panic goes on, as
+	// net/http expects, and leaks nothing). What it allocates is its own.
+	Fallback func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome)
+
+	// FallbackWhen selects the endings Fallback answers: the
+	// rejections (pipeline.Rejections, or pipeline.RejectionsBy some
+	// kinds), pipeline.Timeouts and pipeline.Cancellations. Zero means
+	// pipeline.Rejections | pipeline.Timeouts. The other endings do not
+	// occur on a server (the handler's own failure status is already
+	// written; a server does not retry), and NewHandler refuses them.
+	FallbackWhen pipeline.Endings
 }
+
+// serverRejections are the rejections that occur on a server: a server's
+// pipeline has no retry.
+const serverRejections = pipeline.Rejections &^ (1 << pipeline.Retry)
 
 // server is the middleware's handler.
 type server struct {
@@ -59,6 +90,8 @@ type server struct {
 	// formatted once.
 	defaultRetryAfterS string
 	onReject           func(http.ResponseWriter, *http.Request, int, pipeline.Outcome)
+	fallback           func(http.ResponseWriter, *http.Request, int, pipeline.Outcome)
+	fallbackWhen       pipeline.Endings
 	// exchanges holds the *exchange of requests that have been answered,
 	// for the next ones: the wrapper handed to the handler costs no
 	// allocation per request (gin and echo pool theirs the same way).
@@ -80,6 +113,21 @@ func NewHandler(next http.Handler, cfg ServerConfig) (http.Handler, error) {
 	if cfg.DefaultRetryAfter < 0 {
 		return nil, rampart.NewConfigError("httpguard", "DefaultRetryAfter", "must not be negative, got %v", cfg.DefaultRetryAfter)
 	}
+	if cfg.Fallback == nil && cfg.FallbackWhen != 0 {
+		return nil, rampart.NewConfigError("httpguard", "FallbackWhen", "is set without a Fallback")
+	}
+	fallbackWhen := cfg.FallbackWhen
+	if fallbackWhen == 0 {
+		fallbackWhen = pipeline.Rejections | pipeline.Timeouts
+	}
+	if bad := fallbackWhen &^ (pipeline.Rejections | pipeline.Timeouts | pipeline.Cancellations); bad != 0 {
+		return nil, rampart.NewConfigError("httpguard", "FallbackWhen",
+			"holds endings that a server has not (%#x): a handler's failure status is already written and a server does not retry; use pipeline.Rejections, RejectionsBy, Timeouts and Cancellations", uint16(bad))
+	}
+	if cfg.Fallback != nil && cfg.OnRejected != nil && fallbackWhen&serverRejections == serverRejections {
+		return nil, rampart.NewConfigError("httpguard", "OnRejected",
+			"is never called: Fallback answers every rejection (FallbackWhen); set one of them, or narrow FallbackWhen with pipeline.RejectionsBy")
+	}
 	p := cfg.Pipeline
 	if pc := p.Config(); pc.Retry != nil {
 		pc.Retry = nil
@@ -96,6 +144,8 @@ func NewHandler(next http.Handler, cfg ServerConfig) (http.Handler, error) {
 		timeoutStatus:     cfg.TimeoutStatus,
 		defaultRetryAfter: cfg.DefaultRetryAfter,
 		onReject:          cfg.OnRejected,
+		fallback:          cfg.Fallback,
+		fallbackWhen:      fallbackWhen,
 	}
 	if s.isFailure == nil {
 		s.isFailure = func(status int) bool { return status >= 500 }
@@ -351,6 +401,11 @@ func (s *server) answer(w http.ResponseWriter, r *http.Request, e *exchange, o p
 		if o.Policy == pipeline.RateLimit {
 			status = http.StatusTooManyRequests
 		}
+		if s.fallback != nil && s.fallbackWhen.Selects(o) {
+			w.Header().Set("Retry-After", s.retryAfter(o))
+			s.fallback(w, r, status, o)
+			return
+		}
 		s.writeReject(w, r, status, o)
 	case pipeline.TimedOut, pipeline.Canceled:
 		// Canceled: the request's context ended before or while it was
@@ -359,6 +414,11 @@ func (s *server) answer(w http.ResponseWriter, r *http.Request, e *exchange, o p
 		// that has gone is harmless.
 		if !e.wrote {
 			e.restoreHeaders()
+			if s.fallback != nil && s.fallbackWhen.Selects(o) {
+				w.Header().Set("Retry-After", s.defaultRetryAfterS)
+				s.fallback(w, r, s.timeoutStatus, o)
+				return
+			}
 			writePlain(w, s.timeoutStatus, s.defaultRetryAfterS, true, "")
 		}
 	}
@@ -368,16 +428,79 @@ func (s *server) answer(w http.ResponseWriter, r *http.Request, e *exchange, o p
 // overload answers most, so it costs one allocation (writePlain's), two
 // when the Retry-After hint is 100 s or more (its digits).
 func (s *server) writeReject(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
-	ra := s.defaultRetryAfterS
-	if o.RetryAfter > 0 {
-		ra = retryAfterSeconds(o.RetryAfter) // no allocation below 100 s (strconv's small numbers)
-	}
+	ra := s.retryAfter(o)
 	if s.onReject != nil {
 		w.Header().Set("Retry-After", ra)
 		s.onReject(w, r, status, o)
 		return
 	}
 	writePlain(w, status, ra, false, o.Err.Error())
+}
+
+// retryAfter is the Retry-After value of a rejection: the policy's hint,
+// else DefaultRetryAfter. Rejection path.
+func (s *server) retryAfter(o pipeline.Outcome) string {
+	if o.RetryAfter > 0 {
+		return retryAfterSeconds(o.RetryAfter) // no allocation below 100 s (strconv's small numbers)
+	}
+	return s.defaultRetryAfterS
+}
+
+// StaticFallbackConfig is the response a [StaticFallback] serves.
+type StaticFallbackConfig struct {
+	// Status is the response's status. Zero keeps the guard's: 429 or 503
+	// for a rejection, ServerConfig.TimeoutStatus for a timeout. Set 200
+	// to serve a cached page as the answer (clients and caches then take
+	// it for one: give it a short Cache-Control in Header).
+	Status int
+
+	// DropRetryAfter removes the guard's Retry-After header. By default it
+	// is kept: a client that gets the static page still learns when to
+	// come back.
+	DropRetryAfter bool
+
+	// Header is set on the response (Content-Type, Cache-Control, ...),
+	// replacing the values of the same keys. Copied by StaticFallback.
+	Header http.Header
+
+	// Body is the response's body, written as it is (not for a HEAD
+	// request, as net/http does). Copied by StaticFallback.
+	Body []byte
+}
+
+// StaticFallback returns a [ServerConfig.Fallback] that serves cfg's
+// response: a static page or a cached copy of one, with the guard's status
+// and Retry-After or others (see [StaticFallbackConfig]), and a
+// Content-Length. It copies cfg's header and body once; an answer costs no
+// allocation of its own. It returns a *rampart.ConfigError for a Status
+// that is not a final HTTP status (200-999).
+func StaticFallback(cfg StaticFallbackConfig) (func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome), error) {
+	if cfg.Status != 0 && (cfg.Status < 200 || cfg.Status > 999) {
+		return nil, rampart.NewConfigError("httpguard", "StaticFallbackConfig.Status", "must be 0 (the guard's status) or a final HTTP status code (200-999), got %d", cfg.Status)
+	}
+	header := make(http.Header, len(cfg.Header)+1)
+	for k, v := range cfg.Header {
+		v = append([]string(nil), v...)
+		header[http.CanonicalHeaderKey(k)] = v[:len(v):len(v)] // capped: an Add by the handler's middleware copies
+	}
+	header["Content-Length"] = []string{strconv.Itoa(len(cfg.Body))}
+	body := append([]byte(nil), cfg.Body...)
+	return func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
+		h := w.Header()
+		for k, v := range header {
+			h[k] = v
+		}
+		if cfg.DropRetryAfter {
+			delete(h, "Retry-After")
+		}
+		if cfg.Status != 0 {
+			status = cfg.Status
+		}
+		w.WriteHeader(status)
+		if r.Method != http.MethodHead {
+			_, _ = w.Write(body)
+		}
+	}, nil
 }
 
 // writePlain answers status as http.Error(w, text, status) does, where

@@ -1032,3 +1032,222 @@ func TestServerFlushErrorReachesTheHandler(t *testing.T) {
 	g.ServeHTTP(flushErrWriter{httptest.NewRecorder()}, httptest.NewRequest(http.MethodGet, "/", nil))
 	require.ErrorIs(t, got, errFlushBroken)
 }
+
+// A Fallback answers the rejections and the timeout answer in the guard's
+// place, with the guard's status and Retry-After by default (StaticFallback
+// with a zero Status) or others (Status 200, DropRetryAfter); the policies
+// still count the rejection and the timeout, and the fallback is not
+// called for an admitted request nor, by default, for an ended request.
+func TestServerFallbackAnswersRejectionsAndTimeouts(t *testing.T) {
+	page := []byte("<p>busy, here is yesterday's page</p>")
+	keep, err := httpguard.StaticFallback(httpguard.StaticFallbackConfig{
+		Header: http.Header{"content-type": {"text/html"}}, Body: page})
+	require.NoError(t, err)
+	replace, err := httpguard.StaticFallback(httpguard.StaticFallbackConfig{
+		Status: http.StatusOK, DropRetryAfter: true, Header: http.Header{"Cache-Control": {"max-age=5"}}, Body: page})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name     string
+		fallback func(http.ResponseWriter, *http.Request, int, pipeline.Outcome)
+		status   int // of the rate-limit rejection; the timeout's is 503
+		retry    bool
+	}{
+		{"keep", keep, http.StatusTooManyRequests, true},
+		{"replace", replace, http.StatusOK, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tick := rampart.NewManualTicker(1)
+			rl, err := ratelimit.New(ratelimit.Config{Rate: 1e-6, Burst: 2, Ticker: tick, CountStats: true})
+			require.NoError(t, err)
+			to, err := timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeSoft, Ticker: tick})
+			require.NoError(t, err)
+			slow := false
+			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if slow {
+					w.Header().Set("Etag", `"never sent"`)
+					tick.Advance(2 * time.Second) // overruns and writes nothing
+					return
+				}
+				_, _ = io.WriteString(w, "fresh")
+			})
+			h, err := httpguard.NewHandler(next, httpguard.ServerConfig{
+				Pipeline: mustPipeline(t, pipeline.Config{RateLimit: rl, Timeout: to}), Fallback: c.fallback})
+			require.NoError(t, err)
+			do := func(method string) *httptest.ResponseRecorder {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(method, "/", nil))
+				return rec
+			}
+			rec := do(http.MethodGet)
+			require.Equal(t, "fresh", rec.Body.String())
+
+			slow = true
+			rec = do(http.MethodGet) // the second permit; times out
+			wantTimeout := c.status
+			if c.status != http.StatusOK {
+				wantTimeout = http.StatusServiceUnavailable
+			}
+			require.Equal(t, wantTimeout, rec.Code)
+			require.Equal(t, string(page), rec.Body.String())
+			require.Empty(t, rec.Header().Get("Etag"), "the handler's entity headers are restored")
+			require.Equal(t, uint64(1), to.Stats().Timeouts)
+
+			rec = do(http.MethodGet) // no permit left: rejected
+			require.Equal(t, c.status, rec.Code)
+			require.Equal(t, string(page), rec.Body.String())
+			require.Equal(t, strconv.Itoa(len(page)), rec.Header().Get("Content-Length"))
+			if c.retry {
+				require.NotEmpty(t, rec.Header().Get("Retry-After"), "the rate limiter's wait")
+				require.Equal(t, "text/html", rec.Header().Get("Content-Type"))
+			} else {
+				require.Empty(t, rec.Header().Values("Retry-After"))
+				require.Equal(t, "max-age=5", rec.Header().Get("Cache-Control"))
+			}
+			require.Equal(t, uint64(1), rl.Stats().Rejected, "the rejection is counted")
+
+			rec = do(http.MethodHead)
+			require.Equal(t, c.status, rec.Code)
+			require.Empty(t, rec.Body.String(), "no body for HEAD")
+
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			rec = httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil))
+			require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+			require.NotEqual(t, string(page), rec.Body.String(), "an ended request gets the plain answer by default")
+		})
+	}
+}
+
+// FallbackWhen narrows the fallback to some rejections (the others get
+// OnRejected or the plain answer) or widens it to ended requests; the
+// fallback gets the decided status and the request's Outcome.
+func TestServerFallbackWhen(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1, Ticker: tick})
+	require.NoError(t, err)
+	cb, err := circuitbreaker.New(circuitbreaker.Config{Ticker: tick, OpenDuration: time.Minute})
+	require.NoError(t, err)
+	var got []pipeline.Outcome
+	fb := func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
+		got = append(got, o)
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, "fallback")
+	}
+	onRejected := func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, "onrejected")
+	}
+	h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{
+		Pipeline: mustPipeline(t, pipeline.Config{Ticker: tick, Breaker: cb, Bulkhead: bh}),
+		Fallback: fb, FallbackWhen: pipeline.RejectionsBy(pipeline.Breaker) | pipeline.Cancellations, OnRejected: onRejected})
+	require.NoError(t, err)
+	serveBody := func(ctx context.Context) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil))
+		return rec.Code, rec.Body.String()
+	}
+	require.NoError(t, bh.Acquire())
+	code, body := serveBody(context.Background())
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "onrejected", body)
+	bh.Release()
+	require.True(t, cb.TransitionTo(circuitbreaker.Open))
+	code, body = serveBody(context.Background())
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "fallback", body)
+	require.True(t, cb.TransitionTo(circuitbreaker.Closed))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	code, body = serveBody(ctx)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "fallback", body)
+	require.Len(t, got, 2)
+	require.Equal(t, pipeline.Breaker, got[0].Policy)
+	require.Equal(t, pipeline.Canceled, got[1].Code)
+	require.Equal(t, uint64(1), cb.Stats().Rejected)
+}
+
+// A panicking Fallback runs after the permits were released: the panic
+// goes on and the bulkhead admits again.
+func TestServerFallbackPanicLeaksNothing(t *testing.T) {
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1})
+	require.NoError(t, err)
+	h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{
+		Pipeline: mustPipeline(t, pipeline.Config{Bulkhead: bh}),
+		Fallback: func(http.ResponseWriter, *http.Request, int, pipeline.Outcome) { panic("fallback bug") }})
+	require.NoError(t, err)
+	require.NoError(t, bh.Acquire())
+	panicked, _ := testkit.Run(func() { h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil)) })
+	require.Equal(t, "fallback bug", panicked)
+	bh.Release()
+	require.Zero(t, bh.Stats().InFlight)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, "hello", rec.Body.String())
+}
+
+// The fallback's configuration errors.
+func TestServerFallbackConfigErrors(t *testing.T) {
+	p := mustPipeline(t, pipeline.Config{})
+	fb := func(http.ResponseWriter, *http.Request, int, pipeline.Outcome) {}
+	for _, c := range []struct {
+		field string
+		cfg   httpguard.ServerConfig
+	}{
+		{"FallbackWhen", httpguard.ServerConfig{Pipeline: p, FallbackWhen: pipeline.Timeouts}},
+		{"FallbackWhen", httpguard.ServerConfig{Pipeline: p, Fallback: fb, FallbackWhen: pipeline.Failures}},
+		{"FallbackWhen", httpguard.ServerConfig{Pipeline: p, Fallback: fb, FallbackWhen: pipeline.RetriesExhausted}},
+		{"OnRejected", httpguard.ServerConfig{Pipeline: p, Fallback: fb, OnRejected: fb}},
+	} {
+		_, err := httpguard.NewHandler(hello, c.cfg)
+		testkit.RequireConfigError(t, err, "httpguard", c.field)
+	}
+	_, err := httpguard.StaticFallback(httpguard.StaticFallbackConfig{Status: http.StatusContinue})
+	testkit.RequireConfigError(t, err, "httpguard", "StaticFallbackConfig.Status")
+}
+
+// With a Fallback configured an admitted request still costs the
+// middleware nothing, and a rejection answered by a StaticFallback costs
+// one allocation (the Retry-After value's slice), as the plain answer.
+func TestServerAllocsFallback(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1, Ticker: tick})
+	require.NoError(t, err)
+	static, err := httpguard.StaticFallback(httpguard.StaticFallbackConfig{Body: []byte("busy")})
+	require.NoError(t, err)
+	body := []byte("hello")
+	write := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(body) })
+	h, err := httpguard.NewHandler(write, httpguard.ServerConfig{
+		Pipeline: mustPipeline(t, pipeline.Config{Ticker: tick, Bulkhead: bh}), Fallback: static})
+	require.NoError(t, err)
+	w := &codeWriter{h: make(http.Header)}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	testkit.WantAllocs(t, "admitted", 0, func() {
+		w.body = w.body[:0]
+		h.ServeHTTP(w, r)
+	})
+	require.Equal(t, "hello", string(w.body))
+	require.NoError(t, bh.Acquire())
+	defer bh.Release()
+	testkit.WantAllocs(t, "rejected, static fallback", 1, func() {
+		clear(w.h)
+		w.body = w.body[:0]
+		h.ServeHTTP(w, r)
+	})
+	require.Equal(t, http.StatusServiceUnavailable, w.code)
+	require.Equal(t, "busy", string(w.body))
+}
+
+// codeWriter is a ResponseWriter that keeps the last status and body,
+// without httptest.ResponseRecorder's header snapshot (an allocation) and
+// first-status-only rule.
+type codeWriter struct {
+	h    http.Header
+	code int
+	body []byte
+}
+
+func (w *codeWriter) Header() http.Header         { return w.h }
+func (w *codeWriter) WriteHeader(code int)        { w.code = code }
+func (w *codeWriter) Write(b []byte) (int, error) { w.body = append(w.body, b...); return len(b), nil }
