@@ -1,0 +1,5 @@
+//go:build race
+
+package grpcguard_test
+
+const raceEnabled = true
