@@ -141,9 +141,9 @@ func NewReplicas(cfg ReplicasConfig) (*Replicas, error) {
 func (r *Replicas) Start(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed || r.started {
-		err := ErrClosed
-		if r.started {
-			err = errStarted
+		err := errStarted
+		if r.closed {
+			err = ErrClosed
 		}
 		r.mu.Unlock()
 		return err

@@ -500,6 +500,21 @@ func (s *Semaphore) fallback() (Permit, int64, error) {
 	}
 }
 
+// direct makes one Redis call within Timeout without the breaker: Close's
+// removal of the leases, made once, whatever the breaker's state.
+func (s *Semaphore) direct(f func(context.Context) ([]int64, error)) ([]int64, error) {
+	ctx, cancel := context.WithTimeoutCause(context.Background(), s.cfg.Timeout, s.errTimeout)
+	defer cancel()
+	vals, err := within(ctx, f)
+	if err != nil {
+		s.redisErrors.Add(1)
+		if f := s.cfg.OnRedisError; f != nil {
+			notifyListener(&s.listenerPanics, f, err)
+		}
+	}
+	return vals, err
+}
+
 // call makes one Redis call through the breaker, within Timeout.
 func (s *Semaphore) call(ctx context.Context, f func(context.Context) ([]int64, error)) ([]int64, error) {
 	now := s.cfg.Ticker.Now() // the breaker's open state is judged against it
@@ -520,8 +535,13 @@ func (s *Semaphore) call(ctx context.Context, f func(context.Context) ([]int64, 
 	}()
 	vals, err := within(ctx, f)
 	returned = true
-	if err != nil && errors.Is(parent.Err(), context.Canceled) {
-		// The caller cancelled mid-call: not a Redis failure.
+	if err != nil && parent.Err() != nil {
+		// The caller's context ended mid-call (cancelled, or a deadline
+		// before Timeout): not a Redis failure. Unlike the Limiter, a
+		// caller's deadline is not held against Redis either: a hung
+		// Redis still opens the breaker through the calls that run
+		// under Timeout alone (renewals, releases, patient callers), and
+		// a caller only ever waits until its own deadline.
 		s.brk.cb.ReleaseAt(permit, s.cfg.Ticker.Now(), rampart.Ignored)
 		return nil, err
 	}
@@ -629,7 +649,7 @@ func (s *Semaphore) renewOnce() bool {
 	for len(batch) > 0 || len(orphans) > 0 {
 		nb := min(len(batch), maxRenewBatch)
 		no := min(len(orphans), maxRenewBatch-nb)
-		lost, err := s.renew(batch[:nb], orphans[:no])
+		lost, err := s.renew(batch[:nb], orphans[:no], false)
 		if err != nil {
 			s.mu.Lock()
 			if len(s.orphans) < maxOrphans {
@@ -660,8 +680,8 @@ func (s *Semaphore) renewOnce() bool {
 	return true
 }
 
-// renew makes one renewal script call.
-func (s *Semaphore) renew(renew []*held, remove []string) ([]int64, error) {
+// renew makes one renewal script call, through the breaker unless closing.
+func (s *Semaphore) renew(renew []*held, remove []string, closing bool) ([]int64, error) {
 	args := make([]any, 0, 2+len(renew)+len(remove))
 	args = append(args, s.ttlArg, len(renew))
 	for _, h := range renew {
@@ -670,9 +690,16 @@ func (s *Semaphore) renew(renew []*held, remove []string) ([]int64, error) {
 	for _, t := range remove {
 		args = append(args, t)
 	}
-	lost, err := s.call(context.Background(), func(ctx context.Context) ([]int64, error) {
+	run := func(ctx context.Context) ([]int64, error) {
 		return semRenewScript.Run(ctx, s.cfg.Client, s.keys, args...).Int64Slice()
-	})
+	}
+	var lost []int64
+	var err error
+	if closing {
+		lost, err = s.direct(run)
+	} else {
+		lost, err = s.call(context.Background(), run)
+	}
 	if err == nil {
 		s.renewals.Add(1)
 	}
@@ -680,7 +707,7 @@ func (s *Semaphore) renew(renew []*held, remove []string) ([]int64, error) {
 }
 
 // removeOrphans removes the queued tokens now, in renewal calls that renew
-// nothing (after Close).
+// nothing, past the breaker (after Close).
 func (s *Semaphore) removeOrphans() error {
 	s.mu.Lock()
 	orphans := s.orphans
@@ -689,7 +716,7 @@ func (s *Semaphore) removeOrphans() error {
 	var first error
 	for len(orphans) > 0 {
 		n := min(len(orphans), maxRenewBatch)
-		if _, err := s.renew(nil, orphans[:n]); err != nil && first == nil {
+		if _, err := s.renew(nil, orphans[:n], true); err != nil && first == nil {
 			first = err
 		}
 		orphans = orphans[n:]

@@ -1,0 +1,778 @@
+package redislimit
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/rampart-go/rampart"
+)
+
+// semHelperEnv selects a child-process mode of this test binary for the
+// multi-process semaphore tests: "load" (TestSemaphoreProcessesNeverExceedMax)
+// or "hold" (TestSemaphoreKilledHolderFreesItsPermits).
+const semHelperEnv = "REDISLIMIT_SEMAPHORE_HELPER"
+
+// heldLeases purges the expired leases of key and returns how many remain,
+// in one script run on Redis' clock: the count the semaphore's own acquire
+// script compares with Max.
+var heldLeases = redis.NewScript(purgeExpired + `return redis.call('ZCARD', KEYS[1])`)
+
+func countHeld(t testing.TB, c redis.UniversalClient, key string) int64 {
+	t.Helper()
+	n, err := heldLeases.Run(context.Background(), c, []string{key}).Int64()
+	require.NoError(t, err)
+	return n
+}
+
+// waitFor polls cond every 5 ms until it holds or d passes, and reports
+// whether it held.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-time.After(5 * time.Millisecond)
+	}
+}
+
+// noLeaks returns a check that no goroutine started since it was called
+// is left, to be deferred. Two of go-redis' own goroutines are not ours:
+// its per-client maintenance loop, which ends when the client closes (in
+// the test's cleanup, after the check), and the one that retries a failed
+// dial after a second.
+func noLeaks(t *testing.T) func() {
+	opts := []goleak.Option{goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/maintnotifications.(*CircuitBreakerManager).cleanupLoop"),
+		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")}
+	return func() { goleak.VerifyNone(t, opts...) }
+}
+
+func semConfig(t testing.TB, c redis.UniversalClient, max int) SemaphoreConfig {
+	return SemaphoreConfig{Client: c, Name: uniqueKey(t), Max: max}
+}
+
+func TestSemaphoreConfigErrors(t *testing.T) {
+	c := newClient(t)
+	for _, tc := range []struct {
+		field string
+		cfg   SemaphoreConfig
+	}{
+		{"SemaphoreConfig.Client", SemaphoreConfig{Name: "n", Max: 1}},
+		{"SemaphoreConfig.Name", SemaphoreConfig{Client: c, Max: 1}},
+		{"SemaphoreConfig.Max", SemaphoreConfig{Client: c, Name: "n"}},
+		{"SemaphoreConfig.Max", SemaphoreConfig{Client: c, Name: "n", Max: -3}},
+		{"SemaphoreConfig.TTL", SemaphoreConfig{Client: c, Name: "n", Max: 1, TTL: -time.Second}},
+		{"SemaphoreConfig.TTL", SemaphoreConfig{Client: c, Name: "n", Max: 1, TTL: time.Second, RenewEvery: time.Second}},
+		{"SemaphoreConfig.TTL", SemaphoreConfig{Client: c, Name: "n", Max: 1, TTL: time.Second, RenewEvery: 2 * time.Second}},
+		{"SemaphoreConfig.TTL", SemaphoreConfig{Client: c, Name: "n", Max: 1, RenewEvery: 3 * time.Second}}, // the default TTL
+		{"SemaphoreConfig.RenewEvery", SemaphoreConfig{Client: c, Name: "n", Max: 1, RenewEvery: -1}},
+		{"SemaphoreConfig.MaxWait", SemaphoreConfig{Client: c, Name: "n", Max: 1, MaxWait: -1}},
+		{"SemaphoreConfig.PollMin", SemaphoreConfig{Client: c, Name: "n", Max: 1, PollMin: -1}},
+		{"SemaphoreConfig.PollMax", SemaphoreConfig{Client: c, Name: "n", Max: 1, PollMin: time.Second, PollMax: time.Millisecond}},
+		{"SemaphoreConfig.Timeout", SemaphoreConfig{Client: c, Name: "n", Max: 1, Timeout: -1}},
+		{"SemaphoreConfig.Failure", SemaphoreConfig{Client: c, Name: "n", Max: 1, Failure: 7}},
+		{"SemaphoreConfig.Replicas", SemaphoreConfig{Client: c, Name: "n", Max: 1, Replicas: -1}},
+		{"SemaphoreConfig.BreakerFailures", SemaphoreConfig{Client: c, Name: "n", Max: 1, BreakerFailures: -1}},
+		{"SemaphoreConfig.BreakerOpen", SemaphoreConfig{Client: c, Name: "n", Max: 1, BreakerOpen: -1}},
+	} {
+		_, err := NewSemaphore(tc.cfg)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce, "%+v", tc.cfg)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+		require.Equal(t, tc.field, ce.Field, "%v", err)
+	}
+	for _, tc := range []struct {
+		field string
+		cfg   ReplicasConfig
+	}{
+		{"ReplicasConfig.Client", ReplicasConfig{Name: "n"}},
+		{"ReplicasConfig.Name", ReplicasConfig{Client: c}},
+		{"ReplicasConfig.TTL", ReplicasConfig{Client: c, Name: "n", TTL: time.Second, Every: time.Second}},
+		{"ReplicasConfig.TTL", ReplicasConfig{Client: c, Name: "n", TTL: -1}},
+		{"ReplicasConfig.Every", ReplicasConfig{Client: c, Name: "n", Every: -1}},
+		{"ReplicasConfig.Timeout", ReplicasConfig{Client: c, Name: "n", Timeout: -1}},
+	} {
+		_, err := NewReplicas(tc.cfg)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce, "%+v", tc.cfg)
+		require.Equal(t, tc.field, ce.Field, "%v", err)
+	}
+	s, err := NewSemaphore(SemaphoreConfig{Client: c, Name: "ok", Max: 1})
+	require.NoError(t, err)
+	require.Equal(t, "rampart:sem:{ok}", s.Key())
+	require.NoError(t, s.Close())
+}
+
+// TestSemaphoreAcquireRelease: Max permits are granted, the next is refused
+// with the preallocated rejection error, a Release frees one, and a second
+// Release of the same permit (or of the zero Permit) frees nothing.
+func TestSemaphoreAcquireRelease(t *testing.T) {
+	defer noLeaks(t)()
+	c := newClient(t)
+	var rejectedHeld []int64
+	cfg := semConfig(t, c, 3)
+	cfg.OnRejected = func(held int64, waited time.Duration) { rejectedHeld = append(rejectedHeld, held) }
+	s, err := NewSemaphore(cfg)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	var ps []Permit
+	for i := range 3 {
+		p, err := s.Acquire(ctx)
+		require.NoError(t, err, "permit %d", i)
+		require.Equal(t, SourceRedis, p.Source())
+		ps = append(ps, p)
+	}
+	require.EqualValues(t, 3, countHeld(t, c, s.Key()))
+	_, err = s.Acquire(ctx)
+	require.ErrorIs(t, err, ErrSemaphoreFull)
+	require.ErrorIs(t, err, rampart.ErrRejected)
+	require.Same(t, s.RejectedError(), err)
+	require.Equal(t, []int64{3}, rejectedHeld)
+
+	s.Release(ps[0])
+	s.Release(ps[0]) // released once
+	s.Release(Permit{})
+	require.EqualValues(t, 2, countHeld(t, c, s.Key()))
+	p, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = s.Acquire(ctx)
+	require.ErrorIs(t, err, ErrSemaphoreFull)
+	for _, p := range append(ps[1:], p) {
+		s.Release(p)
+	}
+	require.Zero(t, countHeld(t, c, s.Key()))
+	st := s.Stats()
+	require.Equal(t, SemaphoreStats{Max: 3, PeakInFlight: 3, Admitted: 4, Rejected: 2, RoundTrips: 10, Renewals: st.Renewals}, st)
+}
+
+// TestSemaphoreScriptCountsATokenOnce: the acquire script run twice with
+// one token (go-redis retrying a call whose first attempt ran) holds one
+// lease, granted both times, even when the set is then full.
+func TestSemaphoreScriptCountsATokenOnce(t *testing.T) {
+	c := newClient(t)
+	key := "sem:{" + uniqueKey(t) + "}"
+	ctx := context.Background()
+	for range 2 {
+		v, err := semAcquireScript.Run(ctx, c, []string{key}, "tok", "1", "1000000").Int64Slice()
+		require.NoError(t, err)
+		require.Equal(t, []int64{1, 1}, v)
+	}
+	v, err := semAcquireScript.Run(ctx, c, []string{key}, "other", "1", "1000000").Int64Slice()
+	require.NoError(t, err)
+	require.Equal(t, []int64{0, 1}, v)
+	require.EqualValues(t, 1, countHeld(t, c, key))
+	ttl, err := c.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	require.InDelta(t, float64(time.Second), float64(ttl), float64(100*time.Millisecond), "the key expires with its last lease")
+}
+
+// TestSemaphoreRenewsHeldLeasesInOneCallPerPeriod: leases held past several
+// TTLs stay counted, renewed by one script call per period for all of them
+// (counted by a hook on the client), and the renewal goroutine stops once
+// none is held.
+func TestSemaphoreRenewsHeldLeasesInOneCallPerPeriod(t *testing.T) {
+	defer noLeaks(t)()
+	c := newClient(t)
+	var renewCmds atomic.Int64
+	c.AddHook(countScriptHook{sha: semRenewScript.Hash(), n: &renewCmds})
+	cfg := semConfig(t, c, 100)
+	cfg.TTL, cfg.RenewEvery = 300*time.Millisecond, 50*time.Millisecond
+	s, err := NewSemaphore(cfg)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	var ps []Permit
+	for range 40 {
+		p, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	start := time.Now()
+	// Sample the count until the leases have outlived three TTLs.
+	for time.Since(start) < 3*cfg.TTL {
+		require.EqualValues(t, 40, countHeld(t, c, s.Key()))
+		<-time.After(20 * time.Millisecond)
+	}
+	st := s.Stats()
+	elapsed := time.Since(start)
+	t.Logf("%d renewal calls for 40 leases in %v (%d script commands seen by the hook)", st.Renewals, elapsed, renewCmds.Load())
+	require.Zero(t, st.Expired)
+	require.GreaterOrEqual(t, st.Renewals, uint64(elapsed/cfg.TTL)) // at least one per TTL
+	require.LessOrEqual(t, st.Renewals, uint64(elapsed/cfg.RenewEvery)+1)
+	require.Equal(t, int64(st.Renewals), renewCmds.Load()) // one command per renewal for all 40
+	for _, p := range ps {
+		s.Release(p)
+	}
+	require.True(t, waitFor(time.Second, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return !s.renewing
+	}), "the renewal goroutine stops when no lease is held")
+}
+
+// countScriptHook counts the EVALSHA commands of one script (one per run:
+// the EVAL that follows a NOSCRIPT reply is not counted).
+type countScriptHook struct {
+	sha string
+	n   *atomic.Int64
+}
+
+func (h countScriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countScriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && cmd.Name() == "evalsha" && a[1] == h.sha {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h countScriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestSemaphoreExpiredLeaseIsNotRevived: a lease that expired in Redis
+// (here: removed behind the holder's back, as a purge after a missed
+// renewal does) is not put back by the next renewal, since another process
+// may hold its place; the renewal counts it in Expired and tells
+// OnExpired, and its Release makes no round trip.
+func TestSemaphoreExpiredLeaseIsNotRevived(t *testing.T) {
+	defer noLeaks(t)()
+	c := newClient(t)
+	var expired atomic.Int64
+	cfg := semConfig(t, c, 2)
+	cfg.TTL, cfg.RenewEvery = time.Second, 20*time.Millisecond
+	cfg.OnExpired = func(n int) { expired.Add(int64(n)) }
+	s, err := NewSemaphore(cfg)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	a, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	b, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.ZRem(ctx, s.Key(), a.h.token).Err())
+	other, err := NewSemaphore(cfg) // another process takes the freed place
+	require.NoError(t, err)
+	defer other.Close()
+	o, err := other.Acquire(ctx)
+	require.NoError(t, err)
+	require.True(t, waitFor(2*time.Second, func() bool { return s.Stats().Expired == 1 }))
+	require.EqualValues(t, 1, expired.Load())
+	require.True(t, waitFor(time.Second, func() bool { return s.Stats().Renewals >= 3 }))
+	require.EqualValues(t, 2, countHeld(t, c, s.Key()), "b and o, not a")
+	score, err := c.ZScore(ctx, s.Key(), a.h.token).Result()
+	require.ErrorIs(t, err, redis.Nil, "a was revived with score %v", score)
+	trips := s.Stats().RoundTrips
+	s.Release(a)
+	require.Equal(t, trips, s.Stats().RoundTrips)
+	s.Release(b)
+	other.Release(o)
+	require.Zero(t, countHeld(t, c, s.Key()))
+}
+
+// TestSemaphoreAcquireWait: a waiter gets the permit a local Release frees
+// (woken at once, long before its next poll), MaxWait ends a wait with the
+// rejection error, and a context that ends ends the wait with its error.
+func TestSemaphoreAcquireWait(t *testing.T) {
+	defer noLeaks(t)()
+	c := newClient(t)
+	var waitAdmits atomic.Int64
+	cfg := semConfig(t, c, 1)
+	cfg.MaxWait = 300 * time.Millisecond
+	cfg.PollMin, cfg.PollMax = time.Hour, time.Hour // only a local Release can wake the waiter in time
+	cfg.OnWaitAdmit = func(time.Duration) { waitAdmits.Add(1) }
+	s, err := NewSemaphore(cfg)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	p, err := s.AcquireWait(ctx)
+	require.NoError(t, err)
+
+	got := make(chan error, 1)
+	go func() {
+		q, err := s.AcquireWait(ctx)
+		if err == nil {
+			s.Release(q)
+		}
+		got <- err
+	}()
+	require.True(t, waitFor(time.Second, func() bool { return s.Stats().Waiting == 1 }))
+	s.Release(p)
+	require.NoError(t, <-got)
+	require.EqualValues(t, 1, waitAdmits.Load())
+
+	p, err = s.AcquireWait(ctx)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = s.AcquireWait(ctx)
+	require.ErrorIs(t, err, ErrSemaphoreFull)
+	require.GreaterOrEqual(t, time.Since(start), cfg.MaxWait)
+
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		_, err := s.AcquireWait(cctx)
+		got <- err
+	}()
+	require.True(t, waitFor(time.Second, func() bool { return s.Stats().Waiting == 1 }))
+	cancel()
+	require.ErrorIs(t, <-got, context.Canceled)
+	s.Release(p)
+	st := s.Stats()
+	require.Equal(t, uint64(1), st.TimedOut)
+	require.Equal(t, uint64(1), st.Canceled)
+	require.Equal(t, uint64(2), st.Rejected)
+	require.Equal(t, uint64(1), st.Waited)
+}
+
+// TestSemaphoreDo: Do returns fn's error unchanged and releases the permit
+// on every path out of fn, a panic included; Call returns fn's value.
+func TestSemaphoreDo(t *testing.T) {
+	defer noLeaks(t)()
+	c := newClient(t)
+	s, err := NewSemaphore(semConfig(t, c, 1))
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	mine := errors.New("mine")
+	require.Same(t, mine, s.Do(ctx, func(context.Context) error { return mine }))
+	func() {
+		defer func() { require.Equal(t, "boom", recover()) }()
+		_ = s.Do(ctx, func(context.Context) error { panic("boom") })
+	}()
+	v, err := Call(ctx, s, func(context.Context) (int, error) {
+		require.EqualValues(t, 1, countHeld(t, c, s.Key()))
+		_, err := s.Acquire(ctx) // full while fn runs
+		require.ErrorIs(t, err, ErrSemaphoreFull)
+		return 7, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 7, v)
+	require.Zero(t, countHeld(t, c, s.Key()))
+	require.Zero(t, s.Stats().InFlight)
+}
+
+// TestSemaphoreCloseRemovesLeases: Close removes the leases this process
+// holds in one call and refuses later acquires; a Release after it makes
+// no round trip.
+func TestSemaphoreCloseRemovesLeases(t *testing.T) {
+	defer noLeaks(t)()
+	c := newClient(t)
+	s, err := NewSemaphore(semConfig(t, c, 5))
+	require.NoError(t, err)
+	ctx := context.Background()
+	var ps []Permit
+	for range 3 {
+		p, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close())
+	require.Zero(t, countHeld(t, c, s.Key()))
+	_, err = s.Acquire(ctx)
+	require.ErrorIs(t, err, ErrClosed)
+	trips := s.Stats().RoundTrips
+	for _, p := range ps {
+		s.Release(p)
+	}
+	require.Equal(t, trips, s.Stats().RoundTrips)
+	require.Zero(t, s.Stats().InFlight)
+}
+
+// TestSemaphoreProcessesNeverExceedMax: 8 processes (this test binary
+// re-executed) of 64 goroutines each wait for permits of one semaphore of
+// Max 16. Each holder increments a shared counter in Redis after its
+// acquire and decrements it before its release: the counter, read by every
+// process, never exceeds Max, nor do the leases sampled from Redis by this
+// process, and under this load the budget is reached.
+func TestSemaphoreProcessesNeverExceedMax(t *testing.T) {
+	if os.Getenv(semHelperEnv) == "load" {
+		runSemaphoreLoad(t)
+		return
+	}
+	const procs, max = 8, 16
+	c := newClient(t)
+	name := uniqueKey(t)
+	until := time.Now().Add(3 * time.Second) // leaves time for the processes to start
+	outs := make([][]byte, procs)
+	var wg sync.WaitGroup
+	for i := range procs {
+		wg.Go(func() {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSemaphoreProcessesNeverExceedMax$")
+			cmd.Env = append(os.Environ(), semHelperEnv+"=load", "REDIS_ADDR="+redisAddr, "SEM_NAME="+name,
+				"SEM_MAX="+strconv.Itoa(max), "SEM_UNTIL="+strconv.FormatInt(until.UnixNano(), 10))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("process %d: %v\n%s", i, err, out)
+			}
+			outs[i] = out
+		})
+	}
+	key := "rampart:sem:{" + name + "}"
+	var peak, samples int64
+	for time.Now().Before(until) {
+		n := countHeld(t, c, key)
+		require.LessOrEqual(t, n, int64(max), "leases held in redis")
+		peak = maxInt(peak, n)
+		samples++
+		<-time.After(2 * time.Millisecond)
+	}
+	wg.Wait()
+	var admitted, counterPeak int64
+	for i, o := range outs {
+		for _, line := range splitLines(string(o)) {
+			if v, ok := parseField(line, "admitted="); ok {
+				admitted += v
+				require.Positive(t, v, "process %d was admitted", i)
+			}
+			if v, ok := parseField(line, "counter_peak="); ok {
+				require.LessOrEqual(t, v, int64(max), "process %d saw the holders' counter at %d", i, v)
+				counterPeak = maxInt(counterPeak, v)
+			}
+			if v, ok := parseField(line, "local_peak="); ok {
+				require.LessOrEqual(t, v, int64(max), "process %d", i)
+			}
+			if v, ok := parseField(line, "expired="); ok {
+				require.Zero(t, v, "process %d lost leases", i)
+			}
+		}
+	}
+	t.Logf("%d admissions; peak %d leases in %d samples from redis, holders' counter peak %d", admitted, peak, samples, counterPeak)
+	require.Equal(t, int64(max), peak, "the budget is reached under load")
+	require.Zero(t, countHeld(t, c, key))
+}
+
+func maxInt(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// runSemaphoreLoad is one process of TestSemaphoreProcessesNeverExceedMax.
+func runSemaphoreLoad(t *testing.T) {
+	redisAddr = os.Getenv("REDIS_ADDR")
+	max, _ := strconv.Atoi(os.Getenv("SEM_MAX"))
+	untilNs, _ := strconv.ParseInt(os.Getenv("SEM_UNTIL"), 10, 64)
+	until := time.Unix(0, untilNs)
+	c := newClient(t)
+	s, err := NewSemaphore(SemaphoreConfig{Client: c, Name: os.Getenv("SEM_NAME"), Max: max,
+		TTL: 2 * time.Second, RenewEvery: 500 * time.Millisecond, Timeout: 5 * time.Second, Failure: FailClosed,
+		MaxWait: time.Duration(1<<63 - 1), PollMin: 5 * time.Millisecond, PollMax: 100 * time.Millisecond})
+	require.NoError(t, err)
+	counter := s.Key() + ":holders"
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	defer cancel()
+	var admitted, counterPeak, localPeak atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				p, err := s.AcquireWait(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Error(err)
+					}
+					return
+				}
+				admitted.Add(1)
+				v, err := c.Incr(context.Background(), counter).Result()
+				if err != nil {
+					t.Error(err)
+				}
+				for old := counterPeak.Load(); v > old && !counterPeak.CompareAndSwap(old, v); old = counterPeak.Load() {
+				}
+				if n := s.Stats().InFlight; n > localPeak.Load() {
+					localPeak.Store(n) // a sample; racy stores only lower it
+				}
+				if err := c.Decr(context.Background(), counter).Err(); err != nil {
+					t.Error(err)
+				}
+				s.Release(p)
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, s.Close())
+	fmt.Printf("admitted=%d\ncounter_peak=%d\nlocal_peak=%d\nexpired=%d\n",
+		admitted.Load(), counterPeak.Load(), localPeak.Load(), s.Stats().Expired)
+}
+
+// TestSemaphoreKilledHolderFreesItsPermits: a process holding 5 permits is
+// killed with SIGKILL; its leases, renewed until then, return within TTL +
+// one renewal period of the kill, and this process's 3 leases stay held.
+func TestSemaphoreKilledHolderFreesItsPermits(t *testing.T) {
+	const ttl, renew = 600 * time.Millisecond, 150 * time.Millisecond
+	if os.Getenv(semHelperEnv) == "hold" {
+		runSemaphoreHold(t, ttl, renew)
+		return
+	}
+	defer noLeaks(t)()
+	c := newClient(t)
+	name := uniqueKey(t)
+	s, err := NewSemaphore(SemaphoreConfig{Client: c, Name: name, Max: 10, TTL: ttl, RenewEvery: renew, Timeout: time.Second})
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	var mine []Permit
+	for range 3 {
+		p, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		mine = append(mine, p)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSemaphoreKilledHolderFreesItsPermits$")
+	cmd.Env = append(os.Environ(), semHelperEnv+"=hold", "REDIS_ADDR="+redisAddr, "SEM_NAME="+name)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	stdin, err := cmd.StdinPipe() // never written: the child holds its permits until killed (or until this process exits)
+	require.NoError(t, err)
+	defer stdin.Close()
+	require.NoError(t, cmd.Start())
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "held\n", line)
+	// The child's leases are renewed: they outlive two TTLs.
+	start := time.Now()
+	for time.Since(start) < 2*ttl {
+		require.EqualValues(t, 8, countHeld(t, c, s.Key()))
+		<-time.After(10 * time.Millisecond)
+	}
+	require.NoError(t, cmd.Process.Kill()) // SIGKILL
+	killed := time.Now()
+	require.True(t, waitFor(ttl+renew+2*time.Second, func() bool { return countHeld(t, c, s.Key()) == 3 }))
+	elapsed := time.Since(killed)
+	t.Logf("the killed process's 5 permits returned %v after the kill (TTL %v, renewal period %v)", elapsed, ttl, renew)
+	require.LessOrEqual(t, elapsed, ttl+renew)
+	for _, p := range mine {
+		_, err := c.ZScore(ctx, s.Key(), p.h.token).Result()
+		require.NoError(t, err, "this process's lease is untouched")
+	}
+	require.Zero(t, s.Stats().Expired)
+	for _, p := range mine {
+		s.Release(p)
+	}
+	require.Zero(t, countHeld(t, c, s.Key()))
+}
+
+// runSemaphoreHold is the process TestSemaphoreKilledHolderFreesItsPermits
+// kills: it takes 5 permits, says so, and holds them until killed.
+func runSemaphoreHold(t *testing.T, ttl, renew time.Duration) {
+	redisAddr = os.Getenv("REDIS_ADDR")
+	s, err := NewSemaphore(SemaphoreConfig{Client: newClient(t), Name: os.Getenv("SEM_NAME"), Max: 10,
+		TTL: ttl, RenewEvery: renew, Timeout: time.Second})
+	require.NoError(t, err)
+	for range 5 {
+		_, err := s.Acquire(context.Background())
+		require.NoError(t, err)
+	}
+	os.Stdout.WriteString("held\n")
+	io.Copy(io.Discard, os.Stdin) // killed before the parent closes it
+}
+
+// TestSemaphoreRedisHung: with the semaphore's Redis stopped (SIGSTOP, as a
+// stalled or partitioned server behaves), every acquire returns within the
+// timeout, whatever the client's own options, and follows the Failure mode;
+// once the breaker has opened no call reaches the network. After SIGCONT
+// the acquires that timed out, which the server then runs, are removed by
+// the next renewal, and the count is exact again: Max permits, then a
+// rejection.
+func TestSemaphoreRedisHung(t *testing.T) {
+	for _, mode := range []FailureMode{FailOpen, FailClosed, FailLocal} {
+		t.Run([]string{"FailOpen", "FailClosed", "FailLocal"}[mode], func(t *testing.T) {
+			defer noLeaks(t)()
+			addr, srv, err := startRedisProcess()
+			require.NoError(t, err)
+			defer func() { srv.Process.Kill(); srv.Wait() }()
+			c := redis.NewClient(&redis.Options{Addr: addr}) // default options: socket reads ignore ctx
+			defer c.Close()
+			clock := rampart.NewManualTicker(1)
+			const timeout = 100 * time.Millisecond
+			s, err := NewSemaphore(SemaphoreConfig{Client: c, Name: "hung", Max: 4, Failure: mode, Replicas: 2,
+				TTL: time.Minute, RenewEvery: 50 * time.Millisecond, // leases that time out are removed, not expired
+				Timeout: timeout, BreakerFailures: 3, BreakerOpen: time.Second, Ticker: clock})
+			require.NoError(t, err)
+			defer s.Close()
+			ctx := context.Background()
+			p, err := s.Acquire(ctx) // dials and loads the script
+			require.NoError(t, err)
+			s.Release(p)
+
+			require.NoError(t, srv.Process.Signal(syscall.SIGSTOP))
+			defer srv.Process.Signal(syscall.SIGCONT) // runs before the kill above
+			var ps []Permit
+			for i := range 10 {
+				start := time.Now()
+				p, err := s.Acquire(ctx)
+				elapsed := time.Since(start)
+				require.Less(t, elapsed, 1500*time.Millisecond, "acquire %d blocked past the timeout", i) // the client's own read waits 3 s
+				if i < 3 {
+					t.Logf("acquire %d against the stopped server returned after %v", i, elapsed)
+				}
+				switch mode {
+				case FailOpen:
+					require.NoError(t, err)
+				case FailClosed:
+					require.ErrorIs(t, err, ErrUnavailable)
+					require.ErrorIs(t, err, rampart.ErrRejected)
+				case FailLocal:
+					if i < 2 { // this replica's share: 4/2
+						require.NoError(t, err)
+					} else {
+						require.ErrorIs(t, err, ErrSemaphoreFull)
+					}
+				}
+				if err == nil {
+					require.Equal(t, SourceFallback, p.Source())
+					ps = append(ps, p)
+				}
+			}
+			// Three consecutive timeouts opened the breaker (a fourth when
+			// the renewal goroutine, removing the timed-out acquires'
+			// leases, had a call in flight beside the third acquire); from
+			// then on no call reaches the network.
+			st := s.Stats()
+			require.True(t, st.BreakerOpen)
+			require.GreaterOrEqual(t, st.RedisErrors, uint64(3))
+			require.LessOrEqual(t, st.RedisErrors, uint64(4))
+			require.Equal(t, uint64(10), st.Fallbacks)
+			errorsWhileOpen := st.RedisErrors
+			for _, p := range ps {
+				s.Release(p)
+			}
+			require.Zero(t, s.Stats().InFlight)
+
+			require.NoError(t, srv.Process.Signal(syscall.SIGCONT))
+			clock.Advance(time.Second) // the probe may now reach Redis: the renewal goroutine's or an acquire's
+			admin := redis.NewClient(&redis.Options{Addr: addr})
+			defer admin.Close()
+			require.True(t, waitFor(5*time.Second, func() bool {
+				return !s.Stats().BreakerOpen && countHeld(t, admin, s.Key()) == 0
+			}), "the timed-out acquires' leases are removed: %d held, %+v", countHeld(t, admin, s.Key()), s.Stats())
+			for i := range 4 {
+				p, err := s.Acquire(ctx)
+				require.NoError(t, err, "permit %d", i)
+				require.Equal(t, SourceRedis, p.Source())
+				defer s.Release(p)
+			}
+			_, err = s.Acquire(ctx)
+			require.ErrorIs(t, err, ErrSemaphoreFull)
+			require.Equal(t, errorsWhileOpen, s.Stats().RedisErrors)
+		})
+	}
+}
+
+// TestReplicasCount: replicas of one group count each other from their
+// heartbeats; one that closes leaves the count at the others' next
+// heartbeat, one that stops heartbeating (its Redis connection gone) within
+// TTL.
+func TestReplicasCount(t *testing.T) {
+	defer noLeaks(t)()
+	name := uniqueKey(t)
+	var rs []*Replicas
+	for i := range 3 {
+		c := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1})
+		defer c.Close()
+		r, err := NewReplicas(ReplicasConfig{Client: c, Name: name, TTL: 400 * time.Millisecond, Every: 50 * time.Millisecond})
+		require.NoError(t, err)
+		require.Zero(t, r.Count())
+		require.NoError(t, r.Start(context.Background()))
+		require.Equal(t, i+1, r.Count(), "the first heartbeat's reply counts the replicas started before")
+		defer r.Close()
+		rs = append(rs, r)
+	}
+	require.Error(t, rs[0].Start(context.Background()))
+	require.True(t, waitFor(2*time.Second, func() bool { return rs[0].Count() == 3 && rs[1].Count() == 3 && rs[2].Count() == 3 }))
+	require.NoError(t, rs[2].Close())
+	require.True(t, waitFor(2*time.Second, func() bool { return rs[0].Count() == 2 && rs[1].Count() == 2 }))
+	require.ErrorIs(t, rs[2].Start(context.Background()), ErrClosed)
+
+	rs[1].cfg.Client.Close() // heartbeats fail from now on: its member expires
+	require.True(t, waitFor(2*time.Second, func() bool { return rs[0].Count() == 1 }))
+	require.Equal(t, 2, rs[1].Count(), "a replica that cannot reach Redis keeps its last count")
+	require.Positive(t, rs[1].Stats().RedisErrors)
+}
+
+// TestFailLocalSharesByLiveReplicas: with LiveReplicas, FailLocal divides
+// the limit (and the semaphore's Max) by the live count, not by the static
+// Replicas.
+func TestFailLocalSharesByLiveReplicas(t *testing.T) {
+	defer noLeaks(t)()
+	name := uniqueKey(t)
+	var live *Replicas
+	for range 2 {
+		r, err := NewReplicas(ReplicasConfig{Client: newClient(t), Name: name})
+		require.NoError(t, err)
+		require.NoError(t, r.Start(context.Background()))
+		defer r.Close()
+		live = r
+	}
+	require.Equal(t, 2, live.Count())
+	dead := deadClient(t)
+	for _, tc := range []struct {
+		live           *Replicas
+		events, leases int // burst 10 and Max 8 shared by 1 or 2 replicas
+	}{{nil, 10, 8}, {live, 5, 4}} {
+		l, err := New(Config{Client: dead, Limit: Limit{Rate: 1, Period: time.Hour, Burst: 10}, Failure: FailLocal,
+			LiveReplicas: tc.live, Ticker: rampart.NewManualTicker(1)})
+		require.NoError(t, err)
+		admitted := 0
+		for range 12 {
+			d, err := l.Allow(context.Background(), "k")
+			require.NoError(t, err)
+			require.Equal(t, SourceFallback, d.Source)
+			if d.Allowed {
+				admitted++
+			}
+		}
+		require.Equal(t, tc.events, admitted, "limiter, live %v", tc.live != nil)
+
+		s, err := NewSemaphore(SemaphoreConfig{Client: dead, Name: "n", Max: 8, Failure: FailLocal,
+			LiveReplicas: tc.live, Ticker: rampart.NewManualTicker(1)})
+		require.NoError(t, err)
+		held := 0
+		for range 10 {
+			if _, err := s.Acquire(context.Background()); err == nil {
+				held++
+			} else {
+				require.ErrorIs(t, err, ErrSemaphoreFull)
+			}
+		}
+		require.Equal(t, tc.leases, held, "semaphore, live %v", tc.live != nil)
+		require.Error(t, s.Close(), "the timed-out acquires' tokens cannot be removed")
+	}
+}
+
+// deadClient is a client of an address where nothing listens: every call
+// fails at once.
+func deadClient(t *testing.T) redis.UniversalClient {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
