@@ -97,4 +97,40 @@
 // setter ends there (an invalid value, a Ticker that panics or calls
 // runtime.Goexit) the word gets its TAT back unchanged, and a panic reaches
 // the setter's caller as it was.
+//
+// # Live reconfiguration
+//
+// [Limiter.Update] (and [Limiter.UpdateAt]) takes a whole Config (the one
+// New was given, changed), validates it exactly as New does, and applies
+// it while calls run, or refuses it with a *rampart.ConfigError naming
+// the field and changes nothing. It is the setters' code (one new state
+// published at once: a call reads one state pointer, so it sees the old
+// rate and burst or the new ones, never a mix) and keeps their
+// guarantees: the permits available, or committed ahead, carry over,
+// capped at the new burst. A Config with the rate and burst in force
+// changes nothing, so reservations stay cancellable.
+//
+//   - Rate, Limit, Period, Capacity, RefillRate, Burst: updatable, in any
+//     of the three forms (a Limit/Period limiter may become a token
+//     bucket): all are the same GCRA state, a rate and a burst.
+//   - Name: fixed: New builds the rejection error that carries it, once.
+//   - Ticker: fixed: the theoretical arrival time is counted in readings
+//     of that clock; another clock's do not compare with them.
+//   - Compact: fixed: the layout of the states New chose.
+//   - CountStats, OnRejected: fixed: New allocates the counters and the
+//     listener's block, or leaves them out, and every admission reads that
+//     choice from a word New set (making it replaceable would cost an
+//     atomic load per call). Update accepts the func value New was given
+//     and refuses any other, nil and a new closure of the same literal
+//     included.
+//
+// [Sharded.Update] is the same over ShardedConfig, with Shards fixed (New
+// allocated them; Compact is ignored, as by NewSharded). It updates the
+// shards one after the other: a call racing it may take its permit from a
+// shard already updated and borrow from one not yet, each at its own
+// rate. [Keyed] has no Update: every key's TAT is counted in the
+// parameters NewKeyed fixed, which each admission reads from the instance
+// without a load of a state pointer; changing them would cost every call
+// that load and a conversion of up to MaxKeys TATs racing the admissions.
+// Build a new Keyed instead.
 package ratelimit

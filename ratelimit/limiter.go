@@ -140,12 +140,9 @@ type Limiter struct {
 // New validates c and returns a limiter whose bucket starts full (Burst
 // permits available at once).
 func New(c Config) (*Limiter, error) {
-	p, err := c.build()
+	p, err := c.validate()
 	if err != nil {
 		return nil, err
-	}
-	if ticker.IsNil(c.Ticker) {
-		return nil, rampart.NewConfigError("ratelimit", "Ticker", ticker.NilReason, c.Ticker)
 	}
 	l := &Limiter{tk: c.Ticker, rejected: unnamedRejection}
 	if c.Name != "" {
@@ -170,6 +167,18 @@ func New(c Config) (*Limiter, error) {
 	p.compact = c.Compact
 	l.st.Store(newState(p, math.MinInt64/2, c.Compact)) // a full bucket at any reading
 	return l, nil
+}
+
+// validate checks c for New and Update and returns its parameters.
+func (c *Config) validate() (params, error) {
+	p, err := c.build()
+	if err != nil {
+		return params{}, err
+	}
+	if ticker.IsNil(c.Ticker) {
+		return params{}, rampart.NewConfigError("ratelimit", "Ticker", ticker.NilReason, c.Ticker)
+	}
+	return p, nil
 }
 
 // countAdmitted counts an admission when CountStats is on.
@@ -574,6 +583,62 @@ func (l *Limiter) SetLimit(limit int, period time.Duration) error {
 // creates no credit, as for SetRateAt.
 func (l *Limiter) SetLimitAt(now int64, limit int, period time.Duration) error {
 	return l.set(now, func(old *state) (params, error) { return limitParams(old, limit, period) })
+}
+
+// Update changes the limiter's rate and burst while calls run (see "Live
+// reconfiguration" in the package documentation). It validates c exactly
+// as New does, and refuses with a *rampart.ConfigError naming the field a
+// change to a field fixed at construction: Name, Ticker, Compact,
+// CountStats, OnRejected (pass the Config New was given, with its rate form
+// and Burst changed). Otherwise it publishes the new rate and burst at
+// once, as SetLimit or SetRate and SetBurst together would, at a reading
+// of the Ticker: the permits available (or committed ahead) carry over,
+// capped at the new burst. Any of the three rate forms may replace any
+// other: all are the same GCRA state. A c with the rate and burst in force
+// changes nothing (reservations stay cancellable); an invalid or refused c
+// changes nothing either.
+func (l *Limiter) Update(c Config) error {
+	return l.UpdateAt(rampart.NotRead, c)
+}
+
+// UpdateAt is [Limiter.Update] at time now, a reading of the limiter's
+// Ticker, for a caller that shares one reading (as SetRateAt).
+func (l *Limiter) UpdateAt(now int64, c Config) error {
+	p, err := c.validate()
+	if err != nil {
+		return err
+	}
+	if err := l.checkFixed(&c); err != nil {
+		return err
+	}
+	if s := l.st.Load(); s.num == p.num && s.den == p.den && s.burst == p.burst {
+		return nil // the configuration in force: keep the epoch
+	}
+	return l.set(now, func(*state) (params, error) { return p, nil })
+}
+
+// checkFixed returns the *rampart.ConfigError of the first field of c that
+// differs from what New fixed.
+func (l *Limiter) checkFixed(c *Config) error {
+	const fixed = "is fixed at construction: "
+	var onRejected func(int, time.Duration)
+	countStats := false
+	if x := l.ext; x != nil {
+		onRejected, countStats = x.onRejected, x.admitted != nil
+	}
+	switch {
+	case c.Name != l.rejected.Name():
+		return rampart.NewConfigError("ratelimit", "Name", fixed+"New built the rejection error that carries it (got %q, built with %q)", c.Name, l.rejected.Name())
+	case !sameTicker(c.Ticker, l.tk):
+		return rampart.NewConfigError("ratelimit", "Ticker", fixed+"the theoretical arrival time is counted in readings of the old clock, which another clock's do not compare with")
+	case c.Compact != l.st.Load().compact:
+		return rampart.NewConfigError("ratelimit", "Compact", fixed+"it chose the memory layout New allocated (got %v)", c.Compact)
+	case c.CountStats != countStats:
+		return rampart.NewConfigError("ratelimit", "CountStats", fixed+"New allocated the counters, or left them out, and every admission reads that choice from a word New set (got %v)", c.CountStats)
+	case !sameFunc(c.OnRejected, onRejected):
+		return rampart.NewConfigError("ratelimit", "OnRejected", fixed+"the rejection path reads it from a word New set; pass the func value New was given")
+	}
+	return nil
 }
 
 // limitParams are the parameters of limit per period with old's burst.

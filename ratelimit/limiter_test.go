@@ -608,6 +608,144 @@ func TestSetRateAndBurst(t *testing.T) {
 	require.False(t, r.CancelAt(tk.Now()))
 }
 
+// TestUpdateAppliesTheRateAndKeepsThePermits: Update replaces the rate and
+// burst in any of the three forms, carrying over the permits available
+// (capped at the new burst); the configuration in force changes nothing,
+// so a reservation stays cancellable.
+func TestUpdateAppliesTheRateAndKeepsThePermits(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	c := Config{Limit: 10, Period: time.Second, Ticker: tk, Name: "api"}
+	l := mustNew(t, c)
+	require.True(t, l.AllowN(0, 4)) // 6 left of a burst of 10
+
+	r, err := l.ReserveN(0, 1, 0) // 5 left
+	require.NoError(t, err)
+	require.NoError(t, l.Update(c)) // unchanged: the epoch stays
+	require.True(t, r.CancelAt(0))  // 6 left
+
+	c.Limit, c.Period, c.Rate, c.Burst = 0, 0, 100, 20 // another form, a larger burst
+	require.NoError(t, l.Update(c))
+	require.InDelta(t, 6.0, l.TokensAt(0), 1e-9) // kept: a larger burst adds nothing at once
+	st := l.Stats()
+	require.Equal(t, 100.0, st.Rate)
+	require.Equal(t, 20, st.Burst)
+	tk.Advance(100 * time.Millisecond)
+	require.InDelta(t, 16.0, l.TokensAt(tk.Now()), 1e-6) // refilled at the new rate
+
+	c.Rate, c.Burst, c.Capacity, c.RefillRate = 0, 0, 3, 1 // a token bucket of 3: the credit is capped
+	require.NoError(t, l.Update(c))
+	require.Equal(t, 3, l.Stats().Burst)
+	require.True(t, l.AllowN(tk.Now(), 3))
+	require.False(t, l.AllowN(tk.Now(), 1))
+	require.Equal(t, time.Second, l.AdmitN(tk.Now(), 1)) // the new rate holds from the next admission
+}
+
+// TestUpdateRefusesFixedFields: Update validates as New does, and a change
+// to a field fixed at construction is a ConfigError naming it; a refused
+// Update changes nothing, not even the valid rate beside the refused field.
+func TestUpdateRefusesFixedFields(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	onRej := func(int, time.Duration) {}
+	base := Config{Rate: 10, Burst: 5, Name: "api", Ticker: tk, CountStats: true, OnRejected: onRej}
+	for _, tc := range []struct {
+		field  string
+		change func(*Config)
+	}{
+		{"Name", func(c *Config) { c.Name = "" }},
+		{"Ticker", func(c *Config) { c.Ticker = nil }},
+		{"Ticker", func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }},
+		{"Ticker", func(c *Config) { c.Ticker = (*rampart.ManualTicker)(nil) }},
+		{"Compact", func(c *Config) { c.Compact = true }},
+		{"CountStats", func(c *Config) { c.CountStats = false }},
+		{"OnRejected", func(c *Config) { c.OnRejected = nil }},
+		{"OnRejected", func(c *Config) { c.OnRejected = func(int, time.Duration) { tk.Advance(0) } }},
+		{"Rate", func(c *Config) { c.Limit = 3 }}, // two forms
+		{"Rate", func(c *Config) { c.Rate = -1 }},
+		{"Burst", func(c *Config) { c.Burst = -1 }},
+		{"Period", func(c *Config) { c.Rate, c.Limit, c.Period = 0, 1, -time.Second }},
+	} {
+		l := mustNew(t, base)
+		c := base
+		c.Rate = 20
+		tc.change(&c)
+		err := l.Update(c)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce, tc.field)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+		require.Equal(t, tc.field, ce.Field, err.Error())
+		require.Equal(t, 10.0, l.Stats().Rate, "a refused Update applied its rate: %v", err)
+	}
+	l := mustNew(t, Config{Rate: 1})
+	require.NoError(t, l.Update(Config{Rate: 2, Ticker: rampart.DefaultTicker()}), "nil and the default ticker are one clock")
+	require.Equal(t, 2.0, l.Stats().Rate)
+}
+
+// TestAdmissionBoundUnderUpdate: admitters race with Updates that switch
+// between the three rate forms and bursts while a manual clock advances;
+// never more than maxBurst + maxRate·elapsed (+1 per epoch for rounding)
+// are admitted, and CountStats counts exactly the admissions and
+// rejections the callers saw.
+func TestAdmissionBoundUnderUpdate(t *testing.T) {
+	const maxRate, maxBurst = 1000.0, 20
+	tk := rampart.NewManualTicker(0)
+	base := Config{Ticker: tk, CountStats: true}
+	c := base
+	c.Rate, c.Burst = maxRate, maxBurst
+	l := mustNew(t, c)
+	var admitted, calls, rejected, epochs atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				n := 1 + (i+g)%3
+				if l.AllowN(tk.Now(), n) {
+					admitted.Add(int64(n))
+					calls.Add(1)
+				} else {
+					rejected.Add(1)
+				}
+				if i%64 == 0 {
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := 0; !stop.Load(); i++ {
+			c := base
+			switch i % 3 {
+			case 0:
+				c.Rate, c.Burst = maxRate/float64(1+i%4), 1+i%maxBurst
+			case 1:
+				c.Limit, c.Period = int(maxRate)/(1+i%3), time.Second
+				c.Burst = min(c.Limit, maxBurst)
+			default:
+				c.Capacity, c.RefillRate = 1+i%maxBurst, maxRate/2
+			}
+			require.NoError(t, l.Update(c))
+			epochs.Add(1)
+			runtime.Gosched()
+		}
+	})
+	for i := 0; i < 20000 || epochs.Load() < 100; i++ { // at least 100 epochs whatever the scheduler does
+		tk.Advance(37 * time.Microsecond)
+		if admitted.Load()%7 == 0 {
+			runtime.Gosched()
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	elapsed := float64(tk.Now()) / 1e9
+	bound := maxBurst + maxRate*elapsed + float64(epochs.Load()) + 1
+	require.LessOrEqual(t, float64(admitted.Load()), bound, "admitted over %.3fs with %d epochs", elapsed, epochs.Load())
+	require.Positive(t, admitted.Load())
+	require.Positive(t, epochs.Load())
+	st := l.Stats()
+	require.Equal(t, uint64(rejected.Load()), st.Rejected)
+	require.Equal(t, uint64(calls.Load()), st.Admitted)
+}
+
 // Concurrent SetRate while others admit: no panic, no race, no burst above
 // the largest burst configured.
 func TestSetRateConcurrent(t *testing.T) {

@@ -58,22 +58,7 @@ type Sharded struct {
 
 // NewSharded validates c and returns a sharded limiter.
 func NewSharded(c ShardedConfig) (*Sharded, error) {
-	p, err := c.Config.build()
-	if err != nil {
-		return nil, err
-	}
-	k := c.Shards
-	if k < 0 || k > MaxShards {
-		return nil, rampart.NewConfigError("ratelimit", "Shards", "must be between 0 and %d, got %d", MaxShards, k)
-	}
-	if k == 0 {
-		k = min(runtime.GOMAXPROCS(0), 64)
-	}
-	if p.num > maxNum/uint64(k) {
-		return nil, rampart.NewConfigError("ratelimit", "Shards", "%d shards of an interval of %d/%d ns overflow", k, p.num, p.den)
-	}
-	burst := (p.burst + int64(k) - 1) / int64(k)
-	sp, err := newParams(p.num*uint64(k), p.den, burst, "Shards")
+	sp, k, err := c.shardParams()
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +78,70 @@ func NewSharded(c ShardedConfig) (*Sharded, error) {
 	s.tk = s.shards[0].tk
 	s.rejected = s.shards[0].rejected
 	return s, nil
+}
+
+// shardParams validates c for NewSharded and Update and returns the
+// parameters of each of its k shards.
+func (c *ShardedConfig) shardParams() (params, int, error) {
+	p, err := c.Config.validate()
+	if err != nil {
+		return params{}, 0, err
+	}
+	k := c.Shards
+	if k < 0 || k > MaxShards {
+		return params{}, 0, rampart.NewConfigError("ratelimit", "Shards", "must be between 0 and %d, got %d", MaxShards, k)
+	}
+	if k == 0 {
+		k = min(runtime.GOMAXPROCS(0), 64)
+	}
+	if p.num > maxNum/uint64(k) {
+		return params{}, 0, rampart.NewConfigError("ratelimit", "Shards", "%d shards of an interval of %d/%d ns overflow", k, p.num, p.den)
+	}
+	burst := (p.burst + int64(k) - 1) / int64(k)
+	sp, err := newParams(p.num*uint64(k), p.den, burst, "Shards")
+	if err != nil {
+		return params{}, 0, err
+	}
+	return sp, k, nil
+}
+
+// Update changes the total rate and burst while calls run, splitting them
+// between the shards as NewSharded does; each shard keeps its permits
+// (capped at its new burst), as [Limiter.Update]. It validates c as
+// NewSharded does and refuses with a *rampart.ConfigError naming the field
+// a change to Shards (0 meaning what it meant to NewSharded at today's
+// GOMAXPROCS: the shards are allocated), Name, Ticker, CountStats or
+// OnRejected; Compact is ignored, as by NewSharded (shards are always
+// padded). The shards are updated one after the other, not at one
+// instant: a call racing Update may take its permit from a shard already
+// updated and borrow from one not yet, each at that shard's own rate.
+func (s *Sharded) Update(c ShardedConfig) error {
+	sp, k, err := c.shardParams()
+	if err != nil {
+		return err
+	}
+	const fixed = "is fixed at construction: "
+	switch {
+	case k != len(s.shards):
+		return rampart.NewConfigError("ratelimit", "Shards", fixed+"New allocated %d shards (got %d)", len(s.shards), k)
+	case c.Name != s.rejected.Name():
+		return rampart.NewConfigError("ratelimit", "Name", fixed+"New built the rejection error that carries it (got %q, built with %q)", c.Name, s.rejected.Name())
+	case !sameTicker(c.Ticker, s.tk):
+		return rampart.NewConfigError("ratelimit", "Ticker", fixed+"the theoretical arrival times are counted in readings of the old clock, which another clock's do not compare with")
+	case c.CountStats != s.countStats:
+		return rampart.NewConfigError("ratelimit", "CountStats", fixed+"every admission reads it from a word NewSharded set (got %v)", c.CountStats)
+	case !sameFunc(c.OnRejected, s.onRejected):
+		return rampart.NewConfigError("ratelimit", "OnRejected", fixed+"the rejection path reads it from a word NewSharded set; pass the func value NewSharded was given")
+	}
+	for _, l := range s.shards {
+		if st := l.st.Load(); st.num == sp.num && st.den == sp.den && st.burst == sp.burst {
+			continue
+		}
+		if err := l.set(rampart.NotRead, func(*state) (params, error) { return sp, nil }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // AdmitN takes n permits (n at most the shard burst ⌈burst/K⌉) at time

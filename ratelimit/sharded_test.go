@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -88,6 +89,87 @@ func TestShardedConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, 16, total) // no time passed: exactly the bursts
+}
+
+// TestShardedUpdate: Update splits the new total rate and burst between the
+// shards, each keeping its permits; a change of Shards, Name, Ticker,
+// CountStats or OnRejected is refused with a ConfigError naming it.
+func TestShardedUpdate(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	c := ShardedConfig{Config: Config{Rate: 8, Burst: 8, Ticker: tk, Name: "edge"}, Shards: 4}
+	s, err := NewSharded(c)
+	require.NoError(t, err)
+	for _, l := range s.shards { // drain every shard (a shard burst of 2)
+		require.True(t, l.AllowN(0, 2))
+	}
+	require.False(t, s.AllowN(0, 1))
+	c.Rate, c.Burst = 80, 16
+	require.NoError(t, s.Update(c))
+	st := s.Stats()
+	require.InDelta(t, 80.0, st.Rate, 1e-9)
+	require.Equal(t, 16, st.Burst)
+	require.False(t, s.AllowN(0, 1), "the drained shards kept their debt")
+	tk.Advance(50 * time.Millisecond) // 20/s per shard: one permit each
+	for _, l := range s.shards {
+		require.InDelta(t, 1.0, l.TokensAt(tk.Now()), 1e-9)
+	}
+
+	for _, tc := range []struct {
+		field  string
+		change func(*ShardedConfig)
+	}{
+		{"Shards", func(c *ShardedConfig) { c.Shards = 2 }},
+		{"Shards", func(c *ShardedConfig) { c.Shards = -1 }},
+		{"Name", func(c *ShardedConfig) { c.Name = "" }},
+		{"Ticker", func(c *ShardedConfig) { c.Ticker = nil }},
+		{"CountStats", func(c *ShardedConfig) { c.CountStats = true }},
+		{"OnRejected", func(c *ShardedConfig) { c.OnRejected = func(int, time.Duration) {} }},
+		{"Rate", func(c *ShardedConfig) { c.Rate = 0 }},
+	} {
+		bad := c
+		bad.Rate = 800
+		tc.change(&bad)
+		err := s.Update(bad)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce, tc.field)
+		require.Equal(t, tc.field, ce.Field, err.Error())
+		require.InDelta(t, 80.0, s.Stats().Rate, 1e-9, "a refused Update applied its rate")
+	}
+	c.Compact = true // ignored by Sharded, as by NewSharded
+	require.NoError(t, s.Update(c))
+}
+
+// TestShardedUpdateRacingAdmissions: Updates of the total rate and burst
+// race with admissions on a clock that does not move: no shard ever
+// hands out more than the largest burst it had, so the admissions stay
+// within the sum of the shards' largest bursts.
+func TestShardedUpdateRacingAdmissions(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	c := ShardedConfig{Config: Config{Rate: 1000, Burst: 16, Ticker: tk, CountStats: true}, Shards: 4}
+	s, err := NewSharded(c)
+	require.NoError(t, err)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 2000 {
+				if s.Allow() {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 200 {
+			c := c
+			c.Rate, c.Burst = float64(500+i), 4+i%13
+			require.NoError(t, s.Update(c))
+		}
+	})
+	wg.Wait()
+	require.LessOrEqual(t, admitted.Load(), int64(16)) // time never moved: at most the first bursts
+	require.Equal(t, uint64(admitted.Load()), s.Stats().Admitted)
+	require.Equal(t, uint64(4*2000-admitted.Load()), s.Stats().Rejected)
 }
 
 // TestShardedShardBurstAndStats: an n above the shard burst but within the
