@@ -1,7 +1,6 @@
 package rampartprom
 
 import (
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rampart-go/rampart"
 )

@@ -1,0 +1,189 @@
+package rampartotel
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// attach adds every instance of f to a new Metrics and collects once.
+func attach(t testing.TB, f *fixture) (*Metrics, *sdkmetric.ManualReader) {
+	t.Helper()
+	m, r := newMetrics(t)
+	for name, inst := range f.instances() {
+		if err := m.Add(name, inst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	return m, r
+}
+
+// TestAdmitAllocsAttached: every policy's admit case allocates as much
+// with its instance attached (and collected) as detached, which is the
+// policy's own count (nothing, but for the timeout's context): the adapter
+// adds nothing to the call path.
+func TestAdmitAllocsAttached(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	detached, attached := newAdmitFixture(), newAdmitFixture()
+	attach(t, attached)
+	dc, ac := admitCases(detached), admitCases(attached)
+	for i := range dc {
+		d := testing.AllocsPerRun(1000, dc[i].run)
+		a := testing.AllocsPerRun(1000, ac[i].run)
+		if a != d || d != dc[i].allocs {
+			t.Errorf("%s: %v allocations attached, %v detached; want %v", dc[i].name, a, d, dc[i].allocs)
+		}
+	}
+}
+
+// BenchmarkAdmit: every policy's admit case, detached and attached (added
+// to a Metrics that has collected once).
+func BenchmarkAdmit(b *testing.B) {
+	detached, attached := newAdmitFixture(), newAdmitFixture()
+	attach(b, attached)
+	dc, ac := admitCases(detached), admitCases(attached)
+	for i := range dc {
+		b.Run(dc[i].name+"/detached", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				dc[i].run()
+			}
+		})
+		b.Run(ac[i].name+"/attached", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				ac[i].run()
+			}
+		})
+	}
+}
+
+// manyInstances adds n named instances to m, a breaker, a rate limiter and
+// a bulkhead in turn (their Stats are the costliest and the most common).
+func manyInstances(t testing.TB, n int, add func(name string, inst any) error) {
+	t.Helper()
+	for i := range n {
+		f := newAdmitFixture()
+		var inst any
+		switch i % 3 {
+		case 0:
+			inst = f.breaker
+		case 1:
+			inst = f.limiter
+		default:
+			inst = f.bulkhead
+		}
+		if err := add(fmt.Sprintf("instance-%04d", i), inst); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCollect: one collection (ManualReader.Collect) of 1,000 named
+// instances.
+func BenchmarkCollect(b *testing.B) {
+	m, r := newMetrics(b)
+	manyInstances(b, 1000, m.Add)
+	var rm metricdata.ResourceMetrics
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.Collect(context.Background(), &rm); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// syncSource is a Source safe for concurrent use.
+type syncSource struct {
+	mu    sync.Mutex
+	insts map[string]any
+}
+
+func (s *syncSource) Range(f func(string, any) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for n, i := range s.insts {
+		if !f(n, i) {
+			return
+		}
+	}
+}
+
+func (s *syncSource) set(name string, inst any) {
+	s.mu.Lock()
+	if inst == nil {
+		delete(s.insts, name)
+	} else {
+		s.insts[name] = inst
+	}
+	s.mu.Unlock()
+}
+
+// TestCollectionRacesCallsAndAddRemove: collections run while every
+// policy admits calls and while instances are added and removed, by name
+// and in a Source; once the calls are done, a collection reads exactly the
+// instances' Stats.
+func TestCollectionRacesCallsAndAddRemove(t *testing.T) {
+	f := newAdmitFixture()
+	m, r := attach(t, f)
+	src := &syncSource{insts: map[string]any{}}
+	m.AddSource(src)
+	var wg sync.WaitGroup
+	for _, c := range admitCases(f) {
+		wg.Go(func() {
+			for range 200 {
+				c.run()
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 100 {
+			g := newAdmitFixture()
+			name := fmt.Sprintf("dyn-%d", i%4)
+			m.Remove(name)
+			_ = m.Add(name, g.breaker)
+			src.set(name, g.limiter)
+			if i%3 == 0 {
+				src.set(name, nil)
+			}
+		}
+	})
+	wg.Go(func() {
+		var rm metricdata.ResourceMetrics
+		for range 50 {
+			if err := r.Collect(context.Background(), &rm); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	got := collect(t, r)
+	checks := map[string]float64{
+		"rampart.ratelimit.rate|login":       f.limiter.Stats().Rate,
+		"rampart.bulkhead.in_flight|db":      0,
+		"rampart.bulkhead.max|db":            float64(f.bulkhead.Stats().Max),
+		"rampart.retry.retries|fetch":        0,
+		"rampart.chaos.calls|faults":         float64(f.chaos.Stats().Calls),
+		"rampart.adaptive.in_flight|backend": 0,
+	}
+	for k, v := range checks {
+		if got[k].value != v {
+			t.Errorf("%s = %v, want %v", k, got[k].value, v)
+		}
+	}
+	for i := range 4 {
+		if _, ok := got[fmt.Sprintf("rampart.circuitbreaker.rejected|dyn-%d", i)]; !ok {
+			t.Errorf("dyn-%d's breaker not collected", i)
+		}
+	}
+}
