@@ -15,7 +15,7 @@ import (
 // job is the state of one DoAbandon call. Most jobs live in a worker
 // slot of the Timeout's pool (see workerPool) and are reused by the next
 // call that takes the slot; a call that finds no slot uses a job from
-// t.jobs (a sync.Pool) and a goroutine of its own. The job's channels are
+// the pool's jobs (a sync.Pool) and a goroutine of its own. The job's channels are
 // reused, its context never is (a fresh ctx per call).
 //
 // Ownership protocol. state starts running; exactly one CAS moves it out:
@@ -26,7 +26,7 @@ import (
 //
 // Whoever owns the job when the call is over recycles it: it clears the
 // fields that reference user state, then parks the worker slot on the idle
-// stack (or puts the job back in t.jobs). A job handed to the next call is
+// stack (or puts the job back in the pool's jobs). A job handed to the next call is
 // therefore never one that an abandoned fn is still running: the slot is
 // recycled only after fn returned.
 //
@@ -39,6 +39,7 @@ import (
 // try) the CAS to left.
 type job struct {
 	t        *Timeout
+	s        *settings // the configuration the call started under
 	fn       func(context.Context) error
 	c        *ctx
 	wh       watchdog.Handle
@@ -49,7 +50,7 @@ type job struct {
 	panicVal any
 	outcome  uint8      // outNormal / outPanic / outGoexit, written by the worker
 	sig      chan uint8 // tokFinished / tokWake; capacity 2
-	w        *worker    // the slot this job lives in; nil for a job of t.jobs
+	w        *worker    // the slot this job lives in; nil for a job of the pool's jobs
 }
 
 const (
@@ -69,12 +70,12 @@ const (
 	outGoexit
 )
 
-// getJob takes a job from t's pool, for a call that found no worker slot.
-// The pool is per Timeout (not package-wide) so that a Timeout created
+// getJob takes a job from p's jobs, for a call that found no worker slot.
+// The jobs are per Timeout (not package-wide) so that a Timeout created
 // inside a testing/synctest bubble never receives channels made in another
 // bubble.
-func (t *Timeout) getJob() *job {
-	if j, ok := t.jobs.Get().(*job); ok {
+func (p *workerPool) getJob() *job {
+	if j, ok := p.jobs.Get().(*job); ok {
 		return j
 	}
 	return &job{sig: make(chan uint8, 2)}
@@ -122,11 +123,11 @@ func (j *job) end(err error, out uint8, pv any) {
 		return
 	}
 	// Abandoned, and fn has truly ended: the job is ours.
-	t, onDone, w := j.t, j.onDone, j.w
+	p, onDone, w := j.t.workers.Load(), j.onDone, j.w // p: set before the job was handed out
 	j.clear()
-	t.abandoned.Add(-1)
+	p.abandoned.Add(-1)
 	if w == nil {
-		t.jobs.Put(j)
+		p.jobs.Put(j)
 	} else if out == outGoexit {
 		w.p.toFree(w) // this goroutine is ending; the slot has none now
 	}
@@ -160,7 +161,7 @@ func (j *job) end(err error, out uint8, pv any) {
 // clear drops the references to user state and readies j for the next
 // call. The caller owns j.
 func (j *job) clear() {
-	j.t, j.fn, j.c, j.onDone, j.err, j.panicVal, j.outcome = nil, nil, nil, nil, nil, nil, outNormal
+	j.t, j.s, j.fn, j.c, j.onDone, j.err, j.panicVal, j.outcome = nil, nil, nil, nil, nil, nil, nil, outNormal
 	j.wh, j.tm = watchdog.Handle{}, nil
 	j.state.Store(jobRunning)
 }
@@ -216,24 +217,25 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	// fn escapes to the heap here (Go's escape analysis gives a parameter
 	// one verdict per function), which is why DoAbandon is a separate
 	// method and Do, which keeps fn on the caller's stack, never abandons.
-	if n := t.abandoned.Load(); n >= t.maxAband {
-		return t.reject(n, onDone)
-	}
-	now := t.now(onDone)
-	deadline := atomicx.SatAdd(now, t.d) // a huge Duration must not wrap into the past
 	p := t.workers.Load()
 	if p == nil {
-		p = t.initWorkers()
+		p = t.initWorkers() // the first call builds the machinery
 	}
+	s := t.cur.Load() // one load: the call keeps this configuration to its end
+	if n := p.abandoned.Load(); n >= s.maxAband {
+		return t.reject(p, s, n, onDone)
+	}
+	now := t.now(onDone)
+	deadline := atomicx.SatAdd(now, s.d()) // a huge Duration must not wrap into the past
 	w, running := p.get()
 	var j *job
 	if w != nil {
 		j = &w.job
 	} else {
-		j = t.getJob()
+		j = p.getJob()
 	}
 	c := newCtx(parent, t, deadline)
-	j.t, j.fn, j.c, j.onDone = t, fn, c, onDone
+	j.t, j.s, j.fn, j.c, j.onDone = t, s, fn, c, onDone
 	var wh watchdog.Handle
 	var tm *time.Timer
 	if t.wd != nil {
@@ -275,38 +277,38 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 		}
 	}
 	if finished {
-		return t.collect(j)
+		return t.collect(p, j)
 	}
 	// The deadline fired or the parent is done: try to leave.
-	if !atomicx.AddBelow(&t.abandoned, 1, t.maxAband) {
+	if !atomicx.AddBelow(&p.abandoned, 1, s.maxAband) {
 		// No abandon slot: wait for fn (its context is done or will be).
 		c.end(lazyctx.ParentDone) // no-op when the deadline fired
 		for !finished {
 			recv()
 		}
-		return t.collect(j)
+		return t.collect(p, j)
 	}
 	if !j.state.CompareAndSwap(jobRunning, jobLeft) {
 		// fn returned just now: it is ours again.
-		t.abandoned.Add(-1)
+		p.abandoned.Add(-1)
 		for !finished {
 			recv()
 		}
-		return t.collect(j)
+		return t.collect(p, j)
 	}
 	// Abandoned: from here on the worker owns j. The outcome is settled
 	// and counted before the listener runs (it may call runtime.Goexit).
-	t.abandonedTotal.Add(1)
-	n := t.abandoned.Load()
+	p.abandonedTotal.Add(1)
+	n := p.abandoned.Load()
 	var err error
 	if woke {
-		err = t.timedOut(t.tk.Now() - (deadline - t.d))
+		err = t.timedOut(s, t.tk.Now()-(deadline-s.d()))
 	} else {
 		c.end(lazyctx.ParentDone)
 		err = c.Err()
 	}
-	if t.onAbandon != nil {
-		notify.Call1(&t.listenerPanics, t.onAbandon, n)
+	if s.onAbandon != nil {
+		notify.Call1(&t.listenerPanics, s.onAbandon, n)
 	}
 	return err
 }
@@ -332,8 +334,8 @@ func (t *Timeout) now(onDone func()) int64 {
 // collect finishes a call whose worker returned while the caller waited
 // (the watch is settled): classify, recycle the job (park its worker), run
 // onDone, re-raise a panic or Goexit.
-func (t *Timeout) collect(j *job) error {
-	c := j.c
+func (t *Timeout) collect(p *workerPool, j *job) error {
+	c, s := j.c, j.s
 	// The verdict first, its listener (and the clock read it needs) only
 	// after the job is recycled and onDone ran: user code that calls
 	// runtime.Goexit there must not lose the permit or the worker slot.
@@ -346,7 +348,7 @@ func (t *Timeout) collect(j *job) error {
 	j.clear()
 	switch {
 	case w == nil:
-		t.jobs.Put(j)
+		p.jobs.Put(j)
 	case out == outGoexit:
 		w.p.toFree(w) // its goroutine is ending
 	default:
@@ -362,23 +364,23 @@ func (t *Timeout) collect(j *job) error {
 		runtime.Goexit()
 	}
 	if timedOut {
-		if t.onTimeout != nil {
-			elapsed := t.tk.Now() - (deadline - t.d) // only a listener needs the clock
-			notify.Call1(&t.listenerPanics, t.onTimeout, time.Duration(elapsed))
+		if s.onTimeout != nil {
+			elapsed := t.tk.Now() - (deadline - s.d()) // only a listener needs the clock
+			notify.Call1(&t.listenerPanics, s.onTimeout, time.Duration(elapsed))
 		}
-		return t.err
+		return &s.err
 	}
 	return err
 }
 
 // reject is the slow path of DoAbandon when MaxAbandoned is reached.
-func (t *Timeout) reject(n int64, onDone func()) error {
-	t.rejected.Add(1)
+func (t *Timeout) reject(p *workerPool, s *settings, n int64, onDone func()) error {
+	p.rejected.Add(1)
 	if onDone != nil {
 		onDone() // before the listener: one that calls runtime.Goexit must not keep the permit
 	}
-	if t.onRejected != nil {
-		notify.Call1(&t.listenerPanics, t.onRejected, n)
+	if s.onRejected != nil {
+		notify.Call1(&t.listenerPanics, s.onRejected, n)
 	}
-	return t.rej
+	return p.rej
 }

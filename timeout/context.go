@@ -56,8 +56,8 @@ func (c *ctx) Deadline() (time.Time, bool) {
 
 // String names the context for debugging.
 func (c *ctx) String() string {
-	if c.t.name != "" {
-		return "timeout.Context(" + c.t.name + ")"
+	if name := c.t.cur.Load().err.name; name != "" { // the name is fixed: any configuration has it
+		return "timeout.Context(" + name + ")"
 	}
 	return "timeout.Context"
 }

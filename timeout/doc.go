@@ -83,6 +83,9 @@
 // channel, when the callee asks for it, costs one more in deadline mode and
 // with DoAbandon, three under a cancellable parent: see Reading Done.)
 //
+// A live Timeout is 224 B on 64-bit platforms, named or not: DoAbandon's
+// worker table, pool of jobs and counters are built by its first call.
+//
 // # Reading Done
 //
 // The context makes its Done channel only when the callee asks for it, and

@@ -3,7 +3,6 @@ package timeout
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -185,40 +184,50 @@ type Config struct {
 // DoAbandon rejects every call with a nil error. Package pipeline refuses
 // it.)
 type Timeout struct {
+	// cur is the configuration that calls read (Duration, the error, the
+	// listeners, MaxAbandoned), immutable once published; New's is
+	// allocated with the timeout error it holds, so it costs no
+	// allocation of its own. A call loads it once, at its start, and
+	// keeps it in its Handle (or job) to its end.
+	cur atomic.Pointer[settings]
+
 	// Read-only after New.
-	d        int64
 	mode     Mode
-	name     string
+	ownWd    bool
+	nWorkers int32 // Config.Workers, defaults filled in
 	tk       rampart.Ticker
 	wd       *watchdog.Watchdog
-	ownWd    bool
-	err      *Error
-	rej      *rampart.RejectedError
-	maxAband int64
 	// epoch is the instant at which the ticker read 0 (time.Now() minus a
 	// reading, taken in New): converts ticker deadlines to time.Time.
 	epoch time.Time
 
-	onTimeout  func(time.Duration)
-	onAbandon  func(int64)
-	onRejected func(int64)
+	// workers is DoAbandon's machinery (worker slots, the pool of jobs,
+	// the abandon counters and the named rejection), built by its first
+	// call: a Timeout that never abandons carries one nil pointer.
+	workers atomic.Pointer[workerPool]
 
-	jobs     sync.Pool                  // *job, DoAbandon calls that found no worker
-	workers  atomic.Pointer[workerPool] // DoAbandon's workers; created by its first call
-	nWorkers int
-
-	// Words written on rare events only (timeouts, abandons, rejections),
-	// never on the success path, so nothing here is padded: a storm of
-	// timeouts writes these lines, but so it would the timeout counter's.
-	// abandoned is written when a call is abandoned and when an abandoned
-	// function returns, read by every DoAbandon call.
-	abandoned      atomic.Int64
+	// Words written on rare events only (timeouts, fallbacks, listener
+	// panics), never on the success path, so nothing here is padded: a
+	// storm of timeouts writes this line, but so it would the timeout
+	// counter's.
 	timeouts       atomic.Uint64
-	abandonedTotal atomic.Uint64
-	rejected       atomic.Uint64
 	fallbacks      atomic.Uint64
 	listenerPanics atomic.Uint64
 }
+
+// settings is what a call reads of a Timeout's configuration: the timeout
+// error (which holds the name and the Duration), MaxAbandoned and the
+// listeners. Immutable once published in Timeout.cur.
+type settings struct {
+	err        Error
+	maxAband   int64
+	onTimeout  func(time.Duration)
+	onAbandon  func(int64)
+	onRejected func(int64)
+}
+
+// d is the configured Duration in nanoseconds.
+func (s *settings) d() int64 { return int64(s.err.d) }
 
 // New validates cfg and returns a Timeout.
 func New(cfg Config) (*Timeout, error) {
@@ -237,21 +246,8 @@ func New(cfg Config) (*Timeout, error) {
 	if cfg.Workers < 0 || cfg.Workers > maxWorkers {
 		return nil, rampart.NewConfigError("timeout", "Workers", "must be in [0, %d], got %d", maxWorkers, cfg.Workers)
 	}
-	t := &Timeout{
-		d:          int64(cfg.Duration),
-		mode:       cfg.Mode,
-		name:       cfg.Name,
-		tk:         cfg.Ticker,
-		wd:         cfg.Watchdog,
-		maxAband:   int64(cfg.MaxAbandoned),
-		onTimeout:  cfg.OnTimeout,
-		onAbandon:  cfg.OnAbandon,
-		onRejected: cfg.OnRejected,
-	}
-	if t.maxAband == 0 {
-		t.maxAband = DefaultMaxAbandoned
-	}
-	t.nWorkers = cfg.Workers
+	t := &Timeout{mode: cfg.Mode, tk: cfg.Ticker, wd: cfg.Watchdog}
+	t.nWorkers = int32(cfg.Workers)
 	if t.nWorkers == 0 {
 		t.nWorkers = DefaultWorkers
 	}
@@ -285,16 +281,38 @@ func New(cfg Config) (*Timeout, error) {
 		}
 	}
 	t.epoch = time.Now().Add(-time.Duration(t.tk.Now()))
-	// Each message in one concatenation: a temporary string would count
-	// against every instance.
+	t.cur.Store(newSettings(&cfg))
+	return t, nil
+}
+
+// newSettings builds the settings of a validated cfg: one allocation
+// with the error, and its message in one concatenation (a temporary
+// string would count against every instance).
+func newSettings(cfg *Config) *settings {
 	msg := "timeout: deadline exceeded (" + cfg.Duration.String() + ")"
-	t.rej = unnamedRejected
 	if cfg.Name != "" {
 		msg = "timeout \"" + cfg.Name + "\": deadline exceeded (" + cfg.Duration.String() + ")"
-		t.rej = rampart.NewRejectedError("timeout", cfg.Name, ErrTooManyAbandoned)
 	}
-	t.err = &Error{name: cfg.Name, d: cfg.Duration, msg: msg}
-	return t, nil
+	s := &settings{
+		err:        Error{name: cfg.Name, d: cfg.Duration, msg: msg},
+		maxAband:   int64(cfg.MaxAbandoned),
+		onTimeout:  cfg.OnTimeout,
+		onAbandon:  cfg.OnAbandon,
+		onRejected: cfg.OnRejected,
+	}
+	if s.maxAband == 0 {
+		s.maxAband = DefaultMaxAbandoned
+	}
+	return s
+}
+
+// rejection returns the rejection error of DoAbandon for a Timeout named
+// name: built for a named one (when its pool is), shared by unnamed ones.
+func rejection(name string) *rampart.RejectedError {
+	if name == "" {
+		return unnamedRejected
+	}
+	return rampart.NewRejectedError("timeout", name, ErrTooManyAbandoned)
 }
 
 // unnamedRejected is the rejection error of every unnamed Timeout: built
@@ -315,7 +333,7 @@ func (t *Timeout) Close() error {
 			p.close()
 			break
 		}
-		if t.workers.CompareAndSwap(nil, closedWorkers()) {
+		if t.workers.CompareAndSwap(nil, t.closedWorkers()) {
 			break
 		}
 	}
@@ -327,7 +345,7 @@ func (t *Timeout) Close() error {
 }
 
 // Duration returns the configured timeout.
-func (t *Timeout) Duration() time.Duration { return time.Duration(t.d) }
+func (t *Timeout) Duration() time.Duration { return t.cur.Load().err.d }
 
 // Mode returns the configured mode.
 func (t *Timeout) Mode() Mode { return t.mode }
@@ -337,12 +355,13 @@ func (t *Timeout) Ticker() rampart.Ticker { return t.tk }
 
 // Err returns the instance's timeout error (the value FinishAt returns for a
 // call that overran).
-func (t *Timeout) Err() *Error { return t.err }
+func (t *Timeout) Err() *Error { return &t.cur.Load().err }
 
 // Handle is one call in progress between StartAt and FinishAt. It is a small
 // value; pass it back to FinishAt exactly once.
 type Handle struct {
 	c        *ctx            // nil in soft mode
+	s        *settings       // the configuration the call started under; nil in a zero Handle
 	deadline int64           // ticker reading
 	wh       watchdog.Handle // the watch (zero when a fallback timer is used)
 	tm       *time.Timer     // the fallback timer, when the watchdog refused
@@ -363,13 +382,14 @@ func (h Handle) Deadline() int64 { return h.deadline }
 // Every StartAt must be followed by exactly one FinishAt, on every path (a
 // panic included), or the watch slot stays armed until the deadline.
 func (t *Timeout) StartAt(parent context.Context, now int64) (context.Context, Handle) {
-	deadline := atomicx.SatAdd(now, t.d) // a huge Duration must not wrap into the past
+	s := t.cur.Load()                        // one load: the call keeps this configuration to its end
+	deadline := atomicx.SatAdd(now, s.d()) // a huge Duration must not wrap into the past
 	if t.mode == ModeSoft {
-		return parent, Handle{deadline: deadline}
+		return parent, Handle{s: s, deadline: deadline}
 	}
 	c := newCtx(parent, t, deadline)
 	wh, tm := t.watch((*fireTarget)(c), deadline, now)
-	return c, Handle{c: c, deadline: deadline, wh: wh, tm: tm}
+	return c, Handle{c: c, s: s, deadline: deadline, wh: wh, tm: tm}
 }
 
 // Start is [Timeout.StartAt] at a reading of the timeout's Ticker. End the
@@ -451,32 +471,43 @@ func (t *Timeout) finish(h Handle, now int64, err error) error {
 	c := h.c
 	if c == nil {
 		if now >= h.deadline {
-			return t.timedOut(now - (h.deadline - t.d))
+			s := t.settingsOf(h)
+			return t.timedOut(s, now-(h.deadline-s.d()))
 		}
 		return err
 	}
 	t.unwatch(h.wh, h.tm)
-	return t.classify(c, h.deadline, now, err)
+	return t.classify(t.settingsOf(h), c, h.deadline, now, err)
+}
+
+// settingsOf returns the configuration h's call started under: the
+// current one for a zero Handle (FinishAt on a soft-mode Timeout accepts
+// one: its deadline is 0).
+func (t *Timeout) settingsOf(h Handle) *settings {
+	if h.s != nil {
+		return h.s
+	}
+	return t.cur.Load()
 }
 
 // classify ends c (Canceled if still live) and classifies the call: a
 // timeout if our deadline fired or the clock says it passed.
-func (t *Timeout) classify(c *ctx, deadline, now int64, err error) error {
+func (t *Timeout) classify(s *settings, c *ctx, deadline, now int64, err error) error {
 	c.end(lazyctx.Finished)
 	if now >= deadline || c.code() == lazyctx.Fired {
-		return t.timedOut(now - (deadline - t.d))
+		return t.timedOut(s, now-(deadline-s.d()))
 	}
 	return err
 }
 
 // timedOut is the slow path of FinishAt: count, notify, return the
-// preallocated error.
-func (t *Timeout) timedOut(elapsed int64) error {
+// preallocated error of the call's configuration s.
+func (t *Timeout) timedOut(s *settings, elapsed int64) error {
 	t.timeouts.Add(1)
-	if t.onTimeout != nil {
-		notify.Call1(&t.listenerPanics, t.onTimeout, time.Duration(elapsed))
+	if s.onTimeout != nil {
+		notify.Call1(&t.listenerPanics, s.onTimeout, time.Duration(elapsed))
 	}
-	return t.err
+	return &s.err
 }
 
 // end is FinishAt for Do and Call, which read the clock only at the start: in
@@ -490,18 +521,19 @@ func (t *Timeout) end(h Handle, err error) error {
 		return t.FinishAt(h, t.tk.Now(), err)
 	}
 	t.unwatch(h.wh, h.tm)
-	return t.endFired(c, h.deadline, err)
+	return t.endFired(h.s, c, h.deadline, err)
 }
 
-// endFired ends c (Canceled if still live) and classifies the call by the
-// fire alone: a timeout when the deadline fired first.
-func (t *Timeout) endFired(c *ctx, deadline int64, err error) error {
+// endFired ends c (Canceled if still live) and classifies the call,
+// started under s, by the fire alone: a timeout when the deadline fired
+// first.
+func (t *Timeout) endFired(s *settings, c *ctx, deadline int64, err error) error {
 	if !c.end(lazyctx.Finished) && c.code() == lazyctx.Fired {
-		elapsed := t.d // at least the duration; the clock tells how much more
-		if t.onTimeout != nil {
-			elapsed = t.tk.Now() - (deadline - t.d) // only a listener needs it
+		elapsed := s.d() // at least the duration; the clock tells how much more
+		if s.onTimeout != nil {
+			elapsed = t.tk.Now() - (deadline - s.d()) // only a listener needs it
 		}
-		return t.timedOut(elapsed)
+		return t.timedOut(s, elapsed)
 	}
 	return err
 }
@@ -618,20 +650,14 @@ type Stats struct {
 
 // Stats returns the counters. It allocates nothing.
 func (t *Timeout) Stats() Stats {
-	return Stats{
+	s := Stats{
 		Timeouts:       t.timeouts.Load(),
-		Abandoned:      t.abandoned.Load(),
-		AbandonedTotal: t.abandonedTotal.Load(),
-		Rejected:       t.rejected.Load(),
 		Fallbacks:      t.fallbacks.Load(),
 		ListenerPanics: t.listenerPanics.Load(),
-		Workers:        t.liveWorkers(),
 	}
-}
-
-func (t *Timeout) liveWorkers() int64 {
-	if p := t.workers.Load(); p != nil {
-		return p.live.Load()
+	if p := t.workers.Load(); p != nil { // nil until the first DoAbandon or Close: all zero
+		s.Abandoned, s.AbandonedTotal, s.Rejected = p.abandoned.Load(), p.abandonedTotal.Load(), p.rejected.Load()
+		s.Workers = p.live.Load()
 	}
-	return 0
+	return s
 }

@@ -1052,23 +1052,29 @@ func TestAllocsCapturingClosure(t *testing.T) {
 }
 
 // TestTimeoutBytes gates the heap bytes of one live Timeout, default
-// Config: the 240 B Timeout, its 40 B Error (size class 48) and the Error's
-// message (48); unnamed timeouts share their rejection error, and New
-// builds each message in one concatenation. (Was 592 B: a padded counter,
-// a message built in three steps and a rejection error per instance.)
+// Config, unnamed and named: the 96 B Timeout, its settings (72 B, size
+// class 80: the timeout Error, MaxAbandoned, the listeners) and the
+// Error's message (48). DoAbandon's machinery (the worker table, the pool
+// of jobs, the abandon counters, a named Timeout's rejection error) is
+// built by the first DoAbandon, so a Timeout that never abandons carries
+// one nil pointer for it. (Was 336 B with that machinery in the Timeout,
+// 592 B with a padded counter, a message built in three steps and a
+// rejection error per instance; a named one 432 B.)
 func TestTimeoutBytes(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("sizes are for 64-bit platforms")
 	}
-	got := testkit.Bytes(t, func() any {
-		to, err := New(Config{Duration: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
+	for _, name := range []string{"", "db"} {
+		got := testkit.Bytes(t, func() any {
+			to, err := New(Config{Duration: 100 * time.Millisecond, Name: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return to
+		})
+		if want := int64(224); got != want {
+			t.Errorf("a Timeout named %q: got %d B, want %d", name, got, want)
 		}
-		return to
-	})
-	if want := int64(336); got != want {
-		t.Fatalf("a Timeout: got %d B, want %d", got, want)
 	}
 }
 

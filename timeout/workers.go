@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/pad"
 )
 
@@ -24,7 +25,7 @@ import (
 // channel has room for one token, so the send never blocks, even when the
 // worker has not reached its receive yet); failing that it pops a free slot
 // and starts its goroutine; failing that (every slot busy) it starts a
-// goroutine of its own with a job from t.jobs.
+// goroutine of its own with a job from the pool's jobs.
 // When the call is over, whoever owns the job (the caller when fn returned
 // in time, the worker when fn was abandoned, only once fn returned and
 // onDone ran) pushes the slot back on the idle stack. So the goroutines of
@@ -82,11 +83,23 @@ type paddedWorker struct {
 	_ pad.Line
 }
 
-// workerPool is a Timeout's pool of DoAbandon workers.
+// workerPool is a Timeout's pool of DoAbandon workers, and the rest of
+// DoAbandon's machinery: a Timeout builds it on the first DoAbandon (or
+// Close), so one that never abandons pays one nil pointer for it.
 type workerPool struct {
 	idle  pad.Uint64 // stack head: tag<<32 | (index+1); popped and pushed by every call
 	free  pad.Uint64 // stack head of the slots without goroutine
 	slots []paddedWorker
+
+	jobs sync.Pool              // *job, DoAbandon calls that found no worker
+	rej  *rampart.RejectedError // the rejection at MaxAbandoned: built here for a named Timeout, shared by unnamed ones
+
+	// abandoned is written when a call is abandoned and when an abandoned
+	// function returns, read by every DoAbandon call; the other two count
+	// rare events.
+	abandoned      atomic.Int64
+	abandonedTotal atomic.Uint64
+	rejected       atomic.Uint64
 
 	epoch  atomic.Uint64 // reaper runs
 	armed  atomic.Bool   // the reaper's timer is armed
@@ -98,10 +111,10 @@ type workerPool struct {
 	bye    chan struct{}
 }
 
-// closedWorkers is what a closed Timeout has instead of a pool: no slot,
-// so every call starts a goroutine of its own.
-func closedWorkers() *workerPool {
-	p := &workerPool{}
+// closedWorkers is what a Timeout closed before any DoAbandon has instead
+// of a pool: no slot, so every call starts a goroutine of its own.
+func (t *Timeout) closedWorkers() *workerPool {
+	p := &workerPool{rej: rejection(t.cur.Load().err.name)}
 	p.closed.Store(true)
 	return p
 }
@@ -110,8 +123,8 @@ func closedWorkers() *workerPool {
 // that never abandons never pays for it), or returns the one a concurrent
 // call created (or the closed placeholder).
 func (t *Timeout) initWorkers() *workerPool {
-	n := t.nWorkers
-	p := &workerPool{slots: make([]paddedWorker, n), bye: make(chan struct{}), period: workerIdle}
+	n := int(t.nWorkers)
+	p := &workerPool{slots: make([]paddedWorker, n), bye: make(chan struct{}), period: workerIdle, rej: rejection(t.cur.Load().err.name)}
 	for i := range p.slots {
 		w := &p.slots[i].worker
 		w.p, w.idx, w.w = p, uint32(i), w
