@@ -382,7 +382,7 @@ func (h Handle) Deadline() int64 { return h.deadline }
 // Every StartAt must be followed by exactly one FinishAt, on every path (a
 // panic included), or the watch slot stays armed until the deadline.
 func (t *Timeout) StartAt(parent context.Context, now int64) (context.Context, Handle) {
-	s := t.cur.Load()                        // one load: the call keeps this configuration to its end
+	s := t.cur.Load()                      // one load: the call keeps this configuration to its end
 	deadline := atomicx.SatAdd(now, s.d()) // a huge Duration must not wrap into the past
 	if t.mode == ModeSoft {
 		return parent, Handle{s: s, deadline: deadline}
