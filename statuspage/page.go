@@ -15,7 +15,7 @@ import (
 
 // The chart of one instance, in SVG user units.
 const (
-	chartW     = 320
+	chartW     = 300
 	chartH     = 64
 	stripH     = 6 // the breaker's state strip under the chart
 	chartColor = "#1f77b4"
@@ -179,7 +179,7 @@ func (h *Handler) chart(v view, ss []sample, now int64) string {
 	}
 	x := func(t int64) float64 { return float64(chartW) * float64(t-t0) / float64(window) }
 	y := func(val float64) float64 { return chartH - chartH*math.Min(math.Max(val, 0), ymax)/ymax }
-	height := chartH + 16
+	height := chartH + 28 // the legend, then the time axis' labels
 	if v.states {
 		height += stripH + 2
 	}
@@ -207,6 +207,9 @@ func (h *Handler) chart(v view, ss []sample, now int64) string {
 				template.HTMLEscapeString(v.series[k].name), colors[k], pts.String())
 		}
 	}
+	// The time axis: its two ends.
+	fmt.Fprintf(&b, `<text class="time" x="0" y="%d" font-size="9" fill="#888">-%s</text><text class="time" x="%d" y="%d" font-size="9" fill="#888" text-anchor="end">now</text>`,
+		height-2, template.HTMLEscapeString((time.Duration(window)).String()), chartW, height-2)
 	legendY := chartH + 12
 	if v.states {
 		sy := chartH + 2
@@ -222,7 +225,7 @@ func (h *Handler) chart(v view, ss []sample, now int64) string {
 			if int(s.state) < len(stateColors) && s.state >= 0 {
 				c = stateColors[s.state]
 			}
-			fmt.Fprintf(&b, `<rect class="state" x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"/>`, x(s.t), sy, math.Max(x(end)-x(s.t), 0.5), stripH, c)
+			fmt.Fprintf(&b, `<rect class="state" data-state="%s" x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"/>`, stateName(s.state), x(s.t), sy, math.Max(x(end)-x(s.t), 0.5), stripH, c)
 		}
 		legendY += stripH + 2
 	}
