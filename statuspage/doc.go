@@ -47,22 +47,23 @@
 // once, the explicit one. Each instance is shown through its own exported
 // API, its Stats and accessors:
 //
-//	kind            value                   shown                                       charted
-//	--------------  ----------------------  ------------------------------------------  ------------------------------
-//	circuitbreaker  *circuitbreaker.Breaker  Stats (state, window counts, rates, ...)   failure rate %, state strip
-//	bulkhead        *bulkhead.Bulkhead       Stats (in flight, max, waiting, ...)       in flight, max
-//	ratelimit       *ratelimit.Limiter       Stats, Tokens                              tokens, burst
-//	ratelimit.keyed *ratelimit.Keyed         KeyedStats                                 keys held, rejections/s
-//	ratelimit.sharded *ratelimit.Sharded     Stats, Shards                              rejections/s
-//	adaptive        *adaptive.Limiter        Stats (limit, in flight, ...)              limit, in flight
-//	throttler       *adaptive.Throttler      ThrottlerStats                             rejection probability
-//	retry           *retry.Policy            Stats, MaxAttempts, its budget             retries/s, budget refusals/s
-//	retry.budget    *retry.TokenBucket,      Tokens; Counts (requests, retries)         tokens; requests, retries
-//	                *retry.RatioBudget
-//	chaos           *chaos.Injector          Stats, Enabled                             calls/s, faults/s
-//	hedge           *hedge.Hedger            Stats (hedges, delay, ...)                 hedges/s, delay ms
-//	timeout         *timeout.Timeout         Stats, Duration, Mode                      timeouts/s, abandoned
-//	pipeline        *pipeline.Pipeline       each of its policies, as above             (its policies, when listed)
+//	kind               value                    shown                              charted
+//	-----------------  -----------------------  ---------------------------------  -----------------------------
+//	circuitbreaker     *circuitbreaker.Breaker  Stats (state, window counts, ...)  failure rate %, state strip
+//	bulkhead           *bulkhead.Bulkhead       Stats (in flight, max, waiting)    in flight, max
+//	ratelimit          *ratelimit.Limiter       Stats, Tokens                      tokens, burst
+//	ratelimit.keyed    *ratelimit.Keyed         KeyedStats                         keys held, rejected/s
+//	ratelimit.sharded  *ratelimit.Sharded       Stats, Shards                      rejected/s
+//	adaptive           *adaptive.Limiter        Stats (limit, in flight, ...)      limit, in flight
+//	throttler          *adaptive.Throttler      ThrottlerStats                     rejection probability
+//	shed               *shed.Shedder            Stats (in flight, cap, signals)    in flight, rejected/s
+//	retry              *retry.Policy            Stats, MaxAttempts, its budget     retries/s, budget refused/s
+//	retry.budget       *retry.TokenBucket       Tokens                             tokens
+//	retry.budget       *retry.RatioBudget       Counts (requests, retries)         requests, retries
+//	chaos              *chaos.Injector          Stats, Enabled                     calls/s, faults/s
+//	hedge              *hedge.Hedger            Stats (hedges, delay, ...)         hedges/s, delay ms
+//	timeout            *timeout.Timeout         Stats, Duration, Mode              timeouts/s, abandoned
+//	pipeline           *pipeline.Pipeline       each of its policies, as above     no chart: list its policies too
 //
 // Any other value is listed with its Go type and no state. In the JSON, each
 // Stats struct keeps its Go field names and types: durations are integers of
@@ -80,7 +81,8 @@
 // own (it samples every Interval until its context ends) or calls
 // [Handler.Sample] from a loop it already has: the package starts no
 // goroutine itself. A ring is dropped when its instance leaves the Source.
-// Memory: Samples × 32 B per instance (9.6 KB at the default).
+// Memory: Samples × 32 B per charted instance (9.6 KB at the default; a
+// sample is a reading, two values and a state).
 //
 // Timestamps are readings of Config.Ticker (rampart.DefaultTicker() when
 // nil): give it the ticker the instances use, and a [rampart.ManualTicker]
@@ -91,7 +93,8 @@
 //
 // The page refreshes itself with a meta refresh (every Config.Refresh, 5 s
 // by default), not a script polling the JSON: the charts are drawn by the
-// server from the same rings the JSON reports, in one place; the page works
+// server from its rings, in one place, with no second renderer in
+// JavaScript to keep in step; the page works
 // with JavaScript disabled and is served with a Content-Security-Policy that
 // allows no script at all, which matters for a page that can carry action
 // buttons. The cost is a whole page (a few KB per instance) per refresh,

@@ -27,6 +27,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/statuspage"
 	"github.com/rampart-go/rampart/timeout"
 )
@@ -166,15 +167,26 @@ func TestStatusJSONMatchesGolden(t *testing.T) {
 
 // TestStatusJSONReadsTheInstancesLive: the document follows the instances
 // (a breaker opened by hand reads "forced-open") and lists every instance
-// once, sorted by name, the explicit list winning over the Source.
+// once, sorted by name, the explicit list winning over the Source (here
+// also a shedder, whose runtime signals are not deterministic enough for
+// the golden file).
 func TestStatusJSONReadsTheInstancesLive(t *testing.T) {
 	f := newFixture(t)
+	sh, err := shed.New(shed.Config{Name: "load", Ticker: f.tk})
+	if err != nil {
+		t.Fatal(err)
+	}
 	src := sourceFunc(func(yield func(string, any) bool) {
-		_ = yield("db", f.injector) && yield("zeta", f.injector)
+		_ = yield("db", f.injector) && yield("zeta", f.injector) && yield("load", sh)
 	})
 	h, err := statuspage.New(statuspage.Config{Instances: f.list, Source: src, Ticker: f.tk})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p, err := sh.Acquire(); err != nil {
+		t.Fatal(err)
+	} else {
+		defer sh.Release(p, rampart.Success)
 	}
 	f.breaker.TransitionTo(circuitbreaker.ForcedOpen)
 	doc := decode(t, get(t, h, "/status.json"))
@@ -182,7 +194,7 @@ func TestStatusJSONReadsTheInstancesLive(t *testing.T) {
 	for _, in := range doc.Instances {
 		names = append(names, in.Name)
 	}
-	if got, want := strings.Join(names, ","), "api,api-timeout,backend,client,db,db-budget,db-pipeline,db-retry,faults,hot,ingress,other,ratio-budget,search,tenants,zeta"; got != want {
+	if got, want := strings.Join(names, ","), "api,api-timeout,backend,client,db,db-budget,db-pipeline,db-retry,faults,hot,ingress,load,other,ratio-budget,search,tenants,zeta"; got != want {
 		t.Fatalf("names %s, want %s", got, want)
 	}
 	db := find(t, doc, "db")
@@ -191,6 +203,9 @@ func TestStatusJSONReadsTheInstancesLive(t *testing.T) {
 	}
 	if z := find(t, doc, "zeta"); z.Kind != "chaos" {
 		t.Fatalf("zeta: %+v", z)
+	}
+	if l := find(t, doc, "load"); l.Kind != "shed" || l.Stats["InFlight"] != 1.0 {
+		t.Fatalf("load: %+v", l)
 	}
 	if o := find(t, doc, "other"); o.Kind != "other" || o.Stats != nil || o.Type != "struct {}" {
 		t.Fatalf("other: %+v", o)

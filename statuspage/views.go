@@ -12,6 +12,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -225,6 +226,16 @@ func viewOf(v any) view {
 			sample: func(int64) ([2]float64, int8) {
 				s := x.Stats()
 				return [2]float64{float64(s.Timeouts), float64(s.Abandoned)}, 0
+			},
+		}
+	case *shed.Shedder:
+		return view{
+			kind:   "shed",
+			stats:  func(int64) any { return x.Stats() },
+			series: [2]series{{name: "in flight"}, {name: "rejected/s", counter: true}},
+			sample: func(int64) ([2]float64, int8) {
+				s := x.Stats()
+				return [2]float64{float64(s.InFlight), float64(s.Rejected)}, 0
 			},
 		}
 	case *pipeline.Pipeline:
