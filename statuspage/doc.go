@@ -42,8 +42,8 @@
 // # What it shows
 //
 // Instances come from Config.Instances (an explicit list of names and
-// values) and from Config.Source (anything with a Range method, such as a
-// registry of named instances), listed by name; a name in both is shown
+// values) and from Config.Source (anything with a Range method: package
+// registry's Registry is one), listed by name; a name in both is shown
 // once, the explicit one. Each instance is shown through its own exported
 // API, its Stats and accessors:
 //
