@@ -1,0 +1,46 @@
+// Package rampartslog logs what rampart's policies do through log/slog,
+// with listener funcs for the policies' Config fields and a summary of
+// rejections, never a line per rejected call.
+//
+// # Transitions
+//
+// [BreakerOnStateChange] returns a listener for
+// circuitbreaker.Config.OnStateChange that logs every transition at Info;
+// [AdaptiveOnLimitChange] one for adaptive.Config.OnLimitChange that logs
+// the limit at Info when it has moved by at least a given fraction since
+// the last line it logged (an AIMD or Gradient2 limit moves by a step or
+// two at every window, which would be a line per window).
+//
+//	b, err := circuitbreaker.New(circuitbreaker.Config{
+//		Name:          "payments",
+//		OnStateChange: rampartslog.BreakerOnStateChange(logger, "payments"),
+//	})
+//
+// # Rejections
+//
+// A [Summary] logs one record per interval with the rejections of every
+// instance it knows, by policy and name, counted since the record before:
+//
+//	level=INFO msg="rampart: rejections" interval=1m0s circuitbreaker.rejected.payments=1200 ratelimit.rejected.login=37
+//
+// It counts nothing on the call path: at each flush it reads the
+// instances' Stats and logs the differences from the last flush (so a
+// rate limiter must count with ratelimit.Config.CountStats). The counts it
+// summarises, by kind: the breaker's, rate limiters', bulkhead's, adaptive
+// limiter's and throttler's Rejected; retry's BudgetRefused and GiveUps;
+// the timeout's Timeouts and Rejected; the hedger's BudgetRefused.
+//
+// It starts no goroutine. A flush happens when [Summary.Flush] is called,
+// or when [Summary.Poll] is called and Interval has passed (on the
+// summary's Ticker) since the last one. Call Poll (or Flush) from a
+// time.Ticker loop the application owns, from a periodic job it already
+// runs, or from the policies' own rejection listeners ([Summary.OnRejected]
+// returns such funcs): then a flush happens on the first rejection after
+// the interval, and a quiet instance costs nothing. The listener's cost on
+// a rejection is one clock read and one atomic load (and the flush itself,
+// once per interval, on the goroutine that found it due); a rejection that
+// no listener sees is still counted, by the next flush.
+//
+// Instances are given by name with [Summary.Add], or all the instances of
+// a [Source] (a *registry.Registry satisfies it) with [Summary.AddSource].
+package rampartslog
