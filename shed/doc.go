@@ -62,9 +62,24 @@
 // the bandwidth-delay product: by Little's law the calls in flight that the
 // best throughput seen needs at the best latency seen, and nothing that
 // could only queue. While engaged a call is admitted while the calls in
-// flight, itself included, are at most the cap; before any call has
-// completed the cap is unlimited. Failure and Ignored releases only free
-// their slot: they say nothing of the capacity.
+// flight, itself included, are at most the cap (Stats.Limit); before any
+// call has completed the cap is unlimited. Failure and Ignored releases
+// only free their slot: they say nothing of the capacity.
+//
+// A bucket's completions per second times its mean latency is its mean
+// calls in flight (Little's law again), so maxPass × minRT never exceeds
+// the most calls in flight of the window: a cap held at its own estimate
+// only confirms itself. One measured too low (while other work had the
+// cores) would hold the process under its capacity for as long as the
+// overload lasts, and one too high would keep the queue it let in, since
+// every bucket's latency then includes it. So while engaged the cap cycles
+// through gains as BBR's ProbeBW does: six samples at the cap, one at
+// ⌈1.25 × cap⌉ (more completions raise maxPass if there are idle cores)
+// and one at max(1, ⌊0.75 × cap⌋) (a bucket without the queue lowers
+// minRT). In the tests' model of a CPU-bound server under overload a cap
+// of 1 on four cores reaches 4 in 24 samples (a call more each cycle), and
+// a cap of 8 on two cores comes down to 2 in 32 (a quarter less each
+// cycle); then the calls in flight stay within one of the cores.
 //
 // # Priorities
 //

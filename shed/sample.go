@@ -2,6 +2,8 @@ package shed
 
 import (
 	"math"
+
+	"github.com/rampart-go/rampart/internal/atomicx"
 )
 
 // sampleAt takes the sample due at or before now, if this caller wins the
@@ -35,9 +37,10 @@ func (s *Shedder) sampleAt(now int64) {
 	switch {
 	case !s.on && hot != 0:
 		s.on = true
+		s.phase = 0
 		s.overloads.Add(1)
 		notify = 1
-	case s.on && hot == 0 && cold && now-s.lastDrop.Load() >= s.coolOff:
+	case s.on && hot == 0 && cold && now >= atomicx.SatAdd(s.lastDrop.Load(), s.coolOff):
 		s.on = false
 		notify = -1
 	}
@@ -119,8 +122,30 @@ func (s *Shedder) publish() {
 		s.minRT.Store(minRT)
 	}
 	if !s.on {
+		s.capBase.Store(0)
 		s.capw.Store(0)
 		return
+	}
+	s.capBase.Store(int64(capf))
+	if capf < maxCap {
+		// The gain cycle of BBR's ProbeBW: by Little's law a bucket's
+		// completions per second times its mean latency is its mean
+		// calls in flight, so maxPass × minRT never exceeds the most calls
+		// in flight of the window, and a cap admitted at gain 1 only
+		// confirms itself: one measured too low (while other work took
+		// the cores) would hold the process below its capacity, and one
+		// too high would hold the queue it let in (every bucket's latency
+		// then includes it). One sample in probeCycle admits a quarter
+		// more (at least one call: a bucket that completes more raises
+		// maxPass), and the next a quarter fewer (at most one call less:
+		// a bucket without the queue lowers minRT).
+		switch s.phase % probeCycle {
+		case probeUp:
+			capf = math.Ceil(capf * 1.25)
+		case probeDown:
+			capf = max(math.Floor(capf*0.75), 1)
+		}
+		s.phase++
 	}
 	c := int64(capf)
 	step := int64(0)
@@ -129,3 +154,14 @@ func (s *Shedder) publish() {
 	}
 	s.capw.Store(step<<32 | c)
 }
+
+// The gain cycle of the cap while engaged, in samples: six at the
+// measured cap, one a quarter above it (probeUp), one a quarter below
+// (probeDown), as BBR's ProbeBW cycles its pacing gain (1.25, 0.75, then
+// six times 1; Cardwell et al., 2016). probeUp comes after the engagement's
+// first six samples, so a shedder that engages starts at the measured cap.
+const (
+	probeCycle = 8
+	probeUp    = 6
+	probeDown  = 7
+)

@@ -153,7 +153,7 @@ type Config struct {
 	Ticker rampart.Ticker
 
 	// Compact lays the instance out without cache-line padding: smaller
-	// (368 B instead of 432 B), for the many cold instances (per-tenant,
+	// (384 B instead of 448 B), for the many cold instances (per-tenant,
 	// per-route keys) where goroutines do not contend on one instance; the
 	// default pads the words that many goroutines write on every call.
 	Compact bool
@@ -186,6 +186,7 @@ type Stats struct {
 	Overloads      uint64        // times it engaged
 	Trigger        Signal        // the signals at or above their thresholds at the last sample
 	Cap            int           // the cap while overloaded (maxPass × minRT, rounded; 0 before any completed call or when not overloaded)
+	Limit          int           // the calls in flight admitted now at priority 0: Cap, or its probe (a quarter more or less, one sample in eight each)
 	MaxPass        float64       // the most calls completed per second in a bucket of the window, at the last sample
 	MinRT          time.Duration // the least mean latency of a bucket of the window, at the last sample
 	Signals        Signals       // the Source's last reading
@@ -246,7 +247,7 @@ const maxCap = math.MaxInt32
 // and release take no lock and allocate nothing. A Shedder is safe for
 // concurrent use.
 //
-// A Shedder is 368 B (432 B unless [Config.Compact]), plus its window's
+// A Shedder is 384 B (448 B unless [Config.Compact]), plus its window's
 // buckets (32 B each: 10 at the defaults, 320 B) and, with the default
 // Source, a [RuntimeSource] (see there); a Name adds its rejection error
 // (unnamed shedders share one).
@@ -276,6 +277,7 @@ type Shedder struct {
 	trigger   atomic.Uint32 // the Signal bits at or above threshold at the last sample
 	maxPass   atomic.Uint64 // math.Float64bits of Stats.MaxPass
 	minRT     atomic.Int64
+	capBase   atomic.Int64  // Stats.Cap: the cap before the probe's gain; 0 when not engaged
 	sigSched  atomic.Int64  // Signals.SchedLatency
 	sigCPU    atomic.Uint64 // math.Float64bits of Signals.CPU
 	sigRun    atomic.Uint64 // math.Float64bits of Signals.Runnable
@@ -299,6 +301,7 @@ type Shedder struct {
 	head       int
 	last       int64 // the reading of the previous sample
 	on         bool
+	phase      int // samples since the engagement: the gain cycle's position
 	interval   int64
 	window     int64
 	coolOff    int64
@@ -429,7 +432,7 @@ func New(c Config) (*Shedder, error) {
 	if s.ticker == nil {
 		s.ticker = rampart.DefaultTicker()
 	}
-	s.lastDrop.Store(math.MinInt64 / 2) // no rejection yet: the cool-off is long over
+	s.lastDrop.Store(math.MinInt64) // no rejection yet: the cool-off is long over (sums with it saturate)
 	s.sigSched.Store(-1)
 	s.sigCPU.Store(math.Float64bits(-1))
 	s.sigRun.Store(math.Float64bits(-1))
@@ -490,7 +493,7 @@ func (s *Shedder) rejectAt(now int64) (Permit, error) {
 	// The cool-off counts from the last rejection; storing every one would
 	// write the line on every rejection of a flood, so store only when the
 	// stored one is a sixteenth of the cool-off old.
-	if now-s.lastDrop.Load() >= s.dropGrain {
+	if now >= atomicx.SatAdd(s.lastDrop.Load(), s.dropGrain) {
 		s.lastDrop.Store(now)
 	}
 	return Permit{}, s.rejErr
@@ -585,8 +588,9 @@ func (s *Shedder) Stats() Stats {
 			Runnable:     math.Float64frombits(s.sigRun.Load()),
 		},
 	}
-	if cp := c & 0xffffffff; c != 0 && cp != maxCap {
+	if cp := s.capBase.Load(); c != 0 && cp != maxCap {
 		st.Cap = int(cp)
+		st.Limit = int(c & 0xffffffff)
 	}
 	return st
 }

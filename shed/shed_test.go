@@ -362,13 +362,13 @@ func TestStaysEngagedWhileItSheds(t *testing.T) {
 	r.src.set(time.Millisecond, -1, -1) // shedding holds the signals down
 	for range 50 {
 		now := r.tk.Now()
-		held := r.hold(2)
-		_, err := r.s.AcquireAt(now) // the offered load is still above the cap
+		held := r.hold(r.s.Stats().Limit) // the cap, or its probe
+		_, err := r.s.AcquireAt(now)      // the offered load is still above the cap
 		require.ErrorIs(t, err, ErrOverloaded)
 		for _, p := range held {
 			r.s.ReleaseAt(p, now+int64(2*time.Millisecond), rampart.Success)
 		}
-		r.complete(98, 2*time.Millisecond)
+		r.complete(100-len(held), 2*time.Millisecond)
 		r.sample()
 		require.True(t, r.s.Overloaded())
 	}
@@ -695,10 +695,10 @@ func TestShedderBytes(t *testing.T) {
 			return s
 		}
 	}
-	require.Equal(t, uintptr(368), unsafe.Sizeof(Shedder{}))
-	require.Equal(t, uintptr(432), unsafe.Sizeof(paddedShedder{}))
+	require.Equal(t, uintptr(384), unsafe.Sizeof(Shedder{}))
+	require.Equal(t, uintptr(448), unsafe.Sizeof(paddedShedder{}))
 	const buckets = 10 * 32
-	testkit.WantBytes(t, "default", 448+buckets, mk(Config{})) // 432 in the 448 B size class
+	testkit.WantBytes(t, "default", 448+buckets, mk(Config{}))
 	testkit.WantBytes(t, "Compact", 384+buckets, mk(Config{Compact: true}))
 	testkit.WantBytes(t, "RuntimeSource", runtimeSourceBytes(), func() any { return NewRuntimeSource() })
 }
@@ -795,4 +795,78 @@ func TestStatsCountAnAdmissionBeingUndone(t *testing.T) {
 	st := r.s.Stats()
 	require.Equal(t, uint64(3), st.Admitted)
 	require.Equal(t, 3, st.InFlight)
+}
+
+// serveModel runs one sample interval of a model server with procs cores
+// and calls of work w each, at the cap: the offered load exceeds the cap,
+// so the calls in flight are the most important level's limit n; with n
+// at or below procs each call takes w, beyond it the cores are shared and
+// each takes w·n/procs (processor sharing). One arrival beyond the cap is
+// rejected in each interval, as under a real overload. It returns n.
+func (r *rig) serveModel(procs int, w time.Duration) int {
+	n := int(r.s.limitOf(r.s.capw.Load(), 0))
+	require.NotZero(r.t, r.s.capw.Load(), "engaged")
+	lat := w
+	if n > procs {
+		lat = w * time.Duration(n) / time.Duration(procs)
+	}
+	done := int(int64(interval) * int64(min(n, procs)) / int64(w))
+	now := r.tk.Now()
+	held := r.hold(n)
+	_, err := r.s.AcquireAt(now)
+	require.ErrorIs(r.t, err, ErrOverloaded, "the cap binds at %d", n)
+	for _, p := range held {
+		r.s.ReleaseAt(p, now+int64(lat), rampart.Success)
+	}
+	r.complete(done-n, lat)
+	r.sample()
+	return n
+}
+
+// TestCapProbesUpFromAnEstimateTooLow: by Little's law a bucket's
+// completions per second times its mean latency is its mean calls in
+// flight, so maxPass × minRT never exceeds the most calls in flight of the
+// window: a cap below the cores (measured while the cores were taken by
+// something else) would hold itself there for as long as the overload
+// lasts, each core-starved window confirming the last. The cap probes up
+// one sample in eight, as BBR's gain cycle does, and climbs to the cores.
+func TestCapProbesUpFromAnEstimateTooLow(t *testing.T) {
+	const procs, w = 4, 2 * time.Millisecond
+	r := newRig(t, Config{})
+	r.complete(50, w) // 500/s × 2 ms: a cap of 1, as when three of the four cores were busy elsewhere
+	r.src.set(time.Second, -1, -1)
+	r.sample()
+	require.Equal(t, 1, r.s.Stats().Cap)
+	for range 24 { // a call more each gain cycle of 8 samples
+		r.serveModel(procs, w)
+	}
+	st := r.s.Stats()
+	require.Equal(t, procs, st.Cap, "the cap reached the cores")
+	require.True(t, st.Overloaded)
+	for range 40 {
+		n := r.serveModel(procs, w)
+		require.InDelta(t, procs, n, 1, "within one of the cores")
+	}
+}
+
+// TestCapFollowsTheCoresDown: a cap measured while the process had more
+// cores comes down to them within a window once they are gone, and the
+// probes do not ratchet it up past them: a probe that finds no idle core
+// finds a longer latency, which minRT ignores, and no more completions.
+func TestCapFollowsTheCoresDown(t *testing.T) {
+	const procs, w = 2, 2 * time.Millisecond
+	r := newRig(t, Config{})
+	r.complete(400, w) // 4000/s × 2 ms: a cap of 8, from eight cores
+	r.src.set(time.Second, -1, -1)
+	r.sample()
+	require.Equal(t, 8, r.s.Stats().Cap)
+	for range 32 { // a quarter less each gain cycle of 8 samples
+		r.serveModel(procs, w)
+	}
+	require.Equal(t, procs, r.s.Stats().Cap, "the cap came down to the cores")
+	for range 40 {
+		n := r.serveModel(procs, w)
+		require.InDelta(t, procs, n, 1, "within one of the cores")
+		require.Equal(t, procs, r.s.Stats().Cap)
+	}
 }
