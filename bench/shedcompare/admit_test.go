@@ -122,7 +122,7 @@ func TestCompareTable(t *testing.T) {
 	}
 	var out bytes.Buffer
 	rs, err := compare(config{work: 200 * time.Microsecond, chunk: 50 * time.Microsecond, load: 2,
-		warmup: 100 * time.Millisecond, duration: 300 * time.Millisecond, sample: 25 * time.Millisecond}, &out, io.Discard)
+		warmup: 100 * time.Millisecond, duration: 300 * time.Millisecond, sample: 25 * time.Millisecond, measure: 100 * time.Millisecond}, &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ func main() {
 	flag.Float64Var(&c.load, "load", 2, "offered load during the measured phase, as a multiple of the measured capacity")
 	flag.DurationVar(&c.warmup, "warmup", time.Second, "the warm-up at half the capacity before the measured phase")
 	flag.DurationVar(&c.duration, "duration", 4*time.Second, "the measured phase")
+	flag.DurationVar(&c.measure, "capacity", time.Second, "the closed-loop capacity measurement before each row")
 	ignoreCPU := flag.Bool("ignore-cpu", false, "rampart ignores the runtime's CPU signal (shed.Config.Ignore: shed.CPU)")
 	flag.DurationVar(&c.sample, "sample", 0, "also run rampart with this SampleInterval (a second row)")
 	flag.StringVar(&c.only, "only", "", "run only the shedders whose row name contains this")

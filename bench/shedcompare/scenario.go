@@ -313,21 +313,21 @@ type config struct {
 	ignore   shed.Signal   // rampart signals to ignore
 	sample   time.Duration // a second rampart row with this SampleInterval, when set
 	only     string        // run only the cases whose name contains it (the unloaded row always runs)
+	measure  time.Duration // the closed-loop capacity measurement before each row
 }
 
 // compare runs the scenario for each shedder and writes the table to out.
 func compare(c config, out io.Writer, progress io.Writer) ([]result, error) {
-	if c.load <= 0 || c.duration <= 0 || c.work <= 0 || c.chunk <= 0 {
-		return nil, errors.New("load, duration, work and chunk must be positive")
+	if c.load <= 0 || c.duration <= 0 || c.work <= 0 || c.chunk <= 0 || c.measure <= 0 {
+		return nil, errors.New("load, duration, work, chunk and the capacity measurement must be positive")
 	}
 	w := calibrate(c.work, c.chunk)
-	capa := capacity(w, time.Second)
-	fmt.Fprintf(progress, "work %v in %d chunks of %d rounds; GOMAXPROCS %d; measured capacity %.0f calls/s\n",
-		c.work, w.chunks, w.chunkIters, runtime.GOMAXPROCS(0), capa)
-	half := phase{rate: capa / 2, d: c.warmup}
-	over := phase{rate: capa * c.load, d: c.duration, measure: true}
-
+	fmt.Fprintf(progress, "work %v in %d chunks of %d rounds; GOMAXPROCS %d\n", c.work, w.chunks, w.chunkIters, runtime.GOMAXPROCS(0))
+	// Each row measures the capacity just before it and offers its load
+	// against that: on a shared machine the CPU the process gets moves
+	// between rows.
 	var results []result
+	capa := capacity(w, c.measure)
 	base := openLoop("unloaded (½ capacity, no shedding)", none{}, w, []phase{{rate: capa / 2, d: c.duration, measure: true}}, capa)
 	results = append(results, base)
 	fmt.Fprintf(progress, "%s done\n", base.name)
@@ -350,6 +350,9 @@ func compare(c config, out io.Writer, progress io.Writer) ([]result, error) {
 		if c.only != "" && !strings.Contains(k.name, c.only) {
 			continue
 		}
+		capa := capacity(w, c.measure)
+		half := phase{rate: capa / 2, d: c.warmup}
+		over := phase{rate: capa * c.load, d: c.duration, measure: true}
 		r := openLoop(k.name, k.a, w, []phase{half, over}, capa)
 		if k.detail != nil {
 			r.detail = k.detail()
@@ -358,23 +361,23 @@ func compare(c config, out io.Writer, progress io.Writer) ([]result, error) {
 		fmt.Fprintf(progress, "%s done\n", k.name)
 		runtime.GC()
 	}
-	writeTable(out, c, w, capa, results)
+	writeTable(out, c, results)
 	return results, nil
 }
 
-func writeTable(out io.Writer, c config, w work, capa float64, rs []result) {
+func writeTable(out io.Writer, c config, rs []result) {
 	base := rs[0].p99
-	fmt.Fprintf(out, "CPU-bound handler of %v (yielding every %v), GOMAXPROCS %d, measured capacity %.0f calls/s; "+
+	fmt.Fprintf(out, "CPU-bound handler of %v (yielding every %v), GOMAXPROCS %d, capacity measured before each row (closed loop, %v); "+
 		"%v at ½ capacity, then %.1f× capacity for %v, open-loop arrivals (measured: the second phase; "+
 		"the unloaded row: %v at ½ capacity). Latency from the arrival's scheduled time to the end of its work; "+
 		"calls still in flight at the end are cut off and counted at their latency so far.\n\n",
-		c.work, c.chunk, runtime.GOMAXPROCS(0), capa, c.warmup, c.load, c.duration, c.duration)
-	fmt.Fprintln(out, "| shedder | offered/s | p50 | p99 | p99, 2nd half | p99 / unloaded p99 | goodput/s | goodput / capacity | shed | cut off |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		c.work, c.chunk, runtime.GOMAXPROCS(0), c.measure, c.warmup, c.load, c.duration, c.duration)
+	fmt.Fprintln(out, "| shedder | capacity/s | offered/s | p50 | p99 | p99, 2nd half | p99 / unloaded p99 | goodput/s | goodput / capacity | shed | cut off |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
-		fmt.Fprintf(out, "| %s | %.0f | %v | %v | %v | %.2f | %.0f | %.1f %% | %.1f %% | %d |\n",
-			r.name, r.offered, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.p99Tail.Round(10*time.Microsecond),
-			float64(r.p99)/float64(base), r.goodput, 100*r.goodput/capa, 100*r.shed, r.unfinished)
+		fmt.Fprintf(out, "| %s | %.0f | %.0f | %v | %v | %v | %.2f | %.0f | %.1f %% | %.1f %% | %d |\n",
+			r.name, r.capacity, r.offered, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.p99Tail.Round(10*time.Microsecond),
+			float64(r.p99)/float64(base), r.goodput, 100*r.goodput/r.capacity, 100*r.shed, r.unfinished)
 	}
 	for _, r := range rs {
 		if r.detail != "" {
