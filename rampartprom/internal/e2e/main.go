@@ -34,8 +34,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/circuitbreaker"
-	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/rampartprom"
+	"github.com/rampart-go/rampart/ratelimit"
 )
 
 func main() {
