@@ -1,0 +1,67 @@
+// Package rampartotel reports rampart's policies to OpenTelemetry: the
+// Stats of every instance as observable instruments, and span events on
+// rejections and timeouts.
+//
+// # Metrics
+//
+// [New] creates every instrument of rampart's metric scheme on a Meter and
+// registers one callback; [Metrics.Add] and [Metrics.AddSource] give it
+// the instances to read. At each collection the callback reads each
+// instance's Stats once; between collections nothing runs, and the
+// instances' calls never touch the adapter (attached or not, an admission
+// costs the same and allocates nothing more: TestAdmitAllocsAttached).
+//
+//	m, err := rampartotel.New(otel.Meter("github.com/me/service"), rampartotel.Config{})
+//	if err != nil { ... }
+//	err = m.Add("payments", breaker)
+//	m.AddSource(registry) // a *registry.Registry, or any Source
+//
+// The scheme (names, kinds, units, attributes, and the Stats field each
+// metric reads) is in docs/observability.md, one table of every metric,
+// checked against the code by a test. In short: names are
+// rampart.<package>.<stat> (rampart.circuitbreaker.rejected,
+// rampart.bulkhead.in_flight); every series has the attribute
+// rampart.name, the instance's name; counts since creation are
+// asynchronous counters, the rest gauges; units follow OpenTelemetry's
+// conventions ("{call}", "s", "1"). The breaker's state is a state set:
+// rampart.circuitbreaker.state{rampart.state} is 1 for the current state
+// and 0 for the five others. No semantic convention covers resilience
+// policies yet (open-telemetry/semantic-conventions#2355, #3361): this is
+// rampart's own scheme, stable within a major version.
+//
+// Collected types: *circuitbreaker.Breaker, *ratelimit.Limiter,
+// *ratelimit.Sharded, *ratelimit.Keyed, *bulkhead.Bulkhead,
+// *adaptive.Limiter, *adaptive.Throttler, *retry.Policy,
+// *retry.TokenBucket, *retry.RatioBudget, *timeout.Timeout,
+// *hedge.Hedger, *chaos.Injector. A *pipeline.Pipeline has no Stats of its
+// own: add its policies. Instances that a Source holds and that cannot be
+// collected are counted in rampart.skipped_instances{rampart.reason}.
+//
+// Cardinality: the SDK keeps at most 2,000 series per instrument by
+// default (sdkmetric.WithCardinalityLimit), and the breaker's state set
+// takes 6 per breaker; beyond about 330 breakers on one MeterProvider,
+// raise the limit.
+//
+// # Tracing
+//
+// The policies' listeners take primitive arguments and no context (see the
+// root package, Listeners), so none of them can find the caller's span.
+// The span is found where a context is at hand, per call:
+//
+//   - [Do] and [Try] run a call through a pipeline.Pipeline as its Do and
+//     Try do, and on a Rejected or TimedOut outcome add the event
+//     rampart.rejected or rampart.timed_out to trace.SpanFromContext(ctx),
+//     with the attributes rampart.policy (the pipeline.Kind),
+//     rampart.attempts, rampart.retry_after (seconds, when there is a hint)
+//     and rampart.error. A call that ends otherwise costs one comparison
+//     more than the pipeline's own method, and no allocation (TestDoAllocs).
+//   - [AddOutcomeEvent] adds the event for any Outcome (TryCall,
+//     TryHedged).
+//   - [OnRejected] wraps httpguard.ServerConfig.OnRejected, whose listener
+//     gets the request, and so its context.
+//
+// Breaker transitions have no span to go to: OnStateChange is called by the
+// call that caused the transition, but without its context. They are in
+// the metrics (rampart.circuitbreaker.transitions, .state) and in the logs
+// (package rampartslog).
+package rampartotel

@@ -1,0 +1,39 @@
+// Package rampartprom reports rampart's policies to Prometheus: a
+// prometheus.Collector of the Stats of every instance it is given.
+//
+//	c := rampartprom.NewCollector(rampartprom.Config{})
+//	prometheus.MustRegister(c)
+//	err := c.Add("payments", breaker)
+//	c.AddSource(registry) // a *registry.Registry, or any Source
+//
+// At each scrape Collect reads each instance's Stats once; between scrapes
+// nothing runs, and the instances' calls never touch the collector
+// (attached or not, an admission costs the same and allocates nothing
+// more: TestAdmitAllocsAttached).
+//
+// The metrics are rampart's scheme, shared with package rampartotel
+// (docs/observability.md has the table of every metric, checked against
+// the code by a test), with the names derived mechanically by
+// OpenTelemetry's Prometheus compatibility rules: dots become
+// underscores, a duration in seconds ends in _seconds, a rate per second
+// in _per_second, a ratio in _ratio, a counter in _total. Every series has
+// the label rampart_name; the breaker's state is a state set,
+// rampart_circuitbreaker_state{rampart_state="open"} being 1 while it is
+// open and 0 otherwise:
+//
+//	rampart_circuitbreaker_state{rampart_name="payments",rampart_state="open"} 1
+//	rampart_circuitbreaker_rejected_total{rampart_name="payments"} 1200
+//	rampart_ratelimit_rejected_total{rampart_name="login"} 37
+//	rampart_bulkhead_wait_time_seconds_total{rampart_name="db"} 0.25
+//
+// Collected types: *circuitbreaker.Breaker, *ratelimit.Limiter,
+// *ratelimit.Sharded, *ratelimit.Keyed, *bulkhead.Bulkhead,
+// *adaptive.Limiter, *adaptive.Throttler, *retry.Policy,
+// *retry.TokenBucket, *retry.RatioBudget, *timeout.Timeout,
+// *hedge.Hedger, *chaos.Injector. A *pipeline.Pipeline has no Stats of its
+// own: add its policies. A Source's instances that cannot be collected
+// (unknown types, pipelines, a name already collected in the same family)
+// are skipped and counted in
+// rampart_skipped_instances{rampart_reason}, so that a duplicate name never
+// fails a scrape.
+package rampartprom
