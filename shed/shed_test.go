@@ -701,6 +701,9 @@ func TestShedderBytes(t *testing.T) {
 	testkit.WantBytes(t, "default", 448+buckets, mk(Config{}))
 	testkit.WantBytes(t, "Compact", 384+buckets, mk(Config{Compact: true}))
 	testkit.WantBytes(t, "RuntimeSource", runtimeSourceBytes(), func() any { return NewRuntimeSource() })
+	if runtime.Version() >= "go1.26" && runtime.Version() < "go1.27" {
+		require.Equal(t, int64(3120), runtimeSourceBytes(), "the figure RuntimeSource's doc gives")
+	}
 }
 
 // runtimeSourceBytes is what NewRuntimeSource allocates: the struct (in
