@@ -63,10 +63,10 @@ func collect(t testing.TB, r *sdkmetric.ManualReader) map[string]point {
 	return out
 }
 
-func newMetrics(t testing.TB) (*Metrics, *sdkmetric.ManualReader) {
+func newMetrics(t testing.TB, opts ...sdkmetric.Option) (*Metrics, *sdkmetric.ManualReader) {
 	t.Helper()
 	r := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	mp := sdkmetric.NewMeterProvider(append(opts, sdkmetric.WithReader(r))...)
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	m, err := New(mp.Meter("github.com/rampart-go/rampart/rampartotel"), Config{})
 	if err != nil {
