@@ -1,16 +1,26 @@
-// Package redislimit is a rate limiter whose limit holds across processes:
-// GCRA run as one Lua script on Redis, with Redis' own clock, one round trip
-// per decision, and an optional local lease that keeps most calls off the
-// network.
+// Package redislimit holds limits across processes on Redis: a rate limiter
+// ([Limiter]: GCRA run as one Lua script, with Redis' own clock, one round
+// trip per decision, and an optional local lease that keeps most calls off
+// the network), a concurrency limit ([Semaphore]: at most Max calls in
+// flight across every process, each permit a lease that its process renews
+// and that a dead process's permits lose within one TTL), and a live count
+// of the processes ([Replicas]) that both use to share a limit among the
+// replicas still alive while Redis is unreachable.
 //
 // Build a [Limiter] with [New] (a go-redis client and a default [Limit] in
 // its [Config]) and ask [Limiter.Allow] with the caller's key before each
 // call; [Limiter.AllowN] takes n events, and [Limiter.AllowLimitN] applies
 // another limit to a key. The [Decision] says whether the call is admitted,
-// how long until it would be, and where the answer came from.
+// how long until it would be, and where the answer came from. Build a
+// [Semaphore] with [NewSemaphore] and run calls through [Semaphore.Do] or
+// [Call], as with a bulkhead.
 //
 // It is its own module (github.com/rampart-go/rampart/ratelimit/redislimit)
-// so that the core rampart module gains no dependency on go-redis.
+// so that the core rampart module gains no dependency on go-redis. The
+// Semaphore and Replicas live in this package rather than in one of their
+// own because they share its failure modes, its breaker in front of Redis,
+// its bound on every call's time and its error sentinels, and because the
+// Limiter's fallback uses the Replicas count.
 //
 // # Semantics
 //
@@ -51,13 +61,102 @@
 // opens, and while it is open a decision costs no network call. When Redis
 // cannot answer, the Failure mode decides: FailOpen admits, FailClosed
 // rejects (with ErrUnavailable), FailLocal admits through an in-process
-// limiter with this replica's share of the limit (Limit / Replicas).
+// limiter with this replica's share of the limit (Limit / Replicas, or
+// divided by the live count of Config.LiveReplicas: see Replicas).
+//
+// # Semaphore
+//
+// A [Semaphore] is the distributed counterpart of package bulkhead: at
+// most SemaphoreConfig.Max permits held at once across every process that
+// builds one with the same Client, Prefix and Name. Its state is one Redis
+// sorted set of leases, each member a random token (crypto/rand, 128 bits)
+// scored by its expiry on Redis' TIME:
+//
+//   - [Semaphore.Acquire] is one script call: remove the expired leases,
+//     count the rest, and add this token with expiry now + TTL if fewer than
+//     Max remain. A token is added once (a retried call finds it and is
+//     granted again, not counted twice), and an expired lease is gone
+//     whether or not anyone purged it, so the set never holds more than Max
+//     live leases and a count never includes a dead holder's.
+//   - [Semaphore.Release] is one ZREM of the holder's own token: nobody
+//     can release a lease it does not hold. Releasing a Permit twice, or
+//     the zero Permit, does nothing.
+//   - While a process holds leases, one goroutine per Semaphore renews all
+//     of them every RenewEvery with one script call per 1,024 leases (it
+//     starts with the first held permit and stops when none is held, or at
+//     Close). Renewal extends only leases still present: one that expired
+//     (a renewal late by more than TTL - RenewEvery) is never revived, since
+//     another process may hold its place; it is counted in
+//     SemaphoreStats.Expired and reported to OnExpired, and its call runs on
+//     uncounted. A process that dies (kill -9) stops renewing: its permits
+//     return within TTL of its last renewal, at most TTL after its death.
+//
+// [Semaphore.AcquireWait] (and Do and Call with MaxWait set) waits for a
+// permit by polling: after a refusal it tries again after a wait drawn
+// uniformly below a bound that starts at PollMin and doubles up to PollMax
+// (full jitter), and at once when a Release in this process frees a permit.
+// Pub/sub notification on release was not chosen: it needs a connection
+// held per process, wakes every waiter of every process on each release
+// (one of them wins), and cannot fire for a lease that expires, so polling
+// would be needed beside it anyway. Waiters are not served in FIFO order.
+//
+// Failures are handled as the Limiter's are: every call (acquire, release,
+// renewal) runs under SemaphoreConfig.Timeout whatever the client's
+// options, behind the same kind of breaker, and when Redis cannot answer an
+// acquire the Failure mode decides: FailOpen admits (no permit is held),
+// FailClosed refuses with an error matching ErrUnavailable and
+// rampart.ErrRejected, FailLocal admits through a local bulkhead of
+// max(1, Max / replicas) permits, where replicas is the live count of
+// SemaphoreConfig.LiveReplicas or the static Replicas. A caller whose own
+// context ends mid-call gets ctx's error, and it does not count against
+// Redis. An acquire that timed out may still be granted once Redis
+// answers: the late reply's lease is removed as soon as it arrives (if no
+// reply comes, by the next renewal call; at worst it expires within TTL),
+// and a lease whose release failed is removed by the next renewal call.
+//
+// A Semaphore is usable beside a local bulkhead.Bulkhead: the local cap
+// first (this process's share of the dependency's connections, say), then
+// the shared one. A pipeline's Bulkhead field takes a *bulkhead.Bulkhead
+// only, so put the Semaphore in the function the pipeline runs, and keep
+// the breaker from counting its rejections as the dependency's failures:
+//
+//	cb, _ := circuitbreaker.New(circuitbreaker.Config{Classify: func(err error) rampart.Result {
+//		if errors.Is(err, rampart.ErrRejected) { // the shared semaphore refused: not the dependency's failure
+//			return rampart.Ignored
+//		}
+//		return circuitbreaker.DefaultClassify(err)
+//	}})
+//	p, _ := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: local, Timeout: to})
+//	err := p.Do(ctx, func(ctx context.Context) error {
+//		return sem.Do(ctx, query) // per attempt, inside the local bulkhead's permit
+//	})
+//
+// # Replicas
+//
+// A [Replicas] counts the live processes of a group: each heartbeats its ID
+// into a sorted set scored by expiry (Redis' TIME + TTL) every Every, and
+// the reply is the number of members not expired. [Replicas.Count] returns
+// the last reply with one atomic load. Given to Config.LiveReplicas or
+// SemaphoreConfig.LiveReplicas, it replaces the static Replicas in
+// FailLocal's share: a limit divided among the replicas alive when Redis
+// was last reachable, which is what every replica knows when Redis goes
+// away. Until its first heartbeat is answered the static Replicas is used.
+//
+// # Keys and Redis Cluster
+//
+// Every key carries a hash tag, so that everything one script touches is in
+// one Cluster slot: a Limiter's key is Prefix + "{" + key + "}" (default
+// prefix "rampart:rl:"), a Semaphore's single key Prefix + "{" + Name + "}"
+// (default "rampart:sem:"; all its state, one sorted set), a Replicas
+// group's Prefix + "{" + Name + "}" (default "rampart:replicas:"). Each key
+// expires with its latest member, so idle ones vanish.
 //
 // # Zero value and concurrency
 //
-// The zero Limiter is not usable: build one with New, which returns a
-// *rampart.ConfigError for an invalid Config. A Limiter is safe for
-// concurrent use; one per process serves every key.
+// The zero Limiter, Semaphore and Replicas are not usable: build them with
+// New, NewSemaphore and NewReplicas, which return a *rampart.ConfigError for
+// an invalid configuration. They are safe for concurrent use; one Limiter
+// per process serves every key.
 package redislimit
 
 import (

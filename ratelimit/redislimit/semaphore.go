@@ -414,17 +414,27 @@ func (s *Semaphore) try(ctx context.Context) (Permit, int64, error) {
 		return Permit{}, -1, ErrClosed
 	}
 	tok := rand.Text() // 128 random bits: no other process or Acquire has this lease's token
+	// state settles who owns the script's reply when the caller stops
+	// waiting for it (Timeout, or its own context): 0 while the script
+	// runs, acquireTaken once it returned in time, acquireAbandoned once
+	// the caller gave up first, in which case the goroutine that ran it
+	// gives back what Redis granted when the late reply comes.
+	var state atomic.Int32
 	vals, err := s.call(ctx, func(ctx context.Context) ([]int64, error) {
 		v, err := semAcquireScript.Run(ctx, s.cfg.Client, s.keys, tok, s.maxArg, s.ttlArg).Int64Slice()
 		if err == nil && len(v) != 2 {
 			err = fmt.Errorf("redislimit: semaphore script returned %d values", len(v))
 		}
+		if !state.CompareAndSwap(0, acquireTaken) {
+			s.lateAcquire(tok, v, err)
+		}
 		return v, err
 	})
 	if err != nil {
-		if !errors.Is(err, errBreakerOpen) {
-			// The script may have run and granted the lease: remove it
-			// with the next renewal (else it expires within TTL).
+		if !errors.Is(err, errBreakerOpen) && !state.CompareAndSwap(0, acquireAbandoned) {
+			// The script returned just after the caller stopped waiting:
+			// its reply is lost here, so remove the token, granted or
+			// not, with the next renewal call (else it expires in TTL).
 			s.orphan(tok)
 		}
 		if ctx.Err() != nil {
@@ -452,6 +462,31 @@ func (s *Semaphore) try(ctx context.Context) (Permit, int64, error) {
 	}
 	s.mu.Unlock()
 	return s.admit(h), vals[1], nil
+}
+
+const (
+	acquireTaken     = 1 // the acquire's caller took the script's reply
+	acquireAbandoned = 2 // the caller gave up before the reply came
+)
+
+// lateAcquire gives back what a late acquire reply granted, on the
+// goroutine that ran the script, after its caller gave up: the lease is
+// removed right after Redis granted it (a removal sent when the caller gave
+// up could reach Redis before the grant, with Redis stalled, and remove
+// nothing). A call that failed may still run on Redis (a read that timed
+// out in the client, say): its token is queued for the renewal goroutine,
+// and the lease expires within TTL if that too comes first.
+func (s *Semaphore) lateAcquire(tok string, v []int64, err error) {
+	switch {
+	case err != nil:
+		s.orphan(tok)
+	case v[0] == 1:
+		if _, err := s.call(context.Background(), func(ctx context.Context) ([]int64, error) {
+			return nil, s.cfg.Client.ZRem(ctx, s.key, tok).Err()
+		}); err != nil {
+			s.orphan(tok)
+		}
+	}
 }
 
 // admit counts a granted permit.
