@@ -277,13 +277,20 @@ func TestFallbackCallReturnsTheAnswer(t *testing.T) {
 	require.Equal(t, 7, v)
 	require.ErrorIs(t, err, errDegraded)
 	require.ErrorIs(t, err, ratelimit.ErrLimited)
+	v, err = fb.CallHedged(context.Background(), func(context.Context) (int, error) { return 1, nil })
+	require.Equal(t, 7, v)
+	require.ErrorIs(t, err, errDegraded)
+	v, o := fb.TryHedged(context.Background(), func(context.Context) (int, error) { return 1, nil })
+	require.Equal(t, 7, v)
+	require.True(t, o.FellBack)
+	require.ErrorIs(t, o.Cause, ratelimit.ErrLimited)
 
 	calls := 0
 	dfb, err := pipeline.NewDoFallback(pipeline.DoFallbackConfig{Pipeline: p,
 		Func: func(_ context.Context, o pipeline.Outcome) error { calls++; return nil }})
 	require.NoError(t, err)
 	require.NoError(t, dfb.Do(context.Background(), ok))
-	o := dfb.Try(context.Background(), ok)
+	o = dfb.Try(context.Background(), ok)
 	require.Equal(t, pipeline.Rejected, o.Code)
 	require.True(t, o.FellBack)
 	require.NoError(t, o.Err)
@@ -530,6 +537,9 @@ func TestAllocsFallbackSuccess(t *testing.T) {
 	n := 0
 	capture := func(context.Context) (string, error) { n++; return "ok", nil }
 	testkit.WantAllocs(t, "Value.Call", 0, func() { _, _ = value.Call(ctx, capture) })
+	testkit.WantAllocs(t, "Value.Call, a capturing closure built per call", 0, func() {
+		_, _ = value.Call(ctx, func(context.Context) (string, error) { n++; return "ok", nil })
+	})
 	testkit.WantAllocs(t, "Func.Try", 0, func() { _, _ = fn.Try(ctx, capture) })
 	testkit.WantAllocs(t, "Stale.Call at one reading", 0, func() { _, _ = stale.Call(ctx, capture) })
 	testkit.WantAllocs(t, "Stale.Call at a new reading", 1, func() { tick.Advance(1); _, _ = stale.Call(ctx, capture) })
