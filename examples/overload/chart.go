@@ -59,6 +59,7 @@ func positive(f func(point) float64) func(string, point) (float64, bool) {
 var chartRows = []rowDef{
 	{key: "throughput", title: "requests per second", series: []seriesDef{
 		{"offered", "offered", "#7f7f7f", true, always(func(p point) float64 { return p.Offered })},
+		{"sent", "sent (the rest dropped by the generator)", "#000000", false, always(func(p point) float64 { return p.Sent })},
 		{"succeeded", "succeeded (200)", "#2ca02c", false, always(func(p point) float64 { return p.Succeeded })},
 		{"shed", "shed (503 + Retry-After)", "#ff7f0e", false, always(func(p point) float64 { return p.Shed })},
 		{"failed", "failed (timeouts, 5xx)", "#d62728", false, always(func(p point) float64 { return p.Failed })},
@@ -99,13 +100,14 @@ func esc(s string) string {
 	return b.String()
 }
 
-// niceCeil rounds x up to 1, 2 or 5 times a power of ten (at least 1).
+// niceCeil rounds x up to a round number (1, 1.2, 1.5, 2, 2.5, 3, 4, 5,
+// 6 or 8 times a power of ten), at least 1.
 func niceCeil(x float64) float64 {
 	if !(x > 1) {
 		return 1
 	}
 	p := math.Pow(10, math.Floor(math.Log10(x)))
-	for _, m := range []float64{1, 2, 5, 10} {
+	for _, m := range []float64{1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10} {
 		if m*p >= x {
 			return m * p
 		}

@@ -121,6 +121,22 @@ type schedule struct {
 	ramp bool
 }
 
+// scheduleOf is the schedule of phase p at rate req/s.
+func scheduleOf(rate int, ramp bool, p *phaseStats) schedule {
+	return schedule{rate: float64(rate), t: p.phase.duration.Seconds(), ramp: ramp}
+}
+
+// total is the number of iterations of the whole phase.
+func (s schedule) total() int64 { return s.count(s.t) - 1 }
+
+// dueBy is the number of iterations due by elapsed seconds e, any e.
+func (s schedule) dueBy(e float64) int64 {
+	if e < 0 {
+		return 0
+	}
+	return min(s.count(min(e, s.t)), s.total())
+}
+
 // count is the number of iterations due by elapsed seconds e (e ≤ t).
 func (s schedule) count(e float64) int64 {
 	if !s.ramp {
@@ -144,10 +160,10 @@ func (s schedule) due(i int64) float64 {
 // p.phase.duration, recording into p. It returns when the phase's time is
 // over; requests still in flight keep recording into p.
 func (g *generator) run(ctx context.Context, rate int, ramp bool, p *phaseStats) {
-	sc := schedule{rate: float64(rate), t: p.phase.duration.Seconds(), ramp: ramp}
+	sc := scheduleOf(rate, ramp, p)
 	start := time.Now()
 	end := start.Add(p.phase.duration)
-	p.offered = sc.count(sc.t) - 1
+	p.offered = sc.total()
 	seconds := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 	var issued int64
 	for issued < p.offered {

@@ -424,7 +424,7 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer, st *statu
 	for _, p := range res.phases {
 		cur.Lock()
 		current = p
-		rec.phaseStarted(p.phase.name, time.Now())
+		rec.phaseStarted(p.phase.name, scheduleOf(o.rate, p.phase.name == "warm-up", p), time.Now())
 		cur.Unlock()
 		db.setSlowdown(p.phase.slowdown)
 		gen.run(ctx, o.rate, p.phase.name == "warm-up", p)

@@ -227,8 +227,10 @@ func checkSeries(t *testing.T, results []result) {
 		if len(r.series.Phases) != len(r.phases) {
 			t.Errorf("%s: %d phase spans", r.mode, len(r.series.Phases))
 		}
-		var ok, want float64
+		var ok, want, offered, wantOffered, sent, wantSent float64
 		for _, p := range pts {
+			offered += p.Offered * p.Dt
+			sent += p.Sent * p.Dt
 			if d := p.Completed - p.Succeeded - p.Shed - p.Failed; math.Abs(d) > 0.01 {
 				t.Errorf("%s at %vs: completed %v is not the sum of its parts", r.mode, p.T, p.Completed)
 			}
@@ -239,9 +241,16 @@ func checkSeries(t *testing.T, results []result) {
 		}
 		for _, p := range r.phases {
 			want += float64(p.ok.Load())
+			wantOffered += float64(p.offered)
+			wantSent += float64(p.sent.Load())
 		}
-		if math.Abs(ok-want) > 1 {
-			t.Errorf("%s: the series integrate to %.1f successes, the table counts %.0f", r.mode, ok, want)
+		for _, c := range []struct {
+			what      string
+			got, want float64
+		}{{"successes", ok, want}, {"offered iterations", offered, wantOffered}, {"sent iterations", sent, wantSent}} {
+			if math.Abs(c.got-c.want) > 1 {
+				t.Errorf("%s: the series integrate to %.1f %s, the table counts %.0f", r.mode, c.got, c.what, c.want)
+			}
 		}
 	}
 }

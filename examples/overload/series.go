@@ -22,8 +22,9 @@ import (
 type point struct {
 	T              float64 `json:"t"`     // seconds since the run started, at the end of the interval
 	Dt             float64 `json:"dt"`    // the interval's length, seconds
-	Phase          string  `json:"phase"` // the phase being offered at T
-	Offered        float64 `json:"offered"`
+	Phase          string  `json:"phase"`   // the phase being offered at T
+	Offered        float64 `json:"offered"` // iterations due by the schedule
+	Sent           float64 `json:"sent"`    // iterations the generator sent (the rest it dropped: no free VU, or too late)
 	Completed      float64 `json:"completed"` // responses or client errors: succeeded + shed + failed
 	Succeeded      float64 `json:"succeeded"`
 	Shed           float64 `json:"shed"`   // 503 with Retry-After
@@ -72,17 +73,25 @@ type recorder struct {
 	phases  []*phaseStats
 	start   time.Time
 	lastT   time.Time
-	last    [5]int64 // offered, succeeded, shed, failed, completed so far
+	last    [6]int64 // offered, succeeded, shed, failed, completed, sent so far
 	latSeen []int    // per phase: latencies already folded into a point
+	plan    []planned
 	series  runSeries
+}
+
+// planned is a started phase's schedule, for the offered rate.
+type planned struct {
+	start time.Time
+	sc    schedule
 }
 
 func newRecorder(mode string, phases []*phaseStats, start time.Time) *recorder {
 	return &recorder{phases: phases, start: start, lastT: start, latSeen: make([]int, len(phases)), series: runSeries{Mode: mode}}
 }
 
-// phaseStarted marks the start of phase name at t.
-func (r *recorder) phaseStarted(name string, t time.Time) {
+// phaseStarted marks the start of phase name, offered on schedule sc, at t.
+func (r *recorder) phaseStarted(name string, sc schedule, t time.Time) {
+	r.plan = append(r.plan, planned{t, sc})
 	s := round3(t.Sub(r.start).Seconds())
 	if n := len(r.series.Phases); n > 0 && r.series.Phases[n-1].End == 0 {
 		r.series.Phases[n-1].End = s
@@ -104,10 +113,13 @@ func (r *recorder) record(now time.Time, phase string, p point) {
 	if dt <= 0 {
 		return
 	}
-	var cur [5]int64
+	var cur [6]int64
 	var lat []time.Duration
+	for _, pl := range r.plan {
+		cur[0] += pl.sc.dueBy(now.Sub(pl.start).Seconds())
+	}
 	for i, q := range r.phases {
-		cur[0] += q.sent.Load() + q.dropped.Load()
+		cur[5] += q.sent.Load()
 		cur[1] += q.ok.Load()
 		cur[2] += q.shed.Load()
 		cur[3] += q.failed.Load()
@@ -119,7 +131,7 @@ func (r *recorder) record(now time.Time, phase string, p point) {
 	cur[4] = cur[1] + cur[2] + cur[3]
 	rate := func(i int) float64 { return float64(cur[i]-r.last[i]) / dt }
 	p.T, p.Dt, p.Phase = round3(now.Sub(r.start).Seconds()), round3(dt), phase
-	p.Offered, p.Succeeded, p.Shed, p.Failed, p.Completed = round3(rate(0)), round3(rate(1)), round3(rate(2)), round3(rate(3)), round3(rate(4))
+	p.Offered, p.Succeeded, p.Shed, p.Failed, p.Completed, p.Sent = round3(rate(0)), round3(rate(1)), round3(rate(2)), round3(rate(3)), round3(rate(4)), round3(rate(5))
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		at := func(q float64) float64 {
@@ -163,7 +175,7 @@ func cpuModel() string {
 }
 
 // csvHeader names writeCSV's columns.
-var csvHeader = []string{"mode", "t", "dt", "phase", "offered", "completed", "succeeded", "shed", "failed",
+var csvHeader = []string{"mode", "t", "dt", "phase", "offered", "sent", "completed", "succeeded", "shed", "failed",
 	"in_flight_client", "in_flight_server", "db_waiting", "p50_ms", "p99_ms",
 	"breaker_state", "breaker_failure_rate", "admission_in_flight", "admission_max", "db_in_flight", "db_max"}
 
@@ -177,7 +189,7 @@ func writeCSV(w io.Writer, rec recording) error {
 	d := func(x int64) string { return strconv.FormatInt(x, 10) }
 	for _, r := range rec.Runs {
 		for _, p := range r.Points {
-			if err := cw.Write([]string{r.Mode, f(p.T), f(p.Dt), p.Phase, f(p.Offered), f(p.Completed), f(p.Succeeded), f(p.Shed), f(p.Failed),
+			if err := cw.Write([]string{r.Mode, f(p.T), f(p.Dt), p.Phase, f(p.Offered), f(p.Sent), f(p.Completed), f(p.Succeeded), f(p.Shed), f(p.Failed),
 				d(p.InFlightClient), d(p.InFlightServer), d(p.DBWaiting), f(p.P50ms), f(p.P99ms),
 				p.BreakerState, f(p.BreakerFailureRate), d(p.AdmissionInFlight), d(p.AdmissionMax), d(p.DBInFlight), d(p.DBMax)}); err != nil {
 				return err
