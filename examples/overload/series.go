@@ -20,11 +20,11 @@ import (
 // at T. The policies' fields are the protected run's (empty or 0 in the
 // unprotected one).
 type point struct {
-	T              float64 `json:"t"`     // seconds since the run started, at the end of the interval
-	Dt             float64 `json:"dt"`    // the interval's length, seconds
-	Phase          string  `json:"phase"`   // the phase being offered at T
-	Offered        float64 `json:"offered"` // iterations due by the schedule
-	Sent           float64 `json:"sent"`    // iterations the generator sent (the rest it dropped: no free VU, or too late)
+	T              float64 `json:"t"`         // seconds since the run started, at the end of the interval
+	Dt             float64 `json:"dt"`        // the interval's length, seconds
+	Phase          string  `json:"phase"`     // the phase being offered at T
+	Offered        float64 `json:"offered"`   // iterations due by the schedule
+	Sent           float64 `json:"sent"`      // iterations the generator sent (the rest it dropped: no free VU, or too late)
 	Completed      float64 `json:"completed"` // responses or client errors: succeeded + shed + failed
 	Succeeded      float64 `json:"succeeded"`
 	Shed           float64 `json:"shed"`   // 503 with Retry-After
