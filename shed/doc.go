@@ -63,7 +63,8 @@
 // best throughput seen needs at the best latency seen, and nothing that
 // could only queue. While engaged a call is admitted while the calls in
 // flight, itself included, are at most the cap (Stats.Limit); before any
-// call has completed the cap is unlimited. Failure and Ignored releases
+// call has completed the cap is unlimited, and a window in which no call
+// completed keeps the last cap measured. Failure and Ignored releases
 // only free their slot: they say nothing of the capacity.
 //
 // A bucket's completions per second times its mean latency is its mean

@@ -12,7 +12,7 @@ import (
 // once per SampleInterval, by one caller.
 func (s *Shedder) sampleAt(now int64) {
 	due := s.next.Load()
-	if now < due || due == lockedSample || !s.next.CompareAndSwap(due, lockedSample) {
+	if now < due || due == lockedSample || len(s.ring) == 0 || !s.next.CompareAndSwap(due, lockedSample) { // no ring: the zero Shedder
 		return // not due, or another caller is sampling or has sampled
 	}
 	var notify int8 // +1: engaged, -1: released; the listener runs after the lock is given back
@@ -118,9 +118,16 @@ func (s *Shedder) publish() {
 		// Rounded, as Kratos's BBR: truncating (go-zero) turns a cap
 		// measured at 1.98 into 1, and a ceiling turns 2.02 into 3.
 		capf = min(max(math.Floor(maxPass*float64(minRT)/1e9+0.5), 1), maxCap)
-		s.maxPass.Store(math.Float64bits(maxPass))
-		s.minRT.Store(minRT)
+		s.lastCap = capf
+	} else {
+		// No call completed in the window: the calls in flight take
+		// longer than it (or none came). Keep the last cap measured, which
+		// is when one matters most; before any completion there is none.
+		capf = s.lastCap
+		minRT = 0
 	}
+	s.maxPass.Store(math.Float64bits(maxPass))
+	s.minRT.Store(minRT)
 	if !s.on {
 		s.capBase.Store(0)
 		s.capw.Store(0)
@@ -161,7 +168,7 @@ func (s *Shedder) publish() {
 // six times 1; Cardwell et al., 2016). probeUp comes after the engagement's
 // first six samples, so a shedder that engages starts at the measured cap.
 const (
-	probeCycle = 8
+	probeCycle = 8 // divides 256: Shedder.phase wraps
 	probeUp    = 6
 	probeDown  = 7
 )

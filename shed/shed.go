@@ -185,10 +185,10 @@ type Stats struct {
 	Overloaded     bool          // the shedder is engaged now
 	Overloads      uint64        // times it engaged
 	Trigger        Signal        // the signals at or above their thresholds at the last sample
-	Cap            int           // the cap while overloaded (maxPass × minRT, rounded; 0 before any completed call or when not overloaded)
+	Cap            int           // the cap while overloaded: maxPass × minRT, rounded, or the last one measured when no call completed in the window (0 before any completion, or when not overloaded)
 	Limit          int           // the calls in flight admitted now at priority 0: Cap, or its probe (a quarter more or less, one sample in eight each)
-	MaxPass        float64       // the most calls completed per second in a bucket of the window, at the last sample
-	MinRT          time.Duration // the least mean latency of a bucket of the window, at the last sample
+	MaxPass        float64       // the most calls completed per second in a bucket of the window, at the last sample (0: none completed)
+	MinRT          time.Duration // the least mean latency of a bucket of the window, at the last sample (0: none completed)
 	Signals        Signals       // the Source's last reading
 	Samples        uint64        // samples taken
 	ListenerPanics uint64        // panics of OnOverload or the Source recovered
@@ -247,6 +247,10 @@ const maxCap = math.MaxInt32
 // and release take no lock and allocate nothing. A Shedder is safe for
 // concurrent use.
 //
+// The zero value is not usable; build with [New]. A zero Shedder has no
+// window, no Source and no Ticker: AcquireAt admits every call and never
+// samples, and its shorthands (Acquire, Do, ...) panic.
+//
 // A Shedder is 384 B (448 B unless [Config.Compact]), plus its window's
 // buckets (32 B each: 10 at the defaults, 320 B) and, with the default
 // Source, a [RuntimeSource] (see there); a Name adds its rejection error
@@ -299,9 +303,8 @@ type Shedder struct {
 	onOverload func(bool)
 	ring       []bucket
 	head       int
-	last       int64 // the reading of the previous sample
-	on         bool
-	phase      int // samples since the engagement: the gain cycle's position
+	last       int64   // the reading of the previous sample
+	lastCap    float64 // the last cap measured from a window with completions; maxCap before any
 	interval   int64
 	window     int64
 	coolOff    int64
@@ -314,6 +317,8 @@ type Shedder struct {
 	latencyTh  int64
 	reserve    float64
 	ignore     Signal
+	on         bool
+	phase      uint8 // samples since the engagement, wrapping (a multiple of probeCycle): the gain cycle's position
 }
 
 // paddedShedder is the default layout: a line of padding before the
@@ -438,6 +443,7 @@ func New(c Config) (*Shedder, error) {
 	s.sigRun.Store(math.Float64bits(-1))
 	now := s.ticker.Now()
 	s.last = now
+	s.lastCap = maxCap
 	s.next.Store(s.dueAfter(now))
 	return s, nil
 }

@@ -695,11 +695,11 @@ func TestShedderBytes(t *testing.T) {
 			return s
 		}
 	}
-	require.Equal(t, uintptr(384), unsafe.Sizeof(Shedder{}))
-	require.Equal(t, uintptr(448), unsafe.Sizeof(paddedShedder{}))
+	require.Equal(t, uintptr(376), unsafe.Sizeof(Shedder{}))
+	require.Equal(t, uintptr(440), unsafe.Sizeof(paddedShedder{}))
 	const buckets = 10 * 32
-	testkit.WantBytes(t, "default", 448+buckets, mk(Config{}))
-	testkit.WantBytes(t, "Compact", 384+buckets, mk(Config{Compact: true}))
+	testkit.WantBytes(t, "default", 448+buckets, mk(Config{}))              // 440 in the 448 B size class
+	testkit.WantBytes(t, "Compact", 384+buckets, mk(Config{Compact: true})) // 376 in the 384 B size class
 	testkit.WantBytes(t, "RuntimeSource", runtimeSourceBytes(), func() any { return NewRuntimeSource() })
 	if runtime.Version() >= "go1.26" && runtime.Version() < "go1.27" {
 		require.Equal(t, int64(3120), runtimeSourceBytes(), "the figure RuntimeSource's doc gives")
@@ -872,4 +872,39 @@ func TestCapFollowsTheCoresDown(t *testing.T) {
 		require.InDelta(t, procs, n, 1, "within one of the cores")
 		require.Equal(t, procs, r.s.Stats().Cap)
 	}
+}
+
+// TestCapHoldsWhenNoCallCompletes: a window in which no call completed
+// (the calls in flight take longer than the window) keeps the last cap
+// measured instead of lifting it, when it matters most.
+func TestCapHoldsWhenNoCallCompletes(t *testing.T) {
+	r := engaged(t, Config{})
+	held := r.hold(2)
+	for range 15 { // a window and a half of nothing completing
+		for range 10 { // arrivals: the limit (the cap, or its probe) binds
+			if p, err := r.s.AcquireAt(r.tk.Now()); err == nil {
+				held = append(held, p)
+			}
+		}
+		r.sample()
+		require.Equal(t, 2, r.s.Stats().Cap)
+	}
+	st := r.s.Stats()
+	require.True(t, st.Overloaded)
+	require.LessOrEqual(t, st.InFlight, 3, "at most the probe's extra call")
+	require.Zero(t, st.MaxPass, "nothing completed in the window")
+	for _, p := range held {
+		r.s.ReleaseAt(p, r.tk.Now(), rampart.Ignored)
+	}
+}
+
+func TestZeroShedderAdmitsEveryCall(t *testing.T) {
+	var s Shedder
+	for i := range 3 {
+		p, err := s.AcquireAt(int64(i) * int64(time.Hour))
+		require.NoError(t, err)
+		s.ReleaseAt(p, 0, rampart.Success)
+	}
+	require.Equal(t, uint64(3), s.Stats().Admitted)
+	require.False(t, s.Overloaded())
 }
