@@ -49,6 +49,14 @@
 //     timeout; one with the client still there (a proxy whose upstream
 //     broke mid-body) is a failure, as any panic.
 //
+// A [ServerConfig.Fallback] answers, in the guard's place, the rejections
+// and the timeout answer ([ServerConfig.FallbackWhen] narrows them to some
+// policies, or adds the requests whose context ended): a static page or a
+// cached body ([StaticFallback]), sent with the guard's status and
+// Retry-After, or with a status and headers of its own (200 to serve a
+// cached page as the answer, Retry-After dropped). The policies count the
+// rejection or the timeout whatever the fallback writes.
+//
 // The handler gets a wrapper of its http.ResponseWriter that records the
 // status; it is an http.Flusher, an http.Hijacker and an io.ReaderFrom
 // (so io.Copy of a file keeps net/http's sendfile path), and its Unwrap
@@ -99,6 +107,14 @@
 // closes a small retried body before the backoff, and it closes every
 // response body it discards, and starts no goroutine of its own except the
 // hedged attempts, which end with the call.
+//
+// A [ClientConfig.Fallback] gives the response of a call the pipeline
+// rejected or gave up on (by default: a rejection, its soft timeout, the
+// retry giving up; a failure that is not retried only where
+// [ClientConfig.FallbackFailed] accepts it), a synthetic *http.Response
+// ([SyntheticResponse]) in place of the error or the last response. Every
+// response of the call's attempts is closed before it runs; the response
+// it returns is the caller's to close.
 //
 // # Concurrency
 //
