@@ -45,9 +45,9 @@
 //     the first policy of failsafe.With, and Polly's fallback strategy
 //     added first to a pipeline.
 //
-//   - Retry is the outermost policy so that every retry is admitted again by every other
-//     policy: retries cannot bypass an open breaker, a rate limit or a full
-//     bulkhead, so a retry storm is capped by the same limits as first calls.
+//   - Retry is the outermost policy so that every retry is admitted again
+//     by every other policy: retries cannot bypass an open breaker, a rate
+//     limit or a full bulkhead, so a retry storm is capped by the same limits as first calls.
 //     A caller sleeping between attempts holds no permit: no bulkhead slot, no
 //     half-open probe. Rejections by the policies below are not retried: a
 //     local rejection is this process shedding load, and retrying it in
