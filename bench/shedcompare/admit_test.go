@@ -143,3 +143,16 @@ func TestCompareTable(t *testing.T) {
 		t.Error("compare accepted a zero config")
 	}
 }
+
+// BenchmarkShedSample is the cost of one sample's runtime read: what the
+// caller that wins a sample pays, once per SampleInterval.
+func BenchmarkShedSample(b *testing.B) {
+	b.Run("RuntimeSource/rampart", func(b *testing.B) {
+		r := shed.NewRuntimeSource()
+		var s shed.Signals
+		b.ReportAllocs()
+		for b.Loop() {
+			r.Read(0, &s)
+		}
+	})
+}
