@@ -337,13 +337,13 @@ func (h *Handler) serveAction(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if target == nil {
-		http.Error(w, "no instance named "+strconvQuote(name), http.StatusNotFound)
+		http.Error(w, "no instance named "+quote(name), http.StatusNotFound)
 		return
 	}
 	v := viewOf(target)
 	i := slices.IndexFunc(v.actions, func(a action) bool { return a.name == act })
 	if i < 0 {
-		http.Error(w, "no action "+strconvQuote(act)+" for a "+v.kind, http.StatusBadRequest)
+		http.Error(w, "no action "+quote(act)+" for a "+v.kind, http.StatusBadRequest)
 		return
 	}
 	v.actions[i].do()
@@ -379,7 +379,8 @@ func sameOrigin(r *http.Request) bool {
 	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
 }
 
-func strconvQuote(s string) string {
+// quote is s as a JSON string, for error messages.
+func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }

@@ -20,6 +20,16 @@
 // budget, a circuit breaker and a per-dependency bulkhead (another pipeline);
 // every rejection is a fast 503 with Retry-After.
 //
+// Each run is also recorded one point a second (offered, sent, completed,
+// succeeded, shed and failed rates, requests in flight, the successes' p50
+// and p99, the breaker's state and the bulkheads' permits): -out DIR writes
+// the series as overload.json and overload.csv and draws them as
+// overload.svg (both runs side by side on the same axes, phases shaded)
+// and overload.html, with the standard library only (series.go, chart.go);
+// -render FILE redraws a recorded overload.json. While it runs, the demo
+// serves package statuspage's live page of the current run's instances on
+// a loopback port (-status, status.go) and prints its URL.
+//
 // Usage:
 //
 //	go run ./examples/overload [flags]

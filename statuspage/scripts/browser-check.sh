@@ -48,8 +48,12 @@ headless() {
 	local name=$1 url=$2 w=$3 h=$4
 	local flags=(--headless --disable-gpu --no-sandbox --no-first-run --hide-scrollbars
 		--user-data-dir="$tmp/profile" --enable-logging=stderr --v=0 --window-size="$w,$h")
-	timeout 120 "$browser" "${flags[@]}" --screenshot="$tmp/$name.png" "$url" 2>"$tmp/$name.shot.log" >/dev/null
-	timeout 120 "$browser" "${flags[@]}" --dump-dom "$url" >"$tmp/$name.html" 2>"$tmp/$name.log"
+	if ! timeout 120 "$browser" "${flags[@]}" --screenshot="$tmp/$name.png" "$url" 2>"$tmp/$name.shot.log" >/dev/null; then
+		echo "browser-check: $name: the screenshot failed" >&2; tail -20 "$tmp/$name.shot.log" >&2; exit 1
+	fi
+	if ! timeout 120 "$browser" "${flags[@]}" --dump-dom "$url" >"$tmp/$name.html" 2>"$tmp/$name.log"; then
+		echo "browser-check: $name: --dump-dom failed" >&2; tail -20 "$tmp/$name.log" >&2; exit 1
+	fi
 	if [ ! -s "$tmp/$name.png" ]; then echo "browser-check: $name: no screenshot" >&2; cat "$tmp/$name.shot.log" >&2; exit 1; fi
 	"$tmp/browsercheck" png "$tmp/$name.png"
 	# Console messages (errors, CSP violations) are logged as CONSOLE lines.
