@@ -189,11 +189,15 @@ type Semaphore struct {
 	localMu  sync.Mutex         // serialises changes of the share
 	localMax atomic.Int64
 
-	mu       sync.Mutex // guards held, orphans, renewing, closed
+	// mu guards held, orphans and renewing, and closed's writes. It is
+	// taken once per acquire and once per release of a lease: each makes
+	// a round trip to Redis anyway (tens of µs and go-redis' allocations),
+	// and the renewal goroutine needs the set of tokens held.
+	mu       sync.Mutex
 	held     map[*held]struct{}
 	orphans  []string
 	renewing bool
-	closed   bool
+	closed   atomic.Bool // written under mu; loaded without it before a round trip
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
@@ -407,10 +411,7 @@ func (s *Semaphore) try(ctx context.Context) (Permit, int64, error) {
 	if err := ctx.Err(); err != nil {
 		return Permit{}, -1, err // the caller is gone: no round trip, nothing learnt about Redis
 	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.closed.Load() {
 		return Permit{}, -1, ErrClosed
 	}
 	tok := rand.Text() // 128 random bits: no other process or Acquire has this lease's token
@@ -448,7 +449,7 @@ func (s *Semaphore) try(ctx context.Context) (Permit, int64, error) {
 	}
 	h := &held{token: tok}
 	s.mu.Lock()
-	if s.closed { // Close ran during the round trip: give the lease back
+	if s.closed.Load() { // Close ran during the round trip: give the lease back
 		s.orphans = append(s.orphans, tok)
 		s.mu.Unlock()
 		s.removeOrphans()
@@ -635,7 +636,7 @@ func (s *Semaphore) Release(p Permit) {
 func (s *Semaphore) orphan(tok string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || len(s.orphans) >= maxOrphans {
+	if s.closed.Load() || len(s.orphans) >= maxOrphans {
 		return // the lease, if any, expires within TTL
 	}
 	s.orphans = append(s.orphans, tok)
@@ -767,11 +768,11 @@ func (s *Semaphore) removeOrphans() error {
 // returns the removal's error and is idempotent.
 func (s *Semaphore) Close() error {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed.Load() {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
+	s.closed.Store(true)
 	close(s.stop)
 	for h := range s.held {
 		s.orphans = append(s.orphans, h.token)

@@ -461,7 +461,11 @@ func TestSemaphoreProcessesNeverExceedMax(t *testing.T) {
 	}
 	t.Logf("%d admissions %v; peak %d leases in %d samples from redis, holders' counter peak %d", admitted, perProcess, peak, samples, counterPeak)
 	require.Equal(t, int64(max), peak, "the budget is reached under load")
-	require.Zero(t, countHeld(t, c, key))
+	// Every process closed its semaphore, which removed its leases; an
+	// acquire its deadline abandoned mid-call gives its late grant back
+	// from a goroutine the process may exit before, and then that lease
+	// expires within the TTL.
+	require.True(t, waitFor(3*time.Second, func() bool { return countHeld(t, c, key) == 0 }))
 }
 
 func maxInt(a, b int64) int64 {
