@@ -14,6 +14,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -555,4 +557,57 @@ func TestOnlyGetAndHeadReadThePage(t *testing.T) {
 		t.Errorf("HEAD: %d", w.Code)
 	}
 	_, _ = io.Copy(io.Discard, w.Body)
+}
+
+// TestConcurrentRequestsSamplesAndSourceChanges: pages, documents, actions
+// and samples from several goroutines while the Source's instances come
+// and go, under the race detector: every answer is complete and the rings
+// stay bounded.
+func TestConcurrentRequestsSamplesAndSourceChanges(t *testing.T) {
+	f := newFixture(t)
+	var flip atomic.Bool
+	src := sourceFunc(func(yield func(string, any) bool) {
+		if flip.Load() {
+			yield("extra", f.injector)
+		}
+	})
+	h, err := statuspage.New(statuspage.Config{Instances: f.list, Source: src, Ticker: f.tk, Samples: 8, Authorize: func(*http.Request) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 24 {
+				switch (g + i) % 4 {
+				case 0:
+					if w := get(t, h, "/status.json"); w.Code != http.StatusOK || !json.Valid(w.Body.Bytes()) {
+						t.Errorf("status.json: %d", w.Code)
+					}
+				case 1:
+					if w := get(t, h, "/"); w.Code != http.StatusOK || !strings.HasSuffix(w.Body.String(), "</html>\n") {
+						t.Errorf("page: %d", w.Code)
+					}
+				case 2:
+					h.Sample()
+					f.tk.Advance(time.Second)
+				case 3:
+					flip.Store(!flip.Load())
+					act := []string{"force-open", "reset"}[i%2]
+					if w := post(h, url.Values{"name": {"db"}, "action": {act}}, nil); w.Code != http.StatusOK {
+						t.Errorf("%s: %d", act, w.Code)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	body := get(t, h, "/").Body.String()
+	_, chart, _ := strings.Cut(body, `data-name="api"`)
+	chart, _, _ = strings.Cut(chart, "</svg>")
+	_, pts, _ := strings.Cut(chart, `points="`)
+	pts, _, _ = strings.Cut(pts, `"`)
+	if n := len(strings.Fields(pts)); n < 1 || n > 8 {
+		t.Fatalf("%d points charted from a ring of 8", n)
+	}
 }
