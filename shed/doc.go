@@ -56,7 +56,7 @@
 // window,
 //
 //	maxPass = max over buckets of completions / bucket length   (calls/s)
-//	minRT   = min over buckets of Σlatency / completions         (s)
+//	minRT   = min over buckets of Σlatency / timed completions   (s)
 //	cap     = max(1, round(maxPass × minRT))
 //
 // the bandwidth-delay product: by Little's law the calls in flight that the
@@ -107,10 +107,15 @@
 // # Costs
 //
 // Admission is one atomic add and two loads (the due time and the cap)
-// while not engaged; a Success release is three atomic adds on the same
-// cache line, any other release one. No lock, no allocation, no clock read
-// in the XAt forms; Acquire reads the clock once (the due sample and the
-// call's start) and Release once for a Success (its latency). The sample,
+// while not engaged; a Success release is two atomic adds on the same
+// cache line (four for a timed call), any other release one. No lock, no
+// allocation, no clock read in the XAt forms. Acquire and Release read the
+// clock only for the calls they pick as latency samples, as adaptive's
+// limiter does: every call while the rate is low, about one in 64 at high
+// rates (Config.MaxSampleStride), picked at random by the runtime's
+// per-thread generator; a sampled call's reading also takes a due sample
+// and moves the cool-off, so a timed call comes every 10 ms or sooner at
+// the last bucket's rate. AcquireAt and ReleaseAt time every call. The sample,
 // once per SampleInterval, reads runtime/metrics (about 0.6 µs on the
 // development machine: BenchmarkShedSample in bench/shedcompare) into
 // samples allocated at New.

@@ -2,6 +2,8 @@ package shed
 
 import (
 	"math"
+	"math/bits"
+	"time"
 
 	"github.com/rampart-go/rampart/internal/atomicx"
 )
@@ -63,10 +65,16 @@ func (s *Shedder) closeBucket(now int64) {
 	// The count before the latency, the reverse of ReleaseAt's adds: see
 	// there.
 	passes := s.passes.Swap(0)
+	timed := s.timed.Swap(0)
 	rtSum := s.rtSum.Swap(0)
-	s.ring[s.head] = bucket{end: now, dur: max(now-s.last, 1), passes: passes, rtSum: rtSum}
+	b := bucket{end: now, dur: max(now-s.last, 1), passes: passes, meanRT: -1}
+	if timed > 0 {
+		b.meanRT = rtSum / timed
+	}
+	s.ring[s.head] = b
 	s.head = (s.head + 1) % len(s.ring)
 	s.last = now
+	s.setStride(&b)
 	a := s.admitted.Load()
 	s.admitted.Store(admittedAt(a, s.slots.Load()))
 }
@@ -91,11 +99,7 @@ func (s *Shedder) judge(sig *Signals, b *bucket) (hot Signal, cold bool) {
 	check(CPU, sig.CPU, s.cpuTh)
 	check(Runnable, sig.Runnable, s.runTh)
 	check(InFlight, float64(inFlightOf(s.slots.Load())), float64(s.inflightTh))
-	lat := -1.0
-	if b.passes > 0 {
-		lat = float64(b.rtSum) / float64(b.passes)
-	}
-	check(Latency, lat, float64(s.latencyTh))
+	check(Latency, float64(b.meanRT), float64(s.latencyTh))
 	return hot, cold
 }
 
@@ -111,7 +115,12 @@ func (s *Shedder) publish() {
 			continue
 		}
 		maxPass = max(maxPass, float64(b.passes)*1e9/float64(b.dur))
-		minRT = min(minRT, b.rtSum/b.passes)
+		if b.meanRT >= 0 {
+			minRT = min(minRT, b.meanRT)
+		}
+	}
+	if minRT == math.MaxInt64 {
+		maxPass = 0 // completions but none timed (a stride above the rate): no estimate
 	}
 	capf := float64(maxCap)
 	if maxPass > 0 {
@@ -172,3 +181,17 @@ const (
 	probeUp    = 6
 	probeDown  = 7
 )
+
+// setStride sets Acquire's sampling stride from the bucket b just closed:
+// the greatest power of two at or below both passes/32 (a bucket keeps 32
+// timed calls or more) and the completions of 10 ms at b's rate (a timed
+// call, which is what takes a due sample, comes every 10 ms or sooner),
+// within [1, Config.MaxSampleStride].
+func (s *Shedder) setStride(b *bucket) {
+	n := min(b.passes/32, b.passes*int64(10*time.Millisecond)/b.dur, int64(s.maxStride))
+	stride := uint32(1)
+	if n > 1 {
+		stride = 1 << (bits.Len64(uint64(n)) - 1)
+	}
+	s.stride.Store(stride - 1)
+}

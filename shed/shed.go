@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -23,15 +24,27 @@ var ErrOverloaded = errors.New("overloaded")
 // Permit is an admitted call's permit, returned by [Shedder.AcquireAt] (or
 // [Shedder.Acquire], [Shedder.AcquirePriorityAt]) and handed back exactly
 // once to [Shedder.ReleaseAt] (or [Shedder.Release]). It carries the
-// admission time, the start of the call's latency. The zero Permit is not a
-// permit: never release it.
+// admission time of a call whose latency is measured. The zero Permit is
+// not a permit: never release it.
 type Permit struct {
-	start int64 // the now given to AcquireAt, or read by Acquire
-	ok    bool
+	start int64 // the now given to AcquireAt, or read by Acquire for a sampled call
+	state uint8 // 0: not a permit; unsampled; sampled
 }
 
+// Permit states.
+const (
+	unsampled = 1 // a permit whose latency is not measured (start unset)
+	sampled   = 2 // a permit whose latency is measured from start
+)
+
 // Valid reports whether p is a permit (false for the zero Permit).
-func (p Permit) Valid() bool { return p.ok }
+func (p Permit) Valid() bool { return p.state != 0 }
+
+// Sampled reports whether the call's latency is measured: always for a
+// Permit from AcquireAt or AcquirePriorityAt; for one from Acquire or
+// AcquirePriority, only when it was picked as a latency sample (see
+// [Shedder.Acquire]).
+func (p Permit) Sampled() bool { return p.state == sampled }
 
 // Signal names one overload signal, for [Config.Ignore] and
 // [Stats.Trigger]. The values are bits: Config.Ignore takes several, or'ed.
@@ -141,6 +154,16 @@ type Config struct {
 	// > 1.
 	PriorityReserve float64
 
+	// MaxSampleStride bounds the latency sampling of Acquire, Release, Do
+	// and Call (see [Shedder.Acquire]): about one call in a stride is
+	// timed, the stride set at each sample so that a bucket holds at least
+	// 32 timed calls and a timed call comes every 10 ms or sooner at the
+	// last bucket's rate, and never above MaxSampleStride. 1 times every
+	// call (two clock reads per call). A power of two from 1 to 1024;
+	// default (0) 64. AcquireAt and AcquirePriorityAt take the time as an
+	// argument and are always samples.
+	MaxSampleStride int
+
 	// Classify maps the error of a function run by Do or Call to an
 	// outcome. Default [DefaultClassify].
 	Classify func(ctx context.Context, err error) rampart.Result
@@ -191,16 +214,17 @@ type Stats struct {
 	MinRT          time.Duration // the least mean latency of a bucket of the window, at the last sample (0: none completed)
 	Signals        Signals       // the Source's last reading
 	Samples        uint64        // samples taken
+	Stride         int           // Acquire's latency sampling stride now: about one call in Stride is timed
 	ListenerPanics uint64        // panics of OnOverload or the Source recovered
 }
 
 // bucket is one sample's completions: the Success releases between two
-// samples and the sum of their latencies.
+// samples and the mean latency of the timed ones.
 type bucket struct {
 	end    int64 // the sample that closed it
 	dur    int64 // its length, > 0
-	passes int64
-	rtSum  int64
+	passes int64 // Success releases
+	meanRT int64 // the mean latency of the timed Success releases; -1: none timed
 }
 
 // Slot word layout (s.slots), as adaptive's: one atomic add takes a slot
@@ -265,10 +289,13 @@ type Shedder struct {
 	// after it away. A test checks the distances.
 
 	// Hot: written by every admission (slots), every Success release
-	// (slots, rtSum, passes) and every rejection (slots, rejected and,
-	// at most once per dropGrain, lastDrop): one line, already held.
+	// (slots, passes; rtSum and timed for a timed one) and every rejection
+	// (slots, rejected and, at most once per dropGrain, lastDrop): 48
+	// bytes, one line (a Shedder's size class is a multiple of 64 B, so
+	// the padded layout starts them on a line).
 	slots    atomic.Int64 // in flight (low 32 bits) and admissions (high 32): see admitOne
-	rtSum    atomic.Int64 // Σ latency of the Success releases of the current bucket
+	rtSum    atomic.Int64 // Σ latency of the timed Success releases of the current bucket
+	timed    atomic.Int64 // timed Success releases of the current bucket
 	passes   atomic.Int64 // Success releases of the current bucket
 	rejected atomic.Uint64
 	lastDrop atomic.Int64 // the reading of a recent rejection: the cool-off counts from it
@@ -293,7 +320,8 @@ type Shedder struct {
 	ticker   rampart.Ticker
 	classify func(context.Context, error) rampart.Result
 	rejErr   *rampart.RejectedError
-	prios    int // Config.Priorities
+	prios    int32         // Config.Priorities
+	stride   atomic.Uint32 // Acquire's sampling stride − 1 (a mask): a call is timed when its random draw & stride == 0
 
 	// The sampler's: read and written only by the goroutine that holds
 	// the sample lock (next == lockedSample), published through the CAS
@@ -318,7 +346,8 @@ type Shedder struct {
 	reserve    float64
 	ignore     Signal
 	on         bool
-	phase      uint8 // samples since the engagement, wrapping (a multiple of probeCycle): the gain cycle's position
+	phase      uint8  // samples since the engagement, wrapping (a multiple of probeCycle): the gain cycle's position
+	maxStride  uint16 // Config.MaxSampleStride
 }
 
 // paddedShedder is the default layout: a line of padding before the
@@ -384,6 +413,13 @@ func New(c Config) (*Shedder, error) {
 	if prios > 1 && float64(prios-1)*reserve >= 1 {
 		return nil, rampart.NewConfigError(policy, "PriorityReserve", "times Priorities − 1 (%d) must be below 1, got %v", prios-1, reserve)
 	}
+	maxStride := c.MaxSampleStride
+	if maxStride == 0 {
+		maxStride = 64
+	}
+	if maxStride < 1 || maxStride > 1024 || maxStride&(maxStride-1) != 0 {
+		return nil, rampart.NewConfigError(policy, "MaxSampleStride", "must be a power of two from 1 to 1024 (0: default 64), got %d", c.MaxSampleStride)
+	}
 	if ticker.IsNil(c.Ticker) {
 		return nil, rampart.NewConfigError(policy, "Ticker", ticker.NilReason, c.Ticker)
 	}
@@ -418,7 +454,8 @@ func New(c Config) (*Shedder, error) {
 		c.Ignore |= Latency
 	}
 	s.ignore = c.Ignore
-	s.prios = prios
+	s.prios = int32(prios)
+	s.maxStride = uint16(maxStride)
 	s.reserve = reserve
 	s.rejErr = unnamedRejection
 	if c.Name != "" {
@@ -480,14 +517,14 @@ func (s *Shedder) AcquirePriorityAt(now int64, p int) (Permit, error) {
 	if c := s.capw.Load(); c != 0 && inFlightOf(w) > s.limitOf(c, p) {
 		return s.rejectAt(now)
 	}
-	return Permit{start: now, ok: true}, nil
+	return Permit{start: now, state: sampled}, nil
 }
 
 // limitOf returns priority p's share of the cap packed in c (an
 // out-of-range p is the least important level's).
 func (s *Shedder) limitOf(c int64, p int) int64 {
 	if uint(p) >= uint(s.prios) {
-		p = s.prios - 1
+		p = int(s.prios) - 1
 	}
 	return max(c&0xffffffff-int64(p)*(c>>32), 1)
 }
@@ -513,36 +550,61 @@ func (s *Shedder) rejectAt(now int64) (Permit, error) {
 // Fail). Any other value counts as a Failure, as [rampart.Result]
 // documents.
 //
-// Cost: one atomic add; a Success adds two more, on the same line. No
-// allocation, no lock, no clock read.
+// A Permit from Acquire that was not picked as a latency sample
+// ([Permit.Sampled] false) contributes no latency: its Success counts as a
+// completion only.
+//
+// Cost: one atomic add; a Success adds one more, and two for a sampled
+// call, on the same line. No allocation, no lock, no clock read.
 func (s *Shedder) ReleaseAt(p Permit, now int64, r rampart.Result) {
 	s.slots.Add(-1) // atomic 1: free the slot
 	if r == rampart.Success {
-		// The latency before the count, which the sampler swaps in the
-		// reverse order: a release torn by a sample leaves its latency in
-		// the closing bucket (whose mean it raises by one call's share)
-		// and its count in the next, never the latency of a call that the
-		// closing bucket does not count.
-		s.rtSum.Add(max(now-p.start, 0)) // atomic 2
-		s.passes.Add(1)                  // atomic 3
+		if p.state == sampled {
+			// The latency before its count, which the sampler swaps in
+			// the reverse order: a release torn by a sample leaves its
+			// latency in the closing bucket (whose mean it raises by one
+			// call's share) and its count in the next, never the
+			// latency of a call that the closing bucket does not count.
+			s.rtSum.Add(max(now-p.start, 0)) // atomic 2
+			s.timed.Add(1)                   // atomic 3
+		}
+		s.passes.Add(1) // atomic 2 (4 for a timed call)
 	}
 }
 
-// Acquire is [Shedder.AcquireAt] at the shedder's ticker's reading: it reads
-// the clock once, for the due sample and the call's latency.
-func (s *Shedder) Acquire() (Permit, error) { return s.AcquirePriorityAt(s.ticker.Now(), 0) }
+// Acquire admits a call of the most important priority: see
+// [Shedder.AcquirePriority].
+func (s *Shedder) Acquire() (Permit, error) { return s.AcquirePriority(0) }
 
-// AcquirePriority is [Shedder.AcquirePriorityAt] at the shedder's ticker's
-// reading.
+// AcquirePriority is [Shedder.AcquirePriorityAt] reading the shedder's
+// ticker only for the calls it picks as latency samples, as high-rate
+// systems do: about one call in a stride, picked at random (the runtime's
+// per-thread generator: no shared word), so a timed call comes every few
+// milliseconds whatever the rate. The stride is set at each sample from
+// the last bucket's completions (see Config.MaxSampleStride): 1, every
+// call timed, at low rates. A sampled call reads the clock for its start,
+// the due sample and the cool-off; an unsampled one reads none, and its
+// rejection does not move the cool-off (the sampled ones among a flood of
+// rejections do).
 func (s *Shedder) AcquirePriority(p int) (Permit, error) {
-	return s.AcquirePriorityAt(s.ticker.Now(), p)
+	if rand.Uint32()&s.stride.Load() == 0 { // a latency sample: the clock is read for it, the due sample and the cool-off
+		return s.AcquirePriorityAt(s.ticker.Now(), p)
+	}
+	w := s.slots.Add(admitOne) // atomic 1: take a slot and count the admission
+	if c := s.capw.Load(); c != 0 && inFlightOf(w) > s.limitOf(c, p) {
+		s.slots.Add(-admitOne) // atomic 2: give it back
+		s.rejected.Add(1)      // atomic 3: stats
+		return Permit{}, s.rejErr
+	}
+	return Permit{state: unsampled}, nil
 }
 
-// Release is [Shedder.ReleaseAt] at the shedder's ticker's reading, read for
-// a Success only (a Failure or an Ignored call needs no latency).
+// Release is [Shedder.ReleaseAt] reading the shedder's ticker only for a
+// sampled Permit's Success (its latency); a Failure, an Ignored call or an
+// unsampled Permit needs no reading.
 func (s *Shedder) Release(p Permit, r rampart.Result) {
 	now := int64(0)
-	if r == rampart.Success {
+	if r == rampart.Success && p.state == sampled {
 		now = s.ticker.Now()
 	}
 	s.ReleaseAt(p, now, r)
@@ -587,6 +649,7 @@ func (s *Shedder) Stats() Stats {
 		MaxPass:        math.Float64frombits(s.maxPass.Load()),
 		MinRT:          time.Duration(s.minRT.Load()),
 		Samples:        s.samples.Load(),
+		Stride:         int(s.stride.Load()) + 1,
 		ListenerPanics: s.panics.Load(),
 		Signals: Signals{
 			SchedLatency: time.Duration(s.sigSched.Load()),

@@ -93,9 +93,9 @@ func (r *rig) complete(n int, rt time.Duration) {
 // (released as Ignored: it counts nowhere).
 func (r *rig) sample() {
 	r.tk.Advance(interval)
-	p, err := r.s.Acquire()
+	p, err := r.s.AcquireAt(r.tk.Now())
 	if err == nil {
-		r.s.Release(p, rampart.Ignored)
+		r.s.ReleaseAt(p, r.tk.Now(), rampart.Ignored)
 	}
 }
 
@@ -594,9 +594,10 @@ func TestStatsCountAdmissionsAcrossTheWrap(t *testing.T) {
 	require.Equal(t, uint64(math.MaxUint32+5), r.s.Stats().Admitted) // the sample's own call and this one
 }
 
-// TestStressInFlightReturnsToZero: goroutines admit and release through
-// the overload's engagement and release, the clock moving under them and
-// the source flipping; in the end nothing is in flight and every call was
+// TestStressInFlightReturnsToZero: goroutines admit and release, half with
+// the primitives and half with the shorthands (sampled or not), through the
+// overload's engagement and release, the clock moving under them and the
+// source flipping; in the end nothing is in flight and every call was
 // either admitted or rejected.
 func TestStressInFlightReturnsToZero(t *testing.T) {
 	tk := rampart.NewManualTicker(0)
@@ -621,7 +622,13 @@ func TestStressInFlightReturnsToZero(t *testing.T) {
 					}
 				}
 				attempts.Add(1)
-				p, err := s.AcquirePriorityAt(tk.Now(), i%3)
+				var p Permit
+				var err error
+				if w%2 == 0 {
+					p, err = s.AcquirePriorityAt(tk.Now(), i%3)
+				} else {
+					p, err = s.AcquirePriority(i % 3) // the shorthand: sampled or not
+				}
 				if err != nil {
 					require.ErrorIs(t, err, ErrOverloaded)
 					rejected.Add(1)
@@ -631,7 +638,11 @@ func TestStressInFlightReturnsToZero(t *testing.T) {
 				if i%7 == 0 {
 					runtime.Gosched() // hold it across others' calls
 				}
-				s.ReleaseAt(p, tk.Now(), rampart.Result(i%4))
+				if w%2 == 0 {
+					s.ReleaseAt(p, tk.Now(), rampart.Result(i%4))
+				} else {
+					s.Release(p, rampart.Result(i%4))
+				}
 			}
 		})
 	}
@@ -651,6 +662,10 @@ func TestAdmitAndReleaseAllocs(t *testing.T) {
 	testkit.WantAllocs(t, "AcquireAt+ReleaseAt", 0, func() {
 		p, _ := r.s.AcquireAt(now)
 		r.s.ReleaseAt(p, now, rampart.Success)
+	})
+	testkit.WantAllocs(t, "Acquire+Release", 0, func() {
+		p, _ := r.s.AcquirePriority(1)
+		r.s.Release(p, rampart.Success)
 	})
 	held := r.hold(2)
 	testkit.WantAllocs(t, "rejection", 0, func() { _, _ = r.s.AcquirePriorityAt(now, 1) })
@@ -695,11 +710,13 @@ func TestShedderBytes(t *testing.T) {
 			return s
 		}
 	}
-	require.Equal(t, uintptr(376), unsafe.Sizeof(Shedder{}))
-	require.Equal(t, uintptr(440), unsafe.Sizeof(paddedShedder{}))
+	require.Equal(t, uintptr(384), unsafe.Sizeof(Shedder{}))
+	require.Equal(t, uintptr(448), unsafe.Sizeof(paddedShedder{}))
 	const buckets = 10 * 32
-	testkit.WantBytes(t, "default", 448+buckets, mk(Config{}))              // 440 in the 448 B size class
-	testkit.WantBytes(t, "Compact", 384+buckets, mk(Config{Compact: true})) // 376 in the 384 B size class
+	// Both are size classes, multiples of 64 B: an instance starts a line,
+	// and so does the padded layout's hot group (48 B, one line).
+	testkit.WantBytes(t, "default", 448+buckets, mk(Config{}))
+	testkit.WantBytes(t, "Compact", 384+buckets, mk(Config{Compact: true}))
 	testkit.WantBytes(t, "RuntimeSource", runtimeSourceBytes(), func() any { return NewRuntimeSource() })
 	if runtime.Version() >= "go1.26" && runtime.Version() < "go1.27" {
 		require.Equal(t, int64(3120), runtimeSourceBytes(), "the figure RuntimeSource's doc gives")
@@ -738,7 +755,7 @@ func TestLayoutSeparatesWrittenWords(t *testing.T) {
 	var s Shedder
 	hotEnd := unsafe.Offsetof(s.lastDrop) + 8
 	mostlyStart := unsafe.Offsetof(s.next)
-	mostlyEnd := unsafe.Offsetof(s.prios) + 8
+	mostlyEnd := unsafe.Offsetof(s.stride) + 4
 	require.GreaterOrEqual(t, mostlyStart-hotEnd, pad.LineSize-8, "hot and read-mostly words")
 	require.GreaterOrEqual(t, unsafe.Sizeof(s)-mostlyEnd, pad.LineSize-8, "read-mostly words and the Shedder's end")
 	var p paddedShedder
@@ -907,4 +924,90 @@ func TestZeroShedderAdmitsEveryCall(t *testing.T) {
 	}
 	require.Equal(t, uint64(3), s.Stats().Admitted)
 	require.False(t, s.Overloaded())
+}
+
+// countingRig is a rig whose ticker counts its reads.
+func countingRig(t *testing.T, c Config) (*rig, *testkit.CountingTicker) {
+	r := &rig{t: t, tk: rampart.NewManualTicker(0), src: newFakeSource()}
+	ct := &testkit.CountingTicker{Base: r.tk}
+	c.Ticker = ct
+	c.Source = r.src
+	s, err := New(c)
+	require.NoError(t, err)
+	r.s = s
+	return r, ct
+}
+
+// TestAcquireTimesASampleOfTheCalls: at a high rate Acquire and Release
+// read the clock for about one call in the stride (64 at 64,000 calls a
+// second), and at a low rate for every call.
+func TestAcquireTimesASampleOfTheCalls(t *testing.T) {
+	r, ct := countingRig(t, Config{})
+	require.Equal(t, 1, r.s.Stats().Stride, "no rate known: every call timed")
+	for range 100 {
+		p, err := r.s.Acquire()
+		require.NoError(t, err)
+		require.True(t, p.Sampled())
+		r.s.Release(p, rampart.Success)
+	}
+	require.Equal(t, int64(200), ct.Reads()-1, "two reads a call (and New's)")
+
+	r.complete(6400, time.Millisecond) // 64,000 calls/s
+	r.sample()
+	require.Equal(t, 64, r.s.Stats().Stride)
+	before := ct.Reads()
+	const calls = 64000
+	timed := 0
+	for range calls {
+		p, err := r.s.Acquire()
+		require.NoError(t, err)
+		if p.Sampled() {
+			timed++
+		}
+		r.s.Release(p, rampart.Success)
+	}
+	reads := ct.Reads() - before
+	require.Equal(t, int64(2*timed), reads, "two reads per sampled call, none for the others")
+	require.InDelta(t, calls/64, timed, 6*math.Sqrt(calls/64), "about one call in 64")
+}
+
+func TestStrideFollowsTheRate(t *testing.T) {
+	for _, tc := range []struct {
+		passes    int64
+		dur       time.Duration
+		maxStride int
+		want      int
+	}{
+		{0, interval, 0, 1},
+		{63, interval, 0, 1},            // under 64 completions: every call
+		{100, interval, 0, 2},           // 100/32
+		{6400, interval, 0, 64},         // the default bound
+		{1 << 20, interval, 1024, 1024}, // the configured bound
+		{1 << 20, interval, 1, 1},
+		{3200, 10 * time.Second, 0, 2}, // 320 calls/s: a timed call every 10 ms bounds it
+	} {
+		r := newRig(t, Config{MaxSampleStride: tc.maxStride})
+		r.s.setStride(&bucket{passes: tc.passes, dur: int64(tc.dur)})
+		require.Equal(t, tc.want, r.s.Stats().Stride, "%d calls in %v", tc.passes, tc.dur)
+	}
+}
+
+// TestUnsampledRejectionsReadNoClock: a flood of rejections at a high
+// stride reads the clock only for its samples, which keep the cool-off
+// from the last rejection going.
+func TestUnsampledRejectionsReadNoClock(t *testing.T) {
+	r, ct := countingRig(t, Config{})
+	r.complete(6400, 100*time.Microsecond) // 64,000/s × 0.1 ms: a cap of 6
+	r.src.set(time.Second, -1, -1)
+	r.sample()
+	require.True(t, r.s.Overloaded())
+	require.Equal(t, 64, r.s.Stats().Stride)
+	r.hold(r.s.Stats().Limit)
+	before := ct.Reads()
+	for range 6400 {
+		_, err := r.s.Acquire()
+		require.ErrorIs(t, err, ErrOverloaded)
+	}
+	require.InDelta(t, 100, ct.Reads()-before, 60, "one read per sampled rejection")
+	require.Equal(t, r.tk.Now(), r.s.lastDrop.Load(), "the sampled rejections moved the cool-off")
 }
