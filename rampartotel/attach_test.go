@@ -188,3 +188,35 @@ func TestCollectionRacesCallsAndAddRemove(t *testing.T) {
 		}
 	}
 }
+
+// TestReadersCollectConcurrently: two readers of one MeterProvider
+// collect at the same time (each runs the callback), and every collection
+// sees every instance with its attributes.
+func TestReadersCollectConcurrently(t *testing.T) {
+	r1, r2 := sdkmetric.NewManualReader(), sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r1), sdkmetric.WithReader(r2))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	m, err := New(mp.Meter("test"), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newAdmitFixture()
+	for name, inst := range f.instances() {
+		if err := m.Add(name, inst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, r := range []*sdkmetric.ManualReader{r1, r2} {
+		wg.Go(func() {
+			for range 50 {
+				got := collect(t, r)
+				if _, ok := got["rampart.circuitbreaker.state|api|closed"]; !ok {
+					t.Error("the breaker's state not collected")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -42,6 +42,9 @@ type seriesKey struct {
 
 // emitter receives the values of one instance at collection time.
 type emitter interface {
+	// begin starts a collection (under the set's lock, as are the other
+	// methods).
+	begin()
 	// instance reports the values v of spec's metrics for the named
 	// instance (v is reused: read it before returning).
 	instance(name string, spec *kindSpec, v []float64)
@@ -111,6 +114,7 @@ func (s *set) collect(em emitter) {
 	defer s.mu.Unlock()
 	clear(s.seen)
 	s.skip = [nSkipReasons]int{}
+	em.begin()
 	now := s.tk.Now() // for windowed stats read at a clock reading (RatioBudget)
 	for name, es := range s.named {
 		for i := range es {

@@ -110,7 +110,7 @@ func (m *Metrics) AddSource(src Source) { m.set.addSource(src) }
 func (m *Metrics) Close() error { return m.reg.Unregister() }
 
 func (m *Metrics) callback(_ context.Context, o metric.Observer) error {
-	m.set.collect(&observation{m: m, o: o, gen: m.gen + 1})
+	m.set.collect(&observation{m: m, o: o})
 	return nil
 }
 
@@ -119,6 +119,13 @@ type observation struct {
 	m   *Metrics
 	o   metric.Observer
 	gen uint64
+}
+
+// begin numbers the collection (m.gen is read and written under the
+// set's lock only: readers may collect concurrently).
+func (ob *observation) begin() {
+	ob.m.gen++
+	ob.gen = ob.m.gen
 }
 
 func (ob *observation) attrsOf(name string) *nameAttrs {
@@ -164,7 +171,6 @@ func (ob *observation) skipped(counts *[nSkipReasons]int) {
 		ob.o.ObserveFloat64(ob.m.skip, float64(n), metric.WithAttributeSet(reasonSets[i]))
 	}
 	// Forget the names this collection did not see.
-	ob.m.gen = ob.gen
 	for name, a := range ob.m.attrs {
 		if a.gen != ob.gen {
 			delete(ob.m.attrs, name)

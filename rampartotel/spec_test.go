@@ -106,6 +106,7 @@ func TestSchemeIsConsistent(t *testing.T) {
 // nopEmitter discards what a collection reads.
 type nopEmitter struct{ n int }
 
+func (e *nopEmitter) begin()                                            {}
 func (e *nopEmitter) instance(name string, spec *kindSpec, v []float64) { e.n += len(v) }
 func (e *nopEmitter) skipped(counts *[nSkipReasons]int)                 {}
 

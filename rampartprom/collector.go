@@ -97,6 +97,8 @@ type scrape struct {
 
 var valueTypes = [...]prometheus.ValueType{gauge: prometheus.GaugeValue, counter: prometheus.CounterValue}
 
+func (s *scrape) begin() {}
+
 func (s *scrape) instance(name string, spec *kindSpec, v []float64) {
 	ds := s.c.descs[spec]
 	for i := range spec.metrics {
