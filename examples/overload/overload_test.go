@@ -196,7 +196,8 @@ func (e errorString) Error() string { return string(e) }
 
 // checkStatusJSON fetches the demo's status.json and decodes it.
 func checkStatusJSON(url string) error {
-	resp, err := http.Get(url)
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // no idle connection outlives the test
+	resp, err := c.Get(url)
 	if err != nil {
 		return err
 	}
