@@ -209,7 +209,7 @@ func TestReadersCollectConcurrently(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, r := range []*sdkmetric.ManualReader{r1, r2} {
 		wg.Go(func() {
-			for range 50 {
+			for range 20 {
 				got := collect(t, r)
 				if _, ok := got["rampart.circuitbreaker.state|api|closed"]; !ok {
 					t.Error("the breaker's state not collected")

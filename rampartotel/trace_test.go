@@ -123,13 +123,18 @@ func TestDoAllocs(t *testing.T) {
 	p := must(pipeline.New(pipeline.Config{Ticker: tk,
 		RateLimit: must(ratelimit.New(ratelimit.Config{Ticker: tk, Rate: 1, Burst: 1}))}))
 	ctx := context.Background()
-	fn := func(context.Context) error { return nil }
+	calls := 0
 	ok := testing.AllocsPerRun(100, func() {
 		tk.Advance(time.Second)
-		_ = Do(ctx, p, fn)
+		_ = Do(ctx, p, func(context.Context) error { calls++; return nil }) // a closure that captures
 	})
-	rejected := testing.AllocsPerRun(100, func() { _ = Do(ctx, p, fn) })
+	rejected := testing.AllocsPerRun(100, func() {
+		_ = Do(ctx, p, func(context.Context) error { calls++; return nil })
+	})
 	if ok != 0 || rejected != 0 {
 		t.Errorf("Do allocates %v per admitted call, %v per rejection; want 0", ok, rejected)
+	}
+	if calls != 101 {
+		t.Errorf("fn ran %d times, want 101 (one per admitted call)", calls)
 	}
 }

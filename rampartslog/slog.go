@@ -200,8 +200,9 @@ func NewSummary(c SummaryConfig) (*Summary, error) {
 	return s, nil
 }
 
-// Add summarises inst under name from now on (its counts so far are not
-// reported). It returns an error wrapping [ErrUnsupported] for a type
+// Add summarises inst under name from now on: its counts so far are not
+// reported (unless the summary knows inst already, through a Source or an
+// earlier Add: then from the last flush). It returns an error wrapping [ErrUnsupported] for a type
 // with no summarised count, and an error if name is already added.
 func (s *Summary) Add(name string, inst any) error {
 	if !supported(inst) {
