@@ -133,7 +133,8 @@ type Config struct {
 	// in flight at a sample reach it. Default 0: the signal is off.
 	InFlightThreshold int
 	// LatencyThreshold, when positive, engages the shedder when the mean
-	// latency of the calls completed since the previous sample reaches it.
+	// latency of the calls completed since the previous sample (of the
+	// timed ones: see MaxSampleStride) reaches it.
 	// Default 0: the signal is off.
 	LatencyThreshold time.Duration
 	// Ignore turns signals off, e.g. CPU where the runtime's CPU
