@@ -168,10 +168,11 @@ type result struct {
 	name              string
 	offered           float64 // arrivals per second
 	p50, p99, p99Tail time.Duration
-	goodput           float64 // successes per second
-	shed              float64 // the share of arrivals rejected
-	unfinished        int     // admitted calls cut off at the end of the run
-	capacity          float64 // the capacity the goodput is compared to
+	p99BySecond       []time.Duration // the p99 of the arrivals of each second of the measured phase
+	goodput           float64         // successes per second
+	shed              float64         // the share of arrivals rejected
+	unfinished        int             // admitted calls cut off at the end of the run
+	capacity          float64         // the capacity the goodput is compared to
 	detail            string
 }
 
@@ -261,14 +262,21 @@ func openLoop(name string, a admitter, w work, phases []phase, capa float64) res
 
 	n := min(int(next.Load()), len(recs))
 	var lats, tail []time.Duration
+	bySecond := make([][]time.Duration, int(math.Ceil(mEnd.Seconds())))
+	add := func(arrival, l time.Duration) {
+		lats = append(lats, l)
+		if arrival >= mEnd/2 {
+			tail = append(tail, l)
+		}
+		if i := int(arrival / time.Second); i < len(bySecond) {
+			bySecond[i] = append(bySecond[i], l)
+		}
+	}
 	var ok, rejected, cut int
 	for _, r := range recs[:n] {
 		switch r.state {
 		case 1, 3:
-			lats = append(lats, r.lat)
-			if r.arrival >= mEnd/2 {
-				tail = append(tail, r.lat)
-			}
+			add(r.arrival, r.lat)
 			if r.state == 1 {
 				ok++
 			} else {
@@ -278,16 +286,15 @@ func openLoop(name string, a admitter, w work, phases []phase, capa float64) res
 			rejected++
 		default: // never started its work before the end: cut off at the end
 			cut++
-			l := mEnd - r.arrival
-			lats = append(lats, l)
-			if r.arrival >= mEnd/2 {
-				tail = append(tail, l)
-			}
+			add(r.arrival, mEnd-r.arrival)
 		}
 	}
 	res := result{name: name, offered: float64(n) / mEnd.Seconds(), capacity: capa, unfinished: cut}
 	res.p50, res.p99 = quantile(lats, 0.5), quantile(lats, 0.99)
 	res.p99Tail = quantile(tail, 0.99)
+	for _, ls := range bySecond {
+		res.p99BySecond = append(res.p99BySecond, quantile(ls, 0.99))
+	}
 	res.goodput = float64(ok) / mEnd.Seconds()
 	if n > 0 {
 		res.shed = float64(rejected) / float64(n)
@@ -372,16 +379,32 @@ func writeTable(out io.Writer, c config, rs []result) {
 		"the unloaded row: %v at ½ capacity). Latency from the arrival's scheduled time to the end of its work; "+
 		"calls still in flight at the end are cut off and counted at their latency so far.\n\n",
 		c.work, c.chunk, runtime.GOMAXPROCS(0), c.measure, c.warmup, c.load, c.duration, c.duration)
-	fmt.Fprintln(out, "| shedder | capacity/s | offered/s | p50 | p99 | p99, 2nd half | p99 / unloaded p99 | goodput/s | goodput / capacity | shed | cut off |")
-	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(out, "| shedder | capacity/s | offered/s | p50 | p99 | p99, 2nd half | p99 / unloaded p99 | p99 by second | goodput/s | goodput / capacity | shed | cut off |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
 	for _, r := range rs {
-		fmt.Fprintf(out, "| %s | %.0f | %.0f | %v | %v | %v | %.2f | %.0f | %.1f %% | %.1f %% | %d |\n",
-			r.name, r.capacity, r.offered, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond), r.p99Tail.Round(10*time.Microsecond),
-			float64(r.p99)/float64(base), r.goodput, 100*r.goodput/r.capacity, 100*r.shed, r.unfinished)
+		var by []string
+		for _, d := range r.p99BySecond {
+			by = append(by, round(d).String())
+		}
+		fmt.Fprintf(out, "| %s | %.0f | %.0f | %v | %v | %v | %.2f | %s | %.0f | %.1f %% | %.1f %% | %d |\n",
+			r.name, r.capacity, r.offered, round(r.p50), round(r.p99), round(r.p99Tail),
+			float64(r.p99)/float64(base), strings.Join(by, ", "), r.goodput, 100*r.goodput/r.capacity, 100*r.shed, r.unfinished)
 	}
 	for _, r := range rs {
 		if r.detail != "" {
 			fmt.Fprintf(out, "\n%s: %s\n", r.name, r.detail)
 		}
 	}
+}
+
+// round rounds d for the table: to 10 µs under 10 ms, to 0.1 ms under 1 s,
+// to 10 ms beyond.
+func round(d time.Duration) time.Duration {
+	switch {
+	case d < 10*time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	case d < time.Second:
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(10 * time.Millisecond)
 }
