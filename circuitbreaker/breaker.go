@@ -143,15 +143,18 @@ type breakerCold struct {
 	// load); a pointer and a count rather than a slice: 12 B less, which
 	// keeps the Breaker at 448 B.
 	lines atomic.Pointer[hotLine]
+	// set is the configuration that calls read, immutable once
+	// published: &init until an Update publishes another. A call that
+	// reads more than one updatable field loads it once and reads every
+	// field from that copy (the closed admission of AcquireAt reads none);
+	// the fields fixed at New are read from init, without the load.
+	set atomic.Pointer[settings]
 	// Rarely written.
-	mu             sync.Mutex // serializes transitions (rare path)
+	mu             sync.Mutex // serializes transitions and Updates (rare path)
 	streak         int32      // trips from half-open since the last close; under mu
+	nLines         int32      // the counters lines points to; written once, before lines is published, and read only after loading it non-nil
 	pending        atomic.Bool
-	mode           Mode  // cfg.Mode
-	fast           uint8 // fastCount, fastConsec: the closed success path needs no evaluation
-	timed          bool  // the shorthands must read the clock before and after every call
-	hinted         bool  // Ticker is a real-time NanoTicker: an open timer hints when an open period is over
-	nLines         int32 // the counters lines points to; written once, before lines is published, and read only after loading it non-nil
+	hinted         bool // Ticker is a real-time NanoTicker: an open timer hints when an open period is over
 	count          countWindow
 	tw             timeWindow
 	rejected       atomic.Uint64 // rejections on Ps other than P 0 while lines is nil (before the first trip, or GOMAXPROCS 1 then)
@@ -165,7 +168,29 @@ type breakerCold struct {
 	// Open breaker without reading the clock.
 	hint *openHint
 	errs *[2]rampart.RejectedError // the preallocated rejections: open (errOpen), half-open full (errHalfOpen)
-	cfg  Config
+	init settings                  // New's configuration; its fixed fields are every configuration's
+}
+
+// settings is a breaker's configuration with its defaults filled in,
+// and what New derives from it for the hot paths.
+type settings struct {
+	Config
+	fast  uint8 // fastCount, fastConsec: the closed success path needs no evaluation
+	timed bool  // the shorthands must read the clock before and after every call
+}
+
+// derive sets the fields derived from the Config.
+func (s *settings) derive() {
+	s.timed = s.SlowCallDuration > 0 || s.Mode == TimeWindow || s.OnSuccess != nil || s.OnFailure != nil
+	s.fast = fastNone
+	if s.SlowCallDuration == 0 && s.OnSuccess == nil {
+		switch s.Mode {
+		case CountWindow:
+			s.fast = fastCount
+		case Consecutive:
+			s.fast = fastConsec
+		}
+	}
 }
 
 // openHint is the open timer of a breaker on a real-time NanoTicker. The
@@ -252,26 +277,18 @@ func New(cfg Config) (*Breaker, error) {
 		return nil, err
 	}
 	b := &Breaker{}
-	b.cfg = cfg
-	b.mode = cfg.Mode
+	b.init.Config = cfg
+	b.init.derive()
+	b.set.Store(&b.init)
 	b.errs = unnamedErrs
 	if cfg.Name != "" {
 		b.errs = rejectionErrors(cfg.Name)
 	}
 	switch cfg.Mode {
 	case CountWindow:
-		b.count.init(cfg.WindowSize, &b.hot.hotWords)
+		b.count.init(cfg.WindowSize)
 	case TimeWindow:
 		b.tw = newTimeWindow(int64(cfg.TimeWindow), cfg.Buckets)
-	}
-	b.timed = cfg.SlowCallDuration > 0 || cfg.Mode == TimeWindow || cfg.OnSuccess != nil || cfg.OnFailure != nil
-	if cfg.SlowCallDuration == 0 && cfg.OnSuccess == nil {
-		switch cfg.Mode {
-		case CountWindow:
-			b.fast = fastCount
-		case Consecutive:
-			b.fast = fastConsec
-		}
 	}
 	_, b.hinted = cfg.Ticker.(*rampart.NanoTicker)
 	b.state.Store(genOne | uint64(Closed)) // generation 1: the zero Permit is stale
@@ -279,17 +296,17 @@ func New(cfg Config) (*Breaker, error) {
 }
 
 // Config returns the configuration with its defaults filled in.
-func (b *Breaker) Config() Config { return b.cfg }
+func (b *Breaker) Config() Config { return b.set.Load().Config }
 
 // MeasuresCalls reports whether results need real start and end times: a
 // slow-call threshold, a time window or a per-call listener. When it is
 // false, a caller may pass [rampart.NotRead] ("not read") to AcquireAt on a
 // closed breaker and to ReleaseAt, as Do does, and read no clock.
-func (b *Breaker) MeasuresCalls() bool { return b.timed }
+func (b *Breaker) MeasuresCalls() bool { return b.set.Load().timed }
 
 // Ticker returns the clock the shorthands read; pass its readings to the
 // primitive methods.
-func (b *Breaker) Ticker() rampart.Ticker { return b.cfg.Ticker }
+func (b *Breaker) Ticker() rampart.Ticker { return b.init.Ticker }
 
 // State returns the current state. An open breaker whose open period has
 // passed still reports Open until the next AcquireAt moves it to HalfOpen.
@@ -316,7 +333,16 @@ func (b *Breaker) AcquireAt(now int64) (Permit, error) {
 	if w&stateMask == uint64(Closed) {
 		return Permit{word: w, start: now}, nil
 	}
-	return b.acquireSlow(now)
+	return b.acquireSlow(b.set.Load(), now)
+}
+
+// acquireAt is AcquireAt under the configuration cs that the caller (Do,
+// Call) loaded for the whole call.
+func (b *Breaker) acquireAt(cs *settings, now int64) (Permit, error) {
+	if w := b.state.Load(); w&stateMask == uint64(Closed) {
+		return Permit{word: w, start: now}, nil
+	}
+	return b.acquireSlow(cs, now)
 }
 
 // Acquire is [Breaker.AcquireAt] for a caller that has not read the clock:
@@ -327,33 +353,34 @@ func (b *Breaker) AcquireAt(now int64) (Permit, error) {
 // [Breaker.ReleaseAt] exactly once.
 func (b *Breaker) Acquire() (Permit, error) {
 	w := b.state.Load() // atomic 1: the state word
+	cs := b.set.Load()  // the configuration (timed, and all the slow path reads): one load
 	if w&stateMask == uint64(Closed) {
-		if !b.timed {
+		if !cs.timed {
 			return Permit{word: w, start: rampart.NotRead}, nil // nothing needs the time: no clock read
 		}
-		return Permit{word: w, start: b.cfg.Ticker.Now()}, nil // clock read: the call's duration is measured
+		return Permit{word: w, start: b.init.Ticker.Now()}, nil // clock read: the call's duration is measured
 	}
-	return b.acquireOther(w)
+	return b.acquireOther(cs, w)
 }
 
 // acquireOther is Acquire for every state but Closed: an Open breaker whose
 // open timer has not fired (real-time NanoTicker only) rejects, and a state
 // that needs no time (see needsNoClock) admits, without reading the clock;
 // every other reads it for the decision.
-func (b *Breaker) acquireOther(w uint64) (Permit, error) {
+func (b *Breaker) acquireOther(cs *settings, w uint64) (Permit, error) {
 	if w&stateMask == uint64(Open) && b.hinted && b.hint.expired.Load() != w { // the open timer has not fired
 		// No decision needs the time: no clock read. rejectOpen's body,
 		// written out: one call less.
 		b.countRejection()
-		if b.cfg.OnRejected != nil {
-			b.notifyRejected(Open)
+		if cs.OnRejected != nil {
+			b.notifyRejected(cs, Open)
 		}
 		return Permit{}, b.errOpen()
 	}
-	if b.needsNoClock(w) {
+	if b.needsNoClock(cs, w) {
 		return Permit{word: w, start: rampart.NotRead}, nil // no decision, no duration: no clock read
 	}
-	return b.acquireSlow(b.cfg.Ticker.Now()) // clock read: the decision or the duration needs it
+	return b.acquireSlow(cs, b.init.Ticker.Now()) // clock read: the decision or the duration needs it
 }
 
 // needsNoClock reports whether a call admitted under w (not Closed, which
@@ -361,24 +388,24 @@ func (b *Breaker) acquireOther(w uint64) (Permit, error) {
 // nor to be recorded: Disabled (it records nothing), and MetricsOnly when
 // no call is measured (a count window or Consecutive mode, no slow-call
 // threshold, no per-call listener: outcomes are only counted).
-func (b *Breaker) needsNoClock(w uint64) bool {
+func (b *Breaker) needsNoClock(cs *settings, w uint64) bool {
 	s := State(w & stateMask)
-	return s == Disabled || s == MetricsOnly && !b.timed
+	return s == Disabled || s == MetricsOnly && !cs.timed
 }
 
 // acquireSlow is the slow path of AcquireAt: every state but Closed.
-func (b *Breaker) acquireSlow(now int64) (Permit, error) {
+func (b *Breaker) acquireSlow(cs *settings, now int64) (Permit, error) {
 	w := b.state.Load()
 	for {
 		switch State(w & stateMask) {
 		case Closed, Disabled, MetricsOnly:
 			return Permit{word: w, start: now}, nil
 		case ForcedOpen:
-			return Permit{}, b.reject(now, ForcedOpen, b.errOpen())
+			return Permit{}, b.reject(cs, now, ForcedOpen, b.errOpen())
 		case Open:
 			until := b.openUntil.Load()
 			if now < until {
-				return Permit{}, b.reject(now, Open, b.errOpen())
+				return Permit{}, b.reject(cs, now, Open, b.errOpen())
 			}
 			// The half-open period starts now, not when the open period
 			// ended (possibly long ago): MaxHalfOpenDuration counts from
@@ -392,24 +419,24 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 			nw := nextGen(w) | uint64(HalfOpen) | admOne | inflOne
 			if b.state.CompareAndSwap(w, nw) {
 				b.transitions.Add(1)
-				if b.cfg.OnStateChange != nil {
-					b.notifyProbeStart(nw, now)
+				if cs.OnStateChange != nil {
+					b.notifyProbeStart(cs, nw, now)
 				}
 				return Permit{word: nw, start: now}, nil
 			}
 		case HalfOpen:
-			if field(w, admShift) >= b.cfg.HalfOpenProbes || field(w, inflShift) >= b.cfg.HalfOpenMaxConcurrent {
-				if b.cfg.MaxHalfOpenDuration > 0 && now != rampart.NotRead && now-b.probeAt.Load() >= int64(b.cfg.MaxHalfOpenDuration) {
+			if field(w, admShift) >= cs.HalfOpenProbes || field(w, inflShift) >= cs.HalfOpenMaxConcurrent {
+				if cs.MaxHalfOpenDuration > 0 && now != rampart.NotRead && now-b.probeAt.Load() >= int64(cs.MaxHalfOpenDuration) {
 					// No probe admitted for MaxHalfOpenDuration: every
 					// probe in flight has been out that long, stuck.
 					// Start a fresh half-open period and compete for its
 					// first slot. Probes that keep being admitted (one at
 					// a time under HalfOpenMaxConcurrent, say) are
 					// progressing and never restart the period.
-					b.transition(w, true, HalfOpen, now)
+					b.transition(cs, w, true, HalfOpen, now)
 					break
 				}
-				return Permit{}, b.reject(now, HalfOpen, b.errHalfOpen())
+				return Permit{}, b.reject(cs, now, HalfOpen, b.errHalfOpen())
 			}
 			nw := w + admOne + inflOne
 			if b.state.CompareAndSwap(w, nw) {
@@ -419,7 +446,7 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 				return Permit{word: nw, start: now}, nil
 			}
 		default:
-			return Permit{}, b.reject(now, ForcedOpen, b.errOpen())
+			return Permit{}, b.reject(cs, now, ForcedOpen, b.errOpen())
 		}
 		w = b.state.Load()
 	}
@@ -429,14 +456,14 @@ func (b *Breaker) acquireSlow(now int64) (Permit, error) {
 // took the first probe inside AcquireAt. notify recovers a panic, so only
 // runtime.Goexit leaves ok false: the probe, whose permit nobody will ever
 // hold, is then given back.
-func (b *Breaker) notifyProbeStart(nw uint64, now int64) {
+func (b *Breaker) notifyProbeStart(cs *settings, nw uint64, now int64) {
 	ok := false
 	defer func() {
 		if !ok {
-			b.recordProbe(nw, now, rampart.Ignored, false)
+			b.recordProbe(cs, nw, now, rampart.Ignored, false)
 		}
 	}()
-	b.notifyState(Open, HalfOpen)
+	b.notifyState(cs, Open, HalfOpen)
 	ok = true
 }
 
@@ -444,13 +471,13 @@ func (b *Breaker) notifyProbeStart(nw uint64, now int64) {
 // returns err. A rejection of a call made without the time (now is
 // [rampart.NotRead]) is neither counted nor notified: its caller asks again with
 // a reading (see AcquireAt), and that answer is the one counted.
-func (b *Breaker) reject(now int64, s State, err *rampart.RejectedError) error {
+func (b *Breaker) reject(cs *settings, now int64, s State, err *rampart.RejectedError) error {
 	if now == rampart.NotRead {
 		return err
 	}
 	b.countRejection()
-	if b.cfg.OnRejected != nil {
-		b.notifyRejected(s)
+	if cs.OnRejected != nil {
+		b.notifyRejected(cs, s)
 	}
 	return err
 }
@@ -471,7 +498,7 @@ func (b *Breaker) reject(now int64, s State, err *rampart.RejectedError) error {
 // the Ps but P 0 add atomically to one shared word, b.rejected: counts
 // stay exact either way.
 func (b *Breaker) countRejection() {
-	if b.cfg.Compact {
+	if b.init.Compact {
 		atomic.AddUint64(&b.hot.rej, 1)
 		return
 	}
@@ -513,16 +540,16 @@ func (b *Breaker) perP() []hotLine {
 // rejectOpen is the rejection of an Open breaker whose open timer has not
 // fired, made without a clock reading (Call; Do and Acquire write its body
 // out): counted and notified as reject does.
-func (b *Breaker) rejectOpen() error {
+func (b *Breaker) rejectOpen(cs *settings) error {
 	b.countRejection()
-	if b.cfg.OnRejected != nil {
-		b.notifyRejected(Open)
+	if cs.OnRejected != nil {
+		b.notifyRejected(cs, Open)
 	}
 	return b.errOpen()
 }
 
-func (b *Breaker) notifyRejected(s State) {
-	notify.Call1(&b.listenerPanics, b.cfg.OnRejected, s)
+func (b *Breaker) notifyRejected(cs *settings, s State) {
+	notify.Call1(&b.listenerPanics, cs.OnRejected, s)
 }
 
 // Classify returns the Result that ReleaseAt gives err: Config.Classify's, or
@@ -530,11 +557,11 @@ func (b *Breaker) notifyRejected(s State) {
 // user's classifier and record the result as two steps (package pipeline
 // does, so that a listener that calls runtime.Goexit after the result is
 // applied does not make it record the call twice).
-func (b *Breaker) Classify(err error) rampart.Result { return b.classifyErr(err) }
+func (b *Breaker) Classify(err error) rampart.Result { return b.classifyErr(b.set.Load(), err) }
 
-func (b *Breaker) classifyErr(err error) rampart.Result {
-	if b.cfg.Classify != nil {
-		return b.cfg.Classify(err)
+func (b *Breaker) classifyErr(cs *settings, err error) rampart.Result {
+	if cs.Classify != nil {
+		return cs.Classify(err)
 	}
 	return DefaultClassify(err)
 }
@@ -546,7 +573,12 @@ func (b *Breaker) classifyErr(err error) rampart.Result {
 // gives an error's. A permit from an older generation is only counted in
 // Stats.StaleResults. It never blocks and never allocates.
 func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
-	if r == rampart.Success && b.fast == fastCount && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK() {
+	b.releaseAt(b.set.Load(), p, now, r)
+}
+
+// releaseAt is ReleaseAt under the configuration cs of the call.
+func (b *Breaker) releaseAt(cs *settings, p Permit, now int64, r rampart.Result) {
+	if r == rampart.Success && cs.fast == fastCount && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK(&b.hot.hotWords) {
 		return // ReleaseAt's fast path: a success over a healthy count window writes nothing
 	}
 	w := b.state.Load() // atomic 1: is the permit current?
@@ -555,17 +587,17 @@ func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
 		return
 	}
 	if w&stateMask == uint64(Closed) && r == rampart.Success {
-		switch b.fast {
+		switch cs.fast {
 		case fastCount:
 			// Healthy (the window full of successes): three loads, no
 			// write. Otherwise atomic 2 (the sequence add) and a load of
 			// the slot; a swap only when the slot held another outcome
 			// (+0–3 counter adds). A success cannot raise any rate: no
 			// evaluation once the window is warm.
-			if b.count.add(codeOK) != codeEmpty {
+			if b.count.add(&b.hot.hotWords, codeOK) != codeEmpty {
 				return
 			}
-			b.evaluateCount(w, now)
+			b.evaluateCount(cs, w, now)
 			return
 		case fastConsec:
 			// Atomic 2, a load; a store only after failures.
@@ -575,7 +607,7 @@ func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
 			return
 		}
 	}
-	b.recordSlow(w, p, now, r)
+	b.recordSlow(cs, w, p, now, r)
 }
 
 // Release is [Breaker.ReleaseAt] for a caller that has not read the clock:
@@ -586,14 +618,14 @@ func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
 func (b *Breaker) Release(p Permit, r rampart.Result) {
 	now := rampart.NotRead
 	if p.start != rampart.NotRead {
-		now = b.cfg.Ticker.Now() // clock read: the call's duration is measured
+		now = b.init.Ticker.Now() // clock read: the call's duration is measured
 	}
 	b.ReleaseAt(p, now, r)
 }
 
 // recordSlow is the slow path of ReleaseAt: failures, slow calls,
 // listeners, time window, half-open probes, metrics-only.
-func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
+func (b *Breaker) recordSlow(cs *settings, w uint64, p Permit, now int64, r rampart.Result) {
 	if r > rampart.Ignored {
 		r = rampart.Failure // not a Result: the conservative reading (see Result)
 	}
@@ -603,7 +635,7 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 	}
 	if r == rampart.Ignored {
 		if st == HalfOpen {
-			b.recordProbe(w, now, rampart.Ignored, false)
+			b.recordProbe(cs, w, now, rampart.Ignored, false)
 		}
 		return
 	}
@@ -612,9 +644,9 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 	if timed {
 		d = now - p.start
 	}
-	slow := b.cfg.SlowCallDuration > 0 && timed && d >= int64(b.cfg.SlowCallDuration)
+	slow := cs.SlowCallDuration > 0 && timed && d >= int64(cs.SlowCallDuration)
 	failed := r == rampart.Failure
-	if slow && b.mode == Consecutive {
+	if slow && b.init.Mode == Consecutive {
 		failed = true // in Consecutive mode a slow call is a failure: counted and reported as one
 	}
 	if failed {
@@ -622,10 +654,10 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 	}
 	// The per-call listeners run after the outcome is applied: a Goexit in
 	// one must not lose it.
-	if failed && b.cfg.OnFailure != nil {
-		defer notify.Call1(&b.listenerPanics, b.cfg.OnFailure, time.Duration(d))
-	} else if !failed && b.cfg.OnSuccess != nil {
-		defer notify.Call1(&b.listenerPanics, b.cfg.OnSuccess, time.Duration(d))
+	if failed && cs.OnFailure != nil {
+		defer notify.Call1(&b.listenerPanics, cs.OnFailure, time.Duration(d))
+	} else if !failed && cs.OnSuccess != nil {
+		defer notify.Call1(&b.listenerPanics, cs.OnSuccess, time.Duration(d))
 	}
 	if slow {
 		b.hot.slowCalls.Add(1)
@@ -635,30 +667,30 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 		// A probe is judged as the closed state judges a call: in a
 		// window, a slow success is a success that counts towards the slow
 		// rate; in Consecutive mode a slow call is a failure.
-		if b.mode == Consecutive && slow {
+		if b.init.Mode == Consecutive && slow {
 			r, slow = rampart.Failure, false // failed is already set
 		}
-		b.recordProbe(w, now, r, slow)
+		b.recordProbe(cs, w, now, r, slow)
 	case Closed, MetricsOnly:
 		judge := st == Closed
-		switch b.mode {
+		switch b.init.Mode {
 		case CountWindow:
-			old := b.count.add(outcomeCode(failed, slow))
+			old := b.count.add(&b.hot.hotWords, outcomeCode(failed, slow))
 			if judge && (failed || slow || old == codeEmpty) {
-				b.evaluateCount(w, now)
+				b.evaluateCount(cs, w, now)
 			}
 		case TimeWindow:
 			if now == rampart.NotRead {
-				now = b.cfg.Ticker.Now()
+				now = b.init.Ticker.Now()
 			}
 			slid := b.tw.add(now, failed, slow)
 			if judge && (failed || slow || slid || b.pending.Load()) {
-				b.evaluateTime(w, now)
+				b.evaluateTime(cs, w, now)
 			}
 		case Consecutive:
 			if failed { // slow calls included
-				if n := b.hot.consec.Add(1); judge && n >= int64(b.cfg.ConsecutiveFailures) {
-					b.transition(w, true, Open, now)
+				if n := b.hot.consec.Add(1); judge && n >= int64(cs.ConsecutiveFailures) {
+					b.transition(cs, w, true, Open, now)
 				}
 			} else if b.hot.consec.Load() != 0 {
 				b.hot.consec.Store(0)
@@ -668,18 +700,18 @@ func (b *Breaker) recordSlow(w uint64, p Permit, now int64, r rampart.Result) {
 }
 
 // over reports whether a window's rates reach a threshold.
-func (b *Breaker) over(total, fails, slows int64) bool {
+func (b *Breaker) over(cs *settings, total, fails, slows int64) bool {
 	if total <= 0 {
 		return false
 	}
 	t := float64(total)
-	return float64(fails)*100 >= b.cfg.FailureRateThreshold*t || (b.cfg.SlowCallDuration > 0 && float64(slows)*100 >= b.cfg.SlowCallRateThreshold*t)
+	return float64(fails)*100 >= cs.FailureRateThreshold*t || (cs.SlowCallDuration > 0 && float64(slows)*100 >= cs.SlowCallRateThreshold*t)
 }
 
-func (b *Breaker) evaluateCount(w uint64, now int64) {
-	total, fails, slows := b.count.snapshot()
-	if total >= int64(b.cfg.MinimumCalls) && b.over(total, fails, slows) {
-		b.transition(w, true, Open, now)
+func (b *Breaker) evaluateCount(cs *settings, w uint64, now int64) {
+	total, fails, slows := b.count.snapshot(&b.hot.hotWords)
+	if total >= int64(cs.MinimumCalls) && b.over(cs, total, fails, slows) {
+		b.transition(cs, w, true, Open, now)
 	}
 }
 
@@ -688,10 +720,10 @@ func (b *Breaker) evaluateCount(w uint64, now int64) {
 // remembers that case so that the next success evaluates too. The window
 // sliding (old successes leaving it) can raise a rate: the first record of
 // each slice evaluates.
-func (b *Breaker) evaluateTime(w uint64, now int64) {
+func (b *Breaker) evaluateTime(cs *settings, w uint64, now int64) {
 	total, fails, slows := b.tw.snapshot(now)
-	over := b.over(total, fails, slows)
-	if over && total < int64(b.cfg.MinimumCalls) {
+	over := b.over(cs, total, fails, slows)
+	if over && total < int64(cs.MinimumCalls) {
 		if !b.pending.Load() {
 			b.pending.Store(true)
 		}
@@ -701,13 +733,13 @@ func (b *Breaker) evaluateTime(w uint64, now int64) {
 		b.pending.Store(false)
 	}
 	if over {
-		b.transition(w, true, Open, now)
+		b.transition(cs, w, true, Open, now)
 	}
 }
 
 // recordProbe applies a half-open probe's result with one CAS, then closes
 // or reopens when the period is decided (see probeVerdict).
-func (b *Breaker) recordProbe(w uint64, now int64, r rampart.Result, slow bool) {
+func (b *Breaker) recordProbe(cs *settings, w uint64, now int64, r rampart.Result, slow bool) {
 	key := w
 	for {
 		if (w^key)&keyMask != 0 {
@@ -735,11 +767,11 @@ func (b *Breaker) recordProbe(w uint64, now int64, r rampart.Result, slow bool) 
 		}
 		w = b.state.Load()
 	}
-	switch b.probeVerdict(w) {
+	switch b.probeVerdict(cs, w) {
 	case verdictClose:
-		b.transition(w, true, Closed, now)
+		b.transition(cs, w, true, Closed, now)
 	case verdictReopen:
-		b.transition(w, true, Open, now)
+		b.transition(cs, w, true, Open, now)
 	}
 }
 
@@ -770,22 +802,24 @@ const (
 //     impossible. A slow success is a success (in Consecutive mode a slow
 //     probe is a failure): the slow rate is not judged in half-open, the
 //     closed window judges it again.
-func (b *Breaker) probeVerdict(w uint64) int {
-	n := int64(b.cfg.HalfOpenProbes)
+func (b *Breaker) probeVerdict(cs *settings, w uint64) int {
+	// The period's probes: HalfOpenProbes, or those already admitted when
+	// an Update lowered it below them (they are all judged).
+	n := max(int64(cs.HalfOpenProbes), int64(field(w, admShift)))
 	failed, slow := int64(field(w, failShift)), int64(field(w, slowShift))
 	done := int64(field(w, admShift) - field(w, inflShift))
 	left := n - done
 	switch {
-	case b.cfg.HalfOpenSuccesses > 0:
-		succ, k := done-failed, int64(b.cfg.HalfOpenSuccesses)
+	case cs.HalfOpenSuccesses > 0:
+		succ, k := done-failed, int64(cs.HalfOpenSuccesses)
 		if succ+left < k {
 			return verdictReopen
 		}
 		if succ >= k {
 			return verdictClose
 		}
-	case b.mode == Consecutive:
-		m := min(int64(b.cfg.ConsecutiveFailures), n)
+	case b.init.Mode == Consecutive:
+		m := min(int64(cs.ConsecutiveFailures), n)
 		if failed >= m {
 			return verdictReopen
 		}
@@ -793,10 +827,10 @@ func (b *Breaker) probeVerdict(w uint64) int {
 			return verdictClose
 		}
 	default:
-		if b.over(n, failed, slow) {
+		if b.over(cs, n, failed, slow) {
 			return verdictReopen
 		}
-		if !b.over(n, failed+left, slow+left) {
+		if !b.over(cs, n, failed+left, slow+left) {
 			return verdictClose
 		}
 	}
@@ -809,9 +843,9 @@ func (b *Breaker) probeVerdict(w uint64) int {
 // without, it happens from whatever state (a manual one). Whatever the next
 // state needs (open deadline, empty window) is prepared before the new word
 // is published.
-func (b *Breaker) transition(expect uint64, check bool, to State, now int64) bool {
+func (b *Breaker) transition(cs *settings, expect uint64, check bool, to State, now int64) bool {
 	if now == rampart.NotRead && (to == Open || to == HalfOpen) {
-		now = b.cfg.Ticker.Now() // a trip decided on a path that read no clock
+		now = b.init.Ticker.Now() // a trip decided on a path that read no clock
 	}
 	b.mu.Lock()
 	w := b.state.Load()
@@ -827,7 +861,7 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 		} else if from != Open {
 			b.streak = 0
 		}
-		b.openUntil.Store(atomicx.SatAdd(now, b.openDuration(int(b.streak))))
+		b.openUntil.Store(atomicx.SatAdd(now, b.openDuration(cs, int(b.streak))))
 	case HalfOpen:
 		b.probeAt.Store(now) // the half-open period starts now (see acquireSlow)
 	case Closed, MetricsOnly:
@@ -836,7 +870,7 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 			b.streak = 0
 		}
 	}
-	if (to == Open || to == HalfOpen || to == ForcedOpen) && !b.cfg.Compact && b.lines.Load() == nil {
+	if (to == Open || to == HalfOpen || to == ForcedOpen) && !b.init.Compact && b.lines.Load() == nil {
 		// One rejection counter per P, each on its own line, so that
 		// rejections from many goroutines at once write no shared word
 		// (see countRejection). P 0's sits in hot; the lines beyond it
@@ -858,7 +892,7 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 	// clock read (SameBubble's), on a trip only.
 	armable := false
 	if to == Open && b.hinted {
-		armable = ticker.SameBubble(b.cfg.Ticker.(*rampart.NanoTicker))
+		armable = ticker.SameBubble(b.init.Ticker.(*rampart.NanoTicker))
 		if b.hint == nil {
 			// Built at the first trip, not in New: a breaker that never
 			// opens carries no timer. Published by the state CAS below,
@@ -899,14 +933,14 @@ func (b *Breaker) transition(expect uint64, check bool, to State, now int64) boo
 		b.trips.Add(1)
 	}
 	b.mu.Unlock()
-	b.notifyState(from, to)
+	b.notifyState(cs, from, to)
 	return true
 }
 
 func (b *Breaker) resetWindow() {
-	switch b.mode {
+	switch b.init.Mode {
 	case CountWindow:
-		b.count.reset()
+		b.count.reset(&b.hot.hotWords)
 	case TimeWindow:
 		b.tw.reset()
 		b.pending.Store(false)
@@ -916,24 +950,24 @@ func (b *Breaker) resetWindow() {
 
 // openDuration is OpenDuration × OpenBackoffFactor^streak, capped at
 // MaxOpenDuration, shortened by up to OpenJitter of itself.
-func (b *Breaker) openDuration(streak int) int64 {
-	d := float64(b.cfg.OpenDuration)
-	if streak > 0 && int64(b.cfg.MaxOpenDuration) > int64(b.cfg.OpenDuration) {
-		d *= math.Pow(b.cfg.OpenBackoffFactor, float64(streak))
-		d = min(d, float64(b.cfg.MaxOpenDuration))
+func (b *Breaker) openDuration(cs *settings, streak int) int64 {
+	d := float64(cs.OpenDuration)
+	if streak > 0 && int64(cs.MaxOpenDuration) > int64(cs.OpenDuration) {
+		d *= math.Pow(cs.OpenBackoffFactor, float64(streak))
+		d = min(d, float64(cs.MaxOpenDuration))
 	}
-	if b.cfg.OpenJitter > 0 {
-		d -= d * b.cfg.OpenJitter * rand.Float64()
+	if cs.OpenJitter > 0 {
+		d -= d * cs.OpenJitter * rand.Float64()
 	}
-	if d >= float64(b.cfg.MaxOpenDuration) {
-		return int64(b.cfg.MaxOpenDuration) // exact, and no float→int overflow near math.MaxInt64
+	if d >= float64(cs.MaxOpenDuration) {
+		return int64(cs.MaxOpenDuration) // exact, and no float→int overflow near math.MaxInt64
 	}
 	return int64(d)
 }
 
-func (b *Breaker) notifyState(from, to State) {
-	if b.cfg.OnStateChange != nil {
-		notify.Call2(&b.listenerPanics, b.cfg.OnStateChange, from, to)
+func (b *Breaker) notifyState(cs *settings, from, to State) {
+	if cs.OnStateChange != nil {
+		notify.Call2(&b.listenerPanics, cs.OnStateChange, from, to)
 	}
 }
 
@@ -946,14 +980,14 @@ func (b *Breaker) RemainingOpenAt(now int64) time.Duration {
 	case Open:
 		return time.Duration(max(b.openUntil.Load()-now, 0))
 	case ForcedOpen:
-		return b.cfg.OpenDuration
+		return b.set.Load().OpenDuration
 	}
 	return 0
 }
 
 // RemainingOpen is [Breaker.RemainingOpenAt] at a reading of the breaker's
 // Ticker.
-func (b *Breaker) RemainingOpen() time.Duration { return b.RemainingOpenAt(b.cfg.Ticker.Now()) }
+func (b *Breaker) RemainingOpen() time.Duration { return b.RemainingOpenAt(b.init.Ticker.Now()) }
 
 // TransitionTo moves the breaker to the state to by hand, reading the
 // Ticker, whatever its state: Open starts an open period of the base
@@ -969,13 +1003,13 @@ func (b *Breaker) TransitionTo(to State) bool {
 	if b.State() == to {
 		return false
 	}
-	return b.transition(0, false, to, b.cfg.Ticker.Now())
+	return b.transition(b.set.Load(), 0, false, to, b.init.Ticker.Now())
 }
 
 // Reset moves the breaker to Closed with an empty window and the open
 // backoff reset, whatever its state, even if already Closed.
 func (b *Breaker) Reset() {
-	b.transition(0, false, Closed, rampart.NotRead)
+	b.transition(b.set.Load(), 0, false, Closed, rampart.NotRead)
 }
 
 // Stats is a snapshot of a breaker's state and counters.
@@ -1041,12 +1075,12 @@ func (b *Breaker) Stats() Stats {
 		Trips:               b.trips.Load(),
 		ListenerPanics:      b.listenerPanics.Load(),
 	}
-	switch b.mode {
+	switch b.init.Mode {
 	case CountWindow:
-		s.WindowCalls, s.WindowFailures, s.WindowSlowCalls = b.count.snapshot()
+		s.WindowCalls, s.WindowFailures, s.WindowSlowCalls = b.count.snapshot(&b.hot.hotWords)
 		s.Calls = b.hot.seq.Load()
 	case TimeWindow:
-		s.WindowCalls, s.WindowFailures, s.WindowSlowCalls = b.tw.snapshot(b.cfg.Ticker.Now())
+		s.WindowCalls, s.WindowFailures, s.WindowSlowCalls = b.tw.snapshot(b.init.Ticker.Now())
 	}
 	if s.WindowCalls > 0 {
 		s.FailureRate = float64(s.WindowFailures) * 100 / float64(s.WindowCalls)
@@ -1054,9 +1088,9 @@ func (b *Breaker) Stats() Stats {
 	}
 	switch s.State {
 	case Open:
-		s.RemainingOpen = b.RemainingOpenAt(b.cfg.Ticker.Now())
+		s.RemainingOpen = b.RemainingOpenAt(b.init.Ticker.Now())
 	case ForcedOpen:
-		s.RemainingOpen = b.cfg.OpenDuration // as RemainingOpenAt: no clock needed
+		s.RemainingOpen = b.set.Load().OpenDuration // as RemainingOpenAt: no clock needed
 	}
 	return s
 }

@@ -1256,21 +1256,22 @@ func TestWindowSnapshotsStayPossible(t *testing.T) {
 	// success, record Z swaps it back to a failure and applies +1, X's -1
 	// is not applied yet: fails 2, total 1.
 	var cw countWindow
-	cw.init(1, new(hotWords))
-	cw.add(codeFail)
+	h := new(hotWords)
+	cw.init(1)
+	cw.add(h, codeFail)
 	x := cw.swap(0, codeOK)
-	cw.apply(cw.swap(0, codeFail), codeFail)
-	possible("count window")(cw.snapshot())
-	cw.apply(x, codeOK) // X lands: consistent again
-	total, fails, _ = cw.snapshot()
+	cw.apply(h, cw.swap(0, codeFail), codeFail)
+	possible("count window")(cw.snapshot(h))
+	cw.apply(h, x, codeOK) // X lands: consistent again
+	total, fails, _ = cw.snapshot(h)
 	require.Equal(t, [2]int64{1, 1}, [2]int64{total, fails})
 	// A reset's -1 on total applied before its -1 on fails, and the
 	// counters of a record in flight running ahead of n.
-	cw.h.total.Add(-1)
-	possible("count window, reset in flight")(cw.snapshot())
-	cw.h.total.Add(3)
-	cw.h.slows.Add(5)
-	total, fails, slows = cw.snapshot()
+	h.total.Add(-1)
+	possible("count window, reset in flight")(cw.snapshot(h))
+	h.total.Add(3)
+	h.slows.Add(5)
+	total, fails, slows = cw.snapshot(h)
 	possible("count window, ahead")(total, fails, slows)
 	require.LessOrEqual(t, total, int64(1), "at most n calls")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/ticker"
@@ -81,6 +82,23 @@ type Config struct {
 	// Ticker is the clock the shorthand methods (Do, Call, TransitionTo,
 	// Stats) read. Default rampart.DefaultTicker().
 	Ticker rampart.Ticker
+	// Compact lays the instance out without cache-line padding but for
+	// its hot line: smaller once it has tripped (512 B instead of up to
+	// 960 B with the default count window: the default layout adds 64 B
+	// per P after the first, up to 448 B, at its first trip; both are
+	// 512 B until then, 768 B with the default time window), for the many
+	// cold instances (per-tenant, per-route keys) where goroutines do not
+	// contend on one instance; the default pads the words that many
+	// goroutines write on every call. Exactly, Compact changes one thing:
+	// rejections are counted with one atomic add on the hot line instead
+	// of in per-P counters (a counter line per P after the first, up to 7,
+	// allocated at the first transition to Open, HalfOpen or ForcedOpen;
+	// 64 B a line on amd64, 128 B on arm64). Both layouts keep the words
+	// that records write (the window's sequence and counters, the failure
+	// counts) on a cache line of their own, away from the state word that
+	// every call reads, and pack a window's slots and buckets (see the
+	// package documentation, Memory).
+	Compact bool
 
 	// Mode selects the health judgement: CountWindow (default), TimeWindow
 	// or Consecutive.
@@ -184,24 +202,6 @@ type Config struct {
 	// OnRejected is called for every rejected call with the state that
 	// rejected it (Open, HalfOpen or ForcedOpen). Optional.
 	OnRejected func(s State)
-
-	// Compact lays the instance out without cache-line padding but for
-	// its hot line: smaller once it has tripped (512 B instead of up to
-	// 960 B with the default count window: the default layout adds 64 B
-	// per P after the first, up to 448 B, at its first trip; both are
-	// 512 B until then, 768 B with the default time window), for the many
-	// cold instances (per-tenant, per-route keys) where goroutines do not
-	// contend on one instance; the default pads the words that many
-	// goroutines write on every call. Exactly, Compact changes one thing:
-	// rejections are counted with one atomic add on the hot line instead
-	// of in per-P counters (a counter line per P after the first, up to 7,
-	// allocated at the first transition to Open, HalfOpen or ForcedOpen;
-	// 64 B a line on amd64, 128 B on arm64). Both layouts keep the words
-	// that records write (the window's sequence and counters, the failure
-	// counts) on a cache line of their own, away from the state word that
-	// every call reads, and pack a window's slots and buckets (see the
-	// package documentation, Memory).
-	Compact bool
 }
 
 // DefaultClassify is the classification used when Config.Classify is nil:
@@ -373,4 +373,100 @@ func percent(field string, v *float64, def float64) error {
 		*v = def
 	}
 	return nil
+}
+
+// Update changes the breaker's configuration while calls run (see "Live
+// reconfiguration" in the package documentation). It validates c exactly
+// as New does (zero fields mean the same defaults), and refuses with a
+// *rampart.ConfigError naming the field a change to a field fixed at
+// construction: Name, Ticker, Compact, Mode, WindowSize, TimeWindow,
+// Buckets (pass the Config New was given, or Config(), with the other
+// fields changed). An invalid or refused c changes nothing.
+//
+// Otherwise it publishes the new configuration at once: every call reads
+// the configuration once, so it runs wholly under the old one or wholly
+// under the new one. The state, the window, the counters, the open period
+// in progress and a half-open period's probes are kept. The thresholds
+// hold from the next admission: Update judges the current window (or the
+// consecutive failures, or the half-open probes recorded so far) by the
+// new ones, and trips, closes or reopens the breaker there if they decide
+// it, as the next record would. It allocates the new configuration (one
+// object); calls still allocate nothing.
+func (b *Breaker) Update(c Config) error {
+	if err := c.normalize(); err != nil {
+		return err
+	}
+	if err := b.checkFixed(&c); err != nil {
+		return err
+	}
+	cs := &settings{Config: c}
+	cs.derive()
+	b.set.Store(cs)
+	b.judge(cs)
+	return nil
+}
+
+// checkFixed returns the *rampart.ConfigError of the first field of c
+// (normalized) that differs from what New fixed.
+func (b *Breaker) checkFixed(c *Config) error {
+	const fixed = "is fixed at construction: "
+	old := &b.init.Config
+	switch {
+	case c.Name != old.Name:
+		return cfgErr("Name", fixed+"New built the rejection errors that carry it (got %q, built with %q)", c.Name, old.Name)
+	case !sameTicker(c.Ticker, old.Ticker):
+		return cfgErr("Ticker", fixed+"the open period's end, the half-open period's start and the permits' starts are readings of the old clock, which another clock's do not compare with")
+	case c.Compact != old.Compact:
+		return cfgErr("Compact", fixed+"it chose where rejections are counted, which New laid out (got %v)", c.Compact)
+	case c.Mode != old.Mode:
+		return cfgErr("Mode", fixed+"the window New allocated (or none) is the judgement's, and the window holds the calls judged so far (got %v, built with %v)", c.Mode, old.Mode)
+	case c.WindowSize != old.WindowSize:
+		return cfgErr("WindowSize", fixed+"New allocated the slots, and a call's slot is its sequence number modulo the size: another size would scramble the window (got %d, built with %d)", c.WindowSize, old.WindowSize)
+	case c.TimeWindow != old.TimeWindow:
+		return cfgErr("TimeWindow", fixed+"each bucket counts one slice of TimeWindow/Buckets, tagged with its tick: another span would misread them (got %v, built with %v)", c.TimeWindow, old.TimeWindow)
+	case c.Buckets != old.Buckets:
+		return cfgErr("Buckets", fixed+"New allocated the buckets, each counting one slice of TimeWindow/Buckets (got %d, built with %d)", c.Buckets, old.Buckets)
+	}
+	return nil
+}
+
+// sameTicker reports whether a and b are the same clock: equal values of a
+// comparable type, or the same value of an uncomparable one (a func type:
+// the same closure), which == would panic on.
+func sameTicker(a, b rampart.Ticker) bool {
+	if same, ok := ticker.Equal(a, b); ok {
+		return same
+	}
+	// The same uncomparable dynamic type: the same boxed value or not.
+	return (*[2]unsafe.Pointer)(unsafe.Pointer(&a))[1] == (*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1]
+}
+
+// judge applies the thresholds of cs, just published, to the state they
+// find: a closed breaker's window (or consecutive failures) over them
+// trips, a half-open period that they decide closes or reopens, as the
+// next record would have decided. The transitions check the state word
+// judged, as every automatic transition does: a record that moved it
+// meanwhile made the decision itself.
+func (b *Breaker) judge(cs *settings) {
+	w := b.state.Load()
+	switch State(w & stateMask) {
+	case Closed:
+		switch cs.Mode {
+		case CountWindow:
+			b.evaluateCount(cs, w, rampart.NotRead)
+		case TimeWindow:
+			b.evaluateTime(cs, w, b.init.Ticker.Now())
+		case Consecutive:
+			if b.hot.consec.Load() >= int64(cs.ConsecutiveFailures) {
+				b.transition(cs, w, true, Open, rampart.NotRead)
+			}
+		}
+	case HalfOpen:
+		switch b.probeVerdict(cs, w) {
+		case verdictClose:
+			b.transition(cs, w, true, Closed, rampart.NotRead)
+		case verdictReopen:
+			b.transition(cs, w, true, Open, rampart.NotRead)
+		}
+	}
 }

@@ -1,11 +1,15 @@
 package circuitbreaker
 
 import (
+	"context"
 	"errors"
 	"math"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/rampart-go/rampart"
@@ -35,6 +39,25 @@ func FuzzConfig(f *testing.F) {
 			return // keep the allocation small; the bounds are tested in TestNewValidation
 		}
 		b, err := New(c)
+		// Update validates as New does: a breaker built with c's fixed
+		// fields accepts c, and then reports New's configuration, or
+		// refuses it with New's error.
+		fixed := Config{Ticker: tk, Mode: c.Mode, WindowSize: c.WindowSize, TimeWindow: c.TimeWindow, Buckets: c.Buckets}
+		if fixed.Mode == CountWindow {
+			fixed.MinimumCalls = 1 // New refuses the default 10 over a smaller window; any valid value will do
+		}
+		if u, uerr := New(fixed); uerr == nil {
+			switch err := u.Update(c); {
+			case err == nil && b == nil:
+				t.Fatalf("Update accepted %+v, New refused it", c)
+			case err != nil && b != nil:
+				t.Fatalf("Update refused %+v (%v), New accepted it", c, err)
+			case err != nil && err.Error() != func() string { _, e := New(c); return e.Error() }():
+				t.Fatalf("Update's error %v is not New's", err)
+			case err == nil && !reflect.DeepEqual(u.Config(), b.Config()):
+				t.Fatalf("after Update: %+v, New's: %+v", u.Config(), b.Config())
+			}
+		}
 		if err != nil {
 			var ce *rampart.ConfigError
 			if !errors.As(err, &ce) || !errors.Is(err, rampart.ErrInvalidConfig) || ce.Field == "" {
@@ -65,4 +88,185 @@ func FuzzConfig(f *testing.F) {
 		}
 		_ = b.Stats()
 	})
+}
+
+// funcTicker is a Ticker of an uncomparable type (== on two of them
+// panics), for the fixed-Ticker check.
+type funcTicker func() int64
+
+func (f funcTicker) Now() int64 { return f() }
+
+// TestUpdateRefusals: Update refuses, with a *rampart.ConfigError naming
+// the field, a change to each field fixed at construction and each value
+// New refuses, and then changes nothing.
+func TestUpdateRefusals(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	base := Config{Name: "db", Ticker: tk, FailureRateThreshold: 30}
+	with := func(f func(*Config)) Config { c := base; f(&c); return c }
+	for _, c := range []struct {
+		field string
+		cfg   Config
+		fixed bool
+	}{
+		{"Name", with(func(c *Config) { c.Name = "other" }), true},
+		{"Name", with(func(c *Config) { c.Name = "" }), true},
+		{"Ticker", with(func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }), true},
+		{"Ticker", with(func(c *Config) { c.Ticker = nil }), true}, // the default clock, not tk
+		{"Compact", with(func(c *Config) { c.Compact = true }), true},
+		{"Mode", with(func(c *Config) { c.Mode = Consecutive }), true},
+		{"WindowSize", with(func(c *Config) { c.WindowSize = 50 }), true},
+		{"TimeWindow", with(func(c *Config) { c.TimeWindow = time.Second }), true},
+		{"Buckets", with(func(c *Config) { c.Buckets = 5 }), true},
+		{"FailureRateThreshold", with(func(c *Config) { c.FailureRateThreshold = 101 }), false},
+		{"MinimumCalls", with(func(c *Config) { c.MinimumCalls = 101 }), false},
+		{"HalfOpenMaxConcurrent", with(func(c *Config) { c.HalfOpenProbes, c.HalfOpenMaxConcurrent = 3, 4 }), false},
+		{"MaxOpenDuration", with(func(c *Config) { c.OpenDuration, c.MaxOpenDuration = time.Minute, time.Second }), false},
+		{"OpenJitter", with(func(c *Config) { c.OpenJitter = 1 }), false},
+		{"Ticker", with(func(c *Config) { c.Ticker = (*rampart.ManualTicker)(nil) }), false},
+	} {
+		b, err := New(base)
+		require.NoError(t, err)
+		err = b.Update(c.cfg)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce, "%s", c.field)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+		require.Equal(t, c.field, ce.Field, "%v", err)
+		require.Equal(t, c.fixed, strings.Contains(ce.Reason, "fixed at construction"), "%v", err)
+		if !c.fixed {
+			_, nerr := New(c.cfg)
+			require.EqualError(t, err, nerr.Error(), "Update validates as New does")
+		}
+		require.Equal(t, 30.0, b.Config().FailureRateThreshold, "%s: a refused Update changes nothing", c.field)
+	}
+
+	// A Ticker of an uncomparable type is the same clock only as the same
+	// value.
+	f := funcTicker(func() int64 { return 0 })
+	b, err := New(Config{Ticker: f})
+	require.NoError(t, err)
+	require.NoError(t, b.Update(Config{Ticker: f, MinimumCalls: 3}))
+	require.Equal(t, 3, b.Config().MinimumCalls)
+	var ce *rampart.ConfigError
+	require.ErrorAs(t, b.Update(Config{Ticker: funcTicker(func() int64 { return 0 })}), &ce)
+	require.Equal(t, "Ticker", ce.Field)
+}
+
+// TestUpdateKeepsTheStateAndJudgesByTheNewThresholds: an Update keeps the
+// window, the state and the counters; its zero fields mean New's
+// defaults; Config returns it; and the window already recorded is judged
+// by the new thresholds at once: a breaker whose window reaches the new
+// failure rate trips at the Update, as its next failure would have.
+func TestUpdateKeepsTheStateAndJudgesByTheNewThresholds(t *testing.T) {
+	b, tk := newTest(t, Config{OpenDuration: time.Minute})
+	for i := range 10 {
+		var err error
+		if i < 4 {
+			err = errBoom
+		}
+		require.NoError(t, call(t, b, tk, 0, err))
+	}
+	before := b.Stats()
+	require.Equal(t, Closed, before.State)
+	require.EqualValues(t, 10, before.WindowCalls)
+
+	require.NoError(t, b.Update(Config{Ticker: tk, FailureRateThreshold: 60}))
+	s := b.Stats()
+	require.Equal(t, before, s, "a threshold raised: nothing moves")
+	c := b.Config()
+	require.Equal(t, 60.0, c.FailureRateThreshold)
+	require.Equal(t, 5*time.Second, c.OpenDuration, "a zero field is the default, not the old value")
+	require.Equal(t, 10, c.MinimumCalls)
+
+	require.NoError(t, b.Update(Config{Ticker: tk, FailureRateThreshold: 40, OpenDuration: time.Second}))
+	s = b.Stats()
+	require.Equal(t, Open, s.State, "40 %% of the window failed: the new threshold trips it at once")
+	require.EqualValues(t, 1, s.Trips)
+	require.EqualValues(t, 10, s.WindowCalls, "the window is kept")
+	require.Equal(t, time.Second, s.RemainingOpen, "the open period is the new OpenDuration")
+	require.Equal(t, before.Failures, s.Failures)
+
+	// An open period in progress keeps its end.
+	require.NoError(t, b.Update(Config{Ticker: tk, FailureRateThreshold: 40, OpenDuration: time.Hour}))
+	require.Equal(t, time.Second, b.RemainingOpenAt(tk.Now()))
+
+	// Consecutive: the failures in a row are judged by the new count.
+	c2, tk2 := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 5})
+	for range 3 {
+		require.NoError(t, call(t, c2, tk2, 0, errBoom))
+	}
+	require.NoError(t, c2.Update(Config{Ticker: tk2, Mode: Consecutive, ConsecutiveFailures: 4}))
+	require.Equal(t, Closed, c2.State())
+	require.NoError(t, c2.Update(Config{Ticker: tk2, Mode: Consecutive, ConsecutiveFailures: 3}))
+	require.Equal(t, Open, c2.State())
+}
+
+// TestUpdateKeepsTheHalfOpenProbes: a half-open period keeps its probes
+// across an Update: those admitted stay admitted and are judged (all of
+// them, when HalfOpenProbes is lowered below their number), no more are
+// admitted than the new HalfOpenProbes, and a period that the new
+// settings decide with the probes already recorded closes at the Update.
+func TestUpdateKeepsTheHalfOpenProbes(t *testing.T) {
+	b, tk := newTest(t, Config{HalfOpenProbes: 5})
+	require.True(t, b.TransitionTo(HalfOpen))
+	var ps []Permit
+	for range 3 {
+		p, err := b.AcquireAt(tk.Now())
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	b.ReleaseAt(ps[0], tk.Now(), rampart.Success)
+	gen := b.Stats().Generation
+
+	require.NoError(t, b.Update(Config{Ticker: tk, HalfOpenProbes: 2}))
+	s := b.Stats()
+	require.Equal(t, HalfOpen, s.State, "undecided: two probes in flight")
+	require.Equal(t, gen, s.Generation, "the same period")
+	require.Equal(t, [3]int{3, 2, 1}, [3]int{s.HalfOpenAdmitted, s.HalfOpenInFlight, s.HalfOpenSucceeded})
+	_, err := b.AcquireAt(tk.Now())
+	require.ErrorIs(t, err, ErrHalfOpenFull, "no probe beyond the new HalfOpenProbes")
+	b.ReleaseAt(ps[1], tk.Now(), rampart.Success)
+	require.Equal(t, Closed, b.State(), "2 successes of the 3 probes: the third cannot bring the failure rate to 50 %")
+	b.ReleaseAt(ps[2], tk.Now(), rampart.Failure)
+	s = b.Stats()
+	require.Equal(t, Closed, s.State)
+	require.EqualValues(t, 1, s.StaleResults, "the third probe's result is of the closed period's predecessor")
+
+	// Lowered to the probes already recorded: decided at the Update.
+	b2, tk2 := newTest(t, Config{HalfOpenProbes: 5})
+	require.True(t, b2.TransitionTo(HalfOpen))
+	for range 2 {
+		p, err := b2.AcquireAt(tk2.Now())
+		require.NoError(t, err)
+		b2.ReleaseAt(p, tk2.Now(), rampart.Success)
+	}
+	require.Equal(t, HalfOpen, b2.State(), "2 successes of 5: undecided")
+	require.NoError(t, b2.Update(Config{Ticker: tk2, HalfOpenProbes: 2}))
+	require.Equal(t, Closed, b2.State(), "2 successes of 2: closed by the Update")
+}
+
+// TestUpdateReplacesTheListenersClassifyAndSlowCalls: the listeners,
+// Classify and the slow-call threshold of an Update are the ones the next
+// calls use (and MeasuresCalls follows the slow-call threshold).
+func TestUpdateReplacesTheListenersClassifyAndSlowCalls(t *testing.T) {
+	var oldCalls, newCalls int
+	b, tk := newTest(t, Config{MinimumCalls: 1, OnStateChange: func(_, _ State) { oldCalls++ }})
+	require.False(t, b.MeasuresCalls())
+	require.NoError(t, b.Update(Config{Ticker: tk, MinimumCalls: 1,
+		OnStateChange: func(_, _ State) { newCalls++ },
+		Classify: func(err error) rampart.Result {
+			if err != nil {
+				return rampart.Ignored
+			}
+			return rampart.Success
+		},
+		SlowCallDuration: 10 * time.Millisecond,
+	}))
+	require.True(t, b.MeasuresCalls())
+	require.ErrorIs(t, b.Do(context.Background(), func(context.Context) error { return errBoom }), errBoom)
+	require.Equal(t, Closed, b.State(), "the new Classify ignores the failure")
+	require.NoError(t, call(t, b, tk, 20*time.Millisecond, nil))
+	s := b.Stats()
+	require.EqualValues(t, 1, s.SlowCalls, "the new threshold judges a 20 ms call slow")
+	require.Equal(t, Open, s.State, "one slow call in a window of one: the slow rate trips it")
+	require.Equal(t, [2]int{0, 1}, [2]int{oldCalls, newCalls}, "the new OnStateChange is called")
 }

@@ -8,16 +8,16 @@ import (
 // successUntimed is ReleaseAt(p, rampart.NotRead, Success) for a permit that Do
 // or Call admitted on a clockless path: closed (the fast paths below), or
 // Disabled / MetricsOnly (see needsNoClock), which ReleaseAt records.
-func (b *Breaker) successUntimed(p Permit) {
+func (b *Breaker) successUntimed(cs *settings, p Permit) {
 	if w := b.state.Load(); w != p.word || w&stateMask != uint64(Closed) { // atomic 1: still closed in the same generation?
-		b.ReleaseAt(p, rampart.NotRead, rampart.Success) // stale (counted there), or Disabled / MetricsOnly
+		b.releaseAt(cs, p, rampart.NotRead, rampart.Success) // stale (counted there), or Disabled / MetricsOnly
 		return
 	}
-	if b.fast == fastCount {
+	if cs.fast == fastCount {
 		// Atomics 2–3 (+0–3 counter adds while the window warms); a fast
 		// success in a warm window cannot raise any rate: no evaluation.
-		if b.count.add(codeOK) == codeEmpty {
-			b.evaluateCount(p.word, rampart.NotRead)
+		if b.count.add(&b.hot.hotWords, codeOK) == codeEmpty {
+			b.evaluateCount(cs, p.word, rampart.NotRead)
 		}
 		return
 	}
@@ -28,35 +28,35 @@ func (b *Breaker) successUntimed(p Permit) {
 
 // finishSlow records the outcome of a Do or Call that is not an untimed
 // success: errors, timed permits, a custom classifier.
-func (b *Breaker) finishSlow(p Permit, err error, returned *bool) {
+func (b *Breaker) finishSlow(cs *settings, p Permit, err error, returned *bool) {
 	now := int64(rampart.NotRead)
 	if p.start != rampart.NotRead {
-		now = b.cfg.Ticker.Now() // clock read: the call's duration is judged
+		now = b.init.Ticker.Now() // clock read: the call's duration is judged
 	}
 	// Classify first: a panic in it still finds *returned false, and the
 	// deferred release records a failure. From here the permit is
 	// recorded exactly once, whatever a listener does.
 	r := rampart.Success
-	if err != nil || b.cfg.Classify != nil {
-		r = b.classifyErr(err)
+	if err != nil || cs.Classify != nil {
+		r = b.classifyErr(cs, err)
 	}
 	*returned = true
-	b.ReleaseAt(p, now, r)
+	b.releaseAt(cs, p, now, r)
 }
 
 // finishAbnormal runs when fn did not return, or Config.Classify panicked
 // on its result: a panic is recorded as a failure and re-raised;
 // runtime.Goexit releases the permit as Ignored.
-func (b *Breaker) finishAbnormal(p Permit, r any) {
+func (b *Breaker) finishAbnormal(cs *settings, p Permit, r any) {
 	if r != nil {
 		now := int64(rampart.NotRead)
 		if p.start != rampart.NotRead {
-			now = b.cfg.Ticker.Now()
+			now = b.init.Ticker.Now()
 		}
-		b.ReleaseAt(p, now, rampart.Failure)
+		b.releaseAt(cs, p, now, rampart.Failure)
 		panic(r)
 	}
-	b.ReleaseAt(p, rampart.NotRead, rampart.Ignored)
+	b.releaseAt(cs, p, rampart.NotRead, rampart.Ignored)
 }
 
 // Do runs fn if the breaker admits it and records its outcome. It returns
@@ -78,35 +78,36 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 	// these fast paths.
 	var p Permit
 	w := b.state.Load() // atomic 1: the state word
+	cs := b.set.Load()  // the configuration of the call, read once
 	switch {
-	case w&stateMask == uint64(Closed) && !b.timed:
+	case w&stateMask == uint64(Closed) && !cs.timed:
 		p = Permit{word: w, start: rampart.NotRead}
 	case w&stateMask == uint64(Open) && b.hinted && b.hint.expired.Load() != w: // atomic 2: the timer's hint
 		b.countRejection() // on this P's counter: no shared word written
-		if b.cfg.OnRejected != nil {
-			b.notifyRejected(Open)
+		if cs.OnRejected != nil {
+			b.notifyRejected(cs, Open)
 		}
 		return b.errOpen() // rejectOpen's body, written out: one call less
-	case b.needsNoClock(w): // Disabled, or MetricsOnly measuring nothing
+	case b.needsNoClock(cs, w): // Disabled, or MetricsOnly measuring nothing
 		p = Permit{word: w, start: rampart.NotRead}
 	default:
 		var err error
-		if p, err = b.AcquireAt(b.cfg.Ticker.Now()); err != nil { // clock read: the decision or the duration needs it
+		if p, err = b.acquireAt(cs, b.init.Ticker.Now()); err != nil { // clock read: the decision or the duration needs it
 			return err
 		}
 	}
 	returned := false
 	defer func() {
 		if !returned {
-			b.finishAbnormal(p, recover())
+			b.finishAbnormal(cs, p, recover())
 		}
 	}()
 	err := fn(ctx)
-	if err == nil && p.start == rampart.NotRead && b.cfg.Classify == nil {
+	if err == nil && p.start == rampart.NotRead && cs.Classify == nil {
 		returned = true
-		b.successUntimed(p) // no duration needed: closed (b.fast is set), or see needsNoClock
+		b.successUntimed(cs, p) // no duration needed: closed (cs.fast is set), or see needsNoClock
 	} else {
-		b.finishSlow(p, err, &returned)
+		b.finishSlow(cs, p, err, &returned)
 	}
 	return err
 }
@@ -116,17 +117,18 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error)) (T, error) {
 	var p Permit
 	w := b.state.Load() // atomic 1: the state word (as in Do)
+	cs := b.set.Load()
 	switch {
-	case w&stateMask == uint64(Closed) && !b.timed:
+	case w&stateMask == uint64(Closed) && !cs.timed:
 		p = Permit{word: w, start: rampart.NotRead}
 	case w&stateMask == uint64(Open) && b.hinted && b.hint.expired.Load() != w:
 		var zero T
-		return zero, b.rejectOpen()
-	case b.needsNoClock(w):
+		return zero, b.rejectOpen(cs)
+	case b.needsNoClock(cs, w):
 		p = Permit{word: w, start: rampart.NotRead}
 	default:
 		var err error
-		if p, err = b.AcquireAt(b.cfg.Ticker.Now()); err != nil {
+		if p, err = b.acquireAt(cs, b.init.Ticker.Now()); err != nil {
 			var zero T
 			return zero, err
 		}
@@ -134,15 +136,15 @@ func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, e
 	returned := false
 	defer func() {
 		if !returned {
-			b.finishAbnormal(p, recover())
+			b.finishAbnormal(cs, p, recover())
 		}
 	}()
 	v, err := fn(ctx)
-	if err == nil && p.start == rampart.NotRead && b.cfg.Classify == nil {
+	if err == nil && p.start == rampart.NotRead && cs.Classify == nil {
 		returned = true
-		b.successUntimed(p)
+		b.successUntimed(cs, p)
 	} else {
-		b.finishSlow(p, err, &returned)
+		b.finishSlow(cs, p, err, &returned)
 	}
 	return v, err
 }

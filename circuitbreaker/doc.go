@@ -207,6 +207,56 @@
 // (240 B with the name "db": a named default breaker is 752 B); a tripped
 // breaker on the real-time clock, its open timer (about 200 B).
 //
+// # Live reconfiguration
+//
+// [Breaker.Update] takes a whole Config (the one New was given, or
+// [Breaker.Config], changed), validates it exactly as New does (zero
+// fields mean the same defaults), and applies it while calls run, or
+// refuses it with a *rampart.ConfigError naming the field and changes
+// nothing. The configuration is one immutable object that a call loads
+// once (Do, Call, Acquire and the slow paths of AcquireAt and ReleaseAt;
+// the closed admission of AcquireAt reads none), so a call runs wholly
+// under the old configuration or wholly under the new one. The state, the
+// window, the counters (Stats), the open period in progress and a
+// half-open period's probes are kept. The new thresholds hold from the
+// next admission: Update judges the window recorded so far (or the
+// failures in a row, or the probes recorded) by them, and trips, closes or
+// reopens the breaker there if they decide it, as the next record would.
+//
+//   - FailureRateThreshold, SlowCallDuration, SlowCallRateThreshold,
+//     MinimumCalls (at most the fixed WindowSize), ConsecutiveFailures:
+//     updatable; judged at the Update, then at every record.
+//   - OpenDuration, MaxOpenDuration, OpenBackoffFactor, OpenJitter:
+//     updatable; the open period in progress keeps its end, the next one
+//     is computed with the new values (the backoff streak is kept).
+//   - HalfOpenProbes, HalfOpenMaxConcurrent, HalfOpenSuccesses,
+//     MaxHalfOpenDuration: updatable; a half-open period in progress keeps
+//     the probes it admitted, admits up to the new HalfOpenProbes (none
+//     more when already reached) and is judged over all its probes, those
+//     beyond a lowered HalfOpenProbes included.
+//   - Classify, OnStateChange, OnSuccess, OnFailure, OnRejected:
+//     updatable; each call uses those of the configuration it loaded.
+//     Setting SlowCallDuration, OnSuccess or OnFailure makes the
+//     shorthands read the clock from the next call (MeasuresCalls follows).
+//   - Name: fixed: New built the rejection errors that carry it, once.
+//   - Ticker: fixed: the open period's end, the half-open period's start
+//     and the permits' starts are readings of that clock, which another
+//     clock's do not compare with.
+//   - Compact: fixed: it chose where rejections are counted.
+//   - Mode: fixed: the window New allocated (or none) is the judgement's,
+//     and it holds the calls judged so far.
+//   - WindowSize: fixed: New allocated the slots, and a call's slot is its
+//     sequence number modulo the size; another size would scramble the
+//     window.
+//   - TimeWindow, Buckets: fixed: New allocated the buckets, each counting
+//     one slice of TimeWindow/Buckets tagged with its tick; another span
+//     or count would misread them.
+//
+// Update allocates the new configuration (one object of about 220 B);
+// calls still allocate nothing. For composition: ReleaseAt, Classify and
+// MeasuresCalls each load the configuration once, so a caller that uses
+// them in sequence (package pipeline) may see an Update between them.
+//
 // # For composition
 //
 // A pipeline or an adapter that shares one clock reading and one

@@ -447,13 +447,14 @@ func TestStressPackedSlotsMirrorTheirCounters(t *testing.T) {
 	codes := []uint32{codeOK, codeFail, codeSlowOK, codeSlowFail}
 	for _, n := range []int{1, 5, 16, 17, 37, 64, 100} {
 		var w countWindow
-		w.init(n, new(hotWords))
+		h := new(hotWords)
+		w.init(n)
 		var wg sync.WaitGroup
 		for g := range 8 {
 			wg.Go(func() {
 				r := rand.New(rand.NewPCG(uint64(g), uint64(n)))
 				for range 2000 {
-					w.add(codes[r.IntN(len(codes))])
+					w.add(h, codes[r.IntN(len(codes))])
 				}
 			})
 		}
@@ -467,13 +468,110 @@ func TestStressPackedSlotsMirrorTheirCounters(t *testing.T) {
 			slows += int64(c & codeSlowBit >> 2)
 		}
 		require.Equal(t, int64(n), total, "n %d: every slot written", n)
-		require.Equal(t, [3]int64{total, fails, slows}, [3]int64{w.h.total.Load(), w.h.fails.Load(), w.h.slows.Load()}, "n %d", n)
+		require.Equal(t, [3]int64{total, fails, slows}, [3]int64{h.total.Load(), h.fails.Load(), h.slows.Load()}, "n %d", n)
 		last := w.slots()[len(w.slots())-1].Load()
 		require.Zero(t, last>>(uint64(n-1)%slotsPerWord*slotBits)>>slotBits, "n %d: no code beyond slot n-1", n)
-		w.reset()
-		require.Equal(t, [3]int64{0, 0, 0}, [3]int64{w.h.total.Load(), w.h.fails.Load(), w.h.slows.Load()}, "n %d: reset", n)
+		w.reset(h)
+		require.Equal(t, [3]int64{0, 0, 0}, [3]int64{h.total.Load(), h.fails.Load(), h.slows.Load()}, "n %d: reset", n)
 		for i := range uint64(n) {
 			require.Equal(t, uint32(codeEmpty), w.slot(i))
 		}
+	}
+}
+
+// TestStressUpdatesRacingCalls: goroutines make calls with random outcomes
+// and durations while another keeps replacing the configuration
+// (thresholds, probes, the concurrency limit, the slow-call threshold,
+// HalfOpenSuccesses), in every mode. No permit is lost or released twice:
+// every admission is a call or a rejection, Stats counts every rejection,
+// every probe admitted is recorded (none is in flight at the end), probes
+// in flight never exceeded the largest limit of any configuration, and a
+// count window's counters equal the histogram of its slots.
+func TestStressUpdatesRacingCalls(t *testing.T) {
+	const G, N = 6, 2000
+	for _, mode := range []Mode{CountWindow, TimeWindow, Consecutive} {
+		tk := rampart.NewManualTicker(0)
+		cfgs := []Config{
+			{FailureRateThreshold: 20, MinimumCalls: 4, HalfOpenProbes: 6, HalfOpenMaxConcurrent: 3, ConsecutiveFailures: 2},
+			{FailureRateThreshold: 80, MinimumCalls: 8, HalfOpenProbes: 2, HalfOpenMaxConcurrent: 1, SlowCallDuration: 2 * time.Millisecond},
+			{FailureRateThreshold: 50, MinimumCalls: 1, HalfOpenProbes: 4, HalfOpenSuccesses: 3, ConsecutiveFailures: 6, MaxHalfOpenDuration: 10 * time.Millisecond},
+		}
+		const maxConcurrent = 4 // the largest HalfOpenMaxConcurrent above (HalfOpenProbes when unset)
+		for i := range cfgs {
+			cfgs[i].Ticker, cfgs[i].Mode, cfgs[i].WindowSize, cfgs[i].TimeWindow = tk, mode, 16, 100*time.Millisecond
+			cfgs[i].OpenDuration = 3 * time.Millisecond
+		}
+		b, err := New(cfgs[0])
+		require.NoError(t, err)
+		var mu sync.Mutex
+		inflight := map[uint64]int{} // half-open generation → probes in flight
+		var admitted, rejected, overLimit atomic.Int64
+		var done atomic.Bool
+		var upd sync.WaitGroup
+		upd.Go(func() {
+			for i := 0; !done.Load(); i++ {
+				require.NoError(t, b.Update(cfgs[i%len(cfgs)]))
+				runtime.Gosched()
+			}
+		})
+		var wg sync.WaitGroup
+		for g := range G {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(g), 2))
+				for range N {
+					if r.IntN(40) == 0 {
+						tk.Advance(time.Duration(r.IntN(3)) * time.Millisecond)
+					}
+					p, err := b.AcquireAt(tk.Now())
+					if err != nil {
+						rejected.Add(1)
+						continue
+					}
+					admitted.Add(1)
+					probe := State(p.word&stateMask) == HalfOpen
+					gen := p.word >> genShift
+					if probe {
+						mu.Lock()
+						if inflight[gen]++; inflight[gen] > maxConcurrent {
+							overLimit.Add(1)
+						}
+						mu.Unlock()
+					}
+					res := rampart.Success
+					if x := r.IntN(10); x < 3 {
+						res = rampart.Failure
+					} else if x < 4 {
+						res = rampart.Ignored
+					}
+					now := tk.Now() + int64(r.IntN(4))*int64(time.Millisecond)
+					if probe {
+						mu.Lock()
+						inflight[gen]--
+						mu.Unlock()
+					}
+					b.ReleaseAt(p, now, res)
+				}
+			})
+		}
+		wg.Wait()
+		done.Store(true)
+		upd.Wait()
+		require.Zero(t, overLimit.Load(), "%v: more probes in flight than any limit", mode)
+		require.Equal(t, int64(G*N), admitted.Load()+rejected.Load())
+		s := b.Stats()
+		require.Equal(t, uint64(rejected.Load()), s.Rejected, "%v", mode)
+		require.Zero(t, s.HalfOpenInFlight, "%v: every probe admitted was recorded", mode)
+		require.Greater(t, s.Transitions, uint64(3), "%v: the stress should move the state", mode)
+		if mode == CountWindow {
+			var total, fails, slows int64
+			for i := range uint64(b.count.n) {
+				c := b.count.slot(i)
+				total += int64(c & codeFilled)
+				fails += int64(c & codeFailBit >> 1)
+				slows += int64(c & codeSlowBit >> 2)
+			}
+			require.Equal(t, [3]int64{total, fails, slows}, [3]int64{b.hot.total.Load(), b.hot.fails.Load(), b.hot.slows.Load()})
+		}
+		t.Logf("%v: %+v", mode, s)
 	}
 }

@@ -64,16 +64,17 @@ const (
 // on the hot line, so the slots' line adds one line to the traffic of a
 // record that already moves one; consecutive calls still write different
 // words (stride), so their CASes do not fail on each other.
+//
+// The sequence and the counters are hotWords of the Breaker, which every
+// method takes as h (a pointer field here would cost the Breaker 8 B).
 type countWindow struct {
-	h      *hotWords      // seq, total, fails, slows: the sequence and the counters
 	words  *atomic.Uint64 // the slot words, nWords() of them; read-mostly
 	n      uint32         // at most maxWindowSize
 	mask   uint32         // n-1 when n is a power of two, else 0
 	stride uint32         // coprime with n: consecutive calls write slots in different words
 }
 
-func (w *countWindow) init(n int, h *hotWords) {
-	w.h = h
+func (w *countWindow) init(n int) {
 	w.n = uint32(n)
 	w.words = unsafe.SliceData(make([]atomic.Uint64, w.nWords()))
 	if n&(n-1) == 0 {
@@ -108,8 +109,8 @@ func gcd(a, b uint64) uint64 {
 }
 
 // add records an outcome code and returns the code it replaced.
-func (w *countWindow) add(code uint32) uint32 {
-	if code == codeOK && w.allOK() {
+func (w *countWindow) add(h *hotWords, code uint32) uint32 {
+	if code == codeOK && w.allOK(h) {
 		// Healthy fast path: a success over a window that holds n
 		// successes changes nothing, whichever slot it would replace, so
 		// nothing is written: three loads of lines that nobody writes
@@ -118,7 +119,7 @@ func (w *countWindow) add(code uint32) uint32 {
 		// record just before any racing failure.)
 		return codeOK
 	}
-	s := (w.h.seq.Add(1) - 1) * uint64(w.stride) // atomic 1: claim a slot
+	s := (h.seq.Add(1) - 1) * uint64(w.stride) // atomic 1: claim a slot
 	var i uint64
 	if w.mask != 0 || w.n == 1 {
 		i = s & uint64(w.mask)
@@ -127,7 +128,7 @@ func (w *countWindow) add(code uint32) uint32 {
 	}
 	old := w.swap(i, code) // atomic 2: publish the outcome (a load only when the slot holds code)
 	if old != code {
-		w.apply(old, code) // atomics 3–5, only when the slot's content changed
+		w.apply(h, old, code) // atomics 3–5, only when the slot's content changed
 	}
 	return old
 }
@@ -156,22 +157,22 @@ func (w *countWindow) slot(i uint64) uint32 {
 }
 
 // apply moves the counters from old's contribution to code's.
-func (w *countWindow) apply(old, code uint32) {
+func (w *countWindow) apply(h *hotWords, old, code uint32) {
 	if d := int64(code&codeFilled) - int64(old&codeFilled); d != 0 {
-		w.h.total.Add(d)
+		h.total.Add(d)
 	}
 	if d := int64(code&codeFailBit>>1) - int64(old&codeFailBit>>1); d != 0 {
-		w.h.fails.Add(d)
+		h.fails.Add(d)
 	}
 	if d := int64(code&codeSlowBit>>2) - int64(old&codeSlowBit>>2); d != 0 {
-		w.h.slows.Add(d)
+		h.slows.Add(d)
 	}
 }
 
 // allOK reports whether the window is full of plain successes (by its
 // counters, which may lag the slots by the records in flight).
-func (w *countWindow) allOK() bool {
-	return w.h.fails.Load() == 0 && w.h.slows.Load() == 0 && w.h.total.Load() == int64(w.n)
+func (w *countWindow) allOK(h *hotWords) bool {
+	return h.fails.Load() == 0 && h.slows.Load() == 0 && h.total.Load() == int64(w.n)
 }
 
 // snapshot returns the window's counts, always a possible window: 0 ≤
@@ -181,20 +182,20 @@ func (w *countWindow) allOK() bool {
 // total (a record raises total first, so calls that land between the reads
 // raise total, not only fails), then each is clamped to that range, an
 // error bounded by the records in flight, as the counters' own.
-func (w *countWindow) snapshot() (total, fails, slows int64) {
-	fails, slows = w.h.fails.Load(), w.h.slows.Load()
-	total = min(max(w.h.total.Load(), 0), int64(w.n))
+func (w *countWindow) snapshot(h *hotWords) (total, fails, slows int64) {
+	fails, slows = h.fails.Load(), h.slows.Load()
+	total = min(max(h.total.Load(), 0), int64(w.n))
 	return total, min(max(fails, 0), total), min(max(slows, 0), total)
 }
 
 // reset empties every slot (rare path: a transition to closed): one swap
 // a word, then the counters lose what its slots held.
-func (w *countWindow) reset() {
+func (w *countWindow) reset(h *hotWords) {
 	words := w.slots()
 	for i := range words {
 		for old := words[i].Swap(codeEmpty); old != 0; old >>= slotBits {
 			if c := uint32(old) & slotMask; c != codeEmpty {
-				w.apply(c, codeEmpty)
+				w.apply(h, c, codeEmpty)
 			}
 		}
 	}
