@@ -28,10 +28,14 @@
 //
 // Without Config.Authorize the handler changes nothing: every POST to
 // .../action is refused with 403 Forbidden. With it, a POST to .../action
-// whose request Authorize accepts may move a breaker by hand (force-open,
-// disable, reset: [circuitbreaker.Breaker.TransitionTo] and
-// [circuitbreaker.Breaker.Reset]) or switch a chaos injector on or off
-// ([chaos.Injector.SetEnabled]); a request it refuses gets 403. Actions are
+// whose request Authorize accepts may move a breaker by hand into any state
+// [circuitbreaker.Breaker.TransitionTo] can enter (force-open, open,
+// half-open, metrics-only, disable: the last admits every call and records
+// nothing, a forced close) or reset it ([circuitbreaker.Breaker.Reset]:
+// Closed, its window and open backoff cleared), or switch a chaos injector
+// on or off ([chaos.Injector.SetEnabled]); a request it refuses gets 403.
+// Settings that take a value (a bulkhead's SetMax, a limiter's SetRate) are
+// not offered: a new value is a change to review, not a button. Actions are
 // POST only (any other method gets 405), and a POST whose Origin header names
 // another host than the request's is refused (403) whatever Authorize says,
 // so that a page elsewhere cannot make a logged-in browser submit one (the

@@ -317,7 +317,7 @@ func TestActionsRefusedWithoutAuthorisation(t *testing.T) {
 }
 
 // TestActionsWithAuthorisation: an authorised POST moves the breaker
-// (force-open, disable, reset), switches the injector, answers the
+// (into every state TransitionTo can enter, and Reset), switches the injector, answers the
 // instance's JSON or, from the page's forms, 303 to the page; an unknown
 // instance is 404, an action its kind lacks 400.
 func TestActionsWithAuthorisation(t *testing.T) {
@@ -330,7 +330,10 @@ func TestActionsWithAuthorisation(t *testing.T) {
 	for _, tc := range []struct {
 		action string
 		want   circuitbreaker.State
-	}{{"force-open", circuitbreaker.ForcedOpen}, {"disable", circuitbreaker.Disabled}, {"reset", circuitbreaker.Closed}} {
+	}{
+		{"force-open", circuitbreaker.ForcedOpen}, {"open", circuitbreaker.Open}, {"half-open", circuitbreaker.HalfOpen},
+		{"metrics-only", circuitbreaker.MetricsOnly}, {"disable", circuitbreaker.Disabled}, {"reset", circuitbreaker.Closed},
+	} {
 		w := post(h, url.Values{"name": {"db"}, "action": {tc.action}}, sameOrigin)
 		if w.Code != http.StatusOK || f.breaker.State() != tc.want {
 			t.Fatalf("%s: status %d, breaker %v: %s", tc.action, w.Code, f.breaker.State(), w.Body.String())
@@ -349,7 +352,7 @@ func TestActionsWithAuthorisation(t *testing.T) {
 	if w := post(h, url.Values{"name": {"api"}, "action": {"reset"}}, nil); w.Code != http.StatusBadRequest {
 		t.Errorf("a bulkhead reset: status %d", w.Code)
 	}
-	if d := decode(t, get(t, h, "/status.json")); !d.Actions || strings.Join(find(t, d, "db").Actions, ",") != "force-open,disable,reset" {
+	if d := decode(t, get(t, h, "/status.json")); !d.Actions || strings.Join(find(t, d, "db").Actions, ",") != "force-open,open,half-open,metrics-only,disable,reset" {
 		t.Errorf("an authorised request is not offered the actions: %+v", find(t, d, "db"))
 	}
 }
@@ -429,7 +432,7 @@ func TestPageParsesAndChartsTheSamples(t *testing.T) {
 			}
 		}
 	})
-	if refresh != 1 || scripts != 0 || forms != 5 { // 3 breaker actions, 2 chaos ones
+	if refresh != 1 || scripts != 0 || forms != 8 { // 6 breaker actions, 2 chaos ones
 		t.Errorf("%d meta refreshes, %d scripts, %d forms", refresh, scripts, forms)
 	}
 	count := func(svg node, tag, class string) (out []node) {

@@ -98,8 +98,12 @@ func viewOf(v any) view {
 				return [2]float64{s.FailureRate}, int8(s.State)
 			},
 			states: true,
+			// Every state TransitionTo can enter, and Reset.
 			actions: []action{
 				{"force-open", func() { x.TransitionTo(circuitbreaker.ForcedOpen) }},
+				{"open", func() { x.TransitionTo(circuitbreaker.Open) }},
+				{"half-open", func() { x.TransitionTo(circuitbreaker.HalfOpen) }},
+				{"metrics-only", func() { x.TransitionTo(circuitbreaker.MetricsOnly) }},
 				{"disable", func() { x.TransitionTo(circuitbreaker.Disabled) }},
 				{"reset", x.Reset},
 			},
