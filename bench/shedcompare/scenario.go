@@ -168,11 +168,13 @@ type result struct {
 	name              string
 	offered           float64 // arrivals per second
 	p50, p99, p99Tail time.Duration
-	p99BySecond       []time.Duration // the p99 of the arrivals of each second of the measured phase
+	p99BySecond       []time.Duration // the p99 of the calls that ended in each second of the measured phase (the cut-off ones in the last)
 	goodput           float64         // successes per second
 	shed              float64         // the share of arrivals rejected
 	unfinished        int             // admitted calls cut off at the end of the run
-	capacity          float64         // the capacity the goodput is compared to
+	capacity          float64         // the capacity the goodput is compared to: the mean of the measurements before and after
+	capBefore         float64
+	capAfter          float64
 	detail            string
 }
 
@@ -268,9 +270,8 @@ func openLoop(name string, a admitter, w work, phases []phase, capa float64) res
 		if arrival >= mEnd/2 {
 			tail = append(tail, l)
 		}
-		if i := int(arrival / time.Second); i < len(bySecond) {
-			bySecond[i] = append(bySecond[i], l)
-		}
+		i := min(int((arrival+l)/time.Second), len(bySecond)-1) // by when it ended: a growing queue shows as a growing p99
+		bySecond[i] = append(bySecond[i], l)
 	}
 	var ok, rejected, cut int
 	for _, r := range recs[:n] {
@@ -300,6 +301,13 @@ func openLoop(name string, a admitter, w work, phases []phase, capa float64) res
 		res.shed = float64(rejected) / float64(n)
 	}
 	return res
+}
+
+// setCapacity records the capacity measured before and after the run; the
+// goodput is compared to their mean (the CPU a process gets on a shared
+// machine moves during a run).
+func (r *result) setCapacity(before, after float64) {
+	r.capBefore, r.capAfter, r.capacity = before, after, (before+after)/2
 }
 
 func quantile(ds []time.Duration, q float64) time.Duration {
@@ -336,6 +344,7 @@ func compare(c config, out io.Writer, progress io.Writer) ([]result, error) {
 	var results []result
 	capa := capacity(w, c.measure)
 	base := openLoop("unloaded (½ capacity, no shedding)", none{}, w, []phase{{rate: capa / 2, d: c.duration, measure: true}}, capa)
+	base.setCapacity(capa, capacity(w, c.measure))
 	results = append(results, base)
 	fmt.Fprintf(progress, "%s done\n", base.name)
 	type shedCase struct {
@@ -361,6 +370,7 @@ func compare(c config, out io.Writer, progress io.Writer) ([]result, error) {
 		half := phase{rate: capa / 2, d: c.warmup}
 		over := phase{rate: capa * c.load, d: c.duration, measure: true}
 		r := openLoop(k.name, k.a, w, []phase{half, over}, capa)
+		r.setCapacity(capa, capacity(w, c.measure))
 		if k.detail != nil {
 			r.detail = k.detail()
 		}
@@ -374,20 +384,20 @@ func compare(c config, out io.Writer, progress io.Writer) ([]result, error) {
 
 func writeTable(out io.Writer, c config, rs []result) {
 	base := rs[0].p99
-	fmt.Fprintf(out, "CPU-bound handler of %v (yielding every %v), GOMAXPROCS %d, capacity measured before each row (closed loop, %v); "+
+	fmt.Fprintf(out, "CPU-bound handler of %v (yielding every %v), GOMAXPROCS %d, capacity measured before and after each row (closed loop, %v each; the goodput is compared to their mean); "+
 		"%v at ½ capacity, then %.1f× capacity for %v, open-loop arrivals (measured: the second phase; "+
 		"the unloaded row: %v at ½ capacity). Latency from the arrival's scheduled time to the end of its work; "+
-		"calls still in flight at the end are cut off and counted at their latency so far.\n\n",
+		"calls still in flight at the end are cut off and counted at their latency so far; p99 by second groups the calls by the second they ended in.\n\n",
 		c.work, c.chunk, runtime.GOMAXPROCS(0), c.measure, c.warmup, c.load, c.duration, c.duration)
-	fmt.Fprintln(out, "| shedder | capacity/s | offered/s | p50 | p99 | p99, 2nd half | p99 / unloaded p99 | p99 by second | goodput/s | goodput / capacity | shed | cut off |")
+	fmt.Fprintln(out, "| shedder | capacity/s before, after | offered/s | p50 | p99 | p99, 2nd half | p99 / unloaded p99 | p99 by second | goodput/s | goodput / capacity | shed | cut off |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
 	for _, r := range rs {
 		var by []string
 		for _, d := range r.p99BySecond {
 			by = append(by, round(d).String())
 		}
-		fmt.Fprintf(out, "| %s | %.0f | %.0f | %v | %v | %v | %.2f | %s | %.0f | %.1f %% | %.1f %% | %d |\n",
-			r.name, r.capacity, r.offered, round(r.p50), round(r.p99), round(r.p99Tail),
+		fmt.Fprintf(out, "| %s | %.0f, %.0f | %.0f | %v | %v | %v | %.2f | %s | %.0f | %.1f %% | %.1f %% | %d |\n",
+			r.name, r.capBefore, r.capAfter, r.offered, round(r.p50), round(r.p99), round(r.p99Tail),
 			float64(r.p99)/float64(base), strings.Join(by, ", "), r.goodput, 100*r.goodput/r.capacity, 100*r.shed, r.unfinished)
 	}
 	for _, r := range rs {
