@@ -295,9 +295,10 @@ func (f *Fallback[T]) Call(ctx context.Context, fn func(context.Context) (T, err
 // Try is [TryCall] through f's pipeline, with the fallback's answer: when
 // the fallback answered, the Outcome's FellBack is set, Err is the
 // fallback's error and Cause the call's (see [Outcome]).
-func (f *Fallback[T]) Try(ctx context.Context, fn func(context.Context) (T, error)) (T, Outcome) {
-	var o Outcome
-	v := run(ctx, f.p, fn, nil, &o)
+func (f *Fallback[T]) Try(ctx context.Context, fn func(context.Context) (T, error)) (v T, o Outcome) {
+	// o is the result itself, filled in place: the Outcome (too large for
+	// the result registers) is not copied out of a local on return.
+	v = run(ctx, f.p, fn, nil, &o)
 	if o.Code == OK {
 		if f.last != nil {
 			f.keep(v)
@@ -317,9 +318,8 @@ func (f *Fallback[T]) CallHedged(ctx context.Context, fn func(context.Context) (
 
 // TryHedged is [TryCallHedged] through f's pipeline, with the fallback's
 // answer.
-func (f *Fallback[T]) TryHedged(ctx context.Context, fn func(context.Context) (T, error)) (T, Outcome) {
-	var o Outcome
-	v := runHedged(ctx, f.p, fn, nil, &o)
+func (f *Fallback[T]) TryHedged(ctx context.Context, fn func(context.Context) (T, error)) (v T, o Outcome) {
+	v = runHedged(ctx, f.p, fn, nil, &o) // o filled in place, as in Try
 	if o.Code == OK {
 		if f.last != nil {
 			f.keep(v)
@@ -440,9 +440,8 @@ func (f *DoFallback) Do(ctx context.Context, fn func(context.Context) error) err
 // Try is [Pipeline.Try] with the fallback's answer (see [Outcome.FellBack]).
 //
 //go:noinline
-func (f *DoFallback) Try(ctx context.Context, fn func(context.Context) error) Outcome {
-	var o Outcome
-	run[struct{}](ctx, f.p, nil, fn, &o)
+func (f *DoFallback) Try(ctx context.Context, fn func(context.Context) error) (o Outcome) {
+	run[struct{}](ctx, f.p, nil, fn, &o) // o filled in place, as in Fallback.Try
 	if o.Code != OK {
 		f.answer(ctx, &o)
 	}
