@@ -31,6 +31,9 @@ import (
 //     each time on the default ticker); the -cached rows share a
 //     rampart.CachedTicker (rampart-cached-stale stores once per tick).
 //     failsafe: With(fallback, retry, breaker, rate limiter, bulkhead).Get.
+//   - Try: Success on the cached ticker through the outcome API
+//     (pipeline.TryCall, Fallback.Try with a Value), which returns the
+//     Outcome by value.
 //   - Reject: the rate limiter's only permit is spent; the fallback answers
 //     every call (rampart: the pipeline's rejection, and the Value, Func and
 //     stale answers; failsafe: its fallback's result).
@@ -47,6 +50,8 @@ func BenchmarkFallback(b *testing.B) {
 		b.Run("Success/"+c.name, func(b *testing.B) { benchRampartFallback(b, c.cached, c.kind, false) })
 	}
 	b.Run("Success/failsafe", func(b *testing.B) { benchFailsafeFallback(b, false) })
+	b.Run("Try/rampart-cached", func(b *testing.B) { benchRampartTry(b, false) })
+	b.Run("Try/rampart-cached-value", func(b *testing.B) { benchRampartTry(b, true) })
 	for _, c := range []struct {
 		name string
 		kind fallbackKind
@@ -172,6 +177,35 @@ func benchFailsafeFallback(b *testing.B, reject bool) {
 	for b.Loop() {
 		if v, err := ex.Get(fn); v != want || err != nil {
 			b.Fatalf("got %q, %v", v, err)
+		}
+	}
+}
+
+// benchRampartTry is Success/rampart-cached through TryCall, or through a
+// Value fallback's Try.
+func benchRampartTry(b *testing.B, withFallback bool) {
+	p, err := rampartPipeline(b, cachedTicker(b), noTimeout, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	fb, err := pipeline.NewFallback(pipeline.FallbackConfig[string]{Pipeline: p, Value: new("fallback")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	defer reportCPU(b, cpuTime())
+	if withFallback {
+		for b.Loop() {
+			if v, o := fb.Try(ctx, fallbackOK); v != "fresh" || o.Code != pipeline.OK {
+				b.Fatalf("got %q, %v", v, o.Err)
+			}
+		}
+		return
+	}
+	for b.Loop() {
+		if v, o := pipeline.TryCall(ctx, p, fallbackOK); v != "fresh" || o.Code != pipeline.OK {
+			b.Fatalf("got %q, %v", v, o.Err)
 		}
 	}
 }
