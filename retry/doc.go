@@ -114,6 +114,37 @@
 // the caller's locals: a Policy holds no per-call state. Retrying allocates a
 // timer per sleep; giving up allocates the [ExhaustedError].
 //
+// # Live reconfiguration
+//
+// [Policy.Update] takes a whole Config (the one New was given, changed),
+// validates it exactly as New does (zero fields mean the same defaults),
+// and applies it while calls run, or refuses it with a *rampart.ConfigError
+// naming the field and changes nothing. The configuration is one immutable
+// object that Do, Call and CallIf load once, at the start of a call, and
+// keep for every attempt of it: a call runs wholly under the old
+// configuration or wholly under the new one. Each of the primitives
+// (Decide, GiveUp, Retryable, NeedsTime, MaxAttempts, Budget) loads it
+// once too, so a caller that runs its own loop (package pipeline) sees an
+// Update from its next step. The counters (Stats) are kept.
+//
+//   - MaxAttempts, Backoff, BaseDelay, MaxDelay, Multiplier, Increment,
+//     ShouldRetry, Rand, OnRetry, OnGiveUp, OnBudgetRefused: updatable.
+//   - MaxDuration: updatable between positive values; from or to 0 it is
+//     fixed: it decides whether a call reads the clock at its start
+//     (NeedsTime), which a caller of the primitives reads once per call,
+//     and a start never read would count as one long ago.
+//   - Name: fixed: it names the instance in the give-up errors already
+//     returned and to whoever observes them; a renamed policy is another
+//     policy.
+//   - Ticker: fixed: the calls in flight measure MaxDuration and the
+//     deadline in readings of that clock, and the budget shares it.
+//   - Budget: fixed: a call's request, outcomes and retries are charged to
+//     one budget, which a caller of the primitives holds across the call;
+//     the budget is shared with the other policies of the dependency.
+//
+// Update allocates the new configuration (one object); calls still
+// allocate nothing.
+//
 // # For composition
 //
 // A pipeline, or a caller that writes its own retry loop, uses

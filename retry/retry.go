@@ -166,6 +166,50 @@ func New(c Config) (*Policy, error) {
 	return p, nil
 }
 
+// Update changes the policy's configuration while calls run (see "Live
+// reconfiguration" in the package documentation). It validates c exactly
+// as New does (zero fields mean the same defaults), and refuses with a
+// *rampart.ConfigError naming the field a change to a field fixed at
+// construction: Name, Ticker, Budget, and MaxDuration from or to 0
+// (between positive values it is updatable). An invalid or refused c
+// changes nothing. Otherwise the next calls (and the next Decide, GiveUp,
+// Retryable, MaxAttempts, NeedsTime) use c: a call of Do, Call or CallIf
+// reads the configuration once, at its start, and runs every attempt
+// under it. It allocates the new configuration (one object); calls still
+// allocate nothing.
+func (p *Policy) Update(c Config) error {
+	s := new(settings)
+	if err := c.settings(s); err != nil {
+		return err
+	}
+	const fixed = "is fixed at construction: "
+	old := p.cur.Load()
+	switch {
+	case c.Name != p.name:
+		return rampart.NewConfigError("retry", "Name", fixed+"it names the instance in the give-up errors already returned and to whoever observes them; a renamed policy is another policy (got %q, built with %q)", c.Name, p.name)
+	case !sameValue(s.ticker, old.ticker):
+		return rampart.NewConfigError("retry", "Ticker", fixed+"the calls in flight measure MaxDuration and the deadline in readings of the old clock, and the budget shares it")
+	case !sameValue(s.budget, old.budget):
+		return rampart.NewConfigError("retry", "Budget", fixed+"a call's request, outcomes and retries are charged to one budget, which callers of the primitives (package pipeline) hold across the call; the budget is shared with other policies")
+	case (s.maxDur > 0) != (old.maxDur > 0):
+		return rampart.NewConfigError("retry", "MaxDuration", fixed+"from or to 0: it decides whether a call reads the clock at its start (NeedsTime), which callers of the primitives read once per call; between positive values it may change (got %v, built with %v)", c.MaxDuration, time.Duration(old.maxDur))
+	}
+	p.cur.Store(s)
+	return nil
+}
+
+// sameValue reports whether interfaces a and b hold the same value: equal
+// values of a comparable type, or the same boxed value of an uncomparable
+// one (a func type: the same closure), which == would panic on.
+func sameValue[T any](a, b T) (same bool) {
+	defer func() {
+		if recover() != nil { // the same uncomparable dynamic type
+			same = (*[2]unsafe.Pointer)(unsafe.Pointer(&a))[1] == (*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1]
+		}
+	}()
+	return any(a) == any(b)
+}
+
 // settings validates c and fills s with it, its defaults filled in.
 func (c *Config) settings(s *settings) error {
 	cfgErr := func(field, format string, args ...any) error {

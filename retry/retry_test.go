@@ -1074,3 +1074,176 @@ func TestPolicyLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateRefusals: Update refuses, with a *rampart.ConfigError naming
+// the field, a change to each field fixed at construction and each value
+// New refuses (with New's error), and then changes nothing.
+func TestUpdateRefusals(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	bud, err := NewTokenBucket(TokenBucketConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := Config{Name: "db", Ticker: tk, Budget: bud, MaxAttempts: 4, MaxDuration: time.Second}
+	with := func(f func(*Config)) Config { c := base; f(&c); return c }
+	other, _ := NewTokenBucket(TokenBucketConfig{})
+	for _, c := range []struct {
+		field string
+		cfg   Config
+		fixed bool
+	}{
+		{"Name", with(func(c *Config) { c.Name = "" }), true},
+		{"Ticker", with(func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }), true},
+		{"Ticker", with(func(c *Config) { c.Ticker = nil }), true}, // the default clock, not tk
+		{"Budget", with(func(c *Config) { c.Budget = other }), true},
+		{"Budget", with(func(c *Config) { c.Budget = nil }), true},
+		{"MaxDuration", with(func(c *Config) { c.MaxDuration = 0 }), true},
+		{"MaxAttempts", with(func(c *Config) { c.MaxAttempts = -1 }), false},
+		{"MaxDelay", with(func(c *Config) { c.BaseDelay, c.MaxDelay = time.Second, time.Millisecond }), false},
+		{"Multiplier", with(func(c *Config) { c.Multiplier = math.NaN() }), false},
+		{"Budget", with(func(c *Config) { c.Budget = (*TokenBucket)(nil) }), false},
+	} {
+		p := mustNew(t, base)
+		err := p.Update(c.cfg)
+		var ce *rampart.ConfigError
+		if !errors.As(err, &ce) || !errors.Is(err, rampart.ErrInvalidConfig) || ce.Field != c.field {
+			t.Fatalf("%s: got %v", c.field, err)
+		}
+		if got := strings.Contains(ce.Reason, "fixed at construction"); got != c.fixed {
+			t.Fatalf("%s: %v: fixed %v, want %v", c.field, err, got, c.fixed)
+		}
+		if _, nerr := New(c.cfg); !c.fixed && nerr.Error() != err.Error() {
+			t.Fatalf("%s: Update's %v is not New's %v", c.field, err, nerr)
+		}
+		if p.MaxAttempts() != 4 || p.cur.Load().maxDur != int64(time.Second) {
+			t.Fatalf("%s: a refused Update changed the policy", c.field)
+		}
+	}
+	// Between positive values MaxDuration may change.
+	p := mustNew(t, base)
+	if err := p.Update(with(func(c *Config) { c.MaxDuration = time.Minute })); err != nil {
+		t.Fatal(err)
+	}
+	if p.cur.Load().maxDur != int64(time.Minute) {
+		t.Fatal("MaxDuration not updated")
+	}
+}
+
+// TestUpdateAppliesFromTheNextCall: the next call runs under an Update's
+// configuration (its attempts, its backoff, its listeners), its zero
+// fields mean New's defaults, and a call in progress keeps the one it
+// started under.
+func TestUpdateAppliesFromTheNextCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, Config{MaxAttempts: 2, Backoff: Constant, BaseDelay: time.Millisecond})
+		attempts := func() int {
+			n := 0
+			_ = p.Do(context.Background(), func(context.Context) error { n++; return errBoom })
+			return n
+		}
+		if n := attempts(); n != 2 {
+			t.Fatalf("%d attempts, want 2", n)
+		}
+		var retried []time.Duration
+		if err := p.Update(Config{MaxAttempts: 4, Backoff: Constant, BaseDelay: 5 * time.Millisecond,
+			OnRetry: func(_ int, d time.Duration, _ error) { retried = append(retried, d) }}); err != nil {
+			t.Fatal(err)
+		}
+		if n := attempts(); n != 4 || len(retried) != 3 || retried[0] != 5*time.Millisecond {
+			t.Fatalf("%d attempts, retries %v: want 4 attempts, 3 retries of 5ms", n, retried)
+		}
+		if err := p.Update(Config{}); err != nil {
+			t.Fatal(err)
+		}
+		if p.MaxAttempts() != 3 || p.cur.Load().bo.base != int64(100*time.Millisecond) || p.cur.Load().onRetry != nil {
+			t.Fatalf("zero fields are New's defaults: %+v", *p.cur.Load())
+		}
+
+		// A call in progress keeps its configuration: it started under 3
+		// attempts; the Update during its first attempt does not change that.
+		n := 0
+		_ = p.Do(context.Background(), func(context.Context) error {
+			if n++; n == 1 {
+				if err := p.Update(Config{MaxAttempts: 6, Backoff: Constant, BaseDelay: time.Millisecond}); err != nil {
+					t.Error(err)
+				}
+			}
+			return errBoom
+		})
+		if n != 3 {
+			t.Fatalf("the call in progress made %d attempts, want the 3 it started under", n)
+		}
+		if n := attempts(); n != 6 {
+			t.Fatalf("the next call made %d attempts, want 6", n)
+		}
+	})
+}
+
+// TestStressUpdatesRacingCalls: goroutines retry failing calls while
+// another keeps switching the policy between two configurations (2 and
+// 4 attempts, different backoffs and listeners): every call runs wholly
+// under one of them (exactly 2 or 4 attempts, never a mix), and the
+// counters add up (each call's retries and its give-up counted once).
+func TestStressUpdatesRacingCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfgs := []Config{
+			{MaxAttempts: 2, Backoff: Constant, BaseDelay: time.Millisecond},
+			{MaxAttempts: 4, Backoff: FullJitter, BaseDelay: 2 * time.Millisecond, OnGiveUp: func(int, Stop, error) {}},
+		}
+		p := mustNew(t, cfgs[0])
+		const G, N = 8, 200
+		var calls, retries, mixed, fours atomic.Int64
+		done, updaterExited := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(updaterExited)
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if err := p.Update(cfgs[i%2]); err != nil {
+					t.Error(err)
+				}
+				time.Sleep(time.Millisecond / 3)
+			}
+		}()
+		finished := make(chan struct{}, G)
+		for range G {
+			go func() {
+				defer func() { finished <- struct{}{} }()
+				for range N {
+					n := int64(0)
+					err := p.Do(context.Background(), func(context.Context) error { n++; return errBoom })
+					if !errors.Is(err, ErrExhausted) {
+						t.Errorf("got %v", err)
+					}
+					switch n {
+					case 2:
+					case 4:
+						fours.Add(1)
+					default:
+						mixed.Add(1)
+					}
+					calls.Add(1)
+					retries.Add(n - 1)
+				}
+			}()
+		}
+		for range G {
+			<-finished
+		}
+		close(done)
+		<-updaterExited
+		if mixed.Load() != 0 {
+			t.Fatalf("%d calls ran under a mix of two configurations", mixed.Load())
+		}
+		if f := fours.Load(); f == 0 || f == calls.Load() {
+			t.Fatalf("%d calls of %d under the second configuration: the updates did not race the calls", f, calls.Load())
+		}
+		s := p.Stats()
+		if s.Retries != uint64(retries.Load()) || s.GiveUps != uint64(calls.Load()) {
+			t.Fatalf("stats %+v, want %d retries and %d give-ups", s, retries.Load(), calls.Load())
+		}
+	})
+}
