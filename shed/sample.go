@@ -62,8 +62,8 @@ func (s *Shedder) sampleAt(now int64) {
 // closeBucket ends the current bucket at now, puts it in the ring, and
 // counts the admissions since the previous sample into s.admitted.
 func (s *Shedder) closeBucket(now int64) {
-	// The count before the latency, the reverse of ReleaseAt's adds: see
-	// there.
+	// The counts before the latency sum, the reverse of ReleaseAt's adds:
+	// see there.
 	passes := s.passes.Swap(0)
 	timed := s.timed.Swap(0)
 	rtSum := s.rtSum.Swap(0)
@@ -124,8 +124,9 @@ func (s *Shedder) publish() {
 	}
 	capf := float64(maxCap)
 	if maxPass > 0 {
-		// Rounded, as Kratos's BBR: truncating (go-zero) turns a cap
-		// measured at 1.98 into 1, and a ceiling turns 2.02 into 3.
+		// Rounded: truncating turns a cap measured at 1.98 into 1 (go-zero
+		// truncates, and so does Kratos's BBR, whose + 0.5 comes after its
+		// floor), and a ceiling turns 2.02 into 3.
 		capf = min(max(math.Floor(maxPass*float64(minRT)/1e9+0.5), 1), maxCap)
 		s.lastCap = capf
 	} else {
@@ -152,12 +153,12 @@ func (s *Shedder) publish() {
 		// the cores) would hold the process below its capacity, and one
 		// too high would hold the queue it let in (every bucket's latency
 		// then includes it). One sample in probeCycle admits a quarter
-		// more (at least one call: a bucket that completes more raises
-		// maxPass), and the next a quarter fewer (at most one call less:
-		// a bucket without the queue lowers minRT).
+		// more (at least one call more: a bucket that completes more
+		// raises maxPass), and the next a quarter fewer (at least one
+		// call fewer from 2 up: a bucket without the queue lowers minRT).
 		switch s.phase % probeCycle {
 		case probeUp:
-			capf = math.Ceil(capf * 1.25)
+			capf = min(math.Ceil(capf*1.25), maxCap) // a count of calls in flight: an int32
 		case probeDown:
 			capf = max(math.Floor(capf*0.75), 1)
 		}

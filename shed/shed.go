@@ -562,10 +562,13 @@ func (s *Shedder) ReleaseAt(p Permit, now int64, r rampart.Result) {
 	if r == rampart.Success {
 		if p.state == sampled {
 			// The latency before its count, which the sampler swaps in
-			// the reverse order: a release torn by a sample leaves its
-			// latency in the closing bucket (whose mean it raises by one
-			// call's share) and its count in the next, never the
-			// latency of a call that the closing bucket does not count.
+			// the reverse order, so that a release torn by a sample
+			// leaves at most its latency in the closing bucket and its
+			// count in the next: one bucket's mean one call's share high
+			// and the next one's one call's share low, a sample's worth
+			// of error accepted to keep releases lock-free (as adaptive's
+			// windows do). The tear is a few nanoseconds wide, once per
+			// SampleInterval.
 			s.rtSum.Add(max(now-p.start, 0)) // atomic 2
 			s.timed.Add(1)                   // atomic 3
 		}

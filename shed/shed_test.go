@@ -1011,3 +1011,18 @@ func TestUnsampledRejectionsReadNoClock(t *testing.T) {
 	require.InDelta(t, 100, ct.Reads()-before, 60, "one read per sampled rejection")
 	require.Equal(t, r.tk.Now(), r.s.lastDrop.Load(), "the sampled rejections moved the cool-off")
 }
+
+// TestProbeStaysWithinTheCapWord: the up-probe of a cap at the largest
+// value stays at most maxCap (a count of calls in flight, an int32), with
+// the priority step within its bounds above it.
+func TestProbeStaysWithinTheCapWord(t *testing.T) {
+	r := newRig(t, Config{Priorities: 2})
+	r.s.on = true
+	r.s.lastCap = maxCap - 1
+	for range probeCycle {
+		r.s.publish() // no completion in the window: the last cap, probed
+		c := r.s.capw.Load()
+		require.LessOrEqual(t, c&0xffffffff, int64(maxCap))
+		require.LessOrEqual(t, c>>32, int64(math.Ceil((maxCap-1)*0.1)), "the step")
+	}
+}
