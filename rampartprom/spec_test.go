@@ -19,21 +19,22 @@ const (
 // metricTable renders the scheme as the docs' Markdown table.
 func metricTable() string {
 	var b strings.Builder
-	b.WriteString("| OpenTelemetry name | Prometheus name | kind | unit | attributes | source |\n")
+	b.WriteString("| OpenTelemetry name | Prometheus name | kind | unit | attributes (labels) | source |\n")
 	b.WriteString("|---|---|---|---|---|---|\n")
 	row := func(ms metricSpec, attrs, source string) {
 		fmt.Fprintf(&b, "| `%s` | `%s` | %s | `%s` | %s | %s |\n", ms.name, promName(ms), ms.kind, ms.unit, attrs, source)
 	}
+	attr := func(a string) string { return "`" + a + "` (`" + promLabel(a) + "`)" }
 	for _, k := range kinds {
 		for _, ms := range k.metrics {
-			attrs := "`" + attrName + "`"
+			attrs := attr(attrName)
 			if ms.states {
-				attrs += ", `" + attrState + "`"
+				attrs += ", " + attr(attrState)
 			}
 			row(ms, attrs, fmt.Sprintf("`%s` %s", k.typ, ms.field))
 		}
 	}
-	row(skippedMetric, "`"+attrReason+"`", "the adapter: instances of a Source it skipped")
+	row(skippedMetric, attr(attrReason), "the adapter: instances of a Source it skipped")
 	return b.String()
 }
 
