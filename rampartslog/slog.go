@@ -23,9 +23,12 @@ import (
 
 // Messages of the records this package logs.
 const (
+	// MsgStateChange is the message of BreakerOnStateChange's records.
 	MsgStateChange = "rampart: circuit breaker state change"
+	// MsgLimitChange is the message of AdaptiveOnLimitChange's records.
 	MsgLimitChange = "rampart: adaptive limit change"
-	MsgRejections  = "rampart: rejections"
+	// MsgRejections is the message of a Summary's records.
+	MsgRejections = "rampart: rejections"
 )
 
 // BreakerOnStateChange returns a listener for

@@ -11,12 +11,17 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd) # the rampartprom module
 PROMETHEUS=${PROMETHEUS:-prometheus}
+if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
 
+apt_install() { # apt_install PACKAGE...: install Debian packages, refreshing the lists once if needed
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null ||
+    { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }
+}
+
+command -v curl >/dev/null 2>&1 || apt_install curl
 if ! command -v "$PROMETHEUS" >/dev/null 2>&1; then
   echo "test-e2e: installing Debian's prometheus package"
-  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null ||
-    { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
+  apt_install prometheus
   # The package's service is not wanted: this script runs its own server.
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
     $sudo systemctl stop prometheus || true
@@ -37,10 +42,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 echo "test-e2e: building the helper"
 (cd "$here" && go build -o "$tmp/e2e" ./internal/e2e)
 
@@ -50,7 +51,7 @@ for _ in $(seq 100); do [ -s "$tmp/addr" ] && break; sleep 0.1; done
 target=$(cat "$tmp/addr")
 echo "test-e2e: collector at http://$target/metrics"
 
-port=$(free_port)
+port=$("$tmp/e2e" freeport)
 cat >"$tmp/prometheus.yml" <<YML
 global:
   scrape_interval: 1s

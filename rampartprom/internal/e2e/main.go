@@ -12,6 +12,10 @@
 //
 // polls Prometheus's /api/v1/query for EXPR until one of its samples is at
 // least V, or fails after D.
+//
+//	e2e freeport
+//
+// prints a TCP port free on 127.0.0.1 (for Prometheus's listen address).
 package main
 
 import (
@@ -50,6 +54,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "query":
 		err = query(os.Args[2:])
+	case "freeport":
+		err = freePort()
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
@@ -192,4 +198,15 @@ func instant(base, expr string) ([]float64, error) {
 		out = append(out, x)
 	}
 	return out, nil
+}
+
+// freePort prints a port that was free on 127.0.0.1 a moment ago.
+func freePort() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	return nil
 }
