@@ -397,13 +397,22 @@ func (c *Client) attempt(ctx context.Context, prev int, method string, req, repl
 	}
 	actx := ctx
 	var cancel context.CancelFunc
+	binding := false // the attempt's deadline comes before the call's
 	if c.attemptTimeout > 0 {
 		actx, cancel = context.WithTimeout(ctx, c.attemptTimeout) // bounded by ctx: never past the call's deadline
+		ad, _ := actx.Deadline()
+		cd, ok := ctx.Deadline()
+		binding = !ok || ad.Before(cd)
 	}
 	err := invoker(actx, method, req, reply, cc, opts...)
 	timedOut := false
 	if cancel != nil {
-		timedOut = err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+		// The attempt ran past its own deadline while the call's is live:
+		// seen by the client (its context ended) or first by the server,
+		// which got the deadline as grpc-timeout and whose
+		// DEADLINE_EXCEEDED can come in before the client's timer fires.
+		timedOut = err != nil && ctx.Err() == nil &&
+			(actx.Err() == context.DeadlineExceeded || (binding && codeOf(err) == codes.DeadlineExceeded))
 		cancel()
 	}
 	if err == nil {
