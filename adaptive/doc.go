@@ -171,4 +171,56 @@
 // concurrent use by any number of goroutines. Rejections return one
 // preallocated error per instance, matching [ErrLimited] (or [ErrThrottled])
 // and rampart.ErrRejected.
+//
+// # Live reconfiguration
+//
+// [Limiter.Update] takes a whole Config (start from [Limiter.Config], the
+// configuration in force with its defaults filled in), validates it exactly
+// as New does, and applies it while calls run, or refuses it with a
+// *rampart.ConfigError naming the field and changes nothing. It applies the
+// settings under the window lock, the one a window's closer takes, so no
+// window is closed on a mix of old and new settings, and a call's hot path
+// reads nothing new (the window, the samples and the stride cap, which
+// slow paths read outside that lock, became atomic words: plain loads on
+// amd64). The limiter keeps its current limit, clamped to the new bounds
+// (OnLimitChange is told when that moves it, and queued calls get the
+// slots a raised limit frees), and the calls in flight keep their permits:
+// above a lowered limit they finish normally and no call is admitted until
+// the count is below it.
+//
+//   - MinLimit, MaxLimit: updatable; the kept limit is clamped to them and
+//     every later window's result is.
+//   - Algorithm: updatable. The Algorithm in force (an equal value, nil
+//     meaning Vegas{}) keeps its running Controller and what it learnt (its
+//     RTT baseline, its probe schedule; a built-in probe keeps the floor
+//     it took from the old MinLimit). Another Algorithm is started at the
+//     kept limit, within the new bounds: what the old one learnt is lost.
+//   - Window: updatable; the current window keeps its end, the next ones
+//     last the new Window.
+//   - MinWindowSamples: updatable, from the current window (the sample
+//     target of the RTT sampling follows at the next window).
+//   - MaxSampleStride: updatable; a lower cap holds from the next
+//     admission.
+//   - Partitions: the shares are updatable (republished with the limit);
+//     their number is fixed: callers hold partition indices and permits
+//     name them. Names are not kept (the limiter does not use them).
+//   - Queue: Target, Interval, FIFO and MaxLength are updatable (the
+//     waiters already queued keep their timers, and a shorter MaxLength
+//     evicts nobody); MaxLength between 0 and positive is fixed: New
+//     allocated the queue or not, and a pipeline chose its path by
+//     MayWait.
+//   - InitialLimit: validated, not applied: it is the limit before the
+//     first window, which has begun.
+//   - Name: fixed: New builds the rejection error that carries it, once.
+//   - Ticker: fixed: the window end and the calls' start times are
+//     readings of the old clock.
+//   - Compact: fixed: it chose the memory layout New allocated.
+//   - Classify, OnLimitChange: fixed: read from words New set (by Do on
+//     every call; by the window's closer after it gives the lock back).
+//     Update accepts the func value New was given (Config returns it; nil
+//     means DefaultClassify for Classify), and refuses any other, nil and a
+//     new closure of the same literal included.
+//
+// Update must not be called from a Controller's Update, which runs under
+// the window lock. A Throttler has no Update.
 package adaptive

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -247,18 +248,27 @@ type Limiter struct {
 	rejErr          *rampart.RejectedError
 	queue           *queue // nil without Config.Queue
 	parts           []partition
-	maxStride       uint32 // Config.MaxSampleStride − 1 (a mask)
-	seed            uint32 // per-limiter key of the sampling hash
+	// maxStride: Config.MaxSampleStride − 1 (a mask). Atomic because
+	// Update changes it while grow reads it (a release's slow path, once
+	// per sample target at most); setStride reads it under the window lock.
+	maxStride atomic.Uint32
+	seed      uint32 // per-limiter key of the sampling hash
 
-	// Read and written only when a window closes: they keep the window
-	// off the slot word's line.
-	minLimit, maxLimit float64
+	// Read and written only when a window closes (and by Update, which
+	// takes the window lock): they keep the window off the slot word's
+	// line.
+	minLimit, maxLimit int32 // Config.MinLimit and MaxLimit as they apply (MaxLimit ≤ MaxInt32)
 	// Owned by the goroutine that holds the window lock (windowEnd ==
 	// lockedWindow); published through the CAS and Store on windowEnd.
-	ctrl       Controller
-	est        float64
-	minSamples int64
+	alg  Algorithm // what ctrl was started from (Vegas{} for a nil Config.Algorithm), for Update
+	ctrl Controller
+	est  float64
+	// minSamples: Config.MinWindowSamples as it applies. Atomic because
+	// Update changes it while a due window's releases and an overdue
+	// window's rejections read it (slow paths); never read per call.
+	minSamples atomic.Int64
 	lastSeq    uint32 // admission sequence number when the previous window closed
+	compact    bool   // Config.Compact, which Update refuses to change
 	_          [pad.Tail64]byte
 
 	win window
@@ -269,7 +279,11 @@ type Limiter struct {
 	samples, drops, windows, panics atomic.Uint64
 	peak                            atomic.Int64
 	onLimit                         func(int, int)
-	window                          int64
+	// window: Config.Window as it applies. Atomic because Update changes
+	// it: a plain load on amd64 and arm64's load-acquire, read by the
+	// window's closer and by rejections (unstallAt; clocklessRejected on
+	// the few rejections that read the clock).
+	window atomic.Int64
 }
 
 // paddedLimiter is the default layout: a line of padding before the Limiter
@@ -291,48 +305,60 @@ const lockedWindow = math.MaxInt64
 // windowAfter is the end of a window that starts at now: saturated, and
 // below lockedWindow even for a reading at the end of the int64 range.
 func (l *Limiter) windowAfter(now int64) int64 {
-	return min(atomicx.SatAdd(now, l.window), lockedWindow-1)
+	return min(atomicx.SatAdd(now, l.window.Load()), lockedWindow-1)
 }
 
-// New validates c and returns a Limiter. An invalid field gives a
-// *rampart.ConfigError (matching rampart.ErrInvalidConfig).
-func New(c Config) (*Limiter, error) {
+// settings are a validated Config as it applies: defaults filled in,
+// partitions and queue built.
+type settings struct {
+	minL, maxL, initL int
+	window            int64
+	minSamples        int64
+	maxStride         int
+	alg               Algorithm
+	parts             []partition
+	q                 *queue
+}
+
+// validate checks c for New and Update and returns its settings, or the
+// *rampart.ConfigError of its first invalid field.
+func (c *Config) validate() (settings, error) {
 	const policy = "adaptive"
 	if c.MinLimit < 0 {
-		return nil, rampart.NewConfigError(policy, "MinLimit", "must not be negative, got %d", c.MinLimit)
+		return settings{}, rampart.NewConfigError(policy, "MinLimit", "must not be negative, got %d", c.MinLimit)
 	}
 	if c.MaxLimit < 0 {
-		return nil, rampart.NewConfigError(policy, "MaxLimit", "must not be negative, got %d", c.MaxLimit)
+		return settings{}, rampart.NewConfigError(policy, "MaxLimit", "must not be negative, got %d", c.MaxLimit)
 	}
 	if c.InitialLimit < 0 {
-		return nil, rampart.NewConfigError(policy, "InitialLimit", "must not be negative, got %d", c.InitialLimit)
+		return settings{}, rampart.NewConfigError(policy, "InitialLimit", "must not be negative, got %d", c.InitialLimit)
 	}
 	minL, maxL, initL := max(c.MinLimit, 1), c.MaxLimit, c.InitialLimit
 	if maxL == 0 {
 		maxL = max(1000, minL)
 	}
 	if maxL > math.MaxInt32 {
-		return nil, rampart.NewConfigError(policy, "MaxLimit", "must be at most %d, got %d", math.MaxInt32, maxL)
+		return settings{}, rampart.NewConfigError(policy, "MaxLimit", "must be at most %d, got %d", math.MaxInt32, maxL)
 	}
 	if maxL < minL {
-		return nil, rampart.NewConfigError(policy, "MaxLimit", "(%d) must be at least MinLimit (%d)", maxL, minL)
+		return settings{}, rampart.NewConfigError(policy, "MaxLimit", "(%d) must be at least MinLimit (%d)", maxL, minL)
 	}
 	if initL == 0 {
 		initL = 20
 	}
 	initL = min(max(initL, minL), maxL)
 	if c.Window < 0 {
-		return nil, rampart.NewConfigError(policy, "Window", "must not be negative, got %v", c.Window)
+		return settings{}, rampart.NewConfigError(policy, "Window", "must not be negative, got %v", c.Window)
 	}
 	if c.MinWindowSamples < 0 {
-		return nil, rampart.NewConfigError(policy, "MinWindowSamples", "must not be negative, got %d", c.MinWindowSamples)
+		return settings{}, rampart.NewConfigError(policy, "MinWindowSamples", "must not be negative, got %d", c.MinWindowSamples)
 	}
 	maxStride := c.MaxSampleStride
 	if maxStride == 0 {
 		maxStride = defaultMaxStride
 	}
 	if maxStride < 1 || maxStride > maxMaxStride || maxStride&(maxStride-1) != 0 {
-		return nil, rampart.NewConfigError(policy, "MaxSampleStride", "must be a power of two from 1 to %d (0: default %d), got %d", maxMaxStride, defaultMaxStride, c.MaxSampleStride)
+		return settings{}, rampart.NewConfigError(policy, "MaxSampleStride", "must be a power of two from 1 to %d (0: default %d), got %d", maxMaxStride, defaultMaxStride, c.MaxSampleStride)
 	}
 	alg := c.Algorithm
 	if alg == nil {
@@ -340,14 +366,39 @@ func New(c Config) (*Limiter, error) {
 	}
 	if v, ok := alg.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
-			return nil, rampart.NewConfigError(policy, "Algorithm", "%v", err)
+			return settings{}, rampart.NewConfigError(policy, "Algorithm", "%v", err)
 		}
 	}
 	parts, err := newPartitions(c.Partitions)
 	if err != nil {
-		return nil, err
+		return settings{}, err
 	}
 	q, err := newQueue(c.Queue)
+	if err != nil {
+		return settings{}, err
+	}
+	if ticker.IsNil(c.Ticker) {
+		return settings{}, rampart.NewConfigError(policy, "Ticker", ticker.NilReason, c.Ticker)
+	}
+	minSamples := int64(c.MinWindowSamples)
+	if minSamples == 0 {
+		minSamples = 10
+	}
+	return settings{
+		minL: minL, maxL: maxL, initL: initL,
+		window:     durationOr(c.Window, time.Second),
+		minSamples: minSamples,
+		maxStride:  maxStride,
+		alg:        alg,
+		parts:      parts,
+		q:          q,
+	}, nil
+}
+
+// New validates c and returns a Limiter. An invalid field gives a
+// *rampart.ConfigError (matching rampart.ErrInvalidConfig).
+func New(c Config) (*Limiter, error) {
+	v, err := c.validate()
 	if err != nil {
 		return nil, err
 	}
@@ -357,41 +408,37 @@ func New(c Config) (*Limiter, error) {
 	} else {
 		l = &new(paddedLimiter).l
 	}
-	l.minLimit = float64(minL)
-	l.maxLimit = float64(maxL)
-	l.window = durationOr(c.Window, time.Second)
-	l.minSamples = int64(c.MinWindowSamples)
-	l.parts = parts
+	l.compact = c.Compact
+	l.minLimit = int32(v.minL)
+	l.maxLimit = int32(v.maxL)
+	l.window.Store(v.window)
+	l.minSamples.Store(v.minSamples)
+	l.parts = v.parts
 	l.rejErr = unnamedRejection
 	if c.Name != "" {
-		l.rejErr = rampart.NewRejectedError(policy, c.Name, ErrLimited)
+		l.rejErr = rampart.NewRejectedError("adaptive", c.Name, ErrLimited)
 	}
 	l.ticker = c.Ticker
 	l.classify = c.Classify
 	l.onLimit = c.OnLimitChange
-	l.queue = q
-	l.maxStride = uint32(maxStride - 1)
+	l.queue = v.q
+	l.maxStride.Store(uint32(v.maxStride - 1))
 	l.seed = rand.Uint32()
-	l.est = float64(initL)
-	if l.minSamples == 0 {
-		l.minSamples = 10
-	}
-	if ticker.IsNil(l.ticker) {
-		return nil, rampart.NewConfigError("adaptive", "Ticker", ticker.NilReason, l.ticker)
-	}
+	l.est = float64(v.initL)
 	if l.ticker == nil {
 		l.ticker = rampart.DefaultTicker()
 	}
 	if l.classify == nil {
 		l.classify = DefaultClassify
 	}
-	l.ctrl = alg.Start(l.est, l.minLimit, l.maxLimit)
+	l.alg = v.alg
+	l.ctrl = v.alg.Start(l.est, float64(l.minLimit), float64(l.maxLimit))
 	if l.ctrl == nil {
-		return nil, rampart.NewConfigError(policy, "Algorithm", "Start returned a nil Controller")
+		return nil, rampart.NewConfigError("adaptive", "Algorithm", "Start returned a nil Controller")
 	}
 	l.win.min.Store(math.MaxInt64)
-	l.target.Store(sampleTarget(l.minSamples, 0) - 1) // stride 1: the first window times every call until it has plenty
-	l.publish(int64(initL))
+	l.target.Store(sampleTarget(v.minSamples, 0) - 1) // stride 1: the first window times every call until it has plenty
+	l.publish(int64(v.initL))
 	l.windowEnd.Store(l.windowAfter(l.ticker.Now()))
 	return l, nil
 }
@@ -452,8 +499,8 @@ func (l *Limiter) reject() (Permit, error) {
 // 64 (amortised, about a nanosecond each). The slot is given back before:
 // a Ticker that panics leaks nothing.
 func (l *Limiter) clocklessRejected(r uint64) {
-	n := r - l.rejectedAtClose.Load()                             // rejections since the last close (one load)
-	if (n&63 == 0 || (n <= 64 && n&(n-1) == 0)) && l.window > 0 { // window 0: the zero Limiter, which has no Ticker
+	n := r - l.rejectedAtClose.Load()                                    // rejections since the last close (one load)
+	if (n&63 == 0 || (n <= 64 && n&(n-1) == 0)) && l.window.Load() > 0 { // window 0: the zero Limiter, which has no Ticker
 		l.unstallAt(l.ticker.Now())
 	}
 }
@@ -471,7 +518,7 @@ func (l *Limiter) clocklessRejected(r uint64) {
 // freed slots go to queued waiters (a raised limit frees more).
 func (l *Limiter) unstallAt(now int64) {
 	end := l.windowEnd.Load()
-	if end != lockedWindow && now >= atomicx.SatAdd(end, l.window) && l.window > 0 && l.stalledEvidence() { // window 0: the zero Limiter, which has no Controller
+	if w := l.window.Load(); end != lockedWindow && now >= atomicx.SatAdd(end, w) && w > 0 && l.stalledEvidence() { // window 0: the zero Limiter, which has no Controller
 		l.closeDue(now, end) // slow path: once per stalled window
 		if l.queue != nil && l.queue.waiting.Load() > 0 {
 			l.queue.handoff(l, now)
@@ -484,7 +531,7 @@ func (l *Limiter) unstallAt(now int64) {
 // closeWindow applies to a release). Slow path: the window is overdue.
 func (l *Limiter) stalledEvidence() bool {
 	c := l.win.counts.Load() >> 32
-	return c == 0 || c >= min(l.minSamples, l.limit.Load()) || l.win.drops.Load() != 0
+	return c == 0 || c >= min(l.minSamples.Load(), l.limit.Load()) || l.win.drops.Load() != 0
 }
 
 // tryAcquire is AcquireAt without counting a rejection (the waiting path).
@@ -569,7 +616,7 @@ func (l *Limiter) closeWindow(now int64) {
 	if now < end || end == lockedWindow {
 		return // another goroutine closed it, or is closing it (end == lockedWindow)
 	}
-	if l.win.counts.Load()>>32 < min(l.minSamples, l.limit.Load()) && l.win.drops.Load() == 0 {
+	if l.win.counts.Load()>>32 < min(l.minSamples.Load(), l.limit.Load()) && l.win.drops.Load() == 0 {
 		// Not enough evidence yet: keep aggregating, and time every call
 		// of Acquire until the window closes (the rate fell since the
 		// stride was set; without this a window at stride 64 would wait
@@ -641,7 +688,7 @@ func (l *Limiter) closeDue(now, end int64) {
 	if est != est { // NaN: keep the limit
 		est = l.est
 	}
-	est = min(max(est, l.minLimit), l.maxLimit)
+	est = min(max(est, float64(l.minLimit)), float64(l.maxLimit))
 	l.est = est
 	l.samples.Add(uint64(samples))
 	l.drops.Add(uint64(drops))
@@ -669,6 +716,159 @@ func (l *Limiter) publish(n int64) {
 
 // Limit returns the current limit.
 func (l *Limiter) Limit() int { return int(l.limit.Load()) }
+
+// Config returns the configuration in force, its defaults filled in
+// (Algorithm, Ticker, Classify, MinLimit, MaxLimit, Window,
+// MinWindowSamples, MaxSampleStride, the Queue's durations), with
+// InitialLimit set to the current limit and the Partitions' shares without
+// their names (the limiter keeps none): change a field and pass it to
+// [Limiter.Update]. It reads the words the window's closer writes without
+// its lock, so a Config taken while a window closes or an Update runs may
+// mix the two.
+func (l *Limiter) Config() Config {
+	c := Config{
+		Name:             l.rejErr.Name(),
+		Algorithm:        l.alg,
+		InitialLimit:     int(l.limit.Load()),
+		MinLimit:         int(l.minLimit),
+		MaxLimit:         int(l.maxLimit),
+		Window:           time.Duration(l.window.Load()),
+		MinWindowSamples: int(l.minSamples.Load()),
+		Classify:         l.classify,
+		OnLimitChange:    l.onLimit,
+		Ticker:           l.ticker,
+		MaxSampleStride:  int(l.maxStride.Load()) + 1,
+		Compact:          l.compact,
+	}
+	if len(l.parts) > 0 {
+		c.Partitions = make([]Partition, len(l.parts))
+		for i := range l.parts {
+			c.Partitions[i].Share = l.parts[i].frac
+		}
+	}
+	if q := l.queue; q != nil {
+		q.mu.Lock()
+		c.Queue = QueueConfig{MaxLength: q.maxLen, Target: time.Duration(q.target), Interval: time.Duration(q.interval), FIFO: !q.lifo}
+		q.mu.Unlock()
+	}
+	return c
+}
+
+// Update changes the limiter's configuration while calls run (see "Live
+// reconfiguration" in the package documentation). It validates c exactly
+// as New does and refuses with a *rampart.ConfigError naming the field a
+// change to a field fixed at construction (Name, Ticker, Compact,
+// Classify, OnLimitChange, the number of Partitions, and Queue.MaxLength
+// between 0 and positive); otherwise it applies the rest under the window
+// lock, so that no window closes on a mix of the old and new settings:
+// the current limit is kept, clamped to the new MinLimit and MaxLimit
+// (OnLimitChange is told if that moves it, and queued calls get the slots
+// a raised limit frees); the running Controller and its state are kept
+// when c's Algorithm is the one in force (equal values, a nil Algorithm
+// being Vegas{}), and another Algorithm is started at the kept limit.
+// InitialLimit is validated and not applied: it is the limit before the
+// first window. An invalid or refused c changes nothing. Update must not
+// be called from the Algorithm's Controller, which runs under the window
+// lock.
+func (l *Limiter) Update(c Config) error {
+	v, err := c.validate()
+	if err != nil {
+		return err
+	}
+	if err := l.checkFixed(&c, &v); err != nil {
+		return err
+	}
+	old, nl, err := l.applyLocked(&v)
+	if err != nil {
+		return err
+	}
+	if nl != old {
+		if l.onLimit != nil {
+			notify.Call2(&l.panics, l.onLimit, int(old), int(nl))
+		}
+		if l.queue != nil && l.queue.waiting.Load() > 0 {
+			l.queue.handoff(l, l.ticker.Now()) // a raised limit frees slots for the waiters
+		}
+	}
+	return nil
+}
+
+// applyLocked applies v under the window lock and returns the limit before
+// and after. The lock is given back on every path, a panicking or
+// Goexiting Algorithm.Start included, which then changes nothing.
+func (l *Limiter) applyLocked(v *settings) (old, nl int64, err error) {
+	end := l.lockWindow()
+	defer l.windowEnd.Store(end) // the current window keeps its end
+	est := min(max(l.est, float64(v.minL)), float64(v.maxL))
+	alg, ctrl := l.alg, l.ctrl
+	if !sameValue(v.alg, l.alg) {
+		alg, ctrl = v.alg, v.alg.Start(est, float64(v.minL), float64(v.maxL))
+		if ctrl == nil {
+			return 0, 0, rampart.NewConfigError("adaptive", "Algorithm", "Start returned a nil Controller")
+		}
+	}
+	l.alg, l.ctrl = alg, ctrl
+	l.minLimit, l.maxLimit = int32(v.minL), int32(v.maxL)
+	l.est = est
+	l.window.Store(v.window)
+	l.minSamples.Store(v.minSamples)
+	ms := uint32(v.maxStride - 1)
+	l.maxStride.Store(ms)
+	if l.stride.Load() > ms {
+		l.stride.Store(ms) // a lower cap holds from the next admission
+	}
+	for i := range l.parts {
+		l.parts[i].frac = v.parts[i].frac
+	}
+	if q := l.queue; q != nil {
+		q.mu.Lock()
+		q.maxLen, q.target, q.interval, q.lifo = v.q.maxLen, v.q.target, v.q.interval, v.q.lifo
+		q.mu.Unlock()
+	}
+	old, nl = l.limit.Load(), int64(est)
+	l.publish(nl) // also when nl == old: the partitions' shares may have changed
+	return old, nl, nil
+}
+
+// lockWindow takes the window lock (windowEnd = lockedWindow), waiting
+// for a window's closer or another Update to give it back, and returns the
+// window end it held. Slow path.
+func (l *Limiter) lockWindow() int64 {
+	for {
+		end := l.windowEnd.Load()
+		if end != lockedWindow && l.windowEnd.CompareAndSwap(end, lockedWindow) {
+			return end
+		}
+		runtime.Gosched()
+	}
+}
+
+// checkFixed returns the *rampart.ConfigError of the first field of c (v
+// its settings) that differs from what New fixed.
+func (l *Limiter) checkFixed(c *Config, v *settings) error {
+	const policy, fixed = "adaptive", "is fixed at construction: "
+	classify := c.Classify
+	if classify == nil {
+		classify = DefaultClassify
+	}
+	switch {
+	case c.Name != l.rejErr.Name():
+		return rampart.NewConfigError(policy, "Name", fixed+"New built the rejection error that carries it (got %q, built with %q)", c.Name, l.rejErr.Name())
+	case !sameTicker(c.Ticker, l.ticker):
+		return rampart.NewConfigError(policy, "Ticker", fixed+"the calls in flight and the window end are readings of the old clock, which another clock's do not compare with")
+	case c.Compact != l.compact:
+		return rampart.NewConfigError(policy, "Compact", fixed+"it chose the memory layout New allocated (got %v)", c.Compact)
+	case !sameFunc(classify, l.classify):
+		return rampart.NewConfigError(policy, "Classify", fixed+"Do and pipelines read it from a word New set on every call; pass the func value New was given")
+	case !sameFunc(c.OnLimitChange, l.onLimit):
+		return rampart.NewConfigError(policy, "OnLimitChange", fixed+"the window's closer reads it from a word New set after giving the window lock back; pass the func value New was given")
+	case len(v.parts) != len(l.parts):
+		return rampart.NewConfigError(policy, "Partitions", fixed+"their number (%d, got %d): callers hold partition indices and permits name them", len(l.parts), len(v.parts))
+	case (v.q == nil) != (l.queue == nil):
+		return rampart.NewConfigError(policy, "Queue.MaxLength", fixed+"between 0 (no queue) and positive: New allocated the queue or not, and a pipeline chose its path by MayWait (got %d)", c.Queue.MaxLength)
+	}
+	return nil
+}
 
 // MayWait reports whether AcquireWaitAt can queue (Config.Queue is set). A
 // pipeline uses it to re-read the clock after admission, so that a deadline

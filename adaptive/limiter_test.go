@@ -895,13 +895,13 @@ func TestProbeEndsAtALowRateOfClocklessCalls(t *testing.T) {
 }
 
 // TestLimiterBytes gates the heap bytes of one live Limiter with the
-// default Vegas, both layouts: the 280 B Limiter (size class 288) with a
+// default Vegas, both layouts: the 288 B Limiter (a size class) with a
 // line of padding before it by default (352 B), or not with Compact;
 // Vegas's state adds 112 B (a Config.Queue with MaxLength 0 allocates no
 // queue). A Name adds its rejection error; unnamed limiters share one.
 func TestLimiterBytes(t *testing.T) {
 	const algo, queueCheck = 112, 0
-	padded := map[uintptr]int64{64: 352, 128: 576}[pad.LineSize] // 64 + 280 B; 128 + 408 B
+	padded := map[uintptr]int64{64: 352, 128: 576}[pad.LineSize] // 64 + 288 B; 128 + 416 B
 	compact := map[uintptr]int64{64: 288, 128: 416}[pad.LineSize]
 	mk := func(c Config) func() any {
 		return func() any {
@@ -934,5 +934,416 @@ func TestLimiterLayoutSeparatesWrittenWords(t *testing.T) {
 	require.GreaterOrEqual(t, unsafe.Sizeof(l)-(unsafe.Offsetof(l.win)+unsafe.Sizeof(l.win)), gap)
 	var p paddedLimiter
 	require.Equal(t, pad.LineSize, unsafe.Offsetof(p.l))
-	require.Equal(t, uintptr(280+2*pad.Tail64), unsafe.Sizeof(l))
+	require.Equal(t, uintptr(288+2*pad.Tail64), unsafe.Sizeof(l))
+}
+
+// countingAlg is an Algorithm whose controllers count their windows and
+// return next (NaN: keep the limit); a pointer, so that Update compares
+// it by identity.
+type countingAlg struct {
+	starts  int
+	initial float64 // the initial limit of the last Start
+	windows int
+	next    float64
+}
+
+func (a *countingAlg) Start(initial, _, _ float64) Controller {
+	a.starts++
+	a.initial = initial
+	return cbCtrl(func(s Sample) float64 { a.windows++; return a.next })
+}
+
+// TestUpdateClampsTheLimitAndKeepsTheController: Update keeps the current
+// limit clamped to the new bounds (telling OnLimitChange when that moves
+// it), keeps the running Controller when given the Algorithm in force and
+// starts another at the kept limit when given another one; the new
+// bounds hold from the next window, and InitialLimit is not applied.
+func TestUpdateClampsTheLimitAndKeepsTheController(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	alg := &countingAlg{next: math.NaN()}
+	var changes [][2]int
+	onChange := func(o, n int) { changes = append(changes, [2]int{o, n}) }
+	c := Config{Algorithm: alg, InitialLimit: 40, MaxLimit: 100, Window: 10, MinWindowSamples: 1, Ticker: tk, OnLimitChange: onChange}
+	l, err := New(c)
+	require.NoError(t, err)
+	step := func() {
+		p, err := l.AcquireAt(tk.Now())
+		require.NoError(t, err)
+		tk.Advance(20)
+		l.ReleaseAt(p, tk.Now(), rampart.Success)
+	}
+
+	c.MaxLimit = 30
+	require.NoError(t, l.Update(c))
+	require.Equal(t, 30, l.Limit())
+	require.Equal(t, [][2]int{{40, 30}}, changes)
+	require.Equal(t, 1, alg.starts, "the same Algorithm keeps its controller")
+
+	alg.next = 1e6 // the algorithm asks for more than MaxLimit
+	step()
+	require.Equal(t, 1, alg.windows)
+	require.Equal(t, 30, l.Limit(), "the new MaxLimit holds at the next window")
+
+	c.MinLimit, c.MaxLimit, c.InitialLimit = 50, 60, 7 // InitialLimit: validated, not applied
+	require.NoError(t, l.Update(c))
+	require.Equal(t, 50, l.Limit())
+	require.Equal(t, 50, l.Config().MinLimit)
+
+	other := &countingAlg{next: math.NaN()}
+	c.Algorithm = other
+	require.NoError(t, l.Update(c))
+	require.Equal(t, 1, other.starts)
+	require.Equal(t, 50.0, other.initial, "another Algorithm starts at the kept limit")
+	step()
+	require.Equal(t, 1, other.windows)
+	require.Equal(t, 1, alg.windows, "the replaced controller runs no more")
+	require.Equal(t, 50, l.Limit())
+	require.Equal(t, [][2]int{{40, 30}, {30, 50}}, changes)
+
+	// A window longer from the next window on: the current one keeps its end.
+	c.Window = 1000
+	require.NoError(t, l.Update(c))
+	step() // closes the current window (due at its old end)
+	require.Equal(t, 2, other.windows)
+	step() // 20 ns later: inside the new 1000 ns window
+	require.Equal(t, 2, other.windows)
+	tk.Advance(1000)
+	step()
+	require.Equal(t, 3, other.windows)
+	require.Zero(t, l.InFlight())
+}
+
+// TestUpdateRefusesFixedFields: Update validates as New does, and a change
+// to a field fixed at construction is a ConfigError naming it; a refused
+// Update changes nothing, not even the valid bound beside the refused
+// field.
+func TestUpdateRefusesFixedFields(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	classify := func(context.Context, error) rampart.Result { return rampart.Success }
+	onChange := func(int, int) {}
+	base := Config{Name: "api", InitialLimit: 10, MaxLimit: 100, Ticker: tk, Classify: classify, OnLimitChange: onChange,
+		Partitions: []Partition{{Share: 0.5}, {Share: 0.5}}, Queue: QueueConfig{MaxLength: 4}}
+	for _, tc := range []struct {
+		field  string
+		change func(*Config)
+	}{
+		{"Name", func(c *Config) { c.Name = "" }},
+		{"Ticker", func(c *Config) { c.Ticker = nil }},
+		{"Ticker", func(c *Config) { c.Ticker = testkit.FuncTicker(func() int64 { return 0 }) }},
+		{"Ticker", func(c *Config) { c.Ticker = (*rampart.ManualTicker)(nil) }},
+		{"Compact", func(c *Config) { c.Compact = true }},
+		{"Classify", func(c *Config) { c.Classify = nil }},
+		{"Classify", func(c *Config) { c.Classify = DefaultClassify }},
+		{"OnLimitChange", func(c *Config) { c.OnLimitChange = nil }},
+		{"Partitions", func(c *Config) { c.Partitions = c.Partitions[:1] }},
+		{"Partitions", func(c *Config) { c.Partitions = []Partition{{Share: 0.7}, {Share: 0.7}} }},
+		{"Queue.MaxLength", func(c *Config) { c.Queue.MaxLength = 0 }},
+		{"Queue.Interval", func(c *Config) { c.Queue.Target, c.Queue.Interval = time.Second, time.Millisecond }},
+		{"MaxLimit", func(c *Config) { c.MinLimit, c.MaxLimit = 10, 5 }},
+		{"MinLimit", func(c *Config) { c.MinLimit = -1 }},
+		{"InitialLimit", func(c *Config) { c.InitialLimit = -1 }},
+		{"Window", func(c *Config) { c.Window = -1 }},
+		{"MinWindowSamples", func(c *Config) { c.MinWindowSamples = -1 }},
+		{"MaxSampleStride", func(c *Config) { c.MaxSampleStride = 3 }},
+		{"Algorithm", func(c *Config) { c.Algorithm = Vegas{Smoothing: 2} }},
+		{"Algorithm", func(c *Config) { c.Algorithm = cbAlg{} }}, // Start returns a nil Controller
+	} {
+		l, err := New(base)
+		require.NoError(t, err)
+		c := base
+		c.MaxLimit = 5 // a valid change that must not be applied beside the refused one
+		tc.change(&c)
+		err = l.Update(c)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce, tc.field)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+		require.Equal(t, tc.field, ce.Field, err.Error())
+		require.Equal(t, 10, l.Limit(), "a refused Update applied something: %v", err)
+		require.Equal(t, 100, l.Config().MaxLimit)
+		p, err := l.AcquireAt(tk.Now()) // the window lock was given back
+		require.NoError(t, err)
+		l.ReleaseAt(p, tk.Now(), rampart.Ignored)
+	}
+	// What Config returns is accepted as it is, the defaults filled in.
+	l, err := New(Config{})
+	require.NoError(t, err)
+	c := l.Config()
+	require.Equal(t, Vegas{}, c.Algorithm)
+	c.MaxLimit = 500
+	require.NoError(t, l.Update(c))
+	require.NoError(t, l.Update(Config{MaxLimit: 10}), "nil fields are the defaults New filled in")
+	require.Equal(t, 10, l.Limit())
+}
+
+// TestUpdateWhoseAlgorithmPanicsChangesNothing: an Algorithm.Start that
+// panics under the window lock gives the lock back and changes nothing.
+func TestUpdateWhoseAlgorithmPanicsChangesNothing(t *testing.T) {
+	l, tk := fixed(t, 4, nil)
+	c := l.Config()
+	c.MaxLimit = 8
+	c.Algorithm = cbAlgPanics{}
+	require.Panics(t, func() { _ = l.Update(c) })
+	require.Equal(t, 4, l.Limit())
+	require.Equal(t, 4, l.Config().MaxLimit)
+	c.Algorithm = AIMD{}
+	require.NoError(t, l.Update(c), "the window lock was given back")
+	p, err := l.AcquireAt(tk.Now())
+	require.NoError(t, err)
+	l.ReleaseAt(p, tk.Now(), rampart.Success)
+}
+
+type cbAlgPanics struct{}
+
+func (cbAlgPanics) Start(_, _, _ float64) Controller { panic("start") }
+
+// TestUpdateRaisingTheLimitServesTheQueue: an Update whose MinLimit raises
+// the limit hands the freed slots to the queued calls at once, and a new
+// Queue.MaxLength holds for the next arrival.
+func TestUpdateRaisingTheLimitServesTheQueue(t *testing.T) {
+	l, tk := fixed(t, 1, func(c *Config) { c.Queue = QueueConfig{MaxLength: 1, Target: time.Hour, Interval: time.Hour} })
+	hung, err := l.AcquireAt(tk.Now())
+	require.NoError(t, err)
+	got := make(chan error, 2)
+	wait := func() {
+		p, err := l.AcquireWaitAt(context.Background(), tk.Now())
+		if err == nil {
+			l.ReleaseAt(p, tk.Now(), rampart.Ignored)
+		}
+		got <- err
+	}
+	go wait()
+	for l.Stats().Queued != 1 {
+		runtime.Gosched() // the waiter is queued (no clock involved)
+	}
+	_, err = l.AcquireWaitAt(context.Background(), tk.Now())
+	require.ErrorIs(t, err, ErrLimited, "the queue of 1 is full")
+	c := l.Config()
+	c.Queue.MaxLength = 2
+	require.NoError(t, l.Update(c))
+	go wait()
+	for l.Stats().Queued != 2 {
+		runtime.Gosched()
+	}
+	c.MinLimit, c.MaxLimit = 3, 3
+	require.NoError(t, l.Update(c))
+	require.NoError(t, <-got)
+	require.NoError(t, <-got)
+	require.Equal(t, 3, l.Limit())
+	l.ReleaseAt(hung, tk.Now(), rampart.Ignored)
+	require.Zero(t, l.InFlight())
+}
+
+// TestStressUpdateRacingCalls: goroutines admit and release (plain and
+// partitioned, every outcome) on a moving clock while one goroutine
+// Updates the bounds, the window and the stride cap. After each Update
+// returns, the limit lies within its bounds until the next; afterwards
+// nothing is in flight, in a partition or lost, and the last bounds hold
+// from the next admission.
+func TestStressUpdateRacingCalls(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	c := Config{Algorithm: Vegas{ProbeInterval: 5}, InitialLimit: 20, MaxLimit: 64, Window: 1000, MinWindowSamples: 1, Ticker: tk,
+		Partitions: []Partition{{Share: 0.5}, {Share: 0.5}}}
+	l, err := New(c)
+	require.NoError(t, err)
+	var stop atomic.Bool
+	var admittedN, releasedN atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			for i := 0; !stop.Load() || i < 2000; i++ {
+				var p Permit
+				var err error
+				switch g % 3 {
+				case 0:
+					p, err = l.AcquireAt(tk.Now())
+				case 1:
+					p, err = l.Acquire()
+				default:
+					p, err = l.AcquirePartitionAt(tk.Now(), i%2)
+				}
+				if err != nil {
+					continue
+				}
+				admittedN.Add(1)
+				if i%7 == 0 {
+					tk.Advance(time.Duration(100 + i%50))
+				}
+				if g%3 == 1 {
+					l.Release(p, rampart.Result(i%3))
+				} else {
+					l.ReleaseAt(p, tk.Now(), rampart.Result(i%3))
+				}
+				releasedN.Add(1)
+				if i%64 == 0 {
+					runtime.Gosched() // let the updater run on a busy machine
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		defer stop.Store(true)
+		for i := range 300 {
+			u := c
+			u.MinLimit = 1 + i%5
+			u.MaxLimit = u.MinLimit + i%40
+			u.Window = time.Duration(500 + i%3*500)
+			u.MaxSampleStride = 1 << (i % 7)
+			u.Partitions = []Partition{{Share: float64(i%5) / 10}, {Share: 0.5}}
+			if err := l.Update(u); err != nil {
+				t.Error(err)
+				return
+			}
+			if lim := l.Limit(); lim < u.MinLimit || lim > u.MaxLimit {
+				t.Errorf("after Update [%d, %d]: limit %d", u.MinLimit, u.MaxLimit, lim)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	require.Equal(t, admittedN.Load(), releasedN.Load())
+	require.Zero(t, l.InFlight())
+	require.Zero(t, l.PartitionInFlight(0)+l.PartitionInFlight(1))
+	c.MinLimit, c.MaxLimit = 3, 3
+	require.NoError(t, l.Update(c))
+	var held []Permit
+	for range 5 {
+		if p, err := l.AcquireAt(tk.Now()); err == nil {
+			held = append(held, p)
+		}
+	}
+	require.Len(t, held, 3, "the last bounds hold from the next admission")
+	for _, p := range held {
+		l.ReleaseAt(p, tk.Now(), rampart.Ignored)
+	}
+	require.Zero(t, l.InFlight())
+}
+
+// FuzzUpdate drives a limiter through admissions (plain, clock-free and
+// partitioned), releases of every outcome, clock moves, valid Updates (the
+// bounds, the window, the samples, the stride cap, the shares, the
+// algorithm, among them the one in force) and invalid ones. After every
+// step: the limit lies within the bounds in force, an Update moved it to
+// the old limit clamped to the new bounds, a refused Update changed
+// nothing, and the in-flight counts (total and per partition) are the
+// permits held; once they are released, nothing is in flight.
+func FuzzUpdate(f *testing.F) {
+	f.Add([]byte{0, 0, 4, 3, 9, 1, 2, 0, 1, 2, 3, 0, 2, 1, 5, 0, 4, 30, 1, 0, 0, 0})
+	f.Add([]byte{4, 0, 0, 9, 9, 9, 9, 9, 0, 0, 0, 1, 1, 3, 200, 2, 2, 2, 5, 3, 6, 1})
+	f.Add([]byte{1, 1, 1, 0, 3, 255, 2, 0, 2, 1, 4, 19, 49, 0, 4, 10, 3, 5, 4, 7})
+	algs := []Algorithm{nil, AIMD{}, Vegas{ProbeInterval: 3}, Gradient2{ProbeInterval: 4}}
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		tk := rampart.NewManualTicker(0)
+		c := Config{Algorithm: AIMD{}, InitialLimit: 8, MinLimit: 1, MaxLimit: 40, Window: 100, MinWindowSamples: 1, Ticker: tk,
+			Partitions: []Partition{{Share: 0.5}, {Share: 0.25}}}
+		l, err := New(c)
+		require.NoError(t, err)
+		type held struct {
+			p       Permit
+			part    int // -1: none
+			clocked bool
+		}
+		var permits []held
+		byte_ := func(i *int) int {
+			*i++
+			if *i < len(ops) {
+				return int(ops[*i])
+			}
+			return 0
+		}
+		check := func(what string) {
+			lim := l.Limit()
+			if lim < max(c.MinLimit, 1) || lim > c.MaxLimit {
+				t.Fatalf("%s: limit %d outside [%d, %d]", what, lim, c.MinLimit, c.MaxLimit)
+			}
+			require.Equal(t, len(permits), l.InFlight(), what)
+			var parts [2]int
+			for _, h := range permits {
+				if h.part >= 0 {
+					parts[h.part]++
+				}
+			}
+			require.Equal(t, parts[0], l.PartitionInFlight(0), what)
+			require.Equal(t, parts[1], l.PartitionInFlight(1), what)
+			require.Equal(t, lim, l.Stats().Limit, what)
+		}
+		for i := 0; i < len(ops); i++ {
+			switch op := ops[i] % 8; op {
+			case 0, 1, 6: // admit
+				h := held{part: -1, clocked: op != 6}
+				var p Permit
+				var err error
+				switch op {
+				case 0:
+					p, err = l.AcquireAt(tk.Now())
+				case 1:
+					h.part = byte_(&i) % 2
+					p, err = l.AcquirePartitionAt(tk.Now(), h.part)
+				default:
+					p, err = l.Acquire()
+				}
+				if err == nil {
+					h.p = p
+					permits = append(permits, h)
+				}
+				check("admit")
+			case 2: // release the oldest
+				if len(permits) == 0 {
+					continue
+				}
+				h := permits[0]
+				permits = permits[1:]
+				o := rampart.Result(byte_(&i) % 3)
+				if h.clocked {
+					l.ReleaseAt(h.p, tk.Now(), o)
+				} else {
+					l.Release(h.p, o)
+				}
+				check("release")
+			case 3: // the clock moves
+				tk.Advance(time.Duration(byte_(&i)) * 3)
+			case 4, 7: // a valid Update
+				u := c
+				u.MinLimit = 1 + byte_(&i)%20
+				u.MaxLimit = u.MinLimit + byte_(&i)%50
+				u.Window = time.Duration(1 + byte_(&i)*10)
+				u.MinWindowSamples = byte_(&i) % 5
+				u.MaxSampleStride = 1 << (byte_(&i) % 11)
+				u.Partitions = []Partition{{Share: float64(byte_(&i)%11) / 20}, {Share: 0.25}}
+				if a := byte_(&i) % (len(algs) + 1); a < len(algs) {
+					u.Algorithm = algs[a]
+				} // else: the Algorithm in force, whose controller is kept
+				old := l.Limit()
+				require.NoError(t, l.Update(u))
+				c = u
+				require.Equal(t, min(max(old, c.MinLimit), c.MaxLimit), l.Limit(), "the kept limit, clamped")
+				check("update")
+			case 5: // an invalid or refused Update changes nothing
+				u := c
+				u.MaxLimit = 1000
+				switch byte_(&i) % 5 {
+				case 0:
+					u.MinLimit = -1
+				case 1:
+					u.MaxSampleStride = 3
+				case 2:
+					u.Partitions = u.Partitions[:1]
+				case 3:
+					u.Name = "other"
+				default:
+					u.Partitions = []Partition{{Share: 0.9}, {Share: 0.9}}
+				}
+				before := l.Limit()
+				var ce *rampart.ConfigError
+				require.ErrorAs(t, l.Update(u), &ce)
+				require.Equal(t, before, l.Limit())
+				require.Equal(t, c.MaxLimit, l.Config().MaxLimit)
+				check("refused update")
+			}
+		}
+		for _, h := range permits {
+			l.ReleaseAt(h.p, tk.Now(), rampart.Ignored)
+		}
+		permits = nil
+		check("drained")
+	})
 }

@@ -50,6 +50,7 @@ type queue struct {
 	waiting atomic.Int32  // waiters in items; read by every release
 	shed    atomic.Uint64 // waiters shed and arrivals refused by a full queue
 
+	// The CoDel parameters, guarded by mu (Update changes them).
 	maxLen           int
 	target, interval int64
 	lifo             bool
@@ -176,9 +177,10 @@ func (l *Limiter) AcquireWaitAt(ctx context.Context, now int64) (Permit, error) 
 		q.mu.Unlock()
 		return t, nil
 	}
+	interval := q.interval // under mu: Update changes it
 	q.mu.Unlock()
 
-	timer := time.NewTimer(time.Duration(q.interval))
+	timer := time.NewTimer(time.Duration(interval))
 	defer timer.Stop()
 	var cause error
 	select {

@@ -72,12 +72,12 @@ func sampleTarget(minSamples, maxIn int64) uint32 {
 // setStride sets the sample target and the stride of the next window from
 // the closed one's admissions and most calls in flight. Window lock held.
 func (l *Limiter) setStride(calls, maxIn int64) {
-	target := sampleTarget(l.minSamples, maxIn)
+	target := sampleTarget(l.minSamples.Load(), maxIn)
 	stride := uint64(1)
 	if q := calls / int64(target); q > 1 {
 		stride = 1 << (bits.Len64(uint64(q)) - 1) // the greatest power of two ≤ q
 	}
-	stride = min(stride, uint64(l.maxStride)+1)
+	stride = min(stride, uint64(l.maxStride.Load())+1)
 	l.target.Store(target - 1)
 	l.stride.Store(uint32(stride - 1))
 }
@@ -88,7 +88,7 @@ func (l *Limiter) setStride(calls, maxIn int64) {
 // setStride or reset with a stale value twice.
 func (l *Limiter) grow() {
 	s := l.stride.Load()
-	if s < l.maxStride {
+	if s < l.maxStride.Load() {
 		l.stride.CompareAndSwap(s, s<<1|1)
 	}
 }
