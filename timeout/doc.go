@@ -193,6 +193,42 @@
 // cancellation is not this Timeout's doing); [Timeout.FinishAt] with an end
 // reading past the deadline still counts one by the clock.
 //
+// # Live reconfiguration
+//
+// [Timeout.Update] takes a whole Config (the one New was given, changed),
+// validates it exactly as New does, and applies it while calls run, or
+// refuses it with a *rampart.ConfigError naming the field and changes
+// nothing. The configuration is one immutable object that a call loads
+// once, at its start (StartAt, Do, Call, DoAbandon), and keeps to its end
+// in its Handle (or job): its deadline, its timeout error and its
+// listeners are those it started under, never a mix. The counters are
+// kept.
+//
+//   - Duration: updatable; the calls that start after the Update get the
+//     new deadline and a new *Error (its message states the Duration:
+//     Err returns it). A call in progress keeps its deadline and returns
+//     the error it started with.
+//   - MaxAbandoned: updatable; the next DoAbandon calls are bounded by it
+//     (abandoned functions still running above a lowered bound keep
+//     running: new calls are rejected until they return).
+//   - OnTimeout, OnAbandon, OnRejected: updatable; each call notifies
+//     those of the configuration it started under.
+//   - Name: fixed: the timeout and rejection errors carry it, and callers
+//     hold those already returned.
+//   - Mode: fixed: New chose from it whether calls get a context that the
+//     watchdog ends.
+//   - Ticker, Watchdog, Tick: fixed: the deadlines of the calls in flight
+//     are readings of the clock, armed on the watchdog New chose (Tick
+//     chose between the shared watchdog and one of the Timeout's own, and
+//     the latter's sweep period). In soft mode Tick is ignored, by New and
+//     by Update alike.
+//   - Workers: fixed: the first DoAbandon allocates the table of workers
+//     at that size.
+//
+// Update allocates the new configuration (one object and the error's
+// message); calls allocate what they did, and StartAt stores one word
+// more in the Handle (the configuration the call started under).
+//
 // # For composition
 //
 // A pipeline that shares one clock reading between policies uses

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/atomicx"
@@ -231,66 +232,191 @@ func (s *settings) d() int64 { return int64(s.err.d) }
 
 // New validates cfg and returns a Timeout.
 func New(cfg Config) (*Timeout, error) {
-	if cfg.Duration <= 0 {
-		return nil, rampart.NewConfigError("timeout", "Duration", "must be positive, got %v", cfg.Duration)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	if cfg.Mode > ModeSoft {
-		return nil, rampart.NewConfigError("timeout", "Mode", "must be ModeDeadline or ModeSoft, got %d", cfg.Mode)
-	}
-	if cfg.Tick < 0 {
-		return nil, rampart.NewConfigError("timeout", "Tick", "must not be negative, got %v", cfg.Tick)
-	}
-	if cfg.MaxAbandoned < 0 {
-		return nil, rampart.NewConfigError("timeout", "MaxAbandoned", "must not be negative, got %d", cfg.MaxAbandoned)
-	}
-	if cfg.Workers < 0 || cfg.Workers > maxWorkers {
-		return nil, rampart.NewConfigError("timeout", "Workers", "must be in [0, %d], got %d", maxWorkers, cfg.Workers)
-	}
-	t := &Timeout{mode: cfg.Mode, tk: cfg.Ticker, wd: cfg.Watchdog}
-	t.nWorkers = int32(cfg.Workers)
-	if t.nWorkers == 0 {
-		t.nWorkers = DefaultWorkers
-	}
-	if ticker.IsNil(t.tk) {
-		return nil, rampart.NewConfigError("timeout", "Ticker", ticker.NilReason, t.tk)
-	}
-	switch {
-	case t.wd != nil:
-		if cfg.Tick != 0 && cfg.Tick != t.wd.Tick() {
-			return nil, rampart.NewConfigError("timeout", "Tick", "is %v but the Watchdog ticks every %v", cfg.Tick, t.wd.Tick())
-		}
-		if t.tk == nil {
-			t.tk = t.wd.Clock()
-		} else if same, ok := ticker.Equal(watchdog.Clock(t.tk), t.wd.Clock()); !ok {
-			return nil, rampart.NewConfigError("timeout", "Ticker", ticker.UncomparableReason, t.tk)
-		} else if !same {
-			return nil, rampart.NewConfigError("timeout", "Ticker", "must be the Watchdog's clock (readings of two clocks are not comparable)")
-		}
-	case cfg.Tick == 0 && (t.tk == nil || t.tk == rampart.DefaultTicker()):
-		t.tk = rampart.DefaultTicker()
-		if t.mode != ModeSoft {
-			t.wd = watchdog.Default()
-		}
-	default:
-		if t.tk == nil {
-			t.tk = rampart.DefaultTicker()
-		}
-		if t.mode != ModeSoft {
-			t.wd = watchdog.New(watchdog.Config{Tick: cfg.Tick, Clock: t.tk})
-			t.ownWd = true
-		}
+	t := &Timeout{mode: cfg.Mode, nWorkers: int32(cfg.workers())}
+	var plan wdPlan
+	t.tk, plan = cfg.plan()
+	switch plan {
+	case wdGiven:
+		t.wd = cfg.Watchdog
+	case wdDefault:
+		t.wd = watchdog.Default()
+	case wdOwn:
+		t.wd = watchdog.New(watchdog.Config{Tick: cfg.Tick, Clock: t.tk})
+		t.ownWd = true
 	}
 	t.epoch = time.Now().Add(-time.Duration(t.tk.Now()))
 	t.cur.Store(newSettings(&cfg))
 	return t, nil
 }
 
+// check validates cfg: the errors New (and Update) returns.
+func (cfg *Config) check() error {
+	if cfg.Duration <= 0 {
+		return rampart.NewConfigError("timeout", "Duration", "must be positive, got %v", cfg.Duration)
+	}
+	if cfg.Mode > ModeSoft {
+		return rampart.NewConfigError("timeout", "Mode", "must be ModeDeadline or ModeSoft, got %d", cfg.Mode)
+	}
+	if cfg.Tick < 0 {
+		return rampart.NewConfigError("timeout", "Tick", "must not be negative, got %v", cfg.Tick)
+	}
+	if cfg.MaxAbandoned < 0 {
+		return rampart.NewConfigError("timeout", "MaxAbandoned", "must not be negative, got %d", cfg.MaxAbandoned)
+	}
+	if cfg.Workers < 0 || cfg.Workers > maxWorkers {
+		return rampart.NewConfigError("timeout", "Workers", "must be in [0, %d], got %d", maxWorkers, cfg.Workers)
+	}
+	if ticker.IsNil(cfg.Ticker) {
+		return rampart.NewConfigError("timeout", "Ticker", ticker.NilReason, cfg.Ticker)
+	}
+	if wd := cfg.Watchdog; wd != nil {
+		if cfg.Tick != 0 && cfg.Tick != wd.Tick() {
+			return rampart.NewConfigError("timeout", "Tick", "is %v but the Watchdog ticks every %v", cfg.Tick, wd.Tick())
+		}
+		if cfg.Ticker != nil {
+			if same, ok := ticker.Equal(watchdog.Clock(cfg.Ticker), wd.Clock()); !ok {
+				return rampart.NewConfigError("timeout", "Ticker", ticker.UncomparableReason, cfg.Ticker)
+			} else if !same {
+				return rampart.NewConfigError("timeout", "Ticker", "must be the Watchdog's clock (readings of two clocks are not comparable)")
+			}
+		}
+	}
+	return nil
+}
+
+// workers is Config.Workers with its default filled in.
+func (cfg *Config) workers() int {
+	if cfg.Workers == 0 {
+		return DefaultWorkers
+	}
+	return cfg.Workers
+}
+
+// wdPlan is the watchdog a checked Config asks for.
+type wdPlan uint8
+
+const (
+	wdNone    wdPlan = iota // soft mode: none
+	wdGiven                 // Config.Watchdog
+	wdDefault               // the process-wide one
+	wdOwn                   // the Timeout's own, ticking every Config.Tick
+)
+
+// plan returns the clock and the watchdog a checked cfg asks for (see
+// Config.Watchdog), without building a watchdog.
+func (cfg *Config) plan() (rampart.Ticker, wdPlan) {
+	tk := cfg.Ticker
+	switch {
+	case cfg.Watchdog != nil:
+		if tk == nil {
+			tk = cfg.Watchdog.Clock()
+		}
+		return tk, wdGiven
+	case cfg.Tick == 0 && (tk == nil || tk == rampart.DefaultTicker()):
+		tk = rampart.DefaultTicker()
+		if cfg.Mode == ModeSoft {
+			return tk, wdNone
+		}
+		return tk, wdDefault
+	default:
+		if tk == nil {
+			tk = rampart.DefaultTicker()
+		}
+		if cfg.Mode == ModeSoft {
+			return tk, wdNone
+		}
+		return tk, wdOwn
+	}
+}
+
+// Update changes the Timeout's configuration while calls run (see "Live
+// reconfiguration" in the package documentation). It validates c exactly
+// as New does, and refuses with a *rampart.ConfigError naming the field a
+// change to a field fixed at construction: Name, Mode, Ticker, Watchdog,
+// Tick (ignored in soft mode, as by New) and Workers (pass the Config New
+// was given, with Duration, MaxAbandoned or the listeners changed). An
+// invalid or refused c changes nothing. Otherwise the calls that start
+// after it use c; a call in progress keeps the configuration it started
+// under to its end (its deadline, its timeout error, its listeners), so
+// it never mixes the two. Err and Duration return the new values: the
+// error of a new Duration is a new *Error (its message states the
+// Duration). It allocates the new configuration (one object, and the
+// error's message); calls still allocate what they did.
+func (t *Timeout) Update(c Config) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	const fixed = "is fixed at construction: "
+	old := t.cur.Load()
+	tk, plan := c.plan()
+	switch {
+	case c.Name != old.err.name:
+		return rampart.NewConfigError("timeout", "Name", fixed+"the timeout and rejection errors carry it, and callers hold those already returned (got %q, built with %q)", c.Name, old.err.name)
+	case c.Mode != t.mode:
+		return rampart.NewConfigError("timeout", "Mode", fixed+"New chose from it whether calls get a context the watchdog ends (got %v, built with %v)", c.Mode, t.mode)
+	case !sameValue(tk, t.tk):
+		return rampart.NewConfigError("timeout", "Ticker", fixed+"the deadlines of the calls in flight are readings of the old clock, which the watchdog compares with its own")
+	case plan != t.plan() && (c.Watchdog != nil || t.plan() == wdGiven):
+		return rampart.NewConfigError("timeout", "Watchdog", fixed+"the calls in flight are armed on the watchdog New chose")
+	case plan != t.plan():
+		return rampart.NewConfigError("timeout", "Tick", fixed+"it chose between the shared watchdog and one of the Timeout's own, on which the calls in flight are armed (got %v)", c.Tick)
+	case plan == wdGiven && c.Watchdog != t.wd:
+		return rampart.NewConfigError("timeout", "Watchdog", fixed+"the calls in flight are armed on the watchdog New was given")
+	case plan == wdOwn && watchdogTick(c.Tick) != t.wd.Tick():
+		return rampart.NewConfigError("timeout", "Tick", fixed+"the Timeout's own watchdog sweeps every %v, and the calls in flight are armed on it (got %v)", t.wd.Tick(), c.Tick)
+	case c.workers() != int(t.nWorkers):
+		return rampart.NewConfigError("timeout", "Workers", fixed+"the first DoAbandon allocates the table of workers at that size (got %d, built with %d)", c.Workers, t.nWorkers)
+	}
+	t.cur.Store(newSettings(&c))
+	return nil
+}
+
+// plan returns the watchdog New chose (see Config.plan).
+func (t *Timeout) plan() wdPlan {
+	switch {
+	case t.wd == nil:
+		return wdNone
+	case t.ownWd:
+		return wdOwn
+	case t.wd == watchdog.Default():
+		return wdDefault
+	}
+	return wdGiven
+}
+
+// watchdogTick is the sweep period of a watchdog built with Tick tick
+// (see NewWatchdog: 1 ms when tick <= 0).
+func watchdogTick(tick time.Duration) time.Duration {
+	if tick <= 0 {
+		return time.Millisecond
+	}
+	return tick
+}
+
+// sameValue reports whether the interfaces a and b hold the same value:
+// equal values of a comparable type, or the same boxed value of an
+// uncomparable one (a func type: the same closure), which == would panic
+// on.
+func sameValue[T any](a, b T) (same bool) {
+	defer func() {
+		if recover() != nil { // the same uncomparable dynamic type
+			same = (*[2]unsafe.Pointer)(unsafe.Pointer(&a))[1] == (*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1]
+		}
+	}()
+	return any(a) == any(b)
+}
+
 // newSettings builds the settings of a validated cfg: one allocation
 // with the error, and its message in one concatenation (a temporary
 // string would count against every instance).
 func newSettings(cfg *Config) *settings {
-	msg := "timeout: deadline exceeded (" + cfg.Duration.String() + ")"
-	if cfg.Name != "" {
+	var msg string
+	if cfg.Name == "" {
+		msg = "timeout: deadline exceeded (" + cfg.Duration.String() + ")"
+	} else {
 		msg = "timeout \"" + cfg.Name + "\": deadline exceeded (" + cfg.Duration.String() + ")"
 	}
 	s := &settings{

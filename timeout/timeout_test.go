@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1100,5 +1101,199 @@ func TestParentCancelledBeforeDeadlineIsNotATimeout(t *testing.T) {
 		require.Equal(t, context.Canceled, err)
 		require.Equal(t, boom, cause)
 		require.Zero(t, tm.Stats().Timeouts)
+	})
+}
+
+// TestUpdateRefusals: Update refuses, with a *rampart.ConfigError naming
+// the field, a change to each field fixed at construction and each value
+// New refuses (with New's error), and then changes nothing.
+func TestUpdateRefusals(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	wd := NewWatchdog(time.Millisecond, tk)
+	defer wd.Close()
+	own := Config{Duration: time.Second, Name: "db", Ticker: tk, Tick: 2 * time.Millisecond}
+	given := Config{Duration: time.Second, Name: "db", Watchdog: wd}
+	shared := Config{Duration: time.Second, Name: "db"}
+	soft := Config{Duration: time.Second, Name: "db", Mode: ModeSoft, Ticker: tk, Tick: time.Millisecond}
+	with := func(c Config, f func(*Config)) Config { f(&c); return c }
+	for _, c := range []struct {
+		field    string
+		base, to Config
+		fixed    bool
+	}{
+		{"Name", own, with(own, func(c *Config) { c.Name = "" }), true},
+		{"Mode", own, with(own, func(c *Config) { c.Mode = ModeSoft }), true},
+		{"Ticker", own, with(own, func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }), true},
+		{"Ticker", shared, with(shared, func(c *Config) { c.Ticker = tk }), true},
+		{"Tick", own, with(own, func(c *Config) { c.Tick = 3 * time.Millisecond }), true},
+		{"Tick", own, with(own, func(c *Config) { c.Tick = 0 }), true}, // 1 ms, not the 2 ms it sweeps at
+		{"Tick", shared, with(shared, func(c *Config) { c.Tick = time.Millisecond }), true},
+		{"Watchdog", own, with(own, func(c *Config) { c.Ticker, c.Tick, c.Watchdog = nil, 0, wd }), true},
+		{"Watchdog", given, with(given, func(c *Config) { c.Watchdog, c.Ticker = nil, tk }), true}, // an own watchdog on the same clock
+		{"Workers", own, with(own, func(c *Config) { c.Workers = 3 }), true},
+		{"Duration", own, with(own, func(c *Config) { c.Duration = 0 }), false},
+		{"MaxAbandoned", own, with(own, func(c *Config) { c.MaxAbandoned = -1 }), false},
+		{"Workers", own, with(own, func(c *Config) { c.Workers = -1 }), false},
+		{"Tick", given, with(given, func(c *Config) { c.Tick = 5 * time.Millisecond }), false},
+		{"Ticker", given, with(given, func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }), false},
+	} {
+		tm, err := New(c.base)
+		require.NoError(t, err)
+		err = tm.Update(c.to)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, err, &ce, "%s", c.field)
+		require.ErrorIs(t, err, rampart.ErrInvalidConfig)
+		require.Equal(t, c.field, ce.Field, "%v", err)
+		require.Equal(t, c.fixed, strings.Contains(ce.Reason, "fixed at construction"), "%v", err)
+		if !c.fixed {
+			_, nerr := New(c.to)
+			require.EqualError(t, err, nerr.Error(), "Update validates as New does")
+		}
+		require.Equal(t, time.Second, tm.Duration(), "%s: a refused Update changes nothing", c.field)
+		require.NoError(t, tm.Close())
+	}
+	// What New accepted again, with the updatable fields changed, is
+	// accepted in every watchdog arrangement; soft mode ignores Tick.
+	for _, base := range []Config{own, given, shared, soft} {
+		tm, err := New(base)
+		require.NoError(t, err)
+		require.NoError(t, tm.Update(with(base, func(c *Config) { c.Duration, c.MaxAbandoned = time.Minute, 3 })))
+		require.Equal(t, time.Minute, tm.Duration())
+		require.NoError(t, tm.Close())
+	}
+	tm, err := New(soft)
+	require.NoError(t, err)
+	require.NoError(t, tm.Update(with(soft, func(c *Config) { c.Tick = 0 })))
+}
+
+// TestUpdateAppliesFromTheNextCall: a call in progress keeps the
+// configuration it started under (its deadline and its timeout error), a
+// call started after an Update gets the new Duration, error and
+// listener, and Err and Duration report the new ones.
+func TestUpdateAppliesFromTheNextCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var oldCalls, newCalls int
+		tm := newT(t, Config{Duration: 10 * time.Millisecond, OnTimeout: func(time.Duration) { oldCalls++ }})
+		oldErr := tm.Err()
+		ctx, h := tm.Start(t.Context())
+		require.NoError(t, tm.Update(Config{Duration: 50 * time.Millisecond, Ticker: tm.Ticker(), Tick: time.Millisecond,
+			OnTimeout: func(time.Duration) { newCalls++ }}))
+		require.Equal(t, 50*time.Millisecond, tm.Duration())
+		require.Equal(t, "timeout: deadline exceeded (50ms)", tm.Err().Error())
+		<-ctx.Done() // at the 10 ms it started with
+		time.Sleep(time.Millisecond)
+		err := tm.Finish(h, nil)
+		require.Same(t, oldErr, err, "the call in progress times out with the error it started under")
+		require.Equal(t, [2]int{1, 0}, [2]int{oldCalls, newCalls})
+
+		start := time.Now()
+		err = tm.Do(t.Context(), func(c context.Context) error {
+			<-c.Done()
+			return c.Err()
+		})
+		require.Equal(t, 50*time.Millisecond, time.Since(start).Round(10*time.Millisecond), "the new Duration")
+		require.Same(t, tm.Err(), err)
+		require.Equal(t, [2]int{1, 1}, [2]int{oldCalls, newCalls})
+		require.EqualValues(t, 2, tm.Stats().Timeouts)
+
+		// MaxAbandoned bounds the next DoAbandon calls.
+		release := make(chan struct{})
+		require.NoError(t, tm.Update(Config{Duration: time.Millisecond, Ticker: tm.Ticker(), Tick: time.Millisecond, MaxAbandoned: 1}))
+		require.ErrorIs(t, tm.DoAbandon(t.Context(), func(context.Context) error { <-release; return nil }, nil), ErrTimeout)
+		require.ErrorIs(t, tm.DoAbandon(t.Context(), func(context.Context) error { return nil }, nil), ErrTooManyAbandoned)
+		require.NoError(t, tm.Update(Config{Duration: time.Millisecond, Ticker: tm.Ticker(), Tick: time.Millisecond, MaxAbandoned: 2}))
+		require.ErrorIs(t, tm.DoAbandon(t.Context(), func(context.Context) error { <-release; return nil }, nil), ErrTimeout)
+		close(release)
+		synctest.Wait()
+		s := tm.Stats()
+		require.Equal(t, [3]uint64{0, 2, 1}, [3]uint64{uint64(s.Abandoned), s.AbandonedTotal, s.Rejected})
+	})
+}
+
+// TestStressUpdatesRacingCalls: calls (Do, StartAt/FinishAt, DoAbandon)
+// race Updates that switch the Duration between 2 and 5 ms: every call
+// runs wholly under one configuration (a call that timed out returns the
+// error of the Duration its context's deadline was set with), every
+// DoAbandon's onDone runs once, and at the end nothing is abandoned and
+// the timeouts counted are the timeouts returned.
+func TestStressUpdatesRacingCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := newT(t, Config{Duration: 2 * time.Millisecond, MaxAbandoned: 100})
+		cfgs := []Config{
+			{Duration: 2 * time.Millisecond, Ticker: tm.Ticker(), Tick: time.Millisecond, MaxAbandoned: 100},
+			{Duration: 5 * time.Millisecond, Ticker: tm.Ticker(), Tick: time.Millisecond, MaxAbandoned: 50},
+		}
+		var timeouts, mixed, dones, abandons, fives atomic.Int64
+		check := func(err error, d time.Duration) {
+			var te *Error
+			if errors.As(err, &te) {
+				timeouts.Add(1)
+				if te.Duration() != d {
+					mixed.Add(1)
+				}
+			}
+			if d == 5*time.Millisecond {
+				fives.Add(1)
+			}
+		}
+		done, updaterExited := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(updaterExited)
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				require.NoError(t, tm.Update(cfgs[i%2]))
+				time.Sleep(700 * time.Microsecond)
+			}
+		}()
+		var wg sync.WaitGroup
+		for g := range 6 {
+			wg.Go(func() {
+				for i := range 150 {
+					work := time.Duration((g*7+i)%8) * time.Millisecond
+					var d time.Duration
+					fn := func(c context.Context) error {
+						dl, _ := c.Deadline()
+						d = time.Until(dl).Round(time.Millisecond) // the Duration the call started with
+						select {
+						case <-time.After(work):
+						case <-c.Done():
+						}
+						return nil
+					}
+					switch i % 3 {
+					case 0:
+						err := tm.Do(t.Context(), fn)
+						check(err, d)
+					case 1:
+						c, h := tm.Start(t.Context())
+						_ = fn(c)
+						check(tm.Finish(h, nil), d)
+					default:
+						abandons.Add(1)
+						err := tm.DoAbandon(t.Context(), func(context.Context) error {
+							time.Sleep(work) // ignores its context: abandoned at the deadline
+							return nil
+						}, func() { dones.Add(1) })
+						if errors.As(err, new(*Error)) {
+							timeouts.Add(1)
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(done)
+		<-updaterExited
+		synctest.Wait()
+		require.Zero(t, mixed.Load(), "calls whose timeout error was another configuration's")
+		require.NotZero(t, fives.Load(), "no call ran under the second configuration")
+		require.Equal(t, abandons.Load(), dones.Load(), "every onDone ran once")
+		s := tm.Stats()
+		require.Zero(t, s.Abandoned)
+		require.Equal(t, uint64(timeouts.Load()), s.Timeouts)
 	})
 }
