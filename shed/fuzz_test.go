@@ -51,7 +51,8 @@ func FuzzConfig(f *testing.F) {
 
 // FuzzStateMachine drives a shedder with a fake source through a sequence
 // of operations read from the input (admit at a priority, release with an
-// outcome, move the clock, change the signals) and checks after each one:
+// outcome, with the primitives or the shorthands, move the clock, change the
+// signals) and checks after each one:
 // the calls in flight are those held; every attempt is admitted or
 // rejected; nothing is rejected while the shedder is not engaged, and an
 // admission while engaged respects its priority's share of the cap; the
@@ -74,11 +75,17 @@ func FuzzStateMachine(f *testing.F) {
 		for i := 0; i+1 < len(ops); i += 2 {
 			op, arg := ops[i]%4, ops[i+1]
 			switch op {
-			case 0: // admit at priority arg%3
+			case 0: // admit at priority arg%3, with the shorthand when arg's high bit is set
 				attempts++
 				before := s.InFlight()
 				c := s.capw.Load()
-				p, err := s.AcquirePriorityAt(tk.Now(), int(arg%3))
+				var p Permit
+				var err error
+				if arg&0x80 != 0 {
+					p, err = s.AcquirePriority(int(arg % 3))
+				} else {
+					p, err = s.AcquirePriorityAt(tk.Now(), int(arg%3))
+				}
 				if err != nil {
 					if !errors.Is(err, ErrOverloaded) {
 						t.Fatalf("rejection %v", err)
@@ -92,9 +99,13 @@ func FuzzStateMachine(f *testing.F) {
 					t.Fatalf("admitted the %dth call at priority %d over its limit %d", before+1, arg%3, s.limitOf(c, int(arg%3)))
 				}
 				held = append(held, p)
-			case 1: // release the oldest held call with outcome arg%4
+			case 1: // release the oldest held call with outcome arg%4, with the shorthand when arg's high bit is set
 				if len(held) > 0 {
-					s.ReleaseAt(held[0], tk.Now()+int64(arg)*int64(time.Millisecond)/8, rampart.Result(arg%4))
+					if arg&0x80 != 0 {
+						s.Release(held[0], rampart.Result(arg%4))
+					} else {
+						s.ReleaseAt(held[0], tk.Now()+int64(arg&0x7f)*int64(time.Millisecond)/8, rampart.Result(arg%4))
+					}
 					held = held[1:]
 				}
 			case 2: // move the clock
