@@ -98,6 +98,12 @@
 //	                       notified; AllowRetry asked                                              (On...) and asked (Allow...)
 //	run fn under a policy  Do(ctx, fn) error; Call[T](ctx, p, fn)       all
 //	outcome API            Try(ctx, fn) Outcome; TryCall[T]; ...Hedged  pipeline                   the only meaning of Try
+//	fallback               NewFallback(FallbackConfig[T]): Call, Try,   pipeline                   bound to one pipeline: a stale value's
+//	                       CallHedged, TryHedged; NewDoFallback: Do,                               age is read on its Ticker; outermost
+//	                       Try; Outcome.FellBack, Outcome.Cause
+//	which endings          Endings: Rejections, RejectionsBy(kinds),    pipeline, httpguard        what a fallback answers; cancellations
+//	                       Timeouts, RetriesExhausted, Failures,                                   only when asked for
+//	                       Cancellations
 //	rejection error        RejectedError() error; ErrX sentinels;       all                        preallocated, matches ErrRejected
 //	                       ErrRejected
 //	listener               On<Event> func field: OnRejected,            all Configs                primitive arguments
