@@ -87,7 +87,7 @@ var breakerStates = [...]circuitbreaker.State{circuitbreaker.Closed, circuitbrea
 func secs(d int64) float64 { return float64(d) / 1e9 }
 
 var breakerSpec = kindSpec{typ: "*circuitbreaker.Breaker", family: "circuitbreaker", metrics: []metricSpec{
-	{"rampart.circuitbreaker.state", gauge, "1", "State", "1 for the breaker's current state, 0 for the others (one series per state).", true},
+	{"rampart.circuitbreaker.state", gauge, "{state}", "State", "1 for the breaker's current state, 0 for the others (one series per state).", true},
 	{"rampart.circuitbreaker.window.calls", gauge, "{call}", "WindowCalls", "Results in the current window.", false},
 	{"rampart.circuitbreaker.window.failures", gauge, "{call}", "WindowFailures", "Failures in the current window.", false},
 	{"rampart.circuitbreaker.window.slow_calls", gauge, "{call}", "WindowSlowCalls", "Slow calls in the current window.", false},
@@ -358,8 +358,8 @@ func promLabel(attr string) string { return strings.ReplaceAll(attr, ".", "_") }
 // promName derives a metric's Prometheus name from its OpenTelemetry name,
 // unit and kind, as OpenTelemetry's Prometheus compatibility rules do: dots
 // become underscores, unit "s" appends _seconds, a unit per second ("/s")
-// appends _per_second, unit "1" appends _ratio (except for the breaker's
-// state series, a state set), and a counter appends _total.
+// appends _per_second, unit "1" appends _ratio, and a counter appends
+// _total (other units, "{call}" and the like, are annotations: nothing).
 func promName(ms metricSpec) string {
 	n := strings.ReplaceAll(ms.name, ".", "_")
 	switch {
@@ -367,7 +367,7 @@ func promName(ms metricSpec) string {
 		n += "_seconds"
 	case strings.HasSuffix(ms.unit, "/s"):
 		n += "_per_second"
-	case ms.unit == "1" && !ms.states:
+	case ms.unit == "1":
 		n += "_ratio"
 	}
 	if ms.kind == counter {
