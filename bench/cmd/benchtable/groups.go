@@ -182,6 +182,26 @@ var groups = []group{
 		},
 	},
 	{
+		name:   "GRPC",
+		metric: "ns/op",
+		note: "Interceptors with interceptors, a unary call over bufconn (in memory: HTTP/2 framing and proto coding, " +
+			"no socket), one call at a time. Unary: grpcguard's server and client interceptors, each over a pipeline of " +
+			"a circuit breaker, a high-rate limiter and a bulkhead, against failsafegrpc's server and client " +
+			"interceptors over failsafe-go's same three policies. RateLimit: a server rate limit alone, where " +
+			"go-grpc-middleware's ratelimit interceptor (over x/time/rate) applies. direct is the call without " +
+			"interceptors: subtract it from a row for what the interceptors add.",
+		libs: []lib{
+			{name: "direct", kind: baseline, calls: "the call without interceptors"},
+			{name: "rampart", kind: handler, calls: "grpcguard interceptors over a pipeline"},
+			{name: "failsafe", kind: handler, calls: "failsafegrpc interceptors over failsafe-go's policies"},
+			{name: "grpcmiddleware", cases: []string{"RateLimit"}, kind: handler, calls: "go-grpc-middleware's ratelimit.UnaryServerInterceptor over x/time/rate"},
+		},
+		pairs: []pair{
+			{label: "gRPC interceptors, server and client, three policies", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"Unary"}},
+			{label: "gRPC server rate-limit interceptor", rampart: "rampart", peers: []string{"failsafe", "grpcmiddleware"}, cases: []string{"RateLimit"}},
+		},
+	},
+	{
 		name:   "Hedge",
 		metric: "ns/op",
 		note: "Executor with executor; no hedge fires (delay 1 h). Like for like: rampart-async (Config.AsyncFirst) and " +
