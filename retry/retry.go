@@ -112,8 +112,8 @@ type Stats struct {
 // safe for concurrent use.
 //
 // The zero value is not usable; build with [New]. A zero Policy has no
-// clock: the first failed attempt of Do or CallIf panics (a nil Ticker).
-// Package pipeline refuses a zero Policy at New.
+// configuration: its calls panic, and Ticker returns nil (package pipeline
+// refuses a zero Policy at New by it).
 type Policy struct {
 	// cur is the configuration calls read: init until an Update publishes
 	// another. A call loads it once (one load on a line nobody writes) and
@@ -302,7 +302,7 @@ func (p *Policy) Budget() rampart.Budget { return p.cur.Load().budget }
 func (p *Policy) NeedsTime() bool { return p.cur.Load().needStart }
 
 // Ticker returns the policy's clock.
-func (p *Policy) Ticker() rampart.Ticker { return p.cur.Load().ticker }
+func (p *Policy) Ticker() rampart.Ticker { return p.init.ticker } // fixed: New's is every configuration's (nil on a zero Policy)
 
 // MaxAttempts returns the effective maximum number of attempts.
 func (p *Policy) MaxAttempts() int { return int(p.cur.Load().maxAttempts) }

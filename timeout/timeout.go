@@ -181,9 +181,8 @@ type Config struct {
 // documentation for the modes). A Timeout is safe for concurrent use.
 //
 // The zero value is not usable; build with New. (Its clock, watchdog and
-// errors are set there: on a zero Timeout, Do, Call and StartAt panic, and
-// DoAbandon rejects every call with a nil error. Package pipeline refuses
-// it.)
+// configuration are set there: on a zero Timeout every call panics, and
+// Ticker returns nil, by which package pipeline refuses it.)
 type Timeout struct {
 	// cur is the configuration that calls read (Duration, the error, the
 	// listeners, MaxAbandoned), immutable once published; New's is
