@@ -1247,3 +1247,11 @@ func TestStressUpdatesRacingCalls(t *testing.T) {
 		}
 	})
 }
+
+// TestZeroPolicyHasNoTicker: a zero Policy's Ticker is nil, without a
+// panic: package pipeline refuses a zero Policy by it.
+func TestZeroPolicyHasNoTicker(t *testing.T) {
+	if tk := (&Policy{}).Ticker(); tk != nil {
+		t.Fatalf("a zero Policy's Ticker: %v", tk)
+	}
+}
