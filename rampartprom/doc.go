@@ -17,8 +17,8 @@
 // OpenTelemetry's Prometheus compatibility rules: dots become
 // underscores, a duration in seconds ends in _seconds, a rate per second
 // in _per_second, a ratio in _ratio, a counter in _total (the names
-// OpenTelemetry's Prometheus exporter gives rampartotel's instruments). Every series has
-// the label rampart_name; the breaker's state is a state set,
+// OpenTelemetry's Prometheus exporter gives rampartotel's instruments).
+// Every series has the label rampart_name; the breaker's state is a state set,
 // rampart_circuitbreaker_state{rampart_state="open"} being 1 while it is
 // open and 0 otherwise:
 //
