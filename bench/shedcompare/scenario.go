@@ -16,6 +16,7 @@ import (
 	"github.com/go-kratos/aegis/ratelimit/bbr"
 	"github.com/zeromicro/go-zero/core/load"
 	"github.com/zeromicro/go-zero/core/logx"
+	"github.com/zeromicro/go-zero/core/stat"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/shed"
@@ -42,8 +43,9 @@ func newRampart(ignore shed.Signal, sample time.Duration) (admitter, func() stri
 	}
 	stats := func() string {
 		st := s.Stats()
-		return fmt.Sprintf("overloads %d, cap %d (maxPass %.0f/s × minRT %v), last signals: sched p99 %v, cpu %.2f, runnable/P %.1f, trigger %v",
-			st.Overloads, st.Cap, st.MaxPass, st.MinRT.Round(10*time.Microsecond), st.Signals.SchedLatency, st.Signals.CPU, st.Signals.Runnable, st.Trigger)
+		return fmt.Sprintf("overloaded %v (engaged %d times), cap %d (maxPass %.0f/s × minRT %v), limit %d, sampling stride %d, last signals: sched p99 %v, cpu %.2f, runnable/P %.1f, trigger %v",
+			st.Overloaded, st.Overloads, st.Cap, st.MaxPass, st.MinRT.Round(10*time.Microsecond), st.Limit, st.Stride,
+			st.Signals.SchedLatency, st.Signals.CPU, st.Signals.Runnable, st.Trigger)
 	}
 	return rampartShed{s}, stats
 }
@@ -63,6 +65,10 @@ func newGoZero() admitter {
 	return goZero{load.NewAdaptiveShedder()}
 }
 
+// goZeroDetail is go-zero's CPU reading (‰ of the cores, a moving average
+// refreshed every 250 ms), the trigger of its shedder at 900.
+func goZeroDetail() string { return fmt.Sprintf("cpu %d‰ (sheds from 900‰)", stat.CpuUsage()) }
+
 func (g goZero) allow() (func(), bool) {
 	p, err := g.s.Allow()
 	if err != nil {
@@ -74,7 +80,14 @@ func (g goZero) allow() (func(), bool) {
 // aegisBBR is Kratos's aegis ratelimit/bbr limiter with its defaults.
 type aegisBBR struct{ l *bbr.BBR }
 
-func newAegis() admitter { return aegisBBR{bbr.NewLimiter()} }
+func newAegis() (admitter, func() string) {
+	l := bbr.NewLimiter()
+	return aegisBBR{l}, func() string {
+		st := l.Stat()
+		return fmt.Sprintf("cpu %d‰ (sheds from 800‰), maxInFlight %d (maxPass %d per bucket × minRT %d ms), inFlight %d",
+			st.CPU, st.MaxInFlight, st.MaxPass, st.MinRt, st.InFlight)
+	}
+}
 
 func (a aegisBBR) allow() (func(), bool) {
 	done, err := a.l.Allow()
@@ -192,7 +205,7 @@ type phase struct {
 // work. When the last phase ends, calls still in flight are cut off and
 // counted with their latency so far (a lower bound), so a run whose queue
 // grows shows it.
-func openLoop(name string, a admitter, w work, phases []phase, capa float64) result {
+func openLoop(name string, a admitter, w work, phases []phase, capa float64, atEnd func() string) result {
 	type rec struct {
 		arrival time.Duration // from the start of the measured phase
 		lat     time.Duration
@@ -259,6 +272,10 @@ func openLoop(name string, a admitter, w work, phases []phase, capa float64) res
 			mEnd = end.Sub(mStart)
 		}
 	}
+	var detail string
+	if atEnd != nil {
+		detail = atEnd() // the shedder's state at the end of the overload, before the calls in flight are cut off
+	}
 	stop.Store(true)
 	wg.Wait()
 
@@ -290,7 +307,7 @@ func openLoop(name string, a admitter, w work, phases []phase, capa float64) res
 			add(r.arrival, mEnd-r.arrival)
 		}
 	}
-	res := result{name: name, offered: float64(n) / mEnd.Seconds(), capacity: capa, unfinished: cut}
+	res := result{name: name, offered: float64(n) / mEnd.Seconds(), capacity: capa, unfinished: cut, detail: detail}
 	res.p50, res.p99 = quantile(lats, 0.5), quantile(lats, 0.99)
 	res.p99Tail = quantile(tail, 0.99)
 	for _, ls := range bySecond {
@@ -343,7 +360,7 @@ func compare(c config, out io.Writer, progress io.Writer) ([]result, error) {
 	// between rows.
 	var results []result
 	capa := capacity(w, c.measure)
-	base := openLoop("unloaded (½ capacity, no shedding)", none{}, w, []phase{{rate: capa / 2, d: c.duration, measure: true}}, capa)
+	base := openLoop("unloaded (½ capacity, no shedding)", none{}, w, []phase{{rate: capa / 2, d: c.duration, measure: true}}, capa, nil)
 	base.setCapacity(capa, capacity(w, c.measure))
 	results = append(results, base)
 	fmt.Fprintf(progress, "%s done\n", base.name)
@@ -361,7 +378,8 @@ func compare(c config, out io.Writer, progress io.Writer) ([]result, error) {
 		rs, rstats := newRampart(c.ignore, c.sample)
 		cases = append(cases, shedCase{fmt.Sprintf("rampart shed, %v samples", c.sample), rs, rstats})
 	}
-	cases = append(cases, shedCase{"go-zero core/load", newGoZero(), nil}, shedCase{"aegis bbr", newAegis(), nil})
+	ag, agDetail := newAegis()
+	cases = append(cases, shedCase{"go-zero core/load", newGoZero(), goZeroDetail}, shedCase{"aegis bbr", ag, agDetail})
 	for _, k := range cases {
 		if c.only != "" && !strings.Contains(k.name, c.only) {
 			continue
@@ -369,11 +387,8 @@ func compare(c config, out io.Writer, progress io.Writer) ([]result, error) {
 		capa := capacity(w, c.measure)
 		half := phase{rate: capa / 2, d: c.warmup}
 		over := phase{rate: capa * c.load, d: c.duration, measure: true}
-		r := openLoop(k.name, k.a, w, []phase{half, over}, capa)
+		r := openLoop(k.name, k.a, w, []phase{half, over}, capa, k.detail)
 		r.setCapacity(capa, capacity(w, c.measure))
-		if k.detail != nil {
-			r.detail = k.detail()
-		}
 		results = append(results, r)
 		fmt.Fprintf(progress, "%s done\n", k.name)
 		runtime.GC()
@@ -402,7 +417,7 @@ func writeTable(out io.Writer, c config, rs []result) {
 	}
 	for _, r := range rs {
 		if r.detail != "" {
-			fmt.Fprintf(out, "\n%s: %s\n", r.name, r.detail)
+			fmt.Fprintf(out, "\n%s, at the end of the overload: %s\n", r.name, r.detail)
 		}
 	}
 }
