@@ -1,9 +1,9 @@
 package rampartotel
 
 // This file is the metric scheme, shared word for word by rampartotel and
-// rampartprom (each module holds a copy; the test TestMetricTableMatchesDocs
-// in each checks its copy against the table in docs/observability.md, so the
-// two cannot drift apart or away from the docs).
+// rampartprom (each module holds a copy: TestSharedFilesMatchTheOtherModule
+// checks that the copies agree, and TestMetricTableMatchesDocs checks the
+// scheme against the table in docs/observability.md).
 
 import (
 	"strings"

@@ -6,6 +6,7 @@ package rampartotel
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -121,5 +122,35 @@ func BenchmarkCollectStatsOnly(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.collect(&e)
+	}
+}
+
+// sharedFiles are the files rampartotel and rampartprom hold word for
+// word, but for their package clause.
+var sharedFiles = []string{"spec.go", "collect.go", "spec_test.go", "fixture_test.go", "admit_test.go"}
+
+// TestSharedFilesMatchTheOtherModule: the shared files are the same in
+// both modules, so that their schemes cannot drift apart.
+func TestSharedFilesMatchTheOtherModule(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := map[string]string{"rampartotel": "../rampartprom", "rampartprom": "../rampartotel"}[filepath.Base(wd)]
+	if other == "" {
+		t.Skipf("not run from rampartotel or rampartprom (%s)", wd)
+	}
+	body := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(b), "\n") // the package clause
+		return rest
+	}
+	for _, f := range sharedFiles {
+		if body(f) != body(filepath.Join(other, f)) {
+			t.Errorf("%s differs from %s", f, filepath.Join(other, f))
+		}
 	}
 }
