@@ -229,7 +229,7 @@ func (r *race[T]) fire(i int, now int64) {
 
 // armLocked arms the trigger of hedge i (if any) one delay after now.
 func (r *race[T]) armLocked(i int, now int64) {
-	if i > r.h.maxHedges {
+	if int64(i) > r.h.maxHedges.Load() {
 		return
 	}
 	if d := r.h.delayNs(); d > 0 {

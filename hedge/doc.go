@@ -124,4 +124,36 @@
 // retry.TokenBucket or retry.RatioBudget: build budgets with their
 // constructors. A Hedger is safe for concurrent use by any number of
 // goroutines.
+//
+// # Live reconfiguration
+//
+// [Hedger.Update] takes a whole Config (start from [Hedger.Config]),
+// validates it exactly as New does, and applies it while calls run, or
+// refuses it with a *rampart.ConfigError naming the field and changes
+// nothing. The latency histogram is kept. A call in flight reads the delay
+// and MaxHedges afresh at each hedge, as it always did the percentile
+// delay, so its next hedge follows the new values; the percentile's
+// parameters are read together, under a mutex, by the once-per-Refresh
+// recomputation.
+//
+//   - Delay: updatable: the fixed delay from the next call or hedge; with
+//     a percentile, the warm-up delay while the histogram warms up
+//     (ignored after).
+//   - MaxHedges: updatable, from the next hedge.
+//   - Percentile, MinDelay, MaxDelay, WarmUp: updatable: the bounds apply
+//     at once to the delay in force, the percentile at the next refresh,
+//     from the histogram learnt so far.
+//   - Refresh: updatable; a shorter one brings the next refresh forward.
+//   - Percentile between 0 and not 0: fixed: New allocated the 10 KB
+//     histogram or not.
+//   - Ticker, Tick: fixed: New chose the watchdog (the shared one or its
+//     own) and its clock, which the calls in flight are scheduled on.
+//   - Budget: fixed: a call notifies it at its start and at its end; a
+//     budget swapped between the two would see one without the other.
+//   - Fatal, AsyncFirst: fixed: every call reads them from words New set.
+//   - OnHedge, OnHedgeWon, OnBudgetRefused: fixed: New allocated the
+//     listeners' block or not. Update accepts the func values New was
+//     given (Config returns them) and refuses any other, nil and a new
+//     closure of the same literal included.
+//   - Name: not kept by New, so not compared.
 package hedge

@@ -142,12 +142,17 @@ type Stats struct {
 type Hedger struct {
 	// Read-mostly configuration, grouped and unpadded: no word here is
 	// written by every call (the counters count hedges, not calls).
-	ticker     rampart.Ticker
-	wd         *watchdog.Watchdog
-	budget     rampart.Budget
-	fatal      func(error) bool
-	fixed      int64 // fixed delay (ns) when !percentile
-	maxHedges  int
+	ticker rampart.Ticker
+	wd     *watchdog.Watchdog
+	budget rampart.Budget
+	fatal  func(error) bool
+	// fixed: the fixed delay (ns) when !percentile, -1 with a percentile.
+	// Atomic because Update changes it: a plain load on amd64 and arm64's
+	// load-acquire, once per call and per hedge, as before.
+	fixed atomic.Int64
+	// maxHedges: Config.MaxHedges as it applies, read at each hedge's
+	// trigger (the hedge path); atomic because Update changes it.
+	maxHedges  atomic.Int64
 	pct        *percentileDelay // nil with a fixed delay: its histogram is 10 KB
 	lis        *listeners       // nil without listeners
 	percentile bool             // pct != nil, kept as a flag for the hot path's first test
@@ -162,11 +167,17 @@ type Hedger struct {
 // percentileDelay is the state of a percentile delay, allocated by New only
 // when Config.Percentile asks for one.
 type percentileDelay struct {
+	// mu guards q, minDelay, maxDelay and warmUp, which Update changes and
+	// the refresh that won nextRefresh's CAS reads together (once per
+	// Refresh), and serialises the stores of delay by the two.
+	mu       sync.Mutex
 	q        float64
 	minDelay int64
 	maxDelay int64
 	warmUp   uint64
-	refresh  int64
+	// refresh (ns) is read by the refresh's CAS before it takes mu:
+	// atomic, as Update changes it.
+	refresh atomic.Int64
 
 	// delay is the current percentile delay (ns, -1 none): written at each
 	// refresh, loaded by every call.
@@ -188,32 +199,35 @@ type listeners struct {
 	panics                    atomic.Uint64
 }
 
-// New validates cfg and returns a Hedger, or a [*rampart.ConfigError].
-func New(cfg Config) (*Hedger, error) {
+// validate returns the *rampart.ConfigError of the first invalid field of
+// cfg, for New and Update.
+func (cfg *Config) validate() error {
 	bad := func(field, format string, args ...any) error {
 		return rampart.NewConfigError("hedge", field, format, args...)
 	}
 	switch {
 	case cfg.Delay < 0:
-		return nil, bad("Delay", "must not be negative, got %v", cfg.Delay)
+		return bad("Delay", "must not be negative, got %v", cfg.Delay)
 	case cfg.Percentile != 0 && !(cfg.Percentile >= 0.5 && cfg.Percentile < 1):
-		return nil, bad("Percentile", "must be 0 or in [0.5, 1), got %v", cfg.Percentile)
+		return bad("Percentile", "must be 0 or in [0.5, 1), got %v", cfg.Percentile)
 	case cfg.Percentile == 0 && cfg.Delay == 0:
-		return nil, bad("Delay", "must be positive when Percentile is 0")
+		return bad("Delay", "must be positive when Percentile is 0")
 	case cfg.MinDelay < 0:
-		return nil, bad("MinDelay", "must not be negative, got %v", cfg.MinDelay)
+		return bad("MinDelay", "must not be negative, got %v", cfg.MinDelay)
 	case cfg.MaxDelay < 0:
-		return nil, bad("MaxDelay", "must not be negative, got %v", cfg.MaxDelay)
+		return bad("MaxDelay", "must not be negative, got %v", cfg.MaxDelay)
 	case cfg.MaxDelay != 0 && cfg.MaxDelay < cfg.MinDelay:
-		return nil, bad("MaxDelay", "must be at least MinDelay (%v), got %v", cfg.MinDelay, cfg.MaxDelay)
+		return bad("MaxDelay", "must be at least MinDelay (%v), got %v", cfg.MinDelay, cfg.MaxDelay)
 	case cfg.WarmUp < 0:
-		return nil, bad("WarmUp", "must not be negative, got %d", cfg.WarmUp)
+		return bad("WarmUp", "must not be negative, got %d", cfg.WarmUp)
 	case cfg.Refresh < 0:
-		return nil, bad("Refresh", "must not be negative, got %v", cfg.Refresh)
+		return bad("Refresh", "must not be negative, got %v", cfg.Refresh)
 	case cfg.MaxHedges < 0 || cfg.MaxHedges > MaxHedgesLimit:
-		return nil, bad("MaxHedges", "must be in [0, %d], got %d", MaxHedgesLimit, cfg.MaxHedges)
+		return bad("MaxHedges", "must be in [0, %d], got %d", MaxHedgesLimit, cfg.MaxHedges)
 	case cfg.Tick < 0:
-		return nil, bad("Tick", "must not be negative, got %v", cfg.Tick)
+		return bad("Tick", "must not be negative, got %v", cfg.Tick)
+	case ticker.IsNil(cfg.Ticker):
+		return bad("Ticker", ticker.NilReason, cfg.Ticker)
 	}
 	// Package retry's check of its own budget types (a nil or zero
 	// retry.TokenBucket or retry.RatioBudget), set by retry's init. This
@@ -221,52 +235,63 @@ func New(cfg Config) (*Hedger, error) {
 	// nil, no budget of retry's types exists, and there is nothing to check.
 	if budgetcheck.Reason != nil && cfg.Budget != nil { // nil is valid, and the check builds its message eagerly (64 B)
 		if why := budgetcheck.Reason(cfg.Budget, "retry."); why != "" {
-			return nil, bad("Budget", "%s", why)
+			return bad("Budget", "%s", why)
 		}
+	}
+	return nil
+}
+
+// setParams sets the percentile's parameters from a valid cfg, defaults
+// filled in (New, and Update under mu).
+func (p *percentileDelay) setParams(cfg *Config) {
+	p.q = cfg.Percentile
+	p.minDelay = int64(cfg.MinDelay)
+	p.maxDelay = int64(cfg.MaxDelay)
+	if p.maxDelay == 0 {
+		p.maxDelay = math.MaxInt64
+	}
+	p.warmUp = uint64(cfg.WarmUp)
+	if p.warmUp == 0 {
+		p.warmUp = DefaultWarmUp
+	}
+	p.refresh.Store(durationOr(cfg.Refresh, DefaultRefresh))
+}
+
+// durationOr returns d in nanoseconds, or def when d is zero.
+func durationOr(d, def time.Duration) int64 {
+	if d == 0 {
+		return int64(def)
+	}
+	return int64(d)
+}
+
+// New validates cfg and returns a Hedger, or a [*rampart.ConfigError].
+func New(cfg Config) (*Hedger, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	h := &Hedger{
 		ticker:     cfg.Ticker,
 		budget:     cfg.Budget,
 		fatal:      cfg.Fatal,
-		fixed:      int64(cfg.Delay),
-		maxHedges:  cfg.MaxHedges,
 		percentile: cfg.Percentile != 0,
 		async:      cfg.AsyncFirst,
 	}
-	if h.maxHedges == 0 {
-		h.maxHedges = 1
-	}
+	h.fixed.Store(int64(cfg.Delay))
+	h.maxHedges.Store(int64(max(cfg.MaxHedges, 1)))
 	if cfg.OnHedge != nil || cfg.OnHedgeWon != nil || cfg.OnBudgetRefused != nil {
 		h.lis = &listeners{onHedge: cfg.OnHedge, onWon: cfg.OnHedgeWon, onRefused: cfg.OnBudgetRefused}
 	}
 	if h.percentile {
-		p := &percentileDelay{
-			q:        cfg.Percentile,
-			minDelay: int64(cfg.MinDelay),
-			maxDelay: int64(cfg.MaxDelay),
-			warmUp:   uint64(cfg.WarmUp),
-			refresh:  int64(cfg.Refresh),
-			hist:     new(histogram.Histogram),
-		}
-		if p.maxDelay == 0 {
-			p.maxDelay = math.MaxInt64
-		}
-		if p.warmUp == 0 {
-			p.warmUp = DefaultWarmUp
-		}
-		if p.refresh == 0 {
-			p.refresh = int64(DefaultRefresh)
-		}
-		h.fixed = -1
+		p := &percentileDelay{hist: new(histogram.Histogram)}
+		p.setParams(&cfg)
+		h.fixed.Store(-1)
 		if cfg.Delay > 0 {
 			p.delay.Store(int64(cfg.Delay))
 		} else {
 			p.delay.Store(-1)
 		}
 		h.pct = p
-	}
-	if ticker.IsNil(h.ticker) {
-		return nil, rampart.NewConfigError("hedge", "Ticker", ticker.NilReason, h.ticker)
 	}
 	if h.ticker == nil {
 		h.ticker = rampart.DefaultTicker()
@@ -278,7 +303,7 @@ func New(cfg Config) (*Hedger, error) {
 		h.ownWD = true
 	}
 	if p := h.pct; p != nil {
-		p.nextRefresh.Store(atomicx.SatAdd(h.ticker.Now(), p.refresh)) // a huge Refresh must not wrap into the past
+		p.nextRefresh.Store(atomicx.SatAdd(h.ticker.Now(), p.refresh.Load())) // a huge Refresh must not wrap into the past
 	}
 	return h, nil
 }
@@ -294,6 +319,43 @@ func (h *Hedger) Close() error {
 	return nil
 }
 
+// Config returns the configuration in force, its defaults filled in
+// (Ticker, MaxHedges, the percentile's WarmUp and Refresh), Tick set
+// when the hedger has its own watchdog, and Name empty (New does not keep
+// it): change a field and pass it to [Hedger.Update]. With a percentile,
+// Delay is the warm-up delay while the histogram warms up and 0 after.
+func (h *Hedger) Config() Config {
+	c := Config{
+		Delay:      time.Duration(max(h.fixed.Load(), 0)),
+		MaxHedges:  int(h.maxHedges.Load()),
+		Budget:     h.budget,
+		Fatal:      h.fatal,
+		AsyncFirst: h.async,
+		Ticker:     h.ticker,
+	}
+	if h.ownWD {
+		c.Tick = h.wd.Tick()
+	}
+	if l := h.lis; l != nil {
+		c.OnHedge, c.OnHedgeWon, c.OnBudgetRefused = l.onHedge, l.onWon, l.onRefused
+	}
+	if p := h.pct; p != nil {
+		p.mu.Lock()
+		c.Percentile = p.q
+		c.MinDelay = time.Duration(p.minDelay)
+		if p.maxDelay != math.MaxInt64 {
+			c.MaxDelay = time.Duration(p.maxDelay)
+		}
+		c.WarmUp = int(p.warmUp)
+		c.Refresh = time.Duration(p.refresh.Load())
+		if p.samples.Load() < p.warmUp {
+			c.Delay = time.Duration(max(p.delay.Load(), 0))
+		}
+		p.mu.Unlock()
+	}
+	return c
+}
+
 // Ticker returns the clock the hedger reads.
 func (h *Hedger) Ticker() rampart.Ticker { return h.ticker }
 
@@ -306,7 +368,7 @@ func (h *Hedger) Delay() time.Duration { return time.Duration(h.delayNs()) }
 // path: Do, Call and each hedge's trigger).
 func (h *Hedger) delayNs() int64 {
 	if !h.percentile {
-		return h.fixed
+		return h.fixed.Load()
 	}
 	return h.pct.delay.Load() // one dependent load more than before pct moved out: read-mostly, cached
 }
@@ -335,21 +397,100 @@ func (h *Hedger) Observe(latency time.Duration) { h.ObserveAt(h.ticker.Now(), la
 func (h *Hedger) refreshSlow(now int64) {
 	p := h.pct
 	next := p.nextRefresh.Load()
-	if now < next || !p.nextRefresh.CompareAndSwap(next, atomicx.SatAdd(now, p.refresh)) {
+	if now < next || !p.nextRefresh.CompareAndSwap(next, atomicx.SatAdd(now, p.refresh.Load())) {
 		return
 	}
+	p.mu.Lock() // the CAS's winner only: uncontended but for an Update
+	defer p.mu.Unlock()
 	v, n := p.hist.Quantile(p.q)
 	p.samples.Store(n)
 	if n < p.warmUp {
 		return
 	}
-	// At least 1 ns: a delay of 0 means "not hedged" to the callers, and a
-	// percentile of 0 (every call under one tick of a cached ticker) must
-	// still hedge the tail.
-	p.delay.Store(min(max(v, p.minDelay, 1), p.maxDelay))
+	p.delay.Store(p.clamp(v))
 	if n >= 2*p.warmUp {
 		p.hist.Decay(1)
 	}
+}
+
+// clamp bounds a percentile to [MinDelay, MaxDelay], at least 1 ns: a
+// delay of 0 means "not hedged" to the callers, and a percentile of 0
+// (every call under one tick of a cached ticker) must still hedge the
+// tail. mu held.
+func (p *percentileDelay) clamp(v int64) int64 { return min(max(v, p.minDelay, 1), p.maxDelay) }
+
+// Update changes the hedger's configuration while calls run (see "Live
+// reconfiguration" in the package documentation). It validates cfg
+// exactly as New does, and refuses with a *rampart.ConfigError naming the
+// field a change to a field fixed at construction: Percentile between 0
+// and not 0, Ticker, Tick, Budget, Fatal, AsyncFirst and the listeners.
+// Otherwise it applies Delay, MaxHedges and the percentile's Percentile,
+// MinDelay, MaxDelay, WarmUp and Refresh; the latency histogram is kept.
+// A call in flight reads the delay and MaxHedges afresh at each hedge, as
+// it does the percentile delay. An invalid or refused cfg changes nothing.
+func (h *Hedger) Update(cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if err := h.checkFixed(&cfg); err != nil {
+		return err
+	}
+	h.maxHedges.Store(int64(max(cfg.MaxHedges, 1)))
+	p := h.pct
+	if p == nil {
+		h.fixed.Store(int64(cfg.Delay))
+		return nil
+	}
+	p.mu.Lock()
+	p.setParams(&cfg)
+	if d := p.delay.Load(); p.samples.Load() >= p.warmUp && d > 0 {
+		p.delay.Store(p.clamp(d)) // warmed up: the percentile in force, within the new bounds at once
+	} else if cfg.Delay > 0 {
+		p.delay.Store(int64(cfg.Delay)) // warming up: the new warm-up delay
+	} else {
+		p.delay.Store(-1)
+	}
+	p.mu.Unlock()
+	// A shorter Refresh brings the next recomputation forward.
+	now := h.ticker.Now()
+	if next, want := p.nextRefresh.Load(), atomicx.SatAdd(now, p.refresh.Load()); want < next {
+		p.nextRefresh.CompareAndSwap(next, want) // lost: a refresh ran meanwhile and used the new period
+	}
+	return nil
+}
+
+// checkFixed returns the *rampart.ConfigError of the first field of cfg
+// that differs from what New fixed.
+func (h *Hedger) checkFixed(cfg *Config) error {
+	const fixed = "is fixed at construction: "
+	var onHedge, onWon, onRefused func(int)
+	if l := h.lis; l != nil {
+		onHedge, onWon, onRefused = l.onHedge, l.onWon, l.onRefused
+	}
+	bad := func(field, format string, args ...any) error {
+		return rampart.NewConfigError("hedge", field, fixed+format, args...)
+	}
+	switch {
+	case (cfg.Percentile != 0) != h.percentile:
+		return bad("Percentile", "between 0 (a fixed delay) and a percentile: New allocated the latency histogram or not (got %v)", cfg.Percentile)
+	case !sameTicker(cfg.Ticker, h.ticker):
+		return bad("Ticker", "the watchdog and the calls in flight read the old clock")
+	case h.ownWD != (cfg.Tick != 0 || !sameTicker(cfg.Ticker, rampart.DefaultTicker())) || time.Duration(durationOr(cfg.Tick, watchdog.DefaultTick)) != h.wd.Tick():
+		return bad("Tick", "New chose the watchdog (shared or the hedger's own) and its sweep (got %v, sweeping every %v)", cfg.Tick, h.wd.Tick())
+	case !sameValue(cfg.Budget, h.budget):
+		return bad("Budget", "a call notifies it at its start and at its end: a budget swapped between the two would see one without the other")
+	case !sameFunc(cfg.Fatal, h.fatal):
+		return bad("Fatal", "each attempt's error is classified by a word New set; pass the func value New was given")
+	case cfg.AsyncFirst != h.async:
+		return bad("AsyncFirst", "every call reads it from a word New set to choose its path (got %v)", cfg.AsyncFirst)
+	case !sameFunc(cfg.OnHedge, onHedge):
+		return bad("OnHedge", "New allocated the listeners' block, or not; pass the func value New was given")
+	case !sameFunc(cfg.OnHedgeWon, onWon):
+		return bad("OnHedgeWon", "New allocated the listeners' block, or not; pass the func value New was given")
+	case !sameFunc(cfg.OnBudgetRefused, onRefused):
+		return bad("OnBudgetRefused", "New allocated the listeners' block, or not; pass the func value New was given")
+	}
+	return nil
 }
 
 // Stats returns the counters. No allocation.

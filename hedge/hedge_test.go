@@ -746,6 +746,241 @@ func TestPercentileRefresh(t *testing.T) {
 	}
 }
 
+// TestUpdateFixedDelayAndMaxHedges: Update applies a fixed Delay and
+// MaxHedges from the next hedge on.
+func TestUpdateFixedDelayAndMaxHedges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: 10 * time.Millisecond})
+		c := h.Config()
+		c.Delay, c.MaxHedges = 2*time.Millisecond, 2
+		if err := h.Update(c); err != nil {
+			t.Fatal(err)
+		}
+		if h.Delay() != 2*time.Millisecond {
+			t.Fatalf("Delay %v", h.Delay())
+		}
+		var n atomic.Int32
+		t0 := time.Now()
+		v, err := Call(context.Background(), h, func(ctx context.Context) (int32, error) {
+			if i := n.Add(1); i < 3 {
+				return 0, sleepCtx(ctx, time.Hour)
+			} else {
+				return i, sleepCtx(ctx, time.Millisecond)
+			}
+		})
+		if v != 3 || err != nil {
+			t.Fatalf("got %d, %v", v, err)
+		}
+		if el := time.Since(t0); el < 5*time.Millisecond || el > 6*time.Millisecond {
+			t.Fatalf("took %v, want 2 new delays + 1 ms", el)
+		}
+		synctest.Wait()
+		if st := h.Stats(); st.Hedges != 2 || st.HedgesWon != 1 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
+}
+
+// TestUpdatePercentileKeepsTheHistogram: Update of a percentile hedger
+// keeps the latencies it learnt; new bounds apply to the delay in force at
+// once, a new Percentile at the next refresh, and a new warm-up Delay
+// only while the histogram warms up.
+func TestUpdatePercentileKeepsTheHistogram(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	c := Config{Percentile: 0.5, Delay: 7 * time.Millisecond, WarmUp: 100, Refresh: time.Second, Ticker: tk}
+	h, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	c.Delay = 3 * time.Millisecond // warming up: the new warm-up delay holds
+	if err := h.Update(c); err != nil {
+		t.Fatal(err)
+	}
+	if h.Delay() != 3*time.Millisecond {
+		t.Fatalf("warm-up delay %v", h.Delay())
+	}
+	for i := range 100 {
+		h.ObserveAt(tk.Now(), time.Duration(i+1)*time.Millisecond) // 1 to 100 ms
+	}
+	tk.Advance(time.Second)
+	h.ObserveAt(tk.Now(), 50*time.Millisecond)
+	if d := h.Delay(); d < 49*time.Millisecond || d > 53*time.Millisecond {
+		t.Fatalf("p50 %v", d)
+	}
+	c.MaxDelay = 20 * time.Millisecond // at once, on the delay in force
+	c.Percentile = 0.9
+	c.Delay = time.Hour // warmed up: ignored
+	if err := h.Update(c); err != nil {
+		t.Fatal(err)
+	}
+	if h.Delay() != 20*time.Millisecond {
+		t.Fatalf("clamped at once: %v", h.Delay())
+	}
+	c.MaxDelay = 0
+	if err := h.Update(c); err != nil {
+		t.Fatal(err)
+	}
+	tk.Advance(time.Second)
+	h.ObserveAt(tk.Now(), 50*time.Millisecond)
+	if d := h.Delay(); d < 89*time.Millisecond || d > 95*time.Millisecond {
+		t.Fatalf("p90 of the kept histogram: %v (samples %d)", d, h.Stats().Samples)
+	}
+	// A shorter Refresh brings the next refresh forward.
+	c.Refresh = time.Hour
+	if err := h.Update(c); err != nil {
+		t.Fatal(err)
+	}
+	tk.Advance(time.Second)
+	for range 2000 {
+		h.ObserveAt(tk.Now(), time.Millisecond)
+	}
+	tk.Advance(time.Second) // an hour has not passed: no refresh
+	h.ObserveAt(tk.Now(), time.Millisecond)
+	if d := h.Delay(); d < 89*time.Millisecond {
+		t.Fatalf("refreshed before Refresh: %v", d)
+	}
+	c.Refresh = time.Millisecond
+	if err := h.Update(c); err != nil {
+		t.Fatal(err)
+	}
+	tk.Advance(time.Millisecond)
+	h.ObserveAt(tk.Now(), time.Millisecond)
+	if d := h.Delay(); d > 2*time.Millisecond {
+		t.Fatalf("not refreshed after the shorter Refresh: %v", d)
+	}
+}
+
+// TestUpdateRefusesFixedFields: Update validates as New does, and a change
+// to a field fixed at construction is a ConfigError naming it; a refused
+// Update changes nothing.
+func TestUpdateRefusesFixedFields(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	budget, err := retry.NewTokenBucket(retry.TokenBucketConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fatal := func(error) bool { return true }
+	onHedge := func(int) {}
+	base := Config{Delay: time.Second, MaxHedges: 2, Ticker: tk, Tick: time.Millisecond, Budget: budget, Fatal: fatal, OnHedge: onHedge}
+	other, _ := retry.NewTokenBucket(retry.TokenBucketConfig{})
+	for _, tc := range []struct {
+		field  string
+		change func(*Config)
+	}{
+		{"Percentile", func(c *Config) { c.Percentile = 0.9 }},
+		{"Ticker", func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }},
+		{"Ticker", func(c *Config) { c.Ticker = (*rampart.ManualTicker)(nil) }},
+		{"Tick", func(c *Config) { c.Tick = 2 * time.Millisecond }},
+		{"Budget", func(c *Config) { c.Budget = nil }},
+		{"Budget", func(c *Config) { c.Budget = other }},
+		{"Fatal", func(c *Config) { c.Fatal = nil }},
+		{"AsyncFirst", func(c *Config) { c.AsyncFirst = true }},
+		{"OnHedge", func(c *Config) { c.OnHedge = nil }},
+		{"OnHedgeWon", func(c *Config) { c.OnHedgeWon = func(int) {} }},
+		{"OnBudgetRefused", func(c *Config) { c.OnBudgetRefused = func(int) {} }},
+		{"Delay", func(c *Config) { c.Delay = 0 }},
+		{"MaxHedges", func(c *Config) { c.MaxHedges = MaxHedgesLimit + 1 }},
+		{"Tick", func(c *Config) { c.Tick = -1 }},
+	} {
+		h, err := New(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := base
+		c.MaxHedges = 3 // a valid change that must not be applied beside the refused one
+		tc.change(&c)
+		err = h.Update(c)
+		var ce *rampart.ConfigError
+		if !errors.As(err, &ce) || !errors.Is(err, rampart.ErrInvalidConfig) || ce.Field != tc.field {
+			t.Errorf("%s: Update = %v", tc.field, err)
+		}
+		if got := h.Config(); got.MaxHedges != 2 || got.Delay != time.Second {
+			t.Errorf("%s: a refused Update applied something: %+v", tc.field, got)
+		}
+		_ = h.Close()
+	}
+	// The shared watchdog: Tick 0 and the default ticker, as New was given
+	// them (nil) or as Config fills them in.
+	h, err := New(Config{Delay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := h.Config()
+	c.Delay = time.Minute
+	if err := h.Update(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Update(Config{Delay: time.Hour}); err != nil || h.Delay() != time.Hour {
+		t.Fatalf("Update = %v, Delay %v", err, h.Delay())
+	}
+	if err := h.Update(Config{Delay: time.Hour, Tick: time.Millisecond}); err == nil {
+		t.Fatal("a Tick that asks for a watchdog of its own was accepted")
+	}
+}
+
+// TestUpdateRacingCalls: Updates of the delay and MaxHedges race with
+// hedged calls under -race; every call returns its winner's result, every
+// hedge that ran is counted, and the last MaxHedges bounds the hedges of
+// the calls that follow.
+func TestUpdateRacingCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newBubbleHedger(t, Config{Delay: time.Millisecond, MaxHedges: 2})
+		var wg sync.WaitGroup
+		var attempts atomic.Int64
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 50 {
+					err := h.Do(context.Background(), func(ctx context.Context) error {
+						attempts.Add(1)
+						return sleepCtx(ctx, time.Duration(1+(g+i)%4)*time.Millisecond)
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			c := h.Config()
+			for i := range 100 {
+				c.Delay = time.Duration(1+i%3) * time.Millisecond
+				c.MaxHedges = 1 + i%MaxHedgesLimit
+				if err := h.Update(c); err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(500 * time.Microsecond)
+			}
+		})
+		wg.Wait()
+		synctest.Wait()
+		st := h.Stats()
+		if uint64(attempts.Load()) != 8*50+st.Hedges {
+			t.Fatalf("attempts %d, calls %d + hedges %d", attempts.Load(), 8*50, st.Hedges)
+		}
+		if st.Hedges == 0 || st.HedgesWon > st.Hedges {
+			t.Fatalf("stats %+v", st)
+		}
+		c := h.Config()
+		c.Delay, c.MaxHedges = time.Millisecond, 1
+		if err := h.Update(c); err != nil {
+			t.Fatal(err)
+		}
+		before := h.Stats().Hedges
+		var n atomic.Int32
+		_ = h.Do(context.Background(), func(ctx context.Context) error {
+			n.Add(1)
+			return sleepCtx(ctx, 10*time.Millisecond)
+		})
+		synctest.Wait()
+		if n.Load() != 2 || h.Stats().Hedges-before != 1 {
+			t.Fatalf("MaxHedges 1: %d attempts, %d hedges", n.Load(), h.Stats().Hedges-before)
+		}
+	})
+}
+
 // TestZeroPercentileDelayStillHedges: a percentile delay computed from
 // latencies that all read 0 (fast calls on a coarse clock such as
 // rampart.NewCachedTicker, or a manual ticker) is still a delay (at least
