@@ -210,3 +210,24 @@ func TestCollectionRacesCallsAndAddRemove(t *testing.T) {
 		}
 	}
 }
+
+// TestScrapesRunConcurrently: two scrapes of one registry at the same time
+// (each runs Collect, sharing the collector's cached label pairs) both
+// succeed and see every instance.
+func TestScrapesRunConcurrently(t *testing.T) {
+	f := newAdmitFixture()
+	_, reg := attach(t, f)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for range 20 {
+				got := series(t, gather(t, reg))
+				if _, ok := got["rampart.circuitbreaker.state|api|closed"]; !ok {
+					t.Error("the breaker's state not collected")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

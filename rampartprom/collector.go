@@ -2,6 +2,7 @@ package rampartprom
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/rampart-go/rampart"
 )
 
@@ -27,6 +28,20 @@ type Collector struct {
 	descs map[*kindSpec][]*prometheus.Desc
 	all   []*prometheus.Desc
 	skip  *prometheus.Desc
+
+	// Used by collections only, under set.mu.
+	labels map[string]*nameLabels
+	gen    uint64
+}
+
+// nameLabels is the label pairs of one instance name, built once and kept
+// while a scrape sees the name. The registry only reads them (as it reads
+// a const metric's, which it shares the same way), so every scrape reuses
+// them.
+type nameLabels struct {
+	name   []*dto.LabelPair
+	states [len(breakerStates)][]*dto.LabelPair
+	gen    uint64
 }
 
 // Label names: the OpenTelemetry attribute names, dots as underscores.
@@ -38,7 +53,7 @@ var (
 
 // NewCollector returns a collector of no instance yet.
 func NewCollector(cfg Config) *Collector {
-	c := &Collector{set: newSet(cfg.Ticker), descs: map[*kindSpec][]*prometheus.Desc{}}
+	c := &Collector{set: newSet(cfg.Ticker), descs: map[*kindSpec][]*prometheus.Desc{}, labels: map[string]*nameLabels{}}
 	byName := map[string]*prometheus.Desc{}
 	for _, k := range kinds {
 		ds := make([]*prometheus.Desc, len(k.metrics))
@@ -91,34 +106,94 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 // scrape is one Collect's emitter.
 type scrape struct {
-	c  *Collector
-	ch chan<- prometheus.Metric
+	c   *Collector
+	ch  chan<- prometheus.Metric
+	gen uint64
 }
 
-var valueTypes = [...]prometheus.ValueType{gauge: prometheus.GaugeValue, counter: prometheus.CounterValue}
+// sample is one series of a scrape, in one allocation: its descriptor,
+// its (shared) label pairs, and its value with the dto wrapper that Write
+// hands the registry.
+type sample struct {
+	desc    *prometheus.Desc
+	labels  []*dto.LabelPair
+	counter bool
+	value   float64
+	gauge   dto.Gauge
+	count   dto.Counter
+}
 
-func (s *scrape) begin() {}
+// Desc returns the sample's descriptor.
+func (s *sample) Desc() *prometheus.Desc { return s.desc }
+
+// Write writes the sample's labels and value into out.
+func (s *sample) Write(out *dto.Metric) error {
+	out.Label = s.labels
+	if s.counter {
+		out.Counter = &s.count
+	} else {
+		out.Gauge = &s.gauge
+	}
+	return nil
+}
+
+// newSample returns a sample whose dto wrappers point at its value.
+func newSample(desc *prometheus.Desc, labels []*dto.LabelPair, counter bool, value float64) *sample {
+	s := &sample{desc: desc, labels: labels, counter: counter, value: value}
+	s.gauge.Value, s.count.Value = &s.value, &s.value
+	return s
+}
+
+func pair(name, value string) *dto.LabelPair { return &dto.LabelPair{Name: &name, Value: &value} }
+
+// begin numbers the scrape (c.gen is read and written under the set's
+// lock only: scrapes may run concurrently).
+func (s *scrape) begin() {
+	s.c.gen++
+	s.gen = s.c.gen
+}
+
+func (s *scrape) labelsOf(name string) *nameLabels {
+	l := s.c.labels[name]
+	if l == nil {
+		np := pair(labelName, name)
+		l = &nameLabels{name: []*dto.LabelPair{np}}
+		for i, st := range breakerStates {
+			l.states[i] = []*dto.LabelPair{np, pair(labelState, st.String())} // sorted: rampart_name < rampart_state
+		}
+		s.c.labels[name] = l
+	}
+	l.gen = s.gen
+	return l
+}
 
 func (s *scrape) instance(name string, spec *kindSpec, v []float64) {
+	l := s.labelsOf(name)
 	ds := s.c.descs[spec]
 	for i := range spec.metrics {
 		ms := &spec.metrics[i]
 		if ms.states {
-			for st, state := range breakerStates {
+			for st := range breakerStates {
 				x := 0.0
 				if int(v[i]) == st {
 					x = 1
 				}
-				s.ch <- prometheus.MustNewConstMetric(ds[i], prometheus.GaugeValue, x, name, state.String())
+				s.ch <- newSample(ds[i], l.states[st], false, x)
 			}
 			continue
 		}
-		s.ch <- prometheus.MustNewConstMetric(ds[i], valueTypes[ms.kind], v[i], name)
+		s.ch <- newSample(ds[i], l.name, ms.kind == counter, v[i])
 	}
 }
 
 func (s *scrape) skipped(counts *[nSkipReasons]int) {
 	for i, n := range counts {
 		s.ch <- prometheus.MustNewConstMetric(s.c.skip, prometheus.GaugeValue, float64(n), skipReasons[i])
+	}
+	// Forget the names this scrape did not see.
+	for name, l := range s.c.labels {
+		if l.gen != s.gen {
+			delete(s.c.labels, name)
+		}
 	}
 }
