@@ -12,7 +12,9 @@ import (
 //
 // An Algorithm value is a configuration: [New] calls Start once to create the
 // per-limiter [Controller] that holds the algorithm's state, so one Algorithm
-// value may configure many limiters.
+// value may configure many limiters. [Limiter.Update] calls Start again,
+// at the limiter's current limit, only when given an Algorithm other than
+// the one in force (not an equal value).
 type Algorithm interface {
 	// Start returns a fresh controller for one limiter whose limit starts
 	// at initial and is kept within [min, max].
