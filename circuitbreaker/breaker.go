@@ -573,6 +573,8 @@ func (b *Breaker) classifyErr(cs *settings, err error) rampart.Result {
 // gives an error's. A permit from an older generation is only counted in
 // Stats.StaleResults. It never blocks and never allocates.
 func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
+	// One load of the configuration (inlined into the caller): the fast
+	// path's test of fast and every field the slow path reads come from it.
 	b.releaseAt(b.set.Load(), p, now, r)
 }
 

@@ -521,7 +521,7 @@ func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s := p.cur.Load()
+	s := p.cur.Load() // the configuration of the call, read once: every attempt runs under it
 	if s.full { // two loads and a branch
 		return p.doFull(s, ctx, fn)
 	}
@@ -655,7 +655,7 @@ func CallIf[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, 
 		var zero T
 		return zero, err
 	}
-	s := p.cur.Load()
+	s := p.cur.Load() // as in Do
 	if s.full { // two loads and a branch
 		return callFull(s, ctx, p, fn, retryResult)
 	}
