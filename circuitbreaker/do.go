@@ -117,7 +117,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) error 
 func Call[T any](ctx context.Context, b *Breaker, fn func(context.Context) (T, error)) (T, error) {
 	var p Permit
 	w := b.state.Load() // atomic 1: the state word (as in Do)
-	cs := b.set.Load() // the configuration of the call, read once (as in Do)
+	cs := b.set.Load()  // the configuration of the call, read once (as in Do)
 	switch {
 	case w&stateMask == uint64(Closed) && !cs.timed:
 		p = Permit{word: w, start: rampart.NotRead}

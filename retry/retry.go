@@ -522,7 +522,7 @@ func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
 		return err
 	}
 	s := p.cur.Load() // the configuration of the call, read once: every attempt runs under it
-	if s.full { // two loads and a branch
+	if s.full {       // two loads and a branch
 		return p.doFull(s, ctx, fn)
 	}
 	err := fn(ctx)
@@ -656,7 +656,7 @@ func CallIf[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, 
 		return zero, err
 	}
 	s := p.cur.Load() // as in Do
-	if s.full { // two loads and a branch
+	if s.full {       // two loads and a branch
 		return callFull(s, ctx, p, fn, retryResult)
 	}
 	v, err := fn(ctx)
