@@ -116,7 +116,7 @@
 // per-thread generator; a sampled call's reading also takes a due sample
 // and moves the cool-off, so a timed call comes every 10 ms or sooner at
 // the last bucket's rate. AcquireAt and ReleaseAt time every call. The sample,
-// once per SampleInterval, reads runtime/metrics (about 0.6 µs on the
+// once per SampleInterval, reads runtime/metrics (under 1 µs on the
 // development machine: BenchmarkShedSample in bench/shedcompare) into
 // samples allocated at New.
 //
