@@ -20,8 +20,8 @@ type Endings uint16
 const (
 	// Rejections: a rejection by any policy, as [RejectionsBy] with every
 	// kind that rejects (Retry for its budget, Breaker, RateLimit,
-	// Bulkhead, Adaptive). Code Rejected.
-	Rejections Endings = 1<<Retry | 1<<Breaker | 1<<RateLimit | 1<<Bulkhead | 1<<Adaptive
+	// Bulkhead, Adaptive, Shed). Code Rejected.
+	Rejections Endings = 1<<Retry | 1<<Breaker | 1<<RateLimit | 1<<Bulkhead | 1<<Adaptive | 1<<Shed
 	// Timeouts: the pipeline's timeout expired during the last attempt
 	// (Code TimedOut), retried or not.
 	Timeouts Endings = 1 << 8
@@ -49,7 +49,7 @@ const (
 
 // RejectionsBy returns the set of the rejections by the given kinds of
 // policy (Retry: its budget refused a retry; Breaker, RateLimit, Bulkhead,
-// Adaptive). Other kinds (None, Timeout) are refused by the fallback's New:
+// Adaptive, Shed). Other kinds (None, Timeout) are refused by the fallback's New:
 // a timeout is not a rejection, see [Timeouts].
 func RejectionsBy(kinds ...Kind) Endings {
 	var e Endings
@@ -106,7 +106,7 @@ func newSelection(when Endings, failed func(error) bool, cfg string) (Endings, e
 	}
 	if when&^allEndings != 0 {
 		return 0, rampart.NewConfigError("pipeline", cfg+".When",
-			"holds endings that no call has (%#x): RejectionsBy takes the kinds that reject (Retry, Breaker, RateLimit, Bulkhead, Adaptive); a timeout is pipeline.Timeouts", uint16(when&^allEndings))
+			"holds endings that no call has (%#x): RejectionsBy takes the kinds that reject (Retry, Breaker, RateLimit, Bulkhead, Adaptive, Shed); a timeout is pipeline.Timeouts", uint16(when&^allEndings))
 	}
 	if when&Failures != 0 && failed == nil {
 		return 0, rampart.NewConfigError("pipeline", cfg+".Failed",

@@ -21,6 +21,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -92,6 +93,7 @@ type fpConfig struct {
 	bulkhead  int // Max; 0: none
 	adaptive  int // limit; 0: none
 	timeout   int // 0 none, 1 soft, 2 deadline
+	shed      bool
 }
 
 const fpTimeout = time.Second
@@ -108,6 +110,9 @@ var fpConfigs = []fpConfig{
 	{name: "adaptive-budget", retry: 1, bulkhead: 3, adaptive: 1},
 	{name: "classify-breaker-ratelimit", retry: 1, breaker: 2, rateLimit: true},
 	{name: "retry-only", retry: 1},
+	{name: "full-soft-shed", retry: 1, breaker: 1, rateLimit: true, bulkhead: 2, adaptive: 1, timeout: 1, shed: true},
+	{name: "shed-classify-breaker-deadline", retry: 3, breaker: 2, bulkhead: 2, timeout: 2, shed: true},
+	{name: "shed-only", shed: true},
 }
 
 type fpRef int
@@ -133,9 +138,10 @@ type fpWorld struct {
 	bh    *bulkhead.Bulkhead
 	al    *adaptive.Limiter
 	to    *timeout.Timeout
+	sh    *shed.Shedder
 	p     *pipeline.Pipeline
 
-	cbPanic, alClassifyPanic, ctrlPanic atomic.Bool
+	cbPanic, alClassifyPanic, ctrlPanic, shedHot atomic.Bool
 }
 
 func newFPWorld(t testing.TB, cfg fpConfig, ref fpRef) *fpWorld {
@@ -224,6 +230,18 @@ func newFPWorld(t testing.TB, cfg fpConfig, ref fpRef) *fpWorld {
 	if w.to != nil {
 		pc.Timeout = w.to
 	}
+	if cfg.shed {
+		sh, err := shed.New(shed.Config{Name: "sh", Ticker: w.tick, SampleInterval: 100 * time.Millisecond, CoolOff: 100 * time.Millisecond,
+			Source: shed.SourceFunc(func(_ int64, s *shed.Signals) {
+				s.SchedLatency = 0
+				if w.shedHot.Load() {
+					s.SchedLatency = time.Second
+				}
+			})})
+		require.NoError(t, err)
+		w.sh = sh
+		pc.Shed = sh
+	}
 	p, err := pipeline.New(pc)
 	require.NoError(t, err)
 	w.p = p
@@ -252,6 +270,8 @@ const (
 	opTickPanicT0     // the ticker panics at the call's first read
 	opAdvance         // the clock moves 10 ms, no call
 	opAdvanceOpen     // the clock moves 11 s (past the open period and the adaptive window), no call
+	opShedHot         // the shedder's signal turns hot and the clock moves to its next sample, no call
+	opShedCold        // the shedder's signal turns cold and the clock moves to its next sample, no call
 	opCount
 
 	// Ops run by a test of their own, outside the generated scripts.
@@ -267,6 +287,10 @@ func (cfg fpConfig) ops() []byte {
 		switch op {
 		case opTickPanicT0, opTickPanicT1, opTickPanicT1Fail:
 			if cfg.timeout == 2 {
+				continue
+			}
+		case opShedHot, opShedCold:
+			if !cfg.shed {
 				continue
 			}
 		}
@@ -292,6 +316,10 @@ func (w *fpWorld) step(op byte, i int) string {
 	case opAdvanceOpen:
 		w.clock.Advance(11 * time.Second)
 		return "advance open"
+	case opShedHot, opShedCold:
+		w.shedHot.Store(op == opShedHot)
+		w.clock.Advance(100 * time.Millisecond)
+		return "shed signal"
 	case opCbPanicOnSuccess:
 		w.cbPanic.Store(true)
 	case opCtrlPanic:
@@ -426,6 +454,9 @@ func (w *fpWorld) snapshot(reads bool) string {
 	if w.to != nil {
 		fmt.Fprintf(&b, "timeout %+v\n", w.to.Stats())
 	}
+	if w.sh != nil {
+		fmt.Fprintf(&b, "shed %+v\n", w.sh.Stats())
+	}
 	return b.String()
 }
 
@@ -437,6 +468,9 @@ func (w *fpWorld) held() string {
 	}
 	if w.al != nil && w.al.InFlight() != 0 {
 		s = append(s, fmt.Sprintf("adaptive %d", w.al.InFlight()))
+	}
+	if w.sh != nil && w.sh.InFlight() != 0 {
+		s = append(s, fmt.Sprintf("shed %d", w.sh.InFlight()))
 	}
 	if w.cb != nil && w.cb.Stats().HalfOpenInFlight != 0 {
 		s = append(s, fmt.Sprintf("half-open probes %d", w.cb.Stats().HalfOpenInFlight))
@@ -451,7 +485,7 @@ func fpOpNames(script []byte) string {
 		opCancel: "cancel", opCancelOK: "cancelOK", opNested: "nested", opPreCanceled: "preCanceled",
 		opCbPanicOnError: "cbPanicOnError", opAlClassifyPanic: "alClassifyPanic",
 		opTickPanicT1: "tickPanicT1", opTickPanicT1Fail: "tickPanicT1Fail", opTickPanicT0: "tickPanicT0",
-		opAdvance: "advance", opAdvanceOpen: "advanceOpen",
+		opAdvance: "advance", opAdvanceOpen: "advanceOpen", opShedHot: "shedHot", opShedCold: "shedCold",
 		opCbPanicOnSuccess: "cbPanicOnSuccess", opCtrlPanic: "ctrlPanic",
 	}
 	s := make([]string, len(script))

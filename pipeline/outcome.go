@@ -64,9 +64,11 @@ const (
 	Adaptive
 	// Timeout: the timeout.
 	Timeout
+	// Shed: the overload shedder (package shed).
+	Shed
 )
 
-var kindNames = [...]string{None: "none", Retry: "retry", Breaker: "circuitbreaker", RateLimit: "ratelimit", Bulkhead: "bulkhead", Adaptive: "adaptive", Timeout: "timeout"}
+var kindNames = [...]string{None: "none", Retry: "retry", Breaker: "circuitbreaker", RateLimit: "ratelimit", Bulkhead: "bulkhead", Adaptive: "adaptive", Timeout: "timeout", Shed: "shed"}
 
 // String returns the policy package's name ("circuitbreaker", ...), or "none".
 func (k Kind) String() string {

@@ -12,6 +12,7 @@ import (
 	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -56,6 +57,34 @@ type Config struct {
 	// from their latency and drops. With a queue configured, an attempt
 	// waits in it (adaptive.Limiter.AcquireWait).
 	Adaptive *adaptive.Limiter
+
+	// Shed, the last admission, protects this process from overload: while
+	// its runtime signals say the process is overloaded it admits only
+	// the attempts in flight up to the capacity the process has shown
+	// (see package shed), and rejects the rest at once with its
+	// preallocated error (Outcome.Policy [Shed], matching shed.ErrOverloaded
+	// and rampart.ErrRejected; no retry-after hint: the shedder gives
+	// none). It comes after every other admission, so a call that the
+	// breaker, the rate limiter, the bulkhead or the adaptive limit refused,
+	// or that waits in their queues, is never counted in flight by it; its
+	// slot is held until fn has returned, and the latency it learns from is
+	// the attempt's own, from admission (t0, read again after a queue) to
+	// fn's return (t1): a shedder makes the pipeline read both. The
+	// attempt is released with shed.Shedder.Classify of fn's error (a
+	// success as rampart.Success without calling it; a panic or Goexit as
+	// rampart.Ignored; a rejection by the shedder releases nothing it did
+	// not take). Hedged attempts share the attempt's one slot.
+	Shed *shed.Shedder
+
+	// ShedPriority, when set, gives each attempt's priority for Shed
+	// (shed.Shedder.AcquirePriorityAt: 0 the most important; the
+	// shedder's Config.Priorities sets how many levels it has, and an
+	// out-of-range value is its least important level). It is called with
+	// the caller's context once per attempt, before the shedder is asked:
+	// a server reads the priority that an earlier middleware put in the
+	// request's context (a tenant's tier, a health check, a batch job).
+	// Nil means priority 0 for every attempt, at no cost. Requires Shed.
+	ShedPriority func(ctx context.Context) int
 
 	// Timeout bounds each attempt (each retry gets a fresh deadline) in
 	// deadline mode (fn gets a context done at the deadline; one
@@ -132,10 +161,12 @@ type Pipeline struct {
 	bh    *bulkhead.Bulkhead
 	al    *adaptive.Limiter
 	to    *timeout.Timeout
+	sh    *shed.Shedder
 	hg    *hedge.Hedger
 	toErr error // the timeout's preallocated error, to recognise a timeout
 
 	alClassify func(context.Context, error) rampart.Result // Config.AdaptiveClassify; nil: al.Classify
+	shPrio     func(context.Context) int                   // Config.ShedPriority; nil: priority 0
 	cbClassify bool                                        // the breaker has a Classify: consulted on a success too
 
 	// needT0: a policy takes the time before the call (rate limiter,
@@ -193,15 +224,17 @@ func New(cfg Config) (*Pipeline, error) {
 		bh:         cfg.Bulkhead,
 		al:         cfg.Adaptive,
 		to:         cfg.Timeout,
+		sh:         cfg.Shed,
 		hg:         cfg.Hedge,
 		alClassify: cfg.AdaptiveClassify,
+		shPrio:     cfg.ShedPriority,
 		idempotent: cfg.Idempotent,
 		name:       cfg.Name,
 	}
 	if p.rt != nil {
 		p.bud = p.rt.Budget()
 	}
-	var clocks [6]ticked
+	var clocks [7]ticked
 	n := 0
 	add := func(field string, t rampart.Ticker) {
 		clocks[n] = ticked{field, t}
@@ -228,6 +261,13 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.Adaptive != nil {
 		add("Adaptive", cfg.Adaptive.Ticker())
 		p.needT0, p.needT1 = true, true
+	}
+	if cfg.Shed != nil {
+		add("Shed", cfg.Shed.Ticker())
+		// Its latency signal: admission (t0) to fn's return (t1).
+		p.needT0, p.needT1 = true, true
+	} else if cfg.ShedPriority != nil {
+		return nil, rampart.NewConfigError("pipeline", "ShedPriority", "is set without Shed: it gives the shedder's priority of each attempt")
 	}
 	p.mayWait = (cfg.Bulkhead != nil && cfg.Bulkhead.MayWait()) || (cfg.Adaptive != nil && cfg.Adaptive.MayWait())
 	if cfg.Timeout != nil {
@@ -272,7 +312,7 @@ func New(cfg Config) (*Pipeline, error) {
 	for _, h := range [...]struct {
 		present bool
 		bit     uint8
-	}{{p.cb != nil, heldBreaker}, {p.bh != nil, heldBulkhead}, {p.al != nil, heldAdaptive}, {p.to != nil, heldTimeout}} {
+	}{{p.cb != nil, heldBreaker}, {p.bh != nil, heldBulkhead}, {p.al != nil, heldAdaptive}, {p.sh != nil, heldShed}, {p.to != nil, heldTimeout}} {
 		if h.present {
 			p.held |= h.bit
 		}
@@ -328,6 +368,7 @@ func refuseZeroPolicies(cfg Config) error {
 		{"Bulkhead", "bulkhead.Bulkhead", cfg.Bulkhead != nil && cfg.Bulkhead.Max() < 1},
 		{"Adaptive", "adaptive.Limiter", cfg.Adaptive != nil && cfg.Adaptive.Ticker() == nil},
 		{"Timeout", "timeout.Timeout", cfg.Timeout != nil && cfg.Timeout.Ticker() == nil},
+		{"Shed", "shed.Shedder", cfg.Shed != nil && cfg.Shed.Ticker() == nil},
 		{"Hedge", "hedge.Hedger", cfg.Hedge != nil && cfg.Hedge.Ticker() == nil},
 	} {
 		if f.zero {
@@ -364,6 +405,8 @@ func (p *Pipeline) Config() Config {
 		Bulkhead:         p.bh,
 		Adaptive:         p.al,
 		Timeout:          p.to,
+		Shed:             p.sh,
+		ShedPriority:     p.shPrio,
 		Hedge:            p.hg,
 		Idempotent:       p.idempotent,
 		AdaptiveClassify: p.alClassify,

@@ -18,6 +18,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -194,9 +195,9 @@ func TestTickerMismatchIsConfigError(t *testing.T) {
 // share another; else the one on a Ticker of its own; Config.Ticker itself
 // when it is the default and every policy shares another.
 func TestTickerMismatchNamesTheOddPolicy(t *testing.T) {
-	fields := []string{"Retry", "Breaker", "RateLimit", "Adaptive", "Timeout", "Hedge"}
+	fields := []string{"Retry", "Breaker", "RateLimit", "Adaptive", "Shed", "Timeout", "Hedge"}
 	pkgs := map[string]string{"Retry": "retry", "Breaker": "circuitbreaker", "RateLimit": "ratelimit",
-		"Adaptive": "adaptive", "Timeout": "timeout", "Hedge": "hedge"}
+		"Adaptive": "adaptive", "Shed": "shed", "Timeout": "timeout", "Hedge": "hedge"}
 	m, m2 := rampart.NewManualTicker(1), rampart.NewManualTicker(1)
 	onM, onM2, onDef := validPolicies(t, m), validPolicies(t, m2), validPolicies(t, nil)
 	type tc struct {
@@ -213,9 +214,9 @@ func TestTickerMismatchNamesTheOddPolicy(t *testing.T) {
 		{name: "all manual, Config.Ticker default", cfg: func() pipeline.Config { c := onM; c.Ticker = rampart.DefaultTicker(); return c }(),
 			field: "Ticker", reason: []string{"is rampart.DefaultTicker(), but every policy uses a *rampart.ManualTicker", "leave Config.Ticker nil"}},
 		{name: "all default, Config.Ticker manual", cfg: func() pipeline.Config { c := onDef; c.Ticker = m; return c }(),
-			field: "Retry", reason: []string{"was built without a Ticker (rampart.DefaultTicker()), as were Breaker, RateLimit, Adaptive, Timeout, Hedge; the pipeline's Config.Ticker is a *rampart.ManualTicker: pass the same Ticker to retry.New, circuitbreaker.New, ratelimit.New, adaptive.New, timeout.New, hedge.New"}},
+			field: "Retry", reason: []string{"was built without a Ticker (rampart.DefaultTicker()), as were Breaker, RateLimit, Adaptive, Shed, Timeout, Hedge; the pipeline's Config.Ticker is a *rampart.ManualTicker: pass the same Ticker to retry.New, circuitbreaker.New, ratelimit.New, adaptive.New, shed.New, timeout.New, hedge.New"}},
 		{name: "Retry and Timeout default", cfg: withPolicies(onM, onDef, "Retry", "Timeout"),
-			field: "Retry", reason: []string{"was built without a Ticker (rampart.DefaultTicker()), as was Timeout; the other policies (Breaker, RateLimit, Adaptive, Hedge) use a *rampart.ManualTicker: pass the same Ticker to retry.New, timeout.New"}},
+			field: "Retry", reason: []string{"was built without a Ticker (rampart.DefaultTicker()), as was Timeout; the other policies (Breaker, RateLimit, Adaptive, Shed, Hedge) use a *rampart.ManualTicker: pass the same Ticker to retry.New, timeout.New"}},
 	}
 	for _, f := range fields {
 		others := []string{}
@@ -277,6 +278,7 @@ func TestZeroValuePoliciesAreConfigErrors(t *testing.T) {
 		"Adaptive":  {Adaptive: &adaptive.Limiter{}},
 		"Timeout":   {Timeout: &timeout.Timeout{}},
 		"Hedge":     {Hedge: &hedge.Hedger{}, Idempotent: true},
+		"Shed":      {Shed: &shed.Shedder{}},
 	} {
 		t.Run(field, func(t *testing.T) {
 			p, err := pipeline.New(cfg)
@@ -315,6 +317,8 @@ func withPolicies(cfg, from pipeline.Config, fields ...string) pipeline.Config {
 			cfg.Timeout = from.Timeout
 		case "Hedge":
 			cfg.Hedge = from.Hedge
+		case "Shed":
+			cfg.Shed = from.Shed
 		default:
 			panic("withPolicies: no policy field " + f)
 		}
@@ -337,6 +341,8 @@ func validPolicies(t *testing.T, tick rampart.Ticker) pipeline.Config {
 	hg, err := hedge.New(hedge.Config{Delay: time.Millisecond, Ticker: tick})
 	require.NoError(t, err)
 	t.Cleanup(func() { hg.Close() })
+	sh, err := shed.New(shed.Config{Ticker: tick, Source: shed.SourceFunc(func(int64, *shed.Signals) {})})
+	require.NoError(t, err)
 	return pipeline.Config{Retry: rt, Breaker: cb, RateLimit: rl, Bulkhead: newBulkhead(t, 4, tick),
-		Adaptive: al, Timeout: to, Hedge: hg, Idempotent: true}
+		Adaptive: al, Shed: sh, Timeout: to, Hedge: hg, Idempotent: true}
 }

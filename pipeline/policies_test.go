@@ -18,6 +18,7 @@ import (
 	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -720,4 +721,270 @@ func TestCancelInBulkheadWaitAfterRetryGivesUp(t *testing.T) {
 	require.ErrorIs(t, o.Err, errBoom, "fn's last error is kept")
 	require.EqualValues(t, 1, rt.Stats().GiveUps)
 	require.Equal(t, 1, giveUps)
+}
+
+// shedRig is a shedder on a manual clock whose one signal is a scheduling
+// latency that the test turns hot or cold.
+type shedRig struct {
+	tick *rampart.ManualTicker
+	hot  atomic.Bool
+	sh   *shed.Shedder
+}
+
+const shedInterval = 100 * time.Millisecond
+
+func newShed(t testing.TB, tick *rampart.ManualTicker, mod func(*shed.Config)) *shedRig {
+	t.Helper()
+	r := &shedRig{tick: tick}
+	cfg := shed.Config{Name: "sh", Ticker: tick, SampleInterval: shedInterval, CoolOff: shedInterval,
+		Source: shed.SourceFunc(func(_ int64, s *shed.Signals) {
+			s.SchedLatency = 0
+			if r.hot.Load() {
+				s.SchedLatency = time.Second
+			}
+		})}
+	if mod != nil {
+		mod(&cfg)
+	}
+	sh, err := shed.New(cfg)
+	require.NoError(t, err)
+	r.sh = sh
+	return r
+}
+
+// engage completes one call of no duration (a cap of 1: its bandwidth-delay
+// product rounds to nothing) and takes a hot sample.
+func (r *shedRig) engage(t testing.TB) {
+	t.Helper()
+	pm, err := r.sh.AcquireAt(r.tick.Now())
+	require.NoError(t, err)
+	r.sh.ReleaseAt(pm, r.tick.Now(), rampart.Success)
+	r.hot.Store(true)
+	r.sample(t)
+	require.True(t, r.sh.Overloaded())
+	require.Equal(t, 1, r.sh.Stats().Limit)
+}
+
+// release takes a cold sample past the cool-off.
+func (r *shedRig) release(t testing.TB) {
+	t.Helper()
+	r.hot.Store(false)
+	r.sample(t)
+	require.False(t, r.sh.Overloaded())
+}
+
+// sample moves the clock to the next sample and takes it.
+func (r *shedRig) sample(t testing.TB) {
+	t.Helper()
+	r.tick.Advance(shedInterval)
+	pm, err := r.sh.AcquireAt(r.tick.Now())
+	require.NoError(t, err)
+	r.sh.ReleaseAt(pm, r.tick.Now(), rampart.Ignored)
+}
+
+// TestShedEveryEndingFreesItsSlot: with a shedder in the pipeline, every
+// ending of an attempt (success, failure, timeout, cancellation, panic,
+// Goexit) gives its slot back, through the fast first attempt (Try) and the
+// general loop (TryHedged without a Hedge); a rejection by a policy before
+// the shedder never takes a slot; a rejection by the shedder releases the
+// permits taken before it and nothing of its own.
+func TestShedEveryEndingFreesItsSlot(t *testing.T) {
+	tick := rampart.NewManualTicker(1_000_000)
+	r := newShed(t, tick, nil)
+	cb := newBreaker(t, tick, func(c *circuitbreaker.Config) { c.ConsecutiveFailures = 100 })
+	bh := newBulkhead(t, 2, tick)
+	al := newAdaptive(t, tick, 4)
+	to := newTimeout(t, tick, time.Second, timeout.ModeSoft)
+	p, err := pipeline.New(pipeline.Config{Breaker: cb, Bulkhead: bh, Adaptive: al, Shed: r.sh, Timeout: to, Idempotent: true})
+	require.NoError(t, err)
+	entries := map[string]func(context.Context, func(context.Context) error) pipeline.Outcome{
+		"fast": p.Try, "general": p.TryHedged,
+	}
+	held := func(what string) {
+		t.Helper()
+		require.Zero(t, r.sh.InFlight(), "%s: shedder", what)
+		require.Zero(t, bh.Stats().InFlight, "%s: bulkhead", what)
+		require.Zero(t, al.InFlight(), "%s: adaptive", what)
+		require.Zero(t, cb.Stats().HalfOpenInFlight, "%s: half-open probes", what)
+	}
+	for name, try := range entries {
+		ctx := context.Background()
+		inFn := -1
+		o := try(ctx, func(context.Context) error { inFn = r.sh.InFlight(); return nil })
+		require.Equal(t, pipeline.OK, o.Code, name)
+		require.Equal(t, 1, inFn, "%s: the attempt holds one slot while fn runs", name)
+		held(name + " success")
+		require.Equal(t, pipeline.Failed, try(ctx, fail).Code)
+		held(name + " failure")
+		require.Equal(t, pipeline.TimedOut, try(ctx, func(context.Context) error { tick.Advance(2 * time.Second); return nil }).Code)
+		held(name + " timeout")
+		cctx, cancel := context.WithCancel(ctx)
+		require.Equal(t, pipeline.Canceled, try(cctx, func(ctx context.Context) error { cancel(); return ctx.Err() }).Code)
+		held(name + " canceled")
+		panicked, _ := testkit.Run(func() { try(ctx, func(context.Context) error { panic("boom") }) })
+		require.Equal(t, "boom", panicked)
+		held(name + " panic")
+		_, goexited := testkit.Run(func() { try(ctx, func(context.Context) error { testkit.Goexit(); return nil }) })
+		require.True(t, goexited)
+		held(name + " goexit")
+
+		// A rejection before the shedder: it admits nothing.
+		admitted := r.sh.Stats().Admitted
+		require.NoError(t, bh.Acquire())
+		require.NoError(t, bh.Acquire())
+		o = try(ctx, ok)
+		require.Equal(t, pipeline.Bulkhead, o.Policy, name)
+		bh.Release()
+		bh.Release()
+		require.True(t, cb.TransitionTo(circuitbreaker.Open))
+		require.Equal(t, pipeline.Breaker, try(ctx, ok).Policy, name)
+		require.True(t, cb.TransitionTo(circuitbreaker.HalfOpen))
+		require.Equal(t, admitted, r.sh.Stats().Admitted, "%s: a call refused before the shedder is not admitted by it", name)
+		held(name + " earlier rejections")
+
+		// The shedder's rejection, a half-open probe held before it.
+		r.engage(t)
+		pm, err := r.sh.AcquireAt(tick.Now()) // the cap's one slot
+		require.NoError(t, err)
+		ran := false
+		o = try(ctx, func(context.Context) error { ran = true; return nil })
+		require.False(t, ran)
+		require.Equal(t, pipeline.Rejected, o.Code, name)
+		require.Equal(t, pipeline.Shed, o.Policy, name)
+		r.sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
+		held(name + " shed rejection")
+		require.Equal(t, circuitbreaker.HalfOpen, cb.State(), "%s: the probe was given back unrecorded", name)
+		require.True(t, cb.TransitionTo(circuitbreaker.Closed))
+		tick.Advance(time.Second) // past the cool-off
+		r.release(t)
+	}
+}
+
+// TestShedRejectionOutcome: a shed rejection is Code Rejected by Policy
+// Shed, with the shedder's preallocated error (matching shed.ErrOverloaded
+// and rampart.ErrRejected), no retry-after hint (the shedder gives none), and
+// is not retried; Do returns the same error; once the shedder releases,
+// calls are admitted again.
+func TestShedRejectionOutcome(t *testing.T) {
+	tick := rampart.NewManualTicker(1_000_000)
+	r := newShed(t, tick, nil)
+	rt := newRetry(t, tick, func(c *retry.Config) { c.ShouldRetry = func(error) bool { return true } })
+	p, err := pipeline.New(pipeline.Config{Retry: rt, Shed: r.sh})
+	require.NoError(t, err)
+	ctx := context.Background()
+	r.engage(t)
+	require.Equal(t, pipeline.OK, p.Try(ctx, ok).Code, "alone within the cap of 1")
+	pm, err := r.sh.AcquireAt(tick.Now())
+	require.NoError(t, err)
+	o := p.Try(ctx, ok)
+	require.Equal(t, pipeline.Rejected, o.Code)
+	require.Equal(t, pipeline.Shed, o.Policy)
+	require.Equal(t, "shed", o.Policy.String())
+	require.Same(t, r.sh.RejectedError(), o.Err)
+	require.ErrorIs(t, o.Err, shed.ErrOverloaded)
+	require.ErrorIs(t, o.Err, rampart.ErrRejected)
+	require.Zero(t, o.RetryAfter)
+	require.EqualValues(t, 1, o.Attempts, "a rejection is not retried")
+	require.Same(t, r.sh.RejectedError(), p.Do(ctx, ok))
+	require.EqualValues(t, 2, r.sh.Stats().Rejected)
+	r.sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
+	tick.Advance(time.Second)
+	r.release(t)
+	require.NoError(t, p.Do(ctx, ok))
+}
+
+// TestShedLearnsTheAttemptsOwnLatency: the shedder's latency sample is the
+// attempt's, from the pipeline's admission reading to fn's return, and an
+// attempt is released with the shedder's Classify: a plain error completed
+// (a Success for the shedder's DefaultClassify), a timeout did not.
+func TestShedLearnsTheAttemptsOwnLatency(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		tick := rampart.NewManualTicker(1_000_000)
+		r := newShed(t, tick, nil)
+		bh := newBulkhead(t, 4, tick)
+		if wait { // a queue that may wait: t0 is read again at admission
+			var err error
+			bh, err = bulkhead.New(bulkhead.Config{Max: 4, MaxWait: time.Second, Ticker: tick})
+			require.NoError(t, err)
+		}
+		to := newTimeout(t, tick, time.Second, timeout.ModeSoft)
+		p, err := pipeline.New(pipeline.Config{Bulkhead: bh, Shed: r.sh, Timeout: to})
+		require.NoError(t, err)
+		ctx := context.Background()
+		require.ErrorIs(t, p.Do(ctx, func(context.Context) error { tick.Advance(30 * time.Millisecond); return errBoom }), errBoom)
+		require.ErrorIs(t, p.Do(ctx, func(context.Context) error { tick.Advance(40 * time.Millisecond); return nil }), nil)
+		require.ErrorIs(t, p.Do(ctx, func(context.Context) error { tick.Advance(2 * time.Second); return nil }), timeout.ErrTimeout)
+		r.sample(t)
+		st := r.sh.Stats()
+		require.Equal(t, 35*time.Millisecond, st.MinRT, "wait=%v: the mean of the two completed attempts", wait)
+		require.Zero(t, st.InFlight)
+	}
+}
+
+type shedPriorityKey struct{}
+
+// TestShedPriorityFromTheCallersContext: Config.ShedPriority gives each
+// attempt's priority from the caller's context, and the shedder admits by
+// it: with a cap of 2 and a reserve of one slot per level, the less
+// important level is shed at one call in flight, the more important one
+// admitted.
+func TestShedPriorityFromTheCallersContext(t *testing.T) {
+	tick := rampart.NewManualTicker(1_000_000)
+	r := newShed(t, tick, func(c *shed.Config) {
+		c.SampleInterval, c.Priorities, c.PriorityReserve = 50*time.Millisecond, 2, 0.5
+	})
+	var asked atomic.Int32
+	p, err := pipeline.New(pipeline.Config{Shed: r.sh, ShedPriority: func(ctx context.Context) int {
+		asked.Add(1)
+		v, _ := ctx.Value(shedPriorityKey{}).(int)
+		return v
+	}})
+	require.NoError(t, err)
+	// Two calls of 50 ms side by side in a 50 ms bucket: a cap of 2.
+	t0 := tick.Now()
+	a, err := r.sh.AcquireAt(t0)
+	require.NoError(t, err)
+	b, err := r.sh.AcquireAt(t0)
+	require.NoError(t, err)
+	tick.Advance(50 * time.Millisecond)
+	r.sh.ReleaseAt(a, tick.Now(), rampart.Success)
+	r.sh.ReleaseAt(b, tick.Now(), rampart.Success)
+	r.hot.Store(true)
+	held, err := r.sh.AcquireAt(tick.Now()) // samples: engaged at a cap of 2; one slot taken
+	require.NoError(t, err)
+	require.Equal(t, 2, r.sh.Stats().Limit)
+	low := context.WithValue(context.Background(), shedPriorityKey{}, 1)
+	o := p.Try(low, ok)
+	require.Equal(t, pipeline.Shed, o.Policy, "priority 1 is shed at one call in flight")
+	require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code, "priority 0 has the whole cap")
+	require.EqualValues(t, 2, asked.Load(), "asked once per attempt")
+	r.sh.ReleaseAt(held, tick.Now(), rampart.Ignored)
+	require.Zero(t, r.sh.InFlight())
+
+	_, err = pipeline.New(pipeline.Config{ShedPriority: func(context.Context) int { return 0 }})
+	testkit.RequireConfigError(t, err, "pipeline", "ShedPriority")
+}
+
+// TestAllocsShed: a pipeline with a shedder allocates nothing for an
+// admitted call nor for a shed rejection.
+func TestAllocsShed(t *testing.T) {
+	tick := rampart.NewManualTicker(1_000_000)
+	r := newShed(t, tick, nil)
+	p, err := pipeline.New(pipeline.Config{Breaker: newBreaker(t, tick, nil), Bulkhead: newBulkhead(t, 4, tick), Shed: r.sh})
+	require.NoError(t, err)
+	ctx := context.Background()
+	testkit.WantAllocs(t, "success", 0, func() {
+		if p.Do(ctx, ok) != nil {
+			t.Fatal("not admitted")
+		}
+	})
+	r.engage(t)
+	pm, err := r.sh.AcquireAt(tick.Now())
+	require.NoError(t, err)
+	testkit.WantAllocs(t, "shed rejection", 0, func() {
+		if p.Try(ctx, ok).Policy != pipeline.Shed {
+			t.Fatal("not shed")
+		}
+	})
+	r.sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 	"time"
 )
@@ -21,6 +22,7 @@ type attempt struct {
 	start  int64 // the first attempt's t0, for the retry budget on a panic
 	permit circuitbreaker.Permit
 	token  adaptive.Permit
+	shp    shed.Permit
 	th     timeout.Handle
 	held   uint8 // heldX bits: the permits to release
 	ran    bool  // fn was called: abort records a failure (else the attempt was never made)
@@ -30,6 +32,7 @@ const (
 	heldBreaker = 1 << iota
 	heldBulkhead
 	heldAdaptive
+	heldShed
 	heldTimeout
 	heldCall // fn is running: set only around the call
 )
@@ -149,6 +152,23 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 		}
 		a.token = tok
 	}
+	if p.sh != nil {
+		// Every permit before it is taken: one store names them for the
+		// guard and for a rejection's unwind (the shedder's sample and
+		// ShedPriority are user code, which may panic or call Goexit).
+		a.held = p.held & (heldBreaker | heldBulkhead | heldAdaptive)
+		prio := 0
+		if p.shPrio != nil {
+			prio = p.shPrio(ctx)
+		}
+		// One atomic add and two loads while not engaged.
+		shp, err := p.sh.AcquirePriorityAt(a.t0, prio)
+		if err != nil {
+			p.rejectAt(&a, o, Shed, err, 0)
+			return v
+		}
+		a.shp = shp
+	}
 	actx := ctx
 	if p.to != nil {
 		// Deadline mode: the context (one allocation) and a watchdog
@@ -185,6 +205,9 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 		a.held = p.held & (heldBreaker | heldAdaptive)
 		if p.bh != nil {
 			p.bh.Release() // one atomic add and one load
+		}
+		if p.sh != nil {
+			p.sh.ReleaseAt(a.shp, a.t1, rampart.Success) // three atomic adds on one line
 		}
 		if p.cb != nil {
 			// Recorded from here: a listener that calls Goexit once the
@@ -372,6 +395,22 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 		// delay start from a fresh reading taken at admission.
 		a.t0 = p.tick.Now()
 	}
+	if p.sh != nil {
+		// Last of the admissions, at the admission reading: its slot and
+		// its latency sample cover the attempt only, never a queue.
+		prio := 0
+		if p.shPrio != nil {
+			prio = p.shPrio(ctx)
+		}
+		shp, err := p.sh.AcquirePriorityAt(a.t0, prio)
+		if err != nil {
+			p.unwind(a)
+			p.reject(o, Shed, err, 0)
+			return nil, false
+		}
+		a.shp = shp
+		a.held |= heldShed
+	}
 	if p.to != nil {
 		// Deadline mode: one allocation (the context) and a few CASes to
 		// arm a watchdog slot; soft mode: nothing.
@@ -415,9 +454,12 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 	// Both classifiers run while every permit is held (a panicking one
 	// leaves them all to abort), then release gives the permits back in
 	// the pipeline's release order.
-	oc, r := rampart.Success, rampart.Success
+	oc, r, sr := rampart.Success, rampart.Success, rampart.Success
 	if err != nil && a.held&heldAdaptive != 0 {
 		oc = p.classifyAdaptive(ctx, err)
+	}
+	if err != nil && a.held&heldShed != 0 {
+		sr = p.sh.Classify(ctx, err) // user code: a panic leaves the slot to abort
 	}
 	if a.held&heldBreaker != 0 && (err != nil || p.cbClassify) {
 		r = p.cb.Classify(err) // user code: a panic leaves the permit to abort
@@ -431,7 +473,7 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 			budAt = l.start
 		}
 	}
-	p.release(a, r, oc, bud, budAt)
+	p.release(a, r, oc, sr, bud, budAt)
 	if err == nil {
 		o.Code, o.Policy, o.Err = OK, None, nil
 		return true
@@ -538,7 +580,7 @@ func (p *Pipeline) rejectAt(a *attempt, o *Outcome, k Kind, err error, retryAfte
 // unwind releases the permits taken before a rejection, recording no
 // result. Rejection path.
 func (p *Pipeline) unwind(a *attempt) {
-	p.release(a, rampart.Ignored, rampart.Ignored, budgetNone, rampart.NotRead)
+	p.release(a, rampart.Ignored, rampart.Ignored, rampart.Ignored, budgetNone, rampart.NotRead)
 }
 
 // The budget's part in release: nothing, a success or a failure.
@@ -550,8 +592,8 @@ const (
 
 // release is the pipeline's release order, written once for every path but
 // the fast first attempt's success (run, which holds to it by hand, checked
-// by FuzzFastPathMatchesGeneralPath): the bulkhead, which runs no user code;
-// the breaker, recording r; the retry budget's record (bud, at budAt); the adaptive limit last, recording oc, since its Release may run
+// by FuzzFastPathMatchesGeneralPath): the bulkhead and the shedder
+// (recording sr), which run no user code; the breaker, recording r; the retry budget's record (bud, at budAt); the adaptive limit last, recording oc, since its Release may run
 // the user's Controller: if that panics, everything else is released and
 // recorded. Each bit of a.held is cleared before its release, so that a
 // panic or runtime.Goexit in a listener or the Controller makes the guard
@@ -559,10 +601,18 @@ const (
 // a.t1 (rampart.NotRead before fn ran), the adaptive limit at a.t1 or, when
 // no end was read, a.t0: NotRead would make the adaptive queue's handoff
 // take MinInt64 for now and shed every waiter as stale.
-func (p *Pipeline) release(a *attempt, r, oc rampart.Result, bud int, budAt int64) {
+func (p *Pipeline) release(a *attempt, r, oc, sr rampart.Result, bud int, budAt int64) {
 	if a.held&heldBulkhead != 0 {
 		a.held &^= heldBulkhead
 		p.bh.Release() // one atomic add and one load
+	}
+	if a.held&heldShed != 0 {
+		a.held &^= heldShed
+		end := a.t1 // rampart.NotRead only when no Success is recorded
+		if end == rampart.NotRead {
+			end = a.t0
+		}
+		p.sh.ReleaseAt(a.shp, end, sr)
 	}
 	if a.held&heldBreaker != 0 {
 		a.held &^= heldBreaker            // recorded from here (a listener may Goexit)
@@ -682,7 +732,7 @@ func (p *Pipeline) abort(a *attempt) {
 		r = rampart.Ignored
 	}
 	a.held &^= heldCall
-	p.release(a, r, rampart.Ignored, bud, a.start)
+	p.release(a, r, rampart.Ignored, rampart.Ignored, bud, a.start)
 }
 
 // abortRest is abort's deferred guard: after a second panic or
@@ -693,7 +743,7 @@ func (p *Pipeline) abortRest(a *attempt) {
 		a.held &^= heldTimeout
 		_ = p.to.FinishAt(a.th, a.t0, ErrPanicked) // the verdict is discarded
 	}
-	if a.held&(heldBulkhead|heldBreaker|heldAdaptive) != 0 {
-		p.release(a, rampart.Ignored, rampart.Ignored, budgetNone, rampart.NotRead)
+	if a.held&(heldBulkhead|heldShed|heldBreaker|heldAdaptive) != 0 {
+		p.release(a, rampart.Ignored, rampart.Ignored, rampart.Ignored, budgetNone, rampart.NotRead)
 	}
 }

@@ -27,7 +27,7 @@ type ticked struct {
 // policyPackage is the package whose New builds the policy of a Config
 // field, for the advice of a ticker mismatch.
 var policyPackage = map[string]string{"Retry": "retry", "Breaker": "circuitbreaker",
-	"RateLimit": "ratelimit", "Adaptive": "adaptive", "Timeout": "timeout", "Hedge": "hedge"}
+	"RateLimit": "ratelimit", "Adaptive": "adaptive", "Timeout": "timeout", "Hedge": "hedge", "Shed": "shed"}
 
 // sharedTicker returns the pipeline's clock: cfgTicker when set, else the
 // policies' (rampart.DefaultTicker() when there are none), or a ConfigError
@@ -36,7 +36,7 @@ var policyPackage = map[string]string{"Retry": "retry", "Breaker": "circuitbreak
 // rampart.DefaultTicker() (built without a Ticker) when the others share a
 // non-default one, else the first policy whose ticker differs from
 // Config.Ticker or, without it, from the non-default ticker most policies
-// share. New only (at most six policies: the quadratic count is 36
+// share. New only (at most seven policies: the quadratic count is 49
 // comparisons).
 func sharedTicker(cfgTicker rampart.Ticker, clocks []ticked) (rampart.Ticker, error) {
 	if len(clocks) == 0 {
