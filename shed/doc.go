@@ -18,8 +18,9 @@
 // # Signals
 //
 // Every SampleInterval (default 100 ms) the first call at or after the due
-// time wins a CAS on the due time and samples: there is no background
-// goroutine. The sample reads the [Source] (default: a [RuntimeSource],
+// time that has a clock reading (every AcquireAt; the calls Acquire picks as
+// latency samples) wins a CAS on the due time and samples: there is no
+// background goroutine. The sample reads the [Source] (default: a [RuntimeSource],
 // runtime/metrics with preallocated samples) and the shedder's own
 // counters:
 //

@@ -101,8 +101,9 @@ type Config struct {
 	Source Source
 	// SampleInterval is the least time between two samples, which read the
 	// Source, close a bucket of the window and decide whether the process
-	// is overloaded. The first call at or after the due time samples (no
-	// background goroutine). At least 1 ms; default 100 ms.
+	// is overloaded. The first call at or after the due time that has a
+	// clock reading (every AcquireAt; Acquire's latency samples) samples:
+	// there is no background goroutine. At least 1 ms; default 100 ms.
 	SampleInterval time.Duration
 	// Window is the span of the buckets (one per sample) from which the
 	// cap is computed: the most calls completed per second in a bucket
