@@ -14,12 +14,16 @@
 // # Server
 //
 // [NewHandler] (or [Middleware]) runs each request through a pipeline
-// (typically a rate limiter, a bulkhead or adaptive limit, a breaker and a
-// timeout; a retry has no use on a server and is ignored there):
+// (typically a rate limiter, a bulkhead or adaptive limit, a breaker, an
+// overload shedder and a timeout; a retry has no use on a server and is
+// ignored there):
 //
 //   - a rate-limit rejection answers 429 Too Many Requests;
-//   - a breaker, bulkhead or adaptive-limit rejection answers 503 Service
-//     Unavailable;
+//   - a breaker, bulkhead, adaptive-limit or shed rejection answers 503
+//     Service Unavailable (the pipeline's Config.Shed sheds requests while
+//     this process is overloaded; a server gives each request a priority
+//     for it with the pipeline's Config.ShedPriority, read from the
+//     request's context);
 //   - both carry Retry-After: the policy's hint (the rate limiter's wait, the
 //     breaker's remaining open time) rounded up to whole seconds, or
 //     [ServerConfig.DefaultRetryAfter] when the policy has none;

@@ -37,8 +37,8 @@ type ServerConfig struct {
 	TimeoutStatus int
 
 	// DefaultRetryAfter is the Retry-After sent with a rejection whose
-	// policy gives no hint (a bulkhead, an adaptive limit). Zero means one
-	// second.
+	// policy gives no hint (a bulkhead, an adaptive limit, a shedder).
+	// Zero means one second.
 	DefaultRetryAfter time.Duration
 
 	// OnRejected, when set, writes the rejection response instead of the

@@ -31,6 +31,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -1251,3 +1252,54 @@ type codeWriter struct {
 func (w *codeWriter) Header() http.Header         { return w.h }
 func (w *codeWriter) WriteHeader(code int)        { w.code = code }
 func (w *codeWriter) Write(b []byte) (int, error) { w.body = append(w.body, b...); return len(b), nil }
+
+// A shed rejection answers 503 with DefaultRetryAfter (the shedder gives no
+// hint) and reaches OnRejected with Policy Shed; once the shedder releases,
+// the request is served again. The shedder's signal is a fake Source on a
+// manual clock.
+func TestServerShed503WhileEngaged(t *testing.T) {
+	tick := rampart.NewManualTicker(1_000_000)
+	var hot atomic.Bool
+	sh, err := shed.New(shed.Config{Ticker: tick, SampleInterval: 100 * time.Millisecond, CoolOff: 100 * time.Millisecond,
+		Source: shed.SourceFunc(func(_ int64, s *shed.Signals) {
+			s.SchedLatency = 0
+			if hot.Load() {
+				s.SchedLatency = time.Second
+			}
+		})})
+	require.NoError(t, err)
+	var rejected []pipeline.Kind
+	h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{
+		Pipeline:          mustPipeline(t, pipeline.Config{Shed: sh}),
+		DefaultRetryAfter: 2 * time.Second,
+		OnRejected: func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
+			rejected = append(rejected, o.Policy)
+			w.WriteHeader(status)
+		},
+	})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, serveRecorded(h, nil).Code) // one completion: a cap of 1
+	sample := func() {
+		tick.Advance(100 * time.Millisecond)
+		pm, err := sh.AcquireAt(tick.Now())
+		require.NoError(t, err)
+		sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
+	}
+	hot.Store(true)
+	sample()
+	require.True(t, sh.Overloaded())
+	pm, err := sh.AcquireAt(tick.Now()) // the cap's one slot, held
+	require.NoError(t, err)
+	rec := serveRecorded(h, nil)
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	require.Equal(t, "2", rec.Header().Get("Retry-After"))
+	require.Equal(t, []pipeline.Kind{pipeline.Shed}, rejected)
+	sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
+	hot.Store(false)
+	tick.Advance(time.Second) // past the cool-off
+	sample()
+	require.False(t, sh.Overloaded())
+	require.Equal(t, http.StatusOK, serveRecorded(h, nil).Code)
+	require.Zero(t, sh.InFlight())
+	require.Len(t, rejected, 1)
+}
