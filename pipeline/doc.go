@@ -22,6 +22,8 @@
 //	circuit breaker          AcquireAt(now) before, ReleaseAt(permit, now, result) after
 //	rate limiter             AdmitN(now, 1): admitted or a wait hint
 //	bulkhead, adaptive limit a concurrency permit held until the call ends
+//	shedder                  AcquirePriorityAt(t0, priority) before,
+//	                         ReleaseAt(permit, t1, result) after
 //	timeout                  a deadline context around the call
 //	hedge                    extra attempts of a slow call (hedged entry points)
 //	the call                 fn(ctx)
@@ -66,6 +68,29 @@
 //   - The bulkhead (a fixed cap) comes before the adaptive limit (a moving
 //     cap) when both are set; most pipelines set one of them.
 //
+//   - The overload shedder (package shed) is the last admission. It guards
+//     this process, not a dependency: while the runtime's signals say the
+//     process is overloaded it caps the calls in flight at the
+//     bandwidth-delay product it measured (the most completions per second
+//     times the least latency, Little's law), so what it counts in flight
+//     and the latency it learns from must be the process's own work only.
+//     After the breaker, a call an open breaker refuses is never in flight
+//     for it; after the rate limiter and the concurrency limits, a call
+//     they refuse never takes its slot, and a call waiting in a bulkhead or
+//     adaptive queue is neither counted in flight (a queue for a slow
+//     dependency is not this process's overload) nor timed: its latency
+//     sample runs from the admission reading (t0, read again after a queue)
+//     to fn's return (t1), the attempt's own. Being last costs nothing that
+//     matters: the admissions before it are a few atomics each and fn has
+//     not started, so a shed call still spends no work of the process's;
+//     the permits taken before it are given back at once, as after any
+//     rejection (a rate-limit token is spent, as for a bulkhead
+//     rejection). Like the held permits above, its slot is held until fn
+//     has returned; the timeout inside it bounds fn only. Netflix's
+//     concurrency-limits puts its server limiter in the same place (a
+//     servlet filter in front of the handler), judging the handler's own
+//     work.
+//
 //   - The timeout is inside the concurrency limits so that its deadline covers
 //     the call only, not admission, and so that the concurrency permit is
 //     released only when the call has really returned: a timeout here is a
@@ -99,9 +124,10 @@
 //
 // The pipeline reads its [rampart.Ticker] at most twice per attempt: t0
 // before admission, handed to the breaker, the rate limiter, the adaptive
-// limit and the timeout, and t1 after the call, handed to whichever policy
-// records a duration (a breaker with a slow-call threshold or a time window,
-// the adaptive limit, a soft-mode timeout) and to the retry decision. A
+// limit, the shedder and the timeout, and t1 after the call, handed to
+// whichever policy records a duration (a breaker with a slow-call threshold
+// or a time window, the adaptive limit, the shedder, a soft-mode timeout)
+// and to the retry decision. A
 // deadline-mode timeout needs only t0: at the end it takes the watchdog's
 // verdict (rampart.NotRead), as timeout.Do does, so an attempt is timed out
 // when its deadline fired before fn returned; a return after the deadline
@@ -117,8 +143,9 @@
 //
 // One exception to the two reads: when the bulkhead can wait (MaxWait > 0)
 // or the adaptive limit has a queue, t0 is read again once the attempt is
-// admitted, so that the timeout's deadline and the hedger's delay count from
-// admission and not from the start of the queueing.
+// admitted, so that the timeout's deadline, the shedder's latency sample
+// and the hedger's delay count from admission and not from the start of the
+// queueing.
 //
 // The hedged entry points hand the hedger the attempt's start: t0 itself
 // when it was read, so the hedger reads no clock of its own for the start;
@@ -142,9 +169,20 @@
 // [Pipeline.Do] and [Call] return the user's error unchanged, or a policy's
 // preallocated rejection error (matching [rampart.ErrRejected] and the
 // policy's sentinel). [Pipeline.Try] and [TryCall] return an [Outcome]
-// instead: a [Code], which [Kind] of policy rejected, and a retry-after hint
-// (the rate limiter's wait, the breaker's remaining open time), for callers
-// that treat rejection as normal flow (an HTTP server answering 429 or 503).
+// instead: a [Code], which [Kind] of policy rejected ([Shed] for the
+// overload shedder), and a retry-after hint (the rate limiter's wait, the
+// breaker's remaining open time; none from a bulkhead, an adaptive limit or
+// the shedder), for callers that treat rejection as normal flow (an HTTP
+// server answering 429 or 503).
+//
+// # Priorities
+//
+// The shedder admits by priority (shed.Config.Priorities): a pipeline asks
+// [Config.ShedPriority], when set, for each attempt's priority, with the
+// caller's context; a server sets the priority in the request's context in
+// an earlier middleware (a tenant's tier, a health check, a batch job) and
+// reads it there. Without ShedPriority every attempt is priority 0 and
+// nothing is asked: no cost.
 //
 // # Fallback
 //
