@@ -73,9 +73,13 @@
 //	take a permit          Acquire() / AcquireAt(now) (Permit, error)   circuitbreaker, adaptive   bulkhead: Acquire() error (no permit
 //	                       AcquireWait(ctx) / AcquireWaitAt(ctx, now)   adaptive                   value, no clock at admission);
 //	                       AcquireWait(ctx) error                       bulkhead                   AcquireWait waits for a free permit
-//	                       AcquirePartition(p) / AcquirePartitionAt     adaptive (partitions)
-//	give it back           Release(p, r) / ReleaseAt(p, now, r)         circuitbreaker, adaptive   bulkhead: Release() (nothing learnt)
-//	the permit value       Permit                                       circuitbreaker, adaptive
+//	                       AcquirePartition(p) / AcquirePartitionAt     adaptive (partitions)      a partition is a guaranteed share
+//	                       AcquirePriority(p) / AcquirePriorityAt       shed                       a priority gives way first (lowest shed
+//	                                                                                               first); shed also has Acquire/AcquireAt
+//	give it back           Release(p, r) / ReleaseAt(p, now, r)         circuitbreaker, adaptive,  bulkhead: Release() (nothing learnt)
+//	                                                                    shed
+//	the permit value       Permit                                       circuitbreaker, adaptive,
+//	                                                                    shed
 //	classify an error      Classify(err) Result; Config.Classify        circuitbreaker, adaptive   adaptive's takes ctx (cancellation)
 //	a call's result        Result: Success, Failure, Ignored            root                       adaptive: Failure is a drop
 //	record a result        Record(accepted) / RecordAt(now, accepted)   adaptive.Throttler         no permit is held
@@ -107,7 +111,7 @@
 //	rejection error        RejectedError() error; ErrX sentinels;       all                        preallocated, matches ErrRejected
 //	                       ErrRejected
 //	listener               On<Event> func field: OnRejected,            all Configs                primitive arguments
-//	                       OnBudgetRefused, ...
+//	                       OnBudgetRefused, OnOverload(on), ...
 //	stats                  Stats() Stats: Rejected, Admitted,           all                        counts of outcomes are participles,
 //	                       BudgetRefused, PeakInFlight, ListenerPanics                             counts of events plural nouns (Retries)
 //	accessors              Ticker(), Stats(); Config() where defaults   all                        the name is in Config and in the errors

@@ -64,6 +64,13 @@ var intendedInlining = map[string][]string{
 	"timeout": {
 		"(*Timeout).FinishAt", // the soft-mode early return, inlined into pipeline's release
 	},
+	"shed": {
+		"(*Shedder).ReleaseAt",     // pipeline's release of a shed permit
+		"(*Shedder).RejectedError", // pipeline's rejection by the shedder
+		"(*Shedder).Classify",
+		"(*Shedder).limitOf", // AcquirePriorityAt's cap for a priority
+		"inFlightOf",
+	},
 	"pipeline": {
 		"(*Pipeline).now",         // a cached ticker read as one load, no interface call
 		"(*Pipeline).releaseHeld", // run's deferred guard: a test of a.held on every call

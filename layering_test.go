@@ -101,7 +101,7 @@ func nestedModules(t *testing.T) []string {
 // pipeline composes them): what they share, the Ticker, Result, NotRead and
 // Budget, lives in the root package.
 func TestPoliciesImportNoPolicy(t *testing.T) {
-	policies := []string{"adaptive", "bulkhead", "circuitbreaker", "hedge", "ratelimit", "retry", "timeout"}
+	policies := []string{"adaptive", "bulkhead", "circuitbreaker", "hedge", "ratelimit", "retry", "shed", "timeout"}
 	for _, dir := range policies {
 		for file, paths := range imports(t, dir, false) {
 			if strings.Contains(file, "redislimit") {

@@ -15,6 +15,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -57,6 +58,7 @@ func TestNilPointerTickerIsAConfigError(t *testing.T) {
 			_, err := timeout.New(timeout.Config{Duration: time.Second, Ticker: tk})
 			return err
 		},
+		"shed": func(tk rampart.Ticker) error { _, err := shed.New(shed.Config{Ticker: tk}); return err },
 	}
 	// The policy each ConfigError names, where it is not the entry's name.
 	policyOf := map[string]string{"throttler": "adaptive", "keyed": "ratelimit", "sharded": "ratelimit"}
