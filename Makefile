@@ -11,7 +11,7 @@ STATICCHECK_VERSION ?= v0.8.2
 MODULES := $(shell find . -name go.mod -not -path './go.mod' -not -path './.git/*' -not -path '*/testdata/*' -printf '%h\n' | sed 's|^\./||' | sort)
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: help test fmt-check vet test-race test-allocs test-modules test-redis bench bench-redis bench-smoke bench-report shed-compare demo fuzz lint
+.PHONY: help test fmt-check vet test-race test-allocs test-modules test-redis test-prometheus bench bench-redis bench-smoke bench-report shed-compare demo fuzz lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -47,6 +47,9 @@ test-modules: ## every module of its own: go test -race, then its allocation gat
 test-redis: ## the Redis limiter's tests, against a throwaway redis-server (installed if missing)
 	./scripts/ensure-redis.sh
 	cd ratelimit/redislimit && REQUIRE_REDIS=1 $(GO) test -race -count=1 ./...
+
+test-prometheus: ## rampartprom against a real Prometheus server on loopback (Debian's prometheus package, installed when missing)
+	./rampartprom/scripts/test-e2e.sh
 
 bench: ## every benchmark once, with allocations
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem ./...
