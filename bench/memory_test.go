@@ -175,13 +175,13 @@ func BenchmarkMemory(b *testing.B) {
 
 // TestMemoryQuickStartShares logs what each part of the README's quick
 // start costs (go test -v -run MemoryQuickStart) and gates the pipeline's
-// own share, 160 B with any policies (144 before Config.Shed added a pointer): it keeps pointers to them, not a
-// copy of its Config. It gates exactly the shares of the retry budget
-// (64 B, 32 Compact), the retry (192), the breaker named "db" (752 in
-// both layouts) and the timeout (224), and the quick start in total at
-// 2 KiB at most in the default layout (1888 B when these were measured,
-// 1664 B Compact; 2528 and 2336 before). The policies' own gates are in
-// their packages.
+// own share, 160 B with any policies (144 before Config.Shed added a
+// pointer): it keeps pointers to them, not a copy of its Config. It gates
+// exactly the shares of the retry budget (64 B, 32 Compact), the retry
+// (192), the breaker named "db" (752 in both layouts) and the timeout
+// (224), and the quick start in total at 2 KiB at most in the default
+// layout (1888 B when these were measured, 1664 B Compact; 2528 and 2336
+// before). The policies' own gates are in their packages.
 func TestMemoryQuickStartShares(t *testing.T) {
 	least := func(mk func() any) float64 { // a stray allocation elsewhere only adds
 		return min(instanceBytes(mk), instanceBytes(mk), instanceBytes(mk))
