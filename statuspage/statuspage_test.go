@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rampart-go/rampart"
@@ -513,6 +514,47 @@ func TestRunSamplesUntilCancelled(t *testing.T) {
 	if !strings.Contains(get(t, h, "/").Body.String(), "in flight 2") {
 		t.Fatal("Run took no sample")
 	}
+}
+
+// TestRunSamplesEveryInterval: in a synctest bubble, Run samples at once
+// and then every Interval: after 3.5 s, four samples, charted as four
+// points at the readings they were taken.
+func TestRunSamplesEveryInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := bulkhead.New(bulkhead.Config{Max: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		tk := testkit.FuncTicker(func() int64 { return int64(time.Since(start)) + 1 })
+		h, err := statuspage.New(statuspage.Config{Instances: []statuspage.Instance{{Name: "b", Value: b}}, Ticker: tk, Samples: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- h.Run(ctx) }()
+		time.Sleep(3500 * time.Millisecond) // the bubble's clock
+		synctest.Wait()
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil)) // 3.5 s: not due, no sample
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run: %v", err)
+		}
+		_, pts, _ := strings.Cut(w.Body.String(), `points="`)
+		pts, _, _ = strings.Cut(pts, `"`)
+		var xs []string
+		for _, p := range strings.Fields(pts) {
+			x, _, _ := strings.Cut(p, ",")
+			xs = append(xs, x)
+		}
+		// A 10 s window ending at 3.5 s, 300 units wide: samples at 0, 1,
+		// 2 and 3 s sit at 195, 225, 255 and 285.
+		if got := strings.Join(xs, " "); got != "195.0 225.0 255.0 285.0" {
+			t.Fatalf("sample x coordinates %q, want 195.0 225.0 255.0 285.0", got)
+		}
+	})
 }
 
 // TestNewRejectsInvalidConfig: invalid fields are ConfigErrors at New.
