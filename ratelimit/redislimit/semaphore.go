@@ -146,6 +146,7 @@ const (
 
 // held is a permit this process holds.
 type held struct {
+	sem      *Semaphore // the semaphore that granted it
 	token    string
 	kind     permitKind
 	released atomic.Bool // set by the first Release: a second one does nothing
@@ -447,7 +448,7 @@ func (s *Semaphore) try(ctx context.Context) (Permit, int64, error) {
 	if vals[0] != 1 {
 		return Permit{}, vals[1], s.errFull
 	}
-	h := &held{token: tok}
+	h := &held{sem: s, token: tok}
 	s.mu.Lock()
 	if s.closed.Load() { // Close ran during the round trip: give the lease back
 		s.orphans = append(s.orphans, tok)
@@ -530,9 +531,9 @@ func (s *Semaphore) fallback() (Permit, int64, error) {
 		if s.local.Acquire() != nil {
 			return Permit{}, s.local.Stats().InFlight, s.errFull
 		}
-		return s.admit(&held{kind: kindLocal}), -1, nil
+		return s.admit(&held{sem: s, kind: kindLocal}), -1, nil
 	default:
-		return s.admit(&held{kind: kindOpen}), -1, nil
+		return s.admit(&held{sem: s, kind: kindOpen}), -1, nil
 	}
 }
 
@@ -598,10 +599,18 @@ func (s *Semaphore) call(ctx context.Context, f func(context.Context) ([]int64, 
 // lease, and otherwise it expires within TTL, since nobody renews it any
 // more); for a fallback permit, no round trip. Releasing the zero Permit,
 // or a permit a second time, does nothing: a token is released by its
-// holder once.
+// holder once. Releasing a permit of another Semaphore is a programming
+// error that would leave that one's lease renewed for good: it panics.
 func (s *Semaphore) Release(p Permit) {
 	h := p.h
-	if h == nil || !h.released.CompareAndSwap(false, true) {
+	if h == nil {
+		return
+	}
+	if h.sem != s {
+		panic("redislimit: Release on semaphore " + strconv.Quote(s.cfg.Name) +
+			" of a Permit of semaphore " + strconv.Quote(h.sem.cfg.Name))
+	}
+	if !h.released.CompareAndSwap(false, true) {
 		return
 	}
 	s.inFlight.Add(-1)

@@ -165,6 +165,11 @@ func TestSemaphoreAcquireRelease(t *testing.T) {
 	s.Release(ps[0])
 	s.Release(ps[0]) // released once
 	s.Release(Permit{})
+	other, err := NewSemaphore(semConfig(t, c, 3))
+	require.NoError(t, err)
+	require.PanicsWithValue(t, `redislimit: Release on semaphore "`+other.cfg.Name+`" of a Permit of semaphore "`+s.cfg.Name+`"`,
+		func() { other.Release(ps[1]) })
+	require.NoError(t, other.Close())
 	require.EqualValues(t, 2, countHeld(t, c, s.Key()))
 	p, err := s.Acquire(ctx)
 	require.NoError(t, err)
