@@ -11,7 +11,7 @@ STATICCHECK_VERSION ?= v0.8.2
 MODULES := $(shell find . -name go.mod -not -path './go.mod' -not -path './.git/*' -not -path '*/testdata/*' -printf '%h\n' | sed 's|^\./||' | sort)
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: help test fmt-check vet test-race test-allocs test-modules test-redis test-prometheus bench bench-redis bench-smoke bench-report shed-compare demo fuzz lint
+.PHONY: help test fmt-check vet test-race test-allocs test-modules test-redis test-prometheus bench bench-redis bench-smoke bench-report shed-compare demo demo-chart browser-check fuzz lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -66,6 +66,12 @@ bench-redis: ## the Redis limiter against throttled/v2 on a local server, -count
 
 bench-report: ## -count=$(BENCHCOUNT) run, benchstat summary, bench/README.md and the README summary regenerated
 	BENCHCOUNT=$(BENCHCOUNT) BENCHTIME=$(BENCHTIME) BENCHSTAT_VERSION=$(BENCHSTAT_VERSION) ./scripts/bench-report.sh
+
+demo-chart: ## the overload demo recorded: its per-second series (JSON, CSV) and chart (SVG, HTML) into docs/img
+	$(GO) run ./examples/overload -out docs/img
+
+browser-check: ## the status page and the demo's chart in headless Chromium (Debian's chromium, installed when missing)
+	./statuspage/scripts/browser-check.sh
 
 shed-compare: ## the CPU-bound overload scenario: no shedding, rampart's shed, go-zero's and aegis's shedders side by side (bench/shedcompare/results.md)
 	cd bench/shedcompare && $(GO) run . -duration 4s -sample 25ms -out results.md
