@@ -153,8 +153,9 @@ type held struct {
 }
 
 // maxRenewBatch is how many tokens one renewal script call carries at most:
-// a Lua script blocks the Redis server while it runs, and 1,024 ZSCORE+ZADD
-// pairs take about a millisecond.
+// a Lua script blocks the Redis server while it runs, and a call that
+// renews 1,000 leases takes a few milliseconds end to end
+// (BenchmarkSemaphoreRenewal), so larger holdings are split.
 const maxRenewBatch = 1024
 
 // maxOrphans bounds the tokens waiting to be removed by the next renewal
@@ -324,7 +325,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (Permit, error) {
 }
 
 // AcquireWait is [Semaphore.Acquire] that, when Max permits are held,
-// waits for one for at most Config.MaxWait or until ctx ends: it tries
+// waits for one for at most SemaphoreConfig.MaxWait or until ctx ends: it tries
 // again after a wait drawn below a bound that starts at PollMin and doubles
 // up to PollMax, or at once when a Release in this process frees a permit.
 // It returns the rejection error when MaxWait expires, ctx's error when
