@@ -8,6 +8,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/percpu"
 	"github.com/rampart-go/rampart/retry"
 )
 
@@ -183,7 +184,7 @@ type FallbackConfig[T any] struct {
 	MaxAge time.Duration
 
 	// Compact lays the instance out without cache-line padding: smaller
-	// (72 B instead of 192 B, a Fallback[string] with Stale on amd64), for
+	// (80 B instead of 192 B, a Fallback[string] with Stale on amd64), for
 	// the many cold instances (per-tenant, per-route keys) where goroutines
 	// do not contend on one instance; the default pads the words that many
 	// goroutines write on every call (here the stale value's pointer, which
@@ -206,23 +207,27 @@ type Fallback[T any] struct {
 	has    bool // value is an answer
 	failed func(error) bool
 	fn     func(context.Context, Outcome) (T, error)
-	maxAge int64 // ns on the pipeline's ticker
 	value  T
 	// last is the stale store, nil without Stale: a separate allocation,
 	// padded unless Compact, since every success writes it.
 	last *staleStore[T]
+	// stats counts the answers, nil unless the pipeline counts outcomes.
+	stats *percpu.Counters
 }
 
-// staleStore holds the last good value.
+// staleStore holds the last good value, and MaxAge (read-only, read on
+// the failure path only: here rather than in the Fallback, which without
+// Stale has no use for it and stays within its 64-byte size class).
 type staleStore[T any] struct {
 	atomic.Pointer[staleValue[T]]
+	maxAge int64 // ns on the pipeline's ticker
 }
 
 // paddedStale is a staleStore alone on its cache line.
 type paddedStale[T any] struct {
 	_ pad.Line
 	staleStore[T]
-	_ [pad.LineSize - 8]byte
+	_ [pad.LineSize - 16]byte
 }
 
 // staleValue is a success's value and the pipeline's reading when it was
@@ -260,7 +265,10 @@ func NewFallback[T any](cfg FallbackConfig[T]) (*Fallback[T], error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fallback[T]{p: cfg.Pipeline, when: when, failed: cfg.Failed, fn: cfg.Func, maxAge: int64(cfg.MaxAge)}
+	f := &Fallback[T]{p: cfg.Pipeline, when: when, failed: cfg.Failed, fn: cfg.Func}
+	if cfg.Pipeline.stats != nil {
+		f.stats = percpu.New()
+	}
 	if cfg.Value != nil {
 		f.has, f.value = true, *cfg.Value
 	}
@@ -270,6 +278,7 @@ func NewFallback[T any](cfg FallbackConfig[T]) (*Fallback[T], error) {
 		} else {
 			f.last = &new(paddedStale[T]).staleStore
 		}
+		f.last.maxAge = int64(cfg.MaxAge)
 	}
 	return f, nil
 }
@@ -283,6 +292,7 @@ func (f *Fallback[T]) Pipeline() *Pipeline { return f.p }
 func (f *Fallback[T]) Call(ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
 	var o Outcome
 	v := run(ctx, f.p, fn, nil, &o)
+	f.p.counted(&o)
 	if o.Code == OK {
 		if f.last != nil {
 			f.keep(v)
@@ -300,6 +310,7 @@ func (f *Fallback[T]) Try(ctx context.Context, fn func(context.Context) (T, erro
 	// o is the result itself, filled in place: the Outcome (too large for
 	// the result registers) is not copied out of a local on return.
 	v = run(ctx, f.p, fn, nil, &o)
+	f.p.counted(&o)
 	if o.Code == OK {
 		if f.last != nil {
 			f.keep(v)
@@ -321,6 +332,7 @@ func (f *Fallback[T]) CallHedged(ctx context.Context, fn func(context.Context) (
 // answer.
 func (f *Fallback[T]) TryHedged(ctx context.Context, fn func(context.Context) (T, error)) (v T, o Outcome) {
 	v = runHedged(ctx, f.p, fn, nil, &o) // o filled in place, as in Try
+	f.p.counted(&o)
 	if o.Code == OK {
 		if f.last != nil {
 			f.keep(v)
@@ -352,17 +364,25 @@ func (f *Fallback[T]) answer(ctx context.Context, v T, o *Outcome) T {
 		return v
 	}
 	if f.last != nil {
-		if e := f.last.Load(); e != nil && f.p.now()-e.at <= f.maxAge {
-			o.Cause, o.Err, o.FellBack, o.Stale = o.Err, nil, true, true
-			return e.v
+		if e := f.last.Load(); e != nil {
+			if f.p.now()-e.at <= f.last.maxAge {
+				f.count(o, statStaleServed)
+				o.Cause, o.Err, o.FellBack, o.Stale = o.Err, nil, true, true
+				return e.v
+			}
+			if f.stats != nil {
+				f.stats.Add(statStaleExpired, 1)
+			}
 		}
 	}
 	switch {
 	case f.fn != nil:
+		f.count(o, -1)          // before Func, which may panic: it was asked to answer
 		w, err := f.fn(ctx, *o) // user code: a panic or Goexit goes on, nothing is held
 		o.Cause, o.Err, o.FellBack = o.Err, err, true
 		return w
 	case f.has:
+		f.count(o, -1)
 		o.Cause, o.Err, o.FellBack = o.Err, nil, true
 		return f.value
 	}
@@ -399,6 +419,7 @@ type DoFallback struct {
 	when   Endings
 	failed func(error) bool
 	fn     func(context.Context, Outcome) error
+	stats  *percpu.Counters // the answers, nil unless the pipeline counts outcomes
 }
 
 // NewDoFallback validates cfg and returns a fallback around cfg.Pipeline,
@@ -417,7 +438,11 @@ func NewDoFallback(cfg DoFallbackConfig) (*DoFallback, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &DoFallback{p: cfg.Pipeline, when: when, failed: cfg.Failed, fn: cfg.Func}, nil
+	f := &DoFallback{p: cfg.Pipeline, when: when, failed: cfg.Failed, fn: cfg.Func}
+	if cfg.Pipeline.stats != nil {
+		f.stats = percpu.New()
+	}
+	return f, nil
 }
 
 // Pipeline returns the pipeline the fallback runs its calls through.
@@ -432,6 +457,7 @@ func (f *DoFallback) Do(ctx context.Context, fn func(context.Context) error) err
 	// generic engine would make a closure passed to it escape.
 	var o Outcome
 	run[struct{}](ctx, f.p, nil, fn, &o)
+	f.p.counted(&o)
 	if o.Code != OK {
 		f.answer(ctx, &o)
 	}
@@ -443,6 +469,7 @@ func (f *DoFallback) Do(ctx context.Context, fn func(context.Context) error) err
 //go:noinline
 func (f *DoFallback) Try(ctx context.Context, fn func(context.Context) error) (o Outcome) {
 	run[struct{}](ctx, f.p, nil, fn, &o) // o filled in place, as in Fallback.Try
+	f.p.counted(&o)
 	if o.Code != OK {
 		f.answer(ctx, &o)
 	}
@@ -453,7 +480,107 @@ func (f *DoFallback) Try(ctx context.Context, fn func(context.Context) error) (o
 // path.
 func (f *DoFallback) answer(ctx context.Context, o *Outcome) {
 	if selects(f.when, f.failed, o) {
+		if f.stats != nil {
+			f.stats.Add(answeredIndex(o), 1) // before Func, which may panic
+		}
 		err := f.fn(ctx, *o) // user code: a panic or Goexit goes on, nothing is held
 		o.Cause, o.Err, o.FellBack = o.Err, err, true
 	}
 }
+
+// FallbackStats counts a fallback's answers, when its pipeline was built
+// with [Config.CountOutcomes] (all zeros otherwise): [Fallback.Stats],
+// [DoFallback.Stats]. The pipeline's own [Stats] count the same calls by
+// how they ended before the fallback answered.
+type FallbackStats struct {
+	// Answered counts the calls the fallback answered (Outcome.FellBack),
+	// the sum of the Answered fields below; a Func that panicked is
+	// counted, as it was asked.
+	Answered uint64
+	// AnsweredRejected counts the answered rejections by the rejecting
+	// policy's Kind (AnsweredRejected[pipeline.Shed], ...).
+	AnsweredRejected [8]uint64
+	// AnsweredTimedOut counts the answered timeouts ([Timeouts]).
+	AnsweredTimedOut uint64
+	// AnsweredExhausted counts the answered give-ups of the retry
+	// ([RetriesExhausted]).
+	AnsweredExhausted uint64
+	// AnsweredFailed counts the answered failures of fn ([Failures]).
+	AnsweredFailed uint64
+	// AnsweredCanceled counts the answered cancellations ([Cancellations]).
+	AnsweredCanceled uint64
+	// StaleServed counts the answers with the last good value
+	// (Outcome.Stale), within Answered.
+	StaleServed uint64
+	// StaleExpired counts the endings the fallback selected while its
+	// last good value was older than MaxAge: answered by Value or Func
+	// when set (and counted in Answered), else not answered.
+	StaleExpired uint64
+}
+
+// The fallback counters' indexes: answeredIndex's (a rejection's Kind, then
+// the other endings), then the stale ones.
+const (
+	statAnsweredTimedOut = 8 + iota
+	statAnsweredExhausted
+	statAnsweredFailed
+	statAnsweredCanceled
+	statStaleServed
+	statStaleExpired
+)
+
+// answeredIndex is the counter of o's ending. Failure path.
+func answeredIndex(o *Outcome) int {
+	switch e := ending(o); e {
+	case Timeouts:
+		return statAnsweredTimedOut
+	case RetriesExhausted:
+		return statAnsweredExhausted
+	case Failures:
+		return statAnsweredFailed
+	case Cancellations:
+		return statAnsweredCanceled
+	}
+	return int(o.Policy & 7) // a rejection
+}
+
+// count counts an answer of o's ending, and a second counter (also) unless
+// it is negative. Failure path.
+func (f *Fallback[T]) count(o *Outcome, also int) {
+	if f.stats == nil {
+		return
+	}
+	if also < 0 {
+		f.stats.Add(answeredIndex(o), 1)
+		return
+	}
+	f.stats.Add2(answeredIndex(o), 1, also, 1)
+}
+
+// fallbackStats sums c into FallbackStats.
+func fallbackStats(c *percpu.Counters) FallbackStats {
+	var s FallbackStats
+	if c == nil {
+		return s
+	}
+	var w [percpu.Width]uint64
+	c.Snapshot(&w)
+	copy(s.AnsweredRejected[:], w[:8])
+	for _, n := range s.AnsweredRejected {
+		s.Answered += n
+	}
+	s.AnsweredTimedOut, s.AnsweredExhausted = w[statAnsweredTimedOut], w[statAnsweredExhausted]
+	s.AnsweredFailed, s.AnsweredCanceled = w[statAnsweredFailed], w[statAnsweredCanceled]
+	s.Answered += s.AnsweredTimedOut + s.AnsweredExhausted + s.AnsweredFailed + s.AnsweredCanceled
+	s.StaleServed, s.StaleExpired = w[statStaleServed], w[statStaleExpired]
+	return s
+}
+
+// Stats returns the fallback's answer counts: see [FallbackStats]. All
+// zeros unless the pipeline counts outcomes ([Config.CountOutcomes]).
+func (f *Fallback[T]) Stats() FallbackStats { return fallbackStats(f.stats) }
+
+// Stats returns the fallback's answer counts: see [FallbackStats]. All
+// zeros unless the pipeline counts outcomes ([Config.CountOutcomes]);
+// DoFallback has no stale value, so StaleServed and StaleExpired stay 0.
+func (f *DoFallback) Stats() FallbackStats { return fallbackStats(f.stats) }

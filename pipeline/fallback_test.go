@@ -569,7 +569,7 @@ func TestFallbackBytes(t *testing.T) {
 	}
 	testkit.WantBytes(t, "Value", 64, mk(pipeline.FallbackConfig[string]{Value: new("fb")}))
 	testkit.WantBytes(t, "Stale", 64+2*int64(pad.LineSize), mk(pipeline.FallbackConfig[string]{Stale: true, MaxAge: time.Second}))
-	testkit.WantBytes(t, "Stale Compact", 64+8, mk(pipeline.FallbackConfig[string]{Stale: true, MaxAge: time.Second, Compact: true}))
+	testkit.WantBytes(t, "Stale Compact", 64+16, mk(pipeline.FallbackConfig[string]{Stale: true, MaxAge: time.Second, Compact: true}))
 }
 
 // TestFallbackStaleStoreRace: concurrent successes store and concurrent

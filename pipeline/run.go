@@ -732,6 +732,9 @@ func (p *Pipeline) abort(a *attempt) {
 		r = rampart.Ignored
 	}
 	a.held &^= heldCall
+	if p.stats != nil {
+		p.stats.Add(statPanicked, 1) // the call ends with no Outcome to count
+	}
 	p.release(a, r, rampart.Ignored, rampart.Ignored, bud, a.start)
 }
 
