@@ -24,7 +24,8 @@
 // register it from a Config, as resilience4j's registries do
 // (CircuitBreakerRegistry.circuitBreaker(name, config)): the first call
 // wins and a later Config is not applied (use the instance's Update for
-// that). A name registered with another kind is an error wrapping
+// that). [GetOrCreate] does the same for any other kind, from a build
+// function. A name registered with another kind is an error wrapping
 // [ErrKindMismatch]. An instance belongs to the groups given when it is
 // registered: a group is a label (a dependency, a tier, a tenant class)
 // that the group operations and [Registry.RangeGroup] select on.

@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"reflect"
+
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/chaos"
@@ -143,5 +145,22 @@ func Pipeline(r *Registry, name string, c pipeline.Config, groups ...string) (*p
 func Injector(r *Registry, name string, c chaos.Config, groups ...string) (*chaos.Injector, error) {
 	return getOrCreate(r, name, "*chaos.Injector", groups, func() (*chaos.Injector, error) {
 		return chaos.New(c)
+	})
+}
+
+// GetOrCreate is the create-or-get of any other kind (a shed.Shedder, a
+// pipeline.Fallback, a value of your own): it returns the T registered
+// under name, or registers and returns the one build returns, with the
+// contract of the typed functions above (build's error comes back
+// unchanged and registers nothing; a nil T is refused with
+// [ErrNilInstance]; the name is not applied to what build makes).
+func GetOrCreate[T any](r *Registry, name string, build func() (T, error), groups ...string) (T, error) {
+	return getOrCreate(r, name, reflect.TypeFor[T]().String(), groups, func() (T, error) {
+		t, err := build()
+		if err == nil && isNil(t) {
+			var zero T
+			return zero, ErrNilInstance
+		}
+		return t, err
 	})
 }

@@ -370,3 +370,36 @@ func TestScaleAndRestore(t *testing.T) {
 		t.Fatal("a refused Scale changed something")
 	}
 }
+
+// TestGetOrCreateAnyKind: the generic create-or-get builds once, returns
+// build's error unchanged, refuses a nil instance and another kind.
+func TestGetOrCreateAnyKind(t *testing.T) {
+	type custom struct{ n int }
+	r := registry.New()
+	builds := 0
+	build := func() (*custom, error) { builds++; return &custom{n: builds}, nil }
+	a, err := registry.GetOrCreate(r, "c", build, "g")
+	if err != nil || a.n != 1 {
+		t.Fatalf("first: %v, %v", a, err)
+	}
+	b, err := registry.GetOrCreate(r, "c", build)
+	if err != nil || b != a || builds != 1 {
+		t.Fatalf("second: %v, %v, %d builds", b, err, builds)
+	}
+	boom := errors.New("boom")
+	if _, err := registry.GetOrCreate(r, "d", func() (*custom, error) { return nil, boom }); err != boom {
+		t.Fatalf("build's error: %v", err)
+	}
+	if _, err := registry.GetOrCreate(r, "d", func() (*custom, error) { return nil, nil }); !errors.Is(err, registry.ErrNilInstance) {
+		t.Fatalf("a nil instance: %v", err)
+	}
+	if _, ok := r.Get("d"); ok {
+		t.Fatal("a failed build registered something")
+	}
+	if _, err := registry.GetOrCreate(r, "c", func() (int, error) { return 1, nil }); !errors.Is(err, registry.ErrKindMismatch) {
+		t.Fatalf("another kind: %v", err)
+	}
+	if !slices.Equal(r.Names("g"), []string{"c"}) {
+		t.Fatalf("groups: %v", r.Names("g"))
+	}
+}
