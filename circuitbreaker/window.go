@@ -140,7 +140,7 @@ func (w *countWindow) add(h *hotWords, code uint32) uint32 {
 // Otherwise one CAS on the slot's word, retried only when a record of
 // another slot of the word landed in between.
 func (w *countWindow) swap(i uint64, code uint32) uint32 {
-	word := &w.slots()[i/slotsPerWord]
+	word := w.word(i)
 	shift := i % slotsPerWord * slotBits
 	for {
 		v := word.Load()
@@ -151,9 +151,16 @@ func (w *countWindow) swap(i uint64, code uint32) uint32 {
 	}
 }
 
+// word returns the word that holds slot i, in [0, n): pointer arithmetic,
+// without the slice header and bounds check of slots() (the record path
+// computes i modulo n, so it is in range).
+func (w *countWindow) word(i uint64) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Add(unsafe.Pointer(w.words), uintptr(i/slotsPerWord)*unsafe.Sizeof(atomic.Uint64{})))
+}
+
 // slot returns the code slot i holds.
 func (w *countWindow) slot(i uint64) uint32 {
-	return uint32(w.slots()[i/slotsPerWord].Load()>>(i%slotsPerWord*slotBits)) & slotMask
+	return uint32(w.word(i).Load()>>(i%slotsPerWord*slotBits)) & slotMask
 }
 
 // apply moves the counters from old's contribution to code's.
