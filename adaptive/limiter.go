@@ -722,10 +722,11 @@ func (l *Limiter) Limit() int { return int(l.limit.Load()) }
 // MinWindowSamples, MaxSampleStride, the Queue's durations), with
 // InitialLimit set to the current limit and the Partitions' shares without
 // their names (the limiter keeps none): change a field and pass it to
-// [Limiter.Update]. It reads the words the window's closer writes without
-// its lock, so a Config taken while a window closes or an Update runs may
-// mix the two.
+// [Limiter.Update]. It takes the window lock (as Update does) to read a
+// consistent configuration, so it must not be called from a Controller.
 func (l *Limiter) Config() Config {
+	end := l.lockWindow()
+	defer l.windowEnd.Store(end)
 	c := Config{
 		Name:             l.rejErr.Name(),
 		Algorithm:        l.alg,

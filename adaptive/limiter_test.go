@@ -1180,6 +1180,15 @@ func TestStressUpdateRacingCalls(t *testing.T) {
 			}
 		})
 	}
+	wg.Go(func() { // a reader of the configuration, racing the updater
+		for !stop.Load() {
+			if got := l.Config(); got.MinLimit > got.MaxLimit || len(got.Partitions) != 2 {
+				t.Errorf("Config mixes two Updates: %+v", got)
+				return
+			}
+			runtime.Gosched()
+		}
+	})
 	wg.Go(func() {
 		defer stop.Store(true)
 		for i := range 300 {
