@@ -1013,6 +1013,39 @@ func TestUpdateClampsTheLimitAndKeepsTheController(t *testing.T) {
 	require.Zero(t, l.InFlight())
 }
 
+// TestUpdateKeepsPermitsInFlight: a lowered MaxLimit evicts no call; the
+// permits above it are released normally and no call is admitted until
+// the count is below it.
+func TestUpdateKeepsPermitsInFlight(t *testing.T) {
+	l, tk := fixed(t, 6, func(c *Config) { c.MinLimit = 1 })
+	var held []Permit
+	for range 6 {
+		p, err := l.AcquireAt(tk.Now())
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	c := l.Config()
+	c.MaxLimit = 2
+	require.NoError(t, l.Update(c))
+	require.Equal(t, 2, l.Limit())
+	require.Equal(t, 6, l.InFlight())
+	for range 4 {
+		_, err := l.AcquireAt(tk.Now())
+		require.ErrorIs(t, err, ErrLimited)
+		l.ReleaseAt(held[0], tk.Now(), rampart.Success)
+		held = held[1:]
+	}
+	_, err := l.AcquireAt(tk.Now()) // 2 in flight, limit 2
+	require.ErrorIs(t, err, ErrLimited)
+	l.ReleaseAt(held[0], tk.Now(), rampart.Success)
+	p, err := l.AcquireAt(tk.Now())
+	require.NoError(t, err)
+	l.ReleaseAt(p, tk.Now(), rampart.Success)
+	l.ReleaseAt(held[1], tk.Now(), rampart.Success)
+	require.Zero(t, l.InFlight())
+	require.Equal(t, uint64(5), l.Stats().Rejected)
+}
+
 // TestUpdateRefusesFixedFields: Update validates as New does, and a change
 // to a field fixed at construction is a ConfigError naming it; a refused
 // Update changes nothing, not even the valid bound beside the refused
