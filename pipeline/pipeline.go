@@ -166,17 +166,16 @@ type Config struct {
 type Pipeline struct {
 	// Read-only after New, read by every call: the policies (nil = absent)
 	// and the clock flags.
-	tick  rampart.Ticker
-	rt    *retry.Policy
-	bud   rampart.Budget
-	cb    *circuitbreaker.Breaker
-	rl    *ratelimit.Limiter
-	bh    *bulkhead.Bulkhead
-	al    *adaptive.Limiter
-	to    *timeout.Timeout
-	sh    *shed.Shedder
-	hg    *hedge.Hedger
-	toErr error // the timeout's preallocated error, to recognise a timeout
+	tick rampart.Ticker
+	rt   *retry.Policy
+	bud  rampart.Budget
+	cb   *circuitbreaker.Breaker
+	rl   *ratelimit.Limiter
+	bh   *bulkhead.Bulkhead
+	al   *adaptive.Limiter
+	to   *timeout.Timeout
+	sh   *shed.Shedder
+	hg   *hedge.Hedger
 
 	alClassify func(context.Context, error) rampart.Result // Config.AdaptiveClassify; nil: al.Classify
 	shPrio     func(context.Context) int                   // Config.ShedPriority; nil: priority 0
@@ -288,7 +287,6 @@ func New(cfg Config) (*Pipeline, error) {
 	p.mayWait = (cfg.Bulkhead != nil && cfg.Bulkhead.MayWait()) || (cfg.Adaptive != nil && cfg.Adaptive.MayWait())
 	if cfg.Timeout != nil {
 		add("Timeout", cfg.Timeout.Ticker())
-		p.toErr = cfg.Timeout.Err()
 		p.needT0 = true // the deadline counts from t0
 		// Soft mode classifies with the end reading. Deadline mode takes
 		// the watchdog's verdict when no other policy reads t1 (Finish

@@ -189,7 +189,8 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 	}
 	if p.to != nil {
 		a.held = p.held &^ heldTimeout
-		if err = p.to.FinishAt(a.th, a.t1, err); err != nil && err == p.toErr {
+		in := err
+		if err = p.to.FinishAt(a.th, a.t1, err); err != nil && p.isVerdict(err, in) {
 			o.Code, o.Policy = TimedOut, Timeout
 		}
 	}
@@ -440,7 +441,8 @@ func (p *Pipeline) end(ctx context.Context, l *loop, a *attempt, err error, o *O
 		a.held &^= heldTimeout
 		// a.t1 is rampart.NotRead (rampart.NotRead) unless another policy read it:
 		// a deadline-mode timeout then takes the watchdog's verdict.
-		if err = p.to.FinishAt(a.th, a.t1, err); err != nil && err == p.toErr {
+		in := err
+		if err = p.to.FinishAt(a.th, a.t1, err); err != nil && p.isVerdict(err, in) {
 			o.Code, o.Policy = TimedOut, Timeout
 		}
 	}
@@ -524,6 +526,20 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 	}
 	l.prev, l.last = delay, err
 	return false
+}
+
+// isVerdict reports whether err, what the timeout's FinishAt returned for
+// fn's error in, is the timeout's verdict: the preallocated error of the
+// configuration the attempt started under, which FinishAt puts in place of
+// fn's, or which fn returned itself (its context's error) when it is the
+// timeout's current one. Not a comparison with one error kept at New: a
+// Timeout.Update gives the calls started after it a new error (it carries
+// the duration), and an attempt that overran under it would be reported
+// Failed. A *timeout.Error of another timeout that fn returned is fn's.
+// Failure path.
+func (p *Pipeline) isVerdict(err, in error) bool {
+	te, ok := err.(*timeout.Error)
+	return ok && (err != in || te == p.to.Err())
 }
 
 // classifyAdaptive gives a failed attempt's outcome for the adaptive limit:

@@ -406,3 +406,26 @@ func TestDeadlineCountsFromAdmission(t *testing.T) {
 		require.Equal(t, 100*time.Millisecond, left, "the 500 ms spent queueing came out of the deadline")
 	})
 }
+
+// TestTimeoutVerdictAfterUpdate: after Timeout.Update (which gives the calls
+// started after it a new preallocated error), an attempt that overran is
+// still TimedOut by Timeout, through the fast first attempt and the general
+// loop; a timeout error of another timeout that fn returns is fn's failure.
+func TestTimeoutVerdictAfterUpdate(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	to := newTimeout(t, tick, time.Second, timeout.ModeSoft)
+	p, err := pipeline.New(pipeline.Config{Timeout: to, Idempotent: true})
+	require.NoError(t, err)
+	require.NoError(t, to.Update(timeout.Config{Name: "to", Duration: 2 * time.Second, Mode: timeout.ModeSoft, Ticker: tick}))
+	overrun := func(context.Context) error { tick.Advance(3 * time.Second); return nil }
+	for name, try := range map[string]func(context.Context, func(context.Context) error) pipeline.Outcome{"fast": p.Try, "general": p.TryHedged} {
+		o := try(context.Background(), overrun)
+		require.Equal(t, pipeline.TimedOut, o.Code, name)
+		require.Equal(t, pipeline.Timeout, o.Policy, name)
+		require.Same(t, to.Err(), o.Err, name)
+	}
+	other := newTimeout(t, tick, time.Second, timeout.ModeSoft)
+	o := p.Try(context.Background(), func(context.Context) error { return other.Err() })
+	require.Equal(t, pipeline.Failed, o.Code)
+	require.Equal(t, pipeline.None, o.Policy)
+}
