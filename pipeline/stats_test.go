@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/internal/percpu"
 	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/retry"
@@ -273,4 +275,26 @@ func TestAllocsCountOutcomes(t *testing.T) {
 		bh.Release()
 		testkit.WantAllocs(t, "Stats", 0, func() { _ = p.Stats() })
 	}
+}
+
+// TestCountOutcomesBytes: a Pipeline is 160 B (its size class) with
+// CountOutcomes off; on, New adds the per-P counters and nothing else.
+func TestCountOutcomesBytes(t *testing.T) {
+	if ptrSize := 32 << (^uintptr(0) >> 63); ptrSize != 64 {
+		t.Skip("sizes are for 64-bit")
+	}
+	bh := newBulkhead(t, 1, rampart.NewManualTicker(1))
+	mk := func(count bool) func() any {
+		return func() any {
+			p, err := pipeline.New(pipeline.Config{Bulkhead: bh, CountOutcomes: count})
+			if err != nil {
+				panic(err)
+			}
+			return p
+		}
+	}
+	testkit.WantBytes(t, "off", 160, mk(false))
+	counters := testkit.Bytes(t, func() any { return percpu.New() })
+	testkit.WantBytes(t, "on", 160+counters, mk(true))
+	t.Logf("CountOutcomes adds %d B on %d Ps", counters, max(runtime.GOMAXPROCS(0), runtime.NumCPU()))
 }
