@@ -1303,3 +1303,25 @@ func TestServerShed503WhileEngaged(t *testing.T) {
 	require.Zero(t, sh.InFlight())
 	require.Len(t, rejected, 1)
 }
+
+// The server runs its pipeline's copy without the retry; with
+// CountOutcomes the copy counts into the application's pipeline, so its
+// Stats count the requests, a rejection by its kind.
+func TestServerCountsIntoTheApplicationsPipeline(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	rt, err := retry.New(retry.Config{Ticker: tick})
+	require.NoError(t, err)
+	bh, err := bulkhead.New(bulkhead.Config{Max: 1})
+	require.NoError(t, err)
+	p := mustPipeline(t, pipeline.Config{Retry: rt, Bulkhead: bh, CountOutcomes: true})
+	h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{Pipeline: p})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, serveRecorded(h, nil).Code)
+	require.NoError(t, bh.Acquire())
+	require.Equal(t, http.StatusServiceUnavailable, serveRecorded(h, nil).Code)
+	bh.Release()
+	s := p.Stats()
+	require.EqualValues(t, 2, s.Calls)
+	require.EqualValues(t, 1, s.Succeeded)
+	require.EqualValues(t, 1, s.RejectedBy[pipeline.Bulkhead])
+}

@@ -151,8 +151,16 @@ type Config struct {
 	// no allocation; a few ns per call) and New allocates them:
 	// 128 B per P, max(GOMAXPROCS, NumCPU) of them, plus a line. Zero
 	// (off): nothing is counted and a call pays one branch on a field set
-	// at New.
+	// at New. A pipeline built from another's [Pipeline.Config] with
+	// CountOutcomes still set counts into the other's counters, so that
+	// the pipelines an adapter derives (httpguard's server drops the
+	// retry; its client builds one per route and host) add to the Stats
+	// of the pipeline the application built.
 	CountOutcomes bool
+
+	// stats are the counters of the pipeline whose Config this is, for a
+	// pipeline derived from it: see CountOutcomes.
+	stats *percpu.Counters
 }
 
 // Pipeline runs calls through a fixed sequence of policies. Build it with
@@ -324,7 +332,10 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	p.fast = !p.mayWait
 	if cfg.CountOutcomes {
-		p.stats = percpu.New()
+		p.stats = cfg.stats
+		if p.stats == nil {
+			p.stats = percpu.New()
+		}
 	}
 	for _, h := range [...]struct {
 		present bool
@@ -411,7 +422,8 @@ var notCached atomic.Int64
 
 // Config returns the configuration the pipeline was built with, its Ticker
 // filled in. Change a field and pass it to [New] to derive a pipeline (the
-// policies are shared, not copied).
+// policies are shared, not copied, and so are the outcome counters while
+// CountOutcomes stays set).
 func (p *Pipeline) Config() Config {
 	return Config{
 		Name:             p.name,
@@ -428,6 +440,7 @@ func (p *Pipeline) Config() Config {
 		Idempotent:       p.idempotent,
 		AdaptiveClassify: p.alClassify,
 		CountOutcomes:    p.stats != nil,
+		stats:            p.stats,
 	}
 }
 

@@ -298,3 +298,37 @@ func TestCountOutcomesBytes(t *testing.T) {
 	testkit.WantBytes(t, "on", 160+counters, mk(true))
 	t.Logf("CountOutcomes adds %d B on %d Ps", counters, max(runtime.GOMAXPROCS(0), runtime.NumCPU()))
 }
+
+// TestStatsSharedWithDerivedPipelines: a pipeline built from another's
+// Config with CountOutcomes still set counts into the other's counters (an
+// adapter's derived pipelines add to the application's Stats); one built
+// from a fresh Config counts alone, and one derived with CountOutcomes
+// cleared counts nothing.
+func TestStatsSharedWithDerivedPipelines(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	p, err := pipeline.New(pipeline.Config{Retry: newRetry(t, tick, nil), Bulkhead: newBulkhead(t, 2, tick), CountOutcomes: true})
+	require.NoError(t, err)
+	cfg := p.Config()
+	cfg.Retry = nil
+	d, err := pipeline.New(cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, p.Do(ctx, ok))
+	require.ErrorIs(t, d.Do(ctx, fail), errBoom)
+	want := pipeline.Stats{Calls: 2, Succeeded: 1, Failed: 1, Attempts: 2}
+	require.Equal(t, want, p.Stats())
+	require.Equal(t, want, d.Stats())
+
+	fresh, err := pipeline.New(pipeline.Config{Bulkhead: cfg.Bulkhead, CountOutcomes: true})
+	require.NoError(t, err)
+	require.NoError(t, fresh.Do(ctx, ok))
+	require.EqualValues(t, 1, fresh.Stats().Calls)
+	require.Equal(t, want, p.Stats())
+
+	cfg.CountOutcomes = false
+	off, err := pipeline.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, off.Do(ctx, ok))
+	require.Equal(t, pipeline.Stats{}, off.Stats())
+	require.Equal(t, want, p.Stats())
+}
