@@ -24,7 +24,9 @@ var ErrFailureStatus = errors.New("httpguard: handler answered a failure status"
 // field but Pipeline means its documented default.
 type ServerConfig struct {
 	// Pipeline admits the requests. Required. Its retry, if any, is not
-	// used: a server does not retry its own handler.
+	// used: a server does not retry its own handler. With its
+	// CountOutcomes set, its Stats count the requests (the copy without
+	// the retry counts into them).
 	Pipeline *pipeline.Pipeline
 
 	// IsFailure reports whether the handler's status counts as a failure
