@@ -234,7 +234,7 @@ func (t *Timeout) DoAbandon(parent context.Context, fn func(context.Context) err
 	} else {
 		j = p.getJob()
 	}
-	c := newCtx(parent, t, deadline)
+	c := newCtx(parent, s, deadline)
 	j.t, j.s, j.fn, j.c, j.onDone = t, s, fn, c, onDone
 	var wh watchdog.Handle
 	var tm *time.Timer

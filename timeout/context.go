@@ -20,7 +20,7 @@ import (
 // call finished first (context.Canceled), lazyctx.ParentDone when the
 // parent was done first (the parent's error).
 //
-// Layout: 64 bytes (lazyctx.Ctx 48, t 8, deadline 8); the watch handle
+// Layout: 64 bytes (lazyctx.Ctx 48, s 8, deadline 8); the watch handle
 // and the fallback timer travel in the Handle (or the DoAbandon job), not
 // here.
 //
@@ -30,13 +30,13 @@ import (
 // The watchdog fires it as a fireTarget (see there).
 type ctx struct {
 	lazyctx.Ctx
-	t        *Timeout
-	deadline int64 // ticker reading
+	s        *settings // the configuration the call started under (and, through it, the Timeout)
+	deadline int64     // ticker reading
 }
 
-// newCtx allocates the context of one call.
-func newCtx(parent context.Context, t *Timeout, deadline int64) *ctx {
-	c := &ctx{t: t, deadline: deadline}
+// newCtx allocates the context of one call started under s.
+func newCtx(parent context.Context, s *settings, deadline int64) *ctx {
+	c := &ctx{s: s, deadline: deadline}
 	lazyctx.Init(&c.Ctx, parent)
 	return c
 }
@@ -47,7 +47,7 @@ func newCtx(parent context.Context, t *Timeout, deadline int64) *ctx {
 // successive calls return the same value and the result carries a
 // monotonic reading (time.Until on it is immune to wall-clock steps).
 func (c *ctx) Deadline() (time.Time, bool) {
-	d := c.t.epoch.Add(time.Duration(c.deadline))
+	d := c.s.t.epoch.Add(time.Duration(c.deadline))
 	if pd, ok := lazyctx.Parent(&c.Ctx).Deadline(); ok && pd.Before(d) {
 		return pd, true
 	}
@@ -56,7 +56,7 @@ func (c *ctx) Deadline() (time.Time, bool) {
 
 // String names the context for debugging.
 func (c *ctx) String() string {
-	if name := c.t.cur.Load().err.name; name != "" { // the name is fixed: any configuration has it
+	if name := c.s.err.name; name != "" {
 		return "timeout.Context(" + name + ")"
 	}
 	return "timeout.Context"

@@ -226,8 +226,9 @@
 //     at that size.
 //
 // Update allocates the new configuration (one object and the error's
-// message); calls allocate what they did, and StartAt stores one word
-// more in the Handle (the configuration the call started under).
+// message); calls allocate what they did, and the Handle keeps its four
+// words: the call's context holds the configuration it started under (in
+// soft mode, which has no context, the Handle holds it instead).
 //
 // # For composition
 //

@@ -188,7 +188,7 @@ type Timeout struct {
 	// listeners, MaxAbandoned), immutable once published; New's is
 	// allocated with the timeout error it holds, so it costs no
 	// allocation of its own. A call loads it once, at its start, and
-	// keeps it in its Handle (or job) to its end.
+	// keeps it to its end, in its context (soft mode: its Handle) or job.
 	cur atomic.Pointer[settings]
 
 	// Read-only after New.
@@ -219,6 +219,7 @@ type Timeout struct {
 // error (which holds the name and the Duration), MaxAbandoned and the
 // listeners. Immutable once published in Timeout.cur.
 type settings struct {
+	t          *Timeout // whose they are: a call's context reaches the Timeout's epoch through them
 	err        Error
 	maxAband   int64
 	onTimeout  func(time.Duration)
@@ -247,7 +248,7 @@ func New(cfg Config) (*Timeout, error) {
 		t.ownWd = true
 	}
 	t.epoch = time.Now().Add(-time.Duration(t.tk.Now()))
-	t.cur.Store(newSettings(&cfg))
+	t.cur.Store(newSettings(t, &cfg))
 	return t, nil
 }
 
@@ -369,7 +370,7 @@ func (t *Timeout) Update(c Config) error {
 	case c.workers() != int(t.nWorkers):
 		return rampart.NewConfigError("timeout", "Workers", fixed+"the first DoAbandon allocates the table of workers at that size (got %d, built with %d)", c.Workers, t.nWorkers)
 	}
-	t.cur.Store(newSettings(&c))
+	t.cur.Store(newSettings(t, &c))
 	return nil
 }
 
@@ -411,7 +412,7 @@ func sameValue[T any](a, b T) (same bool) {
 // newSettings builds the settings of a validated cfg: one allocation
 // with the error, and its message in one concatenation (a temporary
 // string would count against every instance).
-func newSettings(cfg *Config) *settings {
+func newSettings(t *Timeout, cfg *Config) *settings {
 	var msg string
 	if cfg.Name == "" {
 		msg = "timeout: deadline exceeded (" + cfg.Duration.String() + ")"
@@ -419,6 +420,7 @@ func newSettings(cfg *Config) *settings {
 		msg = "timeout \"" + cfg.Name + "\": deadline exceeded (" + cfg.Duration.String() + ")"
 	}
 	s := &settings{
+		t:          t,
 		err:        Error{name: cfg.Name, d: cfg.Duration, msg: msg},
 		maxAband:   int64(cfg.MaxAbandoned),
 		onTimeout:  cfg.OnTimeout,
@@ -484,9 +486,15 @@ func (t *Timeout) Err() *Error { return &t.cur.Load().err }
 
 // Handle is one call in progress between StartAt and FinishAt. It is a small
 // value; pass it back to FinishAt exactly once.
+//
+// It is four words, returned and copied on every call: a fifth would make
+// the compiler copy it with 16-byte loads that straddle the 8-byte stores
+// that filled it, which stalls the CPU (store forwarding fails).
 type Handle struct {
-	c        *ctx            // nil in soft mode
-	s        *settings       // the configuration the call started under; nil in a zero Handle
+	// ref is the call's *ctx in deadline mode (which holds the
+	// configuration the call started under), that configuration's
+	// *settings in soft mode; nil in a zero Handle. (See Timeout.callOf.)
+	ref      unsafe.Pointer
 	deadline int64           // ticker reading
 	wh       watchdog.Handle // the watch (zero when a fallback timer is used)
 	tm       *time.Timer     // the fallback timer, when the watchdog refused
@@ -510,11 +518,11 @@ func (t *Timeout) StartAt(parent context.Context, now int64) (context.Context, H
 	s := t.cur.Load()                      // one load: the call keeps this configuration to its end
 	deadline := atomicx.SatAdd(now, s.d()) // a huge Duration must not wrap into the past
 	if t.mode == ModeSoft {
-		return parent, Handle{s: s, deadline: deadline}
+		return parent, Handle{ref: unsafe.Pointer(s), deadline: deadline}
 	}
-	c := newCtx(parent, t, deadline)
+	c := newCtx(parent, s, deadline)
 	wh, tm := t.watch((*fireTarget)(c), deadline, now)
-	return c, Handle{c: c, s: s, deadline: deadline, wh: wh, tm: tm}
+	return c, Handle{ref: unsafe.Pointer(c), deadline: deadline, wh: wh, tm: tm}
 }
 
 // Start is [Timeout.StartAt] at a reading of the timeout's Ticker. End the
@@ -576,7 +584,7 @@ func (t *Timeout) unwatch(wh watchdog.Handle, tm *time.Timer) bool {
 // tick), which saves a clock read; soft mode, which has no watchdog, reads
 // the ticker.
 func (t *Timeout) FinishAt(h Handle, now int64, err error) error {
-	if h.c == nil && now != rampart.NotRead && now < h.deadline {
+	if t.mode == ModeSoft && now != rampart.NotRead && now < h.deadline {
 		// Soft mode, in time: small enough to be inlined into the caller.
 		return err
 	}
@@ -593,26 +601,29 @@ func (t *Timeout) finish(h Handle, now int64, err error) error {
 	if now == rampart.NotRead {
 		return t.end(h, err)
 	}
-	c := h.c
+	c, s := t.callOf(h)
 	if c == nil {
 		if now >= h.deadline {
-			s := t.settingsOf(h)
 			return t.timedOut(s, now-(h.deadline-s.d()))
 		}
 		return err
 	}
 	t.unwatch(h.wh, h.tm)
-	return t.classify(t.settingsOf(h), c, h.deadline, now, err)
+	return t.classify(s, c, h.deadline, now, err)
 }
 
-// settingsOf returns the configuration h's call started under: the
-// current one for a zero Handle (FinishAt on a soft-mode Timeout accepts
-// one: its deadline is 0).
-func (t *Timeout) settingsOf(h Handle) *settings {
-	if h.s != nil {
-		return h.s
+// callOf returns h's context (nil in soft mode) and the configuration its
+// call started under: the current one for a zero Handle (FinishAt on a
+// soft-mode Timeout accepts one: its deadline is 0).
+func (t *Timeout) callOf(h Handle) (*ctx, *settings) {
+	if h.ref == nil {
+		return nil, t.cur.Load()
 	}
-	return t.cur.Load()
+	if t.mode == ModeSoft {
+		return nil, (*settings)(h.ref)
+	}
+	c := (*ctx)(h.ref)
+	return c, c.s
 }
 
 // classify ends c (Canceled if still live) and classifies the call: a
@@ -641,12 +652,12 @@ func (t *Timeout) timedOut(s *settings, elapsed int64) error {
 // said, and is as precise as the watchdog: one tick); soft mode has no
 // watchdog and reads the clock.
 func (t *Timeout) end(h Handle, err error) error {
-	c := h.c
+	c, s := t.callOf(h)
 	if c == nil {
 		return t.FinishAt(h, t.tk.Now(), err)
 	}
 	t.unwatch(h.wh, h.tm)
-	return t.endFired(h.s, c, h.deadline, err)
+	return t.endFired(s, c, h.deadline, err)
 }
 
 // endFired ends c (Canceled if still live) and classifies the call,
@@ -666,7 +677,7 @@ func (t *Timeout) endFired(s *settings, c *ctx, deadline int64, err error) error
 // abort ends a call whose function panicked or called runtime.Goexit:
 // release the watch and end the context, classify nothing.
 func (t *Timeout) abort(h Handle) {
-	if c := h.c; c != nil {
+	if c, _ := t.callOf(h); c != nil {
 		t.unwatch(h.wh, h.tm)
 		c.end(lazyctx.Finished)
 	}
