@@ -1,0 +1,310 @@
+package rampartconfig
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rampart-go/rampart/adaptive"
+	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/hedge"
+	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/timeout"
+)
+
+// kind is what the loader and the applier know of one policy kind: where
+// it sits in the document, how its spec becomes a Config, and how an
+// instance is built, updated and closed.
+type kind struct {
+	key     string       // the defaults key and the pipeline slot: "breaker"
+	section string       // the document section of named instances: "breakers"
+	spec    reflect.Type // *BreakerSpec's element
+	config  reflect.Type // circuitbreaker.Config
+	// setName sets the Config's Name (a pointer to config).
+	setName func(cfg any, name string)
+	// build is the kind's New (cfg a pointer to config).
+	build func(cfg any) (any, error)
+	// update is the instance's Update (cfg a pointer to config).
+	update func(inst, cfg any) error
+	// close releases what build started (Hedger, Timeout), nil if nothing.
+	close func(inst any)
+	// enums maps a string field's spec name to its values.
+	enums map[string]map[string]uint64
+}
+
+// kinds lists the policy kinds in document order. A pipeline is handled
+// apart (it has no Update).
+var kinds = []*kind{
+	{
+		key: "breaker", section: "breakers",
+		spec: reflect.TypeFor[BreakerSpec](), config: reflect.TypeFor[circuitbreaker.Config](),
+		setName: func(c any, n string) { c.(*circuitbreaker.Config).Name = n },
+		build:   func(c any) (any, error) { return circuitbreaker.New(*c.(*circuitbreaker.Config)) },
+		update:  func(i, c any) error { return i.(*circuitbreaker.Breaker).Update(*c.(*circuitbreaker.Config)) },
+		enums: map[string]map[string]uint64{"Mode": {
+			"count": uint64(circuitbreaker.CountWindow), "time": uint64(circuitbreaker.TimeWindow), "consecutive": uint64(circuitbreaker.Consecutive),
+		}},
+	},
+	{
+		key: "rateLimiter", section: "rateLimiters",
+		spec: reflect.TypeFor[RateLimiterSpec](), config: reflect.TypeFor[ratelimit.Config](),
+		setName: func(c any, n string) { c.(*ratelimit.Config).Name = n },
+		build:   func(c any) (any, error) { return ratelimit.New(*c.(*ratelimit.Config)) },
+		update:  func(i, c any) error { return i.(*ratelimit.Limiter).Update(*c.(*ratelimit.Config)) },
+	},
+	{
+		key: "shardedRateLimiter", section: "shardedRateLimiters",
+		spec: reflect.TypeFor[ShardedRateLimiterSpec](), config: reflect.TypeFor[ratelimit.ShardedConfig](),
+		setName: func(c any, n string) { c.(*ratelimit.ShardedConfig).Name = n },
+		build:   func(c any) (any, error) { return ratelimit.NewSharded(*c.(*ratelimit.ShardedConfig)) },
+		update:  func(i, c any) error { return i.(*ratelimit.Sharded).Update(*c.(*ratelimit.ShardedConfig)) },
+	},
+	{
+		key: "bulkhead", section: "bulkheads",
+		spec: reflect.TypeFor[BulkheadSpec](), config: reflect.TypeFor[bulkhead.Config](),
+		setName: func(c any, n string) { c.(*bulkhead.Config).Name = n },
+		build:   func(c any) (any, error) { return bulkhead.New(*c.(*bulkhead.Config)) },
+		update:  func(i, c any) error { return i.(*bulkhead.Bulkhead).Update(*c.(*bulkhead.Config)) },
+	},
+	{
+		key: "adaptive", section: "adaptiveLimiters",
+		spec: reflect.TypeFor[AdaptiveSpec](), config: reflect.TypeFor[adaptive.Config](),
+		setName: func(c any, n string) { c.(*adaptive.Config).Name = n },
+		build:   func(c any) (any, error) { return adaptive.New(*c.(*adaptive.Config)) },
+		update:  func(i, c any) error { return i.(*adaptive.Limiter).Update(*c.(*adaptive.Config)) },
+	},
+	{
+		key: "retry", section: "retries",
+		spec: reflect.TypeFor[RetrySpec](), config: reflect.TypeFor[retry.Config](),
+		setName: func(c any, n string) { c.(*retry.Config).Name = n },
+		build:   func(c any) (any, error) { return retry.New(*c.(*retry.Config)) },
+		update:  func(i, c any) error { return i.(*retry.Policy).Update(*c.(*retry.Config)) },
+		enums: map[string]map[string]uint64{"Backoff": {
+			"full-jitter": uint64(retry.FullJitter), "exponential": uint64(retry.Exponential), "constant": uint64(retry.Constant),
+			"linear": uint64(retry.Linear), "equal-jitter": uint64(retry.EqualJitter), "decorrelated-jitter": uint64(retry.DecorrelatedJitter),
+		}},
+	},
+	{
+		key: "timeout", section: "timeouts",
+		spec: reflect.TypeFor[TimeoutSpec](), config: reflect.TypeFor[timeout.Config](),
+		setName: func(c any, n string) { c.(*timeout.Config).Name = n },
+		build:   func(c any) (any, error) { return timeout.New(*c.(*timeout.Config)) },
+		update:  func(i, c any) error { return i.(*timeout.Timeout).Update(*c.(*timeout.Config)) },
+		close:   func(i any) { _ = i.(*timeout.Timeout).Close() },
+		enums: map[string]map[string]uint64{"Mode": {
+			"deadline": uint64(timeout.ModeDeadline), "soft": uint64(timeout.ModeSoft),
+		}},
+	},
+	{
+		key: "hedge", section: "hedgers",
+		spec: reflect.TypeFor[HedgeSpec](), config: reflect.TypeFor[hedge.Config](),
+		setName: func(c any, n string) { c.(*hedge.Config).Name = n },
+		build:   func(c any) (any, error) { return hedge.New(*c.(*hedge.Config)) },
+		update:  func(i, c any) error { return i.(*hedge.Hedger).Update(*c.(*hedge.Config)) },
+		close:   func(i any) { _ = i.(*hedge.Hedger).Close() },
+	},
+}
+
+// kindByKey returns the kind of a defaults key or pipeline slot.
+func kindByKey(key string) *kind {
+	for _, k := range kinds {
+		if k.key == key {
+			return k
+		}
+	}
+	return nil
+}
+
+// jsonName returns a spec field's document name.
+func jsonName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return name
+}
+
+// isMeta reports whether a spec field is not a policy field (the embedded
+// Meta or Ref).
+func isMeta(f reflect.StructField) bool { return f.Anonymous }
+
+// merge returns a copy of spec (a *XSpec, may be nil) whose absent fields
+// are taken from def (may be nil).
+func merge(spec, def reflect.Value) reflect.Value {
+	out := reflect.New(spec.Type().Elem())
+	if !spec.IsNil() {
+		out.Elem().Set(spec.Elem())
+	}
+	if def.IsNil() {
+		return out
+	}
+	o, d := out.Elem(), def.Elem()
+	for i := range o.NumField() {
+		f := o.Type().Field(i)
+		switch {
+		case f.Name == "Meta":
+			if o.Field(i).FieldByName("Groups").IsNil() {
+				o.Field(i).FieldByName("Groups").Set(d.Field(i).FieldByName("Groups"))
+			}
+		case o.Field(i).IsNil():
+			o.Field(i).Set(d.Field(i))
+		}
+	}
+	return out
+}
+
+// inherited reports whether spec's field name was taken from the
+// defaults (absent in own).
+func inherited(own reflect.Value, name string) bool {
+	return own.IsNil() || own.Elem().FieldByName(name).IsNil()
+}
+
+// fill sets the fields of cfg (a struct value, settable) from spec (a
+// struct value) by name. It returns the errors of values that no Config
+// field can take (an unknown enum name), with path as their prefix.
+func fill(k *kind, cfg, spec reflect.Value, path string) []error {
+	var errs []error
+	for i := range spec.NumField() {
+		f := spec.Type().Field(i)
+		if isMeta(f) {
+			continue
+		}
+		v := spec.Field(i)
+		if v.IsNil() {
+			continue
+		}
+		p := path + "." + jsonName(f)
+		if f.Name == "Algorithm" {
+			alg, err := algorithm(v.Interface().(*AlgorithmSpec), p)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			cfg.FieldByName("Algorithm").Set(reflect.ValueOf(&alg).Elem())
+			continue
+		}
+		dst := cfg.FieldByName(f.Name)
+		switch v.Kind() {
+		case reflect.Slice: // partitions
+			s := reflect.MakeSlice(dst.Type(), v.Len(), v.Len())
+			for j := range v.Len() {
+				errs = append(errs, fill(k, s.Index(j), v.Index(j), fmt.Sprintf("%s[%d]", p, j))...)
+			}
+			dst.Set(s)
+			continue
+		}
+		e := v.Elem()
+		switch {
+		case e.Kind() == reflect.Struct: // queue
+			errs = append(errs, fill(k, dst, e, p)...)
+		case e.Type() == reflect.TypeFor[Duration]():
+			dst.SetInt(e.Int())
+		case e.Kind() == reflect.String && dst.Kind() != reflect.String:
+			vals := k.enums[f.Name]
+			n, ok := vals[e.String()]
+			if !ok {
+				names := make([]string, 0, len(vals))
+				for name := range vals {
+					names = append(names, fmt.Sprintf("%q", name))
+				}
+				slices.Sort(names)
+				errs = append(errs, &FieldError{Path: p, Err: fmt.Errorf("must be one of %s, got %q", strings.Join(names, ", "), e.String())})
+				continue
+			}
+			dst.SetUint(n)
+		default:
+			dst.Set(e.Convert(dst.Type()))
+		}
+	}
+	return errs
+}
+
+// algorithm returns the adaptive.Algorithm a spec names.
+func algorithm(a *AlgorithmSpec, path string) (adaptive.Algorithm, error) {
+	var set []string
+	var alg adaptive.Algorithm
+	if a.Vegas != nil {
+		var v adaptive.Vegas
+		fill(nil, reflect.ValueOf(&v).Elem(), reflect.ValueOf(a.Vegas).Elem(), path)
+		set, alg = append(set, "vegas"), v
+	}
+	if a.AIMD != nil {
+		var v adaptive.AIMD
+		fill(nil, reflect.ValueOf(&v).Elem(), reflect.ValueOf(a.AIMD).Elem(), path)
+		set, alg = append(set, "aimd"), v
+	}
+	if a.Gradient2 != nil {
+		var v adaptive.Gradient2
+		fill(nil, reflect.ValueOf(&v).Elem(), reflect.ValueOf(a.Gradient2).Elem(), path)
+		set, alg = append(set, "gradient2"), v
+	}
+	if len(set) != 1 {
+		return nil, &FieldError{Path: path, Err: fmt.Errorf("must set exactly one of vegas, aimd, gradient2, got %d", len(set))}
+	}
+	return alg, nil
+}
+
+// unset clears the spec field a Config field path names ("Queue.Target"),
+// reporting whether it was set. It is how validation finds the next error
+// of one instance: New reports the first invalid field only.
+func unset(spec reflect.Value, field string) bool {
+	v := spec.Elem()
+	parts := strings.Split(field, ".")
+	for i, name := range parts {
+		f := v.FieldByName(name)
+		if !f.IsValid() || f.Kind() != reflect.Pointer && f.Kind() != reflect.Slice {
+			return false
+		}
+		if f.IsNil() {
+			return false
+		}
+		if i == len(parts)-1 {
+			f.Set(reflect.Zero(f.Type()))
+			return true
+		}
+		if f.Kind() != reflect.Pointer || f.Elem().Kind() != reflect.Struct {
+			return false
+		}
+		c := reflect.New(f.Elem().Type()) // copy before changing: the spec may share it
+		c.Elem().Set(f.Elem())
+		f.Set(c)
+		v = c.Elem()
+	}
+	return false
+}
+
+// docPath maps a Config field path ("Queue.MaxLength") to the document's
+// ("queue.maxLength").
+func docPath(field string) string {
+	parts := strings.Split(field, ".")
+	for i, p := range parts {
+		parts[i] = lowerCamel(p)
+	}
+	return strings.Join(parts, ".")
+}
+
+// lowerCamel is a Go field name's document name: FailureRateThreshold is
+// failureRateThreshold, FIFO fifo, AIMD aimd.
+func lowerCamel(s string) string {
+	n := 0
+	for n < len(s) && s[n] >= 'A' && s[n] <= 'Z' {
+		n++
+	}
+	switch {
+	case n == 0:
+		return s
+	case n == 1 || n == len(s):
+		return strings.ToLower(s[:n]) + s[n:]
+	default: // an initialism followed by a word: keep the word's capital
+		return strings.ToLower(s[:n-1]) + s[n-1:]
+	}
+}
+
+// durationOf is the time.Duration of an optional spec value.
+func durationOf(d *Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return time.Duration(*d)
+}
