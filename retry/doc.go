@@ -120,9 +120,10 @@
 // validates it exactly as New does (zero fields mean the same defaults),
 // and applies it while calls run, or refuses it with a *rampart.ConfigError
 // naming the field and changes nothing. The configuration is one immutable
-// object that Do, Call and CallIf load once, at the start of a call, and
-// keep for every attempt of it: a call runs wholly under the old
-// configuration or wholly under the new one. Each of the primitives
+// object that Do, Call and CallIf load once, when the first attempt of a
+// call fails (the first attempt reads only fields fixed at construction,
+// without the load), and keep for every retry of it: a call runs wholly
+// under the old configuration or wholly under the new one. Each of the primitives
 // (Decide, GiveUp, Retryable, NeedsTime, MaxAttempts, Budget) loads it
 // once too, so a caller that runs its own loop (package pipeline) sees an
 // Update from its next step. The counters (Stats) are kept.

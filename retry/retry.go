@@ -116,9 +116,11 @@ type Stats struct {
 // refuses a zero Policy at New by it).
 type Policy struct {
 	// cur is the configuration calls read: init until an Update publishes
-	// another. A call loads it once (one load on a line nobody writes) and
-	// reads every field from that copy, so it never mixes two
-	// configurations.
+	// another. A call loads it once, when its first attempt failed (one
+	// load on a line nobody writes), and reads every field from that copy,
+	// so it never mixes two configurations. The first attempt reads only
+	// fields fixed at construction (full, needStart, the clock, the
+	// budget), from init, without that load.
 	cur  atomic.Pointer[settings]
 	init settings // the configuration New built: 120 B, so cur and init fill two lines on 64-bit platforms
 	_    [(pad.LineSize - (unsafe.Sizeof(atomic.Pointer[settings]{})+unsafe.Sizeof(settings{}))%pad.LineSize) % pad.LineSize]byte
@@ -174,7 +176,8 @@ func New(c Config) (*Policy, error) {
 // (between positive values it is updatable). An invalid or refused c
 // changes nothing. Otherwise the next calls (and the next Decide, GiveUp,
 // Retryable, MaxAttempts, NeedsTime) use c: a call of Do, Call or CallIf
-// reads the configuration once, at its start, and runs every attempt
+// reads the configuration once, when its first attempt fails (the first
+// attempt reads only fields fixed at construction), and runs every retry
 // under it. It allocates the new configuration (one object); calls still
 // allocate nothing.
 func (p *Policy) Update(c Config) error {
@@ -521,25 +524,30 @@ func (p *Policy) Do(ctx context.Context, fn func(context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s := p.cur.Load() // the configuration of the call, read once: every attempt runs under it
-	if s.full {       // two loads and a branch
-		return p.doFull(s, ctx, fn)
+	// full is fixed at construction (see Update), as are all that the
+	// first attempt reads: they come from New's configuration, without a
+	// load of the current one, which the retry path loads once.
+	if p.init.full { // one load and a branch
+		return p.doFull(ctx, fn)
 	}
 	err := fn(ctx)
 	if err == nil {
 		return nil
 	}
 	var pending bool // no budget: nothing to record
-	return p.doRetry(s, ctx, fn, err, 0, &pending)
+	return p.doRetry(p.cur.Load(), ctx, fn, err, 0, &pending)
 }
 
 // doFull is Do with a clock read for the start and the budget protocol.
-func (p *Policy) doFull(s *settings, ctx context.Context, fn func(context.Context) error) (err error) {
+//
+// The clock, the budget and whether the start is read are fixed at
+// construction: read from New's configuration (init).
+func (p *Policy) doFull(ctx context.Context, fn func(context.Context) error) (err error) {
 	var start int64
-	if s.needStart {
-		start = s.ticker.Now() // the only clock read of a first-try success
+	if p.init.needStart {
+		start = p.init.ticker.Now() // the only clock read of a first-try success
 	}
-	if tb, ok := s.budget.(*TokenBucket); ok {
+	if tb, ok := p.init.budget.(*TokenBucket); ok {
 		// The A6 bucket, devirtualised: OnRequest is a no-op and OnSuccess
 		// one load on a healthy dependency.
 		pending := true // the attempt's outcome has not reached the budget
@@ -553,15 +561,15 @@ func (p *Policy) doFull(s *settings, ctx context.Context, fn func(context.Contex
 			tb.OnSuccess(start)
 			return nil
 		}
-		return p.doRetry(s, ctx, fn, err, start, &pending)
+		return p.doRetry(p.cur.Load(), ctx, fn, err, start, &pending)
 	}
-	b := s.budget
+	b := p.init.budget
 	if b == nil {
 		if err = fn(ctx); err == nil {
 			return nil
 		}
 		var pending bool // no budget: nothing to record
-		return p.doRetry(s, ctx, fn, err, start, &pending)
+		return p.doRetry(p.cur.Load(), ctx, fn, err, start, &pending)
 	}
 	b.OnRequest(start)
 	pending := true // as above
@@ -575,10 +583,11 @@ func (p *Policy) doFull(s *settings, ctx context.Context, fn func(context.Contex
 		b.OnSuccess(start)
 		return nil
 	}
-	return p.doRetry(s, ctx, fn, err, start, &pending)
+	return p.doRetry(p.cur.Load(), ctx, fn, err, start, &pending)
 }
 
-// doRetry is the retry loop of Do (slow path): err is the first attempt's
+// doRetry is the retry loop of Do (slow path) under the configuration s,
+// loaded once when the first attempt failed: err is the first attempt's
 // error. *pending is true while the current attempt's outcome has not
 // reached the budget: the caller's guard records a failure for it if user
 // code (fn, ShouldRetry, the ticker) panics or calls runtime.Goexit before;
@@ -655,31 +664,32 @@ func CallIf[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, 
 		var zero T
 		return zero, err
 	}
-	s := p.cur.Load() // as in Do
-	if s.full {       // two loads and a branch
-		return callFull(s, ctx, p, fn, retryResult)
+	if p.init.full { // one load and a branch; fixed, as in Do
+		return callFull(ctx, p, fn, retryResult)
 	}
 	v, err := fn(ctx)
 	if err == nil && (retryResult == nil || !retryResult(v)) {
 		return v, nil
 	}
 	var pending bool // no budget: nothing to record
-	return callRetry(s, ctx, p, fn, retryResult, v, err, 0, &pending)
+	return callRetry(p.cur.Load(), ctx, p, fn, retryResult, v, err, 0, &pending)
 }
 
-func callFull[T any](s *settings, ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool) (v T, err error) {
+// callFull is CallIf with a clock read for the start and the budget
+// protocol, reading the fixed fields from New's configuration as doFull.
+func callFull[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error), retryResult func(T) bool) (v T, err error) {
 	var start int64
-	if s.needStart {
-		start = s.ticker.Now()
+	if p.init.needStart {
+		start = p.init.ticker.Now()
 	}
-	b := s.budget
+	b := p.init.budget
 	if b == nil {
 		v, err = fn(ctx)
 		if err == nil && (retryResult == nil || !retryResult(v)) {
 			return v, nil
 		}
 		var pending bool // no budget: nothing to record
-		return callRetry(s, ctx, p, fn, retryResult, v, err, start, &pending)
+		return callRetry(p.cur.Load(), ctx, p, fn, retryResult, v, err, start, &pending)
 	}
 	b.OnRequest(start)
 	pending := true // as in doFull
@@ -694,7 +704,7 @@ func callFull[T any](s *settings, ctx context.Context, p *Policy, fn func(contex
 		b.OnSuccess(start)
 		return v, nil
 	}
-	return callRetry(s, ctx, p, fn, retryResult, v, err, start, &pending)
+	return callRetry(p.cur.Load(), ctx, p, fn, retryResult, v, err, start, &pending)
 }
 
 // callRetry is the retry loop of CallIf (slow path).

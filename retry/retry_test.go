@@ -1131,8 +1131,8 @@ func TestUpdateRefusals(t *testing.T) {
 
 // TestUpdateAppliesFromTheNextCall: the next call runs under an Update's
 // configuration (its attempts, its backoff, its listeners), its zero
-// fields mean New's defaults, and a call in progress keeps the one it
-// started under.
+// fields mean New's defaults, and a call keeps the one it loaded at its
+// first retry.
 func TestUpdateAppliesFromTheNextCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mustNew(t, Config{MaxAttempts: 2, Backoff: Constant, BaseDelay: time.Millisecond})
@@ -1159,22 +1159,30 @@ func TestUpdateAppliesFromTheNextCall(t *testing.T) {
 			t.Fatalf("zero fields are New's defaults: %+v", *p.cur.Load())
 		}
 
-		// A call in progress keeps its configuration: it started under 3
-		// attempts; the Update during its first attempt does not change that.
-		n := 0
-		_ = p.Do(context.Background(), func(context.Context) error {
-			if n++; n == 1 {
-				if err := p.Update(Config{MaxAttempts: 6, Backoff: Constant, BaseDelay: time.Millisecond}); err != nil {
-					t.Error(err)
+		// A call loads its configuration when its first attempt fails
+		// (the first reads only fixed fields), and keeps it: an Update
+		// during its first attempt applies to all its retries, one during
+		// a retry to none of them.
+		updateOn := func(at, maxAttempts int) int {
+			n := 0
+			_ = p.Do(context.Background(), func(context.Context) error {
+				if n++; n == at {
+					if err := p.Update(Config{MaxAttempts: maxAttempts, Backoff: Constant, BaseDelay: time.Millisecond}); err != nil {
+						t.Error(err)
+					}
 				}
-			}
-			return errBoom
-		})
-		if n != 3 {
-			t.Fatalf("the call in progress made %d attempts, want the 3 it started under", n)
+				return errBoom
+			})
+			return n
 		}
-		if n := attempts(); n != 6 {
-			t.Fatalf("the next call made %d attempts, want 6", n)
+		if n := updateOn(1, 6); n != 6 {
+			t.Fatalf("an Update during the first attempt: %d attempts, want 6", n)
+		}
+		if n := updateOn(2, 2); n != 6 {
+			t.Fatalf("an Update during a retry: %d attempts, want the 6 the call loaded", n)
+		}
+		if n := attempts(); n != 2 {
+			t.Fatalf("the next call made %d attempts, want 2", n)
 		}
 	})
 }
