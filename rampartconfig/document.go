@@ -256,7 +256,7 @@ func (d *Document) plan(o *Options) ([]*planned, error) {
 			}
 			slot := sv.Field(i).Elem()
 			spath := path + "." + k.key
-			if ref := slot.FieldByName("Ref").String(); ref != "" {
+			if ref := slot.Field(0).Field(0).String(); ref != "" {
 				if !reflect.DeepEqual(slot.Field(1).Interface(), reflect.Zero(slot.Field(1).Type()).Interface()) {
 					errs = append(errs, &FieldError{Path: spath, Err: errors.New("a slot with a ref has no other field")})
 					ok = false
