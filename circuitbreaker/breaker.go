@@ -129,9 +129,19 @@ const alignedByAllocator = unsafe.Sizeof(Breaker{}) <= 8*unsafe.Sizeof(uintptr(0
 // breakerCold is every field of a Breaker that calls only read (written
 // on transitions, the rare path, or never after New).
 type breakerCold struct {
-	state     atomic.Uint64 // the state word (layout above); loaded by every call
-	openUntil atomic.Int64  // end of the open period; written by transitions
-	probeAt   atomic.Int64  // HalfOpen only: when the newest probe was admitted (MaxHalfOpenDuration counts from it)
+	state atomic.Uint64 // the state word (layout above); loaded by every call
+	// set is the configuration that calls read, immutable once
+	// published: &init until an Update publishes another. A call that
+	// reads more than one updatable field loads it once and reads every
+	// field from that copy (the closed admission of AcquireAt reads none);
+	// the fields fixed at New are read from init, without the load.
+	set atomic.Pointer[settings]
+	// init is New's configuration; its fixed fields are every
+	// configuration's. Its first line, with state and set, holds what the
+	// closed paths read (fast, timed, the Ticker): a Breaker starts a line.
+	init      settings
+	openUntil atomic.Int64 // end of the open period; written by transitions
+	probeAt   atomic.Int64 // HalfOpen only: when the newest probe was admitted (MaxHalfOpenDuration counts from it)
 	// lines points to the rejection counters of P 1 to P nLines (P 0's
 	// is hot.rej), one hotLine each (see perP); nil until the first
 	// transition to a rejecting state (Open, HalfOpen, ForcedOpen), which
@@ -143,12 +153,6 @@ type breakerCold struct {
 	// load); a pointer and a count rather than a slice: 12 B less, which
 	// keeps the Breaker at 448 B.
 	lines atomic.Pointer[hotLine]
-	// set is the configuration that calls read, immutable once
-	// published: &init until an Update publishes another. A call that
-	// reads more than one updatable field loads it once and reads every
-	// field from that copy (the closed admission of AcquireAt reads none);
-	// the fields fixed at New are read from init, without the load.
-	set atomic.Pointer[settings]
 	// Rarely written.
 	mu             sync.Mutex // serializes transitions and Updates (rare path)
 	streak         int32      // trips from half-open since the last close; under mu
@@ -168,15 +172,14 @@ type breakerCold struct {
 	// Open breaker without reading the clock.
 	hint *openHint
 	errs *[2]rampart.RejectedError // the preallocated rejections: open (errOpen), half-open full (errHalfOpen)
-	init settings                  // New's configuration; its fixed fields are every configuration's
 }
 
 // settings is a breaker's configuration with its defaults filled in,
 // and what New derives from it for the hot paths.
 type settings struct {
-	Config
 	fast  uint8 // fastCount, fastConsec: the closed success path needs no evaluation
 	timed bool  // the shorthands must read the clock before and after every call
+	Config
 }
 
 // derive sets the fields derived from the Config.
