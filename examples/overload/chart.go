@@ -38,10 +38,37 @@ type seriesDef struct {
 // rowDef is one row of panels.
 type rowDef struct {
 	key, title string
-	log        bool // a log10 y axis (latency), from 1
+	log        bool // a log10 y axis (latency), from the decade of the least value, at most 1
 	series     []seriesDef
-	states     bool    // the breaker's states as a strip at the top of the panel
 	fixedMax   float64 // when not 0, the y axis ends there (a percentage: 100)
+
+	// state, when set, gives the state drawn as a strip at the top of the
+	// panel ("": none at that point), coloured by stateColors, with
+	// stateLegend's states in the legend; a panel with no state at all
+	// says noData instead.
+	state       func(point) string
+	stateLabel  string
+	stateColors map[string]string
+	stateLegend []string
+	noData      string
+}
+
+// chartSpec is one scenario's chart: the files' base name, the rows, the
+// phase shaded red, the title and the page's introduction.
+type chartSpec struct {
+	base     string
+	rows     []rowDef
+	redPhase string
+	title    func(rec recording) string
+	intro    string // the HTML page's first paragraph, before "Recorded with"
+}
+
+// specOf is the chart of rec's scenario.
+func specOf(rec recording) chartSpec {
+	if rec.Scenario == "cpu" {
+		return cpuChart
+	}
+	return dbChart
 }
 
 func always(f func(point) float64) func(string, point) (float64, bool) {
@@ -56,7 +83,62 @@ func positive(f func(point) float64) func(string, point) (float64, bool) {
 	return func(_ string, p point) (float64, bool) { v := f(p); return v, v > 0 }
 }
 
-var chartRows = []rowDef{
+var dbChart = chartSpec{
+	base:     "overload",
+	rows:     dbRows,
+	redPhase: "slowdown",
+	title: func(rec recording) string {
+		return fmt.Sprintf("Overload demo: %d req/s offered, unprotected vs protected by rampart", rec.Rate)
+	},
+	intro: "req/s offered through warm-up, steady, a 4× database slowdown (shaded red) and recovery; the same load and axes on both sides.",
+}
+
+var cpuChart = chartSpec{
+	base:     "overload-cpu",
+	rows:     cpuRows,
+	redPhase: "overload",
+	title: func(rec recording) string {
+		c := 0.0
+		for _, r := range rec.Runs {
+			if len(r.Points) > 0 {
+				c = math.Max(c, r.Points[0].Capacity)
+			}
+		}
+		return fmt.Sprintf("CPU-bound overload: twice the measured capacity (about %.0f req/s) offered, unprotected vs protected by rampart's shed", c)
+	},
+	intro: "A CPU-bound handler offered half its measured capacity, then twice it (shaded red), then half again; each run measures the capacity just before it.",
+}
+
+var cpuRows = []rowDef{
+	{key: "throughput", title: "requests per second", series: []seriesDef{
+		{"offered", "offered", "#7f7f7f", true, always(func(p point) float64 { return p.Offered })},
+		{"sent", "sent (the rest dropped by the generator)", "#000000", false, always(func(p point) float64 { return p.Sent })},
+		{"succeeded", "succeeded (200)", "#2ca02c", false, always(func(p point) float64 { return p.Succeeded })},
+		{"shed", "shed (503 + Retry-After)", "#ff7f0e", false, always(func(p point) float64 { return p.Shed })},
+		{"failed", "failed (timeouts, 5xx)", "#d62728", false, always(func(p point) float64 { return p.Failed })},
+		{"capacity", "capacity measured before the run", "#1f77b4", true, positive(func(p point) float64 { return p.Capacity })},
+	}},
+	{key: "latency", title: "latency of the successes, ms (log scale)", log: true, series: []seriesDef{
+		{"p50", "p50", "#1f77b4", false, positive(func(p point) float64 { return p.P50ms })},
+		{"p99", "p99", "#9467bd", false, positive(func(p point) float64 { return p.P99ms })},
+	}},
+	{key: "in_flight", title: "requests in flight", series: []seriesDef{
+		{"in_flight_client", "client", "#1f77b4", false, always(func(p point) float64 { return float64(p.InFlightClient) })},
+		{"in_flight_server", "server", "#17becf", false, always(func(p point) float64 { return float64(p.InFlightServer) })},
+		{"shed_limit", "the shedder's limit while engaged", "#d62728", true, func(mode string, p point) (float64, bool) {
+			return float64(p.ShedLimit), mode == "protected" && p.ShedLimit > 0
+		}},
+	}},
+	{key: "runtime", title: "the runtime's scheduling latency p99, ms (log scale); the shedder's state in the strip", log: true, series: []seriesDef{
+		{"sched_p99", "scheduling latency p99", "#8c564b", false, positive(func(p point) float64 { return p.SchedP99ms })},
+	}, state: func(p point) string { return p.ShedState }, stateLabel: "shedder", stateColors: shedColors, stateLegend: []string{"released", "engaged"},
+		noData: "no shedder: every request is admitted"},
+}
+
+// shedColors colours the shedder's states in the strip.
+var shedColors = map[string]string{"released": "#2ca02c", "engaged": "#d62728"}
+
+var dbRows = []rowDef{
 	{key: "throughput", title: "requests per second", series: []seriesDef{
 		{"offered", "offered", "#7f7f7f", true, always(func(p point) float64 { return p.Offered })},
 		{"sent", "sent (the rest dropped by the generator)", "#000000", false, always(func(p point) float64 { return p.Sent })},
@@ -75,17 +157,19 @@ var chartRows = []rowDef{
 		{"admission_in_flight", "entry bulkhead permits", "#bcbd22", true, protectedOnly(func(p point) float64 { return float64(p.AdmissionInFlight) })},
 		{"db_in_flight", "db bulkhead permits", "#e377c2", true, protectedOnly(func(p point) float64 { return float64(p.DBInFlight) })},
 	}},
-	{key: "breaker", title: "database breaker: failure rate % of its window; its state in the strip", states: true, fixedMax: 100, series: []seriesDef{
+	{key: "breaker", title: "database breaker: failure rate % of its window; its state in the strip", fixedMax: 100, series: []seriesDef{
 		{"breaker_failure_rate", "failure rate %", "#d62728", false, protectedOnly(func(p point) float64 { return p.BreakerFailureRate })},
-	}},
+	}, state: func(p point) string { return p.BreakerState }, stateLabel: "breaker state", stateColors: breakerColors, stateLegend: []string{"closed", "half-open", "open"},
+		noData: "no policies: every request is admitted"},
 }
 
 // breakerColors colours the breaker's states in the strip.
 var breakerColors = map[string]string{"closed": "#2ca02c", "open": "#d62728", "half-open": "#ff7f0e", "forced-open": "#8c1a1a", "disabled": "#7f7f7f", "metrics-only": "#17becf"}
 
-// phaseFill shades the phases: the slowdown in red, the others alternately.
-func phaseFill(name string, i int) string {
-	if name == "slowdown" {
+// phaseFill shades the phases: red (the slowdown, the overload) in red,
+// the others alternately.
+func phaseFill(name, red string, i int) string {
+	if name == red {
 		return "#fde0dd"
 	}
 	if i%2 == 0 {
@@ -135,6 +219,7 @@ func (a axes) y(y0 float64, v float64) float64 {
 // renderSVG draws rec's runs side by side: a self-contained SVG (no script,
 // no external reference).
 func renderSVG(rec recording) string {
+	spec := specOf(rec)
 	t1 := 0.0
 	for _, r := range rec.Runs {
 		for _, p := range r.Points {
@@ -148,11 +233,11 @@ func renderSVG(rec recording) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12" data-rate="%d">`+"\n", svgW, svgH, svgW, svgH, rec.Rate)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", svgW, svgH)
-	fmt.Fprintf(&b, `<text class="title" x="%d" y="24" font-size="18" font-weight="bold">%s</text>`+"\n", marginL, esc(fmt.Sprintf("Overload demo: %d req/s offered, unprotected vs protected by rampart", rec.Rate)))
+	fmt.Fprintf(&b, `<text class="title" x="%d" y="24" font-size="18" font-weight="bold">%s</text>`+"\n", marginL, esc(spec.title(rec)))
 	for c, mode := range []string{"unprotected", "protected"} {
 		fmt.Fprintf(&b, `<text class="column" x="%d" y="52" font-size="15" font-weight="bold" text-anchor="middle">%s</text>`+"\n", marginL+c*(colW+colGap)+colW/2, mode)
 	}
-	for ri, row := range chartRows {
+	for ri, row := range spec.rows {
 		a := axes{t1: t1, log: row.log}
 		vmax := 0.0
 		for _, r := range rec.Runs {
@@ -166,6 +251,9 @@ func renderSVG(rec recording) string {
 		}
 		if row.log {
 			a.v0, a.v1 = 1, math.Max(100, math.Pow(10, math.Ceil(math.Log10(math.Max(vmax, 1)))))
+			if vmin := logMin(rec, row); vmin < 1 {
+				a.v0 = math.Pow(10, math.Floor(math.Log10(vmin)))
+			}
 		} else if row.fixedMax > 0 {
 			a.v0, a.v1 = 0, math.Max(row.fixedMax, niceCeil(vmax))
 		} else {
@@ -180,7 +268,7 @@ func renderSVG(rec recording) string {
 					run = &rec.Runs[i]
 				}
 			}
-			drawPanel(&b, row, a, mode, run, x0, y0)
+			drawPanel(&b, row, spec.redPhase, a, mode, run, x0, y0)
 		}
 		// The row's legend, once for both columns.
 		lx, ly := float64(marginL), y0+panelH+52
@@ -194,10 +282,10 @@ func renderSVG(rec recording) string {
 				s.key, lx, ly-4, lx+22, ly-4, s.color, dash, lx+27, ly, esc(s.label))
 			lx += 40 + 6.5*float64(len(s.label))
 		}
-		if row.states {
-			for _, st := range []string{"closed", "half-open", "open"} {
+		if row.state != nil {
+			for _, st := range row.stateLegend {
 				fmt.Fprintf(&b, `<g class="legend-item" data-state="%s"><rect x="%.0f" y="%.0f" width="14" height="8" fill="%s"/><text x="%.0f" y="%.0f">%s</text></g>`,
-					st, lx, ly-9, breakerColors[st], lx+18, ly, st)
+					st, lx, ly-9, row.stateColors[st], lx+18, ly, st)
 				lx += 30 + 6.5*float64(len(st))
 			}
 		}
@@ -211,7 +299,7 @@ func renderSVG(rec recording) string {
 
 // drawPanel draws one mode's panel of one row: phases shaded, axes, the
 // series as polylines (one per stretch of points that have a value).
-func drawPanel(b *strings.Builder, row rowDef, a axes, mode string, run *runSeries, x0, y0 float64) {
+func drawPanel(b *strings.Builder, row rowDef, red string, a axes, mode string, run *runSeries, x0, y0 float64) {
 	scale := "linear"
 	if a.log {
 		scale = "log"
@@ -222,7 +310,7 @@ func drawPanel(b *strings.Builder, row rowDef, a axes, mode string, run *runSeri
 	if run != nil {
 		for i, s := range run.Phases {
 			xa, xb := a.x(x0, s.Start), a.x(x0, s.End)
-			fmt.Fprintf(b, `<rect class="phase" data-phase="%s" x="%.1f" y="%g" width="%.1f" height="%d" fill="%s"/>`, esc(s.Name), xa, y0, math.Max(xb-xa, 0), panelH, phaseFill(s.Name, i))
+			fmt.Fprintf(b, `<rect class="phase" data-phase="%s" x="%.1f" y="%g" width="%.1f" height="%d" fill="%s"/>`, esc(s.Name), xa, y0, math.Max(xb-xa, 0), panelH, phaseFill(s.Name, red, i))
 			fmt.Fprintf(b, `<text class="phase-label" x="%.1f" y="%g" font-size="10" fill="#666" text-anchor="middle">%s</text>`+"\n", (xa+xb)/2, y0+12, esc(s.Name))
 		}
 	}
@@ -231,8 +319,10 @@ func drawPanel(b *strings.Builder, row rowDef, a axes, mode string, run *runSeri
 	b.WriteString(`<g class="axis" data-axis="y">`)
 	var ticks []float64
 	if a.log {
-		for v := a.v0; v <= a.v1*1.0001; v *= 10 {
-			ticks = append(ticks, v)
+		// Powers of ten by their exponent: repeated products drift (the top
+		// tick must be the axis' end exactly).
+		for k := math.Round(math.Log10(a.v0)); k <= math.Round(math.Log10(a.v1)); k++ {
+			ticks = append(ticks, math.Pow(10, k))
 		}
 	} else {
 		for i := range 5 {
@@ -258,14 +348,13 @@ func drawPanel(b *strings.Builder, row rowDef, a axes, mode string, run *runSeri
 	}
 	fmt.Fprintf(b, `<text class="axis-label" x="%g" y="%g" font-size="11" text-anchor="middle">seconds since the run started</text>`, x0+colW/2, y0+panelH+30)
 	b.WriteString("</g>\n")
-	if row.states {
-		fmt.Fprintf(b, `<g class="axis-label"><text x="%g" y="%g" font-size="10" fill="#444">breaker state</text></g>`, x0+4, y0+28)
+	if row.state != nil {
+		fmt.Fprintf(b, `<g class="axis-label"><text x="%g" y="%g" font-size="10" fill="#444">%s</text></g>`, x0+4, y0+28, esc(row.stateLabel))
 	}
 	if run == nil {
 		b.WriteString("</g>\n")
 		return
 	}
-	drew := false
 	for _, s := range row.series {
 		var seg []string
 		flush := func() {
@@ -275,7 +364,7 @@ func drawPanel(b *strings.Builder, row rowDef, a axes, mode string, run *runSeri
 					dash = ` stroke-dasharray="6 3"`
 				}
 				fmt.Fprintf(b, `<polyline class="series" data-series="%s" fill="none" stroke="%s" stroke-width="1.8"%s points="%s"/>`+"\n", s.key, s.color, dash, strings.Join(seg, " "))
-				seg, drew = nil, true
+				seg = nil
 			}
 		}
 		for _, p := range run.Points {
@@ -288,36 +377,54 @@ func drawPanel(b *strings.Builder, row rowDef, a axes, mode string, run *runSeri
 		}
 		flush()
 	}
-	if row.states {
+	if row.state != nil {
+		states := 0
 		for _, p := range run.Points {
-			if p.BreakerState == "" {
+			st := row.state(p)
+			if st == "" {
 				continue
 			}
+			states++
 			xa, xb := a.x(x0, p.T-p.Dt), a.x(x0, p.T)
-			c := breakerColors[p.BreakerState]
+			c := row.stateColors[st]
 			if c == "" {
 				c = "#000000"
 			}
-			fmt.Fprintf(b, `<rect class="state" data-state="%s" x="%.2f" y="%g" width="%.2f" height="10" fill="%s"/>`, esc(p.BreakerState), xa, y0+32, math.Max(xb-xa, 0.5), c)
+			fmt.Fprintf(b, `<rect class="state" data-state="%s" x="%.2f" y="%g" width="%.2f" height="10" fill="%s"/>`, esc(st), xa, y0+32, math.Max(xb-xa, 0.5), c)
 		}
 		b.WriteString("\n")
-	}
-	if !drew && row.key == "breaker" {
-		fmt.Fprintf(b, `<text class="no-data" x="%g" y="%g" text-anchor="middle" fill="#888">no policies: every request is admitted</text>`+"\n", x0+colW/2, y0+panelH/2)
+		if states == 0 {
+			fmt.Fprintf(b, `<text class="no-data" x="%g" y="%g" text-anchor="middle" fill="#888">%s</text>`+"\n", x0+colW/2, y0+panelH/2, esc(row.noData))
+		}
 	}
 	b.WriteString("</g>\n")
+}
+
+// logMin is the least positive value of row's series in rec (1 when none).
+func logMin(rec recording, row rowDef) float64 {
+	m := 1.0
+	for _, r := range rec.Runs {
+		for _, p := range r.Points {
+			for _, s := range row.series {
+				if v, ok := s.get(r.Mode, p); ok && v > 0 && !math.IsInf(v, 0) {
+					m = math.Min(m, v)
+				}
+			}
+		}
+	}
+	return m
 }
 
 var chartPage = template.Must(template.New("chart").Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8"/>
-<title>Overload demo: {{.Rec.Rate}} req/s, unprotected vs protected</title>
+<title>{{.Title}}</title>
 <style>body{font:14px/1.4 system-ui,sans-serif;margin:1em 2em;color:#222;background:#fff}svg{max-width:100%;height:auto}code{font-size:13px}</style>
 </head>
 <body>
-<h1>Overload demo: unprotected vs protected</h1>
-<p>{{.Rec.Rate}} req/s offered through warm-up, steady, a 4× database slowdown (shaded red) and recovery; the same load and axes on both sides. Recorded with <code>{{.Rec.Command}}</code>, {{.Rec.GoVersion}}, {{.Rec.CPU}}, GOMAXPROCS {{.Rec.GOMAXPROCS}}. The data: <a href="overload.json">overload.json</a>, <a href="overload.csv">overload.csv</a>.</p>
+<h1>{{.Title}}</h1>
+<p>{{.Intro}} Recorded with <code>{{.Rec.Command}}</code>, {{.Rec.GoVersion}}, {{.Rec.CPU}}, GOMAXPROCS {{.Rec.GOMAXPROCS}}. The data: <a href="{{.Base}}.json">{{.Base}}.json</a>, <a href="{{.Base}}.csv">{{.Base}}.csv</a>.</p>
 {{.SVG}}
 </body>
 </html>
@@ -326,10 +433,16 @@ var chartPage = template.Must(template.New("chart").Parse(`<!DOCTYPE html>
 // writeHTML writes a page that embeds svg (renderSVG's output) inline.
 func writeHTML(w io.Writer, rec recording, svg string) error {
 	var buf bytes.Buffer
+	spec := specOf(rec)
+	intro := spec.intro
+	if spec.base == dbChart.base {
+		intro = fmt.Sprintf("%d %s", rec.Rate, intro)
+	}
 	err := chartPage.Execute(&buf, struct {
-		Rec recording
-		SVG template.HTML // renderSVG escapes every text it writes
-	}{rec, template.HTML(svg)})
+		Title, Intro, Base string
+		Rec                recording
+		SVG                template.HTML // renderSVG escapes every text it writes
+	}{spec.title(rec), intro, spec.base, rec, template.HTML(svg)})
 	if err != nil {
 		return err
 	}

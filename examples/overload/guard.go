@@ -13,8 +13,8 @@ import (
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/httpguard"
 	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/registry"
 	"github.com/rampart-go/rampart/retry"
-	"github.com/rampart-go/rampart/statuspage"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -47,26 +47,48 @@ type guard struct {
 	visitAvg  atomic.Int64 // moving average of a database visit (ns)
 }
 
-func newGuard(o options) (*guard, error) {
+// The guard's instances in the registry, by the names and groups an
+// operator finds them under (the status page, /metrics, the registry's
+// group operations): the entry tier "api" and the dependency "db".
+const (
+	groupAPI = "api"
+	groupDB  = "db"
+)
+
+// newGuard builds the protected mode's policies in reg (create-or-get: reg
+// must not hold a previous run's instances under these names).
+func newGuard(o options, reg *registry.Registry) (*guard, error) {
 	tk := rampart.DefaultTicker()
-	admission, err := bulkhead.New(bulkhead.Config{Name: "api", Max: o.admission()})
+	admission, err := registry.Bulkhead(reg, "api-admission", bulkhead.Config{Name: "api", Max: o.admission()}, groupAPI)
 	if err != nil {
 		return nil, err
 	}
 	// Tick set: a watchdog of its own, stopped by close (no goroutine outlives the run).
-	deadline, err := timeout.New(timeout.Config{Name: "api", Duration: o.deadline, Tick: time.Millisecond})
+	deadline, err := registry.Timeout(reg, "api-deadline", timeout.Config{Name: "api", Duration: o.deadline, Tick: time.Millisecond}, groupAPI)
 	if err != nil {
 		return nil, err
 	}
-	entry, err := pipeline.New(pipeline.Config{Name: "api", Ticker: tk, Bulkhead: admission, Timeout: deadline})
+	entry, err := registry.Pipeline(reg, "api", pipeline.Config{Name: "api", Ticker: tk, Bulkhead: admission, Timeout: deadline}, groupAPI)
 	if err != nil {
+		deadline.Close()
 		return nil, err
 	}
-	dbLimit, err := bulkhead.New(bulkhead.Config{Name: "db", Max: o.pool(), MaxWait: o.dbMaxWait, Ticker: tk})
-	if err != nil {
+	g := &guard{entry: entry, admission: admission, deadline: deadline}
+	if err := g.buildDB(o, reg, tk); err != nil {
+		g.close()
 		return nil, err
 	}
-	breaker, err := circuitbreaker.New(circuitbreaker.Config{
+	g.visitAvg.Store(int64(o.dbVisit))
+	return g, nil
+}
+
+// buildDB builds the policies in front of the database.
+func (g *guard) buildDB(o options, reg *registry.Registry, tk rampart.Ticker) error {
+	dbLimit, err := registry.Bulkhead(reg, "db-bulkhead", bulkhead.Config{Name: "db", Max: o.pool(), MaxWait: o.dbMaxWait, Ticker: tk}, groupDB)
+	if err != nil {
+		return err
+	}
+	breaker, err := registry.Breaker(reg, "db-breaker", circuitbreaker.Config{
 		Name:                 "db",
 		Ticker:               tk,
 		WindowSize:           200,
@@ -82,15 +104,18 @@ func newGuard(o options) (*guard, error) {
 			}
 			return circuitbreaker.DefaultClassify(err)
 		},
-	})
+	}, groupDB)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	budget, err := retry.NewTokenBucket(retry.TokenBucketConfig{MaxTokens: 100, TokenRatio: 0.1})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	rp, err := retry.New(retry.Config{
+	if err := reg.Add("db-retry-budget", budget, groupDB); err != nil {
+		return err
+	}
+	rp, err := registry.Retry(reg, "db-retry", retry.Config{
 		Name:        "db",
 		MaxAttempts: 3,
 		BaseDelay:   time.Millisecond,
@@ -98,17 +123,16 @@ func newGuard(o options) (*guard, error) {
 		ShouldRetry: func(err error) bool { return errors.Is(err, errTransient) },
 		Budget:      budget,
 		Ticker:      tk,
-	})
+	}, groupDB)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	db, err := pipeline.New(pipeline.Config{Name: "db", Ticker: tk, Retry: rp, Breaker: breaker, Bulkhead: dbLimit})
+	db, err := registry.Pipeline(reg, "db", pipeline.Config{Name: "db", Ticker: tk, Retry: rp, Breaker: breaker, Bulkhead: dbLimit}, groupDB)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	g := &guard{entry: entry, db: db, admission: admission, dbLimit: dbLimit, breaker: breaker, deadline: deadline, retry: rp, budget: budget}
-	g.visitAvg.Store(int64(o.dbVisit))
-	return g, nil
+	g.db, g.dbLimit, g.breaker, g.retry, g.budget = db, dbLimit, breaker, rp, budget
+	return nil
 }
 
 // handler wraps the service's protected handler in httpguard's middleware.
@@ -128,7 +152,7 @@ func (g *guard) handler(s *service) (http.Handler, error) {
 		case err == nil:
 			w.WriteHeader(http.StatusOK)
 		case errors.Is(err, rampart.ErrRejected):
-			shed(w, max(hint, time.Second))
+			writeShed(w, max(hint, time.Second))
 		case errors.Is(err, context.DeadlineExceeded):
 			http.Error(w, "deadline exceeded", http.StatusGatewayTimeout)
 		default:
@@ -182,25 +206,11 @@ func (g *guard) snapshot(p *point) {
 	p.DBInFlight, p.DBMax = ds.InFlight, ds.Max
 }
 
-// instances names the guard's policies for the status page.
-func (g *guard) instances() []statuspage.Instance {
-	return []statuspage.Instance{
-		{Name: "api", Value: g.entry},
-		{Name: "api-admission", Value: g.admission},
-		{Name: "api-deadline", Value: g.deadline},
-		{Name: "db", Value: g.db},
-		{Name: "db-breaker", Value: g.breaker},
-		{Name: "db-bulkhead", Value: g.dbLimit},
-		{Name: "db-retry", Value: g.retry},
-		{Name: "db-retry-budget", Value: g.budget},
-	}
-}
-
 // close stops the timeout's own watchdog.
 func (g *guard) close() { g.deadline.Close() }
 
-// shed answers a fast 503 with Retry-After (whole seconds, rounded up).
-func shed(w http.ResponseWriter, retryAfter time.Duration) {
+// writeShed answers a fast 503 with Retry-After (whole seconds, rounded up).
+func writeShed(w http.ResponseWriter, retryAfter time.Duration) {
 	secs := int((retryAfter + time.Second - 1) / time.Second)
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	w.WriteHeader(http.StatusServiceUnavailable)

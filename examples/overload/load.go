@@ -16,7 +16,9 @@ import (
 type phase struct {
 	name     string
 	duration time.Duration
-	slowdown float64 // database visit factor during the phase
+	slowdown float64 // database visit factor during the phase (the database scenario)
+	rate     int     // offered req/s
+	ramp     bool    // the offered rate rises from a tenth of rate to rate over the phase
 }
 
 // phaseStats counts what the requests sent during one phase became.
@@ -30,7 +32,12 @@ type phaseStats struct {
 	errs    atomic.Int64 // the part of failed that got no response (client timeout, connection error)
 	gw      atomic.Int64 // the part of failed answered 504 (the server's deadline passed)
 	dropped atomic.Int64 // iterations not sent: no free VU, or the generator was too late
-	maxLag  atomic.Int64 // worst lateness of the generator (ns)
+	// okDuring counts the successes that completed while this phase was
+	// being offered, whichever phase sent them: the phase's goodput (ok
+	// counts the successes of the requests this phase sent, whenever
+	// they completed).
+	okDuring atomic.Int64
+	maxLag   atomic.Int64 // worst lateness of the generator (ns)
 
 	index int // position in the run, sent to the server in the X-Phase header
 
@@ -88,6 +95,7 @@ type generator struct {
 	writes   float64
 	inFlight atomic.Int64
 	wg       sync.WaitGroup
+	offering atomic.Pointer[phaseStats] // the phase being offered; nil once the phases are over
 }
 
 func newGenerator(url string, o options) *generator {
@@ -121,9 +129,9 @@ type schedule struct {
 	ramp bool
 }
 
-// scheduleOf is the schedule of phase p at rate req/s.
-func scheduleOf(rate int, ramp bool, p *phaseStats) schedule {
-	return schedule{rate: float64(rate), t: p.phase.duration.Seconds(), ramp: ramp}
+// scheduleOf is the schedule of phase p.
+func scheduleOf(p *phaseStats) schedule {
+	return schedule{rate: float64(p.phase.rate), t: p.phase.duration.Seconds(), ramp: p.phase.ramp}
 }
 
 // total is the number of iterations of the whole phase.
@@ -156,11 +164,12 @@ func (s schedule) due(i int64) float64 {
 	return (-b + math.Sqrt(b*b+4*a*n)) / (2 * a)
 }
 
-// run offers rate requests per second (ramping up when ramp is set) for
+// run offers the phase's rate (ramping up when the phase says so) for
 // p.phase.duration, recording into p. It returns when the phase's time is
 // over; requests still in flight keep recording into p.
-func (g *generator) run(ctx context.Context, rate int, ramp bool, p *phaseStats) {
-	sc := scheduleOf(rate, ramp, p)
+func (g *generator) run(ctx context.Context, p *phaseStats) {
+	g.offering.Store(p)
+	sc := scheduleOf(p)
 	start := time.Now()
 	end := start.Add(p.phase.duration)
 	p.offered = sc.total()
@@ -200,7 +209,7 @@ func (g *generator) run(ctx context.Context, rate int, ramp bool, p *phaseStats)
 }
 
 // phaseHeader holds the X-Phase header values, preallocated.
-var phaseHeader = [][]string{{"0"}, {"1"}, {"2"}, {"3"}}
+var phaseHeader = [][]string{{"0"}, {"1"}, {"2"}, {"3"}, {"4"}, {"5"}, {"6"}, {"7"}}
 
 // iteration sends one request and classifies its outcome.
 func (g *generator) iteration(p *phaseStats) {
@@ -233,6 +242,9 @@ func (g *generator) iteration(p *phaseStats) {
 	case resp.StatusCode == http.StatusOK:
 		p.ok.Add(1)
 		p.addLatency(d)
+		if now := g.offering.Load(); now != nil {
+			now.okDuring.Add(1)
+		}
 	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
 		p.shed.Add(1)
 	case resp.StatusCode == http.StatusGatewayTimeout:
@@ -242,6 +254,10 @@ func (g *generator) iteration(p *phaseStats) {
 		p.failed.Add(1)
 	}
 }
+
+// phasesOver marks the end of the last phase: the successes that come
+// after it count in no phase's goodput.
+func (g *generator) phasesOver() { g.offering.Store(nil) }
 
 // wait waits for every iteration started so far to end.
 func (g *generator) wait() { g.wg.Wait() }

@@ -1,8 +1,9 @@
 // Command overload puts an API sized for 10k req/s, with a bounded database
 // pool, under overload on one machine: the API must stay inside its latency
 // objective by shedding early. It runs first unprotected, then protected by
-// rampart, and prints what happened to each phase's requests. It is
-// `make demo`.
+// rampart, and prints what happened to each phase's requests. Then it runs
+// a second scenario, a CPU-bound handler offered twice its capacity,
+// unprotected and then protected by package shed. It is `make demo`.
 //
 // A real net/http server on 127.0.0.1 (an ephemeral port) serves a simulated
 // API: 90 % reads and 10 % writes, 80 % of reads served from cache, about
@@ -20,21 +21,39 @@
 // budget, a circuit breaker and a per-dependency bulkhead (another pipeline);
 // every rejection is a fast 503 with Retry-After.
 //
+// The CPU scenario (cpu.go, -scenario cpu) serves a handler that burns a
+// fixed amount of CPU per request (-cpu-work, 5 ms), yielding between
+// chunks. Before each run it measures the capacity (the requests per
+// second the server completes closed-loop), then offers half of it, twice
+// it (-cpu-load) and half again. Unprotected, the requests in flight share
+// the cores and all of them slow down; protected, a pipeline with package
+// shed's overload shedder (Config.Shed), served through httpguard, admits
+// what the cores complete and answers the rest with a fast 503. The table
+// gives the goodput against the capacity and the share shed.
+//
+// The instances of each run live in one registry.Registry, under the names
+// and groups an operator finds them by ("api-admission", "db-breaker",
+// "cpu-shed", ...; groups "api", "db", "cpu"), and are removed at the end
+// of the run. While it runs, the demo serves on a loopback port (-status,
+// status.go) package statuspage's live page over the registry and
+// /metrics for Prometheus (package rampartprom's collector over the
+// registry, with the Go runtime's scheduler metrics), and prints both URLs.
+//
 // Each run is also recorded one point a second (offered, sent, completed,
 // succeeded, shed and failed rates, requests in flight, the successes' p50
-// and p99, the breaker's state and the bulkheads' permits): -out DIR writes
-// the series as overload.json and overload.csv and draws them as
-// overload.svg (both runs side by side on the same axes, phases shaded)
-// and overload.html, with the standard library only (series.go, chart.go);
-// -render FILE redraws a recorded overload.json. While it runs, the demo
-// serves package statuspage's live page of the current run's instances on
-// a loopback port (-status, status.go) and prints its URL.
+// and p99, the runtime's scheduling latency, the breaker's state and the
+// bulkheads' permits, the shedder's state and limit): -out DIR writes each
+// scenario's series as overload.json and overload.csv (overload-cpu.* for
+// the CPU scenario) and draws them as overload.svg (both runs side by side
+// on the same axes, phases shaded) and overload.html, with the standard
+// library only (series.go, chart.go); -render FILE redraws a recording.
 //
-// Usage:
+// The demo is a module of its own (it depends on Prometheus's client; the
+// core does not). Usage, from examples/overload:
 //
-//	go run ./examples/overload [flags]
+//	go run . [flags]
 //
-// `go run ./examples/overload -h` lists the flags.
+// `go run . -h` lists the flags.
 package main
 
 import (
@@ -54,7 +73,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/rampart-go/rampart/registry"
 )
 
 // options are the demo's knobs; defaults finish in under a minute.
@@ -73,9 +95,15 @@ type options struct {
 	quiet                              bool
 	out                                string // directory for the recorded series and the chart; "" writes none
 	render                             string // an overload.json to render instead of running
-	status                             string // the status page's listen address; "" serves none
+	status                             string // the status page's and /metrics' listen address; "" serves none
+	scenario                           string // db, cpu or both (db, then cpu)
+	cpuWork, cpuChunk                  time.Duration
+	cpuLoad                            float64
+	cpuWarmup, cpuOverload, cpuRecover time.Duration
+	cpuCapacity                        time.Duration
 	args                               []string
-	onStatus                           func(url string) // tests: called once the status page serves
+	onStatus                           func(page, metrics string)         // tests: called once the status page and /metrics serve
+	onTick                             func(scenario, mode, phase string) // tests: called after each second's point is recorded
 }
 
 func defaultOptions() options {
@@ -99,6 +127,14 @@ func defaultOptions() options {
 		maxLag:        100 * time.Millisecond,
 		maxVUs:        5000,
 		status:        "127.0.0.1:0",
+		scenario:      "both",
+		cpuWork:       5 * time.Millisecond,
+		cpuChunk:      100 * time.Microsecond,
+		cpuLoad:       2,
+		cpuWarmup:     2 * time.Second,
+		cpuOverload:   5 * time.Second,
+		cpuRecover:    2 * time.Second,
+		cpuCapacity:   500 * time.Millisecond,
 	}
 }
 
@@ -132,10 +168,10 @@ func (o options) pool() int {
 
 func (o options) phases() []phase {
 	ps := []phase{
-		{"warm-up", o.warmup, 1},
-		{"steady", o.steady, 1},
-		{"slowdown", o.slowdown, o.slowFactor},
-		{"recovery", o.recovery, 1},
+		{name: "warm-up", duration: o.warmup, slowdown: 1, rate: o.rate, ramp: true},
+		{name: "steady", duration: o.steady, slowdown: 1, rate: o.rate},
+		{name: "slowdown", duration: o.slowdown, slowdown: o.slowFactor, rate: o.rate},
+		{name: "recovery", duration: o.recovery, slowdown: 1, rate: o.rate},
 	}
 	out := ps[:0]
 	for _, p := range ps {
@@ -172,7 +208,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	fs.StringVar(&o.out, "out", "", "write the per-second series (overload.json, overload.csv) and the chart (overload.svg, overload.html) into this directory")
 	fs.StringVar(&o.render, "render", "", "render the chart of a recorded overload.json into -out (default: its directory) instead of running")
-	fs.StringVar(&o.status, "status", o.status, "serve the live status page on this loopback address while the demo runs (\"\": none)")
+	fs.StringVar(&o.status, "status", o.status, "serve the live status page and /metrics on this loopback address while the demo runs (\"\": none)")
+	fs.StringVar(&o.scenario, "scenario", o.scenario, "which scenarios: db (the database slowdown), cpu (a CPU-bound handler at twice its capacity) or both (db, then cpu)")
+	fs.DurationVar(&o.cpuWork, "cpu-work", o.cpuWork, "cpu scenario: CPU time of one request on an idle core")
+	fs.DurationVar(&o.cpuChunk, "cpu-chunk", o.cpuChunk, "cpu scenario: the handler yields after each chunk of this much CPU")
+	fs.Float64Var(&o.cpuLoad, "cpu-load", o.cpuLoad, "cpu scenario: the overload's offered rate, a multiple of the measured capacity")
+	fs.DurationVar(&o.cpuWarmup, "cpu-warmup", o.cpuWarmup, "cpu scenario: warm-up at half the capacity")
+	fs.DurationVar(&o.cpuOverload, "cpu-overload", o.cpuOverload, "cpu scenario: overload phase length")
+	fs.DurationVar(&o.cpuRecover, "cpu-recovery", o.cpuRecover, "cpu scenario: recovery at half the capacity")
+	fs.DurationVar(&o.cpuCapacity, "cpu-capacity", o.cpuCapacity, "cpu scenario: the closed-loop capacity measurement before and after each run")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -205,6 +249,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-client-timeout must be positive, got %v", o.clientTimeout)
 	case o.maxLag < 0:
 		return o, fmt.Errorf("-max-lag must not be negative, got %v", o.maxLag)
+	case o.scenario != "both" && o.scenario != "db" && o.scenario != "cpu":
+		return o, fmt.Errorf("-scenario must be db, cpu or both, got %q", o.scenario)
+	case o.cpuWork <= 0 || o.cpuChunk <= 0 || o.cpuCapacity <= 0 || o.cpuOverload <= 0:
+		return o, errors.New("-cpu-work, -cpu-chunk, -cpu-capacity and -cpu-overload must be positive")
+	case o.cpuWarmup < 0 || o.cpuRecover < 0:
+		return o, errors.New("-cpu-warmup and -cpu-recovery must not be negative")
+	case !(o.cpuLoad > 0) || o.cpuLoad > 100:
+		return o, fmt.Errorf("-cpu-load must be in (0, 100], got %v", o.cpuLoad)
 	case o.status != "" && !loopback(o.status):
 		return o, fmt.Errorf("-status must be a loopback address (127.0.0.1:port, [::1]:port or localhost:port), got %q", o.status)
 	}
@@ -238,11 +290,15 @@ func main() {
 	}
 }
 
-// result is one mode's run.
+// result is one mode's run of a scenario.
 type result struct {
-	mode   string
-	phases []*phaseStats
-	series runSeries // one point per second
+	mode     string
+	scenario string // "db" or "cpu"
+	phases   []*phaseStats
+	series   runSeries // one point per second
+	capacity float64   // the CPU scenario: req/s the server completed, measured just before the run
+	capAfter float64   // and just after it
+	notes    []string  // lines for the report (the shedder's state at the end of the overload)
 }
 
 // render writes the chart of a recorded run (-render) into -out, or next
@@ -277,53 +333,84 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// run performs the runs o asks for and prints progress and the table to w.
+// run performs the scenarios and runs o asks for and prints progress and
+// the tables to w. The results are the database scenario's runs, then the
+// CPU scenario's.
 func run(ctx context.Context, o options, w io.Writer) ([]result, error) {
 	modes := []string{"unprotected", "protected"}
 	if o.mode != "both" {
 		modes = []string{o.mode}
 	}
-	var total time.Duration
-	for _, p := range o.phases() {
-		total += p.duration
-	}
-	fmt.Fprintf(w, "overload: %d req/s offered, phases %s (%s per mode), database pool %d, GOMAXPROCS %d\n",
-		o.rate, phaseList(o.phases()), total, o.pool(), runtime.GOMAXPROCS(0))
-	if o.rate < 10000 {
-		fmt.Fprintf(w, "(the scenario is sized for 10000 req/s; one 2-core machine cannot generate and serve that many, so the default is %d: try -rate 10000 to see the generator say so)\n", defaultRate)
-	}
-	st, err := startStatus(o.status, o.onStatus)
+	// One registry for the process, as a service has: each run registers
+	// its instances in it and removes them at its end.
+	reg := registry.New()
+	st, err := startStatus(o.status, reg, o.onStatus)
 	if err != nil {
 		return nil, err
 	}
 	defer st.close()
 	if st != nil {
-		fmt.Fprintf(w, "status page: %s (status.json beside it), while the demo runs\n", st.url)
+		fmt.Fprintf(w, "status page: %s (status.json beside it), metrics: %s, while the demo runs\n", st.url, st.metricsURL)
 	}
-	var results []result
-	for _, m := range modes {
-		r, err := runMode(ctx, o, m, w, st)
+	var all []result
+	if o.scenario != "cpu" {
+		var total time.Duration
+		for _, p := range o.phases() {
+			total += p.duration
+		}
+		fmt.Fprintf(w, "overload: %d req/s offered, phases %s (%s per mode), database pool %d, GOMAXPROCS %d\n",
+			o.rate, phaseList(o.phases()), total, o.pool(), runtime.GOMAXPROCS(0))
+		if o.rate < 10000 {
+			fmt.Fprintf(w, "(the scenario is sized for 10000 req/s; one 2-core machine cannot generate and serve that many, so the default is %d: try -rate 10000 to see the generator say so)\n", defaultRate)
+		}
+		var results []result
+		for _, m := range modes {
+			r, err := runMode(ctx, o, dbScenario(o, reg), m, w, st, reg)
+			if err != nil {
+				return append(all, results...), err
+			}
+			results = append(results, r)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		all = append(all, results...)
+		printTable(w, o, results)
+		if err := record(o, w, "db", results); err != nil {
+			return all, err
+		}
+	}
+	if o.scenario != "db" && ctx.Err() == nil {
+		results, err := runCPU(ctx, o, modes, w, st, reg)
+		all = append(all, results...)
 		if err != nil {
-			return results, err
+			return all, err
 		}
-		results = append(results, r)
-		if ctx.Err() != nil {
-			break
+		printCPUTable(w, o, results)
+		if err := record(o, w, "cpu", results); err != nil {
+			return all, err
 		}
 	}
-	printTable(w, o, results)
-	if o.out != "" {
-		var runs []runSeries
-		for _, r := range results {
-			runs = append(runs, r.series)
-		}
-		paths, err := writeOutputs(o.out, newRecording(o, o.args, runs))
-		if err != nil {
-			return results, err
-		}
-		fmt.Fprintln(w, "wrote", strings.Join(paths, ", "))
+	return all, nil
+}
+
+// record writes a scenario's series and chart into -out, when given.
+func record(o options, w io.Writer, scenario string, results []result) error {
+	if o.out == "" || len(results) == 0 {
+		return nil
 	}
-	return results, nil
+	var runs []runSeries
+	for _, r := range results {
+		runs = append(runs, r.series)
+	}
+	rec := newRecording(o, o.args, runs)
+	rec.Scenario = scenario
+	paths, err := writeOutputs(o.out, rec)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "wrote", strings.Join(paths, ", "))
+	return nil
 }
 
 func phaseList(ps []phase) string {
@@ -334,38 +421,81 @@ func phaseList(ps []phase) string {
 	return strings.Join(parts, ", ")
 }
 
-// runMode starts a fresh server for mode, runs the phases against it, waits
-// for the last responses and stops the server.
-func runMode(ctx context.Context, o options, mode string, w io.Writer, st *status) (result, error) {
-	db, err := newDatabase(o.pool(), o.dbVisit, o.dbErrors)
+// scenario is what a run offers and serves: its phases and, per mode, the
+// server's handler and state.
+type scenario struct {
+	name     string // "db" or "cpu"
+	phases   []phase
+	capacity float64 // the CPU scenario's capacity measured before the run (req/s); 0 otherwise
+	build    func(mode string) (*target, error)
+}
+
+// target is one run's server side.
+type target struct {
+	handler  http.Handler
+	snapshot func(p *point)       // the state of the run's instances, for the series
+	enter    func(p phase)        // called as each phase starts
+	progress func() string        // the tail of the progress line
+	close    func()               // after the run (nil: nothing to do)
+	after    func(p phase) string // at the end of each phase: a line for the report, "" for none (nil: none)
+}
+
+// dbScenario is the database slowdown: the service of service.go,
+// unprotected or behind the guard of guard.go.
+func dbScenario(o options, reg *registry.Registry) scenario {
+	return scenario{name: "db", phases: o.phases(), build: func(mode string) (*target, error) {
+		db, err := newDatabase(reg, o.pool(), o.dbVisit, o.dbErrors)
+		if err != nil {
+			return nil, err
+		}
+		svc := newService(o, db)
+		t := &target{
+			handler:  svc,
+			snapshot: func(p *point) { p.DBWaiting = db.waiting.Load() },
+			enter:    func(p phase) { db.setSlowdown(p.slowdown) },
+			progress: func() string { return fmt.Sprintf("db waiting %4d", db.waiting.Load()) },
+		}
+		if mode == "protected" {
+			g, err := newGuard(o, reg)
+			if err != nil {
+				return nil, err
+			}
+			t.close = g.close
+			if t.handler, err = g.handler(svc); err != nil {
+				g.close()
+				return nil, err
+			}
+			t.snapshot = func(p *point) { p.DBWaiting = db.waiting.Load(); g.snapshot(p) }
+		}
+		return t, nil
+	}}
+}
+
+// runMode starts a fresh server for mode, runs the scenario's phases
+// against it, waits for the last responses and stops the server. The
+// run's instances are in reg while it runs.
+func runMode(ctx context.Context, o options, sc scenario, mode string, w io.Writer, st *status, reg *registry.Registry) (result, error) {
+	defer st.sample() // after clearRegistry (deferred below): the page drops the run's charts
+	defer clearRegistry(reg)
+	tg, err := sc.build(mode)
 	if err != nil {
 		return result{}, err
 	}
-	svc := newService(o, db)
-	var h http.Handler = svc
-	var g *guard
-	if mode == "protected" {
-		if g, err = newGuard(o); err != nil {
-			return result{}, err
-		}
-		defer g.close()
-		if h, err = g.handler(svc); err != nil {
-			return result{}, err
-		}
+	if tg.close != nil {
+		defer tg.close()
 	}
-	st.show(mode, db, g)
-	defer st.show("", nil, nil)
-	res := result{mode: mode}
-	for i, p := range o.phases() {
+	res := result{mode: mode, scenario: sc.name, capacity: sc.capacity}
+	for i, p := range sc.phases {
 		res.phases = append(res.phases, &phaseStats{phase: p, index: i})
 	}
 	// Outermost: count the requests in the server and time the successes
 	// on the server's side, filed under the phase that sent them.
-	inner := h
-	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var inFlight atomic.Int64
+	inner := tg.handler
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		svc.inFlight.Add(1)
-		defer svc.inFlight.Add(-1)
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		inner.ServeHTTP(sw, r)
 		if i, err := strconv.Atoi(r.Header.Get("X-Phase")); err == nil && i >= 0 && i < len(res.phases) && sw.status == http.StatusOK {
@@ -390,12 +520,15 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer, st *statu
 	progressDone := make(chan struct{})
 	start := time.Now()
 	rec := newRecorder(mode, res.phases, start)
+	rec.capacity = sc.capacity
 	snapshot := func() point {
-		p := point{InFlightClient: gen.inFlight.Load(), InFlightServer: svc.inFlight.Load(), DBWaiting: db.waiting.Load()}
-		if g != nil {
-			g.snapshot(&p)
-		}
+		p := point{InFlightClient: gen.inFlight.Load(), InFlightServer: inFlight.Load()}
+		tg.snapshot(&p)
 		return p
+	}
+	label := mode
+	if sc.name != "db" {
+		label = sc.name + "/" + mode
 	}
 	go func() {
 		defer close(progressDone)
@@ -413,6 +546,9 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer, st *statu
 			rec.record(time.Now(), p.phase.name, snapshot())
 			cur.Unlock()
 			st.sample()
+			if o.onTick != nil {
+				o.onTick(sc.name, mode, p.phase.name)
+			}
 			if o.quiet {
 				continue
 			}
@@ -423,10 +559,10 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer, st *statu
 				now[2] += q.shed.Load()
 				now[3] += q.failed.Load() + q.dropped.Load()
 			}
-			fmt.Fprintf(w, "%-11s %-8s %3.0fs  sent %5d/s  ok %5d/s  shed %5d/s  failed+dropped %5d/s  in flight: client %4d server %4d  db waiting %4d\n",
-				mode, p.phase.name, time.Since(start).Seconds(),
+			fmt.Fprintf(w, "%-15s %-8s %3.0fs  sent %5d/s  ok %5d/s  shed %5d/s  failed+dropped %5d/s  in flight: client %4d server %4d  %s\n",
+				label, p.phase.name, time.Since(start).Seconds(),
 				now[0]-last[0], now[1]-last[1], now[2]-last[2], now[3]-last[3],
-				gen.inFlight.Load(), svc.inFlight.Load(), db.waiting.Load())
+				gen.inFlight.Load(), inFlight.Load(), tg.progress())
 			last = now
 		}
 	}()
@@ -434,14 +570,22 @@ func runMode(ctx context.Context, o options, mode string, w io.Writer, st *statu
 	for _, p := range res.phases {
 		cur.Lock()
 		current = p
-		rec.phaseStarted(p.phase.name, scheduleOf(o.rate, p.phase.name == "warm-up", p), time.Now())
+		rec.phaseStarted(p.phase.name, scheduleOf(p), time.Now())
 		cur.Unlock()
-		db.setSlowdown(p.phase.slowdown)
-		gen.run(ctx, o.rate, p.phase.name == "warm-up", p)
+		if tg.enter != nil {
+			tg.enter(p.phase)
+		}
+		gen.run(ctx, p)
+		if tg.after != nil {
+			if note := tg.after(p.phase); note != "" {
+				res.notes = append(res.notes, note)
+			}
+		}
 		if ctx.Err() != nil {
 			break
 		}
 	}
+	gen.phasesOver()
 	cur.Lock()
 	rec.phasesEnded(time.Now())
 	cur.Unlock()

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -15,18 +16,27 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.uber.org/goleak"
+
+	"github.com/rampart-go/rampart/registry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestDemoShort runs both modes for a few seconds at a low rate, with a
-// database slow enough during the slowdown that the pool is overloaded, and
-// checks that both produce a complete table and that the protected mode
-// sheds (fast 503s) instead of queueing. No latency assertion: the machine
+// TestDemoShort runs both modes of the database scenario for a few seconds
+// at a low rate, with a database slow enough during the slowdown that the
+// pool is overloaded, and checks that both produce a complete table and
+// that the protected mode sheds (fast 503s) instead of queueing; that the
+// status page answers; and that /metrics, scraped during the protected
+// slowdown, holds the breaker's and the bulkheads' series of the
+// registry's instances (checkMetrics). No latency assertion: the machine
 // is shared.
 func TestDemoShort(t *testing.T) {
 	o := defaultOptions()
+	o.scenario = "db"
 	o.rate = 200
 	o.warmup, o.steady, o.slowdown, o.recovery = 500*time.Millisecond, 700*time.Millisecond, 1500*time.Millisecond, 500*time.Millisecond
 	o.dbPool = 2 // 200 req/s × 28 % × 10 ms = 0.56 busy; ×8 = 4.5 busy: overloaded
@@ -34,7 +44,15 @@ func TestDemoShort(t *testing.T) {
 	o.clientTimeout = 4 * time.Second // generous: CI runs packages side by side on 2 cores
 	o.out = t.TempDir()
 	var statusErr error = errNoStatus
-	o.onStatus = func(url string) { statusErr = checkStatusJSON(url + "status.json") }
+	var metricsURL string
+	o.onStatus = func(page, metrics string) { statusErr, metricsURL = checkStatusJSON(page+"status.json"), metrics }
+	var scrape []byte
+	var scrapeErr error = errorString("/metrics was not scraped during the protected slowdown")
+	o.onTick = func(scenario, mode, phase string) {
+		if scrape == nil && scenario == "db" && mode == "protected" && phase == "slowdown" {
+			scrape, scrapeErr = get(metricsURL)
+		}
+	}
 	var out bytes.Buffer
 	results, err := run(context.Background(), o, &out)
 	if err != nil {
@@ -43,8 +61,13 @@ func TestDemoShort(t *testing.T) {
 	if statusErr != nil {
 		t.Errorf("status page: %v", statusErr)
 	}
-	if !strings.Contains(out.String(), "status page: http://127.0.0.1:") {
-		t.Errorf("the status page's URL is not printed")
+	if !strings.Contains(out.String(), "status page: http://127.0.0.1:") || !strings.Contains(out.String(), "metrics: http://127.0.0.1:") {
+		t.Errorf("the status page's or /metrics' URL is not printed")
+	}
+	if scrapeErr != nil {
+		t.Errorf("/metrics: %v", scrapeErr)
+	} else {
+		checkMetrics(t, scrape)
 	}
 	checkSeries(t, results)
 	for _, name := range []string{"overload.json", "overload.csv", "overload.svg", "overload.html"} {
@@ -148,11 +171,12 @@ func TestDefaultGuardBuildsAndCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := newGuard(o)
+	reg := registry.New()
+	g, err := newGuard(o, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := newDatabase(o.pool(), o.dbVisit, o.dbErrors)
+	db, err := newDatabase(reg, o.pool(), o.dbVisit, o.dbErrors)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +194,7 @@ func TestDatabaseTransientErrors(t *testing.T) {
 		rate float64
 		want error
 	}{{0, nil}, {1, errTransient}} {
-		db, err := newDatabase(1, 0, tc.rate)
+		db, err := newDatabase(registry.New(), 1, 0, tc.rate)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +207,7 @@ func TestDatabaseTransientErrors(t *testing.T) {
 			t.Errorf("rate %v: %d visits, injector stats %+v", tc.rate, db.visits.Load(), s)
 		}
 	}
-	if _, err := newDatabase(1, 0, 2); err == nil {
+	if _, err := newDatabase(registry.New(), 1, 0, 2); err == nil {
 		t.Error("a share of 2 was accepted")
 	}
 }
@@ -194,21 +218,92 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
-// checkStatusJSON fetches the demo's status.json and decodes it.
-func checkStatusJSON(url string) error {
+// get fetches url's body (an error unless 200).
+func get(url string) ([]byte, error) {
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // no idle connection outlives the test
 	resp, err := c.Get(url)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return errorString("status " + resp.Status)
+		return nil, errorString("status " + resp.Status)
+	}
+	return io.ReadAll(resp.Body)
+}
+
+// checkStatusJSON fetches the demo's status.json and decodes it.
+func checkStatusJSON(url string) error {
+	b, err := get(url)
+	if err != nil {
+		return err
 	}
 	var doc struct {
 		Instances []any `json:"instances"`
 	}
-	return json.NewDecoder(resp.Body).Decode(&doc)
+	return json.Unmarshal(b, &doc)
+}
+
+// checkMetrics parses a scrape of /metrics (the text exposition format,
+// with expfmt) taken during the protected run: the database breaker's
+// state set (one series per state, 1 for the current one) and the entry's
+// and the database's bulkheads' permits and limits, under their registry
+// names; the runtime's scheduling latency beside them.
+func checkMetrics(t *testing.T, scrape []byte) {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(scrape))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	series := func(family, name string) []*dto.Metric {
+		var out []*dto.Metric
+		if f := fams[family]; f != nil {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "rampart_name" && l.GetValue() == name {
+						out = append(out, m)
+					}
+				}
+			}
+		}
+		return out
+	}
+	states := map[string]float64{}
+	for _, m := range series("rampart_circuitbreaker_state", "db-breaker") {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "rampart_state" {
+				states[l.GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	var on int
+	for _, v := range states {
+		if v == 1 {
+			on++
+		}
+	}
+	if _, ok := states["closed"]; !ok || on != 1 {
+		t.Errorf("rampart_circuitbreaker_state{rampart_name=\"db-breaker\"}: %v, want a state set with one state at 1", states)
+	}
+	for _, f := range []string{"rampart_circuitbreaker_rejected_total", "rampart_circuitbreaker_window_failure_rate_ratio", "rampart_circuitbreaker_trips_total"} {
+		if len(series(f, "db-breaker")) != 1 {
+			t.Errorf("no %s{rampart_name=\"db-breaker\"}", f)
+		}
+	}
+	for _, name := range []string{"api-admission", "db-bulkhead"} {
+		for _, f := range []string{"rampart_bulkhead_in_flight", "rampart_bulkhead_max", "rampart_bulkhead_rejected_total"} {
+			if len(series(f, name)) != 1 {
+				t.Errorf("no %s{rampart_name=%q}", f, name)
+			}
+		}
+	}
+	if m := series("rampart_bulkhead_max", "db-bulkhead"); len(m) == 1 && m[0].GetGauge().GetValue() != 2 {
+		t.Errorf("the database bulkhead's max is %v, want the pool's 2", m[0].GetGauge().GetValue())
+	}
+	if fams["go_sched_latencies_seconds"] == nil {
+		t.Error("no go_sched_latencies_seconds (the runtime's scheduler metrics)")
+	}
 }
 
 // checkSeries: each run has about one point a second, each point's counts
@@ -236,7 +331,7 @@ func checkSeries(t *testing.T, results []result) {
 				t.Errorf("%s at %vs: completed %v is not the sum of its parts", r.mode, p.T, p.Completed)
 			}
 			ok += p.Succeeded * p.Dt
-			if r.mode == "protected" && p.BreakerState == "" {
+			if r.scenario == "db" && r.mode == "protected" && p.BreakerState == "" {
 				t.Errorf("protected at %vs: no breaker state", p.T)
 			}
 		}
@@ -329,6 +424,17 @@ func TestChartDrawsTheRecordedSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkChart(t, rec)
+	if title := parseXML(t, renderSVG(rec)).all("text", "title"); len(title) != 1 || !strings.Contains(title[0].Text, "200 req/s") {
+		t.Errorf("title %+v", title)
+	}
+}
+
+// checkChart renders rec and checks the SVG as
+// TestChartDrawsTheRecordedSeries says, for rec's scenario's rows.
+func checkChart(t *testing.T, rec recording) {
+	t.Helper()
+	rows := specOf(rec).rows
 	svg := parseXML(t, renderSVG(rec))
 	if svg.XMLName.Local != "svg" || svg.XMLName.Space != "http://www.w3.org/2000/svg" {
 		t.Fatalf("root %v", svg.XMLName)
@@ -337,10 +443,10 @@ func TestChartDrawsTheRecordedSeries(t *testing.T) {
 		t.Errorf("%d scripts", n)
 	}
 	panels := svg.all("g", "panel")
-	if len(panels) != 2*len(chartRows) {
-		t.Fatalf("%d panels, want %d", len(panels), 2*len(chartRows))
+	if len(panels) != 2*len(rows) {
+		t.Fatalf("%d panels, want %d", len(panels), 2*len(rows))
 	}
-	for _, row := range chartRows {
+	for _, row := range rows {
 		var yRange [2]string
 		for ci, run := range rec.Runs {
 			var panel node
@@ -418,10 +524,10 @@ func TestChartDrawsTheRecordedSeries(t *testing.T) {
 			} else if top := axes[0].all("text", "tick"); top[len(top)-1].num(t, "data-value") != v1 {
 				t.Errorf("%s/%s: the top y tick is not the axis' end %v", row.key, run.Mode, v1)
 			}
-			if row.states {
+			if row.state != nil {
 				var states int
 				for _, p := range run.Points {
-					if p.BreakerState != "" {
+					if row.state(p) != "" {
 						states++
 					}
 				}
@@ -449,7 +555,7 @@ func TestChartDrawsTheRecordedSeries(t *testing.T) {
 			}
 		}
 	}
-	if title := svg.all("text", "title"); len(title) != 1 || !strings.Contains(title[0].Text, "200 req/s") {
+	if title := svg.all("text", "title"); len(title) != 1 {
 		t.Errorf("title %+v", title)
 	}
 	if c := svg.all("text", "caption"); len(c) != 1 || !strings.Contains(c[0].Text, rec.GoVersion) || !strings.Contains(c[0].Text, rec.Command) {
@@ -499,7 +605,7 @@ func TestChartOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	html := parseXML(t, strings.TrimPrefix(string(page), "<!DOCTYPE html>\n"))
-	if svgs := html.all("svg", ""); len(svgs) != 1 || len(svgs[0].all("g", "panel")) != 2*len(chartRows) {
+	if svgs := html.all("svg", ""); len(svgs) != 1 || len(svgs[0].all("g", "panel")) != 2*len(dbChart.rows) {
 		t.Errorf("the page embeds %d SVGs", len(svgs))
 	}
 	if n := len(html.all("script", "")); n != 0 {
@@ -525,4 +631,71 @@ func TestRenderFlagRedrawsARecording(t *testing.T) {
 	if _, err := parseFlags([]string{"-status", "0.0.0.0:8080"}, &errOut); err == nil {
 		t.Error("-status on a non-loopback address was accepted")
 	}
+}
+
+// TestCPUScenarioShort runs the CPU scenario's two modes for a second or
+// two each: each produces its table rows (the figures are not asserted:
+// the machine is shared), its outcomes add up, the protected run reports
+// its shedder's state at the end of the overload, and -out writes the
+// scenario's recording, whose chart checkChart reads back.
+func TestCPUScenarioShort(t *testing.T) {
+	o := defaultOptions()
+	o.scenario = "cpu"
+	o.status = ""
+	o.cpuWork, o.cpuCapacity = 2*time.Millisecond, 200*time.Millisecond
+	o.cpuWarmup, o.cpuOverload, o.cpuRecover = 300*time.Millisecond, 1200*time.Millisecond, 300*time.Millisecond
+	o.clientTimeout = 4 * time.Second
+	o.out = t.TempDir()
+	var out bytes.Buffer
+	results, err := run(context.Background(), o, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	if len(results) != 2 || results[0].mode != "unprotected" || results[1].mode != "protected" {
+		t.Fatalf("results %+v", results)
+	}
+	checkSeries(t, results)
+	for _, r := range results {
+		if r.scenario != "cpu" || len(r.phases) != 3 || r.capacity <= 0 || r.capAfter <= 0 {
+			t.Fatalf("%s: scenario %q, %d phases, capacity %v, %v", r.mode, r.scenario, len(r.phases), r.capacity, r.capAfter)
+		}
+		for _, p := range r.phases {
+			if got := p.ok.Load() + p.shed.Load() + p.failed.Load(); got != p.sent.Load() {
+				t.Errorf("%s/%s: %d outcomes for %d sent", r.mode, p.phase.name, got, p.sent.Load())
+			}
+			row := "| " + r.mode + " | " + p.phase.name + " | "
+			if !strings.Contains(out.String(), row) {
+				t.Errorf("the cpu table has no row %q", row)
+			}
+		}
+		if over := r.phases[1]; over.phase.name != "overload" || over.phase.rate < 2*r.phases[0].phase.rate-1 {
+			t.Errorf("%s: the overload offers %d req/s, the warm-up %d", r.mode, over.phase.rate, r.phases[0].phase.rate)
+		}
+		if r.mode == "unprotected" && r.phases[1].shed.Load() != 0 {
+			t.Errorf("unprotected: %d shed", r.phases[1].shed.Load())
+		}
+	}
+	if n := results[1].notes; len(n) != 1 || !strings.Contains(n[0], "the shedder at the end of the overload") {
+		t.Errorf("protected notes %q", n)
+	}
+	if !strings.Contains(out.String(), "| cpu mode | phase | capacity/s before, after |") {
+		t.Error("no cpu table")
+	}
+	rec, err := readRecording(filepath.Join(o.out, "overload-cpu.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Scenario != "cpu" {
+		t.Errorf("recorded scenario %q", rec.Scenario)
+	}
+	for _, name := range []string{"overload-cpu.csv", "overload-cpu.svg", "overload-cpu.html"} {
+		if fi, err := os.Stat(filepath.Join(o.out, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("-out wrote no %s: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(o.out, "overload.json")); err == nil {
+		t.Error("-scenario cpu wrote the database scenario's overload.json")
+	}
+	checkChart(t, rec)
 }

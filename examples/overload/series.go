@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rampart-go/rampart/shed"
 )
 
 // point is one second of a run (the last one of a run may be shorter):
@@ -41,6 +43,17 @@ type point struct {
 	AdmissionMax       int64   `json:"admission_max"`
 	DBInFlight         int64   `json:"db_in_flight"` // the database bulkhead's permits held
 	DBMax              int64   `json:"db_max"`
+
+	// The runtime's view of the process over the interval (both modes, both
+	// scenarios; a RuntimeSource of package shed, read by the recorder), and
+	// in the CPU scenario the capacity measured before the run and the
+	// protected run's shedder.
+	SchedP99ms   float64 `json:"sched_p99_ms"`         // p99 of the goroutines' scheduling latency (0: unknown, too few events)
+	RunnablePerP float64 `json:"runnable_per_p"`       // runnable goroutines per P at T
+	Capacity     float64 `json:"capacity,omitempty"`   // req/s the server completed closed-loop before the run
+	ShedState    string  `json:"shed_state,omitempty"` // the shedder's state at T: "engaged" or "released"
+	ShedInFlight int64   `json:"shed_in_flight"`       // its calls in flight
+	ShedLimit    int64   `json:"shed_limit"`           // the calls in flight it admits while engaged (0: released)
 }
 
 // span is one phase's stretch of a run, in seconds since its start.
@@ -63,7 +76,8 @@ type recording struct {
 	GoVersion  string      `json:"go_version"`
 	CPU        string      `json:"cpu"`
 	GOMAXPROCS int         `json:"gomaxprocs"`
-	Rate       int         `json:"rate"` // offered req/s at full rate
+	Rate       int         `json:"rate"`               // offered req/s at full rate (the database scenario)
+	Scenario   string      `json:"scenario,omitempty"` // "db" (also when empty) or "cpu"
 	Runs       []runSeries `json:"runs"`
 }
 
@@ -77,6 +91,11 @@ type recorder struct {
 	latSeen []int    // per phase: latencies already folded into a point
 	plan    []planned
 	series  runSeries
+	runtime *shed.RuntimeSource // the runtime's signals at each point
+	sig     shed.Signals
+	// capacity is the CPU scenario's measured capacity (req/s), recorded
+	// in every point; 0 in the database scenario.
+	capacity float64
 }
 
 // planned is a started phase's schedule, for the offered rate.
@@ -86,7 +105,9 @@ type planned struct {
 }
 
 func newRecorder(mode string, phases []*phaseStats, start time.Time) *recorder {
-	return &recorder{phases: phases, start: start, lastT: start, latSeen: make([]int, len(phases)), series: runSeries{Mode: mode}}
+	r := &recorder{phases: phases, start: start, lastT: start, latSeen: make([]int, len(phases)), series: runSeries{Mode: mode}, runtime: shed.NewRuntimeSource()}
+	r.runtime.Read(0, &r.sig) // the first reading: the next one is the change over the first interval
+	return r
 }
 
 // phaseStarted marks the start of phase name, offered on schedule sc, at t.
@@ -132,6 +153,13 @@ func (r *recorder) record(now time.Time, phase string, p point) {
 	rate := func(i int) float64 { return float64(cur[i]-r.last[i]) / dt }
 	p.T, p.Dt, p.Phase = round3(now.Sub(r.start).Seconds()), round3(dt), phase
 	p.Offered, p.Succeeded, p.Shed, p.Failed, p.Completed, p.Sent = round3(rate(0)), round3(rate(1)), round3(rate(2)), round3(rate(3)), round3(rate(4)), round3(rate(5))
+	r.sig = shed.Signals{SchedLatency: -1, CPU: -1, Runnable: -1} // unknown unless read
+	r.runtime.Read(0, &r.sig)
+	if r.sig.SchedLatency > 0 {
+		p.SchedP99ms = round3(float64(r.sig.SchedLatency) / float64(time.Millisecond))
+	}
+	p.RunnablePerP = round3(max(r.sig.Runnable, 0))
+	p.Capacity = round3(r.capacity)
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		at := func(q float64) float64 {
@@ -151,7 +179,7 @@ func round3(x float64) float64 {
 // newRecording describes this process's runs.
 func newRecording(o options, args []string, runs []runSeries) recording {
 	return recording{
-		Command:    strings.TrimSpace("go run ./examples/overload " + strings.Join(args, " ")),
+		Command:    strings.TrimSpace("go run . " + strings.Join(args, " ")), // in examples/overload, a module of its own
 		GoVersion:  runtime.Version(),
 		CPU:        cpuModel(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0),
@@ -177,7 +205,8 @@ func cpuModel() string {
 // csvHeader names writeCSV's columns.
 var csvHeader = []string{"mode", "t", "dt", "phase", "offered", "sent", "completed", "succeeded", "shed", "failed",
 	"in_flight_client", "in_flight_server", "db_waiting", "p50_ms", "p99_ms",
-	"breaker_state", "breaker_failure_rate", "admission_in_flight", "admission_max", "db_in_flight", "db_max"}
+	"breaker_state", "breaker_failure_rate", "admission_in_flight", "admission_max", "db_in_flight", "db_max",
+	"sched_p99_ms", "runnable_per_p", "capacity", "shed_state", "shed_in_flight", "shed_limit"}
 
 // writeCSV writes one row per mode and point.
 func writeCSV(w io.Writer, rec recording) error {
@@ -191,7 +220,8 @@ func writeCSV(w io.Writer, rec recording) error {
 		for _, p := range r.Points {
 			if err := cw.Write([]string{r.Mode, f(p.T), f(p.Dt), p.Phase, f(p.Offered), f(p.Sent), f(p.Completed), f(p.Succeeded), f(p.Shed), f(p.Failed),
 				d(p.InFlightClient), d(p.InFlightServer), d(p.DBWaiting), f(p.P50ms), f(p.P99ms),
-				p.BreakerState, f(p.BreakerFailureRate), d(p.AdmissionInFlight), d(p.AdmissionMax), d(p.DBInFlight), d(p.DBMax)}); err != nil {
+				p.BreakerState, f(p.BreakerFailureRate), d(p.AdmissionInFlight), d(p.AdmissionMax), d(p.DBInFlight), d(p.DBMax),
+				f(p.SchedP99ms), f(p.RunnablePerP), f(p.Capacity), p.ShedState, d(p.ShedInFlight), d(p.ShedLimit)}); err != nil {
 				return err
 			}
 		}
@@ -200,8 +230,10 @@ func writeCSV(w io.Writer, rec recording) error {
 	return cw.Error()
 }
 
-// writeOutputs writes overload.json, overload.csv, overload.svg and
-// overload.html into dir (created if missing) and returns their paths.
+// writeOutputs writes BASE.json, BASE.csv, BASE.svg and BASE.html into
+// dir (created if missing), BASE being "overload" for the database
+// scenario and "overload-cpu" for the CPU scenario, and returns their
+// paths.
 func writeOutputs(dir string, rec recording) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -210,6 +242,7 @@ func writeOutputs(dir string, rec recording) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	base := specOf(rec).base
 	var csvBuf, svgBuf, htmlBuf strings.Builder
 	if err := writeCSV(&csvBuf, rec); err != nil {
 		return nil, err
@@ -224,10 +257,10 @@ func writeOutputs(dir string, rec recording) ([]string, error) {
 		name string
 		data []byte
 	}{
-		{"overload.json", append(js, '\n')},
-		{"overload.csv", []byte(csvBuf.String())},
-		{"overload.svg", []byte(svgBuf.String())},
-		{"overload.html", []byte(htmlBuf.String())},
+		{base + ".json", append(js, '\n')},
+		{base + ".csv", []byte(csvBuf.String())},
+		{base + ".svg", []byte(svgBuf.String())},
+		{base + ".html", []byte(htmlBuf.String())},
 	} {
 		p := filepath.Join(dir, f.name)
 		if err := os.WriteFile(p, f.data, 0o644); err != nil {
@@ -238,7 +271,8 @@ func writeOutputs(dir string, rec recording) ([]string, error) {
 	return paths, nil
 }
 
-// readRecording reads a recording written by -out (overload.json).
+// readRecording reads a recording written by -out (overload.json or
+// overload-cpu.json).
 func readRecording(path string) (recording, error) {
 	var rec recording
 	b, err := os.ReadFile(path)

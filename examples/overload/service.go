@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart/chaos"
+	"github.com/rampart-go/rampart/registry"
 )
 
 // errTransient is a database error worth retrying (a dropped connection, a
@@ -31,8 +32,10 @@ type database struct {
 	visits  atomic.Int64 // visits started
 }
 
-func newDatabase(pool int, visit time.Duration, errRate float64) (*database, error) {
-	faults, err := chaos.New(chaos.Config{ErrorRate: errRate, Error: errTransient})
+// newDatabase builds the database; its fault injector is registered in reg
+// as "db-faults", in the group of the dependency "db".
+func newDatabase(reg *registry.Registry, pool int, visit time.Duration, errRate float64) (*database, error) {
+	faults, err := registry.Injector(reg, "db-faults", chaos.Config{ErrorRate: errRate, Error: errTransient}, groupDB)
 	if err != nil {
 		return nil, err
 	}
