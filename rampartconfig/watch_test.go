@@ -1,0 +1,200 @@
+package rampartconfig
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/ratelimit"
+)
+
+// writeAtomically replaces the file at path as editors do: a temporary
+// file renamed onto it.
+func writeAtomically(t *testing.T, path string, data []byte) string {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// version is the i-th document of the reload loop, and whether it is
+// valid: one in five is invalid (a value out of range, a fixed field
+// changed, a syntax error, an unknown field, in turn).
+func version(i int) (doc string, valid bool) {
+	valid = i%5 != 4
+	threshold, maxc, rate := 1+i%99, 1+i%50, 100+i
+	doc = fmt.Sprintf("# version %d\nbreakers: {b: {windowSize: 10, minimumCalls: 10, failureRateThreshold: %d}}\nbulkheads: {k: {max: %d}}\nrateLimiters: {r: {rate: %d, burst: 10}}\n", i, threshold, maxc, rate)
+	if !valid {
+		switch (i / 5) % 4 {
+		case 0:
+			doc = fmt.Sprintf("# version %d\nbreakers: {b: {windowSize: 10, minimumCalls: 10, failureRateThreshold: 150}}\nbulkheads: {k: {max: 1}}\nrateLimiters: {r: {rate: 1, burst: 10}}\n", i)
+		case 1:
+			doc = fmt.Sprintf("# version %d\nbreakers: {b: {windowSize: 20, minimumCalls: 10}}\nbulkheads: {k: {max: 1}}\nrateLimiters: {r: {rate: 1, burst: 10}}\n", i)
+		case 2:
+			doc = fmt.Sprintf("# version %d\nbreakers: {b: {windowSize: 10\n", i)
+		case 3:
+			doc = fmt.Sprintf("# version %d\nbreakers: {b: {windowSiz: 10}}\n", i)
+		}
+	}
+	return doc, valid
+}
+
+// TestWatchReloadsEveryVersionUnderLoad rewrites the file many times
+// (1000, 100 with -short) while goroutines call the instances: every valid
+// version is applied (the callback reports its hash and the next version,
+// and the instances hold its values), every invalid one is reported and
+// changes nothing. Each write waits for its callback before the next.
+func TestWatchReloadsEveryVersionUnderLoad(t *testing.T) {
+	n := 1000
+	if testing.Short() {
+		n = 100
+	}
+	path := filepath.Join(t.TempDir(), "rampart.yaml")
+	first, _ := version(0)
+	writeAtomically(t, path, []byte(first))
+	doc, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustBuild(t, doc, Options{Debounce: time.Millisecond})
+	b := get[*circuitbreaker.Breaker](t, l, "b")
+	k := get[*bulkhead.Bulkhead](t, l, "k")
+	r := get[*ratelimit.Limiter](t, l, "r")
+
+	events := make(chan Event, 16)
+	w, err := Watch(context.Background(), path, l, func(e Event) { events <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var calls atomic.Int64
+	for g := range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var fail error
+				if g == 0 {
+					fail = errFail
+				}
+				_ = b.Do(context.Background(), func(context.Context) error { return fail })
+				_ = k.Do(context.Background(), func(context.Context) error { return nil })
+				r.Allow()
+				calls.Add(1)
+				// Yield, so that the watcher's goroutines, woken by the file
+				// system, run at once rather than after a time slice of ours.
+				runtime.Gosched()
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+
+	want := l.Version()
+	wantThreshold, wantMax, wantRate := 1.0, 1, 100.0
+	for i := 1; i < n; i++ {
+		data, valid := version(i)
+		hash := writeAtomically(t, path, []byte(data))
+		var e Event
+		select {
+		case e = <-events:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("version %d: no callback", i)
+		}
+		if e.Hash != hash {
+			t.Fatalf("version %d: the callback reports hash %s, want %s (err %v)", i, e.Hash, hash, e.Err)
+		}
+		if valid {
+			want++
+			wantThreshold, wantMax, wantRate = float64(1+i%99), 1+i%50, float64(100+i)
+			if e.Err != nil {
+				t.Fatalf("version %d: %v", i, e.Err)
+			}
+		} else if e.Err == nil {
+			t.Fatalf("version %d, invalid, was applied", i)
+		}
+		if e.Version != want || l.Version() != want {
+			t.Fatalf("version %d: the callback reports version %d, Live %d; want %d", i, e.Version, l.Version(), want)
+		}
+		if got := b.Config().FailureRateThreshold; got != wantThreshold {
+			t.Fatalf("version %d: threshold %v, want %v", i, got, wantThreshold)
+		}
+		if k.Max() != wantMax || r.Stats().Rate != wantRate {
+			t.Fatalf("version %d: max %d, rate %v; want %d, %v", i, k.Max(), r.Stats().Rate, wantMax, wantRate)
+		}
+		if l.Document().Hash() != hash && valid {
+			t.Fatalf("version %d: the document in force is not the one written", i)
+		}
+	}
+	if calls.Load() == 0 {
+		t.Error("the load made no call")
+	}
+}
+
+var errFail = rampart.NewConfigError("test", "", "a failure") // any error: the breaker counts it
+
+func TestWatchCloseStopsTheGoroutine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.json")
+	writeAtomically(t, path, []byte(`{"bulkheads": {"k": {"max": 1}}}`))
+	doc, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustBuild(t, doc, Options{Debounce: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := Watch(ctx, path, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	// goleak (TestMain) checks that the goroutine is gone.
+}
+
+func TestWatchReportsAChangeMadeBeforeItStarted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	writeAtomically(t, path, []byte("bulkheads: {k: {max: 1}}"))
+	doc, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustBuild(t, doc, Options{Debounce: time.Millisecond})
+	hash := writeAtomically(t, path, []byte("bulkheads: {k: {max: 3}}"))
+	events := make(chan Event, 4)
+	w, err := Watch(context.Background(), path, l, func(e Event) { events <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e := <-events
+	if e.Err != nil || e.Hash != hash || get[*bulkhead.Bulkhead](t, l, "k").Max() != 3 {
+		t.Errorf("event %+v, max %d; want the new document applied", e, get[*bulkhead.Bulkhead](t, l, "k").Max())
+	}
+}
