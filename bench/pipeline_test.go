@@ -20,6 +20,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -34,6 +35,12 @@ var errPipelineBench = errors.New("bench: retryable")
 //
 //   - Success: every policy admits; the call returns nil.
 //   - SuccessParallel: the same from GOMAXPROCS goroutines.
+//   - Success/rampart-counted, SuccessParallel/rampart-counted: the rampart
+//     row with Config.CountOutcomes (per-P outcome counters): its on-cost.
+//   - Success/rampart-shed, SuccessParallel/rampart-shed: the rampart row
+//     with a shed.Shedder in the pipeline (never engaged: a Source that
+//     knows no signal), the cost of an overload shedder that admits; it
+//     makes the pipeline read the end time too.
 //   - Reject: the rate limiter's only permit is spent; every call is refused
 //     there (after the breaker admitted it).
 //   - SuccessNoTimeout: Success without the timeout (rampart: zero
@@ -59,7 +66,11 @@ func BenchmarkPipeline(b *testing.B) {
 	b.Run("Success/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, deadlineTimeout, false, false) })
 	b.Run("Success/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), deadlineTimeout, false, false) })
 	b.Run("Success/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, false, false) })
+	b.Run("Success/rampart-counted", func(b *testing.B) { benchRampartPipelineWith(b, counted, false) })
+	b.Run("Success/rampart-shed", func(b *testing.B) { benchRampartPipelineWith(b, withShed, false) })
 	b.Run("SuccessParallel/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, deadlineTimeout, true, false) })
+	b.Run("SuccessParallel/rampart-counted", func(b *testing.B) { benchRampartPipelineWith(b, counted, true) })
+	b.Run("SuccessParallel/rampart-shed", func(b *testing.B) { benchRampartPipelineWith(b, withShed, true) })
 	b.Run("SuccessParallel/rampart-cached", func(b *testing.B) { benchRampartPipeline(b, cachedTicker(b), deadlineTimeout, true, false) })
 	b.Run("SuccessParallel/failsafe", func(b *testing.B) { benchFailsafePipeline(b, true, true, false) })
 	b.Run("Reject/rampart", func(b *testing.B) { benchRampartPipeline(b, nil, deadlineTimeout, false, true) })
@@ -170,11 +181,56 @@ const (
 	softTimeout                 // timeout.ModeSoft
 )
 
+// pipelineVariant adds a setting to the Success pipeline (default ticker,
+// deadline-mode timeout).
+type pipelineVariant uint8
+
+const (
+	counted  pipelineVariant = iota // Config.CountOutcomes
+	withShed                        // Config.Shed: a shedder on the runtime's signals
+)
+
+// benchRampartPipelineWith is Success (or SuccessParallel) with variant v.
+func benchRampartPipelineWith(b *testing.B, v pipelineVariant, parallel bool) {
+	p, err := rampartPipeline(b, nil, deadlineTimeout, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := p.Config()
+	switch v {
+	case counted:
+		cfg.CountOutcomes = true
+	case withShed:
+		// A Source that knows no signal: the shedder never engages (on
+		// this shared machine the runtime's own signals do engage it under
+		// SuccessParallel), so the row is the admission and release that
+		// every call pays while the process is not overloaded.
+		sh, err := shed.New(shed.Config{Ticker: cfg.Ticker, Source: shed.SourceFunc(func(int64, *shed.Signals) {})})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.Shed = sh
+	}
+	if p, err = pipeline.New(cfg); err != nil {
+		b.Fatal(err)
+	}
+	runRampartPipeline(b, p, parallel, false)
+	if v == counted && p.Stats().Succeeded == 0 {
+		b.Fatal("nothing counted")
+	}
+}
+
 func benchRampartPipeline(b *testing.B, tick rampart.Ticker, to timeoutKind, parallel, reject bool) {
 	p, err := rampartPipeline(b, tick, to, reject)
 	if err != nil {
 		b.Fatal(err)
 	}
+	runRampartPipeline(b, p, parallel, reject)
+}
+
+// runRampartPipeline runs p's Do in b's loop: a success (from GOMAXPROCS
+// goroutines when parallel) or the rate limiter's rejection.
+func runRampartPipeline(b *testing.B, p *pipeline.Pipeline, parallel, reject bool) {
 	ctx := context.Background()
 	rejected := p.Config().RateLimit.RejectedError()
 	b.ReportAllocs()
