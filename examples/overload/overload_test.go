@@ -699,3 +699,27 @@ func TestCPUScenarioShort(t *testing.T) {
 	}
 	checkChart(t, rec)
 }
+
+// TestSeriesIntegrateToTheCountsAtHighRates: at over a thousand requests
+// a second, points whose intervals are not whole milliseconds still
+// integrate (rate × dt) back to the counts within a hundredth of a
+// request: dt is recorded finely enough that rate × its rounding error is
+// not a request.
+func TestSeriesIntegrateToTheCountsAtHighRates(t *testing.T) {
+	p := &phaseStats{phase: phase{name: "overload", duration: 4 * time.Second, rate: 1300}}
+	start := time.Unix(0, 0)
+	r := newRecorder("unprotected", []*phaseStats{p}, start)
+	var now time.Duration
+	for range 4 {
+		now += time.Second + 450*time.Microsecond // each interval 1.00045 s
+		p.ok.Add(1301)
+		r.record(start.Add(now), "overload", point{})
+	}
+	var got float64
+	for _, pt := range r.series.Points {
+		got += pt.Succeeded * pt.Dt
+	}
+	if want := float64(p.ok.Load()); math.Abs(got-want) > 0.01 {
+		t.Errorf("the series integrate to %.3f successes, the counters say %.0f", got, want)
+	}
+}

@@ -23,7 +23,7 @@ import (
 // unprotected one).
 type point struct {
 	T              float64 `json:"t"`         // seconds since the run started, at the end of the interval
-	Dt             float64 `json:"dt"`        // the interval's length, seconds
+	Dt             float64 `json:"dt"`        // the interval's length, seconds (to the microsecond)
 	Phase          string  `json:"phase"`     // the phase being offered at T
 	Offered        float64 `json:"offered"`   // iterations due by the schedule
 	Sent           float64 `json:"sent"`      // iterations the generator sent (the rest it dropped: no free VU, or too late)
@@ -151,7 +151,10 @@ func (r *recorder) record(now time.Time, phase string, p point) {
 	}
 	cur[4] = cur[1] + cur[2] + cur[3]
 	rate := func(i int) float64 { return float64(cur[i]-r.last[i]) / dt }
-	p.T, p.Dt, p.Phase = round3(now.Sub(r.start).Seconds()), round3(dt), phase
+	// Dt to the microsecond: the series integrate (rate × dt) back to the
+	// counts, and at a thousand requests a second a millisecond of
+	// rounding would be a request per point.
+	p.T, p.Dt, p.Phase = round3(now.Sub(r.start).Seconds()), round6(dt), phase
 	p.Offered, p.Succeeded, p.Shed, p.Failed, p.Completed, p.Sent = round3(rate(0)), round3(rate(1)), round3(rate(2)), round3(rate(3)), round3(rate(4)), round3(rate(5))
 	r.sig = shed.Signals{SchedLatency: -1, CPU: -1, Runnable: -1} // unknown unless read
 	r.runtime.Read(0, &r.sig)
@@ -169,6 +172,11 @@ func (r *recorder) record(now time.Time, phase string, p point) {
 	}
 	r.series.Points = append(r.series.Points, p)
 	r.last, r.lastT = cur, now
+}
+
+func round6(x float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', 6, 64), 64)
+	return v
 }
 
 func round3(x float64) float64 {
