@@ -83,6 +83,17 @@ func TestAllocs(t *testing.T) {
 	// The default config, the benchmark's.
 	b, _ := New(Config{})
 	gate("default/do-success", func() { _ = b.Do(ctx, ok) })
+	// CountStats: its success counts allocate nothing either.
+	for _, compact := range []bool{false, true} {
+		b, _ := New(Config{CountStats: true, Compact: compact})
+		gate("CountStats/do-success", func() { _ = b.Do(ctx, ok) })
+		gate("CountStats/call", func() { _, _ = Call(ctx, b, func(context.Context) (int, error) { return 1, nil }) })
+		gate("CountStats/release", func() {
+			p, _ := b.Acquire()
+			b.Release(p, rampart.Success)
+		})
+		gate("CountStats/stats", func() { _ = b.Stats() })
+	}
 }
 
 // TestInstanceBytesAllocs gates the heap bytes of one live breaker on
@@ -98,6 +109,8 @@ func TestAllocs(t *testing.T) {
 // default layout adds its per-P rejection counters at the first trip, one
 // 64 B line per P after the first, up to 7. A breaker without a Name
 // shares its rejection errors; on a ManualTicker it has no open timer.
+// CountStats allocates its success counters at New: a 64 B line per P, up
+// to 8 (the trip's rejection lines and one for P 0), one with Compact.
 func TestInstanceBytesAllocs(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("the figures are for amd64, not %s", runtime.GOARCH)
@@ -146,6 +159,13 @@ func TestInstanceBytesAllocs(t *testing.T) {
 		want("consecutive", 448, mk(Config{Mode: Consecutive}, false))
 		want("consecutive, tripped", 448+lines, mk(Config{Mode: Consecutive}, true))
 		want("consecutive, Compact", 448, mk(Config{Mode: Consecutive, Compact: true}, false))
+		// CountStats: the per-P lines at New, one more for P 0's
+		// successes (up to 8 in all), which a trip then reuses; Compact:
+		// one line.
+		counted := int64(64 * min(procs, maxLines+1))
+		want("CountStats", 448+64+counted, mk(Config{CountStats: true}, false))
+		want("CountStats, tripped", 448+64+counted, mk(Config{CountStats: true}, true))
+		want("CountStats, Compact", 448+64+64, mk(Config{CountStats: true, Compact: true}, false))
 	}
 }
 

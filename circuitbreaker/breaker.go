@@ -179,11 +179,15 @@ type breakerCold struct {
 type settings struct {
 	fast  uint8 // fastCount, fastConsec: the closed success path needs no evaluation
 	timed bool  // the shorthands must read the clock before and after every call
+	// counted is Config.CountStats, beside fast: the success paths test it
+	// on the line they load fast from (in the padding: no byte more).
+	counted bool
 	Config
 }
 
 // derive sets the fields derived from the Config.
 func (s *settings) derive() {
+	s.counted = s.CountStats
 	s.timed = s.SlowCallDuration > 0 || s.Mode == TimeWindow || s.OnSuccess != nil || s.OnFailure != nil
 	s.fast = fastNone
 	if s.SlowCallDuration == 0 && s.OnSuccess == nil {
@@ -294,8 +298,70 @@ func New(cfg Config) (*Breaker, error) {
 		b.tw = newTimeWindow(int64(cfg.TimeWindow), cfg.Buckets)
 	}
 	_, b.hinted = cfg.Ticker.(*rampart.NanoTicker)
+	if cfg.CountStats {
+		b.allocCounters()
+	}
 	b.state.Store(genOne | uint64(Closed)) // generation 1: the zero Permit is stale
 	return b, nil
+}
+
+// allocCounters allocates, for CountStats, the per-P lines at New rather
+// than at the first trip: the rejection lines of P 1 to P nLines (as the
+// first trip would), then one line more for P 0's successes, which must
+// not go to the hot line that the healthy paths read (a write there would
+// move it between the cores on every success). With Compact: one line, for
+// the successes only (its rejections stay on the hot line).
+func (b *Breaker) allocCounters() {
+	if b.init.Compact {
+		b.lines.Store(unsafe.SliceData(make([]hotLine, 1)))
+		return
+	}
+	n := min(runtime.GOMAXPROCS(0), maxLines+1)
+	b.nLines = int32(n - 1)
+	b.lines.Store(unsafe.SliceData(make([]hotLine, n)))
+}
+
+// countSuccess counts one success (CountStats). The word is total, a spare
+// of the per-P lines (only rej and seq count rejections there): P p's own
+// line for 1 ≤ p ≤ nLines, the line after them for P 0, with a plain add
+// while pinned (as countRejection's); the Ps beyond (GOMAXPROCS raised
+// after New) and Compact add atomically to a spare word (fails, total)
+// that another P may write too.
+func (b *Breaker) countSuccess() {
+	lines := b.lines.Load() // set at New with CountStats, never nil here
+	if b.init.Compact {
+		unsafe.Slice(lines, 1)[0].total.Add(1)
+		return
+	}
+	n := int(b.nLines)
+	ls := unsafe.Slice(lines, n+1)
+	switch p := procPin(); {
+	case p == 0:
+		addOwned((*uint64)(unsafe.Pointer(&ls[n].total)))
+	case p <= n:
+		addOwned((*uint64)(unsafe.Pointer(&ls[p-1].total)))
+	default:
+		ls[p%(n+1)].fails.Add(1)
+	}
+	procUnpin()
+}
+
+// successes sums the success counters (see countSuccess).
+func (b *Breaker) successes() uint64 {
+	lines := b.lines.Load()
+	if !b.init.CountStats || lines == nil {
+		return 0
+	}
+	n := 1
+	if !b.init.Compact {
+		n = int(b.nLines) + 1
+	}
+	var sum uint64
+	ls := unsafe.Slice(lines, n)
+	for i := range ls {
+		sum += uint64(ls[i].total.Load()) + uint64(ls[i].fails.Load())
+	}
+	return sum
 }
 
 // Config returns the configuration with its defaults filled in.
@@ -513,6 +579,8 @@ func (b *Breaker) countRejection() {
 			b.rejected.Add(1)
 		case p <= int(b.nLines):
 			addOwned(&unsafe.Slice(lines, b.nLines)[p-1].rej)
+		case b.nLines == 0: // CountStats at GOMAXPROCS 1, raised since: no rejection line
+			b.rejected.Add(1)
 		default:
 			unsafe.Slice(lines, b.nLines)[(p-1)%int(b.nLines)].seq.Add(1)
 		}
@@ -583,6 +651,11 @@ func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
 
 // releaseAt is ReleaseAt under the configuration cs of the call.
 func (b *Breaker) releaseAt(cs *settings, p Permit, now int64, r rampart.Result) {
+	if cs.counted && r == rampart.Success {
+		// CountStats only; off, a test of a byte on the line of cs.fast,
+		// which the next line loads anyway.
+		b.countSuccess()
+	}
 	if r == rampart.Success && cs.fast == fastCount && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK(&b.hot.hotWords) {
 		return // ReleaseAt's fast path: a success over a healthy count window writes nothing
 	}
@@ -1044,10 +1117,15 @@ type Stats struct {
 	// that found the window full of successes (which changes nothing and
 	// is not written, so that a healthy breaker writes nothing). Other
 	// modes count no successes on the hot path and report 0.
-	Calls          uint64
-	Failures       uint64 // failures recorded (closed, half-open, metrics-only; in Consecutive mode slow calls included)
-	SlowCalls      uint64
-	Rejected       uint64 // rejected calls, summed over the per-P counters (see the package doc, Cost)
+	Calls     uint64
+	Failures  uint64 // failures recorded (closed, half-open, metrics-only; in Consecutive mode slow calls included)
+	SlowCalls uint64
+	Rejected  uint64 // rejected calls, summed over the per-P counters (see the package doc, Cost)
+	// Successes counts every Success released, in any state and with a
+	// stale permit too, only with Config.CountStats (0 otherwise): the
+	// count the hot path does not keep by default. Summed over per-P
+	// counters, as Rejected.
+	Successes      uint64
 	StaleResults   uint64 // results ignored because their permit was from an older generation
 	Transitions    uint64
 	Trips          uint64 // automatic transitions to Open
@@ -1079,6 +1157,7 @@ func (b *Breaker) Stats() Stats {
 		Transitions:         b.transitions.Load(),
 		Trips:               b.trips.Load(),
 		ListenerPanics:      b.listenerPanics.Load(),
+		Successes:           b.successes(),
 	}
 	switch b.init.Mode {
 	case CountWindow:

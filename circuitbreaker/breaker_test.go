@@ -1503,3 +1503,52 @@ func TestRejectionsBeyondEightPsWriteNoSharedWord(t *testing.T) {
 		t.Skip("the scheduler ran no goroutine on a P beyond the eighth")
 	}
 }
+
+// TestCountStatsCountsEverySuccess: with CountStats, Stats.Successes counts
+// every Success released, in each mode and layout: ReleaseAt's healthy
+// fast path, Do's and Call's, a half-open probe, a metrics-only and a
+// disabled breaker's, a stale permit's; failures and ignored results are
+// not successes. Without CountStats it stays 0.
+func TestCountStatsCountsEverySuccess(t *testing.T) {
+	ctx := context.Background()
+	ok := func(context.Context) error { return nil }
+	for _, mode := range []Mode{CountWindow, TimeWindow, Consecutive} {
+		for _, compact := range []bool{false, true} {
+			for _, counted := range []bool{false, true} {
+				b, tk := newTest(t, Config{Mode: mode, Compact: compact, CountStats: counted, WindowSize: 4, MinimumCalls: 4,
+					ConsecutiveFailures: 3, HalfOpenProbes: 2, OpenDuration: time.Second})
+				succeed := func() {
+					p, err := b.AcquireAt(tk.Now())
+					require.NoError(t, err)
+					b.ReleaseAt(p, tk.Now(), rampart.Success)
+				}
+				for range 6 { // past a full window: the fast path that writes nothing
+					succeed()
+				}
+				require.NoError(t, b.Do(ctx, ok))
+				_, err := Call(ctx, b, func(context.Context) (int, error) { return 1, nil })
+				require.NoError(t, err)
+				p, _ := b.Acquire()
+				b.Release(p, rampart.Success)
+				p, _ = b.Acquire()
+				b.Release(p, rampart.Ignored) // not a success
+				require.Error(t, b.Do(ctx, func(context.Context) error { return errBoom }))
+				stale, _ := b.AcquireAt(tk.Now())
+				b.TransitionTo(HalfOpen)
+				b.ReleaseAt(stale, tk.Now(), rampart.Success) // stale: counted as a success and a stale result
+				succeed()                                     // a probe
+				b.TransitionTo(MetricsOnly)
+				succeed()
+				b.TransitionTo(Disabled)
+				require.NoError(t, b.Do(ctx, ok))
+				s := b.Stats()
+				want := uint64(0)
+				if counted {
+					want = 13
+				}
+				require.Equal(t, want, s.Successes, "%v compact=%v CountStats=%v", mode, compact, counted)
+				require.EqualValues(t, 1, s.StaleResults)
+			}
+		}
+	}
+}

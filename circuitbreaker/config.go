@@ -99,6 +99,16 @@ type Config struct {
 	// every call reads, and pack a window's slots and buckets (see the
 	// package documentation, Memory).
 	Compact bool
+	// CountStats turns on the Successes counter of Stats: every Success
+	// released (Release, ReleaseAt, Do, Call), in every state and with a
+	// stale permit too, so that Successes + Failures is the results an
+	// operator's dashboard divides by. Off by default: a healthy breaker
+	// then writes nothing on a success. On, a success adds one to a
+	// counter of the P that runs the caller (pinned meanwhile: a plain add
+	// on a line no other P writes; Compact: one atomic add on a line of
+	// its own), allocated at New: one 64 B line per P up to 8 (128 B on
+	// arm64), one line with Compact. Fixed at construction.
+	CountStats bool
 
 	// Mode selects the health judgement: CountWindow (default), TimeWindow
 	// or Consecutive.
@@ -379,7 +389,7 @@ func percent(field string, v *float64, def float64) error {
 // reconfiguration" in the package documentation). It validates c exactly
 // as New does (zero fields mean the same defaults), and refuses with a
 // *rampart.ConfigError naming the field a change to a field fixed at
-// construction: Name, Ticker, Compact, Mode, WindowSize, TimeWindow,
+// construction: Name, Ticker, Compact, CountStats, Mode, WindowSize, TimeWindow,
 // Buckets (pass the Config New was given, or Config(), with the other
 // fields changed). An invalid or refused c changes nothing.
 //
@@ -418,6 +428,8 @@ func (b *Breaker) checkFixed(c *Config) error {
 		return cfgErr("Ticker", fixed+"the open period's end, the half-open period's start and the permits' starts are readings of the old clock, which another clock's do not compare with")
 	case c.Compact != old.Compact:
 		return cfgErr("Compact", fixed+"it chose where rejections are counted, which New laid out (got %v)", c.Compact)
+	case c.CountStats != old.CountStats:
+		return cfgErr("CountStats", fixed+"New allocated the success counters, or none (got %v)", c.CountStats)
 	case c.Mode != old.Mode:
 		return cfgErr("Mode", fixed+"the window New allocated (or none) is the judgement's, and the window holds the calls judged so far (got %v, built with %v)", c.Mode, old.Mode)
 	case c.WindowSize != old.WindowSize:

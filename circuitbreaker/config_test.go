@@ -113,6 +113,7 @@ func TestUpdateRefusals(t *testing.T) {
 		{"Ticker", with(func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }), true},
 		{"Ticker", with(func(c *Config) { c.Ticker = nil }), true}, // the default clock, not tk
 		{"Compact", with(func(c *Config) { c.Compact = true }), true},
+		{"CountStats", with(func(c *Config) { c.CountStats = true }), true},
 		{"Mode", with(func(c *Config) { c.Mode = Consecutive }), true},
 		{"WindowSize", with(func(c *Config) { c.WindowSize = 50 }), true},
 		{"TimeWindow", with(func(c *Config) { c.TimeWindow = time.Second }), true},

@@ -13,6 +13,9 @@ func (b *Breaker) successUntimed(cs *settings, p Permit) {
 		b.releaseAt(cs, p, rampart.NotRead, rampart.Success) // stale (counted there), or Disabled / MetricsOnly
 		return
 	}
+	if cs.counted { // CountStats only (see releaseAt)
+		b.countSuccess()
+	}
 	if cs.fast == fastCount {
 		// Atomics 2–3 (+0–3 counter adds while the window warms); a fast
 		// success in a warm window cannot raise any rate: no evaluation.

@@ -156,6 +156,16 @@
 // shared atomic word instead (Compact counts every rejection so, on its
 // hot line).
 //
+// Successes are not counted by default: a success into a healthy window
+// writes nothing, so Stats has Failures and Rejected but no count of the
+// calls that went well. [Config.CountStats] counts them (Stats.Successes),
+// as ratelimit's CountStats counts admissions: a pinned plain add to a
+// counter of the caller's P, on lines New allocates (one per P up to 8; one
+// with Compact, added to atomically), never the hot line. Off, it costs a
+// test of a byte the success paths load anyway. Like resilience4j's
+// numberOfSuccessfulCalls, which its ring buffer always keeps; here it is
+// opt-in because the default success path writes nothing.
+//
 // The open timer runs only where the breaker's NanoTicker and the tripping
 // goroutine are on the same side of a testing/synctest bubble's edge (both
 // outside, or both inside): a breaker shared across that edge (a
@@ -243,6 +253,7 @@
 //     and the permits' starts are readings of that clock, which another
 //     clock's do not compare with.
 //   - Compact: fixed: it chose where rejections are counted.
+//   - CountStats: fixed: New allocated the success counters, or none.
 //   - Mode: fixed: the window New allocated (or none) is the judgement's,
 //     and it holds the calls judged so far.
 //   - WindowSize: fixed: New allocated the slots, and a call's slot is its

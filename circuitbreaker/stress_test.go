@@ -575,3 +575,81 @@ func TestStressUpdatesRacingCalls(t *testing.T) {
 		t.Logf("%v: %+v", mode, s)
 	}
 }
+
+// TestStressSuccessesCountExactly: with CountStats, goroutines on every P
+// release successes (Do, Call, Release, ReleaseAt) and failures at once, a
+// reader summing Stats meanwhile: Successes is exactly the successes, and
+// Rejected the rejections of a trip in the middle, whatever GOMAXPROCS was
+// at New (1: no rejection line, 2, then raised to 4: Ps past the lines),
+// in both layouts.
+func TestStressSuccessesCountExactly(t *testing.T) {
+	const goroutines, each = 8, 2000
+	procs := runtime.GOMAXPROCS(0)
+	for _, c := range []struct {
+		name    string
+		compact bool
+		procsAt int // GOMAXPROCS at New; raised to 4 after
+	}{{"default/1 P", false, 1}, {"default/2 Ps", false, 2}, {"compact", true, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			runtime.GOMAXPROCS(c.procsAt)
+			tk := rampart.NewManualTicker(0)
+			b, err := New(Config{Ticker: tk, Compact: c.compact, CountStats: true, Mode: Consecutive, ConsecutiveFailures: 1 << 30})
+			require.NoError(t, err)
+			runtime.GOMAXPROCS(max(procs, 4))
+			defer runtime.GOMAXPROCS(procs)
+			var done atomic.Bool
+			var reader sync.WaitGroup
+			reader.Go(func() { // the sum, read while successes land, never exceeds them
+				for !done.Load() {
+					if n := b.Stats().Successes; n > goroutines*each {
+						t.Errorf("Successes %d > %d", n, goroutines*each)
+						return
+					}
+				}
+			})
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					for i := range each {
+						var err error
+						switch (g + i) % 4 {
+						case 0:
+							err = b.Do(ctx, func(context.Context) error { return nil })
+						case 1:
+							_, err = Call(ctx, b, func(context.Context) (int, error) { return 1, nil })
+						case 2:
+							var p Permit
+							if p, err = b.Acquire(); err == nil {
+								b.Release(p, rampart.Success)
+							}
+						default:
+							var p Permit
+							if p, err = b.AcquireAt(tk.Now()); err == nil {
+								b.ReleaseAt(p, tk.Now(), rampart.Success)
+							}
+						}
+						require.NoError(t, err)
+						p, err := b.AcquireAt(tk.Now()) // a failure between: not a success
+						require.NoError(t, err)
+						b.ReleaseAt(p, tk.Now(), rampart.Failure)
+					}
+				})
+			}
+			wg.Wait()
+			done.Store(true)
+			reader.Wait()
+			s := b.Stats()
+			require.EqualValues(t, goroutines*each, s.Successes)
+			require.EqualValues(t, goroutines*each, s.Failures)
+			require.True(t, b.TransitionTo(Open))
+			for range 10 {
+				_, err := b.AcquireAt(tk.Now())
+				require.ErrorIs(t, err, ErrOpen)
+			}
+			s = b.Stats()
+			require.EqualValues(t, 10, s.Rejected, "the success counters' lines keep the rejections exact")
+			require.EqualValues(t, goroutines*each, s.Successes)
+		})
+	}
+}
