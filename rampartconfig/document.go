@@ -175,10 +175,6 @@ type planned struct {
 	slots map[string]string
 }
 
-// configure adjusts each Config before it is built or applied: see
-// [Options.Configure].
-type configure func(name string, cfg any)
-
 // plan resolves the document into its instances, named ones first (in
 // kind order, by name), then each pipeline's inline policies and the
 // pipeline. It validates every instance by building it (and closing it),

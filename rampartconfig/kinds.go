@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
@@ -299,12 +298,4 @@ func lowerCamel(s string) string {
 	default: // an initialism followed by a word: keep the word's capital
 		return strings.ToLower(s[:n-1]) + s[n-1:]
 	}
-}
-
-// durationOf is the time.Duration of an optional spec value.
-func durationOf(d *Duration) time.Duration {
-	if d == nil {
-		return 0
-	}
-	return time.Duration(*d)
 }
