@@ -98,21 +98,13 @@ func (g *guard) buildDB(o options, reg *registry.Registry, tk rampart.Ticker) er
 		MaxOpenDuration:      time.Second, // a fixed probe period, the demo's phases are seconds long
 		HalfOpenProbes:       10,
 		HalfOpenSuccesses:    8,
-		Classify: func(err error) rampart.Result {
-			if errors.Is(err, errNoTime) {
-				return rampart.Ignored // nothing was asked of the database
-			}
-			return circuitbreaker.DefaultClassify(err)
-		},
+		Classify:             classifyDB,
 	}, groupDB)
 	if err != nil {
 		return err
 	}
-	budget, err := retry.NewTokenBucket(retry.TokenBucketConfig{MaxTokens: 100, TokenRatio: 0.1})
+	budget, err := retryBudget(reg)
 	if err != nil {
-		return err
-	}
-	if err := reg.Add("db-retry-budget", budget, groupDB); err != nil {
 		return err
 	}
 	rp, err := registry.Retry(reg, "db-retry", retry.Config{
@@ -120,7 +112,7 @@ func (g *guard) buildDB(o options, reg *registry.Registry, tk rampart.Ticker) er
 		MaxAttempts: 3,
 		BaseDelay:   time.Millisecond,
 		MaxDelay:    5 * time.Millisecond,
-		ShouldRetry: func(err error) bool { return errors.Is(err, errTransient) },
+		ShouldRetry: isTransient,
 		Budget:      budget,
 		Ticker:      tk,
 	}, groupDB)
@@ -133,6 +125,37 @@ func (g *guard) buildDB(o options, reg *registry.Registry, tk rampart.Ticker) er
 	}
 	g.db, g.dbLimit, g.breaker, g.retry, g.budget = db, dbLimit, breaker, rp, budget
 	return nil
+}
+
+// classifyDB is the database breaker's classification: a visit not
+// started for lack of time (errNoTime) asked nothing of the database.
+// A package-level func: a configuration reload (-config) must hand the
+// breaker the same func each time.
+func classifyDB(err error) rampart.Result {
+	if errors.Is(err, errNoTime) {
+		return rampart.Ignored
+	}
+	return circuitbreaker.DefaultClassify(err)
+}
+
+// isTransient is the database retry's ShouldRetry.
+func isTransient(err error) bool { return errors.Is(err, errTransient) }
+
+// retryBudget returns the database retries' A6 token bucket registered in
+// reg as "db-retry-budget", creating and registering it when absent (a
+// -config run creates it before the configured retry that uses it).
+func retryBudget(reg *registry.Registry) (*retry.TokenBucket, error) {
+	if b, ok := registry.Lookup[*retry.TokenBucket](reg, "db-retry-budget"); ok {
+		return b, nil
+	}
+	b, err := retry.NewTokenBucket(retry.TokenBucketConfig{MaxTokens: 100, TokenRatio: 0.1})
+	if err != nil {
+		return nil, err
+	}
+	if err := reg.Add("db-retry-budget", b, groupDB); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // handler wraps the service's protected handler in httpguard's middleware.

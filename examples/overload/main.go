@@ -76,6 +76,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rampart-go/rampart/rampartconfig"
 	"github.com/rampart-go/rampart/registry"
 )
 
@@ -101,9 +102,11 @@ type options struct {
 	cpuLoad                            float64
 	cpuWarmup, cpuOverload, cpuRecover time.Duration
 	cpuCapacity                        time.Duration
+	config                             string // a rampartconfig document for the protected database run, watched; "" for none
 	args                               []string
 	onStatus                           func(page, metrics string)         // tests: called once the status page and /metrics serve
 	onTick                             func(scenario, mode, phase string) // tests: called after each second's point is recorded
+	onConfig                           func(rampartconfig.Event)          // tests: called after each reload attempt of -config
 }
 
 func defaultOptions() options {
@@ -209,6 +212,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.out, "out", "", "write the per-second series (overload.json, overload.csv) and the chart (overload.svg, overload.html) into this directory")
 	fs.StringVar(&o.render, "render", "", "render the chart of a recorded overload.json into -out (default: its directory) instead of running")
 	fs.StringVar(&o.status, "status", o.status, "serve the live status page and /metrics on this loopback address while the demo runs (\"\": none)")
+	fs.StringVar(&o.config, "config", "", "build the protected database run's policies from this rampartconfig document (YAML or JSON, e.g. limits.yaml) and apply every change to it while the run lasts")
 	fs.StringVar(&o.scenario, "scenario", o.scenario, "which scenarios: db (the database slowdown), cpu (a CPU-bound handler at twice its capacity) or both (db, then cpu)")
 	fs.DurationVar(&o.cpuWork, "cpu-work", o.cpuWork, "cpu scenario: CPU time of one request on an idle core")
 	fs.DurationVar(&o.cpuChunk, "cpu-chunk", o.cpuChunk, "cpu scenario: the handler yields after each chunk of this much CPU")
@@ -341,6 +345,12 @@ func run(ctx context.Context, o options, w io.Writer) ([]result, error) {
 	if o.mode != "both" {
 		modes = []string{o.mode}
 	}
+	w = &lockedWriter{w: w}
+	if o.config != "" { // refused now rather than after the unprotected run
+		if _, err := rampartconfig.LoadFile(o.config); err != nil {
+			return nil, err
+		}
+	}
 	// One registry for the process, as a service has: each run registers
 	// its instances in it and removes them at its end.
 	reg := registry.New()
@@ -365,7 +375,7 @@ func run(ctx context.Context, o options, w io.Writer) ([]result, error) {
 		}
 		var results []result
 		for _, m := range modes {
-			r, err := runMode(ctx, o, dbScenario(o, reg), m, w, st, reg)
+			r, err := runMode(ctx, o, dbScenario(ctx, o, reg, w), m, w, st, reg)
 			if err != nil {
 				return append(all, results...), err
 			}
@@ -442,7 +452,7 @@ type target struct {
 
 // dbScenario is the database slowdown: the service of service.go,
 // unprotected or behind the guard of guard.go.
-func dbScenario(o options, reg *registry.Registry) scenario {
+func dbScenario(ctx context.Context, o options, reg *registry.Registry, w io.Writer) scenario {
 	return scenario{name: "db", phases: o.phases(), build: func(mode string) (*target, error) {
 		db, err := newDatabase(reg, o.pool(), o.dbVisit, o.dbErrors)
 		if err != nil {
@@ -456,13 +466,21 @@ func dbScenario(o options, reg *registry.Registry) scenario {
 			progress: func() string { return fmt.Sprintf("db waiting %4d", db.waiting.Load()) },
 		}
 		if mode == "protected" {
+			var lim *liveLimits
+			if o.config != "" {
+				if lim, err = startConfig(ctx, o.config, reg, w, o.onConfig); err != nil {
+					return nil, fmt.Errorf("-config: %w", err)
+				}
+				fmt.Fprintf(w, "config: %s built %s, watched while the protected run lasts\n", o.config, strings.Join(instanceNames(reg), ", "))
+			}
 			g, err := newGuard(o, reg)
 			if err != nil {
+				lim.close()
 				return nil, err
 			}
-			t.close = g.close
+			t.close = func() { g.close(); lim.close() }
 			if t.handler, err = g.handler(svc); err != nil {
-				g.close()
+				t.close()
 				return nil, err
 			}
 			t.snapshot = func(p *point) { p.DBWaiting = db.waiting.Load(); g.snapshot(p) }

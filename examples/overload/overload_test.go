@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/common/model"
 	"go.uber.org/goleak"
 
+	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/rampartconfig"
 	"github.com/rampart-go/rampart/registry"
 )
 
@@ -721,5 +723,81 @@ func TestSeriesIntegrateToTheCountsAtHighRates(t *testing.T) {
 	}
 	if want := float64(p.ok.Load()); math.Abs(got-want) > 0.01 {
 		t.Errorf("the series integrate to %.3f successes, the counters say %.0f", got, want)
+	}
+}
+
+// TestConfigFileSetsAndUpdatesTheLimits: -config builds the protected
+// database run's policies from the document (the guard gets them by name:
+// limits.yaml, the example file, gives the defaults' values), and the
+// watched file's changes reach the running instances: a valid one at once,
+// an invalid one reported and the limits in force kept.
+func TestConfigFileSetsAndUpdatesTheLimits(t *testing.T) {
+	example, err := os.ReadFile("limits.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	if err := os.WriteFile(path, example, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := defaultOptions()
+	reg := registry.New()
+	events := make(chan rampartconfig.Event, 8)
+	var out bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lim, err := startConfig(ctx, path, reg, &lockedWriter{w: &out}, func(e rampartconfig.Event) { events <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.close()
+	g, err := newGuard(o, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	if got, ok := registry.Lookup[*bulkhead.Bulkhead](reg, "db-bulkhead"); !ok || got != g.dbLimit {
+		t.Fatal("the guard did not get the document's db-bulkhead")
+	}
+	if g.dbLimit.Stats().Max != int64(o.pool()) || g.admission.Stats().Max != int64(o.admission()) || g.deadline.Duration() != o.deadline {
+		t.Errorf("limits.yaml: db max %d, admission max %d, deadline %v; the defaults are %d, %d, %v",
+			g.dbLimit.Stats().Max, g.admission.Stats().Max, g.deadline.Duration(), o.pool(), o.admission(), o.deadline)
+	}
+	next := func() rampartconfig.Event {
+		t.Helper()
+		select {
+		case e := <-events:
+			return e
+		case <-time.After(30 * time.Second): // a bound on a broken watcher, not a wait for the result
+			t.Fatal("no reload event")
+			return rampartconfig.Event{}
+		}
+	}
+	write := func(old, new string) {
+		t.Helper()
+		b := bytes.Replace(example, []byte(old), []byte(new), 1)
+		if bytes.Equal(b, example) {
+			t.Fatalf("limits.yaml has no %q", old)
+		}
+		// As an editor saves: a new file renamed onto the old one, so the
+		// watcher never reads a half-written file.
+		tmp := path + ".new"
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("max: 8 ", "max: 4 ")
+	if e := next(); e.Err != nil || g.dbLimit.Stats().Max != 4 {
+		t.Errorf("after max 8 -> 4: event %+v, db-bulkhead max %d", e, g.dbLimit.Stats().Max)
+	}
+	write("max: 8 ", "max: -1 ")
+	if e := next(); e.Err == nil || g.dbLimit.Stats().Max != 4 {
+		t.Errorf("after max -1: event %+v, db-bulkhead max %d (4 kept)", e, g.dbLimit.Stats().Max)
+	}
+	if !strings.Contains(out.String(), "applied, version") || !strings.Contains(out.String(), "not applied") {
+		t.Errorf("reload lines: %q", out.String())
 	}
 }

@@ -87,12 +87,17 @@ func (s *status) close() {
 // end: the next run registers its own under the same names). The registry
 // does not own them: closing what needs it is the run's business.
 func clearRegistry(reg *registry.Registry) {
+	for _, n := range instanceNames(reg) {
+		reg.Remove(n)
+	}
+}
+
+// instanceNames lists reg's names in order.
+func instanceNames(reg *registry.Registry) []string {
 	var names []string
 	reg.Range(func(name string, _ any) bool {
 		names = append(names, name)
 		return true
 	})
-	for _, n := range names {
-		reg.Remove(n)
-	}
+	return names
 }
