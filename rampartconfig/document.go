@@ -54,14 +54,22 @@ type Document struct {
 	// Defaults holds the fields every instance of a kind inherits.
 	Defaults Defaults `json:"defaults,omitzero" yaml:"defaults,omitempty"`
 
-	Breakers            map[string]*BreakerSpec            `json:"breakers,omitempty" yaml:"breakers,omitempty"`
-	RateLimiters        map[string]*RateLimiterSpec        `json:"rateLimiters,omitempty" yaml:"rateLimiters,omitempty"`
+	// Breakers are the named circuit breakers.
+	Breakers map[string]*BreakerSpec `json:"breakers,omitempty" yaml:"breakers,omitempty"`
+	// RateLimiters are the named rate limiters (ratelimit.Limiter).
+	RateLimiters map[string]*RateLimiterSpec `json:"rateLimiters,omitempty" yaml:"rateLimiters,omitempty"`
+	// ShardedRateLimiters are the named sharded rate limiters.
 	ShardedRateLimiters map[string]*ShardedRateLimiterSpec `json:"shardedRateLimiters,omitempty" yaml:"shardedRateLimiters,omitempty"`
-	Bulkheads           map[string]*BulkheadSpec           `json:"bulkheads,omitempty" yaml:"bulkheads,omitempty"`
-	AdaptiveLimiters    map[string]*AdaptiveSpec           `json:"adaptiveLimiters,omitempty" yaml:"adaptiveLimiters,omitempty"`
-	Retries             map[string]*RetrySpec              `json:"retries,omitempty" yaml:"retries,omitempty"`
-	Timeouts            map[string]*TimeoutSpec            `json:"timeouts,omitempty" yaml:"timeouts,omitempty"`
-	Hedgers             map[string]*HedgeSpec              `json:"hedgers,omitempty" yaml:"hedgers,omitempty"`
+	// Bulkheads are the named bulkheads.
+	Bulkheads map[string]*BulkheadSpec `json:"bulkheads,omitempty" yaml:"bulkheads,omitempty"`
+	// AdaptiveLimiters are the named adaptive concurrency limiters.
+	AdaptiveLimiters map[string]*AdaptiveSpec `json:"adaptiveLimiters,omitempty" yaml:"adaptiveLimiters,omitempty"`
+	// Retries are the named retry policies.
+	Retries map[string]*RetrySpec `json:"retries,omitempty" yaml:"retries,omitempty"`
+	// Timeouts are the named timeouts.
+	Timeouts map[string]*TimeoutSpec `json:"timeouts,omitempty" yaml:"timeouts,omitempty"`
+	// Hedgers are the named hedgers.
+	Hedgers map[string]*HedgeSpec `json:"hedgers,omitempty" yaml:"hedgers,omitempty"`
 
 	// Pipelines are the pipelines by name.
 	Pipelines map[string]*PipelineSpec `json:"pipelines,omitempty" yaml:"pipelines,omitempty"`
@@ -78,8 +86,10 @@ func (d *Document) Hash() string { return d.hash }
 // *rampart.ConfigError when the policy's own validation found it, so that
 // errors.Is(err, rampart.ErrInvalidConfig) holds.
 type FieldError struct {
+	// Path is the value's place in the document, dot-separated.
 	Path string
-	Err  error
+	// Err is what is wrong with it.
+	Err error
 
 	field string // the Config field, for a policy's own error
 }

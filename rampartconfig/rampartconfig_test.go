@@ -628,3 +628,43 @@ func TestLowerCamelIsEveryTag(t *testing.T) {
 		}
 	}
 }
+
+// onBulkheadRejected is a listener kept in a variable, so that every
+// reload hands the bulkhead the func value it was built with.
+var onBulkheadRejected = func(int64, time.Duration) {}
+
+func TestOptionsConfigureSetsCodeFieldsOnEveryLoadAndReload(t *testing.T) {
+	var calls []string
+	var trips int
+	o := Options{Configure: func(name string, cfg any) {
+		calls = append(calls, name)
+		switch c := cfg.(type) {
+		case *circuitbreaker.Config:
+			c.OnStateChange = func(_, to circuitbreaker.State) {
+				if to == circuitbreaker.Open {
+					trips++
+				}
+			}
+		case *bulkhead.Config:
+			c.OnRejected = onBulkheadRejected
+		}
+	}}
+	l := mustBuild(t, mustLoad(t, "breakers: {b: {windowSize: 10, minimumCalls: 10}}\nbulkheads: {k: {max: 1}}"), o)
+	open(t, get[*circuitbreaker.Breaker](t, l, "b"))
+	if trips != 1 {
+		t.Errorf("OnStateChange saw %d trips, want 1", trips)
+	}
+	k := get[*bulkhead.Bulkhead](t, l, "k")
+	if err := l.Apply(mustLoad(t, "breakers: {b: {windowSize: 10, minimumCalls: 10}}\nbulkheads: {k: {max: 3, groups: [g]}}")); err != nil {
+		t.Fatalf("a reload with the same listener: %v", err)
+	}
+	if get[*bulkhead.Bulkhead](t, l, "k") != k || k.Max() != 3 {
+		t.Error("the bulkhead was not updated in place")
+	}
+	if g := l.Registry().Groups("k"); len(g) != 1 || g[0] != "g" {
+		t.Errorf("groups %v after a regroup, want [g]", g)
+	}
+	if !strings.Contains(strings.Join(calls, ","), "k") {
+		t.Errorf("Configure was not called for k: %v", calls)
+	}
+}

@@ -26,7 +26,7 @@ var schemaBase = map[string]string{
 
 // schemaDocs documents every field of every kind, by "kind.path".
 var schemaDocs = map[string]fieldDoc{
-	"breaker.compact":               {"false", "always", "true", "lay out without cache-line padding (see the Compact vocabulary)"},
+	"breaker.compact":               {"false", "always", "true", "the policy's Config.Compact: no cache-line padding (smaller, for many cold instances)"},
 	"breaker.mode":                  {"count", "always", "consecutive", "count, time or consecutive: how health is judged when closed"},
 	"breaker.windowSize":            {"100", "always", "20", "calls a count window judges (at most 1048576)"},
 	"breaker.timeWindow":            {"10s", "always", "20s", "span a time window judges"},
@@ -52,7 +52,7 @@ var schemaDocs = map[string]fieldDoc{
 	"rateLimiter.capacity":   {"none", "", "={capacity: 8, refillRate: 3}", "token bucket size (with refillRate)"},
 	"rateLimiter.refillRate": {"none", "", "={capacity: 8, refillRate: 3}", "token bucket refill, tokens per second (with capacity)"},
 	"rateLimiter.countStats": {"false", "always", "true", "count admissions and rejections in Stats"},
-	"rateLimiter.compact":    {"false", "always", "true", "lay out without cache-line padding"},
+	"rateLimiter.compact":    {"false", "always", "true", "the policy's Config.Compact: no cache-line padding (smaller, for many cold instances)"},
 
 	"shardedRateLimiter.rate":       {"none: set one rate form", "", "200", "total admissions per second, split between the shards"},
 	"shardedRateLimiter.burst":      {"1 (rate), limit, capacity", "", "10", "total burst, split between the shards"},
@@ -65,7 +65,7 @@ var schemaDocs = map[string]fieldDoc{
 
 	"bulkhead.max":     {"none: required, at least 1", "", "5", "calls in flight at once"},
 	"bulkhead.maxWait": {"0 (fail fast)", "between 0 and positive", "1s", "how long a call waits for a permit"},
-	"bulkhead.compact": {"false", "always", "true", "lay out without cache-line padding"},
+	"bulkhead.compact": {"false", "always", "true", "the policy's Config.Compact: no cache-line padding (smaller, for many cold instances)"},
 
 	"adaptive.algorithm":                         {"vegas with its defaults", "", "{aimd: {}}", "exactly one of vegas, aimd, gradient2; another algorithm starts afresh at the kept limit"},
 	"adaptive.algorithm.vegas":                   {"", "", "{vegas: {alpha: 3}}", "Vegas: queue estimated from the RTT (Netflix concurrency-limits VegasLimit)"},
@@ -101,7 +101,7 @@ var schemaDocs = map[string]fieldDoc{
 	"adaptive.queue.interval":                    {"100ms", "", "{interval: 200ms}", "time non-empty before overloaded, longest wait otherwise"},
 	"adaptive.queue.fifo":                        {"false", "", "{fifo: true}", "serve oldest first always (no adaptive LIFO)"},
 	"adaptive.maxSampleStride":                   {"64", "", "16", "at least one call in this many is timed (a power of two, 1 to 1024)"},
-	"adaptive.compact":                           {"false", "always", "true", "lay out without cache-line padding"},
+	"adaptive.compact":                           {"false", "always", "true", "the policy's Config.Compact: no cache-line padding (smaller, for many cold instances)"},
 
 	"retry.maxAttempts": {"3", "", "5", "attempts in all, the first included"},
 	"retry.maxDuration": {"0 (no limit)", "between 0 and positive", "1s", "time from the first attempt's start to the last one's"},

@@ -70,162 +70,338 @@ type Meta struct {
 
 // BreakerSpec configures a circuitbreaker.Breaker.
 type BreakerSpec struct {
-	Meta                  `json:",inline" yaml:",inline"`
-	Compact               *bool     `json:"compact,omitempty" yaml:"compact,omitempty"`
-	Mode                  *string   `json:"mode,omitempty" yaml:"mode,omitempty"`
-	WindowSize            *int      `json:"windowSize,omitempty" yaml:"windowSize,omitempty"`
-	TimeWindow            *Duration `json:"timeWindow,omitempty" yaml:"timeWindow,omitempty"`
-	Buckets               *int      `json:"buckets,omitempty" yaml:"buckets,omitempty"`
-	ConsecutiveFailures   *int      `json:"consecutiveFailures,omitempty" yaml:"consecutiveFailures,omitempty"`
-	FailureRateThreshold  *float64  `json:"failureRateThreshold,omitempty" yaml:"failureRateThreshold,omitempty"`
-	SlowCallDuration      *Duration `json:"slowCallDuration,omitempty" yaml:"slowCallDuration,omitempty"`
-	SlowCallRateThreshold *float64  `json:"slowCallRateThreshold,omitempty" yaml:"slowCallRateThreshold,omitempty"`
-	MinimumCalls          *int      `json:"minimumCalls,omitempty" yaml:"minimumCalls,omitempty"`
-	OpenDuration          *Duration `json:"openDuration,omitempty" yaml:"openDuration,omitempty"`
-	MaxOpenDuration       *Duration `json:"maxOpenDuration,omitempty" yaml:"maxOpenDuration,omitempty"`
-	OpenBackoffFactor     *float64  `json:"openBackoffFactor,omitempty" yaml:"openBackoffFactor,omitempty"`
-	OpenJitter            *float64  `json:"openJitter,omitempty" yaml:"openJitter,omitempty"`
-	HalfOpenProbes        *int      `json:"halfOpenProbes,omitempty" yaml:"halfOpenProbes,omitempty"`
-	HalfOpenMaxConcurrent *int      `json:"halfOpenMaxConcurrent,omitempty" yaml:"halfOpenMaxConcurrent,omitempty"`
-	HalfOpenSuccesses     *int      `json:"halfOpenSuccesses,omitempty" yaml:"halfOpenSuccesses,omitempty"`
-	MaxHalfOpenDuration   *Duration `json:"maxHalfOpenDuration,omitempty" yaml:"maxHalfOpenDuration,omitempty"`
+	Meta `json:",inline" yaml:",inline"`
+	// Compact: the policy's Config.Compact: no cache-line padding (smaller,
+	// for many cold instances). Default false. Reload: fixed.
+	Compact *bool `json:"compact,omitempty" yaml:"compact,omitempty"`
+	// Mode: count, time or consecutive: how health is judged when closed.
+	// Default count. Reload: fixed.
+	Mode *string `json:"mode,omitempty" yaml:"mode,omitempty"`
+	// WindowSize: calls a count window judges (at most 1048576). Default 100.
+	// Reload: fixed.
+	WindowSize *int `json:"windowSize,omitempty" yaml:"windowSize,omitempty"`
+	// TimeWindow: span a time window judges. Default 10s. Reload: fixed.
+	TimeWindow *Duration `json:"timeWindow,omitempty" yaml:"timeWindow,omitempty"`
+	// Buckets: buckets of a time window (at most 1024). Default 10. Reload:
+	// fixed.
+	Buckets *int `json:"buckets,omitempty" yaml:"buckets,omitempty"`
+	// ConsecutiveFailures: failures in a row that trip a consecutive breaker.
+	// Default 5. Reload: updatable.
+	ConsecutiveFailures *int `json:"consecutiveFailures,omitempty" yaml:"consecutiveFailures,omitempty"`
+	// FailureRateThreshold: failure rate (percent, in (0, 100]) that trips a
+	// windowed breaker. Default 50. Reload: updatable.
+	FailureRateThreshold *float64 `json:"failureRateThreshold,omitempty" yaml:"failureRateThreshold,omitempty"`
+	// SlowCallDuration: duration from which a call counts as slow. Default 0
+	// (no slow-call detection). Reload: updatable.
+	SlowCallDuration *Duration `json:"slowCallDuration,omitempty" yaml:"slowCallDuration,omitempty"`
+	// SlowCallRateThreshold: slow-call rate (percent) that trips. Default 100.
+	// Reload: updatable.
+	SlowCallRateThreshold *float64 `json:"slowCallRateThreshold,omitempty" yaml:"slowCallRateThreshold,omitempty"`
+	// MinimumCalls: calls a window must hold before a rate is judged. Default
+	// 10 (capped at windowSize). Reload: updatable.
+	MinimumCalls *int `json:"minimumCalls,omitempty" yaml:"minimumCalls,omitempty"`
+	// OpenDuration: how long the breaker stays open after a trip from closed.
+	// Default 5s. Reload: updatable.
+	OpenDuration *Duration `json:"openDuration,omitempty" yaml:"openDuration,omitempty"`
+	// MaxOpenDuration: cap of the open duration as it grows. Default max(60s,
+	// openDuration). Reload: updatable.
+	MaxOpenDuration *Duration `json:"maxOpenDuration,omitempty" yaml:"maxOpenDuration,omitempty"`
+	// OpenBackoffFactor: growth of the open duration after each failed
+	// half-open period (at least 1). Default 2. Reload: updatable.
+	OpenBackoffFactor *float64 `json:"openBackoffFactor,omitempty" yaml:"openBackoffFactor,omitempty"`
+	// OpenJitter: fraction in [0, 1) by which each open duration is shortened
+	// at random. Default 0. Reload: updatable.
+	OpenJitter *float64 `json:"openJitter,omitempty" yaml:"openJitter,omitempty"`
+	// HalfOpenProbes: calls admitted in one half-open period (at most 255).
+	// Default 5. Reload: updatable.
+	HalfOpenProbes *int `json:"halfOpenProbes,omitempty" yaml:"halfOpenProbes,omitempty"`
+	// HalfOpenMaxConcurrent: probes in flight at once. Default halfOpenProbes.
+	// Reload: updatable.
+	HalfOpenMaxConcurrent *int `json:"halfOpenMaxConcurrent,omitempty" yaml:"halfOpenMaxConcurrent,omitempty"`
+	// HalfOpenSuccesses: successful probes that close the breaker. Default 0
+	// (judge the probes by the thresholds). Reload: updatable.
+	HalfOpenSuccesses *int `json:"halfOpenSuccesses,omitempty" yaml:"halfOpenSuccesses,omitempty"`
+	// MaxHalfOpenDuration: how long a half-open period waits on its probes.
+	// Default 0 (no bound). Reload: updatable.
+	MaxHalfOpenDuration *Duration `json:"maxHalfOpenDuration,omitempty" yaml:"maxHalfOpenDuration,omitempty"`
 }
 
 // RateLimiterSpec configures a ratelimit.Limiter: one of the three rate
 // forms (rate and burst; limit per period; capacity and refillRate).
 type RateLimiterSpec struct {
-	Meta       `json:",inline" yaml:",inline"`
-	Rate       *float64  `json:"rate,omitempty" yaml:"rate,omitempty"`
-	Burst      *int      `json:"burst,omitempty" yaml:"burst,omitempty"`
-	Limit      *int      `json:"limit,omitempty" yaml:"limit,omitempty"`
-	Period     *Duration `json:"period,omitempty" yaml:"period,omitempty"`
-	Capacity   *int      `json:"capacity,omitempty" yaml:"capacity,omitempty"`
-	RefillRate *float64  `json:"refillRate,omitempty" yaml:"refillRate,omitempty"`
-	CountStats *bool     `json:"countStats,omitempty" yaml:"countStats,omitempty"`
-	Compact    *bool     `json:"compact,omitempty" yaml:"compact,omitempty"`
+	Meta `json:",inline" yaml:",inline"`
+	// Rate: admissions per second (1e-9 to 1e9), with burst. Default none: set
+	// one rate form. Reload: updatable.
+	Rate *float64 `json:"rate,omitempty" yaml:"rate,omitempty"`
+	// Burst: admissions back to back after an idle period. Default 1 (rate),
+	// limit, capacity. Reload: updatable.
+	Burst *int `json:"burst,omitempty" yaml:"burst,omitempty"`
+	// Limit: admissions per period. Default none. Reload: updatable.
+	Limit *int `json:"limit,omitempty" yaml:"limit,omitempty"`
+	// Period: the window of limit (changes only with limit set). Default 1s.
+	// Reload: updatable.
+	Period *Duration `json:"period,omitempty" yaml:"period,omitempty"`
+	// Capacity: token bucket size (with refillRate). Default none. Reload:
+	// updatable.
+	Capacity *int `json:"capacity,omitempty" yaml:"capacity,omitempty"`
+	// RefillRate: token bucket refill, tokens per second (with capacity).
+	// Default none. Reload: updatable.
+	RefillRate *float64 `json:"refillRate,omitempty" yaml:"refillRate,omitempty"`
+	// CountStats: count admissions and rejections in Stats. Default false.
+	// Reload: fixed.
+	CountStats *bool `json:"countStats,omitempty" yaml:"countStats,omitempty"`
+	// Compact: the policy's Config.Compact: no cache-line padding (smaller,
+	// for many cold instances). Default false. Reload: fixed.
+	Compact *bool `json:"compact,omitempty" yaml:"compact,omitempty"`
 }
 
 // ShardedRateLimiterSpec configures a ratelimit.Sharded: the total limit,
 // split between Shards sub-limiters.
 type ShardedRateLimiterSpec struct {
-	Meta       `json:",inline" yaml:",inline"`
-	Rate       *float64  `json:"rate,omitempty" yaml:"rate,omitempty"`
-	Burst      *int      `json:"burst,omitempty" yaml:"burst,omitempty"`
-	Limit      *int      `json:"limit,omitempty" yaml:"limit,omitempty"`
-	Period     *Duration `json:"period,omitempty" yaml:"period,omitempty"`
-	Capacity   *int      `json:"capacity,omitempty" yaml:"capacity,omitempty"`
-	RefillRate *float64  `json:"refillRate,omitempty" yaml:"refillRate,omitempty"`
-	CountStats *bool     `json:"countStats,omitempty" yaml:"countStats,omitempty"`
-	Shards     *int      `json:"shards,omitempty" yaml:"shards,omitempty"`
+	Meta `json:",inline" yaml:",inline"`
+	// Rate: total admissions per second, split between the shards. Default
+	// none: set one rate form. Reload: updatable.
+	Rate *float64 `json:"rate,omitempty" yaml:"rate,omitempty"`
+	// Burst: total burst, split between the shards. Default 1 (rate), limit,
+	// capacity. Reload: updatable.
+	Burst *int `json:"burst,omitempty" yaml:"burst,omitempty"`
+	// Limit: total admissions per period. Default none. Reload: updatable.
+	Limit *int `json:"limit,omitempty" yaml:"limit,omitempty"`
+	// Period: the window of limit (changes only with limit set). Default 1s.
+	// Reload: updatable.
+	Period *Duration `json:"period,omitempty" yaml:"period,omitempty"`
+	// Capacity: total token bucket size. Default none. Reload: updatable.
+	Capacity *int `json:"capacity,omitempty" yaml:"capacity,omitempty"`
+	// RefillRate: total token bucket refill per second. Default none. Reload:
+	// updatable.
+	RefillRate *float64 `json:"refillRate,omitempty" yaml:"refillRate,omitempty"`
+	// CountStats: count admissions and rejections in Stats. Default false.
+	// Reload: fixed.
+	CountStats *bool `json:"countStats,omitempty" yaml:"countStats,omitempty"`
+	// Shards: sub-limiters. Default GOMAXPROCS (at most 64). Reload: fixed.
+	Shards *int `json:"shards,omitempty" yaml:"shards,omitempty"`
 }
 
 // BulkheadSpec configures a bulkhead.Bulkhead.
 type BulkheadSpec struct {
-	Meta    `json:",inline" yaml:",inline"`
-	Max     *int      `json:"max,omitempty" yaml:"max,omitempty"`
+	Meta `json:",inline" yaml:",inline"`
+	// Max: calls in flight at once. Default none: required, at least 1.
+	// Reload: updatable.
+	Max *int `json:"max,omitempty" yaml:"max,omitempty"`
+	// MaxWait: how long a call waits for a permit. Default 0 (fail fast).
+	// Reload: fixed between 0 and positive.
 	MaxWait *Duration `json:"maxWait,omitempty" yaml:"maxWait,omitempty"`
-	Compact *bool     `json:"compact,omitempty" yaml:"compact,omitempty"`
+	// Compact: the policy's Config.Compact: no cache-line padding (smaller,
+	// for many cold instances). Default false. Reload: fixed.
+	Compact *bool `json:"compact,omitempty" yaml:"compact,omitempty"`
 }
 
 // AdaptiveSpec configures an adaptive.Limiter.
 type AdaptiveSpec struct {
-	Meta             `json:",inline" yaml:",inline"`
-	Algorithm        *AlgorithmSpec  `json:"algorithm,omitempty" yaml:"algorithm,omitempty"`
-	InitialLimit     *int            `json:"initialLimit,omitempty" yaml:"initialLimit,omitempty"`
-	MinLimit         *int            `json:"minLimit,omitempty" yaml:"minLimit,omitempty"`
-	MaxLimit         *int            `json:"maxLimit,omitempty" yaml:"maxLimit,omitempty"`
-	Window           *Duration       `json:"window,omitempty" yaml:"window,omitempty"`
-	MinWindowSamples *int            `json:"minWindowSamples,omitempty" yaml:"minWindowSamples,omitempty"`
-	Partitions       []PartitionSpec `json:"partitions,omitempty" yaml:"partitions,omitempty"`
-	Queue            *QueueSpec      `json:"queue,omitempty" yaml:"queue,omitempty"`
-	MaxSampleStride  *int            `json:"maxSampleStride,omitempty" yaml:"maxSampleStride,omitempty"`
-	Compact          *bool           `json:"compact,omitempty" yaml:"compact,omitempty"`
+	Meta `json:",inline" yaml:",inline"`
+	// Algorithm: exactly one of vegas, aimd, gradient2; another algorithm
+	// starts afresh at the kept limit. Default vegas with its defaults.
+	// Reload: updatable.
+	Algorithm *AlgorithmSpec `json:"algorithm,omitempty" yaml:"algorithm,omitempty"`
+	// InitialLimit: limit before the first window (validated, not applied by a
+	// reload). Default 20. Reload: updatable.
+	InitialLimit *int `json:"initialLimit,omitempty" yaml:"initialLimit,omitempty"`
+	// MinLimit: least limit. Default 1. Reload: updatable.
+	MinLimit *int `json:"minLimit,omitempty" yaml:"minLimit,omitempty"`
+	// MaxLimit: greatest limit. Default 1000. Reload: updatable.
+	MaxLimit *int `json:"maxLimit,omitempty" yaml:"maxLimit,omitempty"`
+	// Window: least duration of an aggregation window. Default 1s. Reload:
+	// updatable.
+	Window *Duration `json:"window,omitempty" yaml:"window,omitempty"`
+	// MinWindowSamples: successful calls a window must hold before it ends.
+	// Default 10. Reload: updatable.
+	MinWindowSamples *int `json:"minWindowSamples,omitempty" yaml:"minWindowSamples,omitempty"`
+	// Partitions: shares of the limit by priority (summing to at most 1);
+	// shares updatable. Default none. Reload: fixed their number.
+	Partitions []PartitionSpec `json:"partitions,omitempty" yaml:"partitions,omitempty"`
+	// Queue: the waiting queue (CoDel, adaptive LIFO). Default no queue.
+	// Reload: updatable.
+	Queue *QueueSpec `json:"queue,omitempty" yaml:"queue,omitempty"`
+	// MaxSampleStride: at least one call in this many is timed (a power of
+	// two, 1 to 1024). Default 64. Reload: updatable.
+	MaxSampleStride *int `json:"maxSampleStride,omitempty" yaml:"maxSampleStride,omitempty"`
+	// Compact: the policy's Config.Compact: no cache-line padding (smaller,
+	// for many cold instances). Default false. Reload: fixed.
+	Compact *bool `json:"compact,omitempty" yaml:"compact,omitempty"`
 }
 
 // AlgorithmSpec names an adaptive limiter's algorithm: exactly one of its
 // fields is set.
 type AlgorithmSpec struct {
-	Vegas     *VegasSpec     `json:"vegas,omitempty" yaml:"vegas,omitempty"`
-	AIMD      *AIMDSpec      `json:"aimd,omitempty" yaml:"aimd,omitempty"`
+	// Vegas: Vegas: queue estimated from the RTT (Netflix concurrency-limits
+	// VegasLimit). Reload: updatable.
+	Vegas *VegasSpec `json:"vegas,omitempty" yaml:"vegas,omitempty"`
+	// AIMD: AIMD: additive increase, multiplicative decrease. Reload:
+	// updatable.
+	AIMD *AIMDSpec `json:"aimd,omitempty" yaml:"aimd,omitempty"`
+	// Gradient2: Gradient2: short against long RTT average (Netflix
+	// concurrency-limits Gradient2Limit). Reload: updatable.
 	Gradient2 *Gradient2Spec `json:"gradient2,omitempty" yaml:"gradient2,omitempty"`
 }
 
 // VegasSpec is adaptive.Vegas.
 type VegasSpec struct {
-	Alpha         *float64 `json:"alpha,omitempty" yaml:"alpha,omitempty"`
-	Beta          *float64 `json:"beta,omitempty" yaml:"beta,omitempty"`
-	Smoothing     *float64 `json:"smoothing,omitempty" yaml:"smoothing,omitempty"`
-	ProbeInterval *int     `json:"probeInterval,omitempty" yaml:"probeInterval,omitempty"`
-	ProbeLimit    *int     `json:"probeLimit,omitempty" yaml:"probeLimit,omitempty"`
+	// Alpha: lower queue target, times log10(limit). Default 2. Reload:
+	// updatable.
+	Alpha *float64 `json:"alpha,omitempty" yaml:"alpha,omitempty"`
+	// Beta: upper queue target, times log10(limit); above alpha. Default 4.
+	// Reload: updatable.
+	Beta *float64 `json:"beta,omitempty" yaml:"beta,omitempty"`
+	// Smoothing: weight of the new limit, in (0, 1]. Default 1. Reload:
+	// updatable.
+	Smoothing *float64 `json:"smoothing,omitempty" yaml:"smoothing,omitempty"`
+	// ProbeInterval: windows between RTT baseline re-measurements; negative
+	// disables. Default 100. Reload: updatable.
+	ProbeInterval *int `json:"probeInterval,omitempty" yaml:"probeInterval,omitempty"`
+	// ProbeLimit: limit held during a re-measurement. Default 1. Reload:
+	// updatable.
+	ProbeLimit *int `json:"probeLimit,omitempty" yaml:"probeLimit,omitempty"`
+	// DropThreshold: drop rate above which a window is a loss. Default 0.05.
+	// Reload: updatable.
 	DropThreshold *float64 `json:"dropThreshold,omitempty" yaml:"dropThreshold,omitempty"`
 }
 
 // AIMDSpec is adaptive.AIMD.
 type AIMDSpec struct {
-	Backoff       *float64  `json:"backoff,omitempty" yaml:"backoff,omitempty"`
-	Increase      *float64  `json:"increase,omitempty" yaml:"increase,omitempty"`
-	Timeout       *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
-	DropThreshold *float64  `json:"dropThreshold,omitempty" yaml:"dropThreshold,omitempty"`
+	// Backoff: factor of the limit after a loss, in (0, 1). Default 0.9.
+	// Reload: updatable.
+	Backoff *float64 `json:"backoff,omitempty" yaml:"backoff,omitempty"`
+	// Increase: limit added after a window without loss. Default 1. Reload:
+	// updatable.
+	Increase *float64 `json:"increase,omitempty" yaml:"increase,omitempty"`
+	// Timeout: RTT from which a window is a loss. Default 0 (only failures are
+	// losses). Reload: updatable.
+	Timeout *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	// DropThreshold: drop rate above which a window is a loss. Default 0.05.
+	// Reload: updatable.
+	DropThreshold *float64 `json:"dropThreshold,omitempty" yaml:"dropThreshold,omitempty"`
 }
 
 // Gradient2Spec is adaptive.Gradient2.
 type Gradient2Spec struct {
-	Tolerance     *float64 `json:"tolerance,omitempty" yaml:"tolerance,omitempty"`
-	QueueSize     *float64 `json:"queueSize,omitempty" yaml:"queueSize,omitempty"`
-	Smoothing     *float64 `json:"smoothing,omitempty" yaml:"smoothing,omitempty"`
-	LongWindow    *int     `json:"longWindow,omitempty" yaml:"longWindow,omitempty"`
-	ProbeInterval *int     `json:"probeInterval,omitempty" yaml:"probeInterval,omitempty"`
-	ProbeLimit    *int     `json:"probeLimit,omitempty" yaml:"probeLimit,omitempty"`
+	// Tolerance: RTT ratio tolerated before the limit shrinks, at least 1.
+	// Default 1.05. Reload: updatable.
+	Tolerance *float64 `json:"tolerance,omitempty" yaml:"tolerance,omitempty"`
+	// QueueSize: headroom added every window. Default 4. Reload: updatable.
+	QueueSize *float64 `json:"queueSize,omitempty" yaml:"queueSize,omitempty"`
+	// Smoothing: weight of the new limit, in (0, 1]. Default 0.2. Reload:
+	// updatable.
+	Smoothing *float64 `json:"smoothing,omitempty" yaml:"smoothing,omitempty"`
+	// LongWindow: windows of the long RTT average. Default 600. Reload:
+	// updatable.
+	LongWindow *int `json:"longWindow,omitempty" yaml:"longWindow,omitempty"`
+	// ProbeInterval: windows between re-measurements; negative disables.
+	// Default 100. Reload: updatable.
+	ProbeInterval *int `json:"probeInterval,omitempty" yaml:"probeInterval,omitempty"`
+	// ProbeLimit: limit held during a re-measurement. Default 1. Reload:
+	// updatable.
+	ProbeLimit *int `json:"probeLimit,omitempty" yaml:"probeLimit,omitempty"`
 }
 
 // PartitionSpec is adaptive.Partition.
 type PartitionSpec struct {
-	Name  *string  `json:"name,omitempty" yaml:"name,omitempty"`
+	// Name: for humans; unused by the limiter. Default "". Reload: updatable.
+	Name *string `json:"name,omitempty" yaml:"name,omitempty"`
+	// Share: fraction of the limit reserved, in [0, 1]. Default 0. Reload:
+	// updatable.
 	Share *float64 `json:"share,omitempty" yaml:"share,omitempty"`
 }
 
 // QueueSpec is adaptive.QueueConfig.
 type QueueSpec struct {
-	MaxLength *int      `json:"maxLength,omitempty" yaml:"maxLength,omitempty"`
-	Target    *Duration `json:"target,omitempty" yaml:"target,omitempty"`
-	Interval  *Duration `json:"interval,omitempty" yaml:"interval,omitempty"`
-	FIFO      *bool     `json:"fifo,omitempty" yaml:"fifo,omitempty"`
+	// MaxLength: calls that may wait. Default 0 (no queue). Reload: fixed
+	// between 0 and positive.
+	MaxLength *int `json:"maxLength,omitempty" yaml:"maxLength,omitempty"`
+	// Target: longest wait while overloaded (CoDel's target). Default 5ms.
+	// Reload: updatable.
+	Target *Duration `json:"target,omitempty" yaml:"target,omitempty"`
+	// Interval: time non-empty before overloaded, longest wait otherwise.
+	// Default 100ms. Reload: updatable.
+	Interval *Duration `json:"interval,omitempty" yaml:"interval,omitempty"`
+	// FIFO: serve oldest first always (no adaptive LIFO). Default false.
+	// Reload: updatable.
+	FIFO *bool `json:"fifo,omitempty" yaml:"fifo,omitempty"`
 }
 
 // RetrySpec configures a retry.Policy.
 type RetrySpec struct {
-	Meta        `json:",inline" yaml:",inline"`
-	MaxAttempts *int      `json:"maxAttempts,omitempty" yaml:"maxAttempts,omitempty"`
+	Meta `json:",inline" yaml:",inline"`
+	// MaxAttempts: attempts in all, the first included. Default 3. Reload:
+	// updatable.
+	MaxAttempts *int `json:"maxAttempts,omitempty" yaml:"maxAttempts,omitempty"`
+	// MaxDuration: time from the first attempt's start to the last one's.
+	// Default 0 (no limit). Reload: fixed between 0 and positive.
 	MaxDuration *Duration `json:"maxDuration,omitempty" yaml:"maxDuration,omitempty"`
-	Backoff     *string   `json:"backoff,omitempty" yaml:"backoff,omitempty"`
-	BaseDelay   *Duration `json:"baseDelay,omitempty" yaml:"baseDelay,omitempty"`
-	MaxDelay    *Duration `json:"maxDelay,omitempty" yaml:"maxDelay,omitempty"`
-	Multiplier  *float64  `json:"multiplier,omitempty" yaml:"multiplier,omitempty"`
-	Increment   *Duration `json:"increment,omitempty" yaml:"increment,omitempty"`
+	// Backoff: full-jitter, exponential, constant, linear, equal-jitter or
+	// decorrelated-jitter. Default full-jitter. Reload: updatable.
+	Backoff *string `json:"backoff,omitempty" yaml:"backoff,omitempty"`
+	// BaseDelay: the first delay. Default 100ms. Reload: updatable.
+	BaseDelay *Duration `json:"baseDelay,omitempty" yaml:"baseDelay,omitempty"`
+	// MaxDelay: cap of every delay and retry-after hint. Default max(10s,
+	// baseDelay). Reload: updatable.
+	MaxDelay *Duration `json:"maxDelay,omitempty" yaml:"maxDelay,omitempty"`
+	// Multiplier: growth factor, at least 1. Default 2 (3 for
+	// decorrelated-jitter). Reload: updatable.
+	Multiplier *float64 `json:"multiplier,omitempty" yaml:"multiplier,omitempty"`
+	// Increment: linear's step. Default baseDelay. Reload: updatable.
+	Increment *Duration `json:"increment,omitempty" yaml:"increment,omitempty"`
 }
 
 // TimeoutSpec configures a timeout.Timeout.
 type TimeoutSpec struct {
-	Meta         `json:",inline" yaml:",inline"`
-	Duration     *Duration `json:"duration,omitempty" yaml:"duration,omitempty"`
-	Mode         *string   `json:"mode,omitempty" yaml:"mode,omitempty"`
-	Tick         *Duration `json:"tick,omitempty" yaml:"tick,omitempty"`
-	MaxAbandoned *int      `json:"maxAbandoned,omitempty" yaml:"maxAbandoned,omitempty"`
-	Workers      *int      `json:"workers,omitempty" yaml:"workers,omitempty"`
+	Meta `json:",inline" yaml:",inline"`
+	// Duration: the timeout, from the start of the call. Default none:
+	// required, positive. Reload: updatable.
+	Duration *Duration `json:"duration,omitempty" yaml:"duration,omitempty"`
+	// Mode: deadline (the context ends) or soft (only classifies). Default
+	// deadline. Reload: fixed.
+	Mode *string `json:"mode,omitempty" yaml:"mode,omitempty"`
+	// Tick: sweep period of the timeout's own watchdog. Default 1ms. Reload:
+	// fixed.
+	Tick *Duration `json:"tick,omitempty" yaml:"tick,omitempty"`
+	// MaxAbandoned: abandoned functions still running before DoAbandon
+	// rejects. Default 1000. Reload: updatable.
+	MaxAbandoned *int `json:"maxAbandoned,omitempty" yaml:"maxAbandoned,omitempty"`
+	// Workers: DoAbandon's reusable worker goroutines. Default 128. Reload:
+	// fixed.
+	Workers *int `json:"workers,omitempty" yaml:"workers,omitempty"`
 }
 
 // HedgeSpec configures a hedge.Hedger.
 type HedgeSpec struct {
-	Meta       `json:",inline" yaml:",inline"`
-	Delay      *Duration `json:"delay,omitempty" yaml:"delay,omitempty"`
-	Percentile *float64  `json:"percentile,omitempty" yaml:"percentile,omitempty"`
-	MinDelay   *Duration `json:"minDelay,omitempty" yaml:"minDelay,omitempty"`
-	MaxDelay   *Duration `json:"maxDelay,omitempty" yaml:"maxDelay,omitempty"`
-	WarmUp     *int      `json:"warmUp,omitempty" yaml:"warmUp,omitempty"`
-	Refresh    *Duration `json:"refresh,omitempty" yaml:"refresh,omitempty"`
-	MaxHedges  *int      `json:"maxHedges,omitempty" yaml:"maxHedges,omitempty"`
-	AsyncFirst *bool     `json:"asyncFirst,omitempty" yaml:"asyncFirst,omitempty"`
-	Tick       *Duration `json:"tick,omitempty" yaml:"tick,omitempty"`
+	Meta `json:",inline" yaml:",inline"`
+	// Delay: fixed hedging delay (the delay until warmUp with percentile).
+	// Default none: required when percentile is 0. Reload: updatable.
+	Delay *Duration `json:"delay,omitempty" yaml:"delay,omitempty"`
+	// Percentile: the delay is this latency percentile, in [0.5, 1). Default 0
+	// (fixed delay). Reload: fixed between 0 and not 0.
+	Percentile *float64 `json:"percentile,omitempty" yaml:"percentile,omitempty"`
+	// MinDelay: lower clamp of the percentile delay. Default 0. Reload:
+	// updatable.
+	MinDelay *Duration `json:"minDelay,omitempty" yaml:"minDelay,omitempty"`
+	// MaxDelay: upper clamp of the percentile delay. Default 0 (no clamp).
+	// Reload: updatable.
+	MaxDelay *Duration `json:"maxDelay,omitempty" yaml:"maxDelay,omitempty"`
+	// WarmUp: samples before the percentile replaces delay. Default 100.
+	// Reload: updatable.
+	WarmUp *int `json:"warmUp,omitempty" yaml:"warmUp,omitempty"`
+	// Refresh: how often the percentile is recomputed. Default 100ms. Reload:
+	// updatable.
+	Refresh *Duration `json:"refresh,omitempty" yaml:"refresh,omitempty"`
+	// MaxHedges: hedges per call, one delay apart. Default 1. Reload:
+	// updatable.
+	MaxHedges *int `json:"maxHedges,omitempty" yaml:"maxHedges,omitempty"`
+	// AsyncFirst: run the first attempt on its own goroutine. Default false.
+	// Reload: fixed.
+	AsyncFirst *bool `json:"asyncFirst,omitempty" yaml:"asyncFirst,omitempty"`
+	// Tick: tick of the hedger's own watchdog. Default the shared watchdog.
+	// Reload: fixed.
+	Tick *Duration `json:"tick,omitempty" yaml:"tick,omitempty"`
 }
 
 // PipelineSpec configures a pipeline.Pipeline. Each policy slot is either
@@ -233,16 +409,27 @@ type HedgeSpec struct {
 // inline instance, registered as "<pipeline>.<slot>" (db.breaker) in the
 // pipeline's groups.
 type PipelineSpec struct {
-	Meta          `json:",inline" yaml:",inline"`
-	Idempotent    *bool        `json:"idempotent,omitempty" yaml:"idempotent,omitempty"`
-	CountOutcomes *bool        `json:"countOutcomes,omitempty" yaml:"countOutcomes,omitempty"`
-	Retry         *RetrySlot   `json:"retry,omitempty" yaml:"retry,omitempty"`
-	Breaker       *BreakerSlot `json:"breaker,omitempty" yaml:"breaker,omitempty"`
-	RateLimiter   *RateSlot    `json:"rateLimiter,omitempty" yaml:"rateLimiter,omitempty"`
-	Bulkhead      *BulkSlot    `json:"bulkhead,omitempty" yaml:"bulkhead,omitempty"`
-	Adaptive      *AdaptSlot   `json:"adaptive,omitempty" yaml:"adaptive,omitempty"`
-	Timeout       *TimeoutSlot `json:"timeout,omitempty" yaml:"timeout,omitempty"`
-	Hedge         *HedgeSlot   `json:"hedge,omitempty" yaml:"hedge,omitempty"`
+	Meta `json:",inline" yaml:",inline"`
+	// Idempotent is pipeline.Config.Idempotent: the calls may be hedged.
+	// Default false. Reload: fixed.
+	Idempotent *bool `json:"idempotent,omitempty" yaml:"idempotent,omitempty"`
+	// CountOutcomes is pipeline.Config.CountOutcomes. Default false.
+	// Reload: fixed.
+	CountOutcomes *bool `json:"countOutcomes,omitempty" yaml:"countOutcomes,omitempty"`
+	// Retry is the pipeline's retry policy.
+	Retry *RetrySlot `json:"retry,omitempty" yaml:"retry,omitempty"`
+	// Breaker is the pipeline's circuit breaker.
+	Breaker *BreakerSlot `json:"breaker,omitempty" yaml:"breaker,omitempty"`
+	// RateLimiter is the pipeline's rate limiter.
+	RateLimiter *RateSlot `json:"rateLimiter,omitempty" yaml:"rateLimiter,omitempty"`
+	// Bulkhead is the pipeline's bulkhead.
+	Bulkhead *BulkSlot `json:"bulkhead,omitempty" yaml:"bulkhead,omitempty"`
+	// Adaptive is the pipeline's adaptive concurrency limiter.
+	Adaptive *AdaptSlot `json:"adaptive,omitempty" yaml:"adaptive,omitempty"`
+	// Timeout is the pipeline's timeout.
+	Timeout *TimeoutSlot `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	// Hedge is the pipeline's hedger.
+	Hedge *HedgeSlot `json:"hedge,omitempty" yaml:"hedge,omitempty"`
 }
 
 // Ref names an instance of the document from a pipeline's policy slot.
@@ -300,12 +487,20 @@ type HedgeSlot struct {
 // overrides the default's; queue, algorithm and partitions are taken
 // whole.
 type Defaults struct {
-	Breaker            *BreakerSpec            `json:"breaker,omitempty" yaml:"breaker,omitempty"`
-	RateLimiter        *RateLimiterSpec        `json:"rateLimiter,omitempty" yaml:"rateLimiter,omitempty"`
+	// Breaker is inherited by every breaker.
+	Breaker *BreakerSpec `json:"breaker,omitempty" yaml:"breaker,omitempty"`
+	// RateLimiter is inherited by every rate limiter.
+	RateLimiter *RateLimiterSpec `json:"rateLimiter,omitempty" yaml:"rateLimiter,omitempty"`
+	// ShardedRateLimiter is inherited by every sharded rate limiter.
 	ShardedRateLimiter *ShardedRateLimiterSpec `json:"shardedRateLimiter,omitempty" yaml:"shardedRateLimiter,omitempty"`
-	Bulkhead           *BulkheadSpec           `json:"bulkhead,omitempty" yaml:"bulkhead,omitempty"`
-	Adaptive           *AdaptiveSpec           `json:"adaptive,omitempty" yaml:"adaptive,omitempty"`
-	Retry              *RetrySpec              `json:"retry,omitempty" yaml:"retry,omitempty"`
-	Timeout            *TimeoutSpec            `json:"timeout,omitempty" yaml:"timeout,omitempty"`
-	Hedge              *HedgeSpec              `json:"hedge,omitempty" yaml:"hedge,omitempty"`
+	// Bulkhead is inherited by every bulkhead.
+	Bulkhead *BulkheadSpec `json:"bulkhead,omitempty" yaml:"bulkhead,omitempty"`
+	// Adaptive is inherited by every adaptive limiter.
+	Adaptive *AdaptiveSpec `json:"adaptive,omitempty" yaml:"adaptive,omitempty"`
+	// Retry is inherited by every retry policy.
+	Retry *RetrySpec `json:"retry,omitempty" yaml:"retry,omitempty"`
+	// Timeout is inherited by every timeout.
+	Timeout *TimeoutSpec `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	// Hedge is inherited by every hedger.
+	Hedge *HedgeSpec `json:"hedge,omitempty" yaml:"hedge,omitempty"`
 }

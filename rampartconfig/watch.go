@@ -49,8 +49,9 @@ type Watcher struct {
 // checks the file once, so a change made before Watch is not missed (the
 // bytes of l's document, when it was loaded, count as read).
 //
-// onEvent runs on the watcher's goroutine, one event at a time. The
-// goroutine ends when ctx is done or Close is called.
+// onEvent runs on the watcher's goroutine, one event at a time, and must
+// not call Close. The goroutine ends when ctx is done or Close is called;
+// call Close in either case, to release the file system watch.
 func Watch(ctx context.Context, path string, l *Live, onEvent func(Event)) (*Watcher, error) {
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
