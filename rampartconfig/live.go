@@ -25,7 +25,8 @@ type Options struct {
 	// *ratelimit.ShardedConfig, *bulkhead.Config, *adaptive.Config,
 	// *retry.Config, *timeout.Config, *hedge.Config, *pipeline.Config)
 	// after the document's fields are set and before the Config is built
-	// or applied, on every load and reload: set the listeners, Classify,
+	// or applied, on every load and reload (more than once per reload:
+	// validation builds throwaway twins too): set the listeners, Classify,
 	// Budget and the like there. The fields a policy fixes at construction
 	// (most listeners of bulkhead, ratelimit, adaptive and hedge) must get
 	// the same func value every time (a package-level func, or a closure
