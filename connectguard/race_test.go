@@ -1,0 +1,5 @@
+//go:build race
+
+package connectguard_test
+
+const raceEnabled = true
