@@ -184,21 +184,26 @@ var groups = []group{
 	{
 		name:   "GRPC",
 		metric: "ns/op",
-		note: "Interceptors with interceptors, a unary call over bufconn (in memory: HTTP/2 framing and proto coding, " +
-			"no socket), one call at a time. Unary: grpcguard's server and client interceptors, each over a pipeline of " +
-			"a circuit breaker, a high-rate limiter and a bulkhead, against failsafegrpc's server and client " +
-			"interceptors over failsafe-go's same three policies. RateLimit: a server rate limit alone, where " +
-			"go-grpc-middleware's ratelimit interceptor (over x/time/rate) applies. direct is the call without " +
-			"interceptors: subtract it from a row for what the interceptors add.",
+		note: "Interceptors with interceptors. Interceptors: each library's client interceptor called directly with an " +
+			"invoker that calls its server interceptor with a handler returning a prebuilt response (what the " +
+			"interceptors add, without a call's noise); grpcguard over a pipeline of a circuit breaker, a high-rate " +
+			"limiter and a bulkhead on each side, against failsafegrpc over failsafe-go's same three policies. " +
+			"RateLimitInterceptor: a server rate limit alone, where go-grpc-middleware's ratelimit interceptor (over " +
+			"x/time/rate) applies. Unary and RateLimit: the same over bufconn (in memory: HTTP/2 framing and proto " +
+			"coding, no socket), one call at a time: tens of µs whose noise on a shared machine exceeds what the " +
+			"interceptors add. direct is the call without interceptors: subtract it from a row for what they add.",
 		libs: []lib{
 			{name: "direct", kind: baseline, calls: "the call without interceptors"},
 			{name: "rampart", kind: handler, calls: "grpcguard interceptors over a pipeline"},
 			{name: "failsafe", kind: handler, calls: "failsafegrpc interceptors over failsafe-go's policies"},
-			{name: "grpcmiddleware", cases: []string{"RateLimit"}, kind: handler, calls: "go-grpc-middleware's ratelimit.UnaryServerInterceptor over x/time/rate"},
+			{name: "grpcmiddleware", cases: []string{"RateLimit", "RateLimitInterceptor"}, kind: handler,
+				calls: "go-grpc-middleware's ratelimit.UnaryServerInterceptor over x/time/rate"},
 		},
 		pairs: []pair{
-			{label: "gRPC interceptors, server and client, three policies", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"Unary"}},
-			{label: "gRPC server rate-limit interceptor", rampart: "rampart", peers: []string{"failsafe", "grpcmiddleware"}, cases: []string{"RateLimit"}},
+			{label: "gRPC interceptors, server and client, three policies", rampart: "rampart", peers: []string{"failsafe"},
+				cases: []string{"Interceptors", "Unary"}},
+			{label: "gRPC server rate-limit interceptor", rampart: "rampart", peers: []string{"failsafe", "grpcmiddleware"},
+				cases: []string{"RateLimitInterceptor", "RateLimit"}},
 		},
 	},
 	{
