@@ -118,6 +118,12 @@ type Client struct {
 	breakers map[string]*circuitbreaker.Breaker // NewBreaker's, by key
 
 	trailers sync.Pool // *trailerBuf
+
+	// one is the route of every method when the configuration has one
+	// pipeline for all and no breakers to build (no Methods, PipelineFor
+	// or NewBreaker): a call then costs no lookup of its method's name.
+	// A Hedge needs the name (Idempotent), so one is nil then.
+	one *clientRoute
 }
 
 // clientMethod is a method's routes: one, or one per target.
@@ -179,6 +185,13 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		return nil, rampart.NewConfigError("grpcguard", "Pipeline", "has a Hedge, but Idempotent names no method: only an idempotent method may be hedged")
 	}
 	c.trailers.New = func() any { return new(trailerBuf) }
+	if len(m.fixed) == 0 && m.fn == nil && c.newBreaker == nil && m.def != nil && m.def.Config().Hedge == nil {
+		r, err := newClientRoute(m.def.Config(), false)
+		if err != nil {
+			return nil, err
+		}
+		c.one = r
+	}
 	c.routes.build = c.newMethod
 	if c.newBreaker == nil {
 		// Without breakers to build, every configured method's route is
@@ -277,6 +290,9 @@ func newClientRoute(pc pipeline.Config, hedge bool) (*clientRoute, error) {
 // route returns the route of method on cc: one map lookup (two with a
 // breaker per target), no lock, no allocation once the method is known.
 func (c *Client) route(method string, cc *grpc.ClientConn) (*clientRoute, error) {
+	if c.one != nil {
+		return c.one, nil
+	}
 	cm, err := c.routes.get(method)
 	if err != nil {
 		return nil, err

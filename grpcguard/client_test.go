@@ -395,11 +395,13 @@ func TestClientAdmitPathAllocs(t *testing.T) {
 	rl := must(ratelimit.New(ratelimit.Config{Rate: 1e9, Burst: 1 << 20}))
 	bh := must(bulkhead.New(bulkhead.Config{Max: 1 << 20}))
 	rp := must(retry.New(retry.Config{}))
-	for name, pc := range map[string]pipeline.Config{
-		"policies":       {Breaker: cb, RateLimit: rl, Bulkhead: bh},
-		"policies+retry": {Breaker: cb, RateLimit: rl, Bulkhead: bh, Retry: rp},
+	for name, cfg := range map[string]grpcguard.ClientConfig{
+		"policies":       {Pipeline: must(pipeline.New(pipeline.Config{Breaker: cb, RateLimit: rl, Bulkhead: bh}))},
+		"policies+retry": {Pipeline: must(pipeline.New(pipeline.Config{Breaker: cb, RateLimit: rl, Bulkhead: bh, Retry: rp}))},
+		"pipeline a method": {Methods: map[string]*pipeline.Pipeline{
+			unaryMethod: must(pipeline.New(pipeline.Config{Breaker: cb, RateLimit: rl, Bulkhead: bh, Retry: rp}))}},
 	} {
-		g := newClient(grpcguard.ClientConfig{Pipeline: must(pipeline.New(pc))})
+		g := newClient(cfg)
 		invoker := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
 			return nil
 		}

@@ -70,6 +70,10 @@ type Server struct {
 	defPushback time.Duration
 	defMD       metadata.MD // pushbackMD(defPushback), built once, shared read-only
 	routes      cache[serverRoute]
+	// one is the route of every method when the configuration has one
+	// pipeline for all (no Methods, no PipelineFor): a call then costs no
+	// lookup of its method's name.
+	one *serverRoute
 }
 
 // serverRoute is what a method's calls need, built once per method.
@@ -105,11 +109,23 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	if m.def != nil {
-		if _, err := s.routeOf(m.def); err != nil {
+		r, err := s.routeOf(m.def)
+		if err != nil {
 			return nil, err
+		}
+		if len(m.fixed) == 0 && m.fn == nil {
+			s.one = r
 		}
 	}
 	return s, nil
+}
+
+// route returns the route of method.
+func (s *Server) route(method string) (*serverRoute, error) {
+	if s.one != nil {
+		return s.one, nil
+	}
+	return s.routes.get(method)
 }
 
 // newRoute builds the route of method. Slow path.
@@ -182,7 +198,7 @@ func (s *Server) verdict(err error) error {
 // interceptor no allocation beyond its pipeline's (a deadline-mode
 // timeout's context).
 func (s *Server) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	r, err := s.routes.get(info.FullMethod)
+	r, err := s.route(info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +251,7 @@ func (s *Server) rejection(o pipeline.Outcome) (*RejectedError, metadata.MD) {
 // breaker's permit) until the handler returns, however many messages it
 // carries, and the breaker records the handler's final status.
 func (s *Server) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	r, err := s.routes.get(info.FullMethod)
+	r, err := s.route(info.FullMethod)
 	if err != nil {
 		return err
 	}
@@ -294,7 +310,7 @@ func (s *Server) InHandle(ctx context.Context, info *tap.Info) (context.Context,
 	if !s.tap {
 		return ctx, nil
 	}
-	r, err := s.routes.get(info.FullMethodName)
+	r, err := s.route(info.FullMethodName)
 	if err != nil {
 		return ctx, status.Error(codes.Internal, err.Error())
 	}

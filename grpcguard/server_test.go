@@ -425,7 +425,15 @@ func TestServerAdmitPathAllocs(t *testing.T) {
 	rl := must(ratelimit.New(ratelimit.Config{Rate: 1e9, Burst: 1 << 20}))
 	bh := must(bulkhead.New(bulkhead.Config{Max: 1 << 20}))
 	p := must(pipeline.New(pipeline.Config{Breaker: cb, RateLimit: rl, Bulkhead: bh}))
-	g := newServer(t, grpcguard.ServerConfig{Pipeline: p})
+	for name, cfg := range map[string]grpcguard.ServerConfig{
+		"one pipeline":      {Pipeline: p},
+		"pipeline a method": {Methods: map[string]*pipeline.Pipeline{unaryMethod: p, duplexMethod: p}},
+	} {
+		t.Run(name, func(t *testing.T) { serverAdmitAllocs(t, newServer(t, cfg)) })
+	}
+}
+
+func serverAdmitAllocs(t *testing.T, g *grpcguard.Server) {
 	ctx := context.Background()
 	resp := &testpb.SimpleResponse{}
 	handler := func(ctx context.Context, req any) (any, error) { return resp, nil }
