@@ -93,10 +93,15 @@ func cpuHandler(work cpuWork) http.Handler {
 }
 
 // measureCapacity serves h on a loopback server of its own and sends it
-// requests closed-loop from 2 × GOMAXPROCS clients for d: the requests per
-// second the process completes now, HTTP included (what bench/shedcompare
-// measures without HTTP, with GOMAXPROCS workers).
+// requests closed-loop from 2 × GOMAXPROCS clients for d, and on until at
+// least minCompletions have completed (at most maxMeasure in all): the
+// requests per second the process completes now, HTTP included (what
+// bench/shedcompare measures without HTTP, with GOMAXPROCS workers). No
+// request is cut off: each client stops after the request it is in, and
+// the rate is over the time until the last one completed, so a machine
+// that gives the process little CPU reads as a low capacity, not as 0.
 func measureCapacity(ctx context.Context, h http.Handler, d time.Duration) (float64, error) {
+	const minCompletions, maxMeasure = 16, 10 * time.Second
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -107,16 +112,19 @@ func measureCapacity(ctx context.Context, h http.Handler, d time.Duration) (floa
 	conc := 2 * runtime.GOMAXPROCS(0)
 	tr := &http.Transport{MaxIdleConnsPerHost: conc, DisableCompression: true}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	client := &http.Client{Transport: tr}
 	url := "http://" + ln.Addr().String() + "/item"
-	ctx, cancel := context.WithTimeout(ctx, d)
+	ctx, cancel := context.WithTimeout(ctx, maxMeasure)
 	defer cancel()
 	var done atomic.Int64
 	var wg sync.WaitGroup
 	t0 := time.Now()
+	more := func() bool {
+		return ctx.Err() == nil && (time.Since(t0) < d || done.Load() < minCompletions)
+	}
 	for range conc {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for more() {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 				resp, err := client.Do(req)
 				if err != nil {

@@ -801,3 +801,15 @@ func TestConfigFileSetsAndUpdatesTheLimits(t *testing.T) {
 		t.Errorf("reload lines: %q", out.String())
 	}
 }
+
+// TestCapacityCountsCompletionsNotCutOffs: the capacity measurement goes
+// on past its duration until some requests have completed, and cuts none
+// off, so a measurement shorter than a request (a starved machine: the
+// race detector, other jobs) reads as a rate, not as 0.
+func TestCapacityCountsCompletionsNotCutOffs(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	c, err := measureCapacity(context.Background(), ok, time.Nanosecond)
+	if err != nil || !(c > 0) {
+		t.Errorf("capacity %v, %v", c, err)
+	}
+}
