@@ -105,6 +105,9 @@ func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent fu
 			if onEvent != nil {
 				onEvent(Event{Path: path, Version: l.Version(), Err: err})
 			}
+			// An error (a queue overflow) may have lost a change: read
+			// the file again.
+			timer.Reset(debounce)
 		case <-timer.C:
 			data, err := os.ReadFile(abs)
 			if err != nil {

@@ -118,10 +118,15 @@ func TestWatchReloadsEveryVersionUnderLoad(t *testing.T) {
 		data, valid := version(i)
 		hash := writeAtomically(t, path, []byte(data))
 		var e Event
-		select {
-		case e = <-events:
-		case <-time.After(20 * time.Second):
-			t.Fatalf("version %d: no callback", i)
+		for e.Hash == "" {
+			select {
+			case e = <-events:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("version %d: no callback", i)
+			}
+			if e.Hash == "" { // the watch's own error (an inotify overflow): it reads the file again
+				t.Logf("version %d: %v", i, e.Err)
+			}
 		}
 		if e.Hash != hash {
 			t.Fatalf("version %d: the callback reports hash %s, want %s (err %v)", i, e.Hash, hash, e.Err)
