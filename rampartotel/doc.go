@@ -33,8 +33,15 @@
 // *ratelimit.Sharded, *ratelimit.Keyed, *bulkhead.Bulkhead,
 // *adaptive.Limiter, *adaptive.Throttler, *retry.Policy,
 // *retry.TokenBucket, *retry.RatioBudget, *timeout.Timeout,
-// *hedge.Hedger, *chaos.Injector. A *pipeline.Pipeline has no Stats of its
-// own: add its policies. Instances that a Source holds and that cannot be
+// *hedge.Hedger, *chaos.Injector, *shed.Shedder, a *pipeline.Pipeline
+// built with Config.CountOutcomes (one without counts nothing: Add refuses
+// it; add its policies), *pipeline.Fallback[T] of any T (recognised by its
+// method Stats() pipeline.FallbackStats) and *pipeline.DoFallback. Counts
+// split by a value carry one attribute more: rampart.code,
+// rampart.policy, rampart.ending, rampart.signal (see
+// docs/observability.md). The breaker's successes are counted only with
+// circuitbreaker.Config.CountStats. Not collected: ratelimit/redislimit (a
+// module of its own, which the adapters do not depend on). Instances that a Source holds and that cannot be
 // collected are counted in rampart.skipped_instances{rampart.reason}.
 //
 // Cardinality: the SDK keeps at most 2,000 series per instrument by

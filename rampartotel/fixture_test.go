@@ -16,8 +16,10 @@ import (
 	"github.com/rampart-go/rampart/chaos"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/hedge"
+	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -39,6 +41,13 @@ type fixture struct {
 	timeout   *timeout.Timeout
 	hedger    *hedge.Hedger
 	chaos     *chaos.Injector
+	pipe      *pipeline.Pipeline // CountOutcomes, over gate
+	gate      *bulkhead.Bulkhead // the pipeline's bulkhead of 1 (not added itself)
+	fallback  *pipeline.Fallback[int]
+	doFall    *pipeline.DoFallback
+	shedder   *shed.Shedder
+	overload  bool                  // the shedder's Source reports a scheduling latency of 20 ms, else nothing
+	shedTk    *rampart.ManualTicker // the shedder's clock: its intervals leave the others' readings alone
 }
 
 // must returns v, and panics (failing the test) on err: the fixture's
@@ -53,7 +62,7 @@ func must[T any](v T, err error) T {
 func newFixture(t testing.TB) *fixture {
 	tk := rampart.NewManualTicker(1e12)
 	f := &fixture{tk: tk}
-	f.breaker = must(circuitbreaker.New(circuitbreaker.Config{Name: "api", Ticker: tk, Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 2, OpenDuration: 10 * time.Second}))
+	f.breaker = must(circuitbreaker.New(circuitbreaker.Config{Name: "api", Ticker: tk, Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 2, OpenDuration: 10 * time.Second, CountStats: true}))
 	f.limiter = must(ratelimit.New(ratelimit.Config{Name: "login", Ticker: tk, Rate: 1, Burst: 2, CountStats: true}))
 	f.sharded = must(ratelimit.NewSharded(ratelimit.ShardedConfig{Config: ratelimit.Config{Name: "ingest", Ticker: tk, Rate: 4, Burst: 4, CountStats: true}, Shards: 2}))
 	f.keyed = must(ratelimit.NewKeyed(ratelimit.KeyedConfig{Config: ratelimit.Config{Name: "tenant", Ticker: tk, Rate: 1, Burst: 1, CountStats: true}}))
@@ -66,6 +75,19 @@ func newFixture(t testing.TB) *fixture {
 	f.timeout = must(timeout.New(timeout.Config{Name: "slow", Ticker: tk, Duration: time.Second}))
 	f.hedger = must(hedge.New(hedge.Config{Name: "read", Ticker: tk, Delay: 250 * time.Millisecond}))
 	f.chaos = must(chaos.New(chaos.Config{ErrorRate: 1, Error: errBoom}))
+	f.gate = must(bulkhead.New(bulkhead.Config{Name: "checkout", Ticker: tk, Max: 1}))
+	f.pipe = must(pipeline.New(pipeline.Config{Name: "checkout", Ticker: tk, Bulkhead: f.gate, CountOutcomes: true}))
+	seven := 7
+	f.fallback = must(pipeline.NewFallback(pipeline.FallbackConfig[int]{Pipeline: f.pipe, When: pipeline.Rejections, Value: &seven}))
+	f.doFall = must(pipeline.NewDoFallback(pipeline.DoFallbackConfig{Pipeline: f.pipe, When: pipeline.Failures,
+		Failed: func(error) bool { return true }, Func: func(context.Context, pipeline.Outcome) error { return nil }}))
+	f.shedTk = rampart.NewManualTicker(1e12)
+	f.shedder = must(shed.New(shed.Config{Name: "cpu", Ticker: f.shedTk, SampleInterval: 100 * time.Millisecond,
+		Source: shed.SourceFunc(func(_ int64, s *shed.Signals) {
+			if f.overload {
+				s.SchedLatency = 20 * time.Millisecond
+			}
+		})}))
 	return f
 }
 
@@ -76,14 +98,18 @@ func (f *fixture) instances() map[string]any {
 		"api": f.breaker, "login": f.limiter, "ingest": f.sharded, "tenant": f.keyed, "db": f.bulkhead,
 		"backend": f.adaptive, "client": f.throttler, "fetch": f.retry, "fetch-bucket": f.bucket,
 		"fetch-ratio": f.ratio, "slow": f.timeout, "read": f.hedger, "faults": f.chaos,
+		"checkout": f.pipe, "checkout-value": f.fallback, "checkout-do": f.doFall, "cpu": f.shedder,
 	}
 }
 
 // drive runs the known sequence of calls whose effects want lists.
 func (f *fixture) drive(t testing.TB) {
 	ctx := context.Background()
-	// Breaker: two failures in a row trip it; one call is then rejected;
-	// 4 s of its 10 s open period pass.
+	// Breaker: a success (counted: CountStats), then two failures in a
+	// row trip it; one call is then rejected; 4 s of its 10 s open period
+	// pass.
+	p := must(f.breaker.Acquire())
+	f.breaker.Release(p, rampart.Success)
 	for range 2 {
 		p := must(f.breaker.Acquire())
 		f.breaker.Release(p, rampart.Failure)
@@ -148,10 +174,78 @@ func (f *fixture) drive(t testing.TB) {
 			t.Fatalf("chaos: %v", err)
 		}
 	}
+	f.drivePipeline(t)
+	f.driveShedder(t)
+}
+
+// drivePipeline: through the counting pipeline (a bulkhead of 1), a call
+// succeeds and one fails; with the bulkhead's permit held elsewhere, a
+// call is rejected and the fallback answers a second rejection with its
+// Value; the permit back, the DoFallback answers a failure.
+func (f *fixture) drivePipeline(t testing.TB) {
+	ctx := context.Background()
+	ok := func(context.Context) error { return nil }
+	fail := func(context.Context) error { return errBoom }
+	if err := f.pipe.Do(ctx, ok); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.pipe.Do(ctx, fail); !errors.Is(err, errBoom) {
+		t.Fatalf("pipeline: %v", err)
+	}
+	if err := f.gate.Acquire(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.pipe.Do(ctx, ok); !errors.Is(err, bulkhead.ErrFull) {
+		t.Fatalf("pipeline: %v, want ErrFull", err)
+	}
+	if v, err := f.fallback.Call(ctx, func(context.Context) (int, error) { return 1, nil }); v != 7 || err != nil {
+		t.Fatalf("fallback: %v, %v", v, err)
+	}
+	f.gate.Release()
+	if err := f.doFall.Do(ctx, fail); err != nil {
+		t.Fatalf("DoFallback: %v", err)
+	}
+}
+
+// driveShedder: a first call samples (nothing completed); 200 calls of
+// 8 ms complete and the next interval's first call samples them (2,000/s),
+// 100 of 2 ms complete, the Source reports 20 ms of scheduling latency (the
+// threshold is 10 ms), and the next interval's first call engages the
+// shedder at a cap of 4 (2,000/s × 2 ms): it and 3 more are held, a fifth
+// call is shed.
+func (f *fixture) driveShedder(t testing.TB) {
+	sample := func() {
+		f.shedTk.Advance(100 * time.Millisecond)
+		p, err := f.shedder.AcquireAt(f.shedTk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.shedder.ReleaseAt(p, f.shedTk.Now(), rampart.Ignored)
+	}
+	complete := func(n int, rt time.Duration) {
+		now := f.shedTk.Now()
+		for range n {
+			p := must(f.shedder.AcquireAt(now))
+			f.shedder.ReleaseAt(p, now+int64(rt), rampart.Success)
+		}
+	}
+	sample()
+	complete(200, 8*time.Millisecond)
+	sample()
+	complete(100, 2*time.Millisecond)
+	f.overload = true
+	f.shedTk.Advance(100 * time.Millisecond)
+	for range 4 {
+		must(f.shedder.AcquireAt(f.shedTk.Now()))
+	}
+	if _, err := f.shedder.AcquireAt(f.shedTk.Now()); !errors.Is(err, shed.ErrOverloaded) {
+		t.Fatalf("shedder: %v, want ErrOverloaded", err)
+	}
 }
 
 // want is the value of every series after drive, keyed by metric name and
-// instance name (and state, for the breaker's state series). A series of
+// instance name (and the value of its other attribute: the breaker's
+// state, a pipeline call's code, ...). A series of
 // the scheme missing here is expected to be 0.
 var want = map[string]float64{
 	"rampart.circuitbreaker.state|api|open":           1,
@@ -161,6 +255,7 @@ var want = map[string]float64{
 	"rampart.circuitbreaker.transitions|api":          1,
 	"rampart.circuitbreaker.trips|api":                1,
 	"rampart.circuitbreaker.remaining_open|api":       6,
+	"rampart.circuitbreaker.successes|api":            1,
 
 	"rampart.ratelimit.admitted|login": 2,
 	"rampart.ratelimit.rejected|login": 1,
@@ -201,9 +296,35 @@ var want = map[string]float64{
 
 	"rampart.chaos.calls|faults":   2,
 	"rampart.chaos.errored|faults": 2,
+
+	"rampart.pipeline.calls|checkout|ok":                         1,
+	"rampart.pipeline.calls|checkout|failed":                     2,
+	"rampart.pipeline.calls|checkout|rejected":                   2,
+	"rampart.pipeline.rejected|checkout|bulkhead":                2,
+	"rampart.pipeline.attempts|checkout":                         5,
+	"rampart.fallback.answers|checkout-value|rejected":           1,
+	"rampart.fallback.answered_rejected|checkout-value|bulkhead": 1,
+	"rampart.fallback.answers|checkout-do|failed":                1,
+
+	"rampart.shed.admitted|cpu":              306,
+	"rampart.shed.rejected|cpu":              1,
+	"rampart.shed.in_flight|cpu":             4,
+	"rampart.shed.overloaded|cpu":            1,
+	"rampart.shed.overloads|cpu":             1,
+	"rampart.shed.cap|cpu":                   4,
+	"rampart.shed.limit|cpu":                 4,
+	"rampart.shed.max_pass|cpu":              2000,
+	"rampart.shed.min_rt|cpu":                0.002,
+	"rampart.shed.signals.sched_latency|cpu": 0.02,
+	"rampart.shed.signals.cpu|cpu":           -1,
+	"rampart.shed.signals.runnable|cpu":      -1,
+	"rampart.shed.samples|cpu":               3,
+	"rampart.shed.stride|cpu":                2, // the last bucket's 100 completions: 3 timed in 32, to the power of two below
+	"rampart.shed.trigger|cpu|sched_latency": 1,
 }
 
-// seriesKeyOf is the key of want for a series.
+// seriesKeyOf is the key of want for a series: state is the value of its
+// attribute besides rampart.name, if any.
 func seriesKeyOf(metric, name, state string) string {
 	k := metric + "|" + name
 	if state != "" {

@@ -41,6 +41,7 @@ type Metrics struct {
 type nameAttrs struct {
 	name   attribute.Set
 	states [len(breakerStates)]attribute.Set
+	extra  map[*metricSpec]attribute.Set // the series of a metric with an attribute of its own (ms.attr), built at its first collection
 	gen    uint64
 }
 
@@ -93,7 +94,8 @@ func instrument(meter metric.Meter, ms metricSpec) (metric.Float64Observable, er
 
 // Add collects inst under name from the next collection on. It returns an
 // error wrapping [ErrUnsupported] for a type the package does not collect
-// (a *pipeline.Pipeline included: it has no Stats; add its policies), and
+// (a *pipeline.Pipeline built without Config.CountOutcomes included: it
+// counts nothing; add its policies), and
 // one wrapping [ErrDuplicateName] if name is already added for an instance
 // of the same family (the ratelimit types form one family, as they share
 // metric names).
@@ -131,7 +133,7 @@ func (ob *observation) begin() {
 func (ob *observation) attrsOf(name string) *nameAttrs {
 	a := ob.m.attrs[name]
 	if a == nil {
-		a = &nameAttrs{name: attribute.NewSet(attribute.String(attrName, name))}
+		a = &nameAttrs{name: attribute.NewSet(attribute.String(attrName, name)), extra: map[*metricSpec]attribute.Set{}}
 		for i, st := range breakerStates {
 			a.states[i] = attribute.NewSet(attribute.String(attrName, name), attribute.String(attrState, st.String()))
 		}
@@ -145,7 +147,17 @@ func (ob *observation) instance(name string, spec *kindSpec, v []float64) {
 	a := ob.attrsOf(name)
 	obs := ob.m.inst[spec]
 	for i := range spec.metrics {
-		if spec.metrics[i].states {
+		ms := &spec.metrics[i]
+		if ms.attr != "" {
+			set, ok := a.extra[ms]
+			if !ok {
+				set = attribute.NewSet(attribute.String(attrName, name), attribute.String(ms.attr, ms.value))
+				a.extra[ms] = set
+			}
+			ob.o.ObserveFloat64(obs[i], v[i], metric.WithAttributeSet(set))
+			continue
+		}
+		if ms.states {
 			for st := range breakerStates {
 				x := 0.0
 				if int(v[i]) == st {

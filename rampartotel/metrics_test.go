@@ -49,7 +49,13 @@ func collect(t testing.TB, r *sdkmetric.ManualReader) map[string]point {
 				name, _ := dp.Attributes.Value(attribute.Key(attrName))
 				state, _ := dp.Attributes.Value(attribute.Key(attrState))
 				reason, _ := dp.Attributes.Value(attribute.Key(attrReason))
-				k := seriesKeyOf(m.Name, name.AsString(), state.AsString())
+				other := state.AsString()
+				for _, a := range extraAttrs {
+					if v, ok := dp.Attributes.Value(attribute.Key(a)); ok {
+						other = v.AsString()
+					}
+				}
+				k := seriesKeyOf(m.Name, name.AsString(), other)
 				if reason.AsString() != "" {
 					k = m.Name + "|" + reason.AsString()
 				}
@@ -100,7 +106,7 @@ func TestEveryInstrumentAfterAKnownSequence(t *testing.T) {
 				}
 				continue
 			}
-			k := seriesKeyOf(ms.name, name, "")
+			k := seriesKeyOf(ms.name, name, ms.value)
 			expected[k] = point{ms.kind, ms.unit, want[k]}
 		}
 	}
@@ -235,4 +241,28 @@ func TestNewRefusesANilMeter(t *testing.T) {
 func newPipeline(t testing.TB) *pipeline.Pipeline {
 	t.Helper()
 	return must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{}))}))
+}
+
+// TestAddTakesCountingPipelinesAndFallbacksOfAnyType: a pipeline built
+// with CountOutcomes is collected, and so is a Fallback of any value type
+// (through its Stats method); a typed nil Fallback is refused as nil.
+func TestAddTakesCountingPipelinesAndFallbacksOfAnyType(t *testing.T) {
+	m, _ := newMetrics(t)
+	p := must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{})), CountOutcomes: true}))
+	if err := m.Add("p", p); err != nil {
+		t.Fatalf("Add(counting pipeline): %v", err)
+	}
+	s := "stale"
+	fs := must(pipeline.NewFallback(pipeline.FallbackConfig[string]{Pipeline: p, Value: &s}))
+	if err := m.Add("p", fs); err != nil {
+		t.Fatalf("Add(*Fallback[string]): %v", err)
+	}
+	type reply struct{ n int }
+	fr := must(pipeline.NewFallback(pipeline.FallbackConfig[reply]{Pipeline: p, Value: &reply{}}))
+	if err := m.Add("q", fr); err != nil {
+		t.Fatalf("Add(*Fallback[reply]): %v", err)
+	}
+	if err := m.Add("r", (*pipeline.Fallback[int])(nil)); err == nil || errors.Is(err, ErrUnsupported) {
+		t.Fatalf("Add(nil *Fallback[int]) = %v, want the nil instance error", err)
+	}
 }

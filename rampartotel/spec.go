@@ -6,6 +6,7 @@ package rampartotel
 // scheme against the table in docs/observability.md).
 
 import (
+	"reflect"
 	"strings"
 
 	"github.com/rampart-go/rampart"
@@ -17,6 +18,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -43,6 +45,11 @@ type metricSpec struct {
 	field  string // the Stats field (or method) it reads
 	desc   string
 	states bool // one series per circuit breaker state (attribute rampart.state), 1 for the current one
+	// attr and value: the series of the metric name that carries attribute
+	// attr = value besides rampart.name (rampart.code="ok" of
+	// rampart.pipeline.calls): a name with one attribute has one
+	// metricSpec per value, in a row.
+	attr, value string
 }
 
 // kindSpec is the metrics of one instance type and the function that reads
@@ -64,11 +71,69 @@ const (
 // attrReason is the attribute of rampart.skipped_instances.
 const attrReason = "rampart.reason"
 
+// The attributes of the metrics that split a count by a value of their
+// own: a pipeline call's Code, the policy that rejected (the
+// pipeline.Kind's name, as the trace events' rampart.policy), the ending a
+// fallback answered, and a shedder's trigger signal.
+const (
+	attrCode   = "rampart.code"
+	attrPolicy = "rampart.policy"
+	attrEnding = "rampart.ending"
+	attrSignal = "rampart.signal"
+)
+
+// extraAttrs are the attributes above, for the emitters and the docs.
+var extraAttrs = []string{attrCode, attrPolicy, attrEnding, attrSignal}
+
+// rejectingKinds are the pipeline.Kinds that reject a call (None does
+// not), in the order of their series.
+var rejectingKinds = [...]pipeline.Kind{pipeline.Retry, pipeline.Breaker, pipeline.RateLimit, pipeline.Bulkhead,
+	pipeline.Adaptive, pipeline.Timeout, pipeline.Shed}
+
+// byPolicy returns one metricSpec per rejecting Kind, ms with rampart.policy
+// set to the Kind's name and its field indexed by it.
+func byPolicy(ms metricSpec) []metricSpec {
+	out := make([]metricSpec, len(rejectingKinds))
+	for i, k := range rejectingKinds {
+		m := ms
+		m.attr, m.value, m.field = attrPolicy, k.String(), ms.field+"["+k.String()+"]"
+		out[i] = m
+	}
+	return out
+}
+
+// withValues returns ms once per value of attribute attr, with the field
+// of each.
+func withValues(ms metricSpec, attr string, values, fields []string) []metricSpec {
+	out := make([]metricSpec, len(values))
+	for i := range values {
+		m := ms
+		m.attr, m.value, m.field = attr, values[i], fields[i]
+		out[i] = m
+	}
+	return out
+}
+
+func concat(parts ...[]metricSpec) []metricSpec {
+	var out []metricSpec
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // Why an instance a Source holds is not collected: the values of
 // rampart.reason, indexed by skipReason.
 const (
 	skipUnknownType = iota // a type the adapter does not know
-	skipNoStats            // a known type without Stats (*pipeline.Pipeline)
+	skipNoStats            // a known type that counts nothing (*pipeline.Pipeline without Config.CountOutcomes)
 	skipDuplicate          // a name already collected for the same kind family
 	nSkipReasons
 )
@@ -87,26 +152,27 @@ var breakerStates = [...]circuitbreaker.State{circuitbreaker.Closed, circuitbrea
 func secs(d int64) float64 { return float64(d) / 1e9 }
 
 var breakerSpec = kindSpec{typ: "*circuitbreaker.Breaker", family: "circuitbreaker", metrics: []metricSpec{
-	{"rampart.circuitbreaker.state", gauge, "{state}", "State", "1 for the breaker's current state, 0 for the others (one series per state).", true},
-	{"rampart.circuitbreaker.window.calls", gauge, "{call}", "WindowCalls", "Results in the current window.", false},
-	{"rampart.circuitbreaker.window.failures", gauge, "{call}", "WindowFailures", "Failures in the current window.", false},
-	{"rampart.circuitbreaker.window.slow_calls", gauge, "{call}", "WindowSlowCalls", "Slow calls in the current window.", false},
-	{"rampart.circuitbreaker.window.failure_rate", gauge, "1", "FailureRate/100", "Share of the window's results that failed.", false},
-	{"rampart.circuitbreaker.window.slow_call_rate", gauge, "1", "SlowCallRate/100", "Share of the window's results that were slow.", false},
-	{"rampart.circuitbreaker.consecutive_failures", gauge, "{call}", "ConsecutiveFailures", "Failures in a row now (Consecutive mode).", false},
-	{"rampart.circuitbreaker.half_open.admitted", gauge, "{call}", "HalfOpenAdmitted", "Probes admitted in the current half-open period.", false},
-	{"rampart.circuitbreaker.half_open.in_flight", gauge, "{call}", "HalfOpenInFlight", "Probes in flight now.", false},
-	{"rampart.circuitbreaker.half_open.succeeded", gauge, "{call}", "HalfOpenSucceeded", "Probes that succeeded in the current half-open period.", false},
-	{"rampart.circuitbreaker.half_open.failed", gauge, "{call}", "HalfOpenFailed", "Probes that failed in the current half-open period.", false},
-	{"rampart.circuitbreaker.half_open.slow_calls", gauge, "{call}", "HalfOpenSlowCalls", "Slow probes in the current half-open period.", false},
-	{"rampart.circuitbreaker.failures", counter, "{call}", "Failures", "Failures recorded.", false},
-	{"rampart.circuitbreaker.slow_calls", counter, "{call}", "SlowCalls", "Slow calls recorded.", false},
-	{"rampart.circuitbreaker.rejected", counter, "{call}", "Rejected", "Calls rejected (open, forced open, half-open full).", false},
-	{"rampart.circuitbreaker.stale_results", counter, "{call}", "StaleResults", "Results ignored because their permit was from an older generation.", false},
-	{"rampart.circuitbreaker.transitions", counter, "{transition}", "Transitions", "State transitions.", false},
-	{"rampart.circuitbreaker.trips", counter, "{transition}", "Trips", "Automatic transitions to open.", false},
-	{"rampart.circuitbreaker.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
-	{"rampart.circuitbreaker.remaining_open", gauge, "s", "RemainingOpen", "Time left before an open breaker lets probes through.", false},
+	{"rampart.circuitbreaker.state", gauge, "{state}", "State", "1 for the breaker's current state, 0 for the others (one series per state).", true, "", ""},
+	{"rampart.circuitbreaker.window.calls", gauge, "{call}", "WindowCalls", "Results in the current window.", false, "", ""},
+	{"rampart.circuitbreaker.window.failures", gauge, "{call}", "WindowFailures", "Failures in the current window.", false, "", ""},
+	{"rampart.circuitbreaker.window.slow_calls", gauge, "{call}", "WindowSlowCalls", "Slow calls in the current window.", false, "", ""},
+	{"rampart.circuitbreaker.window.failure_rate", gauge, "1", "FailureRate/100", "Share of the window's results that failed.", false, "", ""},
+	{"rampart.circuitbreaker.window.slow_call_rate", gauge, "1", "SlowCallRate/100", "Share of the window's results that were slow.", false, "", ""},
+	{"rampart.circuitbreaker.consecutive_failures", gauge, "{call}", "ConsecutiveFailures", "Failures in a row now (Consecutive mode).", false, "", ""},
+	{"rampart.circuitbreaker.half_open.admitted", gauge, "{call}", "HalfOpenAdmitted", "Probes admitted in the current half-open period.", false, "", ""},
+	{"rampart.circuitbreaker.half_open.in_flight", gauge, "{call}", "HalfOpenInFlight", "Probes in flight now.", false, "", ""},
+	{"rampart.circuitbreaker.half_open.succeeded", gauge, "{call}", "HalfOpenSucceeded", "Probes that succeeded in the current half-open period.", false, "", ""},
+	{"rampart.circuitbreaker.half_open.failed", gauge, "{call}", "HalfOpenFailed", "Probes that failed in the current half-open period.", false, "", ""},
+	{"rampart.circuitbreaker.half_open.slow_calls", gauge, "{call}", "HalfOpenSlowCalls", "Slow probes in the current half-open period.", false, "", ""},
+	{"rampart.circuitbreaker.failures", counter, "{call}", "Failures", "Failures recorded.", false, "", ""},
+	{"rampart.circuitbreaker.slow_calls", counter, "{call}", "SlowCalls", "Slow calls recorded.", false, "", ""},
+	{"rampart.circuitbreaker.rejected", counter, "{call}", "Rejected", "Calls rejected (open, forced open, half-open full).", false, "", ""},
+	{"rampart.circuitbreaker.stale_results", counter, "{call}", "StaleResults", "Results ignored because their permit was from an older generation.", false, "", ""},
+	{"rampart.circuitbreaker.transitions", counter, "{transition}", "Transitions", "State transitions.", false, "", ""},
+	{"rampart.circuitbreaker.trips", counter, "{transition}", "Trips", "Automatic transitions to open.", false, "", ""},
+	{"rampart.circuitbreaker.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false, "", ""},
+	{"rampart.circuitbreaker.remaining_open", gauge, "s", "RemainingOpen", "Time left before an open breaker lets probes through.", false, "", ""},
+	{"rampart.circuitbreaker.successes", counter, "{call}", "Successes", "Successes released (counted only with Config.CountStats).", false, "", ""},
 }, read: func(inst any, _ int64, v []float64) {
 	s := inst.(*circuitbreaker.Breaker).Stats()
 	v[0], v[1], v[2], v[3] = float64(s.State), float64(s.WindowCalls), float64(s.WindowFailures), float64(s.WindowSlowCalls)
@@ -114,15 +180,16 @@ var breakerSpec = kindSpec{typ: "*circuitbreaker.Breaker", family: "circuitbreak
 	v[7], v[8], v[9], v[10], v[11] = float64(s.HalfOpenAdmitted), float64(s.HalfOpenInFlight), float64(s.HalfOpenSucceeded), float64(s.HalfOpenFailed), float64(s.HalfOpenSlowCalls)
 	v[12], v[13], v[14], v[15] = float64(s.Failures), float64(s.SlowCalls), float64(s.Rejected), float64(s.StaleResults)
 	v[16], v[17], v[18], v[19] = float64(s.Transitions), float64(s.Trips), float64(s.ListenerPanics), secs(int64(s.RemainingOpen))
+	v[20] = float64(s.Successes)
 }}
 
 var rateMetrics = []metricSpec{
-	{"rampart.ratelimit.admitted", counter, "{call}", "Admitted", "Calls admitted (counted only with Config.CountStats).", false},
-	{"rampart.ratelimit.rejected", counter, "{call}", "Rejected", "Calls rejected (counted only with Config.CountStats).", false},
-	{"rampart.ratelimit.waited", counter, "{call}", "Waited", "Wait calls that had to sleep.", false},
-	{"rampart.ratelimit.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
-	{"rampart.ratelimit.rate", gauge, "{call}/s", "Rate", "Admissions per second allowed.", false},
-	{"rampart.ratelimit.burst", gauge, "{call}", "Burst", "The bucket size.", false},
+	{"rampart.ratelimit.admitted", counter, "{call}", "Admitted", "Calls admitted (counted only with Config.CountStats).", false, "", ""},
+	{"rampart.ratelimit.rejected", counter, "{call}", "Rejected", "Calls rejected (counted only with Config.CountStats).", false, "", ""},
+	{"rampart.ratelimit.waited", counter, "{call}", "Waited", "Wait calls that had to sleep.", false, "", ""},
+	{"rampart.ratelimit.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false, "", ""},
+	{"rampart.ratelimit.rate", gauge, "{call}/s", "Rate", "Admissions per second allowed.", false, "", ""},
+	{"rampart.ratelimit.burst", gauge, "{call}", "Burst", "The bucket size.", false, "", ""},
 }
 
 func readRate(s ratelimit.Stats, v []float64) {
@@ -138,28 +205,28 @@ var shardedSpec = kindSpec{typ: "*ratelimit.Sharded", family: "ratelimit", metri
 }}
 
 var keyedSpec = kindSpec{typ: "*ratelimit.Keyed", family: "ratelimit", metrics: []metricSpec{
-	{"rampart.ratelimit.admitted", counter, "{call}", "Admitted", "Calls admitted (counted only with Config.CountStats).", false},
-	{"rampart.ratelimit.rejected", counter, "{call}", "Rejected", "Calls rejected (counted only with Config.CountStats).", false},
-	{"rampart.ratelimit.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
-	{"rampart.ratelimit.keys", gauge, "{key}", "Keys", "Keys held now.", false},
-	{"rampart.ratelimit.evicted", counter, "{key}", "Evicted", "Idle keys evicted.", false},
+	{"rampart.ratelimit.admitted", counter, "{call}", "Admitted", "Calls admitted (counted only with Config.CountStats).", false, "", ""},
+	{"rampart.ratelimit.rejected", counter, "{call}", "Rejected", "Calls rejected (counted only with Config.CountStats).", false, "", ""},
+	{"rampart.ratelimit.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false, "", ""},
+	{"rampart.ratelimit.keys", gauge, "{key}", "Keys", "Keys held now.", false, "", ""},
+	{"rampart.ratelimit.evicted", counter, "{key}", "Evicted", "Idle keys evicted.", false, "", ""},
 }, read: func(inst any, _ int64, v []float64) {
 	s := inst.(*ratelimit.Keyed).Stats()
 	v[0], v[1], v[2], v[3], v[4] = float64(s.Admitted), float64(s.Rejected), float64(s.ListenerPanics), float64(s.Keys), float64(s.Evicted)
 }}
 
 var bulkheadSpec = kindSpec{typ: "*bulkhead.Bulkhead", family: "bulkhead", metrics: []metricSpec{
-	{"rampart.bulkhead.max", gauge, "{call}", "Max", "The current limit of calls in flight.", false},
-	{"rampart.bulkhead.in_flight", gauge, "{call}", "InFlight", "Permits held now.", false},
-	{"rampart.bulkhead.peak_in_flight", gauge, "{call}", "PeakInFlight", "The most permits ever held at once.", false},
-	{"rampart.bulkhead.waiting", gauge, "{call}", "Waiting", "Calls queued now.", false},
-	{"rampart.bulkhead.rejected", counter, "{call}", "Rejected", "Calls refused a permit, for any reason (timed out and canceled included).", false},
-	{"rampart.bulkhead.timed_out", counter, "{call}", "TimedOut", "Waiting calls whose MaxWait expired.", false},
-	{"rampart.bulkhead.canceled", counter, "{call}", "Canceled", "Waiting calls whose context ended first.", false},
-	{"rampart.bulkhead.overshoots", counter, "{call}", "Overshoots", "Adds that lost the race for the last permit and were undone.", false},
-	{"rampart.bulkhead.waited", counter, "{call}", "Waited", "Calls admitted after queueing.", false},
-	{"rampart.bulkhead.wait_time", counter, "s", "WaitTime", "Time spent queueing, admitted or not.", false},
-	{"rampart.bulkhead.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+	{"rampart.bulkhead.max", gauge, "{call}", "Max", "The current limit of calls in flight.", false, "", ""},
+	{"rampart.bulkhead.in_flight", gauge, "{call}", "InFlight", "Permits held now.", false, "", ""},
+	{"rampart.bulkhead.peak_in_flight", gauge, "{call}", "PeakInFlight", "The most permits ever held at once.", false, "", ""},
+	{"rampart.bulkhead.waiting", gauge, "{call}", "Waiting", "Calls queued now.", false, "", ""},
+	{"rampart.bulkhead.rejected", counter, "{call}", "Rejected", "Calls refused a permit, for any reason (timed out and canceled included).", false, "", ""},
+	{"rampart.bulkhead.timed_out", counter, "{call}", "TimedOut", "Waiting calls whose MaxWait expired.", false, "", ""},
+	{"rampart.bulkhead.canceled", counter, "{call}", "Canceled", "Waiting calls whose context ended first.", false, "", ""},
+	{"rampart.bulkhead.overshoots", counter, "{call}", "Overshoots", "Adds that lost the race for the last permit and were undone.", false, "", ""},
+	{"rampart.bulkhead.waited", counter, "{call}", "Waited", "Calls admitted after queueing.", false, "", ""},
+	{"rampart.bulkhead.wait_time", counter, "s", "WaitTime", "Time spent queueing, admitted or not.", false, "", ""},
+	{"rampart.bulkhead.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false, "", ""},
 }, read: func(inst any, _ int64, v []float64) {
 	s := inst.(*bulkhead.Bulkhead).Stats()
 	v[0], v[1], v[2], v[3] = float64(s.Max), float64(s.InFlight), float64(s.PeakInFlight), float64(s.Waiting)
@@ -168,17 +235,17 @@ var bulkheadSpec = kindSpec{typ: "*bulkhead.Bulkhead", family: "bulkhead", metri
 }}
 
 var adaptiveSpec = kindSpec{typ: "*adaptive.Limiter", family: "adaptive", metrics: []metricSpec{
-	{"rampart.adaptive.limit", gauge, "{call}", "Limit", "The published concurrency limit.", false},
-	{"rampart.adaptive.in_flight", gauge, "{call}", "InFlight", "Calls admitted and not yet released.", false},
-	{"rampart.adaptive.peak_in_flight", gauge, "{call}", "PeakInFlight", "The most calls in flight seen at an admission.", false},
-	{"rampart.adaptive.queued", gauge, "{call}", "Queued", "Calls waiting in the queue now.", false},
-	{"rampart.adaptive.stride", gauge, "{call}", "Stride", "RTT sampling stride: about one call in Stride is timed.", false},
-	{"rampart.adaptive.rejected", counter, "{call}", "Rejected", "Calls refused (shed from the queue included).", false},
-	{"rampart.adaptive.shed", counter, "{call}", "Shed", "Waiting calls shed by CoDel or a full queue.", false},
-	{"rampart.adaptive.samples", counter, "{sample}", "Samples", "RTT samples counted in closed windows.", false},
-	{"rampart.adaptive.drops", counter, "{call}", "Drops", "Failure releases counted in closed windows.", false},
-	{"rampart.adaptive.windows", counter, "{window}", "Windows", "Windows closed (limit recomputations).", false},
-	{"rampart.adaptive.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+	{"rampart.adaptive.limit", gauge, "{call}", "Limit", "The published concurrency limit.", false, "", ""},
+	{"rampart.adaptive.in_flight", gauge, "{call}", "InFlight", "Calls admitted and not yet released.", false, "", ""},
+	{"rampart.adaptive.peak_in_flight", gauge, "{call}", "PeakInFlight", "The most calls in flight seen at an admission.", false, "", ""},
+	{"rampart.adaptive.queued", gauge, "{call}", "Queued", "Calls waiting in the queue now.", false, "", ""},
+	{"rampart.adaptive.stride", gauge, "{call}", "Stride", "RTT sampling stride: about one call in Stride is timed.", false, "", ""},
+	{"rampart.adaptive.rejected", counter, "{call}", "Rejected", "Calls refused (shed from the queue included).", false, "", ""},
+	{"rampart.adaptive.shed", counter, "{call}", "Shed", "Waiting calls shed by CoDel or a full queue.", false, "", ""},
+	{"rampart.adaptive.samples", counter, "{sample}", "Samples", "RTT samples counted in closed windows.", false, "", ""},
+	{"rampart.adaptive.drops", counter, "{call}", "Drops", "Failure releases counted in closed windows.", false, "", ""},
+	{"rampart.adaptive.windows", counter, "{window}", "Windows", "Windows closed (limit recomputations).", false, "", ""},
+	{"rampart.adaptive.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false, "", ""},
 }, read: func(inst any, _ int64, v []float64) {
 	s := inst.(*adaptive.Limiter).Stats()
 	v[0], v[1], v[2], v[3], v[4] = float64(s.Limit), float64(s.InFlight), float64(s.PeakInFlight), float64(s.Queued), float64(s.Stride)
@@ -186,47 +253,47 @@ var adaptiveSpec = kindSpec{typ: "*adaptive.Limiter", family: "adaptive", metric
 }}
 
 var throttlerSpec = kindSpec{typ: "*adaptive.Throttler", family: "adaptive.throttler", metrics: []metricSpec{
-	{"rampart.adaptive.throttler.window.requests", gauge, "{request}", "Requests", "Requests counted in the window.", false},
-	{"rampart.adaptive.throttler.window.accepted", gauge, "{request}", "Accepted", "Accepts counted in the window.", false},
-	{"rampart.adaptive.throttler.rejection_probability", gauge, "1", "Probability", "The current probability of a local rejection.", false},
-	{"rampart.adaptive.throttler.rejected", counter, "{request}", "Rejected", "Local rejections.", false},
+	{"rampart.adaptive.throttler.window.requests", gauge, "{request}", "Requests", "Requests counted in the window.", false, "", ""},
+	{"rampart.adaptive.throttler.window.accepted", gauge, "{request}", "Accepted", "Accepts counted in the window.", false, "", ""},
+	{"rampart.adaptive.throttler.rejection_probability", gauge, "1", "Probability", "The current probability of a local rejection.", false, "", ""},
+	{"rampart.adaptive.throttler.rejected", counter, "{request}", "Rejected", "Local rejections.", false, "", ""},
 }, read: func(inst any, _ int64, v []float64) {
 	s := inst.(*adaptive.Throttler).Stats()
 	v[0], v[1], v[2], v[3] = float64(s.Requests), float64(s.Accepted), s.Probability, float64(s.Rejected)
 }}
 
 var retrySpec = kindSpec{typ: "*retry.Policy", family: "retry", metrics: []metricSpec{
-	{"rampart.retry.retries", counter, "{retry}", "Retries", "Retries granted.", false},
-	{"rampart.retry.give_ups", counter, "{call}", "GiveUps", "Calls that gave up (give-up errors built).", false},
-	{"rampart.retry.budget_refused", counter, "{retry}", "BudgetRefused", "Retries the budget refused.", false},
-	{"rampart.retry.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+	{"rampart.retry.retries", counter, "{retry}", "Retries", "Retries granted.", false, "", ""},
+	{"rampart.retry.give_ups", counter, "{call}", "GiveUps", "Calls that gave up (give-up errors built).", false, "", ""},
+	{"rampart.retry.budget_refused", counter, "{retry}", "BudgetRefused", "Retries the budget refused.", false, "", ""},
+	{"rampart.retry.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false, "", ""},
 }, read: func(inst any, _ int64, v []float64) {
 	s := inst.(*retry.Policy).Stats()
 	v[0], v[1], v[2], v[3] = float64(s.Retries), float64(s.GiveUps), float64(s.BudgetRefused), float64(s.ListenerPanics)
 }}
 
 var tokenBucketSpec = kindSpec{typ: "*retry.TokenBucket", family: "retry.budget", metrics: []metricSpec{
-	{"rampart.retry.budget.tokens", gauge, "{token}", "Tokens()", "Tokens in the gRPC A6 bucket; retries are allowed above half of MaxTokens.", false},
+	{"rampart.retry.budget.tokens", gauge, "{token}", "Tokens()", "Tokens in the gRPC A6 bucket; retries are allowed above half of MaxTokens.", false, "", ""},
 }, read: func(inst any, _ int64, v []float64) {
 	v[0] = inst.(*retry.TokenBucket).Tokens()
 }}
 
 var ratioBudgetSpec = kindSpec{typ: "*retry.RatioBudget", family: "retry.budget", metrics: []metricSpec{
-	{"rampart.retry.budget.window.requests", gauge, "{request}", "Counts(now) requests", "Requests counted in the budget's window.", false},
-	{"rampart.retry.budget.window.retries", gauge, "{retry}", "Counts(now) retries", "Retries granted in the budget's window.", false},
+	{"rampart.retry.budget.window.requests", gauge, "{request}", "Counts(now) requests", "Requests counted in the budget's window.", false, "", ""},
+	{"rampart.retry.budget.window.retries", gauge, "{retry}", "Counts(now) retries", "Retries granted in the budget's window.", false, "", ""},
 }, read: func(inst any, now int64, v []float64) {
 	req, ret := inst.(*retry.RatioBudget).Counts(now)
 	v[0], v[1] = float64(req), float64(ret)
 }}
 
 var timeoutSpec = kindSpec{typ: "*timeout.Timeout", family: "timeout", metrics: []metricSpec{
-	{"rampart.timeout.timeouts", counter, "{call}", "Timeouts", "Calls classified as timed out.", false},
-	{"rampart.timeout.abandoned", counter, "{call}", "AbandonedTotal", "Functions ever abandoned (DoAbandon, CallAbandon).", false},
-	{"rampart.timeout.abandoned_running", gauge, "{call}", "Abandoned", "Abandoned functions still running.", false},
-	{"rampart.timeout.rejected", counter, "{call}", "Rejected", "Calls rejected because MaxAbandoned was reached.", false},
-	{"rampart.timeout.fallbacks", counter, "{call}", "Fallbacks", "Calls timed by a runtime timer instead of the watchdog.", false},
-	{"rampart.timeout.workers", gauge, "{goroutine}", "Workers", "DoAbandon worker goroutines alive now.", false},
-	{"rampart.timeout.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+	{"rampart.timeout.timeouts", counter, "{call}", "Timeouts", "Calls classified as timed out.", false, "", ""},
+	{"rampart.timeout.abandoned", counter, "{call}", "AbandonedTotal", "Functions ever abandoned (DoAbandon, CallAbandon).", false, "", ""},
+	{"rampart.timeout.abandoned_running", gauge, "{call}", "Abandoned", "Abandoned functions still running.", false, "", ""},
+	{"rampart.timeout.rejected", counter, "{call}", "Rejected", "Calls rejected because MaxAbandoned was reached.", false, "", ""},
+	{"rampart.timeout.fallbacks", counter, "{call}", "Fallbacks", "Calls timed by a runtime timer instead of the watchdog.", false, "", ""},
+	{"rampart.timeout.workers", gauge, "{goroutine}", "Workers", "DoAbandon worker goroutines alive now.", false, "", ""},
+	{"rampart.timeout.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false, "", ""},
 }, read: func(inst any, _ int64, v []float64) {
 	s := inst.(*timeout.Timeout).Stats()
 	v[0], v[1], v[2], v[3] = float64(s.Timeouts), float64(s.AbandonedTotal), float64(s.Abandoned), float64(s.Rejected)
@@ -234,13 +301,13 @@ var timeoutSpec = kindSpec{typ: "*timeout.Timeout", family: "timeout", metrics: 
 }}
 
 var hedgeSpec = kindSpec{typ: "*hedge.Hedger", family: "hedge", metrics: []metricSpec{
-	{"rampart.hedge.hedges", counter, "{attempt}", "Hedges", "Hedge attempts that ran.", false},
-	{"rampart.hedge.hedges_won", counter, "{attempt}", "HedgesWon", "Races won by a hedge.", false},
-	{"rampart.hedge.budget_refused", counter, "{attempt}", "BudgetRefused", "Hedges the budget refused.", false},
-	{"rampart.hedge.trigger_full", counter, "{call}", "TriggerFull", "Calls that ran unhedged because the watchdog refused the trigger.", false},
-	{"rampart.hedge.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
-	{"rampart.hedge.delay", gauge, "s", "Delay", "The current hedging delay (-1 s: no hedging yet).", false},
-	{"rampart.hedge.samples", gauge, "{sample}", "Samples", "Latencies in the histogram at the last refresh.", false},
+	{"rampart.hedge.hedges", counter, "{attempt}", "Hedges", "Hedge attempts that ran.", false, "", ""},
+	{"rampart.hedge.hedges_won", counter, "{attempt}", "HedgesWon", "Races won by a hedge.", false, "", ""},
+	{"rampart.hedge.budget_refused", counter, "{attempt}", "BudgetRefused", "Hedges the budget refused.", false, "", ""},
+	{"rampart.hedge.trigger_full", counter, "{call}", "TriggerFull", "Calls that ran unhedged because the watchdog refused the trigger.", false, "", ""},
+	{"rampart.hedge.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false, "", ""},
+	{"rampart.hedge.delay", gauge, "s", "Delay", "The current hedging delay (-1 s: no hedging yet).", false, "", ""},
+	{"rampart.hedge.samples", gauge, "{sample}", "Samples", "Latencies in the histogram at the last refresh.", false, "", ""},
 }, read: func(inst any, _ int64, v []float64) {
 	s := inst.(*hedge.Hedger).Stats()
 	v[0], v[1], v[2], v[3], v[4] = float64(s.Hedges), float64(s.HedgesWon), float64(s.BudgetRefused), float64(s.TriggerFull), float64(s.ListenerPanics)
@@ -251,31 +318,128 @@ var hedgeSpec = kindSpec{typ: "*hedge.Hedger", family: "hedge", metrics: []metri
 }}
 
 var chaosSpec = kindSpec{typ: "*chaos.Injector", family: "chaos", metrics: []metricSpec{
-	{"rampart.chaos.calls", counter, "{call}", "Calls", "Calls seen while enabled.", false},
-	{"rampart.chaos.delayed", counter, "{call}", "Delayed", "Calls that got an injected latency.", false},
-	{"rampart.chaos.delay_time", counter, "s", "DelayTime", "Latency injected, in all.", false},
-	{"rampart.chaos.interrupted", counter, "{call}", "Interrupted", "Delayed calls whose context ended during the latency.", false},
-	{"rampart.chaos.panicked", counter, "{call}", "Panicked", "Calls made to panic.", false},
-	{"rampart.chaos.errored", counter, "{call}", "Errored", "Calls made to return the injected error.", false},
-	{"rampart.chaos.substituted", counter, "{call}", "Substituted", "Calls whose result was substituted.", false},
-	{"rampart.chaos.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false},
+	{"rampart.chaos.calls", counter, "{call}", "Calls", "Calls seen while enabled.", false, "", ""},
+	{"rampart.chaos.delayed", counter, "{call}", "Delayed", "Calls that got an injected latency.", false, "", ""},
+	{"rampart.chaos.delay_time", counter, "s", "DelayTime", "Latency injected, in all.", false, "", ""},
+	{"rampart.chaos.interrupted", counter, "{call}", "Interrupted", "Delayed calls whose context ended during the latency.", false, "", ""},
+	{"rampart.chaos.panicked", counter, "{call}", "Panicked", "Calls made to panic.", false, "", ""},
+	{"rampart.chaos.errored", counter, "{call}", "Errored", "Calls made to return the injected error.", false, "", ""},
+	{"rampart.chaos.substituted", counter, "{call}", "Substituted", "Calls whose result was substituted.", false, "", ""},
+	{"rampart.chaos.listener_panics", counter, "{panic}", "ListenerPanics", "Listener panics recovered.", false, "", ""},
 }, read: func(inst any, _ int64, v []float64) {
 	s := inst.(*chaos.Injector).Stats()
 	v[0], v[1], v[2], v[3] = float64(s.Calls), float64(s.Delayed), secs(int64(s.DelayTime)), float64(s.Interrupted)
 	v[4], v[5], v[6], v[7] = float64(s.Panicked), float64(s.Errored), float64(s.Substituted), float64(s.ListenerPanics)
 }}
 
+// pipelineSpec is a *pipeline.Pipeline built with Config.CountOutcomes
+// (one without counts nothing: Add refuses it, a Source's is skipped as
+// no_stats).
+var pipelineSpec = kindSpec{typ: "*pipeline.Pipeline", family: "pipeline", metrics: concat(
+	withValues(metricSpec{name: "rampart.pipeline.calls", kind: counter, unit: "{call}",
+		desc: "Calls that ended, by Code (counted with Config.CountOutcomes)."}, attrCode,
+		[]string{"ok", "failed", "rejected", "timed_out", "canceled"},
+		[]string{"Succeeded", "Failed", "Rejected", "TimedOut", "Canceled"}),
+	byPolicy(metricSpec{name: "rampart.pipeline.rejected", kind: counter, unit: "{call}", field: "RejectedBy",
+		desc: "Calls rejected, by the policy that rejected (counted with Config.CountOutcomes)."}),
+	[]metricSpec{
+		{"rampart.pipeline.panicked", counter, "{call}", "Panicked", "Calls whose fn panicked or called runtime.Goexit (not in calls).", false, "", ""},
+		{"rampart.pipeline.attempts", counter, "{attempt}", "Attempts", "Attempts of the calls that ended, rejected ones included.", false, "", ""},
+	}), read: func(inst any, _ int64, v []float64) {
+	s := inst.(*pipeline.Pipeline).Stats()
+	v[0], v[1], v[2], v[3], v[4] = float64(s.Succeeded), float64(s.Failed), float64(s.Rejected), float64(s.TimedOut), float64(s.Canceled)
+	for i, k := range rejectingKinds {
+		v[5+i] = float64(s.RejectedBy[k])
+	}
+	v[5+len(rejectingKinds)], v[6+len(rejectingKinds)] = float64(s.Panicked), float64(s.Attempts)
+}}
+
+// fallbackStatser is what a *pipeline.Fallback[T] of any T (and a
+// *pipeline.DoFallback) has: its Stats.
+type fallbackStatser interface{ Stats() pipeline.FallbackStats }
+
+var fallbackMetrics = concat(
+	withValues(metricSpec{name: "rampart.fallback.answers", kind: counter, unit: "{call}",
+		desc: "Calls the fallback answered, by how they ended (counted with the pipeline's Config.CountOutcomes)."}, attrEnding,
+		[]string{"rejected", "timed_out", "retries_exhausted", "failed", "canceled"},
+		[]string{"AnsweredRejected (sum)", "AnsweredTimedOut", "AnsweredExhausted", "AnsweredFailed", "AnsweredCanceled"}),
+	byPolicy(metricSpec{name: "rampart.fallback.answered_rejected", kind: counter, unit: "{call}", field: "AnsweredRejected",
+		desc: "Rejections the fallback answered, by the policy that rejected."}),
+	[]metricSpec{
+		{"rampart.fallback.stale_served", counter, "{call}", "StaleServed", "Answers with the last good value.", false, "", ""},
+		{"rampart.fallback.stale_expired", counter, "{call}", "StaleExpired", "Endings met while the last good value was older than MaxAge.", false, "", ""},
+	})
+
+func readFallback(s pipeline.FallbackStats, v []float64) {
+	var rejected uint64
+	for i, k := range rejectingKinds {
+		rejected += s.AnsweredRejected[k]
+		v[5+i] = float64(s.AnsweredRejected[k])
+	}
+	rejected += s.AnsweredRejected[pipeline.None]
+	v[0], v[1], v[2], v[3], v[4] = float64(rejected), float64(s.AnsweredTimedOut), float64(s.AnsweredExhausted), float64(s.AnsweredFailed), float64(s.AnsweredCanceled)
+	v[5+len(rejectingKinds)], v[6+len(rejectingKinds)] = float64(s.StaleServed), float64(s.StaleExpired)
+}
+
+// fallbackSpec is any *pipeline.Fallback[T], through its Stats method.
+var fallbackSpec = kindSpec{typ: "*pipeline.Fallback[T]", family: "fallback", metrics: fallbackMetrics, read: func(inst any, _ int64, v []float64) {
+	readFallback(inst.(fallbackStatser).Stats(), v)
+}}
+
+var doFallbackSpec = kindSpec{typ: "*pipeline.DoFallback", family: "fallback", metrics: fallbackMetrics, read: func(inst any, _ int64, v []float64) {
+	readFallback(inst.(*pipeline.DoFallback).Stats(), v)
+}}
+
+// shedSignals are the values of rampart.signal, the bits of shed.Signal.
+var shedSignals = [...]shed.Signal{shed.SchedLatency, shed.CPU, shed.Runnable, shed.InFlight, shed.Latency}
+
+var shedSpec = kindSpec{typ: "*shed.Shedder", family: "shed", metrics: concat([]metricSpec{
+	{"rampart.shed.admitted", counter, "{call}", "Admitted", "Calls admitted.", false, "", ""},
+	{"rampart.shed.rejected", counter, "{call}", "Rejected", "Calls shed while overloaded.", false, "", ""},
+	{"rampart.shed.in_flight", gauge, "{call}", "InFlight", "Calls admitted and not yet released.", false, "", ""},
+	{"rampart.shed.overloaded", gauge, "{state}", "Overloaded", "1 while the shedder is engaged, 0 otherwise.", false, "", ""},
+	{"rampart.shed.overloads", counter, "{transition}", "Overloads", "Times the shedder engaged.", false, "", ""},
+	{"rampart.shed.cap", gauge, "{call}", "Cap", "The cap while overloaded: max_pass × min_rt (0 when not overloaded).", false, "", ""},
+	{"rampart.shed.limit", gauge, "{call}", "Limit", "Calls in flight admitted now at priority 0: the cap or its probe.", false, "", ""},
+	{"rampart.shed.max_pass", gauge, "{call}/s", "MaxPass", "The most calls completed per second in a bucket of the window.", false, "", ""},
+	{"rampart.shed.min_rt", gauge, "s", "MinRT", "The least mean latency of a bucket of the window.", false, "", ""},
+	{"rampart.shed.signals.sched_latency", gauge, "s", "Signals.SchedLatency", "The Source's last scheduling latency (-1 s: unknown).", false, "", ""},
+	{"rampart.shed.signals.cpu", gauge, "1", "Signals.CPU", "The Source's last busy share of GOMAXPROCS (-1: unknown).", false, "", ""},
+	{"rampart.shed.signals.runnable", gauge, "{goroutine}", "Signals.Runnable", "The Source's last runnable goroutines per P (-1: unknown).", false, "", ""},
+	{"rampart.shed.samples", counter, "{sample}", "Samples", "Samples taken.", false, "", ""},
+	{"rampart.shed.stride", gauge, "{call}", "Stride", "Latency sampling stride: about one call in Stride is timed.", false, "", ""},
+	{"rampart.shed.listener_panics", counter, "{panic}", "ListenerPanics", "Panics of OnOverload or the Source recovered.", false, "", ""},
+}, withValues(metricSpec{name: "rampart.shed.trigger", kind: gauge, unit: "{signal}",
+	desc: "1 for each signal at or above its threshold at the last sample, 0 for the others."}, attrSignal,
+	[]string{"sched_latency", "cpu", "runnable", "in_flight", "latency"},
+	[]string{"Trigger&SchedLatency", "Trigger&CPU", "Trigger&Runnable", "Trigger&InFlight", "Trigger&Latency"})),
+	read: func(inst any, _ int64, v []float64) {
+		s := inst.(*shed.Shedder).Stats()
+		v[0], v[1], v[2], v[3], v[4] = float64(s.Admitted), float64(s.Rejected), float64(s.InFlight), b2f(s.Overloaded), float64(s.Overloads)
+		v[5], v[6], v[7], v[8] = float64(s.Cap), float64(s.Limit), s.MaxPass, secs(int64(s.MinRT))
+		v[9], v[10], v[11] = secs(int64(s.Signals.SchedLatency)), s.Signals.CPU, s.Signals.Runnable
+		if s.Signals.SchedLatency < 0 {
+			v[9] = -1
+		}
+		v[12], v[13], v[14] = float64(s.Samples), float64(s.Stride), float64(s.ListenerPanics)
+		for i, sig := range shedSignals {
+			v[15+i] = b2f(s.Trigger&sig != 0)
+		}
+	}}
+
 // kinds lists every kind, in the order of the docs' table.
 var kinds = []*kindSpec{&breakerSpec, &limiterSpec, &shardedSpec, &keyedSpec, &bulkheadSpec, &adaptiveSpec,
-	&throttlerSpec, &retrySpec, &tokenBucketSpec, &ratioBudgetSpec, &timeoutSpec, &hedgeSpec, &chaosSpec}
+	&throttlerSpec, &retrySpec, &tokenBucketSpec, &ratioBudgetSpec, &timeoutSpec, &hedgeSpec, &chaosSpec,
+	&pipelineSpec, &fallbackSpec, &doFallbackSpec, &shedSpec}
 
 // maxMetrics is the most metrics of one kind (the size of a read buffer).
-const maxMetrics = 20
+const maxMetrics = 24
 
 // specOf returns inst's kind, nil for a type the adapter does not know.
-// A *pipeline.Pipeline is known but has no stats of its own: noStats.
+// A *pipeline.Pipeline built without Config.CountOutcomes is known but
+// counts nothing: noStats.
 func specOf(inst any) (k *kindSpec, noStats bool) {
-	switch inst.(type) {
+	switch x := inst.(type) {
 	case *circuitbreaker.Breaker:
 		return &breakerSpec, false
 	case *ratelimit.Limiter:
@@ -302,8 +466,17 @@ func specOf(inst any) (k *kindSpec, noStats bool) {
 		return &hedgeSpec, false
 	case *chaos.Injector:
 		return &chaosSpec, false
+	case *shed.Shedder:
+		return &shedSpec, false
 	case *pipeline.Pipeline:
-		return nil, true
+		if x == nil || !x.Config().CountOutcomes {
+			return nil, true
+		}
+		return &pipelineSpec, false
+	case *pipeline.DoFallback:
+		return &doFallbackSpec, false
+	case fallbackStatser: // a *pipeline.Fallback[T], of any T
+		return &fallbackSpec, false
 	}
 	return nil, false
 }
@@ -340,6 +513,13 @@ func isNil(inst any) bool {
 		return p == nil
 	case *pipeline.Pipeline:
 		return p == nil
+	case *shed.Shedder:
+		return p == nil
+	case *pipeline.DoFallback:
+		return p == nil
+	case fallbackStatser: // a generic type: the one case that needs reflect (Add and collections only)
+		v := reflect.ValueOf(p)
+		return v.Kind() == reflect.Pointer && v.IsNil()
 	}
 	return inst == nil
 }

@@ -9,14 +9,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Span event names and attributes (see the package doc, Tracing).
+// Span event names and attributes (see the package doc, Tracing); the
+// policy's, attrPolicy, is the metrics' (spec.go).
 const (
 	// EventRejected is the span event of a call a policy refused.
 	EventRejected = "rampart.rejected"
 	// EventTimedOut is the span event of a call whose timeout expired.
 	EventTimedOut = "rampart.timed_out"
 
-	attrPolicy     = "rampart.policy"      // the policy kind, pipeline.Kind's String: "circuitbreaker", ...
 	attrRetryAfter = "rampart.retry_after" // the outcome's RetryAfter, in seconds (float)
 	attrAttempts   = "rampart.attempts"    // the attempts made, rejected ones included
 	attrError      = "rampart.error"       // the outcome's error message

@@ -14,8 +14,10 @@ import (
 	"github.com/rampart-go/rampart/chaos"
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/hedge"
+	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -44,6 +46,13 @@ func newAdmitFixture() *fixture {
 	f.timeout = must(timeout.New(timeout.Config{Name: "slow", Duration: time.Second}))
 	f.hedger = must(hedge.New(hedge.Config{Name: "read", Delay: time.Second}))
 	f.chaos = must(chaos.New(chaos.Config{}))
+	f.gate = must(bulkhead.New(bulkhead.Config{Name: "checkout", Max: 1 << 20}))
+	f.pipe = must(pipeline.New(pipeline.Config{Name: "checkout", Bulkhead: f.gate, CountOutcomes: true}))
+	seven := 7
+	f.fallback = must(pipeline.NewFallback(pipeline.FallbackConfig[int]{Pipeline: f.pipe, When: pipeline.Rejections, Value: &seven}))
+	f.doFall = must(pipeline.NewDoFallback(pipeline.DoFallbackConfig{Pipeline: f.pipe, When: pipeline.Rejections,
+		Func: func(context.Context, pipeline.Outcome) error { return nil }}))
+	f.shedder = must(shed.New(shed.Config{Name: "cpu"}))
 	return f
 }
 
@@ -82,5 +91,14 @@ func admitCases(f *fixture) []admitCase {
 		{"Timeout", func() { _ = f.timeout.Do(ctx, ok) }, 1}, // the deadline context Do hands fn (package timeout, Allocations)
 		{"Hedge", func() { _ = f.hedger.Do(ctx, ok) }, 0},
 		{"Chaos", func() { _ = f.chaos.Do(ctx, ok) }, 0},
+		{"Pipeline", func() { _ = f.pipe.Do(ctx, ok) }, 0},
+		{"Fallback", func() { _, _ = f.fallback.Call(ctx, func(context.Context) (int, error) { return 1, nil }) }, 0},
+		{"DoFallback", func() { _ = f.doFall.Do(ctx, ok) }, 0},
+		{"Shed", func() {
+			p, err := f.shedder.Acquire()
+			if err == nil {
+				f.shedder.Release(p, rampart.Success)
+			}
+		}, 0},
 	}
 }

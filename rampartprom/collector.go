@@ -41,6 +41,7 @@ type Collector struct {
 type nameLabels struct {
 	name   []*dto.LabelPair
 	states [len(breakerStates)][]*dto.LabelPair
+	extra  map[*metricSpec][]*dto.LabelPair // the series of a metric with an attribute of its own (ms.attr), built at its first scrape
 	gen    uint64
 }
 
@@ -64,6 +65,9 @@ func NewCollector(cfg Config) *Collector {
 				if ms.states {
 					labels = append(labels, labelState)
 				}
+				if ms.attr != "" {
+					labels = append(labels, promLabel(ms.attr))
+				}
 				d = prometheus.NewDesc(promName(ms), ms.desc, labels, nil)
 				byName[ms.name] = d
 				c.all = append(c.all, d)
@@ -79,7 +83,8 @@ func NewCollector(cfg Config) *Collector {
 
 // Add collects inst under name from the next scrape on. It returns an
 // error wrapping [ErrUnsupported] for a type the package does not collect
-// (a *pipeline.Pipeline included: it has no Stats; add its policies), and
+// (a *pipeline.Pipeline built without Config.CountOutcomes included: it
+// counts nothing; add its policies), and
 // one wrapping [ErrDuplicateName] if name is already added for an instance
 // of the same family (the ratelimit types form one family, as they share
 // metric names).
@@ -157,7 +162,7 @@ func (s *scrape) labelsOf(name string) *nameLabels {
 	l := s.c.labels[name]
 	if l == nil {
 		np := pair(labelName, name)
-		l = &nameLabels{name: []*dto.LabelPair{np}}
+		l = &nameLabels{name: []*dto.LabelPair{np}, extra: map[*metricSpec][]*dto.LabelPair{}}
 		for i, st := range breakerStates {
 			l.states[i] = []*dto.LabelPair{np, pair(labelState, st.String())} // sorted: rampart_name < rampart_state
 		}
@@ -182,8 +187,25 @@ func (s *scrape) instance(name string, spec *kindSpec, v []float64) {
 			}
 			continue
 		}
-		s.ch <- newSample(ds[i], l.name, ms.kind == counter, v[i])
+		lp := l.name
+		if ms.attr != "" {
+			lp = l.extra[ms]
+			if lp == nil {
+				lp = sortedPairs(l.name[0], pair(promLabel(ms.attr), ms.value))
+				l.extra[ms] = lp
+			}
+		}
+		s.ch <- newSample(ds[i], lp, ms.kind == counter, v[i])
 	}
+}
+
+// sortedPairs returns a and b sorted by name, as the registry wants a
+// metric's labels.
+func sortedPairs(a, b *dto.LabelPair) []*dto.LabelPair {
+	if b.GetName() < a.GetName() {
+		a, b = b, a
+	}
+	return []*dto.LabelPair{a, b}
 }
 
 func (s *scrape) skipped(counts *[nSkipReasons]int) {

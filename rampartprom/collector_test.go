@@ -57,7 +57,13 @@ func series(t testing.TB, mfs map[string]*dto.MetricFamily) map[string]point {
 			default:
 				t.Fatalf("%s: type %v", pname, mf.GetType())
 			}
-			k := seriesKeyOf(name, labels[labelName], labels[labelState])
+			other := labels[labelState]
+			for _, a := range extraAttrs {
+				if v := labels[promLabel(a)]; v != "" {
+					other = v
+				}
+			}
+			k := seriesKeyOf(name, labels[labelName], other)
 			if r := labels[labelReason]; r != "" {
 				k = name + "|" + r
 			}
@@ -107,7 +113,7 @@ func expected(f *fixture) map[string]point {
 				}
 				continue
 			}
-			k := seriesKeyOf(ms.name, name, "")
+			k := seriesKeyOf(ms.name, name, ms.value)
 			e[k] = point{ms.kind, want[k]}
 		}
 	}
@@ -184,9 +190,31 @@ rampart_circuitbreaker_state{rampart_name="api",rampart_state="open"} 1
 # HELP rampart_circuitbreaker_window_failure_rate_ratio Share of the window's results that failed.
 # TYPE rampart_circuitbreaker_window_failure_rate_ratio gauge
 rampart_circuitbreaker_window_failure_rate_ratio{rampart_name="api"} 0
+# HELP rampart_circuitbreaker_successes_total Successes released (counted only with Config.CountStats).
+# TYPE rampart_circuitbreaker_successes_total counter
+rampart_circuitbreaker_successes_total{rampart_name="api"} 1
+# HELP rampart_fallback_answers_total Calls the fallback answered, by how they ended (counted with the pipeline's Config.CountOutcomes).
+# TYPE rampart_fallback_answers_total counter
+rampart_fallback_answers_total{rampart_ending="canceled",rampart_name="checkout-do"} 0
+rampart_fallback_answers_total{rampart_ending="canceled",rampart_name="checkout-value"} 0
+rampart_fallback_answers_total{rampart_ending="failed",rampart_name="checkout-do"} 1
+rampart_fallback_answers_total{rampart_ending="failed",rampart_name="checkout-value"} 0
+rampart_fallback_answers_total{rampart_ending="rejected",rampart_name="checkout-do"} 0
+rampart_fallback_answers_total{rampart_ending="rejected",rampart_name="checkout-value"} 1
+rampart_fallback_answers_total{rampart_ending="retries_exhausted",rampart_name="checkout-do"} 0
+rampart_fallback_answers_total{rampart_ending="retries_exhausted",rampart_name="checkout-value"} 0
+rampart_fallback_answers_total{rampart_ending="timed_out",rampart_name="checkout-do"} 0
+rampart_fallback_answers_total{rampart_ending="timed_out",rampart_name="checkout-value"} 0
 # HELP rampart_hedge_delay_seconds The current hedging delay (-1 s: no hedging yet).
 # TYPE rampart_hedge_delay_seconds gauge
 rampart_hedge_delay_seconds{rampart_name="read"} 0.25
+# HELP rampart_pipeline_calls_total Calls that ended, by Code (counted with Config.CountOutcomes).
+# TYPE rampart_pipeline_calls_total counter
+rampart_pipeline_calls_total{rampart_code="canceled",rampart_name="checkout"} 0
+rampart_pipeline_calls_total{rampart_code="failed",rampart_name="checkout"} 2
+rampart_pipeline_calls_total{rampart_code="ok",rampart_name="checkout"} 1
+rampart_pipeline_calls_total{rampart_code="rejected",rampart_name="checkout"} 2
+rampart_pipeline_calls_total{rampart_code="timed_out",rampart_name="checkout"} 0
 # HELP rampart_ratelimit_admitted_total Calls admitted (counted only with Config.CountStats).
 # TYPE rampart_ratelimit_admitted_total counter
 rampart_ratelimit_admitted_total{rampart_name="ingest"} 4
@@ -196,11 +224,19 @@ rampart_ratelimit_admitted_total{rampart_name="tenant"} 2
 # TYPE rampart_ratelimit_rate_per_second gauge
 rampart_ratelimit_rate_per_second{rampart_name="ingest"} 4
 rampart_ratelimit_rate_per_second{rampart_name="login"} 1
+# HELP rampart_shed_trigger 1 for each signal at or above its threshold at the last sample, 0 for the others.
+# TYPE rampart_shed_trigger gauge
+rampart_shed_trigger{rampart_name="cpu",rampart_signal="cpu"} 0
+rampart_shed_trigger{rampart_name="cpu",rampart_signal="in_flight"} 0
+rampart_shed_trigger{rampart_name="cpu",rampart_signal="latency"} 0
+rampart_shed_trigger{rampart_name="cpu",rampart_signal="runnable"} 0
+rampart_shed_trigger{rampart_name="cpu",rampart_signal="sched_latency"} 1
 `
 	err := testutil.CollectAndCompare(c, strings.NewReader(text),
 		"rampart_bulkhead_in_flight", "rampart_bulkhead_wait_time_seconds_total", "rampart_circuitbreaker_rejected_total",
 		"rampart_circuitbreaker_remaining_open_seconds", "rampart_circuitbreaker_state", "rampart_circuitbreaker_window_failure_rate_ratio",
-		"rampart_hedge_delay_seconds", "rampart_ratelimit_admitted_total", "rampart_ratelimit_rate_per_second")
+		"rampart_hedge_delay_seconds", "rampart_ratelimit_admitted_total", "rampart_ratelimit_rate_per_second",
+		"rampart_circuitbreaker_successes_total", "rampart_fallback_answers_total", "rampart_pipeline_calls_total", "rampart_shed_trigger")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,4 +331,28 @@ func TestAddRefusesWhatItCannotCollect(t *testing.T) {
 
 func newPipeline() *pipeline.Pipeline {
 	return must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{}))}))
+}
+
+// TestAddTakesCountingPipelinesAndFallbacksOfAnyType: a pipeline built
+// with CountOutcomes is collected, and so is a Fallback of any value type
+// (through its Stats method); a typed nil Fallback is refused as nil.
+func TestAddTakesCountingPipelinesAndFallbacksOfAnyType(t *testing.T) {
+	c := NewCollector(Config{})
+	p := must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{})), CountOutcomes: true}))
+	if err := c.Add("p", p); err != nil {
+		t.Fatalf("Add(counting pipeline): %v", err)
+	}
+	s := "stale"
+	fs := must(pipeline.NewFallback(pipeline.FallbackConfig[string]{Pipeline: p, Value: &s}))
+	if err := c.Add("p", fs); err != nil {
+		t.Fatalf("Add(*Fallback[string]): %v", err)
+	}
+	type reply struct{ n int }
+	fr := must(pipeline.NewFallback(pipeline.FallbackConfig[reply]{Pipeline: p, Value: &reply{}}))
+	if err := c.Add("q", fr); err != nil {
+		t.Fatalf("Add(*Fallback[reply]): %v", err)
+	}
+	if err := c.Add("r", (*pipeline.Fallback[int])(nil)); err == nil || errors.Is(err, ErrUnsupported) {
+		t.Fatalf("Add(nil *Fallback[int]) = %v, want the nil instance error", err)
+	}
 }

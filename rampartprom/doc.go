@@ -31,9 +31,16 @@
 // *ratelimit.Sharded, *ratelimit.Keyed, *bulkhead.Bulkhead,
 // *adaptive.Limiter, *adaptive.Throttler, *retry.Policy,
 // *retry.TokenBucket, *retry.RatioBudget, *timeout.Timeout,
-// *hedge.Hedger, *chaos.Injector. A *pipeline.Pipeline has no Stats of its
-// own: add its policies. A Source's instances that cannot be collected
-// (unknown types, pipelines, a name already collected in the same family)
+// *hedge.Hedger, *chaos.Injector, *shed.Shedder, a *pipeline.Pipeline
+// built with Config.CountOutcomes (one without counts nothing: Add refuses
+// it; add its policies), *pipeline.Fallback[T] of any T (recognised by its
+// method Stats() pipeline.FallbackStats) and *pipeline.DoFallback. Counts
+// split by a value carry one attribute more: rampart.code,
+// rampart.policy, rampart.ending, rampart.signal (see
+// docs/observability.md). The breaker's successes are counted only with
+// circuitbreaker.Config.CountStats. Not collected: ratelimit/redislimit (a
+// module of its own, which the adapters do not depend on). A Source's instances that cannot be collected
+// (unknown types, pipelines that count nothing, a name already collected in the same family)
 // are skipped and counted in
 // rampart_skipped_instances{rampart_reason}, so that a duplicate name never
 // fails a scrape.

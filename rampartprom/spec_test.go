@@ -27,12 +27,23 @@ func metricTable() string {
 	}
 	attr := func(a string) string { return "`" + a + "` (`" + promLabel(a) + "`)" }
 	for _, k := range kinds {
-		for _, ms := range k.metrics {
+		for i := 0; i < len(k.metrics); i++ {
+			ms := k.metrics[i]
 			attrs := attr(attrName)
 			if ms.states {
 				attrs += ", " + attr(attrState)
 			}
-			row(ms, attrs, fmt.Sprintf("`%s` %s", k.typ, ms.field))
+			source := ms.field
+			if ms.attr != "" { // one row for the run of its values
+				var values, fields []string
+				for ; i < len(k.metrics) && k.metrics[i].name == ms.name; i++ {
+					values, fields = append(values, "`"+k.metrics[i].value+"`"), append(fields, k.metrics[i].field)
+				}
+				i--
+				attrs += ", " + attr(ms.attr) + ": " + strings.Join(values, ", ")
+				source = strings.Join(fields, ", ")
+			}
+			row(ms, attrs, fmt.Sprintf("`%s` %s", k.typ, source))
 		}
 	}
 	row(skippedMetric, attr(attrReason), "the adapter: instances of a Source it skipped")
@@ -76,6 +87,12 @@ func TestSchemeIsConsistent(t *testing.T) {
 			t.Errorf("%s: %d metrics, above maxMetrics", k.typ, len(k.metrics))
 		}
 		for _, ms := range k.metrics {
+			if ms.desc == "" || ms.field == "" {
+				t.Errorf("%s lacks a description or a source field", ms.name)
+			}
+			if ms.attr != "" {
+				ms.value, ms.field = "", "" // the series of one name differ only there
+			}
 			if o, ok := byName[ms.name]; ok {
 				if o != ms {
 					t.Errorf("%s: %+v and %+v differ", ms.name, o, ms)
@@ -90,9 +107,6 @@ func TestSchemeIsConsistent(t *testing.T) {
 			prom[p] = ms.name
 			if !strings.HasPrefix(ms.name, "rampart."+k.family+".") {
 				t.Errorf("%s is outside its family %s", ms.name, k.family)
-			}
-			if ms.desc == "" || ms.field == "" {
-				t.Errorf("%s lacks a description or a source field", ms.name)
 			}
 		}
 	}
