@@ -136,8 +136,25 @@ func LoadFile(path string) (*Document, error) {
 	return Load(data, FormatOf(path))
 }
 
-// decode parses data strictly into doc.
+// decode parses data strictly into doc. Unknown fields are reported
+// first, every one with its path; the strict decoders stop at the first
+// (JSON) or report none by path (YAML).
 func decode(data []byte, format Format, doc *Document) error {
+	var tree any
+	var err error
+	switch format {
+	case JSON:
+		err = json.Unmarshal(data, &tree)
+	case YAML:
+		err = yaml.Unmarshal(data, &tree)
+	}
+	if err == nil {
+		var errs []error
+		unknownFields(tree, reflect.TypeFor[Document](), "", &errs)
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+	}
 	switch format {
 	case JSON:
 		dec := json.NewDecoder(bytes.NewReader(data))
@@ -470,6 +487,67 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 			if !yield(k) {
 				return
 			}
+		}
+	}
+}
+
+// unknownFields appends an error for every key of tree (a decoded
+// document) that is no field of t, with its path.
+func unknownFields(tree any, t reflect.Type, path string, errs *[]error) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	join := func(key string) string {
+		if path == "" {
+			return key
+		}
+		return path + "." + key
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if t == reflect.TypeFor[Duration]() {
+			return
+		}
+		m, ok := tree.(map[string]any)
+		if !ok {
+			return // a type error: the strict decoder reports it
+		}
+		fields := map[string]reflect.Type{}
+		jsonFields(t, fields)
+		for _, key := range slices.Sorted(mapsKeys(m)) {
+			ft, ok := fields[key]
+			if !ok {
+				*errs = append(*errs, &FieldError{Path: join(key), Err: errors.New("unknown field")})
+				continue
+			}
+			unknownFields(m[key], ft, join(key), errs)
+		}
+	case reflect.Map:
+		if m, ok := tree.(map[string]any); ok {
+			for _, key := range slices.Sorted(mapsKeys(m)) {
+				unknownFields(m[key], t.Elem(), join(key), errs)
+			}
+		}
+	case reflect.Slice:
+		if s, ok := tree.([]any); ok {
+			for i, v := range s {
+				unknownFields(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), errs)
+			}
+		}
+	}
+}
+
+// jsonFields collects the document names of t's fields, those of its
+// embedded structs included.
+func jsonFields(t reflect.Type, out map[string]reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous {
+			jsonFields(f.Type, out)
+			continue
+		}
+		if name := jsonName(f); name != "" && f.IsExported() {
+			out[name] = f.Type
 		}
 	}
 }

@@ -337,6 +337,27 @@ func TestLoadRefusesUnknownFields(t *testing.T) {
 	}
 }
 
+func TestLoadReportsEveryUnknownFieldWithItsPath(t *testing.T) {
+	for _, tc := range []struct {
+		f   Format
+		doc string
+	}{
+		{YAML, "breakerz: {}\nbreakers: {a: {failureRate: 3}}\npipelines: {p: {circuit: {}, breaker: {ref: a, extra: 1}}}\nadaptiveLimiters: {q: {partitions: [{weight: 1}]}}"},
+		{JSON, `{"breakerz": {}, "breakers": {"a": {"failureRate": 3}}, "pipelines": {"p": {"circuit": {}, "breaker": {"ref": "a", "extra": 1}}}, "adaptiveLimiters": {"q": {"partitions": [{"weight": 1}]}}}`},
+	} {
+		_, err := Load([]byte(tc.doc), tc.f)
+		if err == nil {
+			t.Fatalf("%v: Load accepted unknown fields", tc.f)
+		}
+		for _, w := range []string{"breakerz: unknown field", "breakers.a.failureRate: unknown field", "pipelines.p.circuit: unknown field",
+			"pipelines.p.breaker.extra: unknown field", "adaptiveLimiters.q.partitions[0].weight: unknown field"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: the error does not report %q:\n%v", tc.f, w, err)
+			}
+		}
+	}
+}
+
 func TestLoadYAMLAndJSONGiveTheSameDocument(t *testing.T) {
 	y := mustLoad(t, full)
 	var tree any
