@@ -200,7 +200,11 @@ const docsIntro = "# Configuration documents (rampartconfig)\n\n" +
 	"removed from the registry (a removed Hedger or Timeout is closed by `Live.Close`). A change to a field marked\n" +
 	"fixed below is an error naming its path, unless the instance has `replace: true`: then a new instance replaces\n" +
 	"it in the registry and in the pipelines that use it (callers holding the old one keep it). An invalid document\n" +
-	"changes nothing.\n"
+	"changes nothing.\n\n" +
+	"`Watch(ctx, path, live, onEvent)` reloads the file after each change: it watches the file's directory (editors\n" +
+	"replace a file by renaming another onto it), waits `Options.Debounce` (100 ms) after the last event, skips bytes\n" +
+	"it has already read, and reports every attempt to `onEvent` with the SHA-256 of the bytes and the version in\n" +
+	"force, or the error that kept the old configuration. `Close` stops it.\n"
 
 const docsPipelines = "\n## pipeline\n\n" +
 	"Under `pipelines`, by name. Sets a `pipeline.Config`. Each policy slot is `{ref: <name>}` (an instance of the\n" +
