@@ -9,8 +9,11 @@
 // runtime's procPin, no lock, no atomic read-modify-write on 64-bit
 // platforms without the race detector): a few nanoseconds. A P whose id is
 // past the stripes allocated at New (GOMAXPROCS raised above
-// max(GOMAXPROCS, NumCPU) at New) shares a stripe with another one and
-// adds atomically.
+// max(GOMAXPROCS, NumCPU) at New) adds atomically into one overflow stripe
+// that only such Ps write, and only atomically: a P with a stripe of its
+// own is its stripe's only writer, so its plain add never races with
+// another P's. The Ps past the stripes contend on the overflow stripe's
+// lines, the price of a GOMAXPROCS raised after New.
 package percpu
 
 import (
@@ -29,8 +32,8 @@ const Width = 16
 // Counters is a set of Width uint64 counters striped per P. Build it with
 // [New]; the zero Counters is not usable.
 type Counters struct {
-	words []uint64 // n stripes of Width words, the first starting a cache line
-	n     int      // stripes
+	words []uint64 // n+1 stripes of Width words, the first starting a cache line: one per P, then the overflow stripe
+	n     int      // stripes of a P's own; stripe n is the overflow stripe
 }
 
 // procPin pins the calling goroutine to its P (no preemption, no
@@ -55,12 +58,12 @@ func procUnpin()
 const plainAdd = unsafe.Sizeof(uintptr(0)) == 8 && !israce.Enabled
 
 // New returns counters with a stripe per P: max(GOMAXPROCS, NumCPU)
-// stripes of 128 B (Bytes), each starting a cache line, so that no two Ps
-// write one line.
+// stripes of 128 B, each starting a cache line, so that no two Ps write one
+// line, and one overflow stripe for the Ps past them (Bytes).
 func New() *Counters {
 	n := max(runtime.GOMAXPROCS(0), runtime.NumCPU())
 	line := int(pad.LineSize / 8)
-	words := make([]uint64, n*Width+line)
+	words := make([]uint64, (n+1)*Width+line)
 	// Start the first stripe on a line: Go aligns a []uint64 to 8 bytes
 	// only, and a stripe that straddled a line would share it with the
 	// next P's.
@@ -68,13 +71,19 @@ func New() *Counters {
 	if r := int(uintptr(unsafe.Pointer(&words[0])) % pad.LineSize); r != 0 {
 		off = (int(pad.LineSize) - r) / 8
 	}
-	return &Counters{words: words[off : off+n*Width : off+n*Width], n: n}
+	end := off + (n+1)*Width
+	return &Counters{words: words[off:end:end], n: n}
 }
 
-// Bytes returns what New allocates for a machine with n Ps (its words, one
-// line more for the alignment, in the allocator's size classes: see the
-// test), without the Counters struct itself.
-func Bytes(n int) int { return (n*Width + int(pad.LineSize/8)) * 8 }
+// Bytes returns what New asks for a machine with n Ps: its n stripes, the
+// overflow stripe and one line more for the alignment, without the
+// Counters struct itself (the allocator rounds it up to its size class:
+// see the test).
+func Bytes(n int) int { return ((n+1)*Width + int(pad.LineSize/8)) * 8 }
+
+// stripe returns the first word of the stripe P id adds to: its own, or
+// the overflow stripe for a P past the stripes.
+func (c *Counters) stripe(id int) int { return min(id, c.n) * Width }
 
 // Add adds d to counter i (0 ≤ i < Width) in the caller's P's stripe.
 func (c *Counters) Add(i int, d uint64) {
@@ -82,7 +91,9 @@ func (c *Counters) Add(i int, d uint64) {
 	if id < c.n && plainAdd {
 		c.words[id*Width+i] += d
 	} else {
-		atomic.AddUint64(&c.words[(id%c.n)*Width+i], d)
+		// The overflow stripe (or any stripe without plainAdd) has
+		// several writers: atomic.
+		atomic.AddUint64(&c.words[c.stripe(id)+i], d)
 	}
 	procUnpin()
 }
@@ -95,7 +106,7 @@ func (c *Counters) Add2(i int, di uint64, j int, dj uint64) {
 		s[i&(Width-1)] += di
 		s[j&(Width-1)] += dj
 	} else {
-		s := (id % c.n) * Width
+		s := c.stripe(id)
 		atomic.AddUint64(&c.words[s+i], di)
 		atomic.AddUint64(&c.words[s+j], dj)
 	}
@@ -107,7 +118,7 @@ func (c *Counters) Add2(i int, di uint64, j int, dj uint64) {
 // others, as any snapshot of counters that keep moving.
 func (c *Counters) Load(i int) uint64 {
 	var sum uint64
-	for s := 0; s < c.n; s++ {
+	for s := 0; s <= c.n; s++ {
 		sum += atomic.LoadUint64(&c.words[s*Width+i])
 	}
 	return sum
@@ -117,7 +128,7 @@ func (c *Counters) Load(i int) uint64 {
 // stripes.
 func (c *Counters) Snapshot(dst *[Width]uint64) {
 	*dst = [Width]uint64{}
-	for s := 0; s < c.n; s++ {
+	for s := 0; s <= c.n; s++ {
 		for i := range Width {
 			dst[i] += atomic.LoadUint64(&c.words[s*Width+i])
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/testkit"
 )
@@ -15,7 +16,7 @@ import (
 func TestStripesStartOnALine(t *testing.T) {
 	for range 100 {
 		c := New()
-		for s := 0; s < c.n; s++ {
+		for s := 0; s <= c.n; s++ {
 			if a := uintptr(unsafe.Pointer(&c.words[s*Width])); a%pad.LineSize != 0 {
 				t.Fatalf("stripe %d at %#x, not on a %d-byte line", s, a, pad.LineSize)
 			}
@@ -61,6 +62,45 @@ func TestStressAddsSumExactly(t *testing.T) {
 	}
 }
 
+// TestAddsPastTheStripesSumExactly: with GOMAXPROCS raised above the
+// stripes allocated at New, the Ps past them add into the overflow stripe
+// and no add is lost (a P past the stripes once added atomically into
+// another P's stripe, which that P adds to with a plain read-modify-write).
+func TestAddsPastTheStripesSumExactly(t *testing.T) {
+	prev := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(prev)
+	c := New()
+	runtime.GOMAXPROCS(4 * c.n)
+	const goroutines = 32
+	adds := 400000
+	if israce.Enabled {
+		adds = 5000 // every add is atomic there: the count only checks the overflow stripe is summed
+	}
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for k := range adds {
+				c.Add(0, 1)
+				c.Add2(1, 1, 2, 2)
+				if k%1000 == 0 {
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var snap [Width]uint64
+	c.Snapshot(&snap)
+	n := uint64(goroutines * adds)
+	want := [Width]uint64{n, n, 2 * n}
+	if snap != want {
+		t.Fatalf("sums %v, want %v", snap[:3], want[:3])
+	}
+	if got := c.Load(0); got != want[0] {
+		t.Fatalf("Load(0) = %d, want %d: %d adds lost", got, want[0], want[0]-got)
+	}
+}
+
 // TestAllocsAdd: an add allocates nothing.
 func TestAllocsAdd(t *testing.T) {
 	c := New()
@@ -69,8 +109,8 @@ func TestAllocsAdd(t *testing.T) {
 }
 
 // TestBytes: New allocates Bytes(max(GOMAXPROCS, NumCPU)) for the words
-// (a size class may round it up) and the 32-byte
-// struct.
+// (a stripe per P, the overflow stripe and a line; a size class may round
+// it up) and the 32-byte struct.
 func TestBytes(t *testing.T) {
 	n := max(runtime.GOMAXPROCS(0), runtime.NumCPU())
 	got := testkit.Bytes(t, func() any { return New() })
