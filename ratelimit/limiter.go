@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/big"
+	"math/bits"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -588,9 +589,11 @@ func (l *Limiter) SetLimitAt(now int64, limit int, period time.Duration) error {
 // Update changes the limiter's rate and burst while calls run (see "Live
 // reconfiguration" in the package documentation). It validates c exactly
 // as New does, and refuses with a *rampart.ConfigError naming the field a
-// change to a field fixed at construction: Name, Ticker, Compact,
-// CountStats, OnRejected (pass the Config New was given, with its rate form
-// and Burst changed). Otherwise it publishes the new rate and burst at
+// change to a field fixed at construction: Name (an empty Name keeps the
+// name New was given, as a registry's create-or-get sets it), Ticker,
+// Compact, CountStats, OnRejected (the func value New was given, as
+// [Limiter.Config] returns it, is accepted; pass the Config New was given,
+// or Config's, with its rate form and Burst changed). Otherwise it publishes the new rate and burst at
 // once, as SetLimit or SetRate and SetBurst together would, at a reading
 // of the Ticker: the permits available (or committed ahead) carry over,
 // capped at the new burst. Any of the three rate forms may replace any
@@ -617,6 +620,41 @@ func (l *Limiter) UpdateAt(now int64, c Config) error {
 	return l.set(now, func(*state) (params, error) { return p, nil })
 }
 
+// Config returns the configuration in force, with its defaults filled
+// in: the rate in its exact Limit/Period form (Limit per Period is the
+// emission interval num/den ns exactly: Rate, Capacity and RefillRate are
+// zero; to set another form, zero Limit and Period), Burst, the Ticker the
+// limiter reads, Name, Compact, CountStats and the OnRejected func value
+// New was given. Change a field and pass it to [Limiter.Update]; the rate
+// and burst may change meanwhile (SetRate, Update), and Config reports one
+// published state, never a mix.
+func (l *Limiter) Config() Config {
+	s := l.st.Load()
+	limit, period := limitPeriod(s.num, s.den)
+	c := Config{
+		Name:    l.rejected.Name(),
+		Limit:   limit,
+		Period:  period,
+		Burst:   int(s.burst),
+		Ticker:  l.tk,
+		Compact: s.compact,
+	}
+	if x := l.ext; x != nil {
+		c.OnRejected, c.CountStats = x.onRejected, x.admitted != nil
+	}
+	return c
+}
+
+// limitPeriod is the interval num/den ns (reduced) as Limit per Period,
+// exactly: per second when a second holds a whole number of intervals,
+// else den per num ns (den ≤ num ≤ 2^61: an int and a Duration).
+func limitPeriod(num, den uint64) (int, time.Duration) {
+	if hi, lo := bits.Mul64(den, uint64(time.Second)); hi == 0 && lo%num == 0 && lo/num <= math.MaxInt {
+		return int(lo / num), time.Second
+	}
+	return int(den), time.Duration(num)
+}
+
 // checkFixed returns the *rampart.ConfigError of the first field of c that
 // differs from what New fixed.
 func (l *Limiter) checkFixed(c *Config) error {
@@ -627,7 +665,7 @@ func (l *Limiter) checkFixed(c *Config) error {
 		onRejected, countStats = x.onRejected, x.admitted != nil
 	}
 	switch {
-	case c.Name != l.rejected.Name():
+	case c.Name != "" && c.Name != l.rejected.Name(): // "": the name New was given
 		return rampart.NewConfigError("ratelimit", "Name", fixed+"New built the rejection error that carries it (got %q, built with %q)", c.Name, l.rejected.Name())
 	case !sameTicker(c.Ticker, l.tk):
 		return rampart.NewConfigError("ratelimit", "Ticker", fixed+"the theoretical arrival time is counted in readings of the old clock, which another clock's do not compare with")

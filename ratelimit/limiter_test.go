@@ -651,7 +651,7 @@ func TestUpdateRefusesFixedFields(t *testing.T) {
 		field  string
 		change func(*Config)
 	}{
-		{"Name", func(c *Config) { c.Name = "" }},
+		{"Name", func(c *Config) { c.Name = "web" }},
 		{"Ticker", func(c *Config) { c.Ticker = nil }},
 		{"Ticker", func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }},
 		{"Ticker", func(c *Config) { c.Ticker = (*rampart.ManualTicker)(nil) }},
@@ -678,6 +678,61 @@ func TestUpdateRefusesFixedFields(t *testing.T) {
 	l := mustNew(t, Config{Rate: 1})
 	require.NoError(t, l.Update(Config{Rate: 2, Ticker: rampart.DefaultTicker()}), "nil and the default ticker are one clock")
 	require.Equal(t, 2.0, l.Stats().Rate)
+}
+
+// TestUpdateWithoutNameKeepsTheName: an empty Name in Update keeps the
+// name New was given (a registry names the limiters it builds), and the
+// rejection error still carries it.
+func TestUpdateWithoutNameKeepsTheName(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	l := mustNew(t, Config{Rate: 10, Burst: 1, Name: "api", Ticker: tk})
+	require.NoError(t, l.Update(Config{Rate: 20, Burst: 1, Ticker: tk}))
+	require.Equal(t, 20.0, l.Stats().Rate)
+	require.Equal(t, "api", l.Config().Name)
+	require.Equal(t, "api", l.RejectedError().(*rampart.RejectedError).Name())
+}
+
+// TestConfigRoundTrips: Config returns the configuration in force, its
+// rate in the exact Limit/Period form and its defaults filled in (the
+// Ticker, the Burst); Update(Config()) is accepted and changes nothing,
+// and a Config with its Limit changed applies that rate.
+func TestConfigRoundTrips(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	onRej := func(int, time.Duration) {}
+	for _, c := range []Config{
+		{Rate: 10},
+		{Rate: 2.5, Burst: 3, Name: "api", Ticker: tk, CountStats: true, OnRejected: onRej},
+		{Limit: 7, Period: 3 * time.Second, Compact: true},
+		{Capacity: 40, RefillRate: 1e9},
+		{Rate: 1e-9},
+		{Rate: 0.1, Burst: 1 << 20, Compact: true, CountStats: true},
+	} {
+		l := mustNew(t, c)
+		before := l.Stats()
+		got := l.Config()
+		require.Equal(t, c.Name, got.Name)
+		require.Equal(t, c.CountStats, got.CountStats)
+		require.Equal(t, c.Compact, got.Compact)
+		require.NotNil(t, got.Ticker)
+		require.Zero(t, got.Rate)
+		require.Zero(t, got.Capacity)
+		require.NoError(t, l.Update(got), "%+v", c)
+		require.Equal(t, before, l.Stats(), "Update(Config()) changed the limiter built from %+v", c)
+		again := mustNew(t, got)
+		require.Equal(t, before.Rate, again.Stats().Rate)
+		require.Equal(t, before.Burst, again.Stats().Burst)
+		require.Equal(t, l.st.Load().num, again.st.Load().num, "the interval is exact")
+		require.Equal(t, l.st.Load().den, again.st.Load().den, "the interval is exact")
+	}
+	l := mustNew(t, Config{Rate: 10, Burst: 5})
+	c := l.Config()
+	require.Equal(t, Config{Limit: 10, Period: time.Second, Burst: 5, Ticker: l.Ticker()}, c)
+	limit, period := l.Config(), mustNew(t, Config{Limit: 7, Period: 3 * time.Second}).Config()
+	require.Equal(t, [2]any{7, 3 * time.Second}, [2]any{period.Limit, period.Period}, "a second holds no whole number of intervals")
+	require.Equal(t, [2]any{10, time.Second}, [2]any{limit.Limit, limit.Period})
+	c.Limit = 20
+	require.NoError(t, l.Update(c))
+	require.Equal(t, 20.0, l.Stats().Rate)
 }
 
 // TestAdmissionBoundUnderUpdate: admitters race with Updates that switch

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +55,17 @@ type Sharded struct {
 	admitted       pad.Uint64 // only with CountStats
 	rejectedN      pad.Uint64 // only with CountStats
 	listenerPanics atomic.Uint64
+
+	// mu serialises Update (and Config's reads): racing Updates apply one
+	// configuration each to all the shards, never some shards each. The
+	// admissions never take it.
+	mu sync.Mutex
+	// total is the configuration in force, as Config reports it: the
+	// interval num/den ns of the total rate and the total burst (under mu).
+	total struct {
+		num, den uint64
+		burst    int64
+	}
 }
 
 // NewSharded validates c and returns a sharded limiter.
@@ -77,7 +89,14 @@ func NewSharded(c ShardedConfig) (*Sharded, error) {
 	}
 	s.tk = s.shards[0].tk
 	s.rejected = s.shards[0].rejected
+	s.setTotal(&c)
 	return s, nil
+}
+
+// setTotal records the total configuration of c, validated, for Config.
+func (s *Sharded) setTotal(c *ShardedConfig) {
+	p, _ := c.Config.validate() // validated by shardParams
+	s.total.num, s.total.den, s.total.burst = p.num, p.den, p.burst
 }
 
 // shardParams validates c for NewSharded and Update and returns the
@@ -109,13 +128,23 @@ func (c *ShardedConfig) shardParams() (params, int, error) {
 // between the shards as NewSharded does; each shard keeps its permits
 // (capped at its new burst), as [Limiter.Update]. It validates c as
 // NewSharded does and refuses with a *rampart.ConfigError naming the field
-// a change to Shards (0 meaning what it meant to NewSharded at today's
-// GOMAXPROCS: the shards are allocated), Name, Ticker, CountStats or
-// OnRejected; Compact is ignored, as by NewSharded (shards are always
-// padded). The shards are updated one after the other, not at one
-// instant: a call racing Update may take its permit from a shard already
-// updated and borrow from one not yet, each at that shard's own rate.
+// a change to Shards (0 means the shards NewSharded allocated, whatever
+// GOMAXPROCS is now), Name (an empty Name keeps the name NewSharded was
+// given), Ticker, CountStats or OnRejected (the func value NewSharded was
+// given, as [Sharded.Config] returns it, is accepted); Compact is ignored,
+// as by NewSharded (shards are always padded). Start from
+// [Sharded.Config] to change one field.
+//
+// Updates are serialised: racing Updates leave every shard on the
+// configuration of one of them. Update reads the Ticker once, before any
+// shard changes (a Ticker that panics changes nothing). The shards are
+// updated one after the other, not at one instant: a call racing Update
+// may take its permit from a shard already updated and borrow from one not
+// yet, each at that shard's own rate.
 func (s *Sharded) Update(c ShardedConfig) error {
+	if c.Shards == 0 {
+		c.Shards = len(s.shards) // the shards NewSharded allocated, whatever GOMAXPROCS is now
+	}
 	sp, k, err := c.shardParams()
 	if err != nil {
 		return err
@@ -124,7 +153,7 @@ func (s *Sharded) Update(c ShardedConfig) error {
 	switch {
 	case k != len(s.shards):
 		return rampart.NewConfigError("ratelimit", "Shards", fixed+"New allocated %d shards (got %d)", len(s.shards), k)
-	case c.Name != s.rejected.Name():
+	case c.Name != "" && c.Name != s.rejected.Name(): // "": the name NewSharded was given
 		return rampart.NewConfigError("ratelimit", "Name", fixed+"New built the rejection error that carries it (got %q, built with %q)", c.Name, s.rejected.Name())
 	case !sameTicker(c.Ticker, s.tk):
 		return rampart.NewConfigError("ratelimit", "Ticker", fixed+"the theoretical arrival times are counted in readings of the old clock, which another clock's do not compare with")
@@ -133,15 +162,46 @@ func (s *Sharded) Update(c ShardedConfig) error {
 	case !sameFunc(c.OnRejected, s.onRejected):
 		return rampart.NewConfigError("ratelimit", "OnRejected", fixed+"the rejection path reads it from a word NewSharded set; pass the func value NewSharded was given")
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// One reading for all the shards, before any changes: a Ticker that
+	// panics leaves them all on the configuration in force.
+	now := s.tk.Now()
 	for _, l := range s.shards {
 		if st := l.st.Load(); st.num == sp.num && st.den == sp.den && st.burst == sp.burst {
 			continue
 		}
-		if err := l.set(rampart.NotRead, func(*state) (params, error) { return sp, nil }); err != nil {
-			return err
+		if err := l.set(now, func(*state) (params, error) { return sp, nil }); err != nil {
+			return err // not reached: sp is valid for every shard
 		}
 	}
+	s.setTotal(&c)
 	return nil
+}
+
+// Config returns the total configuration in force, the one Update
+// applied last (or NewSharded), with its defaults filled in: the rate in
+// its exact Limit/Period form (Rate, Capacity and RefillRate zero; set
+// another form after zeroing Limit and Period), the total Burst, Shards K,
+// the Ticker the limiter reads, Name, CountStats and the OnRejected func
+// value it was given; Compact false (ignored). Change a field and pass it
+// to [Sharded.Update].
+func (s *Sharded) Config() ShardedConfig {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	limit, period := limitPeriod(s.total.num, s.total.den)
+	return ShardedConfig{
+		Config: Config{
+			Name:       s.rejected.Name(),
+			Limit:      limit,
+			Period:     period,
+			Burst:      int(s.total.burst),
+			Ticker:     s.tk,
+			CountStats: s.countStats,
+			OnRejected: s.onRejected,
+		},
+		Shards: len(s.shards),
+	}
 }
 
 // AdmitN takes n permits (n at most the shard burst ⌈burst/K⌉) at time

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,7 +121,7 @@ func TestShardedUpdate(t *testing.T) {
 	}{
 		{"Shards", func(c *ShardedConfig) { c.Shards = 2 }},
 		{"Shards", func(c *ShardedConfig) { c.Shards = -1 }},
-		{"Name", func(c *ShardedConfig) { c.Name = "" }},
+		{"Name", func(c *ShardedConfig) { c.Name = "other" }},
 		{"Ticker", func(c *ShardedConfig) { c.Ticker = nil }},
 		{"CountStats", func(c *ShardedConfig) { c.CountStats = true }},
 		{"OnRejected", func(c *ShardedConfig) { c.OnRejected = func(int, time.Duration) {} }},
@@ -137,6 +138,137 @@ func TestShardedUpdate(t *testing.T) {
 	}
 	c.Compact = true // ignored by Sharded, as by NewSharded
 	require.NoError(t, s.Update(c))
+	c.Name = "" // the name NewSharded was given
+	require.NoError(t, s.Update(c))
+	require.Equal(t, "edge", s.RejectedError().(*rampart.RejectedError).Name())
+	require.Equal(t, "edge", s.Config().Name)
+}
+
+// shardConfigs counts the shards holding each (interval, burst).
+func shardConfigs(s *Sharded) map[[3]uint64]int {
+	m := map[[3]uint64]int{}
+	for _, l := range s.shards {
+		st := l.st.Load()
+		m[[3]uint64{st.num, st.den, uint64(st.burst)}]++
+	}
+	return m
+}
+
+// panicTicker reads 1 s, and panics on its panicAt-th reading.
+type panicTicker struct{ calls, panicAt atomic.Int64 }
+
+func (p *panicTicker) Now() int64 {
+	if p.calls.Add(1) == p.panicAt.Load() {
+		panic("ticker")
+	}
+	return 1e9
+}
+
+// TestShardedUpdateThatPanicsChangesNoShard: a Ticker that panics during
+// an Update, at whichever of its readings, leaves every shard on one
+// configuration (Update reads the clock once, before any shard changes),
+// and a later Update applies.
+func TestShardedUpdateThatPanicsChangesNoShard(t *testing.T) {
+	for at := int64(1); at <= 5; at++ {
+		tk := &panicTicker{}
+		c := ShardedConfig{Config: Config{Rate: 100, Burst: 8, Ticker: tk}, Shards: 4}
+		s, err := NewSharded(c)
+		require.NoError(t, err)
+		tk.panicAt.Store(tk.calls.Load() + at)
+		c.Rate = 1000
+		func() {
+			defer func() { _ = recover() }()
+			_ = s.Update(c)
+		}()
+		require.Len(t, shardConfigs(s), 1, "a panic at the Update's reading %d left the shards on two configurations", at)
+		tk.panicAt.Store(0)
+		c.Rate = 2000
+		require.NoError(t, s.Update(c))
+		require.Len(t, shardConfigs(s), 1)
+		require.InDelta(t, 2000.0, s.Stats().Rate, 1e-9)
+	}
+}
+
+// TestShardedRacingUpdatesApplyOneConfig: two Updates racing (with
+// admissions beside them) leave every shard on the configuration of one
+// of them, never some shards on each.
+func TestShardedRacingUpdatesApplyOneConfig(t *testing.T) {
+	a := ShardedConfig{Config: Config{Rate: 1000, Burst: 64}, Shards: 64}
+	b := a
+	b.Rate = 2000
+	s, err := NewSharded(a)
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	for range 2 { // admissions, so that the updaters are descheduled at random points
+		bg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					s.Allow()
+					runtime.Gosched()
+				}
+			}
+		})
+	}
+	defer func() { close(stop); bg.Wait() }()
+	for round := range 1000 {
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = s.Update(a) })
+		wg.Go(func() { _ = s.Update(b) })
+		wg.Wait()
+		if m := shardConfigs(s); len(m) != 1 {
+			t.Fatalf("round %d: after two racing Updates the shards hold %d configurations: %v", round, len(m), m)
+		}
+	}
+}
+
+// TestShardedUpdateAfterGOMAXPROCSChanges: with Shards 0, Update accepts
+// the Config NewSharded was given after GOMAXPROCS changed (the runtime
+// changes it by itself when the container's CPU limit does): 0 means the
+// shards NewSharded allocated.
+func TestShardedUpdateAfterGOMAXPROCSChanges(t *testing.T) {
+	old := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(old)
+	c := ShardedConfig{Config: Config{Rate: 1000, Burst: 64}}
+	s, err := NewSharded(c)
+	require.NoError(t, err)
+	require.Equal(t, 1, s.Shards())
+	runtime.GOMAXPROCS(2)
+	c.Rate = 2000
+	require.NoError(t, s.Update(c))
+	require.InDelta(t, 2000.0, s.Stats().Rate, 1e-9)
+	require.Equal(t, 1, s.Config().Shards)
+}
+
+// TestShardedConfigRoundTrips: Config returns the total configuration in
+// force (the exact Limit/Period form, the total burst, K shards, the
+// defaults filled in); Update(Config()) changes nothing.
+func TestShardedConfigRoundTrips(t *testing.T) {
+	for _, c := range []ShardedConfig{
+		{Config: Config{Rate: 1000, Burst: 10}, Shards: 4},
+		{Config: Config{Rate: 3, Burst: 7, Name: "edge", CountStats: true}, Shards: 3},
+		{Config: Config{Limit: 7, Period: 3 * time.Second}, Shards: 1},
+		{Config: Config{Rate: 1e9 / 4096, Burst: 4096}, Shards: 4096},
+	} {
+		s, err := NewSharded(c)
+		require.NoError(t, err)
+		before := shardConfigs(s)
+		got := s.Config()
+		require.Equal(t, c.Shards, got.Shards)
+		require.Equal(t, c.Name, got.Name)
+		require.Equal(t, c.CountStats, got.CountStats)
+		p, err := c.Config.validate()
+		require.NoError(t, err)
+		require.Equal(t, int(p.burst), got.Burst, "the total burst given (its default filled in), not the shards' sum")
+		require.NoError(t, s.Update(got), "%+v", c)
+		require.Equal(t, before, shardConfigs(s))
+		again, err := NewSharded(got)
+		require.NoError(t, err)
+		require.Equal(t, before, shardConfigs(again))
+	}
 }
 
 // TestShardedUpdateRacingAdmissions: Updates of the total rate and burst
