@@ -38,9 +38,10 @@ type ReplicasConfig struct {
 	// Timeout bounds every heartbeat, whatever the client's own timeouts.
 	// Default 100 ms.
 	Timeout time.Duration
-	// OnRedisError, if set, is called from the heartbeat goroutine with
-	// every failed heartbeat's error (a panic in it is recovered and
-	// counted).
+	// OnRedisError, if set, is called with every failed heartbeat's error:
+	// the first heartbeat's on Start's goroutine, the others' on the
+	// heartbeat goroutine (a panic in it is recovered and counted; a
+	// runtime.Goexit there ends that goroutine and another takes over).
 	OnRedisError func(err error)
 }
 
@@ -150,23 +151,53 @@ func (r *Replicas) Start(ctx context.Context) error {
 	}
 	r.started = true
 	r.mu.Unlock()
-	err := r.heartbeat(ctx)
-	go r.loop()
-	return err
+	// Whatever ends the first heartbeat (a client hook's panic, re-raised
+	// to the caller, or an OnRedisError that calls runtime.Goexit), the
+	// loop that Close waits for starts.
+	defer func() { go r.loop() }()
+	return r.heartbeat(ctx)
 }
 
+// loop is the heartbeat goroutine. An OnRedisError that ends it with
+// runtime.Goexit (notifyListener recovers panics only) starts its
+// successor: the replica heartbeats on, and Close still finds r.done
+// closed by the last one.
 func (r *Replicas) loop() {
-	defer close(r.done)
+	ended := false // by Close: anything else is a listener's Goexit
+	defer func() {
+		if !ended {
+			go r.loop()
+			return
+		}
+		close(r.done)
+	}()
 	t := time.NewTicker(r.cfg.Every)
 	defer t.Stop()
 	for {
 		select {
 		case <-r.stop:
+			ended = true
 			return
 		case <-t.C:
-			_ = r.heartbeat(context.Background()) // counted, and passed to OnRedisError
+			r.heartbeatInBackground()
 		}
 	}
+}
+
+// heartbeatInBackground is a heartbeat of the loop, where a panic of the
+// client (a hook, say) that within re-raises reaches no caller: it is a
+// failed heartbeat, counted in RedisErrors and passed to OnRedisError, not
+// a crash of the process.
+func (r *Replicas) heartbeatInBackground() {
+	defer func() {
+		if p := recover(); p != nil {
+			r.redisErrors.Add(1)
+			if f := r.cfg.OnRedisError; f != nil {
+				notifyListener(&r.listenerPanics, f, fmt.Errorf("redislimit: redis client panicked: %v", p))
+			}
+		}
+	}()
+	_ = r.heartbeat(context.Background()) // counted, and passed to OnRedisError
 }
 
 // heartbeat renews this replica's member and stores the live count.

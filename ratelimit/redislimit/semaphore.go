@@ -117,7 +117,7 @@ type SemaphoreStats struct {
 	RoundTrips     uint64        // acquire and release calls Redis answered
 	Renewals       uint64        // renewal script calls Redis answered
 	RedisErrors    uint64        // failed Redis calls (timeouts, connection errors)
-	Fallbacks      uint64        // acquires decided by the Failure mode
+	Fallbacks      uint64        // acquires decided by the Failure mode (a waiting one once, by its last try)
 	BreakerOpen    bool          // whether the breaker in front of Redis is open now
 	ListenerPanics uint64        // listener panics recovered
 }
@@ -317,7 +317,10 @@ func (s *Semaphore) RejectedError() error { return s.errFull }
 // cannot answer, what the Failure mode decides (a fallback permit, or with
 // FailClosed an error matching ErrUnavailable and rampart.ErrRejected).
 func (s *Semaphore) Acquire(ctx context.Context) (Permit, error) {
-	p, n, err := s.try(ctx)
+	p, n, fell, err := s.try(ctx)
+	if fell {
+		s.fallbacks.Add(1)
+	}
 	if err != nil && err != ErrClosed {
 		s.refuse(err, n, 0)
 	}
@@ -329,8 +332,9 @@ func (s *Semaphore) Acquire(ctx context.Context) (Permit, error) {
 // again after a wait drawn below a bound that starts at PollMin and doubles
 // up to PollMax, or at once when a Release in this process frees a permit.
 // It returns the rejection error when MaxWait expires, ctx's error when
-// ctx ends first. Waiters are not served in order: across processes the
-// first poll after a release wins.
+// ctx ends first, ErrClosed when [Semaphore.Close] ends the wait. Waiters
+// are not served in order: across processes the first poll after a release
+// wins.
 //
 // Polling rather than Redis pub/sub: a notification on release would need
 // a connection held open per process, wake every waiter of every process
@@ -339,7 +343,13 @@ func (s *Semaphore) Acquire(ctx context.Context) (Permit, error) {
 // and a local release, the common case of contention within one process,
 // wakes a local waiter without Redis.
 func (s *Semaphore) AcquireWait(ctx context.Context) (Permit, error) {
-	p, n, err := s.try(ctx)
+	p, n, fell, err := s.try(ctx)
+	// Fallbacks counts acquires, not tries: the last try decided this one.
+	defer func() {
+		if fell {
+			s.fallbacks.Add(1)
+		}
+	}()
 	if err != s.errFull || s.cfg.MaxWait == 0 {
 		if err != nil && err != ErrClosed {
 			s.refuse(err, n, 0)
@@ -365,21 +375,17 @@ func (s *Semaphore) AcquireWait(ctx context.Context) (Permit, error) {
 		case <-timeout:
 			s.timedOut.Add(1)
 			return s.giveUp(s.errFull, n, start)
+		case <-s.stop: // Close: no permit will come
+			return s.giveUp(ErrClosed, n, start)
 		case <-poll.C:
-			bound = min(2*bound, s.cfg.PollMax)
+			bound = nextPoll(bound, s.cfg.PollMax)
 		case <-s.freed: // a permit came back in this process: try now
 			poll.Stop()
 			bound = s.cfg.PollMin
 		}
-		p, n, err = s.try(ctx)
+		p, n, fell, err = s.try(ctx)
 		if err == nil {
-			waited := s.cfg.Ticker.Now() - start
-			s.waited.Add(1)
-			s.waitNanos.Add(waited)
-			if f := s.cfg.OnWaitAdmit; f != nil {
-				notifyListener(&s.listenerPanics, f, time.Duration(waited))
-			}
-			return p, nil
+			return s.waitAdmitted(p, start)
 		}
 		if err != s.errFull {
 			return s.giveUp(err, n, start)
@@ -388,11 +394,46 @@ func (s *Semaphore) AcquireWait(ctx context.Context) (Permit, error) {
 	}
 }
 
+// waitAdmitted counts a waiting acquire's permit and hands it to the
+// caller. Until it returns, whatever ends the goroutine (a Ticker that
+// panics, an OnWaitAdmit that calls runtime.Goexit: notifyListener
+// recovers panics only) gives the permit back: the caller never got it,
+// and the renewal goroutine would renew its lease for good. The bulkhead
+// guards its own wait the same way.
+func (s *Semaphore) waitAdmitted(p Permit, start int64) (Permit, error) {
+	handed := false
+	defer func() {
+		if !handed {
+			s.Release(p)
+		}
+	}()
+	waited := s.cfg.Ticker.Now() - start
+	s.waited.Add(1)
+	s.waitNanos.Add(waited)
+	if f := s.cfg.OnWaitAdmit; f != nil {
+		notifyListener(&s.listenerPanics, f, time.Duration(waited))
+	}
+	handed = true
+	return p, nil
+}
+
 // jitter is a wait drawn uniformly in [0, bound]: full jitter, so that
 // waiters of many processes that found the semaphore full together do not
 // poll together again.
 func jitter(bound time.Duration) time.Duration {
+	if bound == math.MaxInt64 { // bound+1 would wrap to MinInt64, which Int64N refuses
+		return time.Duration(mrand.Int64N(math.MaxInt64))
+	}
 	return time.Duration(mrand.Int64N(int64(bound) + 1))
+}
+
+// nextPoll is the bound after bound: twice it, at most limit (>= bound),
+// without overflowing for bounds past 2^62 ns.
+func nextPoll(bound, limit time.Duration) time.Duration {
+	if bound > limit/2 {
+		return limit
+	}
+	return 2 * bound
 }
 
 // giveUp ends a wait that got no permit.
@@ -408,13 +449,14 @@ func (s *Semaphore) giveUp(err error, held, start int64) (Permit, error) {
 // try makes one acquire: a round trip, or the Failure mode when Redis
 // cannot answer. It returns the permit (admitted and counted in flight),
 // or the leases Redis reported held and the error: s.errFull when full, the
-// others final. Refusals are counted by the caller.
-func (s *Semaphore) try(ctx context.Context) (Permit, int64, error) {
+// others final; and whether the Failure mode decided. Refusals and
+// fallbacks are counted by the caller, once per acquire.
+func (s *Semaphore) try(ctx context.Context) (Permit, int64, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return Permit{}, -1, err // the caller is gone: no round trip, nothing learnt about Redis
+		return Permit{}, -1, false, err // the caller is gone: no round trip, nothing learnt about Redis
 	}
 	if s.closed.Load() {
-		return Permit{}, -1, ErrClosed
+		return Permit{}, -1, false, ErrClosed
 	}
 	tok := rand.Text() // 128 random bits: no other process or Acquire has this lease's token
 	// state settles who owns the script's reply when the caller stops
@@ -441,13 +483,14 @@ func (s *Semaphore) try(ctx context.Context) (Permit, int64, error) {
 			s.orphan(tok)
 		}
 		if ctx.Err() != nil {
-			return Permit{}, -1, ctx.Err() // the caller's own cancellation or deadline
+			return Permit{}, -1, false, ctx.Err() // the caller's own cancellation or deadline
 		}
-		return s.fallback()
+		p, n, err := s.fallback()
+		return p, n, true, err
 	}
 	s.roundTrips.Add(1)
 	if vals[0] != 1 {
-		return Permit{}, vals[1], s.errFull
+		return Permit{}, vals[1], false, s.errFull
 	}
 	h := &held{sem: s, token: tok}
 	s.mu.Lock()
@@ -455,7 +498,7 @@ func (s *Semaphore) try(ctx context.Context) (Permit, int64, error) {
 		s.orphans = append(s.orphans, tok)
 		s.mu.Unlock()
 		s.removeOrphans()
-		return Permit{}, -1, ErrClosed
+		return Permit{}, -1, false, ErrClosed
 	}
 	s.held[h] = struct{}{}
 	if !s.renewing { // the first held lease starts the renewal goroutine
@@ -464,7 +507,7 @@ func (s *Semaphore) try(ctx context.Context) (Permit, int64, error) {
 		go s.renewLoop()
 	}
 	s.mu.Unlock()
-	return s.admit(h), vals[1], nil
+	return s.admit(h), vals[1], false, nil
 }
 
 const (
@@ -515,7 +558,6 @@ func (s *Semaphore) refuse(err error, held int64, waited time.Duration) {
 
 // fallback applies the Failure mode after Redis could not answer.
 func (s *Semaphore) fallback() (Permit, int64, error) {
-	s.fallbacks.Add(1)
 	switch s.cfg.Failure {
 	case FailClosed:
 		return Permit{}, -1, s.errUnavailable
@@ -659,17 +701,40 @@ func (s *Semaphore) orphan(tok string) {
 
 // renewLoop is the renewal goroutine: one per Semaphore, running while
 // this process holds a lease or has tokens to remove.
+//
+// A listener it calls (OnExpired, OnRedisError) may end it with
+// runtime.Goexit (notifyListener recovers panics only): it then starts its
+// successor, or every lease held would expire while its call runs, with
+// renewing still set and no goroutine renewing.
 func (s *Semaphore) renewLoop() {
 	defer s.wg.Done()
+	ended := false // by Close or by renewOnce: anything else is a listener's Goexit
+	defer func() {
+		if ended {
+			return
+		}
+		// Before wg.Done: Close's Wait counts the successor, which sees
+		// stop closed if Close came first.
+		s.mu.Lock()
+		s.renewing = false
+		if !s.closed.Load() && (len(s.held) > 0 || len(s.orphans) > 0) {
+			s.renewing = true
+			s.wg.Add(1)
+			go s.renewLoop()
+		}
+		s.mu.Unlock()
+	}()
 	t := time.NewTicker(s.cfg.RenewEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
+			ended = true
 			return
 		case <-t.C:
 		}
 		if !s.renewOnce() {
+			ended = true
 			return
 		}
 	}
@@ -692,10 +757,11 @@ func (s *Semaphore) renewOnce() bool {
 	orphans := s.orphans
 	s.orphans = nil
 	s.mu.Unlock()
+	expired := 0
 	for len(batch) > 0 || len(orphans) > 0 {
 		nb := min(len(batch), maxRenewBatch)
 		no := min(len(orphans), maxRenewBatch-nb)
-		lost, err := s.renew(batch[:nb], orphans[:no], false)
+		lost, err := s.renewInBackground(batch[:nb], orphans[:no])
 		if err != nil {
 			s.mu.Lock()
 			if len(s.orphans) < maxOrphans {
@@ -714,19 +780,25 @@ func (s *Semaphore) renewOnce() bool {
 				}
 			}
 			s.mu.Unlock()
-			if n > 0 {
-				s.expired.Add(uint64(n))
-				if f := s.cfg.OnExpired; f != nil {
-					notifyListener(&s.listenerPanics, f, n)
-				}
-			}
+			s.expired.Add(uint64(n))
+			expired += n
 		}
 		batch, orphans = batch[nb:], orphans[no:]
+	}
+	// Once, after every batch: a listener that ends the goroutine loses
+	// none of the batches' work.
+	if f := s.cfg.OnExpired; f != nil && expired > 0 {
+		notifyListener(&s.listenerPanics, f, expired)
 	}
 	return true
 }
 
 // renew makes one renewal script call, through the breaker unless closing.
+// A renewal the breaker refuses (open, or its one half-open probe taken by
+// an acquire) is sent past it: the breaker spares callers a wait on a
+// failing Redis, a renewal has no caller, and renewals skipped for TTL -
+// RenewEvery would lose every lease while its call runs (another process
+// then gets the permits: Max exceeded), Redis healthy or not.
 func (s *Semaphore) renew(renew []*held, remove []string, closing bool) ([]int64, error) {
 	args := make([]any, 0, 2+len(renew)+len(remove))
 	args = append(args, s.ttlArg, len(renew))
@@ -743,13 +815,31 @@ func (s *Semaphore) renew(renew []*held, remove []string, closing bool) ([]int64
 	var err error
 	if closing {
 		lost, err = s.direct(run)
-	} else {
-		lost, err = s.call(context.Background(), run)
+	} else if lost, err = s.call(context.Background(), run); errors.Is(err, errBreakerOpen) {
+		lost, err = s.direct(run)
 	}
 	if err == nil {
 		s.renewals.Add(1)
 	}
 	return lost, err
+}
+
+// renewInBackground is renew on the renewal goroutine, where a panic of
+// the client (a hook, say) that within re-raises reaches no caller: it is a
+// failed renewal, counted in RedisErrors and passed to OnRedisError (call
+// has given the breaker's permit back as a failure), not a crash of the
+// process.
+func (s *Semaphore) renewInBackground(renew []*held, remove []string) (lost []int64, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			lost, err = nil, fmt.Errorf("redislimit: redis client panicked: %v", p)
+			s.redisErrors.Add(1)
+			if f := s.cfg.OnRedisError; f != nil {
+				notifyListener(&s.listenerPanics, f, err)
+			}
+		}
+	}()
+	return s.renew(renew, remove, false)
 }
 
 // removeOrphans removes the queued tokens now, in renewal calls that renew
@@ -774,7 +864,8 @@ func (s *Semaphore) removeOrphans() error {
 // holds (one script call per 1,024 leases, within Timeout each; a lease it
 // could not remove expires within TTL). Calls still running under those
 // permits are no longer counted: close after they finish. Their Release
-// then makes no round trip. Acquire after Close returns ErrClosed. Close
+// then makes no round trip. Waits under way in AcquireWait end with
+// ErrClosed at once, and Acquire after Close returns ErrClosed. Close
 // returns the removal's error and is idempotent.
 func (s *Semaphore) Close() error {
 	s.mu.Lock()

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -832,4 +834,363 @@ func deadClient(t *testing.T) redis.UniversalClient {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// TestSemaphoreRenewsPastAnOpenBreaker: a renewal that the breaker in front
+// of Redis refuses (open, or its one half-open probe taken by an acquire)
+// is sent anyway: no caller waits on it, and renewals skipped for TTL -
+// RenewEvery lose every lease while its call runs, Redis healthy again, so
+// that another process gets a permit past Max. One renewal against a
+// stopped server opens the breaker for an hour; the lease outlives its TTL.
+func TestSemaphoreRenewsPastAnOpenBreaker(t *testing.T) {
+	addr, srv, err := startRedisProcess()
+	require.NoError(t, err)
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	const ttl, renew = 2 * time.Second, 100 * time.Millisecond
+	cfg := SemaphoreConfig{Client: c, Name: "brk", Max: 1, TTL: ttl, RenewEvery: renew,
+		Timeout: 100 * time.Millisecond, BreakerFailures: 1, BreakerOpen: time.Hour}
+	s, err := NewSemaphore(cfg)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	p, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	defer s.Release(p)
+	require.NoError(t, srv.Process.Signal(syscall.SIGSTOP))
+	opened := waitFor(10*time.Second, func() bool { return s.Stats().BreakerOpen })
+	require.NoError(t, srv.Process.Signal(syscall.SIGCONT))
+	require.True(t, opened, "a renewal against the stopped server opens the breaker: %+v", s.Stats())
+	// Renewals come at most one per RenewEvery: these span more than a TTL.
+	base := s.Stats().Renewals
+	require.True(t, waitFor(20*time.Second, func() bool { return s.Stats().Renewals >= base+uint64(ttl/renew)+2 }),
+		"renewals while the breaker is open: %+v", s.Stats())
+	st := s.Stats()
+	require.True(t, st.BreakerOpen, "no acquire has probed: the renewals went past the breaker")
+	require.Zero(t, st.Expired)
+	require.EqualValues(t, 1, countHeld(t, c, s.Key()))
+	other, err := NewSemaphore(cfg) // another process's
+	require.NoError(t, err)
+	defer other.Close()
+	q, err := other.Acquire(ctx)
+	if err == nil {
+		other.Release(q)
+	}
+	require.ErrorIs(t, err, ErrSemaphoreFull, "p is held and renewed, yet another process got a second permit of Max 1")
+}
+
+// TestSemaphoreWaitAdmitGoexitReleasesThePermit: an OnWaitAdmit that calls
+// runtime.Goexit ends AcquireWait after Redis granted the lease and before
+// the caller got it: the permit is given back, not renewed for good with
+// nobody to release it.
+func TestSemaphoreWaitAdmitGoexitReleasesThePermit(t *testing.T) {
+	c := newClient(t)
+	cfg := semConfig(t, c, 1)
+	cfg.MaxWait = time.Minute
+	cfg.OnWaitAdmit = func(time.Duration) { runtime.Goexit() }
+	s, err := NewSemaphore(cfg)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	p, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.AcquireWait(ctx) // never returns: the listener ends the goroutine
+	}()
+	require.True(t, waitFor(5*time.Second, func() bool { return s.Stats().Waiting == 1 }))
+	s.Release(p)
+	<-done
+	st := s.Stats()
+	require.EqualValues(t, 1, st.Waited, "%+v", st)
+	require.Zero(t, st.InFlight, "%+v", st)
+	require.Zero(t, countHeld(t, c, s.Key()))
+	q, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	s.Release(q)
+}
+
+// failScriptHook fails the n-th call (1-based) of one script with
+// errInjected.
+type failScriptHook struct {
+	sha  string
+	n    int64
+	seen *atomic.Int64
+}
+
+var errInjected = errors.New("injected")
+
+func (h failScriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h failScriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && cmd.Name() == "evalsha" && a[1] == h.sha && h.seen.Add(1) == h.n {
+			cmd.SetErr(errInjected)
+			return errInjected
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h failScriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestSemaphoreRenewalSurvivesAListenerGoexit: an OnExpired or OnRedisError
+// that calls runtime.Goexit ends the renewal goroutine; another takes its
+// place, so the leases still held are renewed (they used to expire while
+// their calls ran, no goroutine ever renewing again).
+func TestSemaphoreRenewalSurvivesAListenerGoexit(t *testing.T) {
+	for _, listener := range []string{"OnExpired", "OnRedisError"} {
+		t.Run(listener, func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: redisAddr})
+			defer c.Close()
+			var seen atomic.Int64
+			c.AddHook(failScriptHook{sha: semRenewScript.Hash(), n: 1, seen: &seen}) // the first renewal fails
+			const ttl, renew = 2 * time.Second, 50 * time.Millisecond
+			cfg := semConfig(t, c, 2)
+			cfg.TTL, cfg.RenewEvery, cfg.Timeout = ttl, renew, 2*time.Second
+			if listener == "OnExpired" {
+				cfg.OnExpired = func(int) { runtime.Goexit() }
+			} else {
+				cfg.OnRedisError = func(error) { runtime.Goexit() }
+			}
+			s, err := NewSemaphore(cfg)
+			require.NoError(t, err)
+			defer s.Close()
+			ctx := context.Background()
+			a, err := s.Acquire(ctx)
+			require.NoError(t, err)
+			b, err := s.Acquire(ctx)
+			require.NoError(t, err)
+			defer s.Release(b)
+			if listener == "OnExpired" {
+				require.NoError(t, c.ZRem(ctx, s.Key(), a.h.token).Err()) // a expires behind its holder's back
+				require.True(t, waitFor(10*time.Second, func() bool { return s.Stats().Expired == 1 }))
+			} else {
+				defer s.Release(a)
+				require.True(t, waitFor(10*time.Second, func() bool { return s.Stats().RedisErrors == 1 }))
+			}
+			// Renewals come at most one per RenewEvery: these span more than a TTL.
+			base := s.Stats().Renewals
+			require.True(t, waitFor(20*time.Second, func() bool { return s.Stats().Renewals >= base+uint64(ttl/renew)+2 }),
+				"renewals after the listener's Goexit: %+v", s.Stats())
+			want := int64(2)
+			if listener == "OnExpired" {
+				want = 1
+			}
+			require.Equal(t, want, countHeld(t, c, s.Key()), "the leases held are renewed")
+		})
+	}
+}
+
+// panicScriptHook panics in the client on every call of one script past
+// the first after calls.
+type panicScriptHook struct {
+	sha   string
+	after int64
+	seen  *atomic.Int64
+}
+
+func (h panicScriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h panicScriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && cmd.Name() == "evalsha" && a[1] == h.sha && h.seen.Add(1) > h.after {
+			panic("hook")
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h panicScriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// runInChild runs test (the calling test's name) again in a child process
+// with semHelperEnv set to mode, and fails unless it passes there: a
+// process crash (a panic on a goroutine of the package's own) fails the
+// child only.
+func runInChild(t *testing.T, test, mode string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), semHelperEnv+"="+mode, "REDIS_ADDR="+redisAddr)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the child process failed:\n%.2000s", out)
+	require.Contains(t, string(out), "--- PASS: "+test, "%.2000s", out)
+}
+
+// TestSemaphoreRenewalRecoversAClientPanic: a panic in the client (a hook)
+// during a renewal, re-raised by within on the renewal goroutine where no
+// caller takes it, is a failed renewal counted in RedisErrors, not a crash
+// of the process.
+func TestSemaphoreRenewalRecoversAClientPanic(t *testing.T) {
+	if os.Getenv(semHelperEnv) != "renew-panic" {
+		runInChild(t, "TestSemaphoreRenewalRecoversAClientPanic", "renew-panic")
+		return
+	}
+	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer c.Close()
+	var seen atomic.Int64
+	c.AddHook(panicScriptHook{sha: semRenewScript.Hash(), seen: &seen})
+	var errs atomic.Int64
+	s, err := NewSemaphore(SemaphoreConfig{Client: c, Name: uniqueKey(t), Max: 1, TTL: time.Second, RenewEvery: 20 * time.Millisecond,
+		OnRedisError: func(error) { errs.Add(1) }})
+	require.NoError(t, err)
+	defer s.Close()
+	p, err := s.Acquire(context.Background())
+	require.NoError(t, err)
+	defer s.Release(p)
+	require.True(t, waitFor(10*time.Second, func() bool { return s.Stats().RedisErrors >= 3 }), "%+v", s.Stats())
+	require.Positive(t, errs.Load(), "OnRedisError hears of the panic")
+	require.EqualValues(t, 1, s.Stats().InFlight)
+}
+
+// TestReplicasHeartbeatRecoversAClientPanic: a panic in the client (a
+// hook) during a heartbeat of the loop is a failed heartbeat, counted in
+// RedisErrors, not a crash of the process; the heartbeats go on.
+func TestReplicasHeartbeatRecoversAClientPanic(t *testing.T) {
+	if os.Getenv(semHelperEnv) != "heartbeat-panic" {
+		runInChild(t, "TestReplicasHeartbeatRecoversAClientPanic", "heartbeat-panic")
+		return
+	}
+	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer c.Close()
+	var seen atomic.Int64
+	c.AddHook(panicScriptHook{sha: heartbeatScript.Hash(), after: 1, seen: &seen}) // Start's heartbeat passes
+	r, err := NewReplicas(ReplicasConfig{Client: c, Name: uniqueKey(t), TTL: time.Second, Every: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(context.Background()))
+	require.True(t, waitFor(10*time.Second, func() bool { return r.Stats().RedisErrors >= 3 }), "%+v", r.Stats())
+	require.Equal(t, 1, r.Count(), "the count Start's heartbeat read")
+	require.NoError(t, r.Close())
+}
+
+// TestReplicasCloseAfterStartEndedEarly: a Start whose first heartbeat
+// ended its goroutine (an OnRedisError that calls runtime.Goexit) or
+// panicked (the client's hook, re-raised to Start's caller) still starts
+// the heartbeat loop, and Close returns (it used to wait for good for a
+// loop never started).
+func TestReplicasCloseAfterStartEndedEarly(t *testing.T) {
+	for _, end := range []string{"Goexit", "panic"} {
+		t.Run(end, func(t *testing.T) {
+			cfg := ReplicasConfig{Client: deadClient(t), Name: uniqueKey(t), Every: 20 * time.Millisecond}
+			if end == "Goexit" {
+				cfg.OnRedisError = func(error) { runtime.Goexit() }
+			} else {
+				c := redis.NewClient(&redis.Options{Addr: redisAddr})
+				defer c.Close()
+				var seen atomic.Int64
+				c.AddHook(panicScriptHook{sha: heartbeatScript.Hash(), seen: &seen})
+				cfg.Client = c
+			}
+			r, err := NewReplicas(cfg)
+			require.NoError(t, err)
+			done := make(chan any, 1)
+			go func() {
+				defer func() { done <- recover() }()
+				_ = r.Start(context.Background())
+			}()
+			p := <-done
+			if end == "panic" {
+				require.Equal(t, "hook", p)
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- r.Close() }()
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close still waits 10 s on: for a heartbeat loop that was never started")
+			}
+		})
+	}
+}
+
+// TestReplicasHeartbeatsSurviveAListenerGoexit: an OnRedisError that calls
+// runtime.Goexit in the heartbeat loop ends that goroutine; another takes
+// its place, so the replica goes on heartbeating (it used to stop for good,
+// leave the others' count within TTL and keep its own count frozen).
+func TestReplicasHeartbeatsSurviveAListenerGoexit(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer c.Close()
+	var seen atomic.Int64
+	c.AddHook(failScriptHook{sha: heartbeatScript.Hash(), n: 2, seen: &seen}) // the loop's first heartbeat fails
+	r, err := NewReplicas(ReplicasConfig{Client: c, Name: uniqueKey(t), TTL: time.Second, Every: 20 * time.Millisecond,
+		OnRedisError: func(error) { runtime.Goexit() }})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(context.Background()))
+	require.True(t, waitFor(10*time.Second, func() bool { return r.Stats().Heartbeats > 5 }), "%+v", r.Stats())
+	require.EqualValues(t, 1, r.Stats().RedisErrors)
+	require.NoError(t, r.Close())
+}
+
+// TestSemaphoreCloseEndsWaits: Close ends the waits under way with
+// ErrClosed at once, not at their next poll or MaxWait.
+func TestSemaphoreCloseEndsWaits(t *testing.T) {
+	c := newClient(t)
+	cfg := semConfig(t, c, 1)
+	cfg.MaxWait = time.Hour
+	cfg.PollMin, cfg.PollMax = time.Hour, time.Hour
+	s, err := NewSemaphore(cfg)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = s.Acquire(ctx)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() { _, err := s.AcquireWait(ctx); got <- err }()
+	require.True(t, waitFor(5*time.Second, func() bool { return s.Stats().Waiting == 1 }))
+	require.NoError(t, s.Close())
+	select {
+	case err := <-got:
+		require.ErrorIs(t, err, ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("AcquireWait still waits 10 s after Close")
+	}
+	st := s.Stats()
+	require.Zero(t, st.Waiting)
+	require.Zero(t, st.Rejected, "ErrClosed is not a refusal")
+}
+
+// TestSemaphoreHugePollBounds: PollMin up to time.Duration(math.MaxInt64)
+// (only a local Release wakes a waiter) is valid, and the backoff's
+// doubling stops at PollMax without overflowing.
+func TestSemaphoreHugePollBounds(t *testing.T) {
+	require.NotPanics(t, func() { _ = jitter(math.MaxInt64) })
+	require.Equal(t, time.Duration(math.MaxInt64), nextPoll(1<<62+1, math.MaxInt64))
+	require.Equal(t, time.Duration(math.MaxInt64), nextPoll(math.MaxInt64, math.MaxInt64))
+	require.Equal(t, 4*time.Millisecond, nextPoll(2*time.Millisecond, 50*time.Millisecond))
+	require.Equal(t, 50*time.Millisecond, nextPoll(32*time.Millisecond, 50*time.Millisecond))
+	c := newClient(t)
+	cfg := semConfig(t, c, 1)
+	cfg.MaxWait = 50 * time.Millisecond
+	cfg.PollMin = time.Duration(math.MaxInt64)
+	s, err := NewSemaphore(cfg)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	p, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	defer s.Release(p)
+	require.NotPanics(t, func() {
+		_, err = s.AcquireWait(ctx)
+		require.ErrorIs(t, err, ErrSemaphoreFull)
+	})
+}
+
+// TestSemaphoreFallbacksCountedPerAcquire: Stats.Fallbacks counts the
+// acquires the Failure mode decided, a waiting one once (by its last try),
+// not each poll of a wait against a dead Redis.
+func TestSemaphoreFallbacksCountedPerAcquire(t *testing.T) {
+	s, err := NewSemaphore(SemaphoreConfig{Client: deadClient(t), Name: "fb", Max: 1, Failure: FailLocal,
+		MaxWait: 200 * time.Millisecond, PollMin: time.Millisecond, PollMax: 2 * time.Millisecond})
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	p, err := s.Acquire(ctx) // the local share, 1
+	require.NoError(t, err)
+	defer s.Release(p)
+	_, err = s.AcquireWait(ctx)
+	require.ErrorIs(t, err, ErrSemaphoreFull)
+	st := s.Stats()
+	require.Equal(t, uint64(1), st.Admitted, "%+v", st)
+	require.Equal(t, uint64(1), st.Rejected, "%+v", st)
+	require.Equal(t, uint64(2), st.Fallbacks, "%+v", st)
 }
