@@ -36,7 +36,9 @@
 //	                the previous sample
 //
 // The shedder engages when any signal reaches its threshold and calls
-// Config.OnOverload(true). It releases (OnOverload(false)) when every known
+// Config.OnOverload(true), on the sampling goroutine and under the
+// sample, so that the listener's calls never overlap and come in order (a
+// listener that blocks delays the next sample). It releases (OnOverload(false)) when every known
 // signal is below threshold·(1 − Hysteresis) (Hysteresis default 0.2) and
 // no call was rejected for CoolOff (default 1 s, go-zero's cool-off): it
 // stays engaged while it sheds, since shedding is what holds the signals

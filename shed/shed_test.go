@@ -794,12 +794,15 @@ func TestSchedLatencyIsTheChangeBetweenReadings(t *testing.T) {
 		Counts:  []uint64{1000, 1000, 0, 0, 5},
 	}
 	prev := []uint64{0, 0, 0, 0, 0}
-	require.Equal(t, 1e-3, quantileOf(h, prev, 2005, 0.99), "cumulative: the p99 is in [1µs, 1ms)")
+	require.Equal(t, 1e-6, quantileOf(h, prev, 2005, 0.99), "cumulative: the p99 is in [1µs, 1ms)")
 	prev = []uint64{1000, 1000, 0, 0, 0}
 	h.Counts = []uint64{1000, 1001, 0, 0, 5}
 	require.Equal(t, 1e-1, quantileOf(h, prev, 6, 0.99), "since the previous reading: five of six events took 100 ms or more")
 	h.Counts = []uint64{1000, 1000, 0, 0, 105}
 	require.Equal(t, 1e-1, quantileOf(h, prev, 105, 0.99), "the unbounded bucket gives its lower bound")
+	h.Buckets[0] = math.Inf(-1) // the runtime's first bucket: (−Inf, 0)
+	h.Counts = []uint64{1100, 1000, 0, 0, 0}
+	require.Equal(t, 0.0, quantileOf(h, prev, 100, 0.99), "the first bucket's lower bound is 0")
 }
 
 // TestStatsCountAnAdmissionBeingUndone: a sample that reads the slot word
@@ -1024,5 +1027,29 @@ func TestProbeStaysWithinTheCapWord(t *testing.T) {
 		c := r.s.capw.Load()
 		require.LessOrEqual(t, c&0xffffffff, int64(maxCap))
 		require.LessOrEqual(t, c>>32, int64(math.Ceil((maxCap-1)*0.1)), "the step")
+	}
+}
+
+// TestSchedLatencyIsTheBucketsLowerBound: the p99 is its histogram
+// bucket's lower bound, so that reaching a threshold means the p99 did:
+// with the runtime's buckets, every latency of 8.5 ms reads under 10 ms
+// (its bucket's upper bound is 10.49 ms).
+func TestSchedLatencyIsTheBucketsLowerBound(t *testing.T) {
+	r := NewRuntimeSource()
+	if r.samples[0].Value.Kind() != metrics.KindFloat64Histogram {
+		t.Skip("no scheduling histogram")
+	}
+	h := r.samples[0].Value.Float64Histogram()
+	prev := make([]uint64, len(h.Counts))
+	for _, x := range []float64{8.5e-3, 10e-3, 10.4e-3, 1e-6} {
+		counts := make([]uint64, len(h.Counts))
+		i := 0
+		for h.Buckets[i+1] <= x {
+			i++
+		}
+		counts[i] = 1000
+		got := quantileOf(&metrics.Float64Histogram{Counts: counts, Buckets: h.Buckets}, prev, 1000, 0.99)
+		require.Equal(t, h.Buckets[i], got, "every event took %v", x)
+		require.LessOrEqual(t, got, x)
 	}
 }

@@ -87,7 +87,10 @@ const minSchedEvents = 16
 // SchedLatency is the p99 of the change in /sched/latencies:seconds between
 // two readings (the histogram is cumulative since the process started: the
 // difference is the distribution of the latest interval), taken at the
-// upper bound of its bucket; unknown with fewer than 16 events in the
+// lower bound of its bucket: the runtime's buckets are four to a power of
+// two, up to 25 % wide, and the lower bound is at or below the true p99,
+// so reaching SchedLatencyThreshold means the p99 did (the true p99 may
+// be up to 25 % above the reading). Unknown with fewer than 16 events in the
 // interval.
 //
 // CPU is Δ(total − idle) / Δtotal of /cpu/classes/total:cpu-seconds and
@@ -119,8 +122,10 @@ type RuntimeSource struct {
 	primed    bool
 }
 
-// NewRuntimeSource returns a RuntimeSource; its first Read knows only
-// Runnable (there is no previous reading to take a difference from).
+// NewRuntimeSource returns a RuntimeSource. It takes the first reading,
+// so that the first Read reports the change since NewRuntimeSource: build
+// the Source (and the Shedder that owns it) when its traffic starts, or
+// its first sample judges whatever ran since.
 func NewRuntimeSource() *RuntimeSource {
 	r := &RuntimeSource{}
 	for i, name := range [...]string{metricSched, metricCPUTotal, metricCPUIdle, metricRunnable, metricProcs} {
@@ -189,19 +194,16 @@ func (r *RuntimeSource) schedP99() time.Duration {
 }
 
 // quantileOf returns the q-quantile of the n events by which h's counts
-// exceed prev's, at the upper bound of its bucket (the lower one for the
-// last, unbounded bucket).
+// exceed prev's, at the lower bound of its bucket (0 for the runtime's
+// first, (−Inf, 0), bucket), which is at or below every event in it.
 func quantileOf(h *metrics.Float64Histogram, prev []uint64, n uint64, q float64) float64 {
 	rank := uint64(math.Ceil(q * float64(n)))
 	var seen uint64
 	for i, c := range h.Counts {
 		seen += c - prev[i]
 		if seen >= rank {
-			if hi := h.Buckets[i+1]; !math.IsInf(hi, 1) {
-				return hi
-			}
-			return h.Buckets[i]
+			return max(h.Buckets[i], 0)
 		}
 	}
-	return h.Buckets[len(h.Buckets)-1]
+	return max(h.Buckets[len(h.Buckets)-2], 0)
 }
