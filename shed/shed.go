@@ -608,11 +608,16 @@ func (s *Shedder) AcquirePriority(p int) (Permit, error) {
 // sampled Permit's Success (its latency); a Failure, an Ignored call or an
 // unsampled Permit needs no reading.
 func (s *Shedder) Release(p Permit, r rampart.Result) {
-	now := int64(0)
+	s.ReleaseAt(p, s.releaseNow(p, r), r)
+}
+
+// releaseNow returns the release time of p with outcome r: a reading of
+// the ticker for a sampled Permit's Success, else 0 (unused).
+func (s *Shedder) releaseNow(p Permit, r rampart.Result) int64 {
 	if r == rampart.Success && p.state == sampled {
-		now = s.ticker.Now()
+		return s.ticker.Now()
 	}
-	s.ReleaseAt(p, now, r)
+	return 0
 }
 
 // RejectedError returns the shedder's preallocated rejection error, which
@@ -681,7 +686,7 @@ func (s *Shedder) Do(ctx context.Context, fn func(context.Context) error) error 
 // releases with [Shedder.Release] and the outcome Config.Classify gives
 // fn's error. fn's error is returned unchanged. If fn panics or calls
 // runtime.Goexit the slot is released as [rampart.Ignored] and the panic
-// continues.
+// continues, as it is when Classify or the Ticker panics.
 func (s *Shedder) DoPriority(ctx context.Context, p int, fn func(context.Context) error) error {
 	pm, err := s.AcquirePriority(p)
 	if err != nil {
@@ -695,8 +700,9 @@ func (s *Shedder) DoPriority(ctx context.Context, p int, fn func(context.Context
 	}()
 	err = fn(ctx)
 	o := s.classify(ctx, err)
+	now := s.releaseNow(pm, o) // before done: a Ticker that panics leaves the slot to the deferred release
 	done = true
-	s.Release(pm, o)
+	s.ReleaseAt(pm, now, o)
 	return err
 }
 
@@ -716,8 +722,9 @@ func Call[T any](ctx context.Context, s *Shedder, fn func(context.Context) (T, e
 	}()
 	v, err := fn(ctx)
 	o := s.classify(ctx, err)
+	now := s.releaseNow(pm, o) // before done: as in DoPriority
 	done = true
-	s.Release(pm, o)
+	s.ReleaseAt(pm, now, o)
 	return v, err
 }
 

@@ -1030,6 +1030,51 @@ func TestProbeStaysWithinTheCapWord(t *testing.T) {
 	}
 }
 
+// panicTicker panics in Now once armed.
+type panicTicker struct {
+	now   atomic.Int64
+	armed atomic.Bool
+}
+
+func (p *panicTicker) Now() int64 {
+	if p.armed.Load() {
+		panic("ticker")
+	}
+	return p.now.Load()
+}
+
+// TestDoReleasesTheSlotWhenTheTickerPanics: a Ticker that panics in the
+// release's clock reading of a timed Success leaves no call in flight:
+// Do and Call release the slot as Ignored and the panic goes on.
+func TestDoReleasesTheSlotWhenTheTickerPanics(t *testing.T) {
+	for _, run := range []struct {
+		name string
+		do   func(s *Shedder, tk *panicTicker)
+	}{
+		{"Do", func(s *Shedder, tk *panicTicker) {
+			_ = s.Do(context.Background(), func(context.Context) error {
+				tk.armed.Store(true) // the clock fails while the call runs (stride 1: the permit is timed)
+				return nil
+			})
+		}},
+		{"Call", func(s *Shedder, tk *panicTicker) {
+			_, _ = Call(context.Background(), s, func(context.Context) (int, error) {
+				tk.armed.Store(true)
+				return 1, nil
+			})
+		}},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			tk := &panicTicker{}
+			s, err := New(Config{Ticker: tk, Source: newFakeSource()})
+			require.NoError(t, err)
+			panicked, _ := testkit.Run(func() { run.do(s, tk) })
+			require.Equal(t, "ticker", panicked)
+			require.Equal(t, 0, s.InFlight(), "the slot was released")
+		})
+	}
+}
+
 // TestSchedLatencyIsTheBucketsLowerBound: the p99 is its histogram
 // bucket's lower bound, so that reaching a threshold means the p99 did:
 // with the runtime's buckets, every latency of 8.5 ms reads under 10 ms
