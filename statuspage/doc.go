@@ -53,7 +53,8 @@
 //
 //	kind               value                    shown                              charted
 //	-----------------  -----------------------  ---------------------------------  -----------------------------
-//	circuitbreaker     *circuitbreaker.Breaker  Stats (state, window counts, ...)  failure rate %, state strip
+//	circuitbreaker     *circuitbreaker.Breaker  Stats (state, window counts, ...)  failure rate %, state strip,
+//	                                                                               successes/s (with CountStats)
 //	bulkhead           *bulkhead.Bulkhead       Stats (in flight, max, waiting)    in flight, max
 //	ratelimit          *ratelimit.Limiter       Stats, Tokens                      tokens, burst
 //	ratelimit.keyed    *ratelimit.Keyed         KeyedStats                         keys held, rejected/s
@@ -67,9 +68,18 @@
 //	chaos              *chaos.Injector          Stats, Enabled                     calls/s, faults/s
 //	hedge              *hedge.Hedger            Stats (hedges, delay, ...)         hedges/s, delay ms
 //	timeout            *timeout.Timeout         Stats, Duration, Mode              timeouts/s, abandoned
-//	pipeline           *pipeline.Pipeline       each of its policies, as above     no chart: list its policies too
+//	pipeline           *pipeline.Pipeline       each of its policies, as above,    calls/s, rejected/s (with
+//	                                            and Stats as Outcomes (with        CountOutcomes; no chart
+//	                                            Config.CountOutcomes)              otherwise)
+//	fallback           *pipeline.Fallback[T],   FallbackStats (answers by ending,  answered/s, stale served/s
+//	                   *pipeline.DoFallback     stale served, expired)
 //
-// Any other value is listed with its Go type and no state. In the JSON, each
+// A Fallback of any T is recognised by its method Stats()
+// pipeline.FallbackStats; its counts, a pipeline's Outcomes and a breaker's
+// Successes are 0 unless the pipeline counts outcomes
+// (pipeline.Config.CountOutcomes) or the breaker its successes
+// (circuitbreaker.Config.CountStats). Any other value is listed with its Go
+// type and no state. In the JSON, each
 // Stats struct keeps its Go field names and types: durations are integers of
 // nanoseconds, and a breaker's State is its name ("closed", "open", ...).
 // Rates per second ("/s") are differences between two samples divided by

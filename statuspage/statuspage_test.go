@@ -61,7 +61,7 @@ func newFixture(t *testing.T) *fixture {
 		}
 	}
 	var err error
-	f.breaker, err = circuitbreaker.New(circuitbreaker.Config{Name: "db", Ticker: tk, WindowSize: 10, MinimumCalls: 4, FailureRateThreshold: 50, OpenDuration: time.Second})
+	f.breaker, err = circuitbreaker.New(circuitbreaker.Config{Name: "db", Ticker: tk, WindowSize: 10, MinimumCalls: 5, FailureRateThreshold: 50, OpenDuration: time.Second, CountStats: true})
 	must(err)
 	bh, err := bulkhead.New(bulkhead.Config{Name: "api", Max: 8})
 	must(err)
@@ -89,7 +89,14 @@ func newFixture(t *testing.T) *fixture {
 	to, err := timeout.New(timeout.Config{Name: "api", Duration: 150 * time.Millisecond, Ticker: tk})
 	must(err)
 	f.closers = append(f.closers, to.Close)
-	pl, err := pipeline.New(pipeline.Config{Name: "db", Ticker: tk, Retry: rp, Breaker: f.breaker})
+	// A shedder whose Source knows no signal: it never engages, and its
+	// Stats are the same every run.
+	sh, err := shed.New(shed.Config{Name: "db", Ticker: tk, Source: shed.SourceFunc(func(int64, *shed.Signals) {})})
+	must(err)
+	pl, err := pipeline.New(pipeline.Config{Name: "db", Ticker: tk, Retry: rp, Breaker: f.breaker, Shed: sh, CountOutcomes: true})
+	must(err)
+	stale := "cached"
+	fb, err := pipeline.NewFallback(pipeline.FallbackConfig[string]{Pipeline: pl, When: pipeline.Rejections, Value: &stale})
 	must(err)
 	t.Cleanup(func() {
 		for _, c := range f.closers {
@@ -97,12 +104,22 @@ func newFixture(t *testing.T) *fixture {
 		}
 	})
 
-	// Some traffic: the breaker trips on four failures; two bulkhead
-	// permits held; the limiter spends three tokens; two keys; a retry.
+	// Some traffic: a call through the pipeline succeeds (a success the
+	// breaker counts), the breaker trips on four failures, and then a
+	// call through the pipeline is rejected by it, and another one is
+	// answered by the fallback; two bulkhead permits held; the limiter
+	// spends three tokens; two keys; a retry.
+	must(pl.Do(context.Background(), func(context.Context) error { return nil }))
 	for range 4 {
 		p, err := f.breaker.Acquire()
 		must(err)
 		f.breaker.Release(p, rampart.Failure)
+	}
+	if err := pl.Do(context.Background(), func(context.Context) error { return nil }); !errors.Is(err, circuitbreaker.ErrOpen) {
+		t.Fatalf("pipeline: %v, want ErrOpen", err)
+	}
+	if v, err := fb.Call(context.Background(), func(context.Context) (string, error) { return "fresh", nil }); v != "cached" || err != nil {
+		t.Fatalf("fallback: %q, %v", v, err)
 	}
 	must(bh.Acquire())
 	must(bh.Acquire())
@@ -121,7 +138,8 @@ func newFixture(t *testing.T) *fixture {
 	f.list = []statuspage.Instance{
 		{Name: "api", Value: bh}, {Name: "api-timeout", Value: to}, {Name: "backend", Value: al},
 		{Name: "client", Value: th}, {Name: "db", Value: f.breaker}, {Name: "db-budget", Value: tb},
-		{Name: "db-pipeline", Value: pl}, {Name: "db-retry", Value: rp}, {Name: "faults", Value: f.injector},
+		{Name: "db-fallback", Value: fb}, {Name: "db-pipeline", Value: pl}, {Name: "db-retry", Value: rp},
+		{Name: "db-shed", Value: sh}, {Name: "faults", Value: f.injector},
 		{Name: "hot", Value: sharded}, {Name: "ingress", Value: rl}, {Name: "ratio-budget", Value: rb},
 		{Name: "search", Value: hg}, {Name: "tenants", Value: keyed}, {Name: "other", Value: struct{}{}},
 	}
@@ -197,7 +215,7 @@ func TestStatusJSONReadsTheInstancesLive(t *testing.T) {
 	for _, in := range doc.Instances {
 		names = append(names, in.Name)
 	}
-	if got, want := strings.Join(names, ","), "api,api-timeout,backend,client,db,db-budget,db-pipeline,db-retry,faults,hot,ingress,load,other,ratio-budget,search,tenants,zeta"; got != want {
+	if got, want := strings.Join(names, ","), "api,api-timeout,backend,client,db,db-budget,db-fallback,db-pipeline,db-retry,db-shed,faults,hot,ingress,load,other,ratio-budget,search,tenants,zeta"; got != want {
 		t.Fatalf("names %s, want %s", got, want)
 	}
 	db := find(t, doc, "db")
@@ -212,6 +230,42 @@ func TestStatusJSONReadsTheInstancesLive(t *testing.T) {
 	}
 	if o := find(t, doc, "other"); o.Kind != "other" || o.Stats != nil || o.Type != "struct {}" {
 		t.Fatalf("other: %+v", o)
+	}
+}
+
+// TestCountsOfPipelinesFallbacksAndBreakers: the JSON shows a counting
+// pipeline's outcomes beside its policies (the shedder among them, in the
+// pipeline's order), a Fallback's answers (a generic type, found by its
+// Stats method) and the successes of a breaker that counts them.
+func TestCountsOfPipelinesFallbacksAndBreakers(t *testing.T) {
+	f := newFixture(t)
+	h, err := statuspage.New(statuspage.Config{Instances: f.list, Ticker: f.tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := decode(t, get(t, h, "/status.json"))
+	pl := find(t, doc, "db-pipeline")
+	out, _ := pl.Stats["Outcomes"].(map[string]any)
+	if out == nil || out["Calls"] != 3.0 || out["Succeeded"] != 1.0 || out["Rejected"] != 2.0 ||
+		out["RejectedBy"].([]any)[pipeline.Breaker] != 2.0 || out["Attempts"] != 3.0 {
+		t.Fatalf("pipeline outcomes: %+v", pl.Stats)
+	}
+	var kinds []string
+	for _, p := range pl.Stats["Policies"].([]any) {
+		kinds = append(kinds, p.(map[string]any)["Kind"].(string))
+	}
+	if got := strings.Join(kinds, ","); got != "retry,circuitbreaker,shed" {
+		t.Errorf("pipeline policies %s, want retry,circuitbreaker,shed", got)
+	}
+	if fb := find(t, doc, "db-fallback"); fb.Kind != "fallback" || fb.Stats["Answered"] != 1.0 ||
+		fb.Stats["AnsweredRejected"].([]any)[pipeline.Breaker] != 1.0 {
+		t.Fatalf("fallback: %+v", fb)
+	}
+	if db := find(t, doc, "db"); db.Stats["Successes"] != 1.0 || db.Stats["Failures"] != 4.0 {
+		t.Fatalf("breaker: %+v", db.Stats)
+	}
+	if sh := find(t, doc, "db-shed"); sh.Kind != "shed" || sh.Stats["Admitted"] != 1.0 {
+		t.Fatalf("shed: %+v", sh.Stats)
 	}
 }
 

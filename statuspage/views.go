@@ -86,16 +86,20 @@ type timeoutStats struct {
 func viewOf(v any) view {
 	switch x := v.(type) {
 	case *circuitbreaker.Breaker:
+		ss := [2]series{{name: "failure rate %"}}
+		if x.Config().CountStats { // successes are counted: chart them
+			ss[1] = series{name: "successes/s", counter: true}
+		}
 		return view{
 			kind: "circuitbreaker",
 			stats: func(int64) any {
 				s := x.Stats()
 				return breakerStats{Stats: s, State: s.State.String()}
 			},
-			series: [2]series{{name: "failure rate %"}},
+			series: ss,
 			sample: func(int64) ([2]float64, int8) {
 				s := x.Stats()
-				return [2]float64{s.FailureRate}, int8(s.State)
+				return [2]float64{s.FailureRate, float64(s.Successes)}, int8(s.State)
 			},
 			states: true,
 			// Every state TransitionTo can enter, and Reset.
@@ -243,9 +247,43 @@ func viewOf(v any) view {
 			},
 		}
 	case *pipeline.Pipeline:
-		return view{kind: "pipeline", stats: func(now int64) any { return pipelineStats(x, now) }}
+		if !x.Config().CountOutcomes {
+			return view{kind: "pipeline", stats: func(now int64) any { return pipelineStats(x, now) }}
+		}
+		return view{
+			kind:   "pipeline",
+			stats:  func(now int64) any { return pipelineStats(x, now) },
+			series: [2]series{{name: "calls/s", counter: true}, {name: "rejected/s", counter: true}},
+			sample: func(int64) ([2]float64, int8) {
+				s := x.Stats()
+				return [2]float64{float64(s.Calls), float64(s.Rejected)}, 0
+			},
+		}
+	case *pipeline.DoFallback:
+		return fallbackView(x)
+	case fallbackStatser: // a *pipeline.Fallback[T], of any T
+		return fallbackView(x)
 	}
 	return view{kind: "other"}
+}
+
+// fallbackStatser is what a *pipeline.Fallback[T] of any T (and a
+// *pipeline.DoFallback) has: its Stats. A generic type is recognised by
+// it.
+type fallbackStatser interface{ Stats() pipeline.FallbackStats }
+
+// fallbackView is a fallback's: its answers (all 0 unless its pipeline
+// counts outcomes).
+func fallbackView(x fallbackStatser) view {
+	return view{
+		kind:   "fallback",
+		stats:  func(int64) any { return x.Stats() },
+		series: [2]series{{name: "answered/s", counter: true}, {name: "stale served/s", counter: true}},
+		sample: func(int64) ([2]float64, int8) {
+			s := x.Stats()
+			return [2]float64{float64(s.Answered), float64(s.StaleServed)}, 0
+		},
+	}
 }
 
 // budgetStats is the state of a retry budget of this package's known
@@ -262,7 +300,8 @@ func budgetStats(b any, now int64) any {
 }
 
 // pipelineStats is each of the pipeline's policies' state, keyed by its
-// pipeline.Config field name, in the pipeline's order.
+// pipeline.Config field name, in the pipeline's order, and the pipeline's
+// own outcome counts when it counts them (Config.CountOutcomes).
 func pipelineStats(p *pipeline.Pipeline, now int64) any {
 	c := p.Config()
 	type part struct {
@@ -290,13 +329,24 @@ func pipelineStats(p *pipeline.Pipeline, now int64) any {
 	if c.Adaptive != nil {
 		add("Adaptive", c.Adaptive)
 	}
+	if c.Shed != nil {
+		add("Shed", c.Shed)
+	}
 	if c.Timeout != nil {
 		add("Timeout", c.Timeout)
 	}
 	if c.Hedge != nil {
 		add("Hedge", c.Hedge)
 	}
-	return struct{ Policies []part }{parts}
+	var counts *pipeline.Stats
+	if c.CountOutcomes {
+		s := p.Stats()
+		counts = &s
+	}
+	return struct {
+		Outcomes *pipeline.Stats `json:",omitempty"`
+		Policies []part
+	}{counts, parts}
 }
 
 func typeName(v any) string { return fmt.Sprintf("%T", v) }
