@@ -27,7 +27,8 @@
 //	signal          what                                          engages at (default)         Config field
 //	--------------  --------------------------------------------  ---------------------------  ---------------------
 //	SchedLatency    p99 of /sched/latencies:seconds, the change    ≥ 10 ms                      SchedLatencyThreshold
-//	                between two samples (not the cumulative one)
+//	                between two samples (not the cumulative one),
+//	                its bucket's lower bound
 //	CPU             Δ(total − idle) / Δtotal of /cpu/classes:      ≥ 0.9 of GOMAXPROCS          CPUThreshold
 //	                busy CPU against GOMAXPROCS × elapsed
 //	Runnable        /sched/goroutines/runnable:goroutines per P    ≥ 4 per P                    RunnableThreshold

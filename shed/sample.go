@@ -17,7 +17,7 @@ func (s *Shedder) sampleAt(now int64) {
 	if now < due || due == lockedSample || len(s.ring) == 0 || !s.next.CompareAndSwap(due, lockedSample) { // no ring: the zero Shedder
 		return // not due, or another caller is sampling or has sampled
 	}
-	var notify int8 // +1: engaged, -1: released; the listener runs after the lock is given back
+	var notify int8 // +1: engaged, -1: released; the listener runs under the sample lock
 	done := false
 	defer func() {
 		if !done {
@@ -27,8 +27,11 @@ func (s *Shedder) sampleAt(now int64) {
 			if r := recover(); r != nil {
 				s.panics.Add(1)
 			}
-			s.next.Store(s.dueAfter(now))
 		}
+		// Gives the sample lock back in every case, after the listener
+		// too (which may call runtime.Goexit): OnOverload calls never
+		// overlap and come in the order of the changes.
+		s.next.Store(s.dueAfter(now))
 	}()
 	s.closeBucket(now)
 	sig := &s.sig // the Shedder's: a local would escape to the heap through the interface call
@@ -53,9 +56,8 @@ func (s *Shedder) sampleAt(now int64) {
 	s.sigRun.Store(math.Float64bits(sig.Runnable))
 	s.samples.Add(1)
 	done = true
-	s.next.Store(s.dueAfter(now)) // gives the sample lock back
 	if notify != 0 {
-		s.notifyOverload(notify > 0)
+		s.notifyOverload(notify > 0) // under the sample lock: see the deferred Store
 	}
 }
 

@@ -171,7 +171,11 @@ type Config struct {
 	Classify func(ctx context.Context, err error) rampart.Result
 	// OnOverload is called with true when the shedder engages (a signal
 	// reached its threshold) and with false when it releases. It runs on
-	// the goroutine that sampled.
+	// the goroutine that sampled, while it holds the sample: the calls
+	// never overlap and come in the order of the changes, but one that
+	// blocks delays the next sample until it returns (admissions go on,
+	// at the cap of the last sample). A panic is recovered
+	// (Stats.ListenerPanics).
 	OnOverload func(on bool)
 	// Ticker is the clock of the shorthands (Acquire, Release, Do, Call)
 	// and of the first sample. Default rampart.DefaultTicker().

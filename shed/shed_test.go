@@ -1030,6 +1030,80 @@ func TestProbeStaysWithinTheCapWord(t *testing.T) {
 	}
 }
 
+// TestOnOverloadCallsNeverOverlap: the listener runs under the sample
+// lock, so a slow listener's call ends before the next sample can call
+// it, and the calls come in the order of the state changes.
+func TestOnOverloadCallsNeverOverlap(t *testing.T) {
+	src := newFakeSource()
+	tk := rampart.NewManualTicker(0)
+	var mu sync.Mutex
+	var state []bool // what the listener recorded, in the order its calls finished
+	var inside atomic.Int32
+	var overlapped atomic.Bool
+	entered := make(chan struct{})
+	unblock := make(chan struct{})
+	s, err := New(Config{Ticker: tk, Source: src, OnOverload: func(on bool) {
+		if inside.Add(1) > 1 {
+			overlapped.Store(true)
+		}
+		defer inside.Add(-1)
+		if on {
+			close(entered)
+			<-unblock // a slow listener (a log write, a metrics push)
+		}
+		mu.Lock()
+		state = append(state, on)
+		mu.Unlock()
+	}})
+	require.NoError(t, err)
+	src.set(time.Second, -1, -1) // hot
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		p, err := s.AcquireAt(int64(interval)) // engages; calls OnOverload(true)
+		if err == nil {
+			s.ReleaseAt(p, int64(interval), rampart.Ignored)
+		}
+	})
+	<-entered
+	src.set(0, -1, -1) // cold; no rejection, so no cool-off holds it
+	p, err := s.AcquireAt(int64(2 * interval))
+	require.NoError(t, err, "engaged at an unlimited cap")
+	s.ReleaseAt(p, int64(2*interval), rampart.Ignored)
+	require.Equal(t, uint64(1), s.Stats().Samples, "no sample while the listener runs")
+	close(unblock)
+	wg.Wait()
+	p, err = s.AcquireAt(int64(3 * interval)) // releases; calls OnOverload(false)
+	require.NoError(t, err)
+	s.ReleaseAt(p, int64(3*interval), rampart.Ignored)
+	require.False(t, overlapped.Load(), "OnOverload calls overlapped")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []bool{true, false}, state)
+	require.False(t, s.Overloaded())
+}
+
+// TestListenerGoexitKeepsSampling: a listener that calls runtime.Goexit
+// still gives the sample lock back.
+func TestListenerGoexitKeepsSampling(t *testing.T) {
+	src := newFakeSource()
+	s, err := New(Config{Ticker: rampart.NewManualTicker(0), Source: src, OnOverload: func(on bool) {
+		if on {
+			testkit.Goexit()
+		}
+	}})
+	require.NoError(t, err)
+	src.set(time.Second, -1, -1)
+	_, goexited := testkit.Run(func() { _, _ = s.AcquireAt(int64(interval)) })
+	require.True(t, goexited)
+	src.set(0, -1, -1)
+	p, err := s.AcquireAt(int64(2 * interval))
+	require.NoError(t, err)
+	s.ReleaseAt(p, int64(2*interval), rampart.Ignored)
+	st := s.Stats()
+	require.Equal(t, uint64(2), st.Samples, "the sample lock was given back")
+	require.False(t, st.Overloaded)
+}
+
 // panicTicker panics in Now once armed.
 type panicTicker struct {
 	now   atomic.Int64
