@@ -281,7 +281,9 @@ const maxCap = math.MaxInt32
 // window, no Source and no Ticker: AcquireAt admits every call and never
 // samples, and its shorthands (Acquire, Do, ...) panic.
 //
-// A Shedder is 384 B (448 B unless [Config.Compact]), plus its window's
+// A Shedder is 384 B (448 B unless [Config.Compact]) on 64 B cache lines
+// (amd64; 512 B and 640 B on arm64's 128 B lines, which pad its groups a
+// line apart), plus its window's
 // buckets (32 B each: 10 at the defaults, 320 B) and, with the default
 // Source, a [RuntimeSource] (see there); a Name adds its rejection error
 // (unnamed shedders share one).
@@ -318,6 +320,7 @@ type Shedder struct {
 	sigSched  atomic.Int64  // Signals.SchedLatency
 	sigCPU    atomic.Uint64 // math.Float64bits of Signals.CPU
 	sigRun    atomic.Uint64 // math.Float64bits of Signals.Runnable
+	_         [lineGap]byte // none on 64 B lines; keeps the groups a line apart on 128 and 256 B ones
 
 	// Read-mostly: read by every call, written once per sample (next,
 	// capw) or never.
@@ -328,6 +331,8 @@ type Shedder struct {
 	rejErr   *rampart.RejectedError
 	prios    int32         // Config.Priorities
 	stride   atomic.Uint32 // Acquire's sampling stride − 1 (a mask): a call is timed when its random draw & stride == 0
+
+	_ [lineGap]byte // as above, between the read-mostly words and the object after the Shedder
 
 	// The sampler's: read and written only by the goroutine that holds
 	// the sample lock (next == lockedSample), published through the CAS
@@ -355,6 +360,14 @@ type Shedder struct {
 	phase      uint8  // samples since the engagement, wrapping (a multiple of probeCycle): the gain cycle's position
 	maxStride  uint16 // Config.MaxSampleStride
 }
+
+// lineGap is the padding the Shedder adds after the sampler's atomics and
+// after the read-mostly group, beyond the 88 B and 192 B (on 64-bit
+// platforms) that those fields already put between the groups: the line
+// size beyond 64 B (64 B on arm64's 128 B lines, 192 B on s390x's 256 B
+// ones; none on amd64 and on the 32 B lines of arm and mips), so that the
+// groups are a line apart on every line size (TestLayoutSeparatesWrittenWords).
+const lineGap = max(pad.LineSize, 64) - 64
 
 // paddedShedder is the default layout: a line of padding before the
 // Shedder keeps the object before it off the hot words' line.

@@ -748,11 +748,15 @@ func sizeClass(n int64) int64 {
 // a word apart, so no cache line holds both (a heap object is 8-byte
 // aligned); the padded layout puts a line before the hot words, and the
 // read-mostly words are a line minus a word from the Shedder's end.
+// The constants fail to build (a constant overflow) on a platform where
+// the distances are short of a line minus a word, so that a vet or a test
+// build for arm64, ppc64 or s390x (128 and 256 B lines) checks them there.
 func TestLayoutSeparatesWrittenWords(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("offsets are for 64-bit platforms")
-	}
 	var s Shedder
+	const (
+		_ = unsafe.Offsetof(s.next) - (unsafe.Offsetof(s.lastDrop) + 8) - (pad.LineSize - 8)
+		_ = unsafe.Sizeof(s) - (unsafe.Offsetof(s.stride) + 4) - (pad.LineSize - 8)
+	)
 	hotEnd := unsafe.Offsetof(s.lastDrop) + 8
 	mostlyStart := unsafe.Offsetof(s.next)
 	mostlyEnd := unsafe.Offsetof(s.stride) + 4
