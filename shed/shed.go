@@ -112,7 +112,9 @@ type Config struct {
 	Window time.Duration
 	// CoolOff is how long the shedder stays overloaded after its last
 	// rejection once the signals have fallen below their release levels
-	// (go-zero's cool-off). Default 1 s.
+	// (go-zero's cool-off). Not negative; 0 is the default, 1 s, so no
+	// cool-off at all cannot be set: 1 ns is the least, which releases at
+	// the first sample with cold signals after the last rejection.
 	CoolOff time.Duration
 	// Hysteresis is the fraction below its threshold that a signal must
 	// fall to to count as released: a signal engages at its threshold and
