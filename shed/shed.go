@@ -27,8 +27,9 @@ var ErrOverloaded = errors.New("overloaded")
 // admission time of a call whose latency is measured. The zero Permit is
 // not a permit: never release it.
 type Permit struct {
-	start int64 // the now given to AcquireAt, or read by Acquire for a sampled call
-	state uint8 // 0: not a permit; unsampled; sampled
+	start  int64  // the now given to AcquireAt, or read by Acquire for a sampled call
+	state  uint8  // 0: not a permit; unsampled; sampled
+	weight uint16 // a sampled call stands for weight+1 calls: the stride − 1 it was picked at (0 when every call is timed)
 }
 
 // Permit states.
@@ -573,7 +574,8 @@ func (s *Shedder) rejectAt(now int64) (Permit, error) {
 //
 // A Permit from Acquire that was not picked as a latency sample
 // ([Permit.Sampled] false) contributes no latency: its Success counts as a
-// completion only.
+// completion only. One that was picked at a stride n counts its latency
+// n times, for the n calls it stands for (see [Shedder.AcquirePriority]).
 //
 // Cost: one atomic add; a Success adds one more, and two for a sampled
 // call, on the same line. No allocation, no lock, no clock read.
@@ -589,8 +591,15 @@ func (s *Shedder) ReleaseAt(p Permit, now int64, r rampart.Result) {
 			// of error accepted to keep releases lock-free (as adaptive's
 			// windows do). The tear is a few nanoseconds wide, once per
 			// SampleInterval.
-			s.rtSum.Add(max(now-p.start, 0)) // atomic 2
-			s.timed.Add(1)                   // atomic 3
+			// Weighted by the stride the call was picked at: one picked
+			// at stride 64 stands for 64 calls, so that a bucket whose
+			// timed calls were picked at several strides (the stride
+			// fell while they ran) has the mean of its completions, not
+			// of the calls of the lowest stride (adaptive's limiter
+			// weighs its samples the same way).
+			w := int64(p.weight) + 1
+			s.rtSum.Add(max(now-p.start, 0) * w) // atomic 2
+			s.timed.Add(w)                       // atomic 3
 		}
 		s.passes.Add(1) // atomic 2 (4 for a timed call)
 	}
@@ -609,16 +618,44 @@ func (s *Shedder) Acquire() (Permit, error) { return s.AcquirePriority(0) }
 // call timed, at low rates. A sampled call reads the clock for its start,
 // the due sample and the cool-off; an unsampled one reads none, and its
 // rejection does not move the cool-off (the sampled ones among a flood of
-// rejections do).
+// rejections do). A picked call's latency stands for the stride's calls
+// (see [Shedder.ReleaseAt]).
+//
+// While the shedder is engaged, every admitted call is timed: one clock
+// read at admission (and one at its Success release), which also takes a
+// due sample, so that an engaged shedder samples, and releases, as soon
+// as its traffic falls, whatever stride the traffic before it set. The
+// calls admitted while engaged are at most the cap's in flight;
+// rejections read no clock unless picked.
 func (s *Shedder) AcquirePriority(p int) (Permit, error) {
-	if rand.Uint32()&s.stride.Load() == 0 { // a latency sample: the clock is read for it, the due sample and the cool-off
-		return s.AcquirePriorityAt(s.ticker.Now(), p)
+	if m := s.stride.Load(); rand.Uint32()&m == 0 { // a latency sample: the clock is read for it, the due sample and the cool-off
+		pm, err := s.AcquirePriorityAt(s.ticker.Now(), p)
+		if err == nil && s.capw.Load() == 0 {
+			// Not engaged: it stands for the stride of calls it was
+			// picked from. Engaged, every admitted call is timed: it
+			// stands for itself.
+			pm.weight = uint16(m)
+		}
+		return pm, err
 	}
 	w := s.slots.Add(admitOne) // atomic 1: take a slot and count the admission
-	if c := s.capw.Load(); c != 0 && inFlightOf(w) > s.limitOf(c, p) {
-		s.slots.Add(-admitOne) // atomic 2: give it back
-		s.rejected.Add(1)      // atomic 3: stats
-		return Permit{}, s.rejErr
+	if c := s.capw.Load(); c != 0 {
+		if inFlightOf(w) > s.limitOf(c, p) {
+			s.slots.Add(-admitOne) // atomic 2: give it back
+			s.rejected.Add(1)      // atomic 3: stats
+			return Permit{}, s.rejErr
+		}
+		// Engaged and admitted (at most the cap's calls in flight): a
+		// clock read, so that the call is timed and takes a due sample.
+		// The stride was set by the traffic before; were only the picked
+		// calls to sample, a fall in the traffic (an upstream that stops
+		// sending to a shedding node) would hold the shedder engaged for
+		// about a stride of arrivals instead of its cool-off.
+		now := s.ticker.Now()
+		if now >= s.next.Load() {
+			s.sampleAt(now)
+		}
+		return Permit{start: now, state: sampled}, nil
 	}
 	return Permit{state: unsampled}, nil
 }

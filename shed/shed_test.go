@@ -710,6 +710,7 @@ func TestShedderBytes(t *testing.T) {
 			return s
 		}
 	}
+	require.Equal(t, uintptr(16), unsafe.Sizeof(Permit{}), "a Permit is two words")
 	require.Equal(t, uintptr(384), unsafe.Sizeof(Shedder{}))
 	require.Equal(t, uintptr(448), unsafe.Sizeof(paddedShedder{}))
 	const buckets = 10 * 32
@@ -1031,6 +1032,83 @@ func TestProbeStaysWithinTheCapWord(t *testing.T) {
 		c := r.s.capw.Load()
 		require.LessOrEqual(t, c&0xffffffff, int64(maxCap))
 		require.LessOrEqual(t, c>>32, int64(math.Ceil((maxCap-1)*0.1)), "the step")
+	}
+}
+
+// TestLatencyMeanWeighsEachSampleByItsStride: a timed call stands for the
+// stride of calls it was picked from, so a bucket whose timed calls were
+// picked at different strides (the stride fell from 64 to 1 while long
+// calls were in flight, as when the completions fall) still has the mean
+// latency of its completions, not that of the calls picked at stride 1.
+func TestLatencyMeanWeighsEachSampleByItsStride(t *testing.T) {
+	r := newRig(t, Config{Ignore: SchedLatency | CPU | Runnable})
+	r.complete(5000, 75*time.Millisecond) // 50,000 completions/s: stride 64 from the next bucket
+	r.sample()
+	require.Equal(t, 64, r.s.Stats().Stride)
+	// About 62 of 4000 long calls are timed at stride 64, and fewer than
+	// 21 (the bound below) only once in 10⁷ runs.
+	const n = 4000
+	long := make([]Permit, 0, n)
+	for range n { // long calls, acquired at stride 64
+		p, err := r.s.Acquire()
+		require.NoError(t, err)
+		long = append(long, p)
+	}
+	r.sample() // no completion in that bucket: stride 1
+	require.Equal(t, 1, r.s.Stats().Stride)
+	r.tk.Advance(50 * time.Millisecond) // the long calls end 150 ms after they began
+	for _, p := range long {
+		r.s.Release(p, rampart.Success)
+	}
+	short := make([]Permit, 0, n)
+	for range n { // as many short calls (1 ms), all timed at stride 1
+		p, err := r.s.Acquire()
+		require.NoError(t, err)
+		short = append(short, p)
+	}
+	r.tk.Advance(time.Millisecond)
+	for _, p := range short {
+		r.s.Release(p, rampart.Success)
+	}
+	r.tk.Advance(49 * time.Millisecond)
+	r.s.sampleAt(r.tk.Now()) // closes the bucket
+	b := r.s.ring[(r.s.head+len(r.s.ring)-1)%len(r.s.ring)]
+	const trueMean = (150 + 1) * time.Millisecond / 2
+	require.Equal(t, int64(2*n), b.passes)
+	require.GreaterOrEqual(t, time.Duration(b.meanRT), trueMean/2, "the bucket's mean latency against its completions' (%v)", trueMean)
+}
+
+// TestEngagedShedderSamplesWhenTrafficFalls: while engaged every admitted
+// call is timed, so the first call after the traffic fell takes the due
+// sample (and releases the shedder once the signals are cold) however high
+// the stride was set by the traffic before.
+func TestEngagedShedderSamplesWhenTrafficFalls(t *testing.T) {
+	// Without the timing, each rig's call is a sample one time in 64: all
+	// four take it once in 1.7·10⁷ runs.
+	for range 4 {
+		r, ct := func() (*rig, *testkit.CountingTicker) {
+			r := engaged(t, Config{})
+			ct := &testkit.CountingTicker{Base: r.tk}
+			r.s.ticker = ct
+			return r, ct
+		}()
+		r.complete(5000, time.Millisecond) // 50,000 completions/s
+		r.sample()                         // stride 64
+		st := r.s.Stats()
+		require.Equal(t, 64, st.Stride)
+		require.True(t, st.Overloaded)
+		r.src.set(0, -1, -1) // cold, and nothing was rejected: the next sample releases
+		r.tk.Advance(time.Second)
+		before, reads := st.Samples, ct.Reads()
+		p, err := r.s.Acquire() // one call after a second without any
+		require.NoError(t, err)
+		require.True(t, p.Sampled(), "engaged, an admitted call is timed")
+		r.s.Release(p, rampart.Success)
+		st = r.s.Stats()
+		require.Equal(t, before+1, st.Samples, "the call took the due sample")
+		require.False(t, st.Overloaded)
+		require.Equal(t, []bool{true, false}, r.ons)
+		require.Equal(t, int64(2), ct.Reads()-reads, "its admission and its release")
 	}
 }
 
