@@ -146,6 +146,9 @@ func merge(spec, def reflect.Value) reflect.Value {
 			if o.Field(i).FieldByName("Groups").IsNil() {
 				o.Field(i).FieldByName("Groups").Set(d.Field(i).FieldByName("Groups"))
 			}
+			if d.Field(i).FieldByName("Replace").Bool() { // replace: true in the defaults marks every instance
+				o.Field(i).FieldByName("Replace").SetBool(true)
+			}
 		case o.Field(i).IsNil():
 			o.Field(i).Set(d.Field(i))
 		}

@@ -141,6 +141,9 @@ func (l *Live) Apply(doc *Document) error {
 	if l.closed {
 		return errors.New("rampartconfig: Apply after Close")
 	}
+	if doc == nil {
+		return errors.New("rampartconfig: Apply of a nil Document")
+	}
 	plans, err := doc.plan(&l.opts)
 	if err != nil {
 		return err

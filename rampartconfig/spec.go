@@ -64,7 +64,8 @@ type Meta struct {
 	// construction changes: a new instance replaces the old one in the
 	// registry (and in the pipelines that use it, which are rebuilt too).
 	// Callers that hold the old instance keep using it. Without it such a
-	// change is an error naming the field.
+	// change is an error naming the field. Set in the defaults, it marks
+	// every instance of the kind.
 	Replace bool `json:"replace,omitempty" yaml:"replace,omitempty"`
 }
 

@@ -41,9 +41,10 @@ type Watcher struct {
 
 // Watch watches the file at path and applies it to l after every change:
 // it watches the file's directory (an editor replaces a file by renaming
-// another onto it), waits for l's Options.Debounce without a further
-// change, reads the file and, when its bytes differ from the last ones
-// read, loads and applies it (all or nothing, as [Live.Apply]). onEvent
+// another onto it, a Kubernetes ConfigMap swaps a symlinked directory),
+// waits for l's Options.Debounce without a further change in it, reads the
+// file and, when its bytes differ from the last ones read, loads and
+// applies it (all or nothing, as [Live.Apply]). onEvent
 // (may be nil) is told each attempt, with the hash of the bytes and the
 // version applied, or why the old configuration was kept. At the start it
 // checks the file once, so a change made before Watch is not missed (the
@@ -90,13 +91,14 @@ func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent fu
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-w.fsw.Events:
+		case _, ok := <-w.fsw.Events:
 			if !ok {
 				return
 			}
-			if filepath.Clean(ev.Name) != abs {
-				continue
-			}
+			// Any change in the directory may be the file's: an editor
+			// renames a temporary file onto it, and a Kubernetes ConfigMap
+			// swaps the symlinked directory the file's link goes through.
+			// The bytes decide: those already read are skipped.
 			timer.Reset(debounce)
 		case err, ok := <-w.fsw.Errors:
 			if !ok {

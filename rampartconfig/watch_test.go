@@ -203,3 +203,52 @@ func TestWatchReportsAChangeMadeBeforeItStarted(t *testing.T) {
 		t.Errorf("event %+v, max %d; want the new document applied", e, get[*bulkhead.Bulkhead](t, l, "k").Max())
 	}
 }
+
+// TestWatchFollowsASwappedSymlinkedDirectory updates the file as a
+// Kubernetes ConfigMap volume does: the file is a link through ..data, a
+// link to a directory of the version, and an update renames a new link
+// onto ..data; no event names the file itself.
+func TestWatchFollowsASwappedSymlinkedDirectory(t *testing.T) {
+	dir := t.TempDir()
+	for i, body := range []string{"bulkheads: {k: {max: 1}}", "bulkheads: {k: {max: 4}}"} {
+		v := filepath.Join(dir, fmt.Sprintf("v%d", i))
+		if err := os.Mkdir(v, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(v, "c.yaml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("v0", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "c.yaml")
+	if err := os.Symlink(filepath.Join("..data", "c.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustBuild(t, doc, Options{Debounce: time.Millisecond})
+	events := make(chan Event, 4)
+	w, err := Watch(context.Background(), path, l, func(e Event) { events <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := os.Symlink("v1", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-events:
+		if e.Err != nil || get[*bulkhead.Bulkhead](t, l, "k").Max() != 4 {
+			t.Errorf("event %+v, max %d; want the new version applied", e, get[*bulkhead.Bulkhead](t, l, "k").Max())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no callback for the swapped directory")
+	}
+}
