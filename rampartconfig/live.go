@@ -30,7 +30,8 @@ type Options struct {
 	// Budget and the like there. The fields a policy fixes at construction
 	// (most listeners of bulkhead, ratelimit, adaptive and hedge) must get
 	// the same func value every time (a package-level func, or a closure
-	// kept in a variable), since Update refuses another one.
+	// kept in a variable), since Update refuses another one. It runs
+	// while the Live applies, and must not call the Live's methods.
 	Configure func(name string, cfg any)
 	// Debounce is how long a [Watcher] waits after the last change to the
 	// file before it reloads (editors write a file in several steps).
