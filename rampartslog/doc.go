@@ -9,7 +9,18 @@
 // [AdaptiveOnLimitChange] one for adaptive.Config.OnLimitChange that logs
 // the limit at Info when it has moved by at least a given fraction since
 // the last line it logged (an AIMD or Gradient2 limit moves by a step or
-// two at every window, which would be a line per window).
+// two at every window, which would be a line per window);
+// [ShedOnOverload] one for shed.Config.OnOverload that logs each time the
+// shedder engages or releases, at Info. The shedder does not exist yet
+// when its Config is built, so ShedOnOverload takes a func that returns it
+// (or nil): with it, the engagement's record carries the trigger, the cap
+// and the signals of the sample that engaged it.
+//
+//	var sh *shed.Shedder
+//	sh, err := shed.New(shed.Config{
+//		Name:       "cpu",
+//		OnOverload: rampartslog.ShedOnOverload(logger, "cpu", func() *shed.Shedder { return sh }),
+//	})
 //
 //	b, err := circuitbreaker.New(circuitbreaker.Config{
 //		Name:          "payments",
@@ -28,7 +39,9 @@
 // rate limiter must count with ratelimit.Config.CountStats). The counts it
 // summarises, by kind: the breaker's, rate limiters', bulkhead's, adaptive
 // limiter's and throttler's Rejected; retry's BudgetRefused and GiveUps;
-// the timeout's Timeouts and Rejected; the hedger's BudgetRefused.
+// the timeout's Timeouts and Rejected; the hedger's BudgetRefused; the
+// shedder's Rejected (shed has no per-rejection listener: its rejections
+// are read at the flushes that other listeners or a loop trigger).
 //
 // It starts no goroutine. A flush happens when [Summary.Flush] is called,
 // or when [Summary.Poll] is called and Interval has passed (on the

@@ -18,6 +18,7 @@ import (
 	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -29,6 +30,8 @@ const (
 	MsgLimitChange = "rampart: adaptive limit change"
 	// MsgRejections is the message of a Summary's records.
 	MsgRejections = "rampart: rejections"
+	// MsgOverload is the message of ShedOnOverload's records.
+	MsgOverload = "rampart: overload"
 )
 
 // BreakerOnStateChange returns a listener for
@@ -40,6 +43,60 @@ func BreakerOnStateChange(logger *slog.Logger, name string) func(from, to circui
 			slog.String("policy", "circuitbreaker"), slog.String("name", name),
 			slog.String("from", from.String()), slog.String("to", to.String()))
 	}
+}
+
+// ShedOnOverload returns a listener for shed.Config.OnOverload that logs
+// each transition of the shedder at Info, with the attributes policy
+// ("shed"), name and overloaded (true when it engages, false when it
+// releases). With stats non-nil (a func returning the shedder, which the
+// Config is built before: see the package doc), an engagement's record
+// also carries the shedder's state at that sample: trigger (the signals
+// at or above their thresholds), cap, sched_latency, cpu and runnable.
+// The listener runs on the caller that took the sample, once per
+// transition: shed's own rule for listeners.
+func ShedOnOverload(logger *slog.Logger, name string, stats func() *shed.Shedder) func(on bool) {
+	return func(on bool) {
+		attrs := [9]slog.Attr{slog.String("policy", "shed"), slog.String("name", name), slog.Bool("overloaded", on)}
+		n := 3
+		if sh := shedderOf(stats); on && sh != nil {
+			st := sh.Stats()
+			attrs[3], attrs[4] = slog.String("trigger", signalNames(st.Trigger)), slog.Int("cap", st.Cap)
+			attrs[5], attrs[6] = slog.Duration("sched_latency", st.Signals.SchedLatency), slog.Float64("cpu", st.Signals.CPU)
+			attrs[7] = slog.Float64("runnable", st.Signals.Runnable)
+			n = 8
+		}
+		logger.LogAttrs(context.Background(), slog.LevelInfo, MsgOverload, attrs[:n]...)
+	}
+}
+
+func shedderOf(f func() *shed.Shedder) *shed.Shedder {
+	if f == nil {
+		return nil
+	}
+	return f()
+}
+
+// signalNames names the signals of t, joined by "+": "sched_latency",
+// "cpu", "runnable", "in_flight", "latency" (the metrics adapters'
+// rampart.signal values); "none" for none.
+func signalNames(t shed.Signal) string {
+	names := [...]struct {
+		s    shed.Signal
+		name string
+	}{{shed.SchedLatency, "sched_latency"}, {shed.CPU, "cpu"}, {shed.Runnable, "runnable"}, {shed.InFlight, "in_flight"}, {shed.Latency, "latency"}}
+	out := ""
+	for _, n := range names {
+		if t&n.s != 0 {
+			if out != "" {
+				out += "+"
+			}
+			out += n.name
+		}
+	}
+	if out == "" {
+		return "none"
+	}
+	return out
 }
 
 // AdaptiveOnLimitChange returns a listener for
@@ -148,6 +205,8 @@ func countsOf(inst any) (k kindCounts, c counts, ok bool) {
 		return kindCounts{"timeout", [2]string{"timeouts", "rejected"}}, counts{s.Timeouts, s.Rejected}, p != nil
 	case *hedge.Hedger:
 		return kindCounts{"hedge", [2]string{"budget_refused"}}, counts{p.Stats().BudgetRefused}, p != nil
+	case *shed.Shedder:
+		return kindCounts{"shed", [2]string{"rejected"}}, counts{p.Stats().Rejected}, p != nil
 	}
 	return kindCounts{}, counts{}, false
 }
@@ -175,6 +234,8 @@ func supported(inst any) bool {
 	case *timeout.Timeout:
 		return p != nil
 	case *hedge.Hedger:
+		return p != nil
+	case *shed.Shedder:
 		return p != nil
 	}
 	return false

@@ -18,6 +18,7 @@ import (
 	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 )
 
 // capture is a slog.Handler that keeps every record's text (as
@@ -90,6 +91,104 @@ func TestBreakerTransitionsAreLoggedAtInfo(t *testing.T) {
 		`level=INFO msg="rampart: circuit breaker state change" policy=circuitbreaker name=api from=closed to=open`,
 		`level=INFO msg="rampart: circuit breaker state change" policy=circuitbreaker name=api from=open to=half-open`,
 		`level=INFO msg="rampart: circuit breaker state change" policy=circuitbreaker name=api from=half-open to=closed`)
+}
+
+// shedRig is a shedder on a manual clock whose Source reports 20 ms of
+// scheduling latency (the default threshold is 10 ms) while overloaded is
+// set, and nothing otherwise; CoolOff 1 ns releases it at the first cold
+// sample.
+type shedRig struct {
+	tk         *rampart.ManualTicker
+	s          *shed.Shedder
+	overloaded bool
+}
+
+func newShedRig(t *testing.T, onOverload func(*shedRig) func(bool)) *shedRig {
+	r := &shedRig{tk: rampart.NewManualTicker(0)}
+	r.s = must(shed.New(shed.Config{Name: "cpu", Ticker: r.tk, SampleInterval: 100 * time.Millisecond, CoolOff: 1,
+		OnOverload: onOverload(r),
+		Source: shed.SourceFunc(func(_ int64, s *shed.Signals) {
+			if r.overloaded {
+				s.SchedLatency = 20 * time.Millisecond
+			}
+		})}))
+	return r
+}
+
+// sample moves one interval on and takes the sample with one call.
+func (r *shedRig) sample(t *testing.T) {
+	r.tk.Advance(100 * time.Millisecond)
+	p, err := r.s.AcquireAt(r.tk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s.ReleaseAt(p, r.tk.Now(), rampart.Ignored)
+}
+
+// engage completes 200 calls of 8 ms in one interval and 100 of 2 ms in
+// the next, then reports the latency: the next sample engages the
+// shedder at a cap of 4 (2,000/s × 2 ms), 4 calls held, a fifth shed.
+func (r *shedRig) engage(t *testing.T) []shed.Permit {
+	complete := func(n int, rt time.Duration) {
+		now := r.tk.Now()
+		for range n {
+			p := must(r.s.AcquireAt(now))
+			r.s.ReleaseAt(p, now+int64(rt), rampart.Success)
+		}
+	}
+	complete(200, 8*time.Millisecond)
+	r.sample(t)
+	complete(100, 2*time.Millisecond)
+	r.overloaded = true
+	r.tk.Advance(100 * time.Millisecond)
+	var held []shed.Permit
+	for range 4 {
+		held = append(held, must(r.s.AcquireAt(r.tk.Now())))
+	}
+	if _, err := r.s.AcquireAt(r.tk.Now()); !errors.Is(err, shed.ErrOverloaded) {
+		t.Fatalf("shedder: %v, want ErrOverloaded", err)
+	}
+	return held
+}
+
+// TestShedTransitionsAreLoggedAtInfo: the shedder engaging and releasing
+// is one Info record each, the engagement with the trigger, the cap and
+// the signals of its sample when the listener can read the shedder.
+func TestShedTransitionsAreLoggedAtInfo(t *testing.T) {
+	for _, withStats := range []bool{false, true} {
+		var c capture
+		r := newShedRig(t, func(r *shedRig) func(bool) {
+			var stats func() *shed.Shedder
+			if withStats {
+				stats = func() *shed.Shedder { return r.s }
+			}
+			return ShedOnOverload(c.logger(), "cpu", stats)
+		})
+		held := r.engage(t)
+		for _, p := range held {
+			r.s.ReleaseAt(p, r.tk.Now(), rampart.Success)
+		}
+		r.overloaded = false
+		r.sample(t) // cold signals, the cool-off (1 ns) over: released
+		engaged := `level=INFO msg="rampart: overload" policy=shed name=cpu overloaded=true`
+		if withStats {
+			engaged += ` trigger=sched_latency cap=4 sched_latency=20ms cpu=-1 runnable=-1`
+		}
+		equal(t, c.take(), engaged, `level=INFO msg="rampart: overload" policy=shed name=cpu overloaded=false`)
+	}
+}
+
+// TestSummaryCountsShedRejections: a shedder's rejections are summarised
+// as shed.rejected.<name>.
+func TestSummaryCountsShedRejections(t *testing.T) {
+	f := newSummaryFixture(t)
+	r := newShedRig(t, func(*shedRig) func(bool) { return nil })
+	if err := f.s.Add("cpu", r.s); err != nil {
+		t.Fatal(err)
+	}
+	r.engage(t)
+	f.s.Flush()
+	equal(t, f.c.take(), `level=INFO msg="rampart: rejections" interval=0s shed.rejected.cpu=1`)
 }
 
 // TestAdaptiveLimitMovesBelowTheThresholdAreNotLogged: the limit is
