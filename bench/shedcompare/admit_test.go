@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,47 @@ func TestCompareTable(t *testing.T) {
 		t.Error("compare accepted a zero config")
 	}
 }
+
+// TestEachShedderIsBuiltJustBeforeItsRow: compare builds a row's shedder
+// after the rows before it ran (and after its own capacity measurement),
+// so that a RuntimeSource's first reading, the change since it was built,
+// judges only its own row's traffic, not the earlier rows' overload.
+func TestEachShedderIsBuiltJustBeforeItsRow(t *testing.T) {
+	var log []string
+	progress := writerFunc(func(p []byte) (int, error) {
+		log = append(log, strings.TrimSpace(string(p)))
+		return len(p), nil
+	})
+	c := config{work: 100 * time.Microsecond, chunk: 50 * time.Microsecond, load: 1,
+		warmup: 10 * time.Millisecond, duration: 10 * time.Millisecond, sample: 25 * time.Millisecond, measure: 10 * time.Millisecond}
+	c.rows = func(c config) []shedRow {
+		rows := shedRows(c)
+		for i := range rows {
+			build, name := rows[i].build, rows[i].name
+			rows[i].build = func() (admitter, func() string) {
+				log = append(log, "build "+name)
+				return build()
+			}
+		}
+		return rows
+	}
+	if _, err := compare(c, io.Discard, progress); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range shedRows(c) {
+		want = append(want, "build "+r.name, r.name+" done")
+	}
+	got := log[2:] // the calibration's line and the unloaded row's
+	if !slices.Equal(got, want) {
+		t.Fatalf("progress and builds:\n%s\nwant (after the unloaded row):\n%s", strings.Join(log, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// writerFunc adapts a function to an io.Writer.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // BenchmarkShedSample is the cost of one sample's runtime read: what the
 // caller that wins a sample pays, once per SampleInterval.

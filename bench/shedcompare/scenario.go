@@ -337,15 +337,39 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // config is one comparison's settings.
 type config struct {
-	work     time.Duration // the handler's CPU time on an idle core
-	chunk    time.Duration // between two yields
-	load     float64       // offered load, as a multiple of the measured capacity
-	warmup   time.Duration // at half the capacity, before the measured phase
-	duration time.Duration // the measured phase
-	ignore   shed.Signal   // rampart signals to ignore
-	sample   time.Duration // a second rampart row with this SampleInterval, when set
-	only     string        // run only the cases whose name contains it (the unloaded row always runs)
-	measure  time.Duration // the closed-loop capacity measurement before each row
+	work     time.Duration          // the handler's CPU time on an idle core
+	chunk    time.Duration          // between two yields
+	load     float64                // offered load, as a multiple of the measured capacity
+	warmup   time.Duration          // at half the capacity, before the measured phase
+	duration time.Duration          // the measured phase
+	ignore   shed.Signal            // rampart signals to ignore
+	sample   time.Duration          // a second rampart row with this SampleInterval, when set
+	only     string                 // run only the cases whose name contains it (the unloaded row always runs)
+	measure  time.Duration          // the closed-loop capacity measurement before each row
+	rows     func(config) []shedRow // the rows after the unloaded one; nil: shedRows
+}
+
+// shedRow is one shedder's row of the comparison: build returns its
+// admitter and the state to report at the end of the overload (nil: none).
+type shedRow struct {
+	name  string
+	build func() (admitter, func() string)
+}
+
+// shedRows returns the rows after the unloaded one, in order. Each row's
+// shedder is built by compare just before the row runs, never here.
+func shedRows(c config) []shedRow {
+	rows := []shedRow{
+		{"no shedding", func() (admitter, func() string) { return none{}, nil }},
+		{"rampart shed", func() (admitter, func() string) { return newRampart(c.ignore, 0) }},
+	}
+	if c.sample > 0 {
+		rows = append(rows, shedRow{fmt.Sprintf("rampart shed, %v samples", c.sample),
+			func() (admitter, func() string) { return newRampart(c.ignore, c.sample) }})
+	}
+	return append(rows,
+		shedRow{"go-zero core/load", func() (admitter, func() string) { return newGoZero(), goZeroDetail }},
+		shedRow{"aegis bbr", newAegis})
 }
 
 // compare runs the scenario for each shedder and writes the table to out.
@@ -364,30 +388,21 @@ func compare(c config, out io.Writer, progress io.Writer) ([]result, error) {
 	base.setCapacity(capa, capacity(w, c.measure))
 	results = append(results, base)
 	fmt.Fprintf(progress, "%s done\n", base.name)
-	type shedCase struct {
-		name   string
-		a      admitter
-		detail func() string
+	rows := shedRows
+	if c.rows != nil {
+		rows = c.rows
 	}
-	rs, rstats := newRampart(c.ignore, 0)
-	cases := []shedCase{
-		{"no shedding", none{}, nil},
-		{"rampart shed", rs, rstats},
-	}
-	if c.sample > 0 {
-		rs, rstats := newRampart(c.ignore, c.sample)
-		cases = append(cases, shedCase{fmt.Sprintf("rampart shed, %v samples", c.sample), rs, rstats})
-	}
-	ag, agDetail := newAegis()
-	cases = append(cases, shedCase{"go-zero core/load", newGoZero(), goZeroDetail}, shedCase{"aegis bbr", ag, agDetail})
-	for _, k := range cases {
+	for _, k := range rows(c) {
 		if c.only != "" && !strings.Contains(k.name, c.only) {
 			continue
 		}
 		capa := capacity(w, c.measure)
+		// Built just before its row: a RuntimeSource's first reading is the
+		// change since it was built, which must not span the rows before.
+		a, detail := k.build()
 		half := phase{rate: capa / 2, d: c.warmup}
 		over := phase{rate: capa * c.load, d: c.duration, measure: true}
-		r := openLoop(k.name, k.a, w, []phase{half, over}, capa, k.detail)
+		r := openLoop(k.name, a, w, []phase{half, over}, capa, detail)
 		r.setCapacity(capa, capacity(w, c.measure))
 		results = append(results, r)
 		fmt.Fprintf(progress, "%s done\n", k.name)
