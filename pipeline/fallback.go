@@ -2,14 +2,12 @@ package pipeline
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/pad"
 	"github.com/rampart-go/rampart/internal/percpu"
-	"github.com/rampart-go/rampart/retry"
 )
 
 // Endings is a set of the ways a call through a pipeline can end that are
@@ -26,13 +24,16 @@ const (
 	// Timeouts: the pipeline's timeout expired during the last attempt
 	// (Code TimedOut), retried or not.
 	Timeouts Endings = 1 << 8
-	// RetriesExhausted: the retry gave up on an error it would have
-	// retried, at its MaxAttempts, MaxDuration, the context's deadline or a
-	// Retry-After longer than its MaxDelay (Code Failed, an error matching
-	// retry.ErrExhausted). A refusal by its budget is a rejection
-	// (RejectionsBy(Retry)).
+	// RetriesExhausted: this pipeline's retry gave up on an error it would
+	// have retried, at its MaxAttempts, MaxDuration, the context's deadline
+	// or a Retry-After longer than its MaxDelay (Code Failed with Policy
+	// Retry; the error matches retry.ErrExhausted). It is read from the
+	// Outcome, never from the error: fn's own error that carries another
+	// pipeline's give-up (a nested pipeline, an httpguard Transport's
+	// error) is fn's failure (Failures). A refusal by its budget is a
+	// rejection (RejectionsBy(Retry)).
 	RetriesExhausted Endings = 1 << 9
-	// Failures: fn failed (Code Failed, not RetriesExhausted) with an error
+	// Failures: fn failed (Code Failed, Policy None) with an error
 	// that the fallback's Failed predicate accepts; requires that predicate.
 	Failures Endings = 1 << 10
 	// Cancellations: the caller's context ended (Code Canceled). Never in
@@ -65,7 +66,7 @@ func RejectionsBy(kinds ...Kind) Endings {
 }
 
 // ending returns the one member of Endings that o's end belongs to (0 for
-// a success). Failure path: it may walk the error's chain.
+// a success), from its Code and Policy alone.
 func ending(o *Outcome) Endings {
 	switch o.Code {
 	case Rejected:
@@ -75,11 +76,7 @@ func ending(o *Outcome) Endings {
 	case Canceled:
 		return Cancellations
 	case Failed:
-		err := o.Err
-		if o.FellBack {
-			err = o.Cause
-		}
-		if errors.Is(err, retry.ErrExhausted) {
+		if o.Policy == Retry {
 			return RetriesExhausted
 		}
 		return Failures

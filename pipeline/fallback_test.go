@@ -141,7 +141,7 @@ func fbEndings() []fbEnding {
 			provoke: func(w *fbWorld) (context.Context, func(context.Context) (string, error), func()) {
 				return bg, func(context.Context) (string, error) { w.tick.Advance(2 * time.Second); return "late", nil }, none
 			}},
-		{name: "retry exhausted", code: pipeline.Failed, answered: true, delta: fbStats{cbFailures: 2, retries: 1, giveUps: 1},
+		{name: "retry exhausted", code: pipeline.Failed, policy: pipeline.Retry, answered: true, delta: fbStats{cbFailures: 2, retries: 1, giveUps: 1},
 			provoke: func(w *fbWorld) (context.Context, func(context.Context) (string, error), func()) {
 				return bg, func(context.Context) (string, error) { return "", errRetryable }, none
 			}},
@@ -597,4 +597,73 @@ func TestFallbackStaleStoreRace(t *testing.T) {
 	}
 	wg.Wait()
 	require.Zero(t, bh.Stats().InFlight)
+}
+
+// TestFallbackLeavesACanceledCallerDuringAnOverrun: the caller's context
+// ends during an attempt that then overruns the timeout: a fallback with
+// the default When does not answer (the call is Canceled), and its Func
+// never runs with a done context.
+func TestFallbackLeavesACanceledCallerDuringAnOverrun(t *testing.T) {
+	tick := rampart.NewManualTicker(1_000_000)
+	to, err := timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeSoft, Ticker: tick})
+	require.NoError(t, err)
+	p, err := pipeline.New(pipeline.Config{Timeout: to})
+	require.NoError(t, err)
+	called := false
+	fb, err := pipeline.NewFallback(pipeline.FallbackConfig[string]{Pipeline: p,
+		Func: func(context.Context, pipeline.Outcome) (string, error) {
+			called = true
+			return "fallback", nil
+		}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	v, o := fb.Try(ctx, func(ctx context.Context) (string, error) {
+		cancel()                      // the caller leaves
+		tick.Advance(2 * time.Second) // the attempt overruns
+		return "", ctx.Err()
+	})
+	require.False(t, called, "Func ran for a caller that left")
+	require.False(t, o.FellBack, "%+v", o)
+	require.Equal(t, pipeline.Canceled, o.Code)
+	require.Empty(t, v)
+}
+
+// TestFallbackLeavesANestedGiveUpToFailures: fn's own error that carries
+// another pipeline's retry give-up (a nested pipeline, an HTTP client's
+// transport) is fn's failure in a pipeline without a retry (Code Failed,
+// Policy None): not RetriesExhausted, so a default fallback does not
+// answer it. This pipeline's own retry giving up is (Policy Retry).
+func TestFallbackLeavesANestedGiveUpToFailures(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	always := func(error) bool { return true }
+	inner, err := pipeline.New(pipeline.Config{Retry: newRetry(t, tick, func(c *retry.Config) { c.MaxAttempts, c.ShouldRetry = 2, always })})
+	require.NoError(t, err)
+	outer, err := pipeline.New(pipeline.Config{Ticker: tick}) // no retry
+	require.NoError(t, err)
+	fb, err := pipeline.NewFallback(pipeline.FallbackConfig[int]{Pipeline: outer, Value: new(-1)})
+	require.NoError(t, err)
+	down := errors.New("db down")
+	nested := func(ctx context.Context) (int, error) {
+		return 0, inner.Do(ctx, func(context.Context) error { return down })
+	}
+	v, o := fb.Try(context.Background(), nested)
+	require.False(t, o.FellBack, "fn's failure answered: %d, %+v", v, o)
+	require.ErrorIs(t, o.Err, retry.ErrExhausted, "the inner give-up, unchanged")
+	require.Equal(t, pipeline.Failed, o.Code)
+	require.Equal(t, pipeline.None, o.Policy)
+	require.False(t, pipeline.RetriesExhausted.Selects(o))
+	require.True(t, pipeline.Failures.Selects(o))
+
+	// The outer pipeline's own retry gives up on the same error: its
+	// ending, answered by default.
+	outer, err = pipeline.New(pipeline.Config{Retry: newRetry(t, tick, func(c *retry.Config) { c.MaxAttempts, c.ShouldRetry = 2, always })})
+	require.NoError(t, err)
+	fb, err = pipeline.NewFallback(pipeline.FallbackConfig[int]{Pipeline: outer, Value: new(-1)})
+	require.NoError(t, err)
+	v, o = fb.Try(context.Background(), nested)
+	require.Equal(t, pipeline.Failed, o.Code)
+	require.Equal(t, pipeline.Retry, o.Policy)
+	require.True(t, o.FellBack)
+	require.Equal(t, -1, v)
+	require.True(t, pipeline.RetriesExhausted.Selects(o))
 }

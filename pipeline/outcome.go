@@ -18,7 +18,10 @@ const (
 	// OK: fn returned a nil error.
 	OK Code = iota
 	// Failed: fn returned an error (on the last attempt), returned unchanged
-	// in Outcome.Err.
+	// in Outcome.Err (Policy None), or the pipeline's retry gave up on an
+	// error it would have retried (Policy Retry; Err is the retry's
+	// give-up error, matching retry.ErrExhausted and wrapping fn's last
+	// error).
 	Failed
 	// Rejected: a policy refused the attempt before fn ran. Outcome.Policy
 	// says which one, Outcome.Err is its preallocated rejection error and
@@ -31,8 +34,11 @@ const (
 	// Outcome.Err is the timeout's error.
 	TimedOut
 	// Canceled: the caller's context was done before or during the last
-	// attempt, or during a sleep between attempts. Outcome.Err is the
-	// context's error or fn's.
+	// attempt, or during a sleep between attempts, whatever else the
+	// attempt ran into (an attempt that also overran the timeout is
+	// Canceled, not TimedOut, with a retry or without). Outcome.Err is the
+	// context's error or fn's (the timeout's, when it replaced fn's; with a
+	// retry, the retry's give-up wrapping it and the context's error).
 	Canceled
 )
 
@@ -97,8 +103,11 @@ type Outcome struct {
 	Attempts int32
 	// Code says how the call ended.
 	Code Code
-	// Policy is the policy that decided a Rejected or TimedOut outcome, None
-	// otherwise.
+	// Policy is the policy that decided the ending: the rejecting policy
+	// of a Rejected outcome, Timeout for TimedOut, Retry for a Failed one
+	// the retry gave up on ([RetriesExhausted]); None for a success, for
+	// fn's own failure (even one whose error carries another pipeline's
+	// give-up) and for a cancellation.
 	Policy Kind
 	// FellBack: a [Fallback] (or [DoFallback]) answered the call. Code,
 	// Policy, RetryAfter and Attempts still say how the call through the

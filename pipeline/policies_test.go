@@ -988,3 +988,102 @@ func TestAllocsShed(t *testing.T) {
 	})
 	r.sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
 }
+
+// TestShedPriorityPanicIsCounted: a ShedPriority that panics or calls
+// runtime.Goexit ends the call with no Outcome, counted in Stats.Panicked
+// even when no earlier policy holds a permit (a shedder alone).
+func TestShedPriorityPanicIsCounted(t *testing.T) {
+	for _, exit := range []string{"panic", "goexit"} {
+		r := newShed(t, rampart.NewManualTicker(1), nil)
+		p, err := pipeline.New(pipeline.Config{Shed: r.sh, CountOutcomes: true,
+			ShedPriority: func(context.Context) int {
+				if exit == "panic" {
+					panic("prio")
+				}
+				runtime.Goexit()
+				return 0
+			}})
+		require.NoError(t, err)
+		for _, hedged := range []bool{false, true} {
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				defer func() { _ = recover() }()
+				if hedged {
+					_ = p.DoHedged(context.Background(), ok)
+				} else {
+					_ = p.Do(context.Background(), ok)
+				}
+			})
+			wg.Wait()
+		}
+		require.Equal(t, pipeline.Stats{Panicked: 2}, p.Stats(), exit)
+		require.Zero(t, r.sh.InFlight(), exit)
+	}
+}
+
+// TestShedUserCodeExitsLeakNothing: a panic or runtime.Goexit in
+// ShedPriority or in the shedder's Classify, on the fast path, the general
+// path (a bulkhead queue) and the hedged path, leaks no permit and is
+// counted in Stats.Panicked; the next call is admitted.
+func TestShedUserCodeExitsLeakNothing(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		for _, exit := range []string{"panic", "goexit"} {
+			for _, where := range []string{"prio", "classify"} {
+				for _, hedged := range []bool{false, true} {
+					name := map[bool]string{false: "fast", true: "queue"}[wait] + "/" + exit + "/" + where + "/" + map[bool]string{false: "Try", true: "TryHedged"}[hedged]
+					tick := rampart.NewManualTicker(1)
+					die := false
+					kill := func() {
+						if !die {
+							return
+						}
+						if exit == "panic" {
+							panic("x")
+						}
+						runtime.Goexit()
+					}
+					sh, err := shed.New(shed.Config{Ticker: tick, Source: shed.SourceFunc(func(int64, *shed.Signals) {}),
+						Classify: func(context.Context, error) rampart.Result {
+							if where == "classify" {
+								kill()
+							}
+							return rampart.Failure
+						}})
+					require.NoError(t, err)
+					bc := bulkhead.Config{Max: 1, Ticker: tick}
+					if wait {
+						bc.MaxWait = time.Second
+					}
+					bh, err := bulkhead.New(bc)
+					require.NoError(t, err)
+					al, err := adaptive.New(adaptive.Config{Ticker: tick, InitialLimit: 1, MinLimit: 1, MaxLimit: 1})
+					require.NoError(t, err)
+					p, err := pipeline.New(pipeline.Config{Bulkhead: bh, Adaptive: al, Shed: sh, CountOutcomes: true,
+						ShedPriority: func(context.Context) int {
+							if where == "prio" {
+								kill()
+							}
+							return 0
+						}})
+					require.NoError(t, err)
+					die = true
+					var wg sync.WaitGroup
+					wg.Go(func() {
+						defer func() { _ = recover() }()
+						if hedged {
+							p.TryHedged(context.Background(), fail)
+						} else {
+							p.Try(context.Background(), fail)
+						}
+					})
+					wg.Wait()
+					die = false
+					require.Zero(t, sh.InFlight(), name)
+					require.Zero(t, al.InFlight(), name)
+					require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code, name)
+					require.EqualValues(t, 1, p.Stats().Panicked, name)
+				}
+			}
+		}
+	}
+}

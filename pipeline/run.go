@@ -35,6 +35,7 @@ const (
 	heldShed
 	heldTimeout
 	heldCall // fn is running: set only around the call
+	heldPrio // Config.ShedPriority is running: set only around its call, so that the guard counts its panic when no permit is held yet
 )
 
 // loop is the per-call state of the retry loop, in the caller's frame.
@@ -159,7 +160,12 @@ func run[T any](ctx context.Context, p *Pipeline, fnT func(context.Context) (T, 
 		a.held = p.held & (heldBreaker | heldBulkhead | heldAdaptive)
 		prio := 0
 		if p.shPrio != nil {
+			// heldPrio around the call: the guard counts a panic in it
+			// in Stats.Panicked even when no permit is held (one store
+			// before, one after, only with ShedPriority set).
+			a.held |= heldPrio
 			prio = p.shPrio(ctx)
+			a.held &^= heldPrio
 		}
 		// One atomic add and two loads while not engaged.
 		shp, err := p.sh.AcquirePriorityAt(a.t0, prio)
@@ -401,7 +407,9 @@ func (p *Pipeline) begin(ctx context.Context, l *loop, a *attempt, o *Outcome) (
 		// its latency sample cover the attempt only, never a queue.
 		prio := 0
 		if p.shPrio != nil {
+			a.held |= heldPrio // as in run: the guard counts a panic in it
 			prio = p.shPrio(ctx)
+			a.held &^= heldPrio
 		}
 		shp, err := p.sh.AcquirePriorityAt(a.t0, prio)
 		if err != nil {
@@ -513,10 +521,17 @@ func (p *Pipeline) settle(ctx context.Context, l *loop, a *attempt, err error, o
 	delay, stop := rt.Decide(int(o.Attempts), err, l.start, now, l.deadline, l.prev)
 	if stop != retry.Continue {
 		*o = p.failed(ctx, *o, rt.GiveUp(stop, int(o.Attempts), err, nil), nil)
-		if stop == retry.BudgetRefused {
+		switch {
+		case stop == retry.BudgetRefused:
 			// The budget shed the retry: a rejection by the retry policy
 			// (the error matches retry.ErrBudget and rampart.ErrRejected).
 			o.Code, o.Policy = Rejected, Retry
+		case o.Code == Failed && stop != retry.NotRetryable:
+			// This pipeline's retry gave up on an error it would have
+			// retried: the retry decided the ending (RetriesExhausted
+			// reads it here, never from fn's error, which may carry
+			// another pipeline's give-up).
+			o.Policy = Retry
 		}
 		return true
 	}
@@ -560,11 +575,14 @@ func (p *Pipeline) failed(ctx context.Context, o Outcome, err error, rt *retry.P
 		err = rt.GiveUp(retry.NotRetryable, int(o.Attempts), err, nil)
 	}
 	o.Err = err
-	if o.Code != TimedOut {
+	switch {
+	case ctx.Err() != nil:
+		// The caller is gone: Canceled, even when the attempt also
+		// overran the timeout, as settle ends a retried call, so that no
+		// fallback answers a caller that left (DefaultEndings).
+		o.Code, o.Policy = Canceled, None
+	case o.Code != TimedOut:
 		o.Code, o.Policy = Failed, None
-		if ctx.Err() != nil {
-			o.Code = Canceled
-		}
 	}
 	if h, ok := errors.AsType[retry.RetryAfterHint](err); ok {
 		o.RetryAfter = max(h.RetryAfter(), 0)
@@ -689,7 +707,8 @@ func (p *Pipeline) hedgeStart(a *attempt) int64 {
 }
 
 // releaseHeld is run's deferred guard: after a panic or runtime.Goexit in
-// fn (heldCall set) or in a classifier during end, it releases what is
+// fn (heldCall set), in ShedPriority (heldPrio set) or in a classifier
+// during end, it counts the panic (Stats.Panicked) and releases what is
 // still held (see abort); on every normal return a.held is 0 and it does
 // nothing.
 func (p *Pipeline) releaseHeld(a *attempt) {
@@ -747,7 +766,7 @@ func (p *Pipeline) abort(a *attempt) {
 	} else {
 		r = rampart.Ignored
 	}
-	a.held &^= heldCall
+	a.held &^= heldCall | heldPrio
 	if p.stats != nil {
 		p.stats.Add(statPanicked, 1) // the call ends with no Outcome to count
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/internal/percpu"
 	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/pipeline"
@@ -86,7 +87,7 @@ func (r *statsRig) run(t *testing.T) pipeline.Stats {
 	require.NoError(t, err)
 	end(pipeline.Outcome{Attempts: 1}, pipeline.OK, pipeline.None)
 	end(r.p.Try(ctx, func(context.Context) error { return errOther }), pipeline.Failed, pipeline.None)
-	end(r.p.Try(ctx, fail), pipeline.Failed, pipeline.None) // retried once, then given up: 2 attempts
+	end(r.p.Try(ctx, fail), pipeline.Failed, pipeline.Retry) // retried once, then given up: 2 attempts (the retry decided the ending)
 	end(r.p.Try(ctx, func(context.Context) error { r.tick.Advance(2 * time.Second); return nil }), pipeline.TimedOut, pipeline.Timeout)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
@@ -331,4 +332,35 @@ func TestStatsSharedWithDerivedPipelines(t *testing.T) {
 	require.NoError(t, off.Do(ctx, ok))
 	require.Equal(t, pipeline.Stats{}, off.Stats())
 	require.Equal(t, want, p.Stats())
+}
+
+// TestStatsCountEveryCallPastTheStripes: a counting pipeline built before
+// GOMAXPROCS is raised past max(GOMAXPROCS, NumCPU) (its per-P stripes)
+// still counts every call exactly: the Ps past the stripes add into their
+// own overflow stripe, never into another P's.
+func TestStatsCountEveryCallPastTheStripes(t *testing.T) {
+	prev := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(prev)
+	p, err := pipeline.New(pipeline.Config{CountOutcomes: true})
+	require.NoError(t, err)
+	runtime.GOMAXPROCS(4 * max(prev, runtime.NumCPU()))
+	const goroutines = 32
+	calls, rounds := 50000, 5
+	if israce.Enabled {
+		calls, rounds = 2000, 2 // every add is atomic there: the sums check the overflow stripe is read
+	}
+	for round := 1; round <= rounds; round++ {
+		var wg sync.WaitGroup
+		for range goroutines {
+			wg.Go(func() {
+				for range calls {
+					_ = p.Do(context.Background(), ok)
+				}
+			})
+		}
+		wg.Wait()
+		want := uint64(round * goroutines * calls)
+		s := p.Stats()
+		require.Equal(t, pipeline.Stats{Calls: want, Succeeded: want, Attempts: want}, s, "round %d", round)
+	}
 }

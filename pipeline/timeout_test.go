@@ -149,7 +149,8 @@ func retryTwiceOnAnyError(c *retry.Config) {
 // attempt 1 overruns (retried, since ShouldRetry says so), attempt 2
 // succeeds in time: OK, no policy. And the reverse: attempt 1 fails
 // plainly, attempt 2 overruns and is the last: TimedOut by Timeout. And
-// attempt 1 overruns, attempt 2 fails plainly: Failed, not TimedOut.
+// attempt 1 overruns, attempt 2 fails plainly and the retry gives up:
+// Failed by Retry, not TimedOut.
 func TestSoftTimeoutVerdictsOnRetries(t *testing.T) {
 	tick := rampart.NewManualTicker(1)
 	to, err := timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeSoft, Ticker: tick})
@@ -196,7 +197,7 @@ func TestSoftTimeoutVerdictsOnRetries(t *testing.T) {
 		return errBoom
 	})
 	require.Equal(t, pipeline.Failed, o.Code)
-	require.Equal(t, pipeline.None, o.Policy)
+	require.Equal(t, pipeline.Retry, o.Policy)
 	require.ErrorIs(t, o.Err, errBoom)
 	require.False(t, errors.Is(o.Err, timeout.ErrTimeout))
 }
@@ -428,4 +429,32 @@ func TestTimeoutVerdictAfterUpdate(t *testing.T) {
 	o := p.Try(context.Background(), func(context.Context) error { return other.Err() })
 	require.Equal(t, pipeline.Failed, o.Code)
 	require.Equal(t, pipeline.None, o.Policy)
+}
+
+// TestCanceledCallerDuringAnOverrunIsCanceled: the caller's context ends
+// during an attempt that then overruns the (soft) timeout: the call is
+// Canceled, not TimedOut, with a retry and without one alike.
+func TestCanceledCallerDuringAnOverrunIsCanceled(t *testing.T) {
+	tick := rampart.NewManualTicker(1_000_000)
+	to, err := timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeSoft, Ticker: tick})
+	require.NoError(t, err)
+	for _, name := range []string{"no retry", "retry"} {
+		cfg := pipeline.Config{Timeout: to}
+		if name == "retry" {
+			cfg.Retry, err = retry.New(retry.Config{MaxAttempts: 3, Ticker: tick})
+			require.NoError(t, err)
+		}
+		p, err := pipeline.New(cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		o := p.Try(ctx, func(ctx context.Context) error {
+			cancel()                      // the caller leaves
+			tick.Advance(2 * time.Second) // the attempt overruns
+			return ctx.Err()
+		})
+		require.Equal(t, pipeline.Canceled, o.Code, "%s: %+v", name, o)
+		require.Equal(t, pipeline.None, o.Policy, name)
+		require.EqualValues(t, 1, o.Attempts, name)
+		require.Error(t, o.Err, name)
+	}
 }
