@@ -641,16 +641,23 @@ func (b *Bulkhead) setMax(n int) {
 // Max as [Bulkhead.SetMax] does and MaxWait for the calls that start
 // waiting after it. An invalid or refused c changes nothing. The permits
 // in flight stay valid: above a smaller Max they finish normally and new
-// calls are refused until the count is below it.
+// calls are refused until the count is below it. Racing Updates apply one
+// Config each, whole: the bulkhead ends on Max and MaxWait of the same
+// one, and [Bulkhead.Config] never reports a mix.
 func (b *Bulkhead) Update(c Config) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	// Under the queue's lock, which the waiting paths take anyway: Update
+	// is rare, and the fail-fast paths never take it.
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := b.checkFixed(&c); err != nil {
 		return err
 	}
 	b.maxWait.Store(int64(c.MaxWait))
-	b.setMax(c.Max)
+	b.max.Store(int64(c.Max))
+	b.dispatchLocked() // a larger Max grants the queued callers at once
 	return nil
 }
 
@@ -682,6 +689,8 @@ func (b *Bulkhead) Max() int { return int(b.max.Load()) }
 // default when New was given nil): change a field and pass it to
 // [Bulkhead.Update].
 func (b *Bulkhead) Config() Config {
+	b.mu.Lock() // Max and MaxWait of one Update
+	defer b.mu.Unlock()
 	return Config{
 		Max:         int(b.max.Load()),
 		MaxWait:     time.Duration(b.maxWait.Load()),

@@ -314,3 +314,56 @@ func TestStressCancelRacingGrant(t *testing.T) {
 		b.Release()
 	})
 }
+
+// TestStressRacingUpdatesApplyOneConfig: Updates racing each other leave
+// the bulkhead on the configuration of one of them, Max and MaxWait of the
+// same Config, and Config, read meanwhile, never reports Max from one and
+// MaxWait from the other.
+func TestStressRacingUpdatesApplyOneConfig(t *testing.T) {
+	b := mustNew(t, Config{Max: 10, MaxWait: time.Second})
+	a := b.Config()
+	c := a
+	c.Max, c.MaxWait = 20, 2*time.Second
+	one := func(got Config) bool {
+		return got.Max == a.Max && got.MaxWait == a.MaxWait || got.Max == c.Max && got.MaxWait == c.MaxWait
+	}
+	n := 1000000
+	if israce.Enabled {
+		n = 100000
+	}
+	var done atomic.Bool
+	var mixed atomic.Pointer[Config]
+	var wg sync.WaitGroup
+	for _, x := range []Config{a, c} {
+		wg.Go(func() {
+			y := a
+			if x.Max == a.Max {
+				y = c
+			}
+			for range n / 2 {
+				if mixed.Load() != nil {
+					return
+				}
+				_ = b.Update(x)
+				_ = b.Update(y)
+			}
+		})
+	}
+	var observer sync.WaitGroup
+	observer.Go(func() {
+		for !done.Load() {
+			if got := b.Config(); !one(got) {
+				mixed.CompareAndSwap(nil, &got)
+			}
+		}
+	})
+	wg.Wait()
+	done.Store(true)
+	observer.Wait()
+	if got := b.Config(); !one(got) {
+		t.Fatalf("after racing Updates Max %d with MaxWait %v: neither Config", got.Max, got.MaxWait)
+	}
+	if got := mixed.Load(); got != nil {
+		t.Fatalf("Config read during racing Updates: Max %d with MaxWait %v: neither Config", got.Max, got.MaxWait)
+	}
+}
