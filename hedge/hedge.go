@@ -164,6 +164,12 @@ type Hedger struct {
 	hedges, won, refused, full atomic.Uint64
 }
 
+// updateMu serialises Update, and Config's reads, across all hedgers:
+// racing Updates apply one Config each, whole (Delay and MaxHedges of the
+// same one). Package-wide rather than a field, so that the Hedger keeps
+// its size; Update is rare and the calls never take it.
+var updateMu sync.Mutex
+
 // percentileDelay is the state of a percentile delay, allocated by New only
 // when Config.Percentile asks for one.
 type percentileDelay struct {
@@ -325,6 +331,8 @@ func (h *Hedger) Close() error {
 // it): change a field and pass it to [Hedger.Update]. With a percentile,
 // Delay is the warm-up delay while the histogram warms up and 0 after.
 func (h *Hedger) Config() Config {
+	updateMu.Lock() // the fields of one Update
+	defer updateMu.Unlock()
 	c := Config{
 		Delay:      time.Duration(max(h.fixed.Load(), 0)),
 		MaxHedges:  int(h.maxHedges.Load()),
@@ -428,10 +436,16 @@ func (p *percentileDelay) clamp(v int64) int64 { return min(max(v, p.minDelay, 1
 // MinDelay, MaxDelay, WarmUp and Refresh; the latency histogram is kept.
 // A call in flight reads the delay and MaxHedges afresh at each hedge, as
 // it does the percentile delay. An invalid or refused cfg changes nothing.
+// Racing Updates apply one cfg each, whole: the hedger ends on the fields
+// of one of them, and [Hedger.Config] never reports a mix. A warmed-up
+// percentile stays in force when the Update raises WarmUp above the
+// samples held (it warmed up against the WarmUp it had).
 func (h *Hedger) Update(cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	updateMu.Lock()
+	defer updateMu.Unlock()
 	if err := h.checkFixed(&cfg); err != nil {
 		return err
 	}
@@ -442,8 +456,9 @@ func (h *Hedger) Update(cfg Config) error {
 		return nil
 	}
 	p.mu.Lock()
+	warm := p.samples.Load() >= p.warmUp // against the WarmUp it warmed up with, before cfg's
 	p.setParams(&cfg)
-	if d := p.delay.Load(); p.samples.Load() >= p.warmUp && d > 0 {
+	if d := p.delay.Load(); warm && d > 0 {
 		p.delay.Store(p.clamp(d)) // warmed up: the percentile in force, within the new bounds at once
 	} else if cfg.Delay > 0 {
 		p.delay.Store(int64(cfg.Delay)) // warming up: the new warm-up delay

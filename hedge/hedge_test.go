@@ -16,6 +16,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/bubble"
+	"github.com/rampart-go/rampart/internal/israce"
 	"github.com/rampart-go/rampart/internal/testkit"
 	"github.com/rampart-go/rampart/retry"
 )
@@ -848,6 +849,100 @@ func TestUpdatePercentileKeepsTheHistogram(t *testing.T) {
 	h.ObserveAt(tk.Now(), time.Millisecond)
 	if d := h.Delay(); d > 2*time.Millisecond {
 		t.Fatalf("not refreshed after the shorter Refresh: %v", d)
+	}
+}
+
+// TestUpdateOfConfigWithRaisedWarmUpKeepsHedging: a warmed-up hedger
+// given its own Config with WarmUp raised above the samples it holds keeps
+// hedging at the percentile in force (it warmed up against the WarmUp it
+// had; Config reports Delay 0 once warmed up), and its refreshes keep that
+// delay until the new WarmUp is reached.
+func TestUpdateOfConfigWithRaisedWarmUpKeepsHedging(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	h, err := New(Config{Percentile: 0.9, Delay: 50 * time.Millisecond, WarmUp: 10, Refresh: time.Millisecond, Ticker: tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for i := range 20 {
+		tk.Advance(time.Millisecond)
+		h.ObserveAt(tk.Now(), time.Duration(i+1)*time.Millisecond)
+	}
+	warm := h.Delay()
+	if warm <= 0 || warm == 50*time.Millisecond {
+		t.Fatalf("not warmed up: delay %v", warm)
+	}
+	c := h.Config()
+	c.WarmUp = 1000
+	if err := h.Update(c); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.Delay(); d != warm {
+		t.Fatalf("after Update(Config() with WarmUp raised) Delay() = %v, want the percentile in force %v", d, warm)
+	}
+	tk.Advance(time.Millisecond)
+	h.ObserveAt(tk.Now(), time.Millisecond)
+	if d := h.Delay(); d != warm {
+		t.Fatalf("a refresh below the new WarmUp changed the delay to %v, want %v", d, warm)
+	}
+	if err := h.Update(h.Config()); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.Delay(); d <= 0 {
+		t.Fatalf("a second Update(Config()) turned hedging off: %v", d)
+	}
+}
+
+// TestStressRacingUpdatesApplyOneConfig: Updates racing each other leave
+// the hedger on Delay and MaxHedges of one Config, and Config, read
+// meanwhile, never reports the Delay of one and the MaxHedges of the
+// other.
+func TestStressRacingUpdatesApplyOneConfig(t *testing.T) {
+	h, err := New(Config{Delay: time.Millisecond, MaxHedges: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	a := h.Config()
+	b := a
+	b.Delay, b.MaxHedges = 2*time.Millisecond, 2
+	one := func(got Config) bool {
+		return got.Delay == a.Delay && got.MaxHedges == a.MaxHedges || got.Delay == b.Delay && got.MaxHedges == b.MaxHedges
+	}
+	n := 1000000
+	if israce.Enabled {
+		n = 100000
+	}
+	var done atomic.Bool
+	var mixed atomic.Pointer[Config]
+	var wg sync.WaitGroup
+	for _, xy := range [][2]Config{{a, b}, {b, a}} {
+		wg.Go(func() {
+			for range n / 2 {
+				if mixed.Load() != nil {
+					return
+				}
+				_ = h.Update(xy[0])
+				_ = h.Update(xy[1])
+			}
+		})
+	}
+	var observer sync.WaitGroup
+	observer.Go(func() {
+		for !done.Load() {
+			if got := h.Config(); !one(got) {
+				mixed.CompareAndSwap(nil, &got)
+			}
+		}
+	})
+	wg.Wait()
+	done.Store(true)
+	observer.Wait()
+	if got := h.Config(); !one(got) {
+		t.Fatalf("after racing Updates Delay %v with MaxHedges %d: neither Config", got.Delay, got.MaxHedges)
+	}
+	if got := mixed.Load(); got != nil {
+		t.Fatalf("Config read during racing Updates: Delay %v with MaxHedges %d: neither Config", got.Delay, got.MaxHedges)
 	}
 }
 
