@@ -25,7 +25,8 @@
 // (CircuitBreakerRegistry.circuitBreaker(name, config)): the first call
 // wins and a later Config is not applied (use the instance's Update for
 // that). [GetOrCreate] does the same for any other kind, from a build
-// function. A name registered with another kind is an error wrapping
+// function, which runs without the registry's lock (it may create or look
+// up other names). A name registered with another kind is an error wrapping
 // [ErrKindMismatch]. An instance belongs to the groups given when it is
 // registered: a group is a label (a dependency, a tier, a tenant class)
 // that the group operations and [Registry.RangeGroup] select on.
@@ -36,8 +37,8 @@
 // [Registry.CloseBreakers] move every breaker of a group by hand
 // (circuitbreaker.Breaker.TransitionTo). [Registry.Scale] multiplies every
 // rate limiter's rate and bulkhead's Max in a group by a factor, from a
-// baseline it records at the first Scale, and [Registry.Restore] puts the
-// baselines back. Keyed and sharded rate limiters and adaptive limiters are
+// baseline it records per instance at the first Scale, and
+// [Registry.Restore] puts the baselines back. Keyed and sharded rate limiters and adaptive limiters are
 // not scaled (see Scale).
 //
 // # Concurrency and cost

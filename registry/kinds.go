@@ -22,7 +22,11 @@ import (
 // with the kind's New, register it in groups and return it; New's error (a
 // *rampart.ConfigError) comes back unchanged and registers nothing. A c with
 // an empty Name gets name as its Name, so that the instance's rejection
-// errors carry it. Racing calls for one name build one instance.
+// errors carry it (a rate limiter's Update keeps that name when given an
+// empty Name; for the other kinds, start from the instance's Config).
+// Racing calls for one name build one instance: the build runs without the
+// registry's lock, the racing calls wait for it, and Add refuses the name
+// meanwhile (Get does not find it until the build has returned).
 
 // Breaker returns the circuit breaker named name, creating it from c.
 func Breaker(r *Registry, name string, c circuitbreaker.Config, groups ...string) (*circuitbreaker.Breaker, error) {
@@ -154,6 +158,14 @@ func Injector(r *Registry, name string, c chaos.Config, groups ...string) (*chao
 // contract of the typed functions above (build's error comes back
 // unchanged and registers nothing; a nil T is refused with
 // [ErrNilInstance]; the name is not applied to what build makes).
+//
+// build runs without the registry's lock: it may create or look up other
+// names of the registry (a composite built from registered parts), but not
+// its own name, which it would wait for forever. A racing create-or-get of
+// the name waits for build: it gets the instance build returns, or, when
+// build fails, builds its own; when build panics (the panic goes on to
+// GetOrCreate's caller) or calls runtime.Goexit, nothing is registered and
+// the waiters get an error wrapping [ErrBuildAborted].
 func GetOrCreate[T any](r *Registry, name string, build func() (T, error), groups ...string) (T, error) {
 	return getOrCreate(r, name, reflect.TypeFor[T]().String(), groups, func() (T, error) {
 		t, err := build()

@@ -58,10 +58,13 @@ type baseline struct {
 // Scale sets every rate limiter (*ratelimit.Limiter) of group to factor
 // times its baseline rate, keeping its burst and the permits it holds, and
 // every bulkhead (*bulkhead.Bulkhead) to factor times its baseline Max,
-// rounded, at least 1: the incident lever (0.5 halves the admitted load).
-// The baseline is an instance's value when the first Scale since the last
-// [Registry.Restore] reached it, so successive Scales do not compound:
-// Scale(g, 0.5) then Scale(g, 0.25) leaves a quarter. A rate is clamped to
+// rounded, at least 1 and at most math.MaxInt: the incident lever (0.5
+// halves the admitted load). The baseline is an instance's value when the
+// first Scale since the last [Registry.Restore] reached it, so successive
+// Scales do not compound: Scale(g, 0.5) then Scale(g, 0.25) leaves a
+// quarter. It belongs to the instance, not to the name: an instance
+// registered under several names of group is scaled once, and a Restore
+// through any of its names puts it back. A rate is clamped to
 // ratelimit's range [1e-9, ratelimit.MaxRate]. It returns how many
 // instances it set; an instance that refuses its new value keeps its old
 // one and its error is joined into the one returned. A factor that is not
@@ -78,8 +81,14 @@ func (r *Registry) Scale(group string, factor float64) (int, error) {
 	defer r.mu.Unlock()
 	n := 0
 	var errs []error
+	seen := map[any]bool{} // an instance under several names of group: scaled once
 	for _, e := range r.groupLocked(group) {
-		b, had := r.scaled[e.name]
+		k, ok := scaleKey(e.instance)
+		if !ok || seen[k] {
+			continue
+		}
+		seen[k] = true
+		b, had := r.scaled[k]
 		var err error
 		switch x := e.instance.(type) {
 		case *ratelimit.Limiter:
@@ -91,18 +100,38 @@ func (r *Registry) Scale(group string, factor float64) (int, error) {
 			if !had {
 				b.max = x.Max()
 			}
-			err = x.SetMax(int(min(max(math.Round(float64(b.max)*factor), 1), math.MaxInt32)))
-		default:
-			continue
+			err = x.SetMax(scaledMax(b.max, factor))
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("registry: scaling %q: %w", e.name, err))
 			continue
 		}
-		r.scaled[e.name] = b
+		r.scaled[k] = b
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// scaledMax is max·factor rounded, at least 1 and at most math.MaxInt,
+// compared as a float before the conversion: float64(math.MaxInt) is 2⁶³,
+// and converting a float at or above it to int is undefined.
+func scaledMax(max int, factor float64) int {
+	f := math.Round(float64(max) * factor)
+	if f >= float64(math.MaxInt) {
+		return math.MaxInt
+	}
+	return int(math.Max(f, 1))
+}
+
+// scaleKey is the key of the baseline of an instance Scale changes (the
+// pointer itself), false for the kinds it leaves alone, which need not be
+// comparable.
+func scaleKey(v any) (any, bool) {
+	switch v.(type) {
+	case *ratelimit.Limiter, *bulkhead.Bulkhead:
+		return v, true
+	}
+	return nil, false
 }
 
 // Restore puts back the baseline of every instance of group that Scale
@@ -115,9 +144,13 @@ func (r *Registry) Restore(group string) (int, error) {
 	n := 0
 	var errs []error
 	for _, e := range r.groupLocked(group) {
-		b, had := r.scaled[e.name]
-		if !had {
+		k, ok := scaleKey(e.instance)
+		if !ok {
 			continue
+		}
+		b, had := r.scaled[k]
+		if !had {
+			continue // not scaled, or restored through another of its names
 		}
 		var err error
 		switch x := e.instance.(type) {
@@ -130,7 +163,7 @@ func (r *Registry) Restore(group string) (int, error) {
 			errs = append(errs, fmt.Errorf("registry: restoring %q: %w", e.name, err))
 			continue
 		}
-		delete(r.scaled, e.name)
+		delete(r.scaled, k)
 		n++
 	}
 	return n, errors.Join(errs...)

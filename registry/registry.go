@@ -24,6 +24,10 @@ var (
 	// ErrKindMismatch: a typed create-or-get found the name registered with
 	// an instance of another kind.
 	ErrKindMismatch = errors.New("registry: name registered with another kind")
+	// ErrBuildAborted: a create-or-get waited for another caller's build of
+	// the name, which panicked or called runtime.Goexit instead of
+	// returning; nothing is registered and the name is free again.
+	ErrBuildAborted = errors.New("registry: build of the instance did not return")
 )
 
 // Registry is a set of named instances, each in any number of groups.
@@ -45,8 +49,23 @@ type Registry struct {
 	// next enumeration builds it (an immutable slice: enumerations share it).
 	snap atomic.Pointer[[]*entry]
 	// scaled holds the baselines of the instances [Registry.Scale] changed,
-	// by name, until [Registry.Restore] (under mu).
-	scaled map[string]baseline
+	// by instance (the kinds Scale changes are pointers, comparable), until
+	// [Registry.Restore] or the Remove of the instance's last name (under
+	// mu): an instance under two names has one baseline.
+	scaled map[any]baseline
+	// building holds the names whose create-or-get build is running,
+	// outside mu (under mu).
+	building map[string]*pending
+}
+
+// pending is a create-or-get build under way: the create-or-gets of its
+// name that race it wait for done, then read ok and v.
+type pending struct {
+	done chan struct{}
+	ok   bool // build returned without error: v is registered
+	// aborted: build panicked or called runtime.Goexit.
+	aborted bool
+	v       any
 }
 
 // entry is one registered instance. It is immutable once published.
@@ -64,14 +83,15 @@ func (e *entry) inGroup(g string) bool {
 
 // New returns an empty registry.
 func New() *Registry {
-	return &Registry{entries: map[string]*entry{}, scaled: map[string]baseline{}}
+	return &Registry{entries: map[string]*entry{}, scaled: map[any]baseline{}, building: map[string]*pending{}}
 }
 
 // Add registers instance under name, in the given groups (duplicates
 // ignored). It returns an error wrapping [ErrEmptyName], [ErrNilInstance]
 // or [ErrNameTaken], and registers nothing, when name is empty, instance is
-// nil (or a nil pointer) or name is taken. The registry does not own the
-// instance: Remove does not close it.
+// nil (or a nil pointer) or name is taken, or being built by a
+// create-or-get. The registry does not own the instance: Remove does not
+// close it.
 func (r *Registry) Add(name string, instance any, groups ...string) error {
 	if err := check(name, instance); err != nil {
 		return err
@@ -80,6 +100,9 @@ func (r *Registry) Add(name string, instance any, groups ...string) error {
 	defer r.mu.Unlock()
 	if _, ok := r.entries[name]; ok {
 		return fmt.Errorf("%w: %q", ErrNameTaken, name)
+	}
+	if _, ok := r.building[name]; ok {
+		return fmt.Errorf("%w: %q (being built by a create-or-get)", ErrNameTaken, name)
 	}
 	r.insertLocked(name, instance, groups)
 	return nil
@@ -121,17 +144,35 @@ func (r *Registry) insertLocked(name string, instance any, groups []string) {
 // Remove unregisters the instance under name and reports whether there was
 // one. It does not close the instance (a hedge.Hedger or timeout.Timeout
 // still needs its Close), nor undo a [Registry.Scale] of it: the baseline
-// Scale kept for it is dropped.
+// Scale kept for it is dropped with its last name (an instance registered
+// under another name too keeps it, for a Restore through that name).
 func (r *Registry) Remove(name string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.entries[name]; !ok {
+	e, ok := r.entries[name]
+	if !ok {
 		return false
 	}
 	delete(r.entries, name)
-	delete(r.scaled, name)
+	if k, ok := scaleKey(e.instance); ok {
+		if _, had := r.scaled[k]; had && !r.registeredLocked(k) {
+			delete(r.scaled, k)
+		}
+	}
 	r.snap.Store(nil)
 	return true
+}
+
+// registeredLocked reports whether the scalable instance k is registered
+// under some name (r.mu held). k is a pointer: comparing it with any
+// instance, comparable or not, never panics.
+func (r *Registry) registeredLocked(k any) bool {
+	for _, e := range r.entries {
+		if e.instance == k {
+			return true
+		}
+	}
+	return false
 }
 
 // Get returns the instance registered under name.
@@ -226,9 +267,16 @@ func (r *Registry) Names(group string) []string {
 }
 
 // getOrCreate returns the T registered under name, or registers the one
-// build returns (under the write lock, so that racing callers of one name
-// get one instance). An existing instance is returned as it is, its groups
-// unchanged; one of another kind is an error wrapping ErrKindMismatch.
+// build returns. build runs without the lock, so that it may use the
+// registry (create or look up other names); a placeholder of the name
+// makes racing callers of the name wait for its result (one instance) and
+// Add refuse the name meanwhile. An existing instance is returned as it
+// is, its groups unchanged; one of another kind is an error wrapping
+// ErrKindMismatch. A failed build registers nothing and its error goes to
+// its caller only: a waiter then builds its own. A build that panics or
+// calls runtime.Goexit frees the name and wakes the waiters with
+// ErrBuildAborted. build must not create-or-get its own name: it would
+// wait for itself.
 func getOrCreate[T any](r *Registry, name, kind string, groups []string, build func() (T, error)) (T, error) {
 	var zero T
 	if name == "" {
@@ -237,16 +285,44 @@ func getOrCreate[T any](r *Registry, name, kind string, groups []string, build f
 	if v, ok := r.Get(name); ok { // the common case: a read lock only
 		return asKind[T](name, kind, v)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if e, ok := r.entries[name]; ok {
-		return asKind[T](name, kind, e.instance)
+	for {
+		r.mu.Lock()
+		if e, ok := r.entries[name]; ok {
+			r.mu.Unlock()
+			return asKind[T](name, kind, e.instance)
+		}
+		p, ok := r.building[name]
+		if !ok {
+			break // r.mu held: this caller builds
+		}
+		r.mu.Unlock()
+		<-p.done // another caller builds it
+		switch {
+		case p.ok:
+			return asKind[T](name, kind, p.v)
+		case p.aborted:
+			return zero, fmt.Errorf("%w: %q", ErrBuildAborted, name)
+		}
+		// Its build failed: build this caller's, unless another came first.
 	}
+	p := &pending{done: make(chan struct{}), aborted: true}
+	r.building[name] = p
+	r.mu.Unlock()
+	defer func() { // also when build panics or calls runtime.Goexit (aborted still true)
+		r.mu.Lock()
+		delete(r.building, name)
+		if p.ok {
+			r.insertLocked(name, p.v, groups)
+		}
+		r.mu.Unlock()
+		close(p.done)
+	}()
 	t, err := build()
+	p.aborted = false
 	if err != nil {
 		return zero, err
 	}
-	r.insertLocked(name, t, groups)
+	p.ok, p.v = true, t
 	return t, nil
 }
 

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/adaptive"
@@ -321,6 +324,313 @@ func TestBreakerGroupOperations(t *testing.T) {
 	}
 	if n := r.CloseBreakers("up"); n != 0 {
 		t.Fatalf("closing closed breakers moved %d", n)
+	}
+}
+
+// TestCreateOrGetBuildMayUseTheRegistry: a GetOrCreate build that
+// creates or looks up other instances in the same registry returns (build
+// runs without the registry's lock; it deadlocked when it ran under it).
+func TestCreateOrGetBuildMayUseTheRegistry(t *testing.T) {
+	type composite struct{ b *bulkhead.Bulkhead }
+	r := registry.New()
+	c, err := registry.GetOrCreate(r, "composite", func() (*composite, error) {
+		b, err := registry.Bulkhead(r, "inner", bulkhead.Config{Max: 4})
+		if _, ok := r.Get("inner"); !ok {
+			t.Error("inner not found from build")
+		}
+		return &composite{b}, err
+	}, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := registry.Lookup[*bulkhead.Bulkhead](r, "inner"); !ok || got != c.b {
+		t.Fatal("the instance build created is not registered")
+	}
+	if got, ok := registry.Lookup[*composite](r, "composite"); !ok || got != c || !slices.Equal(r.Names("g"), []string{"composite"}) {
+		t.Fatal("the composite is not registered in its group")
+	}
+}
+
+// TestCreateOrGetWhileBuilding: while a build runs, a racing create-or-get
+// of its name waits and gets the instance it builds (one build), Add of
+// the name is refused with ErrNameTaken, Get finds nothing yet, and a
+// failed build lets the waiter build its own.
+func TestCreateOrGetWhileBuilding(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type custom struct{ n int }
+		r := registry.New()
+		started, release := make(chan struct{}), make(chan struct{})
+		builds := 0
+		build := func() (*custom, error) {
+			builds++
+			close(started)
+			<-release
+			return &custom{n: builds}, nil
+		}
+		var first *custom
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			var err error
+			if first, err = registry.GetOrCreate(r, "c", build, "g"); err != nil {
+				t.Error(err)
+			}
+		})
+		<-started
+		var second *custom
+		wg.Go(func() {
+			var err error
+			if second, err = registry.GetOrCreate(r, "c", build); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait() // the second waits for the first's build
+		if err := r.Add("c", &custom{}); !errors.Is(err, registry.ErrNameTaken) {
+			t.Errorf("Add of a name being built: %v", err)
+		}
+		if _, ok := r.Get("c"); ok {
+			t.Error("Get found an instance still being built")
+		}
+		close(release)
+		wg.Wait()
+		if first == nil || second != first || builds != 1 {
+			t.Fatalf("racing create-or-gets: %p and %p, %d builds", first, second, builds)
+		}
+
+		// A failed build: the waiter builds its own (build's error is the
+		// builder's only).
+		boom := errors.New("boom")
+		started, release = make(chan struct{}), make(chan struct{})
+		wg.Go(func() {
+			_, err := registry.GetOrCreate(r, "d", func() (*custom, error) {
+				close(started)
+				<-release
+				return nil, boom
+			})
+			if err != boom {
+				t.Errorf("build's error: %v", err)
+			}
+		})
+		<-started
+		var d *custom
+		wg.Go(func() {
+			var err error
+			if d, err = registry.GetOrCreate(r, "d", func() (*custom, error) { return &custom{n: 7}, nil }); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+		if got, ok := registry.Lookup[*custom](r, "d"); d == nil || d.n != 7 || !ok || got != d {
+			t.Fatalf("after a failed build the waiter got %v", d)
+		}
+	})
+}
+
+// TestCreateOrGetBuildThatPanicsOrExits: a build that panics (the panic
+// goes on to its caller) or calls runtime.Goexit registers nothing, wakes
+// the create-or-gets waiting for it with an error wrapping
+// ErrBuildAborted, and frees the name for a later create-or-get or Add.
+func TestCreateOrGetBuildThatPanicsOrExits(t *testing.T) {
+	for _, how := range []string{"panic", "Goexit"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				type custom struct{}
+				r := registry.New()
+				started, release := make(chan struct{}), make(chan struct{})
+				var wg sync.WaitGroup
+				var recovered any
+				wg.Go(func() {
+					defer func() { recovered = recover() }()
+					_, _ = registry.GetOrCreate(r, "c", func() (*custom, error) {
+						close(started)
+						<-release
+						if how == "panic" {
+							panic("build")
+						}
+						runtime.Goexit()
+						return nil, nil
+					})
+				})
+				<-started
+				var waitErr error
+				wg.Go(func() {
+					_, waitErr = registry.GetOrCreate(r, "c", func() (*custom, error) { return &custom{}, nil })
+				})
+				synctest.Wait()
+				close(release)
+				wg.Wait()
+				if how == "panic" && recovered != "build" {
+					t.Fatalf("the build's panic did not reach its caller: %v", recovered)
+				}
+				if !errors.Is(waitErr, registry.ErrBuildAborted) {
+					t.Fatalf("the waiter got %v", waitErr)
+				}
+				if r.Len() != 0 {
+					t.Fatal("an aborted build registered something")
+				}
+				if _, err := registry.GetOrCreate(r, "c", func() (*custom, error) { return &custom{}, nil }); err != nil {
+					t.Fatalf("the name stayed taken: %v", err)
+				}
+			})
+		})
+	}
+}
+
+// TestRateLimiterOfTheRegistryUpdates: a rate limiter the registry built
+// (and named) accepts the Update the docs tell you to make: the Config it
+// was given with its rate changed, and its own Config with a field
+// changed; it keeps the registry's name.
+func TestRateLimiterOfTheRegistryUpdates(t *testing.T) {
+	r := registry.New()
+	c := ratelimit.Config{Rate: 10, Burst: 5}
+	l, err := registry.RateLimiter(r, "api", c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Rate = 20
+	if err := l.Update(c); err != nil {
+		t.Fatalf("Update with the Config given to the registry, Rate changed: %v", err)
+	}
+	lc := l.Config()
+	lc.Burst = 7
+	if err := l.Update(lc); err != nil {
+		t.Fatalf("Update of its own Config: %v", err)
+	}
+	if st := l.Stats(); st.Rate != 20 || st.Burst != 7 || l.Config().Name != "api" {
+		t.Fatalf("after the Updates: %+v, name %q", st, l.Config().Name)
+	}
+	s, err := registry.ShardedRateLimiter(r, "edge", ratelimit.ShardedConfig{Config: ratelimit.Config{Rate: 100, Burst: 8}, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ratelimit.ShardedConfig{Config: ratelimit.Config{Rate: 200, Burst: 8}, Shards: 2}); err != nil {
+		t.Fatalf("Update of a sharded limiter the registry named: %v", err)
+	}
+	if s.Config().Name != "edge" {
+		t.Fatalf("name %q", s.Config().Name)
+	}
+}
+
+// TestScaleRaisesAMaxAboveMaxInt32: a factor above 1 never lowers a
+// bulkhead, whatever its Max (a Max above MaxInt32 was cut to MaxInt32),
+// and a product beyond MaxInt saturates there; Restore puts the Max back.
+func TestScaleRaisesAMaxAboveMaxInt32(t *testing.T) {
+	r := registry.New()
+	b, err := registry.Bulkhead(r, "b", bulkhead.Config{Max: 1 << 40}, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge, err := registry.Bulkhead(r, "huge", bulkhead.Config{Max: math.MaxInt}, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Scale("g", 2); err != nil {
+		t.Fatal(err)
+	}
+	if b.Max() != 1<<41 || huge.Max() != math.MaxInt {
+		t.Fatalf("Scale(g, 2): Max %d (from %d) and %d (from MaxInt)", b.Max(), 1<<40, huge.Max())
+	}
+	if _, err := r.Scale("g", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	if b.Max() != 1<<39 {
+		t.Fatalf("Scale(g, 0.5): Max %d", b.Max())
+	}
+	if _, err := r.Restore("g"); err != nil {
+		t.Fatal(err)
+	}
+	if b.Max() != 1<<40 || huge.Max() != math.MaxInt {
+		t.Fatalf("Restore: Max %d and %d", b.Max(), huge.Max())
+	}
+}
+
+// TestRestoreIsExact: Scale then Restore gives a Limit/Period limiter
+// back the exact interval and rate it had.
+func TestRestoreIsExact(t *testing.T) {
+	r := registry.New()
+	l, err := registry.RateLimiter(r, "l", ratelimit.Config{Limit: 7, Period: 3 * time.Second}, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, limit, period := l.Stats(), l.Config().Limit, l.Config().Period
+	if _, err := r.Scale("g", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Restore("g"); err != nil {
+		t.Fatal(err)
+	}
+	if after, c := l.Stats(), l.Config(); after != before || c.Limit != limit || c.Period != period {
+		t.Fatalf("Restore: %+v (%d per %v), was %+v (%d per %v)", after, c.Limit, c.Period, before, limit, period)
+	}
+}
+
+// TestScaleOfOneInstanceUnderTwoNames: an instance registered under two
+// names of a group is scaled once, from one baseline (it compounded), and
+// Restore puts that baseline back; removing one of its names keeps the
+// baseline for the other, and removing the last drops it.
+func TestScaleOfOneInstanceUnderTwoNames(t *testing.T) {
+	r := registry.New()
+	b, _ := bulkhead.New(bulkhead.Config{Max: 100})
+	l, _ := ratelimit.New(ratelimit.Config{Rate: 100})
+	for _, name := range []string{"a", "b"} {
+		if err := r.Add(name, b, "g"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Add("l"+name, l, "g"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := r.Scale("g", 0.5); n != 2 || err != nil {
+		t.Fatalf("Scale = %d, %v", n, err)
+	}
+	if b.Max() != 50 || l.Stats().Rate != 50 {
+		t.Fatalf("Scale(g, 0.5) of Max 100 and rate 100 gave %d and %v", b.Max(), l.Stats().Rate)
+	}
+	if n, err := r.Restore("g"); n != 2 || err != nil {
+		t.Fatalf("Restore = %d, %v", n, err)
+	}
+	if b.Max() != 100 || l.Stats().Rate != 100 {
+		t.Fatalf("Restore gave %d and %v, want 100", b.Max(), l.Stats().Rate)
+	}
+	if _, err := r.Scale("g", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	r.Remove("a")
+	if n, _ := r.Restore("g"); n != 2 || b.Max() != 100 {
+		t.Fatalf("Restore through the other name: %d restored, Max %d", n, b.Max())
+	}
+	if _, err := r.Scale("g", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	r.Remove("b")
+	if err := r.Add("c", b, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Scale("g", 0.5); err != nil { // a new baseline: 50, the Max it has
+		t.Fatal(err)
+	}
+	if b.Max() != 25 {
+		t.Fatalf("the baseline outlived the instance's last name: Max %d", b.Max())
+	}
+}
+
+// TestScaleLeavesUncomparableInstances: instances of an uncomparable type
+// (a slice) in a scaled group are left alone, and removing them or a
+// scaled instance and restoring does not panic.
+func TestScaleLeavesUncomparableInstances(t *testing.T) {
+	r := registry.New()
+	_ = r.Add("s1", []int{1}, "g")
+	_ = r.Add("s2", []int{2}, "g")
+	b, _ := bulkhead.New(bulkhead.Config{Max: 8})
+	_ = r.Add("b", b, "g")
+	if n, err := r.Scale("g", 0.5); n != 1 || err != nil {
+		t.Fatalf("Scale = %d, %v", n, err)
+	}
+	r.Remove("s1")
+	r.Remove("b")
+	if n, err := r.Restore("g"); n != 0 || err != nil {
+		t.Fatalf("Restore = %d, %v", n, err)
 	}
 }
 
