@@ -177,10 +177,12 @@ type ClientConfig struct {
 
 	// FallbackWhen selects the endings Fallback answers. Zero means
 	// pipeline.DefaultEndings: a rejection by any policy of the pipeline
-	// (the retry's budget included), its soft-mode timeout, and the retry
-	// giving up (after the last retryable status or transport error, an
-	// AttemptTimeout included), plus pipeline.Failures when
-	// FallbackFailed is set. A response that is not retried (a 404, or a
+	// (the retry's budget included), its soft-mode timeout, and the
+	// pipeline's retry giving up (after the last retryable status or
+	// transport error, an AttemptTimeout included), plus
+	// pipeline.Failures when FallbackFailed is set. A give-up inside Base
+	// (another guarded transport's error) is a transport error of this
+	// call: a failure, or this pipeline's retry giving up on it. A response that is not retried (a 404, or a
 	// 500 to a request sent once) is a failure, answered only through
 	// FallbackFailed; a cancellation only when FallbackWhen names
 	// pipeline.Cancellations.

@@ -1205,3 +1205,39 @@ func TestClientFallbackConfigErrors(t *testing.T) {
 		testkit.RequireConfigError(t, err, "httpguard", c.field)
 	}
 }
+
+// The retry giving up inside the Base transport (another guarded
+// transport's give-up, returned as its error) is this client's failure
+// when its own pipeline has no retry: a default Fallback does not answer
+// it, and RoundTrip returns the Base's error unchanged.
+func TestClientFallbackLeavesTheBaseTransportsGiveUpToFailures(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	refused := errors.New("connection refused")
+	var sent atomic.Int32
+	inner, err := httpguard.NewTransport(httpguard.ClientConfig{
+		Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			sent.Add(1)
+			return nil, refused
+		}),
+		Pipeline: mustPipeline(t, pipeline.Config{Ticker: tick, Retry: fastRetry(t, func(c *retry.Config) { c.MaxAttempts = 2; c.Ticker = tick })}),
+	})
+	require.NoError(t, err)
+	answered := 0
+	outer, err := httpguard.NewTransport(httpguard.ClientConfig{
+		Base:     inner,
+		Pipeline: mustPipeline(t, pipeline.Config{Ticker: tick}), // no retry
+		Fallback: func(req *http.Request, o pipeline.Outcome) (*http.Response, error) {
+			answered++
+			return httpguard.SyntheticResponse(req, http.StatusOK, nil, []byte("cached")), nil
+		},
+	})
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodGet, "http://svc/a", nil)
+	require.NoError(t, err)
+	resp, err := outer.RoundTrip(req)
+	require.Zero(t, answered, "the Base's give-up answered by the outer fallback")
+	require.Nil(t, resp)
+	require.ErrorIs(t, err, retry.ErrExhausted)
+	require.ErrorIs(t, err, refused)
+	require.EqualValues(t, 2, sent.Load(), "the inner retry's two attempts")
+}

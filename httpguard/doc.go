@@ -113,8 +113,9 @@
 // hedged attempts, which end with the call.
 //
 // A [ClientConfig.Fallback] gives the response of a call the pipeline
-// rejected or gave up on (by default: a rejection, its soft timeout, the
-// retry giving up; a failure that is not retried only where
+// rejected or gave up on (by default: a rejection, its soft timeout, its
+// retry giving up, never a Base transport's own give-up; a failure that is
+// not retried only where
 // [ClientConfig.FallbackFailed] accepts it), a synthetic *http.Response
 // ([SyntheticResponse]) in place of the error or the last response. Every
 // response of the call's attempts is closed before it runs; the response

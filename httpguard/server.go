@@ -56,7 +56,9 @@ type ServerConfig struct {
 	// nothing; the entity headers it set are restored first, as for the
 	// plain answer) and, only when FallbackWhen names
 	// pipeline.Cancellations, a request whose context ended before the
-	// handler answered. It serves a static page or a cached body
+	// handler answered (also one that ended while the handler overran the
+	// timeout: the client has gone, so it is a cancellation, not a
+	// timeout). It serves a static page or a cached body
 	// ([StaticFallback] builds one). status is the guard's answer (429 or
 	// 503 for a rejection, TimeoutStatus otherwise) and w's Retry-After
 	// header is set as for that answer; the fallback keeps both by calling

@@ -1325,3 +1325,29 @@ func TestServerCountsIntoTheApplicationsPipeline(t *testing.T) {
 	require.EqualValues(t, 1, s.Succeeded)
 	require.EqualValues(t, 1, s.RejectedBy[pipeline.Bulkhead])
 }
+
+// A request whose context ends while the handler overruns the soft
+// timeout is canceled, not timed out: a default Fallback does not answer
+// it (the plain timeout answer is written, to a client that has gone).
+func TestServerFallbackLeavesARequestEndedDuringAnOverrun(t *testing.T) {
+	tick := rampart.NewManualTicker(1)
+	to, err := timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeSoft, Ticker: tick})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cancel()                      // the client leaves
+		tick.Advance(2 * time.Second) // the handler overruns and writes nothing
+	})
+	answered := 0
+	h, err := httpguard.NewHandler(next, httpguard.ServerConfig{
+		Pipeline: mustPipeline(t, pipeline.Config{Timeout: to}),
+		Fallback: func(w http.ResponseWriter, r *http.Request, status int, o pipeline.Outcome) {
+			answered++
+			w.WriteHeader(status)
+		}})
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil))
+	require.Zero(t, answered, "a request that ended was answered by the default FallbackWhen")
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+}
