@@ -41,7 +41,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$GO" build -o "$tmp/browsercheck" ./statuspage/internal/browsercheck
-"$GO" build -o "$tmp/overload" ./examples/overload
+(cd examples/overload && "$GO" build -o "$tmp/overload" .) # a module of its own
 
 # headless NAME URL WIDTH HEIGHT: NAME.png, NAME.html (the DOM) and NAME.log.
 headless() {
@@ -71,11 +71,13 @@ if [ ! -s "$tmp/url" ]; then echo "browser-check: the status page server did not
 url=$(cat "$tmp/url")
 echo "browser-check: status page at $url"
 headless status "$url" 1200 1000
-# Six instances, each with a chart; the bulkhead's two series; the
-# breaker's state strip with its open stretch.
+# Eight instances, each with a chart; the bulkhead's two series; the
+# breaker's state strip with its open stretch and its successes; the
+# pipeline's calls and the fallback's answers.
 "$tmp/browsercheck" dom "$tmp/status.html" \
-	'<section class="instance":6' '<svg class="spark"':6 '<polyline class="series"':9 \
-	'data-series="in flight"':1 'class="state"':60 'data-state="open"':5 'data-state="closed"':40
+	'<section class="instance":8' '<svg class="spark"':8 '<polyline class="series"':14 \
+	'data-series="in flight"':1 'class="state"':60 'data-state="open"':5 'data-state="closed"':40 \
+	'data-series="successes/s"':1 'data-series="calls/s"':1 'data-series="answered/s"':1
 
 # The demo's chart, from a short real run.
 "$tmp/overload" -quiet -status "" -rate 100 -warmup 500ms -steady 1s -slowdown 2s -recovery 1s -db-pool 2 -slow-factor 8 -out "$tmp/demo" >"$tmp/demo.log"

@@ -31,6 +31,7 @@ import (
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/chaos"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
 	"github.com/rampart-go/rampart/statuspage"
@@ -62,13 +63,28 @@ func main() {
 	}
 }
 
-// serve builds a breaker, a bulkhead, a limiter, an adaptive limiter, a
-// retry budget and a chaos injector on a manual clock, runs a minute of
-// traffic through them one sample a second (the breaker trips and
-// recovers), and serves their page, read-only, until a signal.
+// serve builds a breaker (counting its successes), a bulkhead, a limiter,
+// an adaptive limiter, a retry budget, a chaos injector, and a counting
+// pipeline over a bulkhead of 2 with a fallback for its rejections, on a
+// manual clock, runs a minute of traffic through them one sample a second
+// (the breaker trips and recovers; the pipeline is offered 1 to 4
+// concurrent calls), and serves their page, read-only, until a signal.
 func serve(ready string) error {
 	tk := rampart.NewManualTicker(1_000_000_000)
-	br, err := circuitbreaker.New(circuitbreaker.Config{Name: "db", Ticker: tk, WindowSize: 20, MinimumCalls: 10, FailureRateThreshold: 50, OpenDuration: 5 * time.Second})
+	br, err := circuitbreaker.New(circuitbreaker.Config{Name: "db", Ticker: tk, WindowSize: 20, MinimumCalls: 10, FailureRateThreshold: 50, OpenDuration: 5 * time.Second, CountStats: true})
+	if err != nil {
+		return err
+	}
+	gate, err := bulkhead.New(bulkhead.Config{Name: "checkout", Max: 2})
+	if err != nil {
+		return err
+	}
+	pl, err := pipeline.New(pipeline.Config{Name: "checkout", Ticker: tk, Bulkhead: gate, CountOutcomes: true})
+	if err != nil {
+		return err
+	}
+	fb, err := pipeline.NewDoFallback(pipeline.DoFallbackConfig{Pipeline: pl, When: pipeline.Rejections,
+		Func: func(context.Context, pipeline.Outcome) error { return nil }})
 	if err != nil {
 		return err
 	}
@@ -95,6 +111,7 @@ func serve(ready string) error {
 	page, err := statuspage.New(statuspage.Config{Title: "browser check", Ticker: tk, Samples: 60, Instances: []statuspage.Instance{
 		{Name: "api", Value: bh}, {Name: "backend", Value: al}, {Name: "db", Value: br},
 		{Name: "db-budget", Value: tb}, {Name: "faults", Value: inj}, {Name: "ingress", Value: rl},
+		{Name: "checkout", Value: pl}, {Name: "checkout-fallback", Value: fb},
 	}})
 	if err != nil {
 		return err
@@ -123,6 +140,19 @@ func serve(ready string) error {
 			_ = bh.Acquire()
 		} else if bh.Stats().InFlight > 0 {
 			bh.Release()
+		}
+		// The pipeline: s%4 calls held in its bulkhead of 2 while one more
+		// is offered, through the fallback (answered when rejected).
+		held := 0
+		for range s % 4 {
+			if gate.Acquire() == nil {
+				held++
+			}
+		}
+		_ = fb.Do(context.Background(), func(context.Context) error { return nil })
+		_ = pl.Do(context.Background(), func(context.Context) error { return nil })
+		for range held {
+			gate.Release()
 		}
 		page.Sample()
 		tk.Advance(time.Second)
