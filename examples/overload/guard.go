@@ -45,6 +45,7 @@ type guard struct {
 	retry     *retry.Policy
 	budget    *retry.TokenBucket
 	visitAvg  atomic.Int64 // moving average of a database visit (ns)
+	visitBase int64        // the nominal visit (ns, -db-visit): what a refusal decays the average toward
 }
 
 // The guard's instances in the registry, by the names and groups an
@@ -79,6 +80,7 @@ func newGuard(o options, reg *registry.Registry) (*guard, error) {
 		return nil, err
 	}
 	g.visitAvg.Store(int64(o.dbVisit))
+	g.visitBase = int64(o.dbVisit)
 	return g, nil
 }
 
@@ -197,8 +199,15 @@ func (g *guard) handler(s *service) (http.Handler, error) {
 // the Google SRE book's "Addressing Cascading Failures" chapter), so a slow database turns into fast
 // 503s rather than into requests that fail at their deadline after holding a
 // connection.
+//
+// The estimate learns only from visits made, so each refusal also moves it
+// a sixteenth of the way back toward the nominal visit: otherwise one
+// stall (visits of hundreds of milliseconds while the process got no CPU)
+// would leave an estimate that no budget covers, refuse every visit from
+// then on, and never see a visit that brings it down again.
 func (g *guard) visit(ctx context.Context, db *database, after time.Duration) error {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-after < g.visitEstimate() {
+		g.observeVisit(g.visitBase)
 		return errNoTime
 	}
 	start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -812,4 +813,39 @@ func TestCapacityCountsCompletionsNotCutOffs(t *testing.T) {
 	if err != nil || !(c > 0) {
 		t.Errorf("capacity %v, %v", c, err)
 	}
+}
+
+// TestVisitEstimateRecoversAfterAStall: after a stall has pushed the
+// estimate of a database visit past every request's budget, the refusals
+// bring it back down, so visits start again once the database is fast
+// (the estimate learnt only from visits made, and no visit was made).
+func TestVisitEstimateRecoversAfterAStall(t *testing.T) {
+	o := defaultOptions()
+	reg := registry.New()
+	g, err := newGuard(o, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	db, err := newDatabase(reg, 1, 0, 0) // visits take no time
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.visitAvg.Store(int64(10 * time.Second)) // what a stall of the process leaves
+	refused := 0
+	for ; refused < 1000; refused++ {
+		ctx, cancel := context.WithTimeout(context.Background(), o.deadline)
+		err := g.visit(ctx, db, 0)
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errNoTime) {
+			t.Fatal(err)
+		}
+	}
+	if refused >= 1000 {
+		t.Fatalf("1000 visits refused after the stall; the estimate is still %v", g.visitEstimate())
+	}
+	t.Logf("visits start again after %d refusals", refused)
 }
