@@ -169,11 +169,14 @@
 // [Pipeline.Do] and [Call] return the user's error unchanged, or a policy's
 // preallocated rejection error (matching [rampart.ErrRejected] and the
 // policy's sentinel). [Pipeline.Try] and [TryCall] return an [Outcome]
-// instead: a [Code], which [Kind] of policy rejected ([Shed] for the
-// overload shedder), and a retry-after hint (the rate limiter's wait, the
-// breaker's remaining open time; none from a bulkhead, an adaptive limit or
-// the shedder), for callers that treat rejection as normal flow (an HTTP
-// server answering 429 or 503).
+// instead: a [Code], which [Kind] of policy decided the ending
+// ([Outcome.Policy]: the rejecting one, [Shed] for the overload shedder;
+// [Timeout] for a timeout; [Retry] for the retry giving up, Code Failed),
+// and a retry-after hint (the rate limiter's wait, the breaker's remaining
+// open time; none from a bulkhead, an adaptive limit or the shedder), for
+// callers that treat rejection as normal flow (an HTTP server answering
+// 429 or 503). A caller whose context is done at the end of the last
+// attempt gets Canceled, even when the attempt also overran the timeout.
 //
 // # Priorities
 //
@@ -189,7 +192,9 @@
 // [NewFallback] builds a [Fallback] around a pipeline from a
 // [FallbackConfig]: [FallbackConfig.When] selects the endings it answers
 // ([Endings]; by default [DefaultEndings]: a rejection by any policy, a
-// timeout, the retry giving up; fn's own errors only where
+// timeout, this pipeline's retry giving up (Outcome.Policy Retry, never
+// read from fn's error, which may carry a nested pipeline's give-up); fn's
+// own errors only where
 // [FallbackConfig.Failed] accepts them, never a cancellation unless When
 // names [Cancellations]: a canceled caller wants no answer; never a panic),
 // and the answer is a Value, a Func of the [Outcome], or the last good
@@ -212,7 +217,10 @@
 // answers ([FallbackStats]: by ending, stale values served and expired),
 // for an operator's metrics. The counters are striped per P (each core adds
 // to its own cache line, pinned to its P as sync.Pool's per-P pools are: no
-// lock, no allocation; 128 B per P, allocated at New); Stats sums them.
+// lock, no allocation; 128 B per P, allocated at New, and one overflow
+// stripe for the Ps past them once GOMAXPROCS is raised); Stats sums
+// them. A counting fallback allocates counters of its own, of the same
+// size.
 // Off, a call pays one branch on a field set at New. There is no latency
 // histogram: the pipeline reads the clock only when a policy needs it, so a
 // call's duration would cost an extra clock read on most pipelines.

@@ -186,7 +186,11 @@ type FallbackConfig[T any] struct {
 	// do not contend on one instance; the default pads the words that many
 	// goroutines write on every call (here the stale value's pointer, which
 	// successes store). Without Stale there is nothing to pad: 64 B either
-	// way. TestFallbackBytes asserts the sizes.
+	// way. TestFallbackBytes asserts the sizes. These figures leave out
+	// the answer counters of a fallback on a pipeline with
+	// [Config.CountOutcomes]: per-P counters of its own, allocated at New
+	// with or without Compact (128 B × (max(GOMAXPROCS, NumCPU) + 1) plus
+	// a line: 480 B on 2 Ps), since any P may write them.
 	Compact bool
 }
 

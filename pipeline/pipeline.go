@@ -85,6 +85,9 @@ type Config struct {
 	// a server reads the priority that an earlier middleware put in the
 	// request's context (a tenant's tier, a health check, a batch job).
 	// Nil means priority 0 for every attempt, at no cost. Requires Shed.
+	// A panic or runtime.Goexit in it ends the call as one in fn does:
+	// the permits taken are released, nothing is recovered, and
+	// [Stats.Panicked] counts it.
 	ShedPriority func(ctx context.Context) int
 
 	// Timeout bounds each attempt (each retry gets a fresh deadline) in
@@ -149,7 +152,11 @@ type Config struct {
 	// an operator's metrics. The counters are striped per P (the
 	// runtime's processor: each core adds to its own cache line, no lock,
 	// no allocation; a few ns per call) and New allocates them:
-	// 128 B per P, max(GOMAXPROCS, NumCPU) of them, plus a line. Zero
+	// 128 B per P, max(GOMAXPROCS, NumCPU) of them, one more for the Ps
+	// past them (GOMAXPROCS raised after New: they share it, adding
+	// atomically, and lose no count), plus a line: 480 B on 2 Ps. Each
+	// [Fallback] or [DoFallback] built on a counting pipeline allocates
+	// counters of its own for its answers, the same size again. Zero
 	// (off): nothing is counted and a call pays one branch on a field set
 	// at New. A pipeline built from another's [Pipeline.Config] with
 	// CountOutcomes still set counts into the other's counters, so that

@@ -13,8 +13,8 @@ type Stats struct {
 	Calls uint64
 	// Succeeded counts the calls of Code OK.
 	Succeeded uint64
-	// Failed counts the calls of Code Failed: fn's error, or the retry's
-	// give-up.
+	// Failed counts the calls of Code Failed: fn's error (Policy None),
+	// or the retry's give-up (Policy Retry).
 	Failed uint64
 	// Rejected counts the calls of Code Rejected, by every policy: the sum
 	// of RejectedBy.
@@ -27,10 +27,10 @@ type Stats struct {
 	TimedOut uint64
 	// Canceled counts the calls of Code Canceled.
 	Canceled uint64
-	// Panicked counts the calls whose fn (or a classifier, listener or
-	// Controller run while the attempt held its permits) panicked or
-	// called runtime.Goexit: they end with no Outcome and are not in
-	// Calls.
+	// Panicked counts the calls whose fn (or Config.ShedPriority, or a
+	// classifier, listener or Controller run while the attempt held its
+	// permits) panicked or called runtime.Goexit: they end with no Outcome
+	// and are not in Calls.
 	Panicked uint64
 	// Attempts counts the attempts of the calls in Calls, rejected ones
 	// included (a retried call counts each).
