@@ -25,6 +25,7 @@ import (
 type liveLimits struct {
 	live    *rampartconfig.Live
 	watcher *rampartconfig.Watcher
+	built   []string // the names the document registered
 }
 
 // startConfig loads path, builds its instances in reg and watches it,
@@ -37,6 +38,10 @@ func startConfig(ctx context.Context, path string, reg *registry.Registry, w io.
 	budget, err := retryBudget(reg)
 	if err != nil {
 		return nil, err
+	}
+	before := map[string]bool{}
+	for _, n := range instanceNames(reg) {
+		before[n] = true
 	}
 	live, err := rampartconfig.Build(doc, rampartconfig.Options{Registry: reg, Ticker: rampart.DefaultTicker(), Configure: configureDB(budget)})
 	if err != nil {
@@ -56,7 +61,13 @@ func startConfig(ctx context.Context, path string, reg *registry.Registry, w io.
 		_ = live.Close()
 		return nil, err
 	}
-	return &liveLimits{live: live, watcher: watcher}, nil
+	l := &liveLimits{live: live, watcher: watcher}
+	for _, n := range instanceNames(reg) {
+		if !before[n] {
+			l.built = append(l.built, n)
+		}
+	}
+	return l, nil
 }
 
 // configureDB sets the fields a document cannot say: the database

@@ -471,7 +471,7 @@ func dbScenario(ctx context.Context, o options, reg *registry.Registry, w io.Wri
 				if lim, err = startConfig(ctx, o.config, reg, w, o.onConfig); err != nil {
 					return nil, fmt.Errorf("-config: %w", err)
 				}
-				fmt.Fprintf(w, "config: %s built %s, watched while the protected run lasts\n", o.config, strings.Join(instanceNames(reg), ", "))
+				fmt.Fprintf(w, "config: %s built %s, watched while the protected run lasts\n", o.config, strings.Join(lim.built, ", "))
 			}
 			g, err := newGuard(o, reg)
 			if err != nil {

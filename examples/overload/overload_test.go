@@ -752,6 +752,9 @@ func TestConfigFileSetsAndUpdatesTheLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lim.close()
+	if got := strings.Join(lim.built, " "); got != "api-admission api-deadline db-breaker db-bulkhead db-retry" {
+		t.Errorf("limits.yaml built %q", got)
+	}
 	g, err := newGuard(o, reg)
 	if err != nil {
 		t.Fatal(err)
