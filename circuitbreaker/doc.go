@@ -201,6 +201,8 @@
 //	1000-call count window              960 B     960 B
 //	time window (10 buckets)            768 B     768 B
 //	consecutive                         448 B     448 B
+//	100-call window, CountStats         512 B     576 B
+//	                                    + 64 B per P up to 8
 //
 // The Breaker is 448 B (the time window's header included); a count window
 // adds its slots, 4 bits a call, 16 to a word (7 words for 100 calls: 64 B
