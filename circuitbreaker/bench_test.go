@@ -62,3 +62,36 @@ func BenchmarkDoFailure(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDoSuccessCountStats: Do's success on the default breaker with
+// and without Config.CountStats, serial and from every P at once (each P
+// writing its own success counter).
+func BenchmarkDoSuccessCountStats(b *testing.B) {
+	for _, counted := range []bool{false, true} {
+		name := "off"
+		if counted {
+			name = "on"
+		}
+		cb, _ := New(Config{CountStats: counted})
+		ctx := context.Background()
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if cb.Do(ctx, benchOK) != nil {
+					b.Fatal("rejected")
+				}
+			}
+		})
+		b.Run(name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if cb.Do(ctx, benchOK) != nil {
+						b.Error("rejected")
+						return
+					}
+				}
+			})
+		})
+	}
+}
