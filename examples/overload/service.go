@@ -88,10 +88,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 // write visits the database once; the rest of the time in the API is spent
 // elsewhere (other services, serialization), about apiTime on average in all.
 type service struct {
-	db       *database
-	other    time.Duration // mean time outside the database
-	hitRate  float64
-	inFlight atomic.Int64
+	db      *database
+	other   time.Duration // mean time outside the database
+	hitRate float64
 }
 
 func newService(o options, db *database) *service {
