@@ -484,3 +484,123 @@ func TestFailLocalShareBounds(t *testing.T) {
 		t.Logf("%+v × %d: %v", lim, c.replicas, got)
 	}
 }
+
+// gateHook holds every call of one script, once armed, until gate closes:
+// a Redis that is slow (the gate closed later) or hung (never, until the
+// test ends). passed counts the held calls that went on to Redis and
+// returned.
+type gateHook struct {
+	sha    string
+	armed  *atomic.Bool
+	gate   chan struct{}
+	passed *atomic.Int64
+}
+
+func (h gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); h.armed.Load() && len(a) > 1 && cmd.Name() == "evalsha" && a[1] == h.sha {
+			<-h.gate
+			defer h.passed.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// newGatedClient is a client of the test server with a gateHook on the
+// script sha (its gate closed at the test's end).
+func newGatedClient(t *testing.T, sha string) (*redis.Client, gateHook) {
+	c := redis.NewClient(&redis.Options{Addr: redisAddr})
+	h := gateHook{sha: sha, armed: new(atomic.Bool), gate: make(chan struct{}), passed: new(atomic.Int64)}
+	c.AddHook(h)
+	t.Cleanup(func() {
+		select {
+		case <-h.gate:
+		default:
+			close(h.gate)
+		}
+		c.Close()
+	})
+	return c, h
+}
+
+// TestCallerDeadlineIsNotHeldAgainstRedis: a caller whose deadline comes
+// before Timeout's gets its context's error at its deadline (and the
+// Failure mode's decision), but Redis is judged by Timeout alone: a Redis
+// that answers after the caller's deadline and within Timeout is not
+// counted a failure and does not open the breaker (it used to, so that a
+// few callers short of time sent every caller to the Failure mode with
+// Redis healthy); one that does not answer within Timeout still opens it,
+// all callers' deadlines short or not.
+func TestCallerDeadlineIsNotHeldAgainstRedis(t *testing.T) {
+	t.Run("slow", func(t *testing.T) {
+		c, h := newGatedClient(t, gcraScript.Hash())
+		l, err := New(Config{Client: c, Limit: Limit{Rate: 1000, Burst: 100}, Failure: FailClosed,
+			Timeout: time.Minute, BreakerFailures: 1, Ticker: rampart.NewManualTicker(1)})
+		require.NoError(t, err)
+		key := uniqueKey(t)
+		_, err = l.Allow(context.Background(), key) // dials and loads the script
+		require.NoError(t, err)
+		h.armed.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		_, err = l.Allow(ctx, key)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, ErrUnavailable)
+		st := l.Stats()
+		require.Zero(t, st.RedisErrors, "%+v", st)
+		require.False(t, st.BreakerOpen)
+		close(h.gate) // Redis answers, within Timeout
+		require.True(t, waitFor(10*time.Second, func() bool { return l.Stats().RoundTrips == 2 }), "%+v", l.Stats())
+		d, err := l.Allow(context.Background(), key)
+		require.NoError(t, err)
+		require.Equal(t, SourceRedis, d.Source)
+		require.Zero(t, l.Stats().RedisErrors)
+	})
+	t.Run("hung", func(t *testing.T) {
+		c, h := newGatedClient(t, gcraScript.Hash())
+		var errs atomic.Int64
+		l, err := New(Config{Client: c, Limit: Limit{Rate: 1000, Burst: 100}, Failure: FailClosed,
+			Timeout: 50 * time.Millisecond, BreakerFailures: 1, Ticker: rampart.NewManualTicker(1),
+			OnRedisError: func(error) { errs.Add(1) }})
+		require.NoError(t, err)
+		key := uniqueKey(t)
+		_, err = l.Allow(context.Background(), key)
+		require.NoError(t, err)
+		h.armed.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		defer cancel()
+		_, err = l.Allow(ctx, key)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.True(t, waitFor(10*time.Second, func() bool { return l.Stats().BreakerOpen }), "%+v", l.Stats())
+		require.EqualValues(t, 1, l.Stats().RedisErrors)
+		require.EqualValues(t, 1, errs.Load())
+		_, err = l.Allow(context.Background(), key)
+		require.ErrorIs(t, err, ErrUnavailable, "the breaker is open: no round trip")
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		c, h := newGatedClient(t, gcraScript.Hash())
+		l, err := New(Config{Client: c, Limit: Limit{Rate: 1000, Burst: 100}, Failure: FailClosed,
+			Timeout: time.Minute, BreakerFailures: 1, Ticker: rampart.NewManualTicker(1)})
+		require.NoError(t, err)
+		key := uniqueKey(t)
+		_, err = l.Allow(context.Background(), key)
+		require.NoError(t, err)
+		h.armed.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // before Timeout's
+		defer cancel()
+		time.AfterFunc(5*time.Millisecond, cancel)
+		_, err = l.Allow(ctx, key)
+		require.ErrorIs(t, err, context.Canceled)
+		st := l.Stats()
+		require.Zero(t, st.RedisErrors, "%+v", st)
+		require.False(t, st.BreakerOpen)
+		h.armed.Store(false)
+		d, err := l.Allow(context.Background(), key)
+		require.NoError(t, err)
+		require.Equal(t, SourceRedis, d.Source)
+	})
+}

@@ -58,8 +58,14 @@
 // within the client's ReadTimeout and its reply is dropped; events it took
 // in Redis are not spent (under-admission, never over-admission). A rampart
 // circuit breaker sits in front of Redis: after consecutive failures it
-// opens, and while it is open a decision costs no network call. When Redis
-// cannot answer, the Failure mode decides: FailOpen admits, FailClosed
+// opens, and while it is open a decision costs no network call. A caller's
+// own cancellation is not held against Redis, nor is its own deadline: a
+// caller whose deadline comes before Timeout's gets its context's error at
+// that deadline (and the Failure mode's decision), while the call it
+// started is judged by Timeout alone, on a goroutine of its own: a Redis
+// slower than the caller's budget but within Timeout is not a failure, and
+// one that does not answer within Timeout is, every caller short of time or
+// not. When Redis cannot answer, the Failure mode decides: FailOpen admits, FailClosed
 // rejects (with ErrUnavailable), FailLocal admits through an in-process
 // limiter with this replica's share of the limit (Limit / Replicas, or
 // divided by the live count of Config.LiveReplicas: see Replicas).
@@ -108,8 +114,11 @@
 // rampart.ErrRejected, FailLocal admits through a local bulkhead of
 // max(1, Max / replicas) permits, where replicas is the live count of
 // SemaphoreConfig.LiveReplicas or the static Replicas. A caller whose own
-// context ends mid-call gets ctx's error, and it does not count against
-// Redis. An acquire that timed out may still be granted once Redis
+// context ends mid-call gets ctx's error, and Redis is judged as the
+// Limiter's calls are (a cancellation counts for nothing, a call cut short
+// by the caller's deadline by Timeout). A renewal the breaker refuses is
+// sent past it: it has no caller to spare a wait, and renewals skipped for
+// TTL - RenewEvery would lose every lease held. An acquire that timed out may still be granted once Redis
 // answers: the late reply's lease is removed as soon as it arrives (if no
 // reply comes, by the next renewal call; at worst it expires within TTL),
 // and a lease whose release failed is removed by the next renewal call.
@@ -172,6 +181,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/circuitbreaker"
 )
 
 // ErrUnavailable is returned, wrapping the cause, when Redis cannot decide
@@ -297,7 +307,10 @@ type Config struct {
 	// answered within Timeout is made by the Failure mode, whatever the
 	// client's own timeouts (go-redis ignores context deadlines on socket
 	// reads unless Options.ContextTimeoutEnabled is set; the Limiter does not
-	// rely on it). Default 100 ms.
+	// rely on it). It also judges Redis for the breaker: a call whose
+	// caller's deadline comes first returns at that deadline, and counts as
+	// a failure only if Redis has not answered within Timeout. Default
+	// 100 ms.
 	Timeout time.Duration
 	// Failure is what a decision does when Redis cannot answer. Default
 	// FailOpen.
@@ -326,7 +339,9 @@ type Config struct {
 	// rampart.DefaultTicker().
 	Ticker rampart.Ticker
 	// OnRedisError, if set, is called with every error from Redis (a
-	// panicking listener is recovered and counted).
+	// panicking listener is recovered and counted), on the caller's
+	// goroutine, or, for a call its caller left at its own deadline, on the
+	// goroutine that waited for the reply.
 	OnRedisError func(err error)
 }
 
@@ -520,27 +535,68 @@ func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need in
 			l.brk.record(permit, l.cfg.Ticker.Now(), false)
 		}
 	}()
-	vals, err := l.roundTrip(ctx, full, iv, burst, want, need)
-	returned = true
-	if err == nil && len(vals) != 3 {
-		err = fmt.Errorf("redislimit: script returned %d values", len(vals))
+	var vals []int64
+	var err error
+	if ownDeadlineFirst(parent, ctx) {
+		// A caller's deadline before Timeout's says nothing about Redis:
+		// the round trip is judged by Timeout alone (see withinOwnDeadline).
+		cmd, cancelCmd := context.WithTimeoutCause(context.WithoutCancel(parent), l.cfg.Timeout, l.errTimeout)
+		var left bool
+		vals, err, left = withinOwnDeadline(parent, cmd, cancelCmd, func(ctx context.Context) ([]int64, error) {
+			return l.script(ctx, full, iv, burst, want, need)
+		}, func(err error) { l.settle(permit, now, err) })
+		if left {
+			returned = true
+			if errors.Is(err, context.Canceled) {
+				l.brk.cb.ReleaseAt(permit, l.cfg.Ticker.Now(), rampart.Ignored)
+			}
+			return 0, Decision{}, err
+		}
+	} else {
+		vals, err = l.roundTrip(ctx, full, iv, burst, want, need)
 	}
+	returned = true
 	if err != nil && errors.Is(parent.Err(), context.Canceled) {
-		// The caller cancelled mid-call: not a Redis failure (a deadline
-		// of the caller's still counts, as a hung Redis would cause it).
+		// The caller cancelled mid-call: not a Redis failure.
 		l.brk.cb.ReleaseAt(permit, l.cfg.Ticker.Now(), rampart.Ignored)
 		return 0, Decision{}, err
 	}
+	if !l.settle(permit, now, err) {
+		return 0, Decision{}, err
+	}
+	return l.decision(vals)
+}
+
+// ownDeadlineFirst reports whether parent's deadline comes no later than
+// ctx's, parent with Timeout: the caller's deadline, not Timeout, would end
+// the call. Two Deadline reads, no clock read.
+func ownDeadlineFirst(parent, ctx context.Context) bool {
+	pd, ok := parent.Deadline()
+	if !ok {
+		return false
+	}
+	cd, _ := ctx.Deadline()
+	return !pd.After(cd)
+}
+
+// settle records a round trip's outcome with the breaker and the counters,
+// and reports whether it succeeded.
+func (l *Limiter) settle(permit circuitbreaker.Permit, start int64, err error) bool {
 	if err != nil {
 		l.redisErrors.Add(1)
 		l.brk.record(permit, l.cfg.Ticker.Now(), false)
 		if f := l.cfg.OnRedisError; f != nil {
 			l.notify(f, err)
 		}
-		return 0, Decision{}, err
+		return false
 	}
-	l.brk.record(permit, now, true)
+	l.brk.record(permit, start, true)
 	l.roundTrips.Add(1)
+	return true
+}
+
+// decision is the Decision of the script's reply.
+func (l *Limiter) decision(vals []int64) (int, Decision, error) {
 	g, wait, rem := vals[0], vals[1], vals[2]
 	res := Decision{Allowed: g > 0, Remaining: int(rem), Source: SourceRedis}
 	if !res.Allowed {
@@ -561,8 +617,17 @@ var errBreakerOpen = errors.New("redislimit: breaker in front of redis is open")
 // (under-admission only).
 func (l *Limiter) roundTrip(ctx context.Context, full, iv, burst string, want, need int) ([]int64, error) {
 	return within(ctx, func(ctx context.Context) ([]int64, error) {
-		return gcraScript.Run(ctx, l.cfg.Client, []string{full}, iv, burst, want, need).Int64Slice()
+		return l.script(ctx, full, iv, burst, want, need)
 	})
+}
+
+// script runs the GCRA script once and checks its reply's shape.
+func (l *Limiter) script(ctx context.Context, full, iv, burst string, want, need int) ([]int64, error) {
+	vals, err := gcraScript.Run(ctx, l.cfg.Client, []string{full}, iv, burst, want, need).Int64Slice()
+	if err == nil && len(vals) != 3 {
+		err = fmt.Errorf("redislimit: script returned %d values", len(vals))
+	}
+	return vals, err
 }
 
 // fallback applies the Failure mode after Redis could not decide.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/circuitbreaker"
 )
 
 // ErrSemaphoreFull is the sentinel of a [Semaphore]'s rejection: Max leases
@@ -58,9 +59,15 @@ type SemaphoreConfig struct {
 	// AcquireWait: it starts at PollMin and doubles up to PollMax, each
 	// wait drawn uniformly below the bound (full jitter); a Release in
 	// this process wakes one local waiter at once. Defaults 2 ms and 50 ms.
+	// Any bounds up to time.Duration(math.MaxInt64) are valid: with
+	// PollMin that large, only a local Release, MaxWait, the context or
+	// Close ends a wait.
 	PollMin, PollMax time.Duration
 	// Timeout bounds every Redis call (acquire, release, renewal), whatever
-	// the client's own timeouts. Default 100 ms.
+	// the client's own timeouts, and judges Redis for the breaker: an
+	// acquire whose caller's deadline comes first returns at that deadline
+	// and counts as a failure only if Redis has not answered within
+	// Timeout. Default 100 ms.
 	Timeout time.Duration
 	// Failure is what an acquire does when Redis cannot answer: FailOpen
 	// admits (the default), FailClosed rejects with an error matching
@@ -78,7 +85,8 @@ type SemaphoreConfig struct {
 	// breaker in front of Redis. Default 5.
 	BreakerFailures int
 	// BreakerOpen is how long the breaker stays open before a probe.
-	// Default 1 s.
+	// Default 1 s. Renewals do not wait for it: one the breaker refuses is
+	// sent past it.
 	BreakerOpen time.Duration
 	// Ticker is the local clock of the breaker and of wait times. Default
 	// rampart.DefaultTicker().
@@ -90,13 +98,22 @@ type SemaphoreConfig struct {
 	// when unknown) and how long it waited (0 for fail-fast).
 	OnRejected func(held int64, waited time.Duration)
 	// OnWaitAdmit, when set, is called when an acquire that had to wait is
-	// granted a permit, with how long it waited.
+	// granted a permit, with how long it waited, on the waiting goroutine.
+	// If it ends that goroutine (runtime.Goexit) the permit is released.
 	OnWaitAdmit func(waited time.Duration)
 	// OnExpired, when set, is called from the renewal goroutine with the
 	// number of leases a renewal found expired in Redis: their calls were
-	// still running, no longer counted in the budget.
+	// still running, no longer counted in the budget. A panic in it is
+	// recovered and counted; a runtime.Goexit ends the renewal goroutine,
+	// and another takes over.
 	OnExpired func(n int)
-	// OnRedisError, if set, is called with every error from Redis.
+	// OnRedisError, if set, is called with every error from Redis (and a
+	// panic of the client on the renewal goroutine, as an error), on the
+	// goroutine that made the call: the caller's, the renewal goroutine's,
+	// or, for a call its caller left at its own deadline, the goroutine
+	// that waited for the reply. A panic in it is recovered and counted; a
+	// runtime.Goexit on the renewal goroutine ends it, and another takes
+	// over.
 	OnRedisError func(err error)
 }
 
@@ -613,28 +630,50 @@ func (s *Semaphore) call(ctx context.Context, f func(context.Context) ([]int64, 
 			s.brk.record(permit, s.cfg.Ticker.Now(), false)
 		}
 	}()
-	vals, err := within(ctx, f)
+	var vals []int64
+	var err error
+	if ownDeadlineFirst(parent, ctx) {
+		// A caller's deadline before Timeout's says nothing about Redis:
+		// the call is judged by Timeout alone (see withinOwnDeadline), as
+		// the Limiter's is.
+		cmd, cancelCmd := context.WithTimeoutCause(context.WithoutCancel(parent), s.cfg.Timeout, s.errTimeout)
+		var left bool
+		vals, err, left = withinOwnDeadline(parent, cmd, cancelCmd, f, func(err error) { s.settle(permit, now, err) })
+		if left {
+			returned = true
+			if errors.Is(err, context.Canceled) {
+				s.brk.cb.ReleaseAt(permit, s.cfg.Ticker.Now(), rampart.Ignored)
+			}
+			return nil, err
+		}
+	} else {
+		vals, err = within(ctx, f)
+	}
 	returned = true
 	if err != nil && parent.Err() != nil {
-		// The caller's context ended mid-call (cancelled, or a deadline
-		// before Timeout): not a Redis failure. Unlike the Limiter, a
-		// caller's deadline is not held against Redis either: a hung
-		// Redis still opens the breaker through the calls that run
-		// under Timeout alone (renewals, releases, patient callers), and
-		// a caller only ever waits until its own deadline.
+		// The caller cancelled mid-call: not a Redis failure.
 		s.brk.cb.ReleaseAt(permit, s.cfg.Ticker.Now(), rampart.Ignored)
 		return nil, err
 	}
+	if !s.settle(permit, now, err) {
+		return nil, err
+	}
+	return vals, nil
+}
+
+// settle records a call's outcome with the breaker and the counters, and
+// reports whether it succeeded.
+func (s *Semaphore) settle(permit circuitbreaker.Permit, start int64, err error) bool {
 	if err != nil {
 		s.redisErrors.Add(1)
 		s.brk.record(permit, s.cfg.Ticker.Now(), false)
 		if f := s.cfg.OnRedisError; f != nil {
 			notifyListener(&s.listenerPanics, f, err)
 		}
-		return nil, err
+		return false
 	}
-	s.brk.record(permit, now, true)
-	return vals, nil
+	s.brk.record(permit, start, true)
+	return true
 }
 
 // Release gives back a permit taken by Acquire or AcquireWait: for a lease,

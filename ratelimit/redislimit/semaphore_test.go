@@ -1194,3 +1194,58 @@ func TestSemaphoreFallbacksCountedPerAcquire(t *testing.T) {
 	require.Equal(t, uint64(1), st.Rejected, "%+v", st)
 	require.Equal(t, uint64(2), st.Fallbacks, "%+v", st)
 }
+
+// TestSemaphoreCallerDeadlineIsNotHeldAgainstRedis: an acquire whose
+// caller's deadline comes before Timeout's returns its context's error at
+// that deadline, and Redis is judged by Timeout alone, as the Limiter's
+// calls are: a Redis slower than the caller's deadline but within Timeout
+// is not a failure (its late grant is given back), and one that does not
+// answer within Timeout opens the breaker, with no lease held (no renewal
+// to judge it) and every caller short of time.
+func TestSemaphoreCallerDeadlineIsNotHeldAgainstRedis(t *testing.T) {
+	t.Run("slow", func(t *testing.T) {
+		c, h := newGatedClient(t, semAcquireScript.Hash())
+		s, err := NewSemaphore(SemaphoreConfig{Client: c, Name: uniqueKey(t), Max: 1, Failure: FailClosed,
+			Timeout: time.Minute, BreakerFailures: 1, Ticker: rampart.NewManualTicker(1)})
+		require.NoError(t, err)
+		defer s.Close()
+		p, err := s.Acquire(context.Background()) // dials and loads the script
+		require.NoError(t, err)
+		s.Release(p)
+		h.armed.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		_, err = s.Acquire(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		st := s.Stats()
+		require.Zero(t, st.RedisErrors, "%+v", st)
+		require.False(t, st.BreakerOpen)
+		close(h.gate) // Redis answers within Timeout: the late grant is removed
+		require.True(t, waitFor(10*time.Second, func() bool { return h.passed.Load() == 1 && countHeld(t, c, s.Key()) == 0 }),
+			"%+v", s.Stats())
+		p, err = s.Acquire(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, SourceRedis, p.Source())
+		s.Release(p)
+		require.Zero(t, s.Stats().RedisErrors)
+	})
+	t.Run("hung", func(t *testing.T) {
+		c, h := newGatedClient(t, semAcquireScript.Hash())
+		s, err := NewSemaphore(SemaphoreConfig{Client: c, Name: uniqueKey(t), Max: 1, Failure: FailClosed,
+			Timeout: 50 * time.Millisecond, BreakerFailures: 1, TTL: time.Minute, Ticker: rampart.NewManualTicker(1)})
+		require.NoError(t, err)
+		defer s.Close()
+		p, err := s.Acquire(context.Background())
+		require.NoError(t, err)
+		s.Release(p)
+		h.armed.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		defer cancel()
+		_, err = s.Acquire(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.True(t, waitFor(10*time.Second, func() bool { return s.Stats().BreakerOpen }), "%+v", s.Stats())
+		require.EqualValues(t, 1, s.Stats().RedisErrors)
+		_, err = s.Acquire(context.Background())
+		require.ErrorIs(t, err, ErrUnavailable, "the breaker is open: no round trip")
+	})
+}

@@ -2,6 +2,8 @@ package redislimit
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 )
 
@@ -77,4 +79,78 @@ func notifyListener2[A, B any](panics *atomic.Uint64, f func(A, B), a A, b B) {
 		}
 	}()
 	f(a, b)
+}
+
+// Who settles a call of withinOwnDeadline: the goroutine that ran it, once
+// the caller left at its own deadline (ownLeft); nobody, once the caller
+// cancelled (ownCancelled); the caller, once the reply came (ownReplied).
+const (
+	ownReplied = 1 + iota
+	ownLeft
+	ownCancelled
+)
+
+// withinOwnDeadline is within for a caller whose own deadline comes before
+// Timeout's: such a deadline says nothing about Redis' health (a healthy
+// Redis slower than the caller's budget is not failing), so the call runs
+// under cmd, Timeout alone, and is judged by it. The caller waits for the
+// reply until parent ends. When the reply comes first, it is returned (a
+// panic of the client re-raised) with left false, for the caller to settle
+// as within's. When parent ends first, parent's cause is returned with
+// left true, and: after a cancellation, the call is cancelled and counts
+// for nothing (the caller gives the breaker's permit back as Ignored);
+// after the deadline, settle gets the call's outcome when it comes, or at
+// Timeout, on the goroutine that waited for it (a panic of the client as
+// an error: there is no caller to re-raise it to). So a hung Redis still
+// opens the breaker when every caller's deadline is short. This path costs
+// a goroutine more than within's, and only callers with a deadline shorter
+// than Timeout take it.
+func withinOwnDeadline[T any](parent, cmd context.Context, cancel context.CancelFunc,
+	call func(context.Context) (T, error), settle func(error)) (v T, err error, left bool) {
+	var state atomic.Int32
+	done := make(chan callReply[T], 1)
+	go func() {
+		var r callReply[T]
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					r = callReply[T]{panic: p}
+				}
+			}()
+			r.v, r.err = within(cmd, call)
+		}()
+		cancel()
+		if state.CompareAndSwap(0, ownReplied) {
+			done <- r
+			return
+		}
+		if state.Load() == ownLeft {
+			err := r.err
+			if r.panic != nil {
+				err = fmt.Errorf("redislimit: redis client panicked: %v", r.panic)
+			}
+			settle(err)
+		}
+	}()
+	var r callReply[T]
+	select {
+	case r = <-done:
+	case <-parent.Done():
+		how := int32(ownLeft)
+		if errors.Is(parent.Err(), context.Canceled) {
+			how = ownCancelled
+		}
+		if state.CompareAndSwap(0, how) {
+			if how == ownCancelled {
+				cancel()
+			}
+			var zero T
+			return zero, context.Cause(parent), true
+		}
+		r = <-done // the reply came first
+	}
+	if r.panic != nil {
+		panic(r.panic)
+	}
+	return r.v, r.err, false
 }
