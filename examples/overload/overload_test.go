@@ -254,24 +254,8 @@ func checkStatusJSON(url string) error {
 // names; the runtime's scheduling latency beside them.
 func checkMetrics(t *testing.T, scrape []byte) {
 	t.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(scrape))
-	if err != nil {
-		t.Fatalf("/metrics does not parse: %v", err)
-	}
-	series := func(family, name string) []*dto.Metric {
-		var out []*dto.Metric
-		if f := fams[family]; f != nil {
-			for _, m := range f.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "rampart_name" && l.GetValue() == name {
-						out = append(out, m)
-					}
-				}
-			}
-		}
-		return out
-	}
+	fams := parseScrape(t, scrape)
+	series := func(family, name string) []*dto.Metric { return seriesOf(fams, family, name) }
 	states := map[string]float64{}
 	for _, m := range series("rampart_circuitbreaker_state", "db-breaker") {
 		for _, l := range m.GetLabel() {
@@ -304,9 +288,40 @@ func checkMetrics(t *testing.T, scrape []byte) {
 	if m := series("rampart_bulkhead_max", "db-bulkhead"); len(m) == 1 && m[0].GetGauge().GetValue() != 2 {
 		t.Errorf("the database bulkhead's max is %v, want the pool's 2", m[0].GetGauge().GetValue())
 	}
+	for _, name := range []string{"api", "db"} { // CountOutcomes: the calls by how they ended
+		if n := len(series("rampart_pipeline_calls_total", name)); n < 5 {
+			t.Errorf("%d rampart_pipeline_calls_total{rampart_name=%q} series, want one per code", n, name)
+		}
+	}
 	if fams["go_sched_latencies_seconds"] == nil {
 		t.Error("no go_sched_latencies_seconds (the runtime's scheduler metrics)")
 	}
+}
+
+// parseScrape parses a scrape of /metrics (the text exposition format).
+func parseScrape(t *testing.T, scrape []byte) map[string]*dto.MetricFamily {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(scrape))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	return fams
+}
+
+// seriesOf returns family's series whose rampart_name is name.
+func seriesOf(fams map[string]*dto.MetricFamily, family, name string) []*dto.Metric {
+	var out []*dto.Metric
+	if f := fams[family]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "rampart_name" && l.GetValue() == name {
+					out = append(out, m)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // checkSeries: each run has about one point a second, each point's counts
@@ -644,7 +659,15 @@ func TestRenderFlagRedrawsARecording(t *testing.T) {
 func TestCPUScenarioShort(t *testing.T) {
 	o := defaultOptions()
 	o.scenario = "cpu"
-	o.status = ""
+	var metricsURL string
+	o.onStatus = func(_, metrics string) { metricsURL = metrics }
+	var scrape []byte
+	var scrapeErr error = errorString("/metrics was not scraped during the protected overload")
+	o.onTick = func(scenario, mode, phase string) {
+		if scrape == nil && scenario == "cpu" && mode == "protected" && phase == "overload" {
+			scrape, scrapeErr = get(metricsURL)
+		}
+	}
 	o.cpuWork, o.cpuCapacity = 2*time.Millisecond, 200*time.Millisecond
 	o.cpuWarmup, o.cpuOverload, o.cpuRecover = 300*time.Millisecond, 1200*time.Millisecond, 300*time.Millisecond
 	o.clientTimeout = 4 * time.Second
@@ -657,6 +680,20 @@ func TestCPUScenarioShort(t *testing.T) {
 	t.Log("\n" + out.String())
 	if len(results) != 2 || results[0].mode != "unprotected" || results[1].mode != "protected" {
 		t.Fatalf("results %+v", results)
+	}
+	if scrapeErr != nil {
+		t.Errorf("/metrics: %v", scrapeErr)
+	} else {
+		// The shedder's and its pipeline's series, under their registry names.
+		fams := parseScrape(t, scrape)
+		for _, f := range []string{"rampart_shed_overloaded", "rampart_shed_in_flight", "rampart_shed_limit", "rampart_shed_rejected_total", "rampart_shed_admitted_total"} {
+			if len(seriesOf(fams, f, "cpu-shed")) != 1 {
+				t.Errorf("no %s{rampart_name=\"cpu-shed\"}", f)
+			}
+		}
+		if len(seriesOf(fams, "rampart_pipeline_calls_total", "cpu")) == 0 {
+			t.Error("no rampart_pipeline_calls_total{rampart_name=\"cpu\"}")
+		}
 	}
 	checkSeries(t, results)
 	for _, r := range results {
