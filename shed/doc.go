@@ -126,8 +126,9 @@
 // as soon as its traffic falls; its rejections read no clock unless
 // picked. AcquireAt and ReleaseAt time every call. The sample, once per
 // SampleInterval, reads runtime/metrics into samples allocated at New:
-// 0.65 to 1.10 µs a read (median 0.79 µs, five runs on the shared
-// development machine: BenchmarkShedSample in bench/shedcompare).
+// 0.54 to 1.10 µs a read (median 0.74 µs: BenchmarkShedSample in
+// bench/shedcompare, two sets of five runs, 15:54 and 16:26 UTC, on the
+// shared development machine).
 //
 // # Zero values and concurrency
 //
