@@ -217,9 +217,11 @@
 //   - Compact: fixed: it chose the memory layout New allocated.
 //   - Classify, OnLimitChange: fixed: read from words New set (by Do on
 //     every call; by the window's closer after it gives the lock back).
-//     Update accepts the func value New was given (Config returns it; nil
-//     means DefaultClassify for Classify), and refuses any other, nil and a
-//     new closure of the same literal included.
+//     Update accepts the func value New was given, as Config returns it
+//     (nil means DefaultClassify for Classify), and refuses any
+//     other func value; whether another evaluation of the same func
+//     literal is accepted is unspecified (it depends on what the literal
+//     captures and on the compiler), so pass the value New was given.
 //
 // Update must not be called from a Controller's Update, which runs under
 // the window lock. A Throttler has no Update.

@@ -13,6 +13,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/sameptr"
 	"github.com/rampart-go/rampart/internal/ticker"
 )
 
@@ -802,7 +803,7 @@ func (l *Limiter) applyLocked(v *settings) (old, nl int64, err error) {
 	defer l.windowEnd.Store(end) // the current window keeps its end
 	est := min(max(l.est, float64(v.minL)), float64(v.maxL))
 	alg, ctrl := l.alg, l.ctrl
-	if !sameValue(v.alg, l.alg) {
+	if !sameptr.Value(v.alg, l.alg) {
 		alg, ctrl = v.alg, v.alg.Start(est, float64(v.minL), float64(v.maxL))
 		if ctrl == nil {
 			return 0, 0, rampart.NewConfigError("adaptive", "Algorithm", "Start returned a nil Controller")
@@ -859,9 +860,9 @@ func (l *Limiter) checkFixed(c *Config, v *settings) error {
 		return rampart.NewConfigError(policy, "Ticker", fixed+"the calls in flight and the window end are readings of the old clock, which another clock's do not compare with")
 	case c.Compact != l.compact:
 		return rampart.NewConfigError(policy, "Compact", fixed+"it chose the memory layout New allocated (got %v)", c.Compact)
-	case !sameFunc(classify, l.classify):
+	case !sameptr.Func(classify, l.classify):
 		return rampart.NewConfigError(policy, "Classify", fixed+"Do and pipelines read it from a word New set on every call; pass the func value New was given")
-	case !sameFunc(c.OnLimitChange, l.onLimit):
+	case !sameptr.Func(c.OnLimitChange, l.onLimit):
 		return rampart.NewConfigError(policy, "OnLimitChange", fixed+"the window's closer reads it from a word New set after giving the window lock back; pass the func value New was given")
 	case len(v.parts) != len(l.parts):
 		return rampart.NewConfigError(policy, "Partitions", fixed+"their number (%d, got %d): callers hold partition indices and permits name them", len(l.parts), len(v.parts))

@@ -99,9 +99,14 @@
 //   - OnRejected, OnWaitAdmit: fixed: the rejection and waiting paths read
 //     them from words New set (replacing them would cost every rejection
 //     an atomic load of a pointer to the func). Update accepts the func
-//     value New was given (Config returns it), and refuses any other,
-//     including nil and a new closure of the same literal.
+//     value New was given, as Config returns it, and refuses any
+//     other func value; whether another evaluation of the same func
+//     literal is accepted is unspecified (it depends on what the literal
+//     captures and on the compiler), so pass the value New was given.
 //
+// Updates are serialised (on the queue's lock, which no fail-fast call
+// takes): racing Updates leave the bulkhead on Max and MaxWait of one of
+// them, and [Bulkhead.Config] reads both under that lock, never a mix.
 // Max and MaxWait are separate atomic words, not one snapshot: a call
 // decides admission on Max and how long to queue on MaxWait, each read
 // once, so a call that sees the new Max with the old MaxWait (or the
@@ -134,6 +139,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/sameptr"
 	"github.com/rampart-go/rampart/internal/ticker"
 )
 
@@ -672,9 +678,9 @@ func (b *Bulkhead) checkFixed(c *Config) error {
 		return rampart.NewConfigError("bulkhead", "Ticker", fixed+"waits already started are measured on the old clock; a pipeline checked it shares its own")
 	case c.Compact != b.compact:
 		return rampart.NewConfigError("bulkhead", "Compact", fixed+"it chose the memory layout New allocated (got %v)", c.Compact)
-	case !sameFunc(c.OnRejected, b.onReject):
+	case !sameptr.Func(c.OnRejected, b.onReject):
 		return rampart.NewConfigError("bulkhead", "OnRejected", fixed+"the rejection path reads it from a word New set; pass the func value New was given")
-	case !sameFunc(c.OnWaitAdmit, b.onWaitAdmit):
+	case !sameptr.Func(c.OnWaitAdmit, b.onWaitAdmit):
 		return rampart.NewConfigError("bulkhead", "OnWaitAdmit", fixed+"the waiting path reads it from a word New set; pass the func value New was given")
 	case (c.MaxWait > 0) != (b.maxWait.Load() > 0):
 		return rampart.NewConfigError("bulkhead", "MaxWait", fixed+"between 0 (fail-fast) and positive (waiting): a pipeline chose its path by MayWait when it was built (got %v)", c.MaxWait)

@@ -134,7 +134,8 @@
 // and MaxHedges afresh at each hedge, as it always did the percentile
 // delay, so its next hedge follows the new values; the percentile's
 // parameters are read together, under a mutex, by the once-per-Refresh
-// recomputation.
+// recomputation. Updates are serialised: racing Updates leave the hedger
+// on the fields of one of them, and [Hedger.Config] never reports a mix.
 //
 //   - Delay: updatable: the fixed delay from the next call or hedge; with
 //     a percentile, the warm-up delay while the histogram warms up
@@ -142,7 +143,10 @@
 //   - MaxHedges: updatable, from the next hedge.
 //   - Percentile, MinDelay, MaxDelay, WarmUp: updatable: the bounds apply
 //     at once to the delay in force, the percentile at the next refresh,
-//     from the histogram learnt so far.
+//     from the histogram learnt so far. A hedger that warmed up stays on
+//     its percentile when WarmUp is raised above the samples it holds
+//     (warm-up is judged against the WarmUp it had), and its refreshes
+//     keep that delay until the new WarmUp is reached.
 //   - Refresh: updatable; a shorter one brings the next refresh forward.
 //   - Percentile between 0 and not 0: fixed: New allocated the 10 KB
 //     histogram or not.
@@ -153,7 +157,9 @@
 //   - Fatal, AsyncFirst: fixed: every call reads them from words New set.
 //   - OnHedge, OnHedgeWon, OnBudgetRefused: fixed: New allocated the
 //     listeners' block or not. Update accepts the func values New was
-//     given (Config returns them) and refuses any other, nil and a new
-//     closure of the same literal included.
+//     given, as Config returns them, and refuses any other func
+//     value; whether another evaluation of the same func literal is
+//     accepted is unspecified (it depends on what the literal captures
+//     and on the compiler), so pass the values New was given.
 //   - Name: not kept by New, so not compared.
 package hedge

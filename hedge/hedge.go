@@ -11,6 +11,7 @@ import (
 	"github.com/rampart-go/rampart/internal/budgetcheck"
 	"github.com/rampart-go/rampart/internal/histogram"
 	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/sameptr"
 	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
@@ -492,17 +493,17 @@ func (h *Hedger) checkFixed(cfg *Config) error {
 		return bad("Ticker", "the watchdog and the calls in flight read the old clock")
 	case h.ownWD != (cfg.Tick != 0 || !sameTicker(cfg.Ticker, rampart.DefaultTicker())) || time.Duration(durationOr(cfg.Tick, watchdog.DefaultTick)) != h.wd.Tick():
 		return bad("Tick", "New chose the watchdog (shared or the hedger's own) and its sweep (got %v, sweeping every %v)", cfg.Tick, h.wd.Tick())
-	case !sameValue(cfg.Budget, h.budget):
+	case !sameptr.Value(cfg.Budget, h.budget):
 		return bad("Budget", "a call notifies it at its start and at its end: a budget swapped between the two would see one without the other")
-	case !sameFunc(cfg.Fatal, h.fatal):
+	case !sameptr.Func(cfg.Fatal, h.fatal):
 		return bad("Fatal", "each attempt's error is classified by a word New set; pass the func value New was given")
 	case cfg.AsyncFirst != h.async:
 		return bad("AsyncFirst", "every call reads it from a word New set to choose its path (got %v)", cfg.AsyncFirst)
-	case !sameFunc(cfg.OnHedge, onHedge):
+	case !sameptr.Func(cfg.OnHedge, onHedge):
 		return bad("OnHedge", "New allocated the listeners' block, or not; pass the func value New was given")
-	case !sameFunc(cfg.OnHedgeWon, onWon):
+	case !sameptr.Func(cfg.OnHedgeWon, onWon):
 		return bad("OnHedgeWon", "New allocated the listeners' block, or not; pass the func value New was given")
-	case !sameFunc(cfg.OnBudgetRefused, onRefused):
+	case !sameptr.Func(cfg.OnBudgetRefused, onRefused):
 		return bad("OnBudgetRefused", "New allocated the listeners' block, or not; pass the func value New was given")
 	}
 	return nil

@@ -101,7 +101,8 @@
 // # Live reconfiguration
 //
 // [Limiter.Update] (and [Limiter.UpdateAt]) takes a whole Config (the one
-// New was given, changed), validates it exactly as New does, and applies
+// New was given, or [Limiter.Config]'s, changed), validates it exactly as
+// New does, and applies
 // it while calls run, or refuses it with a *rampart.ConfigError naming
 // the field and changes nothing. It is the setters' code (one new state
 // published at once: a call reads one state pointer, so it sees the old
@@ -114,21 +115,33 @@
 //     of the three forms (a Limit/Period limiter may become a token
 //     bucket): all are the same GCRA state, a rate and a burst.
 //   - Name: fixed: New builds the rejection error that carries it, once.
+//     An empty Name keeps it (a registry names the limiters it builds from
+//     a Config without one, and that Config, changed, is accepted).
 //   - Ticker: fixed: the theoretical arrival time is counted in readings
 //     of that clock; another clock's do not compare with them.
 //   - Compact: fixed: the layout of the states New chose.
 //   - CountStats, OnRejected: fixed: New allocates the counters and the
 //     listener's block, or leaves them out, and every admission reads that
 //     choice from a word New set (making it replaceable would cost an
-//     atomic load per call). Update accepts the func value New was given
-//     and refuses any other, nil and a new closure of the same literal
-//     included.
+//     atomic load per call). Update accepts the func value New was given,
+//     as Config returns it, and refuses any other func value;
+//     whether another evaluation of the same func literal is accepted is
+//     unspecified (it depends on what the literal captures and on the
+//     compiler), so pass the value New was given.
+//
+// [Limiter.Config] returns the configuration in force with its defaults
+// filled in, the rate in its exact Limit/Period form (per second when a
+// second holds a whole number of intervals; Rate, Capacity and RefillRate
+// zero: to set another form, zero Limit and Period first).
 //
 // [Sharded.Update] is the same over ShardedConfig, with Shards fixed (New
-// allocated them; Compact is ignored, as by NewSharded). It updates the
-// shards one after the other: a call racing it may take its permit from a
-// shard already updated and borrow from one not yet, each at its own
-// rate. [Keyed] has no Update: every key's TAT is counted in the
+// allocated them; 0 means those shards, whatever GOMAXPROCS is now;
+// Compact is ignored, as by NewSharded), and [Sharded.Config] reports the
+// total rate and burst. Sharded Updates are serialised, so racing Updates
+// leave every shard on one of their configurations, and each reads the
+// Ticker once, before any shard changes. It updates the shards one after
+// the other: a call racing it may take its permit from a shard already
+// updated and borrow from one not yet, each at its own rate. [Keyed] has no Update: every key's TAT is counted in the
 // parameters NewKeyed fixed, which each admission reads from the instance
 // without a load of a state pointer; changing them would cost every call
 // that load and a conversion of up to MaxKeys TATs racing the admissions.

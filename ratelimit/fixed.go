@@ -1,24 +1,13 @@
 package ratelimit
 
 import (
-	"reflect"
-	"unsafe"
-
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/sameptr"
 )
 
 // The fields Update refuses to change are compared with what New was
-// given. Go compares a func or an arbitrary interface value only with nil
-// (== panics on an uncomparable dynamic type), so these helpers compare
-// identity where equality is not defined. Slow path: Update only.
-
-// sameFunc reports whether f and g are the same func value: both nil, or
-// the same closure. A func value is one pointer to its closure; two
-// evaluations of a func literal that captures variables, or of a method
-// value, are different closures, so pass the value New was given.
-func sameFunc[F any](f, g F) bool {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&f)) == *(*unsafe.Pointer)(unsafe.Pointer(&g))
-}
+// given, by identity where Go defines no equality (package sameptr: a func
+// value, an uncomparable clock). Slow path: Update only.
 
 // sameTicker reports whether a and b are the same clock, a nil Ticker
 // meaning rampart.DefaultTicker(): equal values of a comparable type, or
@@ -30,14 +19,5 @@ func sameTicker(a, b rampart.Ticker) bool {
 	if b == nil {
 		b = rampart.DefaultTicker()
 	}
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	if va.Type() != vb.Type() {
-		return false
-	}
-	if va.Comparable() && vb.Comparable() {
-		return a == b
-	}
-	// The same dynamic type, not comparable: compare the interfaces' data
-	// words (the closure of a func, the boxed copy of anything else).
-	return (*[2]unsafe.Pointer)(unsafe.Pointer(&a))[1] == (*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1]
+	return sameptr.Value(a, b)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/sameptr"
 	"github.com/rampart-go/rampart/internal/ticker"
 )
 
@@ -673,7 +674,7 @@ func (l *Limiter) checkFixed(c *Config) error {
 		return rampart.NewConfigError("ratelimit", "Compact", fixed+"it chose the memory layout New allocated (got %v)", c.Compact)
 	case c.CountStats != countStats:
 		return rampart.NewConfigError("ratelimit", "CountStats", fixed+"New allocated the counters, or left them out, and every admission reads that choice from a word New set (got %v)", c.CountStats)
-	case !sameFunc(c.OnRejected, onRejected):
+	case !sameptr.Func(c.OnRejected, onRejected):
 		return rampart.NewConfigError("ratelimit", "OnRejected", fixed+"the rejection path reads it from a word New set; pass the func value New was given")
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/sameptr"
 )
 
 // ShardedConfig configures a [Sharded] limiter.
@@ -159,7 +160,7 @@ func (s *Sharded) Update(c ShardedConfig) error {
 		return rampart.NewConfigError("ratelimit", "Ticker", fixed+"the theoretical arrival times are counted in readings of the old clock, which another clock's do not compare with")
 	case c.CountStats != s.countStats:
 		return rampart.NewConfigError("ratelimit", "CountStats", fixed+"every admission reads it from a word NewSharded set (got %v)", c.CountStats)
-	case !sameFunc(c.OnRejected, s.onRejected):
+	case !sameptr.Func(c.OnRejected, s.onRejected):
 		return rampart.NewConfigError("ratelimit", "OnRejected", fixed+"the rejection path reads it from a word NewSharded set; pass the func value NewSharded was given")
 	}
 	s.mu.Lock()

@@ -23,7 +23,8 @@ import (
 // *rampart.ConfigError) comes back unchanged and registers nothing. A c with
 // an empty Name gets name as its Name, so that the instance's rejection
 // errors carry it (a rate limiter's Update keeps that name when given an
-// empty Name; for the other kinds, start from the instance's Config).
+// empty Name; for the other kinds, start from the instance's Config where
+// it has one, or set Name to the registry name).
 // Racing calls for one name build one instance: the build runs without the
 // registry's lock, the racing calls wait for it, and Add refuses the name
 // meanwhile (Get does not find it until the build has returned).
