@@ -19,8 +19,9 @@ type ShardedConfig struct {
 	// between the shards.
 	Config
 	// Shards is the number of sub-limiters K. 0 means GOMAXPROCS (at most
-	// 64). 1 is a plain Limiter behind one more indirection. At most
-	// MaxShards.
+	// 64) at NewSharded, and the shards NewSharded allocated at
+	// [Sharded.Update]. 1 is a plain Limiter behind one more indirection.
+	// At most MaxShards.
 	Shards int
 }
 
