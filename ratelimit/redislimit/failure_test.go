@@ -582,25 +582,35 @@ func TestCallerDeadlineIsNotHeldAgainstRedis(t *testing.T) {
 		require.ErrorIs(t, err, ErrUnavailable, "the breaker is open: no round trip")
 	})
 	t.Run("cancelled", func(t *testing.T) {
+		// The caller cancels (with a cause of its own) the half-open probe:
+		// it counts for nothing, and the probe is given back.
 		c, h := newGatedClient(t, gcraScript.Hash())
+		var seen atomic.Int64
+		c.AddHook(failScriptHook{sha: gcraScript.Hash(), n: 2, seen: &seen}) // the second call fails: the breaker opens
+		clock := rampart.NewManualTicker(1)
 		l, err := New(Config{Client: c, Limit: Limit{Rate: 1000, Burst: 100}, Failure: FailClosed,
-			Timeout: time.Minute, BreakerFailures: 1, Ticker: rampart.NewManualTicker(1)})
+			Timeout: time.Minute, BreakerFailures: 1, BreakerOpen: time.Second, Ticker: clock})
 		require.NoError(t, err)
 		key := uniqueKey(t)
 		_, err = l.Allow(context.Background(), key)
 		require.NoError(t, err)
+		_, err = l.Allow(context.Background(), key)
+		require.ErrorIs(t, err, ErrUnavailable)
+		require.True(t, l.Stats().BreakerOpen)
+		clock.Advance(time.Second) // half-open: the next call is the probe
 		h.armed.Store(true)
+		gone := errors.New("caller gone")
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // before Timeout's
 		defer cancel()
-		time.AfterFunc(5*time.Millisecond, cancel)
+		ctx, cancelCause := context.WithCancelCause(ctx)
+		time.AfterFunc(5*time.Millisecond, func() { cancelCause(gone) })
 		_, err = l.Allow(ctx, key)
-		require.ErrorIs(t, err, context.Canceled)
-		st := l.Stats()
-		require.Zero(t, st.RedisErrors, "%+v", st)
-		require.False(t, st.BreakerOpen)
+		require.ErrorIs(t, err, gone)
+		require.EqualValues(t, 1, l.Stats().RedisErrors, "the injected failure only")
 		h.armed.Store(false)
 		d, err := l.Allow(context.Background(), key)
-		require.NoError(t, err)
+		require.NoError(t, err, "the probe was given back: %+v", l.Stats())
 		require.Equal(t, SourceRedis, d.Source)
+		require.False(t, l.Stats().BreakerOpen)
 	})
 }

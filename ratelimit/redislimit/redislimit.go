@@ -547,7 +547,7 @@ func (l *Limiter) run(ctx context.Context, full, iv, burst string, want, need in
 		}, func(err error) { l.settle(permit, now, err) })
 		if left {
 			returned = true
-			if errors.Is(err, context.Canceled) {
+			if errors.Is(parent.Err(), context.Canceled) { // err is the cause, maybe the caller's own
 				l.brk.cb.ReleaseAt(permit, l.cfg.Ticker.Now(), rampart.Ignored)
 			}
 			return 0, Decision{}, err

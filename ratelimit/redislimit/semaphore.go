@@ -641,7 +641,7 @@ func (s *Semaphore) call(ctx context.Context, f func(context.Context) ([]int64, 
 		vals, err, left = withinOwnDeadline(parent, cmd, cancelCmd, f, func(err error) { s.settle(permit, now, err) })
 		if left {
 			returned = true
-			if errors.Is(err, context.Canceled) {
+			if errors.Is(parent.Err(), context.Canceled) { // err is the cause, maybe the caller's own
 				s.brk.cb.ReleaseAt(permit, s.cfg.Ticker.Now(), rampart.Ignored)
 			}
 			return nil, err
