@@ -73,8 +73,8 @@ demo-chart: ## the overload demo recorded: its per-second series (JSON, CSV) and
 browser-check: ## the status page and the demo's chart in headless Chromium (Debian's chromium, installed when missing)
 	./statuspage/scripts/browser-check.sh
 
-shed-compare: ## the CPU-bound overload scenario: no shedding, rampart's shed, go-zero's and aegis's shedders side by side (bench/shedcompare/results.md)
-	cd bench/shedcompare && $(GO) run . -duration 4s -sample 25ms -out results.md
+shed-compare: ## the CPU-bound overload scenario: no shedding, rampart's shed, go-zero's and aegis's shedders side by side (the table into bench/shedcompare/table.md)
+	cd bench/shedcompare && $(GO) run . -duration 4s -sample 25ms -out table.md
 
 demo: ## the overload demo: an API under overload, unprotected vs protected by rampart
 	$(GO) run ./examples/overload
