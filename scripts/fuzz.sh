@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of the core module for a short time each.
+# Runs every fuzz target (of the core module and of the modules of their
+# own) for a short time each, from the target's own directory so that a
+# nested module's go.mod applies.
 # Usage: scripts/fuzz.sh [fuzztime]   (default 10s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +12,7 @@ while IFS= read -r file; do
 	for fn in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$file" | awk '{print $2}'); do
 		found=1
 		echo "== $dir $fn ($t)"
-		go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$t" "./$dir"
+		(cd "$dir" && go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$t" .)
 	done
 done < <(git ls-files '*_test.go' | grep -v '^bench/' | xargs grep -l '^func Fuzz' || true)
 [ "$found" = 1 ] || echo "no fuzz targets"
