@@ -631,29 +631,33 @@ func (l *Limiter) UpdateAt(now int64, c Config) error {
 // published state, never a mix.
 func (l *Limiter) Config() Config {
 	s := l.st.Load()
-	limit, period := limitPeriod(s.num, s.den)
 	c := Config{
 		Name:    l.rejected.Name(),
-		Limit:   limit,
-		Period:  period,
 		Burst:   int(s.burst),
 		Ticker:  l.tk,
 		Compact: s.compact,
 	}
+	c.setInterval(s.num, s.den)
 	if x := l.ext; x != nil {
 		c.OnRejected, c.CountStats = x.onRejected, x.admitted != nil
 	}
 	return c
 }
 
-// limitPeriod is the interval num/den ns (reduced) as Limit per Period,
-// exactly: per second when a second holds a whole number of intervals,
-// else den per num ns (den ≤ num ≤ 2^61: an int and a Duration).
-func limitPeriod(num, den uint64) (int, time.Duration) {
-	if hi, lo := bits.Mul64(den, uint64(time.Second)); hi == 0 && lo%num == 0 && lo/num <= math.MaxInt {
-		return int(lo / num), time.Second
+// setInterval sets c's rate to the interval num/den ns (reduced) as Limit
+// per Period, exactly: per second when a second holds a whole number of
+// intervals, else den per num ns (den ≤ num ≤ 2⁶¹: a Duration, and an int
+// on 64-bit). A den above math.MaxInt (32-bit only) is set as the Rate
+// den·1e9/num, the float it came from.
+func (c *Config) setInterval(num, den uint64) {
+	switch hi, lo := bits.Mul64(den, uint64(time.Second)); {
+	case hi == 0 && lo%num == 0 && lo/num <= math.MaxInt:
+		c.Limit, c.Period = int(lo/num), time.Second
+	case den <= math.MaxInt:
+		c.Limit, c.Period = int(den), time.Duration(num)
+	default:
+		c.Rate = float64(den) * 1e9 / float64(num)
 	}
-	return int(den), time.Duration(num)
 }
 
 // checkFixed returns the *rampart.ConfigError of the first field of c that

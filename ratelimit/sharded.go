@@ -191,12 +191,9 @@ func (s *Sharded) Update(c ShardedConfig) error {
 func (s *Sharded) Config() ShardedConfig {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	limit, period := limitPeriod(s.total.num, s.total.den)
-	return ShardedConfig{
+	c := ShardedConfig{
 		Config: Config{
 			Name:       s.rejected.Name(),
-			Limit:      limit,
-			Period:     period,
 			Burst:      int(s.total.burst),
 			Ticker:     s.tk,
 			CountStats: s.countStats,
@@ -204,6 +201,8 @@ func (s *Sharded) Config() ShardedConfig {
 		},
 		Shards: len(s.shards),
 	}
+	c.setInterval(s.total.num, s.total.den)
+	return c
 }
 
 // AdmitN takes n permits (n at most the shard burst ⌈burst/K⌉) at time

@@ -516,8 +516,9 @@ func TestRateLimiterOfTheRegistryUpdates(t *testing.T) {
 // bulkhead, whatever its Max (a Max above MaxInt32 was cut to MaxInt32),
 // and a product beyond MaxInt saturates there; Restore puts the Max back.
 func TestScaleRaisesAMaxAboveMaxInt32(t *testing.T) {
+	big := math.MaxInt>>20 + 1 // 2⁴³ on 64-bit, far above MaxInt32 (2¹¹ on 32-bit)
 	r := registry.New()
-	b, err := registry.Bulkhead(r, "b", bulkhead.Config{Max: 1 << 40}, "g")
+	b, err := registry.Bulkhead(r, "b", bulkhead.Config{Max: big}, "g")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,19 +529,19 @@ func TestScaleRaisesAMaxAboveMaxInt32(t *testing.T) {
 	if _, err := r.Scale("g", 2); err != nil {
 		t.Fatal(err)
 	}
-	if b.Max() != 1<<41 || huge.Max() != math.MaxInt {
-		t.Fatalf("Scale(g, 2): Max %d (from %d) and %d (from MaxInt)", b.Max(), 1<<40, huge.Max())
+	if b.Max() != 2*big || huge.Max() != math.MaxInt {
+		t.Fatalf("Scale(g, 2): Max %d (from %d) and %d (from MaxInt)", b.Max(), big, huge.Max())
 	}
 	if _, err := r.Scale("g", 0.5); err != nil {
 		t.Fatal(err)
 	}
-	if b.Max() != 1<<39 {
+	if b.Max() != big/2 {
 		t.Fatalf("Scale(g, 0.5): Max %d", b.Max())
 	}
 	if _, err := r.Restore("g"); err != nil {
 		t.Fatal(err)
 	}
-	if b.Max() != 1<<40 || huge.Max() != math.MaxInt {
+	if b.Max() != big || huge.Max() != math.MaxInt {
 		t.Fatalf("Restore: Max %d and %d", b.Max(), huge.Max())
 	}
 }
