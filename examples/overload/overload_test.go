@@ -376,7 +376,6 @@ func checkSeries(t *testing.T, results []result) {
 	}
 }
 
-
 // node is a generic XML element.
 type node struct {
 	XMLName xml.Name
