@@ -146,8 +146,7 @@ func TestHandlerStreamHoldsItsPermitUntilItReturns(t *testing.T) {
 	cb := must(circuitbreaker.New(circuitbreaker.Config{Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 5}))
 	finish, entered := make(chan struct{}), make(chan struct{}, 1)
 	returned := make(chan struct{}, 1)
-	h := handlers{count: func(ctx context.Context, r *connect.Request[msg], s *connect.ServerStream[msg]) error {
-		defer func() { returned <- struct{}{} }()
+	h := handlers{outer: afterGuard{returned}, count: func(ctx context.Context, r *connect.Request[msg], s *connect.ServerStream[msg]) error {
 		entered <- struct{}{}
 		// The first message sends the response's headers, which the
 		// client's CallServerStream waits for over HTTP/1.1.
@@ -183,6 +182,7 @@ func TestHandlerStreamHoldsItsPermitUntilItReturns(t *testing.T) {
 		t.Fatalf("second stream: %v, want UNAVAILABLE", s2.Err())
 	}
 	_ = s2.Close()
+	<-returned // the rejected stream's
 	finish <- struct{}{}
 	if s.Receive() || s.Err() != nil {
 		t.Fatalf("end: %v", s.Err())
@@ -195,16 +195,16 @@ func TestHandlerStreamHoldsItsPermitUntilItReturns(t *testing.T) {
 	s3 := must(count.CallServerStream(ctx, connect.NewRequest(wrapperspb.String("cancel"))))
 	<-entered
 	cancel()
+	_ = s3.Close() // closes the connection under the cancelled stream: the handler's context ends
 	<-returned
-	_ = s3.Close()
 	s4 := must(count.CallServerStream(t.Context(), connect.NewRequest(wrapperspb.String("panic"))))
 	<-entered
 	<-returned
 	for s4.Receive() { // the first message, then the panic's end
 	}
 	_ = s4.Close()
-	// The handler returned (returned) before the interceptor released:
-	// the next stream is admitted once the permit is back.
+	// returned comes from outside the guard, once it has released: the
+	// next stream is admitted.
 	s5 := must(count.CallServerStream(t.Context(), connect.NewRequest(wrapperspb.String("count"))))
 	<-entered
 	if !s5.Receive() {

@@ -38,6 +38,9 @@ func must[T any](v T, err error) T {
 // handlers are the test service's two procedures: a unary Say and a
 // server-streaming Count.
 type handlers struct {
+	// outer, when set, is an interceptor outside the guard (the first of
+	// connect.WithInterceptors is the outermost).
+	outer connect.Interceptor
 	say   func(ctx context.Context, req *connect.Request[msg]) (*connect.Response[msg], error)
 	count func(ctx context.Context, req *connect.Request[msg], s *connect.ServerStream[msg]) error
 }
@@ -64,7 +67,10 @@ func eachProtocol(t *testing.T, f func(t *testing.T, opts []connect.ClientOption
 func serve(t *testing.T, h handlers, si, ci *connectguard.Interceptor, copts ...connect.ClientOption) (*connect.Client[msg, msg], *connect.Client[msg, msg], *httptest.Server) {
 	t.Helper()
 	var hopts []connect.HandlerOption
-	if si != nil {
+	switch {
+	case h.outer != nil && si != nil:
+		hopts = append(hopts, connect.WithInterceptors(h.outer, si))
+	case si != nil:
 		hopts = append(hopts, connect.WithInterceptors(si))
 	}
 	if h.say == nil {
@@ -82,4 +88,20 @@ func serve(t *testing.T, h handlers, si, ci *connectguard.Interceptor, copts ...
 	}
 	return connect.NewClient[msg, msg](srv.Client(), srv.URL+sayProc, copts...),
 		connect.NewClient[msg, msg](srv.Client(), srv.URL+countProc, copts...), srv
+}
+
+// afterGuard is an interceptor outside the guard that reports when the
+// guard's streaming handler has returned (its permits released), panic or
+// not.
+type afterGuard struct{ done chan<- struct{} }
+
+func (a afterGuard) WrapUnary(n connect.UnaryFunc) connect.UnaryFunc { return n }
+func (a afterGuard) WrapStreamingClient(n connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return n
+}
+func (a afterGuard) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		defer func() { a.done <- struct{}{} }()
+		return next(ctx, conn)
+	}
 }
