@@ -41,17 +41,7 @@ func pushbackOf(t *testing.T, err error) string {
 	if !ok {
 		t.Fatalf("err = %v, want a *connect.Error", err)
 	}
-	if v := ce.Meta().Get(connectguard.PushbackKey); v != "" {
-		return v
-	}
-	return firstOf(ce.Meta()[connectguard.PushbackKey])
-}
-
-func firstOf(v []string) string {
-	if len(v) == 0 {
-		return ""
-	}
-	return v[0]
+	return ce.Meta().Get(connectguard.PushbackKey)
 }
 
 func wantRejection(t *testing.T, err error, code connect.Code, pushbackMs int64) {

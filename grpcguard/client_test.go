@@ -42,7 +42,7 @@ type failing struct {
 	previous []string
 }
 
-func (f *failing) service(answer func(n int) (*testpb.SimpleResponse, error, metadata.MD)) *service {
+func (f *failing) service(answer func(n int) (*testpb.SimpleResponse, metadata.MD, error)) *service {
 	return &service{unary: func(ctx context.Context, in *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		f.mu.Lock()
@@ -50,7 +50,7 @@ func (f *failing) service(answer func(n int) (*testpb.SimpleResponse, error, met
 		f.calls++
 		f.previous = append(f.previous, firstOf(md.Get(grpcguard.PreviousAttemptsKey)))
 		f.mu.Unlock()
-		resp, err, tr := answer(n)
+		resp, tr, err := answer(n)
 		if tr != nil {
 			_ = grpc.SetTrailer(ctx, tr)
 		}
@@ -71,8 +71,8 @@ func firstOf(v []string) string {
 	return v[0]
 }
 
-func unavailable(n int) (*testpb.SimpleResponse, error, metadata.MD) {
-	return nil, status.Error(codes.Unavailable, "down"), nil
+func unavailable(n int) (*testpb.SimpleResponse, metadata.MD, error) {
+	return nil, nil, status.Error(codes.Unavailable, "down")
 }
 
 func TestClientRetriesStopAtTheBudget(t *testing.T) {
@@ -115,9 +115,9 @@ func TestClientHonoursThePushback(t *testing.T) {
 			rp := fastRetry(retry.Config{MaxAttempts: 3, OnRetry: func(_ int, d time.Duration, _ error) { delays = append(delays, d) }})
 			g := newClient(grpcguard.ClientConfig{Pipeline: must(pipeline.New(pipeline.Config{Retry: rp}))})
 			var f failing
-			svc := f.service(func(n int) (*testpb.SimpleResponse, error, metadata.MD) {
+			svc := f.service(func(n int) (*testpb.SimpleResponse, metadata.MD, error) {
 				if n == 0 {
-					return nil, status.Error(codes.Unavailable, "busy"), metadata.Pairs(grpcguard.PushbackKey, tc.pushback)
+					return nil, metadata.Pairs(grpcguard.PushbackKey, tc.pushback), status.Error(codes.Unavailable, "busy")
 				}
 				return &testpb.SimpleResponse{}, nil, nil
 			})
@@ -162,8 +162,8 @@ func TestClientHonoursATapsRetryInfo(t *testing.T) {
 }
 
 func TestClientRetriesOnlyTheRetryableCodes(t *testing.T) {
-	internal := func(int) (*testpb.SimpleResponse, error, metadata.MD) {
-		return nil, status.Error(codes.Internal, "bug"), nil
+	internal := func(int) (*testpb.SimpleResponse, metadata.MD, error) {
+		return nil, nil, status.Error(codes.Internal, "bug")
 	}
 	for name, tc := range map[string]struct {
 		codes    []codes.Code
@@ -185,7 +185,7 @@ func TestClientRetriesOnlyTheRetryableCodes(t *testing.T) {
 func TestClientSetsPreviousAttemptsOnEachRetry(t *testing.T) {
 	g := newClient(grpcguard.ClientConfig{Pipeline: must(pipeline.New(pipeline.Config{Retry: fastRetry(retry.Config{MaxAttempts: 3})}))})
 	var f failing
-	c, _ := start(t, "bufconn", f.service(func(n int) (*testpb.SimpleResponse, error, metadata.MD) {
+	c, _ := start(t, "bufconn", f.service(func(n int) (*testpb.SimpleResponse, metadata.MD, error) {
 		if n < 2 {
 			return unavailable(n)
 		}
@@ -301,7 +301,7 @@ func TestClientBreakerPerTargetAndPerMethod(t *testing.T) {
 				return cb, err
 			}})
 		var f1, f2 failing
-		ok := func(int) (*testpb.SimpleResponse, error, metadata.MD) { return &testpb.SimpleResponse{}, nil, nil }
+		ok := func(int) (*testpb.SimpleResponse, metadata.MD, error) { return &testpb.SimpleResponse{}, nil, nil }
 		c1, cc1 := start(t, "tcp", f1.service(ok), nil, g.DialOptions()...)
 		c2, cc2 := start(t, "tcp", f2.service(ok), nil, g.DialOptions()...)
 		for range 3 {

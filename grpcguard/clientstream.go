@@ -53,6 +53,8 @@ func (c *Client) StreamInterceptor(ctx context.Context, desc *grpc.StreamDesc, c
 	g := &clientStream{c: c, r: r, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts,
 		tick: r.p.Ticker(), start: rampart.NotRead}
 	if rp := r.pc.Retry; rp != nil {
+		// The call's start, for the retry's MaxDuration and the budget:
+		// read only when a retry may follow.
 		g.start = g.tick.Now()
 		if b := rp.Budget(); b != nil {
 			b.OnRequest(g.start)
@@ -98,13 +100,14 @@ type clientStream struct {
 	hasCB  bool
 	hasBH  bool
 	hasAL  bool
-	rejErr error
 }
 
 // admit takes the attempt's permits in the pipeline's order, releasing
 // those taken when a later one refuses.
 func (g *clientStream) admit() error {
 	pc := &g.r.pc
+	// One clock read per admission, shared by the breaker, the rate
+	// limiter and the adaptive limit (as a pipeline's t0).
 	g.t0 = g.tick.Now()
 	g.hasCB, g.hasBH, g.hasAL = false, false, false
 	if pc.Breaker != nil {
