@@ -92,14 +92,14 @@ type clientStream struct {
 	closeSent bool              // CloseSend was called
 
 	// The permits of the current attempt; held says they are.
-	held   atomic.Bool
-	ended  atomic.Bool
-	t0     int64
-	cbp    circuitbreaker.Permit
-	alp    adaptive.Permit
-	hasCB  bool
-	hasBH  bool
-	hasAL  bool
+	held  atomic.Bool
+	ended atomic.Bool
+	t0    int64
+	cbp   circuitbreaker.Permit
+	alp   adaptive.Permit
+	hasCB bool
+	hasBH bool
+	hasAL bool
 }
 
 // admit takes the attempt's permits in the pipeline's order, releasing
