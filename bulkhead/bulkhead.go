@@ -93,6 +93,8 @@
 //     and positive: a pipeline chooses its fail-fast or waiting path by
 //     [Bulkhead.MayWait] when it is built.
 //   - Name: fixed: New builds the rejection error that carries it, once.
+//     An empty Name keeps it (a registry names the bulkheads it builds
+//     from a Config without one, and that Config, changed, is accepted).
 //   - Ticker: fixed: the waits under way are measured on it, and a
 //     pipeline checked that its policies share its clock.
 //   - Compact: fixed: it chose the memory layout New allocated.
@@ -643,9 +645,10 @@ func (b *Bulkhead) setMax(n int) {
 // reconfiguration" in the package documentation). It validates c as New
 // does, refuses with a *rampart.ConfigError naming the field a change to a
 // field fixed at construction (Name, Ticker, Compact, OnRejected,
-// OnWaitAdmit, and MaxWait between 0 and positive), and otherwise applies
-// Max as [Bulkhead.SetMax] does and MaxWait for the calls that start
-// waiting after it. An invalid or refused c changes nothing. The permits
+// OnWaitAdmit, and MaxWait between 0 and positive; an empty Name keeps the
+// name New was given, as a registry's create-or-get sets it), and
+// otherwise applies Max as [Bulkhead.SetMax] does and MaxWait for the
+// calls that start waiting after it. An invalid or refused c changes nothing. The permits
 // in flight stay valid: above a smaller Max they finish normally and new
 // calls are refused until the count is below it. Racing Updates apply one
 // Config each, whole: the bulkhead ends on Max and MaxWait of the same
@@ -672,7 +675,7 @@ func (b *Bulkhead) Update(c Config) error {
 func (b *Bulkhead) checkFixed(c *Config) error {
 	const fixed = "is fixed at construction: "
 	switch {
-	case c.Name != b.errFull.Name():
+	case c.Name != "" && c.Name != b.errFull.Name(): // "": the name New was given
 		return rampart.NewConfigError("bulkhead", "Name", fixed+"New built the rejection error that carries it (got %q, built with %q)", c.Name, b.errFull.Name())
 	case !sameTicker(c.Ticker, b.ticker):
 		return rampart.NewConfigError("bulkhead", "Ticker", fixed+"waits already started are measured on the old clock; a pipeline checked it shares its own")

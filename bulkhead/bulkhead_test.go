@@ -200,7 +200,6 @@ func TestUpdateRefusesFixedFields(t *testing.T) {
 		change func(*Config)
 	}{
 		{"Name", func(c *Config) { c.Name = "other" }},
-		{"Name", func(c *Config) { c.Name = "" }},
 		{"Ticker", func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }},
 		{"Ticker", func(c *Config) { c.Ticker = nil }}, // the default, not tk
 		{"Ticker", func(c *Config) { c.Ticker = testkit.FuncTicker(func() int64 { return 0 }) }},
@@ -239,6 +238,23 @@ func TestUpdateRefusesFixedFields(t *testing.T) {
 	require.NoError(t, d.Update(dc))
 	require.NoError(t, d.Update(Config{Max: 3}))
 	require.Equal(t, 3, d.Max())
+}
+
+// TestUpdateWithoutNameKeepsTheName: an empty Name in Update keeps the
+// name New was given (a registry names the bulkheads it builds), and the
+// rejection error still carries it.
+func TestUpdateWithoutNameKeepsTheName(t *testing.T) {
+	b := mustNew(t, Config{Max: 1, Name: "db"})
+	require.NoError(t, b.Update(Config{Max: 2}))
+	require.Equal(t, 2, b.Max())
+	require.Equal(t, "db", b.Config().Name)
+	require.NoError(t, b.Acquire())
+	require.NoError(t, b.Acquire())
+	err := b.Acquire()
+	require.ErrorIs(t, err, ErrFull)
+	require.Equal(t, "db", err.(*rampart.RejectedError).Name())
+	b.Release()
+	b.Release()
 }
 
 func TestListenerPanicRecovered(t *testing.T) {
