@@ -212,6 +212,8 @@
 //   - InitialLimit: validated, not applied: it is the limit before the
 //     first window, which has begun.
 //   - Name: fixed: New builds the rejection error that carries it, once.
+//     An empty Name keeps it (a registry names the limiters it builds from
+//     a Config without one, and that Config, changed, is accepted).
 //   - Ticker: fixed: the window end and the calls' start times are
 //     readings of the old clock.
 //   - Compact: fixed: it chose the memory layout New allocated.

@@ -761,7 +761,8 @@ func (l *Limiter) Config() Config {
 // as New does and refuses with a *rampart.ConfigError naming the field a
 // change to a field fixed at construction (Name, Ticker, Compact,
 // Classify, OnLimitChange, the number of Partitions, and Queue.MaxLength
-// between 0 and positive); otherwise it applies the rest under the window
+// between 0 and positive; an empty Name keeps the name New was given, as
+// a registry's create-or-get sets it); otherwise it applies the rest under the window
 // lock, so that no window closes on a mix of the old and new settings:
 // the current limit is kept, clamped to the new MinLimit and MaxLimit
 // (OnLimitChange is told if that moves it, and queued calls get the slots
@@ -854,7 +855,7 @@ func (l *Limiter) checkFixed(c *Config, v *settings) error {
 		classify = DefaultClassify
 	}
 	switch {
-	case c.Name != l.rejErr.Name():
+	case c.Name != "" && c.Name != l.rejErr.Name(): // "": the name New was given
 		return rampart.NewConfigError(policy, "Name", fixed+"New built the rejection error that carries it (got %q, built with %q)", c.Name, l.rejErr.Name())
 	case !sameTicker(c.Ticker, l.ticker):
 		return rampart.NewConfigError(policy, "Ticker", fixed+"the calls in flight and the window end are readings of the old clock, which another clock's do not compare with")

@@ -1060,7 +1060,7 @@ func TestUpdateRefusesFixedFields(t *testing.T) {
 		field  string
 		change func(*Config)
 	}{
-		{"Name", func(c *Config) { c.Name = "" }},
+		{"Name", func(c *Config) { c.Name = "other" }},
 		{"Ticker", func(c *Config) { c.Ticker = nil }},
 		{"Ticker", func(c *Config) { c.Ticker = testkit.FuncTicker(func() int64 { return 0 }) }},
 		{"Ticker", func(c *Config) { c.Ticker = (*rampart.ManualTicker)(nil) }},
@@ -1106,6 +1106,24 @@ func TestUpdateRefusesFixedFields(t *testing.T) {
 	require.NoError(t, l.Update(c))
 	require.NoError(t, l.Update(Config{MaxLimit: 10}), "nil fields are the defaults New filled in")
 	require.Equal(t, 10, l.Limit())
+}
+
+// TestUpdateWithoutNameKeepsTheName: an empty Name in Update keeps the
+// name New was given (a registry names the limiters it builds), and the
+// rejection error still carries it.
+func TestUpdateWithoutNameKeepsTheName(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	l, err := New(Config{Name: "api", InitialLimit: 1, MaxLimit: 10, Ticker: tk})
+	require.NoError(t, err)
+	require.NoError(t, l.Update(Config{MaxLimit: 20, Ticker: tk}))
+	require.Equal(t, 20, l.Config().MaxLimit)
+	require.Equal(t, "api", l.Config().Name)
+	p, err := l.AcquireAt(tk.Now())
+	require.NoError(t, err)
+	_, err = l.AcquireAt(tk.Now())
+	require.ErrorIs(t, err, ErrLimited)
+	require.Equal(t, "api", err.(*rampart.RejectedError).Name())
+	l.ReleaseAt(p, tk.Now(), rampart.Ignored)
 }
 
 // TestUpdateWhoseAlgorithmPanicsChangesNothing: an Algorithm.Start that
