@@ -154,7 +154,7 @@ type breakerCold struct {
 	// keeps the Breaker at 448 B.
 	lines atomic.Pointer[hotLine]
 	// Rarely written.
-	mu             sync.Mutex // serializes transitions and Updates (rare path)
+	mu             sync.Mutex // serializes transitions and Updates' publications of set (rare path)
 	streak         int32      // trips from half-open since the last close; under mu
 	nLines         int32      // the counters lines points to; written once, before lines is published, and read only after loading it non-nil
 	pending        atomic.Bool
@@ -787,10 +787,16 @@ func (b *Breaker) over(cs *settings, total, fails, slows int64) bool {
 }
 
 func (b *Breaker) evaluateCount(cs *settings, w uint64, now int64) {
-	total, fails, slows := b.count.snapshot(&b.hot.hotWords)
-	if total >= int64(cs.MinimumCalls) && b.over(cs, total, fails, slows) {
+	if b.countOver(cs) {
 		b.transition(cs, w, true, Open, now)
 	}
+}
+
+// countOver reports whether the count window holds MinimumCalls of cs and
+// reaches one of its thresholds.
+func (b *Breaker) countOver(cs *settings) bool {
+	total, fails, slows := b.count.snapshot(&b.hot.hotWords)
+	return total >= int64(cs.MinimumCalls) && b.over(cs, total, fails, slows)
 }
 
 // evaluateTime judges the time window. A success cannot raise a rate, but
@@ -799,20 +805,27 @@ func (b *Breaker) evaluateCount(cs *settings, w uint64, now int64) {
 // sliding (old successes leaving it) can raise a rate: the first record of
 // each slice evaluates.
 func (b *Breaker) evaluateTime(cs *settings, w uint64, now int64) {
+	if b.timeOver(cs, now) {
+		b.transition(cs, w, true, Open, now)
+	}
+}
+
+// timeOver reports whether the time window at now holds MinimumCalls of
+// cs and reaches one of its thresholds, and keeps pending (see
+// evaluateTime).
+func (b *Breaker) timeOver(cs *settings, now int64) bool {
 	total, fails, slows := b.tw.snapshot(now)
 	over := b.over(cs, total, fails, slows)
 	if over && total < int64(cs.MinimumCalls) {
 		if !b.pending.Load() {
 			b.pending.Store(true)
 		}
-		return
+		return false
 	}
 	if b.pending.Load() {
 		b.pending.Store(false)
 	}
-	if over {
-		b.transition(cs, w, true, Open, now)
-	}
+	return over
 }
 
 // recordProbe applies a half-open probe's result with one CAS, then closes
@@ -922,12 +935,22 @@ func (b *Breaker) probeVerdict(cs *settings, w uint64) int {
 // state needs (open deadline, empty window) is prepared before the new word
 // is published.
 func (b *Breaker) transition(cs *settings, expect uint64, check bool, to State, now int64) bool {
+	return b.transitionIf(nil, cs, expect, check, to, now)
+}
+
+// transitionIf is transition that, when cur is not nil, happens only
+// while cur is still the published configuration: Update's judgement
+// (see judge) decided by cur's thresholds, and an Update that published
+// another configuration since (under mu, which this check holds) has
+// judged by its own. A record's transition passes nil: the call ran under
+// the configuration it loaded, old or new (see Update).
+func (b *Breaker) transitionIf(cur, cs *settings, expect uint64, check bool, to State, now int64) bool {
 	if now == rampart.NotRead && (to == Open || to == HalfOpen) {
 		now = b.init.Ticker.Now() // a trip decided on a path that read no clock
 	}
 	b.mu.Lock()
 	w := b.state.Load()
-	if check && (w^expect)&keyMask != 0 {
+	if check && (w^expect)&keyMask != 0 || cur != nil && b.set.Load() != cur {
 		b.mu.Unlock()
 		return false
 	}

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"math"
 	"time"
-	"unsafe"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/internal/sameptr"
 	"github.com/rampart-go/rampart/internal/ticker"
 )
 
@@ -389,9 +389,13 @@ func percent(field string, v *float64, def float64) error {
 // reconfiguration" in the package documentation). It validates c exactly
 // as New does (zero fields mean the same defaults), and refuses with a
 // *rampart.ConfigError naming the field a change to a field fixed at
-// construction: Name, Ticker, Compact, CountStats, Mode, WindowSize, TimeWindow,
-// Buckets (pass the Config New was given, or Config(), with the other
-// fields changed). An invalid or refused c changes nothing.
+// construction: Name (an empty Name keeps the name New was given, as a
+// registry's create-or-get sets it on the caller's behalf), Ticker,
+// Compact, CountStats, Mode, WindowSize, TimeWindow, Buckets (pass the
+// Config New was given, or Config(), with the other fields changed). An
+// invalid or refused c changes nothing. Updates may run concurrently: the
+// one published last is the configuration in force, and only its
+// judgement of the current state (below) can move the breaker.
 //
 // Otherwise it publishes the new configuration at once: every call reads
 // the configuration once, so it runs wholly under the old one or wholly
@@ -409,9 +413,16 @@ func (b *Breaker) Update(c Config) error {
 	if err := b.checkFixed(&c); err != nil {
 		return err
 	}
+	c.Name = b.init.Name // an empty Name keeps it: Config returns it
 	cs := &settings{Config: c}
 	cs.derive()
+	// Published under mu, which transitionIf holds while it checks that
+	// the configuration it judged by is still the published one: of two
+	// Updates racing, the one published last decides, and the other's
+	// judgement, however late it runs, changes nothing.
+	b.mu.Lock()
 	b.set.Store(cs)
+	b.mu.Unlock()
 	b.judge(cs)
 	return nil
 }
@@ -422,9 +433,9 @@ func (b *Breaker) checkFixed(c *Config) error {
 	const fixed = "is fixed at construction: "
 	old := &b.init.Config
 	switch {
-	case c.Name != old.Name:
+	case c.Name != "" && c.Name != old.Name: // "": the name New was given
 		return cfgErr("Name", fixed+"New built the rejection errors that carry it (got %q, built with %q)", c.Name, old.Name)
-	case !sameTicker(c.Ticker, old.Ticker):
+	case !sameptr.Value(c.Ticker, old.Ticker):
 		return cfgErr("Ticker", fixed+"the open period's end, the half-open period's start and the permits' starts are readings of the old clock, which another clock's do not compare with")
 	case c.Compact != old.Compact:
 		return cfgErr("Compact", fixed+"it chose where rejections are counted, which New laid out (got %v)", c.Compact)
@@ -442,43 +453,37 @@ func (b *Breaker) checkFixed(c *Config) error {
 	return nil
 }
 
-// sameTicker reports whether a and b are the same clock: equal values of a
-// comparable type, or the same value of an uncomparable one (a func type:
-// the same closure), which == would panic on.
-func sameTicker(a, b rampart.Ticker) bool {
-	if same, ok := ticker.Equal(a, b); ok {
-		return same
-	}
-	// The same uncomparable dynamic type: the same boxed value or not.
-	return (*[2]unsafe.Pointer)(unsafe.Pointer(&a))[1] == (*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1]
-}
-
 // judge applies the thresholds of cs, just published, to the state they
 // find: a closed breaker's window (or consecutive failures) over them
 // trips, a half-open period that they decide closes or reopens, as the
 // next record would have decided. The transitions check the state word
-// judged, as every automatic transition does: a record that moved it
-// meanwhile made the decision itself.
+// judged, as every automatic transition does (a record that moved it
+// meanwhile made the decision itself), and that cs is still the published
+// configuration (transitionIf): an Update that published another since
+// judges by its own.
 func (b *Breaker) judge(cs *settings) {
 	w := b.state.Load()
 	switch State(w & stateMask) {
 	case Closed:
+		trip, now := false, rampart.NotRead
 		switch cs.Mode {
 		case CountWindow:
-			b.evaluateCount(cs, w, rampart.NotRead)
+			trip = b.countOver(cs)
 		case TimeWindow:
-			b.evaluateTime(cs, w, b.init.Ticker.Now())
+			now = b.init.Ticker.Now()
+			trip = b.timeOver(cs, now)
 		case Consecutive:
-			if b.hot.consec.Load() >= int64(cs.ConsecutiveFailures) {
-				b.transition(cs, w, true, Open, rampart.NotRead)
-			}
+			trip = b.hot.consec.Load() >= int64(cs.ConsecutiveFailures)
+		}
+		if trip {
+			b.transitionIf(cs, cs, w, true, Open, now)
 		}
 	case HalfOpen:
 		switch b.probeVerdict(cs, w) {
 		case verdictClose:
-			b.transition(cs, w, true, Closed, rampart.NotRead)
+			b.transitionIf(cs, cs, w, true, Closed, rampart.NotRead)
 		case verdictReopen:
-			b.transition(cs, w, true, Open, rampart.NotRead)
+			b.transitionIf(cs, cs, w, true, Open, rampart.NotRead)
 		}
 	}
 }

@@ -3,9 +3,12 @@ package circuitbreaker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,7 +112,6 @@ func TestUpdateRefusals(t *testing.T) {
 		fixed bool
 	}{
 		{"Name", with(func(c *Config) { c.Name = "other" }), true},
-		{"Name", with(func(c *Config) { c.Name = "" }), true},
 		{"Ticker", with(func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }), true},
 		{"Ticker", with(func(c *Config) { c.Ticker = nil }), true}, // the default clock, not tk
 		{"Compact", with(func(c *Config) { c.Compact = true }), true},
@@ -270,4 +272,94 @@ func TestUpdateReplacesTheListenersClassifyAndSlowCalls(t *testing.T) {
 	require.EqualValues(t, 1, s.SlowCalls, "the new threshold judges a 20 ms call slow")
 	require.Equal(t, Open, s.State, "one slow call in a window of one: the slow rate trips it")
 	require.Equal(t, [2]int{0, 1}, [2]int{oldCalls, newCalls}, "the new OnStateChange is called")
+}
+
+// TestUpdateWithoutNameKeepsTheName: an empty Name in Update keeps the
+// name New was given (a registry's create-or-get sets it on the caller's
+// behalf, and the caller's own Config, changed, must be accepted back):
+// Config and the rejection errors still carry it.
+func TestUpdateWithoutNameKeepsTheName(t *testing.T) {
+	b, tk := newTest(t, Config{Name: "db", Mode: Consecutive, ConsecutiveFailures: 1})
+	require.NoError(t, b.Update(Config{Ticker: tk, Mode: Consecutive, ConsecutiveFailures: 2}))
+	require.Equal(t, "db", b.Config().Name)
+	require.Equal(t, 2, b.Config().ConsecutiveFailures)
+	b.TransitionTo(ForcedOpen)
+	_, err := b.Acquire()
+	var re *rampart.RejectedError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, "db", re.Name())
+}
+
+// TestUpdateOfConfigRoundTrips: Update(Config()) is accepted and changes
+// nothing, with every field set and with the defaults New filled in.
+func TestUpdateOfConfigRoundTrips(t *testing.T) {
+	for _, cfg := range []Config{
+		{},
+		{Name: "db", Mode: TimeWindow, CountStats: true, Compact: true, SlowCallDuration: time.Second,
+			OnStateChange: func(State, State) {}, OnSuccess: func(time.Duration) {}, Classify: DefaultClassify},
+	} {
+		b, err := New(cfg)
+		require.NoError(t, err)
+		before := b.Config()
+		require.NoError(t, b.Update(before))
+		after := b.Config()
+		require.Equal(t, before.Name, after.Name)
+		require.Equal(t, fmt.Sprint(before), fmt.Sprint(after), "Update(Config()) changes nothing")
+	}
+}
+
+// gateTicker is a manual clock whose next Now, once armed, blocks until
+// released: it holds an Update between its publication and its judgement.
+type gateTicker struct {
+	now     atomic.Int64
+	entered chan struct{}
+	release chan struct{}
+	armed   atomic.Bool
+}
+
+func (g *gateTicker) Now() int64 {
+	if g.armed.CompareAndSwap(true, false) {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return g.now.Load()
+}
+
+// TestConcurrentUpdatesJudgeByThePublishedConfig: of two Updates racing,
+// the one published last is the breaker's configuration, and the other's
+// judgement, running late, cannot trip the breaker by thresholds no call
+// will use again: A publishes a 10 % threshold and is held in its
+// judgement's clock read, B publishes 90 % and judges the 50 % window
+// under it (no trip); A's judgement then finds its configuration no longer
+// published and changes nothing.
+func TestConcurrentUpdatesJudgeByThePublishedConfig(t *testing.T) {
+	g := &gateTicker{entered: make(chan struct{}), release: make(chan struct{})}
+	b, err := New(Config{Mode: TimeWindow, TimeWindow: 10 * time.Second, Buckets: 10, MinimumCalls: 1, FailureRateThreshold: 100, Ticker: g})
+	require.NoError(t, err)
+	for _, r := range []rampart.Result{rampart.Success, rampart.Failure} {
+		p, err := b.AcquireAt(g.Now())
+		require.NoError(t, err)
+		b.ReleaseAt(p, g.Now(), r)
+	}
+	require.Equal(t, Closed, b.State())
+	low, high := b.Config(), b.Config()
+	low.FailureRateThreshold, high.FailureRateThreshold = 10, 90
+	g.armed.Store(true)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); assert(t, b.Update(low)) }() // A: publishes low, held in its judgement's Now
+	<-g.entered
+	require.NoError(t, b.Update(high)) // B: publishes high, 50 % < 90 %: no trip
+	close(g.release)
+	wg.Wait()
+	require.Equal(t, 90.0, b.Config().FailureRateThreshold)
+	require.Equal(t, Closed, b.State(), "the 50 % window is under the published 90 % threshold (judged by A's 10 %)")
+	require.Zero(t, b.Stats().Trips)
+}
+
+// assert reports a non-nil err from a goroutine other than the test's.
+func assert(t *testing.T, err error) {
+	if err != nil {
+		t.Error(err)
+	}
 }
