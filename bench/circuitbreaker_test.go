@@ -90,6 +90,13 @@ func cbBasePeers() []cbPeer {
 			}
 			return rampartCB(b, cfg, k)
 		}, rampartRejected},
+		{"rampart-counted", func(b *testing.B, k cbKind) func() error {
+			cfg := circuitbreaker.Config{OpenDuration: time.Hour, CountStats: true}
+			if k == cbFailure {
+				cfg.FailureRateThreshold, cfg.MinimumCalls = 100, 100
+			}
+			return rampartCB(b, cfg, k)
+		}, rampartRejected},
 		{"rampart-consecutive", func(b *testing.B, k cbKind) func() error {
 			cfg := circuitbreaker.Config{Mode: circuitbreaker.Consecutive, OpenDuration: time.Hour}
 			if k == cbFailure {

@@ -132,6 +132,7 @@ var groups = []group{
 			"gobreaker-twostep (TwoStepCircuitBreaker Allow + done) and failsafe-permit (TryAcquirePermit + Record).",
 		libs: []lib{
 			{name: "rampart", kind: executor, calls: "Do(ctx, fn), 100-call count window"},
+			{name: "rampart-counted", kind: executor, calls: "Do(ctx, fn), 100-call count window, Config.CountStats (per-P success counters)"},
 			{name: "rampart-consecutive", kind: executor, calls: "Do(ctx, fn), Consecutive mode"},
 			{name: "gobreaker", kind: executor, calls: "Execute(fn)"},
 			{name: "goresiliency", kind: executor, calls: "Run(fn)"},
@@ -144,6 +145,7 @@ var groups = []group{
 		pairs: []pair{
 			{label: "executor, failure-counting breakers (rampart: Consecutive mode)", rampart: "rampart-consecutive", peers: []string{"gobreaker", "goresiliency", "failsafe"}},
 			{label: "executor, count-window breakers", rampart: "rampart", peers: []string{"failsafe-window"}},
+			{label: "executor, count-window breakers, rampart counting successes", rampart: "rampart-counted", peers: []string{"failsafe-window"}},
 			{label: "primitive: Acquire + Release against the peers' two-step forms", rampart: "rampart-acquire", peers: []string{"gobreaker-twostep", "failsafe-permit"}},
 		},
 	},
@@ -290,6 +292,8 @@ var groups = []group{
 			{name: "rampart-cached", cases: softTimeoutCase, kind: executor, calls: "soft timeout on a cached ticker"},
 			{name: "rampart", cases: []string{"SuccessNoTimeout"}, kind: executor, calls: "Pipeline.Do, no timeout"},
 			{name: "rampart-cached", cases: []string{"SuccessNoTimeout"}, kind: executor, calls: "no timeout, on a cached ticker"},
+			{name: "rampart-counted", cases: []string{"Success", "SuccessParallel"}, kind: executor, calls: "Pipeline.Do with Config.CountOutcomes (per-P outcome counters)"},
+			{name: "rampart-shed", cases: []string{"Success", "SuccessParallel"}, kind: executor, calls: "Pipeline.Do with a shed.Shedder in the pipeline (never engaged)"},
 			{name: "rampart-primitives", kind: primitive, calls: "the policies' primitives called by hand, soft timeout"},
 			{name: "failsafe", kind: executor, calls: "failsafe.With(retry, breaker, rate limiter, bulkhead, timeout).Run"},
 			{name: "failsafe", cases: []string{"SuccessNoTimeout"}, kind: executor, calls: "failsafe.With(retry, breaker, rate limiter, bulkhead).Run"},
@@ -302,6 +306,22 @@ var groups = []group{
 			{label: "executor, five policies, under a cancellable parent context", rampart: "rampart", peers: []string{"failsafe"}, cases: cancellable},
 			{label: "executor, four policies, no timeout", rampart: "rampart", peers: []string{"failsafe"}, cases: []string{"SuccessNoTimeout"}},
 		},
+	},
+	{
+		name:   "Fallback",
+		metric: "ns/op",
+		note:   "Executor with executor: a fallback outermost around the four policies of Pipeline/SuccessNoTimeout (retry, circuit breaker, rate limiter, bulkhead), a call returning a string: rampart's pipeline.Fallback against failsafe.With(fallback, ...). Success: every policy admits; Reject: the rate limiter refuses and the fallback answers; Try: the outcome API. rampart is the pipeline alone; -cached rows share a rampart.CachedTicker; -stale stores each success's value.",
+		libs: []lib{
+			{name: "rampart", kind: executor, calls: "pipeline.Call, no fallback"},
+			{name: "rampart-value", kind: executor, calls: "Fallback.Call, Value"},
+			{name: "rampart-func", kind: executor, calls: "Fallback.Call, Func"},
+			{name: "rampart-stale", kind: executor, calls: "Fallback.Call, Stale (a store per success on the default ticker)"},
+			{name: "rampart-cached", cases: []string{"Success", "Try"}, kind: executor, calls: "pipeline.Call / TryCall on a cached ticker"},
+			{name: "rampart-cached-value", cases: []string{"Success", "Try"}, kind: executor, calls: "Fallback.Call / Try, Value, cached ticker"},
+			{name: "rampart-cached-stale", cases: []string{"Success"}, kind: executor, calls: "Fallback.Call, Stale, cached ticker (a store per tick)"},
+			{name: "failsafe", kind: executor, calls: "failsafe.With(fallback, retry, breaker, rate limiter, bulkhead).Get"},
+		},
+		pairs: []pair{{label: "executor, four policies and a fallback with a value", rampart: "rampart-value", peers: []string{"failsafe"}, cases: []string{"Success", "Reject"}}},
 	},
 	{
 		name:   "RateLimit",
