@@ -161,5 +161,7 @@
 //     value; whether another evaluation of the same func literal is
 //     accepted is unspecified (it depends on what the literal captures
 //     and on the compiler), so pass the values New was given.
-//   - Name: not kept by New, so not compared.
+//   - Name: fixed: it names the hedger in its Config. An empty Name keeps
+//     it (a registry names the hedgers it builds from a Config without
+//     one, and that Config, changed, is accepted).
 package hedge

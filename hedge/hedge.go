@@ -33,8 +33,10 @@ const (
 // Config must set Delay or Percentile.
 type Config struct {
 	// Name identifies the hedger. Optional. A hedger builds no errors of
-	// its own (it returns its attempts' errors unchanged), so New does not
-	// keep it.
+	// its own (it returns its attempts' errors unchanged); New keeps a
+	// Name for Config, in the block of its listeners (a named hedger
+	// without listeners allocates that 48 B block), and Update refuses
+	// to change it.
 	Name string
 
 	// Delay is the fixed hedging delay: a call that has not finished after
@@ -137,9 +139,10 @@ type Stats struct {
 //
 // A hedger with a fixed delay is 160 B (on the shared watchdog, without
 // listeners); a percentile delay adds its latency histogram and state
-// (10320 B), listeners a 32 B block, a watchdog of its own (Config.Tick or
-// a Ticker other than the default) that watchdog. Each goroutine that runs a call through it keeps
-// a pooled per-call state (sync.Pool, per P) once it has run one.
+// (10320 B), listeners or a Name a 48 B block, a watchdog of its own
+// (Config.Tick or a Ticker other than the default) that watchdog. Each
+// goroutine that runs a call through it keeps a pooled per-call state
+// (sync.Pool, per P) once it has run one.
 type Hedger struct {
 	// Read-mostly configuration, grouped and unpadded: no word here is
 	// written by every call (the counters count hedges, not calls).
@@ -155,7 +158,7 @@ type Hedger struct {
 	// trigger (the hedge path); atomic because Update changes it.
 	maxHedges  atomic.Int64
 	pct        *percentileDelay // nil with a fixed delay: its histogram is 10 KB
-	lis        *listeners       // nil without listeners
+	ext        *extras          // nil without listeners and Name
 	percentile bool             // pct != nil, kept as a flag for the hot path's first test
 	async      bool
 	ownWD      bool
@@ -200,10 +203,12 @@ type percentileDelay struct {
 	hist *histogram.Histogram
 }
 
-// listeners are a hedger's listeners, allocated by New only when one is set.
-type listeners struct {
+// extras are a hedger's listeners and its Name, allocated by New only when
+// one of them is set: the calls read them only on the hedge path.
+type extras struct {
 	onHedge, onWon, onRefused func(int)
 	panics                    atomic.Uint64
+	name                      string
 }
 
 // validate returns the *rampart.ConfigError of the first invalid field of
@@ -286,8 +291,8 @@ func New(cfg Config) (*Hedger, error) {
 	}
 	h.fixed.Store(int64(cfg.Delay))
 	h.maxHedges.Store(int64(max(cfg.MaxHedges, 1)))
-	if cfg.OnHedge != nil || cfg.OnHedgeWon != nil || cfg.OnBudgetRefused != nil {
-		h.lis = &listeners{onHedge: cfg.OnHedge, onWon: cfg.OnHedgeWon, onRefused: cfg.OnBudgetRefused}
+	if cfg.OnHedge != nil || cfg.OnHedgeWon != nil || cfg.OnBudgetRefused != nil || cfg.Name != "" {
+		h.ext = &extras{onHedge: cfg.OnHedge, onWon: cfg.OnHedgeWon, onRefused: cfg.OnBudgetRefused, name: cfg.Name}
 	}
 	if h.percentile {
 		p := &percentileDelay{hist: new(histogram.Histogram)}
@@ -328,8 +333,8 @@ func (h *Hedger) Close() error {
 
 // Config returns the configuration in force, its defaults filled in
 // (Ticker, MaxHedges, the percentile's WarmUp and Refresh), Tick set
-// when the hedger has its own watchdog, and Name empty (New does not keep
-// it): change a field and pass it to [Hedger.Update]. With a percentile,
+// when the hedger has its own watchdog, and the Name New was given:
+// change a field and pass it to [Hedger.Update]. With a percentile,
 // Delay is the warm-up delay while the histogram warms up and 0 after.
 func (h *Hedger) Config() Config {
 	updateMu.Lock() // the fields of one Update
@@ -345,8 +350,8 @@ func (h *Hedger) Config() Config {
 	if h.ownWD {
 		c.Tick = h.wd.Tick()
 	}
-	if l := h.lis; l != nil {
-		c.OnHedge, c.OnHedgeWon, c.OnBudgetRefused = l.onHedge, l.onWon, l.onRefused
+	if x := h.ext; x != nil {
+		c.Name, c.OnHedge, c.OnHedgeWon, c.OnBudgetRefused = x.name, x.onHedge, x.onWon, x.onRefused
 	}
 	if p := h.pct; p != nil {
 		p.mu.Lock()
@@ -431,9 +436,10 @@ func (p *percentileDelay) clamp(v int64) int64 { return min(max(v, p.minDelay, 1
 // Update changes the hedger's configuration while calls run (see "Live
 // reconfiguration" in the package documentation). It validates cfg
 // exactly as New does, and refuses with a *rampart.ConfigError naming the
-// field a change to a field fixed at construction: Percentile between 0
-// and not 0, Ticker, Tick, Budget, Fatal, AsyncFirst and the listeners.
-// Otherwise it applies Delay, MaxHedges and the percentile's Percentile,
+// field a change to a field fixed at construction: Name (an empty Name
+// keeps the name New was given, as a registry's create-or-get sets it),
+// Percentile between 0 and not 0, Ticker, Tick, Budget, Fatal, AsyncFirst
+// and the listeners. Otherwise it applies Delay, MaxHedges and the percentile's Percentile,
 // MinDelay, MaxDelay, WarmUp and Refresh; the latency histogram is kept.
 // A call in flight reads the delay and MaxHedges afresh at each hedge, as
 // it does the percentile delay. An invalid or refused cfg changes nothing.
@@ -480,13 +486,16 @@ func (h *Hedger) Update(cfg Config) error {
 func (h *Hedger) checkFixed(cfg *Config) error {
 	const fixed = "is fixed at construction: "
 	var onHedge, onWon, onRefused func(int)
-	if l := h.lis; l != nil {
-		onHedge, onWon, onRefused = l.onHedge, l.onWon, l.onRefused
+	name := ""
+	if x := h.ext; x != nil {
+		onHedge, onWon, onRefused, name = x.onHedge, x.onWon, x.onRefused, x.name
 	}
 	bad := func(field, format string, args ...any) error {
 		return rampart.NewConfigError("hedge", field, fixed+format, args...)
 	}
 	switch {
+	case cfg.Name != "" && cfg.Name != name: // "": the name New was given
+		return bad("Name", "it names the hedger in its Config; a renamed hedger is another hedger (got %q, built with %q)", cfg.Name, name)
 	case (cfg.Percentile != 0) != h.percentile:
 		return bad("Percentile", "between 0 (a fixed delay) and a percentile: New allocated the latency histogram or not (got %v)", cfg.Percentile)
 	case !sameTicker(cfg.Ticker, h.ticker):
@@ -518,8 +527,8 @@ func (h *Hedger) Stats() Stats {
 		TriggerFull:   h.full.Load(),
 		Delay:         h.Delay(),
 	}
-	if h.lis != nil {
-		st.ListenerPanics = h.lis.panics.Load()
+	if h.ext != nil {
+		st.ListenerPanics = h.ext.panics.Load()
 	}
 	if h.pct != nil {
 		st.Samples = h.pct.samples.Load()
@@ -533,19 +542,19 @@ func (h *Hedger) isFatal(err error) bool {
 }
 
 func (h *Hedger) notifyHedge(attempt int) {
-	if l := h.lis; l != nil && l.onHedge != nil {
+	if l := h.ext; l != nil && l.onHedge != nil {
 		notify.Call1(&l.panics, l.onHedge, attempt)
 	}
 }
 
 func (h *Hedger) notifyWon(attempt int) {
-	if l := h.lis; l != nil && l.onWon != nil {
+	if l := h.ext; l != nil && l.onWon != nil {
 		notify.Call1(&l.panics, l.onWon, attempt)
 	}
 }
 
 func (h *Hedger) notifyRefused(attempt int) {
-	if l := h.lis; l != nil && l.onRefused != nil {
+	if l := h.ext; l != nil && l.onRefused != nil {
 		notify.Call1(&l.panics, l.onRefused, attempt)
 	}
 }

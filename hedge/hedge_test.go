@@ -957,12 +957,13 @@ func TestUpdateRefusesFixedFields(t *testing.T) {
 	}
 	fatal := func(error) bool { return true }
 	onHedge := func(int) {}
-	base := Config{Delay: time.Second, MaxHedges: 2, Ticker: tk, Tick: time.Millisecond, Budget: budget, Fatal: fatal, OnHedge: onHedge}
+	base := Config{Name: "profile", Delay: time.Second, MaxHedges: 2, Ticker: tk, Tick: time.Millisecond, Budget: budget, Fatal: fatal, OnHedge: onHedge}
 	other, _ := retry.NewTokenBucket(retry.TokenBucketConfig{})
 	for _, tc := range []struct {
 		field  string
 		change func(*Config)
 	}{
+		{"Name", func(c *Config) { c.Name = "other" }},
 		{"Percentile", func(c *Config) { c.Percentile = 0.9 }},
 		{"Ticker", func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }},
 		{"Ticker", func(c *Config) { c.Ticker = (*rampart.ManualTicker)(nil) }},
@@ -1011,6 +1012,45 @@ func TestUpdateRefusesFixedFields(t *testing.T) {
 	}
 	if err := h.Update(Config{Delay: time.Hour, Tick: time.Millisecond}); err == nil {
 		t.Fatal("a Tick that asks for a watchdog of its own was accepted")
+	}
+}
+
+// TestUpdateWithoutNameKeepsTheName: New keeps the Name (Config returns
+// it), an empty Name in Update keeps it (a registry names the hedgers it
+// builds), and another Name is refused, whether or not the hedger has
+// listeners.
+func TestUpdateWithoutNameKeepsTheName(t *testing.T) {
+	for _, c := range []Config{
+		{Name: "profile", Delay: time.Second},
+		{Name: "profile", Delay: time.Second, OnHedge: func(int) {}},
+	} {
+		h, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := h.Config().Name; got != "profile" {
+			t.Fatalf("Config().Name = %q", got)
+		}
+		u := c
+		u.Name, u.Delay = "", time.Minute
+		if err := h.Update(u); err != nil {
+			t.Fatalf("Update without a Name: %v", err)
+		}
+		if got := h.Config(); got.Name != "profile" || got.Delay != time.Minute {
+			t.Fatalf("after the Update: Name %q, Delay %v", got.Name, got.Delay)
+		}
+		u.Name, u.Delay = "other", time.Hour
+		var ce *rampart.ConfigError
+		if err := h.Update(u); !errors.As(err, &ce) || ce.Field != "Name" || h.Delay() != time.Minute {
+			t.Fatalf("Update renaming the hedger = %v, Delay %v", err, h.Delay())
+		}
+	}
+	h, err := New(Config{Delay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Update(Config{Delay: time.Minute}); err != nil || h.Config().Name != "" {
+		t.Fatalf("unnamed: Update = %v, Name %q", err, h.Config().Name)
 	}
 }
 
@@ -1392,8 +1432,9 @@ func TestBudgetGrantStartsHedge(t *testing.T) {
 
 // TestHedgerBytes gates the heap bytes of one live hedger: 160 B with a
 // fixed delay (the latency histogram is allocated only for a percentile
-// delay, which adds it and its state: 10240 + 80 B), a 32 B block more
-// with listeners. New builds nothing for a nil Budget.
+// delay, which adds it and its state: 10240 + 80 B), a 48 B block more
+// with listeners or a Name (the Name's bytes are the caller's string).
+// New builds nothing for a nil Budget.
 func TestHedgerBytes(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("sizes are for 64-bit platforms")
@@ -1408,6 +1449,7 @@ func TestHedgerBytes(t *testing.T) {
 		}
 	}
 	testkit.WantBytes(t, "fixed delay", 160, mk(Config{Delay: 10 * time.Millisecond}))
-	testkit.WantBytes(t, "fixed delay, listeners", 160+32, mk(Config{Delay: 10 * time.Millisecond, OnHedge: func(int) {}}))
+	testkit.WantBytes(t, "fixed delay, listeners", 160+48, mk(Config{Delay: 10 * time.Millisecond, OnHedge: func(int) {}}))
+	testkit.WantBytes(t, "fixed delay, Name", 160+48, mk(Config{Delay: 10 * time.Millisecond, Name: "profile"}))
 	testkit.WantBytes(t, "percentile delay", 160+10240+80, mk(Config{Percentile: 0.95}))
 }
