@@ -146,7 +146,11 @@ type breakerCold struct {
 	// is hot.rej), one hotLine each (see perP); nil until the first
 	// transition to a rejecting state (Open, HalfOpen, ForcedOpen), which
 	// allocates them for the Ps that exist then, and nil for good when
-	// Compact or GOMAXPROCS was 1 then. Lazy, as the open timer: a breaker
+	// Compact or GOMAXPROCS was 1 then. With CountStats, New allocates
+	// them (for the Ps that exist at New) and one line more, P 0's
+	// successes (see allocCounters): nLines is 0 when GOMAXPROCS was 1 at
+	// New, or with Compact, whose one line counts successes only, and no
+	// trip adds rejection lines later. Lazy, as the open timer: a breaker
 	// that never opens carries no counters (a default one stays under
 	// 1 KB at any GOMAXPROCS). An atomic pointer because rejections load
 	// it while a trip publishes it (on amd64 and arm64 its load is a plain
@@ -161,7 +165,7 @@ type breakerCold struct {
 	hinted         bool // Ticker is a real-time NanoTicker: an open timer hints when an open period is over
 	count          countWindow
 	tw             timeWindow
-	rejected       atomic.Uint64 // rejections on Ps other than P 0 while lines is nil (before the first trip, or GOMAXPROCS 1 then)
+	rejected       atomic.Uint64 // rejections on Ps other than P 0 while there are no rejection lines (before the first trip, GOMAXPROCS 1 then, or 1 at New with CountStats)
 	transitions    atomic.Uint64
 	trips          atomic.Uint64
 	stale          atomic.Uint64
@@ -324,9 +328,12 @@ func (b *Breaker) allocCounters() {
 // countSuccess counts one success (CountStats). The word is total, a spare
 // of the per-P lines (only rej and seq count rejections there): P p's own
 // line for 1 ≤ p ≤ nLines, the line after them for P 0, with a plain add
-// while pinned (as countRejection's); the Ps beyond (GOMAXPROCS raised
-// after New) and Compact add atomically to a spare word (fails, total)
-// that another P may write too.
+// while pinned (as countRejection's): no other P writes that word. The Ps
+// beyond (more than 8, or GOMAXPROCS raised after New) add atomically to
+// the spare word fails of line p mod (nLines+1), which that line's own P
+// does not write: the counts stay exact, and those lines are shared
+// (false sharing, no lost add). Compact adds atomically to total of its
+// one line.
 func (b *Breaker) countSuccess() {
 	lines := b.lines.Load() // set at New with CountStats, never nil here
 	if b.init.Compact {
@@ -558,14 +565,15 @@ func (b *Breaker) reject(cs *settings, now int64, s State, err *rampart.Rejected
 // on one shared word costs a locked instruction and moves the line between
 // the cores that reject (an open breaker rejects every call of every
 // goroutine). Stats sums the counters (see rejections). The Ps beyond the
-// counters (more than 8 Ps, or GOMAXPROCS raised after the first trip) add
-// atomically to the spare word seq of the line of P 1 + (p-1) mod nLines:
-// P 8 + i shares P 1 + i's line, so beyond 8 Ps a rejection writes a line
-// that another P writes too, each word shared by the Ps beyond, not all of
-// them on one. Before the lines exist (a rejection racing the first trip's
-// publication) and when there are none (GOMAXPROCS 1 at the first trip),
-// the Ps but P 0 add atomically to one shared word, b.rejected: counts
-// stay exact either way.
+// counters (more than 8 Ps, or GOMAXPROCS raised after the first trip, or
+// after New with CountStats) add atomically to the spare word seq of the
+// line of P 1 + (p-1) mod nLines: P 8 + i shares P 1 + i's line, so beyond
+// 8 Ps a rejection writes a line that another P writes too, each word
+// shared by the Ps beyond, not all of them on one. Before the lines exist
+// (a rejection racing the first trip's publication) and when there are
+// none (GOMAXPROCS 1 at the first trip, or at New with CountStats, whose
+// one line is P 0's successes), the Ps but P 0 add atomically to one
+// shared word, b.rejected: counts stay exact either way.
 func (b *Breaker) countRejection() {
 	if b.init.Compact {
 		atomic.AddUint64(&b.hot.rej, 1)
@@ -651,9 +659,13 @@ func (b *Breaker) ReleaseAt(p Permit, now int64, r rampart.Result) {
 
 // releaseAt is ReleaseAt under the configuration cs of the call.
 func (b *Breaker) releaseAt(cs *settings, p Permit, now int64, r rampart.Result) {
-	if cs.counted && r == rampart.Success {
+	if cs.counted && r == rampart.Success && (p.start == rampart.NotRead || !b.slowFailure(cs, p.start, now)) {
 		// CountStats only; off, a test of a byte on the line of cs.fast,
-		// which the next line loads anyway.
+		// which the next line loads anyway. A slow success in Consecutive
+		// mode is recorded as a failure (recordSlow counts it in
+		// Failures): it is a success here only if it is not recorded
+		// (countUnrecorded). The clock-free paths (no start read) skip the
+		// test.
 		b.countSuccess()
 	}
 	if r == rampart.Success && cs.fast == fastCount && p.word&stateMask == uint64(Closed) && b.state.Load() == p.word && b.count.allOK(&b.hot.hotWords) {
@@ -662,6 +674,7 @@ func (b *Breaker) releaseAt(cs *settings, p Permit, now int64, r rampart.Result)
 	w := b.state.Load() // atomic 1: is the permit current?
 	if (w^p.word)&keyMask != 0 {
 		b.stale.Add(1)
+		b.countUnrecorded(cs, p, now, r)
 		return
 	}
 	if w&stateMask == uint64(Closed) && r == rampart.Success {
@@ -688,6 +701,23 @@ func (b *Breaker) releaseAt(cs *settings, p Permit, now int64, r rampart.Result)
 	b.recordSlow(cs, w, p, now, r)
 }
 
+// slowFailure reports whether a success that started at start (read)
+// and ended at now is one that recordSlow records as a failure: a slow
+// call in Consecutive mode.
+func (b *Breaker) slowFailure(cs *settings, start, now int64) bool {
+	return b.init.Mode == Consecutive && cs.SlowCallDuration > 0 && now != rampart.NotRead && now-start >= int64(cs.SlowCallDuration)
+}
+
+// countUnrecorded counts, with CountStats, the success that releaseAt
+// left to recordSlow as a failure (see slowFailure) when it is not
+// recorded after all (a stale permit, a Disabled breaker): a Success
+// released, counted once, as every other.
+func (b *Breaker) countUnrecorded(cs *settings, p Permit, now int64, r rampart.Result) {
+	if cs.counted && r == rampart.Success && p.start != rampart.NotRead && b.slowFailure(cs, p.start, now) {
+		b.countSuccess()
+	}
+}
+
 // Release is [Breaker.ReleaseAt] for a caller that has not read the clock:
 // it reads the breaker's Ticker only for a permit whose start was read (the
 // call's duration is measured); otherwise it passes [rampart.NotRead] and
@@ -709,6 +739,7 @@ func (b *Breaker) recordSlow(cs *settings, w uint64, p Permit, now int64, r ramp
 	}
 	st := State(w & stateMask)
 	if st == Disabled {
+		b.countUnrecorded(cs, p, now, r)
 		return
 	}
 	if r == rampart.Ignored {
@@ -1145,9 +1176,12 @@ type Stats struct {
 	SlowCalls uint64
 	Rejected  uint64 // rejected calls, summed over the per-P counters (see the package doc, Cost)
 	// Successes counts every Success released, in any state and with a
-	// stale permit too, only with Config.CountStats (0 otherwise): the
-	// count the hot path does not keep by default. Summed over per-P
-	// counters, as Rejected.
+	// stale permit too (but a slow success in Consecutive mode recorded
+	// as a failure, which is in Failures), only with Config.CountStats (0
+	// otherwise): the count the hot path does not keep by default. Failures
+	// counts no stale result, so Successes + Failures is the results
+	// released but the stale failures and Disabled's (see
+	// Config.CountStats). Summed over per-P counters, as Rejected.
 	Successes      uint64
 	StaleResults   uint64 // results ignored because their permit was from an older generation
 	Transitions    uint64

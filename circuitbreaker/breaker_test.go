@@ -1552,3 +1552,42 @@ func TestCountStatsCountsEverySuccess(t *testing.T) {
 		}
 	}
 }
+
+// TestCountStatsCountsASlowConsecutiveSuccessOnce: in Consecutive mode a
+// slow success is recorded as a failure, so CountStats counts it in
+// Failures and not in Successes: one result, one count. A fast success,
+// and a slow one whose permit is stale or released to a Disabled breaker
+// (no failure recorded), is a success.
+func TestCountStatsCountsASlowConsecutiveSuccessOnce(t *testing.T) {
+	for _, compact := range []bool{false, true} {
+		b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 5, SlowCallDuration: 10 * ms, CountStats: true, Compact: compact})
+		require.NoError(t, call(t, b, tk, 20*ms, nil)) // slow: a failure
+		require.NoError(t, call(t, b, tk, ms, nil))    // fast: a success
+		s := b.Stats()
+		require.Equal(t, [2]uint64{1, 1}, [2]uint64{s.Successes, s.Failures}, "compact=%v: Successes, Failures", compact)
+
+		stale, _ := b.AcquireAt(tk.Now())
+		b.TransitionTo(MetricsOnly)
+		tk.Advance(20 * ms)
+		b.ReleaseAt(stale, tk.Now(), rampart.Success) // stale: a success released, no failure recorded
+		b.TransitionTo(Disabled)
+		require.NoError(t, call(t, b, tk, 20*ms, nil)) // Disabled records no failure
+		s = b.Stats()
+		require.Equal(t, [3]uint64{3, 1, 1}, [3]uint64{s.Successes, s.Failures, s.StaleResults}, "compact=%v: Successes, Failures, StaleResults", compact)
+	}
+}
+
+// TestCountStatsCountsStaleSuccessesNotStaleFailures: what the docs of
+// Config.CountStats and Stats.Successes say: a stale Success is counted in
+// Successes (and StaleResults), a stale Failure only in StaleResults.
+func TestCountStatsCountsStaleSuccessesNotStaleFailures(t *testing.T) {
+	b, tk := newTest(t, Config{Mode: Consecutive, ConsecutiveFailures: 1, CountStats: true})
+	p1, _ := b.AcquireAt(tk.Now())
+	p2, _ := b.AcquireAt(tk.Now())
+	p3, _ := b.AcquireAt(tk.Now())
+	b.ReleaseAt(p1, tk.Now(), rampart.Failure) // trips: p2, p3 are stale
+	b.ReleaseAt(p2, tk.Now(), rampart.Success)
+	b.ReleaseAt(p3, tk.Now(), rampart.Failure)
+	s := b.Stats()
+	require.Equal(t, [3]uint64{1, 1, 2}, [3]uint64{s.Successes, s.Failures, s.StaleResults}, "Successes, Failures, StaleResults")
+}

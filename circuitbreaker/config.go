@@ -101,13 +101,24 @@ type Config struct {
 	Compact bool
 	// CountStats turns on the Successes counter of Stats: every Success
 	// released (Release, ReleaseAt, Do, Call), in every state and with a
-	// stale permit too, so that Successes + Failures is the results an
-	// operator's dashboard divides by. Off by default: a healthy breaker
-	// then writes nothing on a success. On, a success adds one to a
-	// counter of the P that runs the caller (pinned meanwhile: a plain add
-	// on a line no other P writes; Compact: one atomic add on a line of
-	// its own), allocated at New: one 64 B line per P up to 8 (128 B on
-	// arm64), one line with Compact. Fixed at construction.
+	// stale permit too, but for a slow success in Consecutive mode that is
+	// recorded as a failure (counted in Failures instead). Failures counts
+	// only the failures recorded (the current generation, not Disabled),
+	// so the two are not symmetric: a stale Success is in Successes (and
+	// StaleResults), a stale Failure in StaleResults only. Successes
+	// answers "how many calls went well", which a stale or unjudged
+	// success did; Successes + Failures is every result released but the
+	// stale and Disabled failures. Off by default: a healthy breaker then
+	// writes nothing on a success. On, a success adds one to a counter of
+	// the P that runs the caller, allocated at New: one 64 B line per P
+	// up to 8 (128 B on arm64), for the Ps that exist at New (GOMAXPROCS),
+	// one line with Compact. A P with a line of its own adds to its word
+	// there with a plain add, pinned meanwhile, as no other P writes that
+	// word; the Ps beyond the lines (more than 8, or GOMAXPROCS raised
+	// after New) add atomically to a spare word of one of those lines,
+	// which the line's own P does not write: exact counts, and false
+	// sharing of that line only. Compact: one atomic add on a line of its
+	// own. Fixed at construction.
 	CountStats bool
 
 	// Mode selects the health judgement: CountWindow (default), TimeWindow

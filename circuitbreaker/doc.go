@@ -152,17 +152,23 @@
 // error. Nothing allocates on a call; transitions take a mutex, and the
 // first transition to a rejecting state allocates the per-P counters (and,
 // on the real-time clock, the open timer). A rejection that races that
-// first publication, or a breaker that tripped first on 1 P, counts on one
-// shared atomic word instead (Compact counts every rejection so, on its
-// hot line).
+// first publication, or a breaker that tripped first on 1 P (with
+// CountStats: that was built on 1 P, as New allocates the lines then),
+// counts on one shared atomic word instead (Compact counts every rejection
+// so, on its hot line).
 //
 // Successes are not counted by default: a success into a healthy window
 // writes nothing, so Stats has Failures and Rejected but no count of the
 // calls that went well. [Config.CountStats] counts them (Stats.Successes),
 // as ratelimit's CountStats counts admissions: a pinned plain add to a
 // counter of the caller's P, on lines New allocates (one per P up to 8; one
-// with Compact, added to atomically), never the hot line. Off, it costs a
-// test of a byte the success paths load anyway. Like resilience4j's
+// with Compact, added to atomically), never the hot line; the Ps beyond
+// add atomically to spare words of those lines. Every Success released is
+// counted, a stale one too, but for a slow success in Consecutive mode,
+// which is recorded as a failure: Failures counts recorded failures only,
+// so a stale Success is in Successes and a stale Failure only in
+// StaleResults. Off, it costs a test of a byte the success paths load
+// anyway. Like resilience4j's
 // numberOfSuccessfulCalls, which its ring buffer always keeps; here it is
 // opt-in because the default success path writes nothing.
 //
@@ -251,6 +257,8 @@
 //     Setting SlowCallDuration, OnSuccess or OnFailure makes the
 //     shorthands read the clock from the next call (MeasuresCalls follows).
 //   - Name: fixed: New built the rejection errors that carry it, once.
+//     An empty Name keeps it (a registry names the breakers it builds from
+//     a Config without one, and that Config, changed, is accepted).
 //   - Ticker: fixed: the open period's end, the half-open period's start
 //     and the permits' starts are readings of that clock, which another
 //     clock's do not compare with.
@@ -264,6 +272,12 @@
 //   - TimeWindow, Buckets: fixed: New allocated the buckets, each counting
 //     one slice of TimeWindow/Buckets tagged with its tick; another span
 //     or count would misread them.
+//
+// Updates may run concurrently: they publish one at a time, the one
+// published last is the configuration in force, and an Update's judgement
+// moves the breaker only while its configuration is still the published
+// one (a slower Update's judgement, run after a later publication, changes
+// nothing).
 //
 // Update allocates the new configuration (one object of about 220 B);
 // calls still allocate nothing. For composition: ReleaseAt, Classify and
