@@ -512,6 +512,90 @@ func TestRateLimiterOfTheRegistryUpdates(t *testing.T) {
 	}
 }
 
+// TestEveryKindOfTheRegistryAcceptsTheCallersConfigBack: every kind the
+// registry builds by name and that has an Update accepts the Config its
+// caller gave the registry (no Name: the registry named the instance) with
+// a field changed, applies the change and keeps the registry's name.
+func TestEveryKindOfTheRegistryAcceptsTheCallersConfigBack(t *testing.T) {
+	r := registry.New()
+	for _, tc := range []struct {
+		kind string
+		// update builds the instance named name from a Config without a
+		// Name, updates it with that Config changed and returns the
+		// change seen in the instance (true when applied), the instance's
+		// name and the Update's error.
+		update func(t *testing.T, name string) (applied bool, got string, err error)
+	}{
+		{"Breaker", func(t *testing.T, name string) (bool, string, error) {
+			c := circuitbreaker.Config{FailureRateThreshold: 50}
+			b, err := registry.Breaker(r, name, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.FailureRateThreshold = 25
+			err = b.Update(c)
+			return b.Config().FailureRateThreshold == 25, b.Config().Name, err
+		}},
+		{"RateLimiter", func(t *testing.T, name string) (bool, string, error) {
+			c := ratelimit.Config{Rate: 10, Burst: 5}
+			l, err := registry.RateLimiter(r, name, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Burst = 7
+			err = l.Update(c)
+			return l.Config().Burst == 7, l.Config().Name, err
+		}},
+		{"ShardedRateLimiter", func(t *testing.T, name string) (bool, string, error) {
+			c := ratelimit.ShardedConfig{Config: ratelimit.Config{Rate: 100, Burst: 8}, Shards: 2}
+			s, err := registry.ShardedRateLimiter(r, name, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Burst = 16
+			err = s.Update(c)
+			return s.Config().Burst == 16, s.Config().Name, err
+		}},
+		{"Bulkhead", func(t *testing.T, name string) (bool, string, error) {
+			c := bulkhead.Config{Max: 4}
+			b, err := registry.Bulkhead(r, name, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Max = 8
+			err = b.Update(c)
+			return b.Max() == 8, b.Config().Name, err
+		}},
+		{"AdaptiveLimiter", func(t *testing.T, name string) (bool, string, error) {
+			c := adaptive.Config{InitialLimit: 4, MaxLimit: 50}
+			l, err := registry.AdaptiveLimiter(r, name, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.MaxLimit = 60
+			err = l.Update(c)
+			return l.Config().MaxLimit == 60, l.Config().Name, err
+		}},
+		{"Hedger", func(t *testing.T, name string) (bool, string, error) {
+			c := hedge.Config{Delay: time.Second}
+			h, err := registry.Hedger(r, name, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = h.Close() })
+			c.Delay = time.Minute
+			err = h.Update(c)
+			return h.Delay() == time.Minute, h.Config().Name, err
+		}},
+	} {
+		name := "reg-" + tc.kind
+		applied, got, err := tc.update(t, name)
+		if err != nil || !applied || got != name {
+			t.Errorf("%s: Update of the caller's Config, changed = %v (applied %v), name %q, want %q", tc.kind, err, applied, got, name)
+		}
+	}
+}
+
 // TestScaleRaisesAMaxAboveMaxInt32: a factor above 1 never lowers a
 // bulkhead, whatever its Max (a Max above MaxInt32 was cut to MaxInt32),
 // and a product beyond MaxInt saturates there; Restore puts the Max back.
