@@ -67,8 +67,8 @@ bench-redis: ## the Redis limiter against throttled/v2 on a local server, -count
 bench-report: ## -count=$(BENCHCOUNT) run, benchstat summary, bench/README.md and the README summary regenerated
 	BENCHCOUNT=$(BENCHCOUNT) BENCHTIME=$(BENCHTIME) BENCHSTAT_VERSION=$(BENCHSTAT_VERSION) ./scripts/bench-report.sh
 
-demo-chart: ## the overload demo recorded: its per-second series (JSON, CSV) and chart (SVG, HTML) into docs/img
-	$(GO) run ./examples/overload -out docs/img
+demo-chart: ## the overload demo recorded: its per-second series (JSON, CSV) and charts (SVG, HTML) into docs/img (overload.* and overload-cpu.*)
+	cd examples/overload && $(GO) run . -out ../../docs/img
 
 browser-check: ## the status page and the demo's chart in headless Chromium (Debian's chromium, installed when missing)
 	./statuspage/scripts/browser-check.sh
@@ -76,8 +76,8 @@ browser-check: ## the status page and the demo's chart in headless Chromium (Deb
 shed-compare: ## the CPU-bound overload scenario: no shedding, rampart's shed, go-zero's and aegis's shedders side by side (the table into bench/shedcompare/table.md)
 	cd bench/shedcompare && $(GO) run . -duration 4s -sample 25ms -out table.md
 
-demo: ## the overload demo: an API under overload, unprotected vs protected by rampart
-	$(GO) run ./examples/overload
+demo: ## the overload demo: an API whose database slows down, and a CPU-bound handler, each unprotected then protected by rampart
+	cd examples/overload && $(GO) run .
 
 fuzz: ## every fuzz target for $(FUZZTIME)
 	./scripts/fuzz.sh $(FUZZTIME)
