@@ -116,7 +116,9 @@
 //
 // # Live reconfiguration
 //
-// [Policy.Update] takes a whole Config (the one New was given, changed),
+// [Policy.Update] takes a whole Config (the one New was given, or
+// [Policy.Config]'s, the configuration in force with its defaults filled
+// in, changed),
 // validates it exactly as New does (zero fields mean the same defaults),
 // and applies it while calls run, or refuses it with a *rampart.ConfigError
 // naming the field and changes nothing. The configuration is one immutable
@@ -136,7 +138,9 @@
 //     and a start never read would count as one long ago.
 //   - Name: fixed: it names the instance in the give-up errors already
 //     returned and to whoever observes them; a renamed policy is another
-//     policy.
+//     policy. An empty Name keeps it (a registry names the policies it
+//     builds from a Config without one, and that Config, changed, is
+//     accepted).
 //   - Ticker: fixed: the calls in flight measure MaxDuration and the
 //     deadline in readings of that clock, and the budget shares it.
 //   - Budget: fixed: a call's request, outcomes and retries are charged to

@@ -12,6 +12,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/notify"
 	"github.com/rampart-go/rampart/internal/pad"
+	"github.com/rampart-go/rampart/internal/sameptr"
 	"github.com/rampart-go/rampart/internal/ticker"
 )
 
@@ -172,8 +173,11 @@ func New(c Config) (*Policy, error) {
 // reconfiguration" in the package documentation). It validates c exactly
 // as New does (zero fields mean the same defaults), and refuses with a
 // *rampart.ConfigError naming the field a change to a field fixed at
-// construction: Name, Ticker, Budget, and MaxDuration from or to 0
-// (between positive values it is updatable). An invalid or refused c
+// construction: Name (an empty Name keeps the name New was given, as a
+// registry's create-or-get sets it on the caller's behalf), Ticker,
+// Budget, and MaxDuration from or to 0 (between positive values it is
+// updatable); pass the Config New was given, or [Policy.Config]'s, with
+// the other fields changed. An invalid or refused c
 // changes nothing. Otherwise the next calls (and the next Decide, GiveUp,
 // Retryable, MaxAttempts, NeedsTime) use c: a call of Do, Call or CallIf
 // reads the configuration once, when its first attempt fails (the first
@@ -188,11 +192,11 @@ func (p *Policy) Update(c Config) error {
 	const fixed = "is fixed at construction: "
 	old := p.cur.Load()
 	switch {
-	case c.Name != p.name:
+	case c.Name != "" && c.Name != p.name: // "": the name New was given
 		return rampart.NewConfigError("retry", "Name", fixed+"it names the instance in the give-up errors already returned and to whoever observes them; a renamed policy is another policy (got %q, built with %q)", c.Name, p.name)
-	case !sameValue(s.ticker, old.ticker):
+	case !sameptr.Value(s.ticker, old.ticker):
 		return rampart.NewConfigError("retry", "Ticker", fixed+"the calls in flight measure MaxDuration and the deadline in readings of the old clock, and the budget shares it")
-	case !sameValue(s.budget, old.budget):
+	case !sameptr.Value(s.budget, old.budget):
 		return rampart.NewConfigError("retry", "Budget", fixed+"a call's request, outcomes and retries are charged to one budget, which callers of the primitives (package pipeline) hold across the call; the budget is shared with other policies")
 	case (s.maxDur > 0) != (old.maxDur > 0):
 		return rampart.NewConfigError("retry", "MaxDuration", fixed+"from or to 0: it decides whether a call reads the clock at its start (NeedsTime), which callers of the primitives read once per call; between positive values it may change (got %v, built with %v)", c.MaxDuration, time.Duration(old.maxDur))
@@ -201,16 +205,29 @@ func (p *Policy) Update(c Config) error {
 	return nil
 }
 
-// sameValue reports whether interfaces a and b hold the same value: equal
-// values of a comparable type, or the same boxed value of an uncomparable
-// one (a func type: the same closure), which == would panic on.
-func sameValue[T any](a, b T) (same bool) {
-	defer func() {
-		if recover() != nil { // the same uncomparable dynamic type
-			same = (*[2]unsafe.Pointer)(unsafe.Pointer(&a))[1] == (*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1]
-		}
-	}()
-	return any(a) == any(b)
+// Config returns the configuration in force (the last Update's, or New's)
+// with its defaults filled in: MaxAttempts (capped at 2^31-1), BaseDelay,
+// MaxDelay, Multiplier, Increment and the Ticker. Update accepts it back,
+// changed or not.
+func (p *Policy) Config() Config {
+	s := p.cur.Load()
+	return Config{
+		Name:            p.name,
+		MaxAttempts:     int(s.maxAttempts),
+		MaxDuration:     time.Duration(s.maxDur),
+		Backoff:         s.kind,
+		BaseDelay:       time.Duration(s.bo.base),
+		MaxDelay:        time.Duration(s.bo.max),
+		Multiplier:      s.bo.mult,
+		Increment:       time.Duration(s.bo.inc),
+		ShouldRetry:     s.shouldRetry,
+		Budget:          s.budget,
+		Ticker:          s.ticker,
+		Rand:            s.bo.rand,
+		OnRetry:         s.onRetry,
+		OnGiveUp:        s.onGiveUp,
+		OnBudgetRefused: s.onRefused,
+	}
 }
 
 // settings validates c and fills s with it, its defaults filled in.

@@ -1092,7 +1092,7 @@ func TestUpdateRefusals(t *testing.T) {
 		cfg   Config
 		fixed bool
 	}{
-		{"Name", with(func(c *Config) { c.Name = "" }), true},
+		{"Name", with(func(c *Config) { c.Name = "other" }), true},
 		{"Ticker", with(func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }), true},
 		{"Ticker", with(func(c *Config) { c.Ticker = nil }), true}, // the default clock, not tk
 		{"Budget", with(func(c *Config) { c.Budget = other }), true},
@@ -1261,5 +1261,61 @@ func TestStressUpdatesRacingCalls(t *testing.T) {
 func TestZeroPolicyHasNoTicker(t *testing.T) {
 	if tk := (&Policy{}).Ticker(); tk != nil {
 		t.Fatalf("a zero Policy's Ticker: %v", tk)
+	}
+}
+
+// TestUpdateWithoutNameKeepsTheName: an empty Name in Update keeps the
+// name New was given (a registry's create-or-get sets it on the caller's
+// behalf, and the caller's own Config, changed, must be accepted back):
+// Config and the give-up errors still carry it.
+func TestUpdateWithoutNameKeepsTheName(t *testing.T) {
+	p := mustNew(t, Config{Name: "db", MaxAttempts: 2})
+	if err := p.Update(Config{MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Config().Name; got != "db" {
+		t.Fatalf("Config().Name = %q, want db", got)
+	}
+	if p.MaxAttempts() != 3 {
+		t.Fatalf("MaxAttempts %d, want 3", p.MaxAttempts())
+	}
+	if err := p.GiveUp(MaxAttempts, 3, errBoom, nil); !strings.Contains(err.Error(), `retry "db"`) {
+		t.Fatalf("give-up error %q does not carry the name", err)
+	}
+}
+
+// TestUpdateOfConfigRoundTrips: Config returns the configuration in force
+// with its defaults filled in, and Update(Config()) is accepted and changes
+// nothing: with the zero Config, and with every field set (listeners, a
+// budget, an uncomparable Rand and ShouldRetry).
+func TestUpdateOfConfigRoundTrips(t *testing.T) {
+	bud, err := NewTokenBucket(TokenBucketConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Config{
+		{},
+		{Name: "db", MaxAttempts: 5, MaxDuration: time.Second, Backoff: Linear, BaseDelay: time.Millisecond,
+			MaxDelay: time.Second, Multiplier: 1.5, Increment: 2 * time.Millisecond, Budget: bud,
+			Ticker: rampart.NewManualTicker(0), ShouldRetry: func(error) bool { return true },
+			Rand: func(n int64) int64 { return 0 }, OnRetry: func(int, time.Duration, error) {},
+			OnGiveUp: func(int, Stop, error) {}, OnBudgetRefused: func(int, error) {}},
+	} {
+		p := mustNew(t, c)
+		before := p.Config()
+		if err := p.Update(before); err != nil {
+			t.Fatalf("Update(Config()): %v", err)
+		}
+		if got, want := fmt.Sprint(p.Config()), fmt.Sprint(before); got != want {
+			t.Fatalf("Update(Config()) changed it:\n%s\n%s", got, want)
+		}
+		if got, want := *p.cur.Load(), p.init; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("Update(Config()) settings %v, New's %v", got, want)
+		}
+	}
+	d := mustNew(t, Config{}).Config()
+	if d.MaxAttempts != 3 || d.BaseDelay != 100*time.Millisecond || d.MaxDelay != 10*time.Second || d.Multiplier != 2 ||
+		d.Increment != 100*time.Millisecond || d.Ticker != rampart.DefaultTicker() {
+		t.Fatalf("defaults not filled in: %+v", d)
 	}
 }
