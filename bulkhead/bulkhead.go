@@ -122,7 +122,8 @@
 // the words their writers read beside them, and a line of padding before
 // the in-flight count that keeps the heap's previous object off its line.
 // [Config.Compact] drops that padding: 176 B, for the many cold bulkheads
-// (per tenant, per route) on which goroutines do not contend. Unnamed
+// (per tenant, per route) on which goroutines do not contend. With 4-byte
+// pointers (386, arm) a bulkhead is 224 B, 160 B compact. Unnamed
 // bulkheads share one rejection error; a Name adds its own. For scale:
 // golang.org/x/sync/semaphore's Weighted is 80 B, a buffered channel of
 // 32 empty structs 112 B, failsafe-go's bulkhead 208 B (BenchmarkMemory in
@@ -136,6 +137,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/internal/atomicx"
@@ -243,7 +245,7 @@ type Bulkhead struct {
 	maxWait     atomic.Int64
 	ticker      rampart.Ticker
 	onWaitAdmit func(waited time.Duration)
-	_           [pad.Tail64]byte // rejected at least a line from inFlight (none on 64 B lines)
+	_           [(pad.LineSize - hotLineBytes%pad.LineSize) % pad.LineSize]byte // rejected at least a line from inFlight
 
 	// rejected: written by every rejection, which under overload is every
 	// call: a line from inFlight keeps it off inFlight's, and what follows
@@ -263,6 +265,13 @@ type Bulkhead struct {
 	waitedNanos    atomic.Int64
 	listenerPanics atomic.Uint64
 }
+
+// hotLineBytes are the bytes of the Bulkhead's words from inFlight to
+// onWaitAdmit, which the padding after them rounds up to a whole line, so
+// that rejected starts a line after inFlight: 64 B with 8-byte pointers
+// (no padding on 64 B lines), 52 B with 4-byte ones (a fixed 64 B count
+// left rejected on inFlight's line there).
+const hotLineBytes = 5*unsafe.Sizeof(atomic.Int64{}) + unsafe.Sizeof(rampart.Ticker(nil)) + unsafe.Sizeof((func(time.Duration))(nil))
 
 // paddedBulkhead is the default layout: a line of padding before the
 // bulkhead keeps the object before it off inFlight's line; the bulkhead's

@@ -332,15 +332,23 @@ func TestOverCountRate(t *testing.T) {
 
 // TestBulkheadBytes gates the heap bytes of one live bulkhead, both
 // layouts: 176 B compact (the struct's 168 B in its size class), and a
-// line of padding more by default (240 B on 64 B lines). A Name adds its
-// rejection error; unnamed bulkheads share one.
+// line of padding more by default (240 B on 64 B lines). With 4-byte
+// pointers (386, arm) the struct is 152 B: 160 B compact, 224 B padded. A
+// Name adds its rejection error; unnamed bulkheads share one.
 func TestBulkheadBytes(t *testing.T) {
 	size := int64(unsafe.Sizeof(Bulkhead{}))
-	require.Equal(t, int64(168+pad.LineSize-64), size)
-	padded := map[uintptr]int64{64: 240, 128: 384}[pad.LineSize] // 64 + 176 B; 128 + 240 B (size class 384)
 	mk := func(c Config) func() any { return func() any { return mustNew(t, c) } }
-	testkit.WantBytes(t, "default", padded, mk(Config{Max: 10}))
-	testkit.WantBytes(t, "Compact", 176+int64(pad.LineSize)-64, mk(Config{Max: 10, Compact: true}))
+	if unsafe.Sizeof(uintptr(0)) == 4 {
+		require.Equal(t, 64, int(pad.LineSize))
+		require.Equal(t, int64(152), size)
+		testkit.WantBytes(t, "default", 224, mk(Config{Max: 10}))
+		testkit.WantBytes(t, "Compact", 160, mk(Config{Max: 10, Compact: true}))
+	} else {
+		require.Equal(t, int64(168+pad.LineSize-64), size)
+		padded := map[uintptr]int64{64: 240, 128: 384}[pad.LineSize] // 64 + 176 B; 128 + 240 B (size class 384)
+		testkit.WantBytes(t, "default", padded, mk(Config{Max: 10}))
+		testkit.WantBytes(t, "Compact", 176+int64(pad.LineSize)-64, mk(Config{Max: 10, Compact: true}))
+	}
 	require.Same(t, mustNew(t, Config{Max: 1}).RejectedError(), mustNew(t, Config{Max: 2}).RejectedError(), "unnamed bulkheads share their rejection error")
 }
 
