@@ -195,7 +195,9 @@
 //
 // # Live reconfiguration
 //
-// [Timeout.Update] takes a whole Config (the one New was given, changed),
+// [Timeout.Update] takes a whole Config (the one New was given, or
+// [Timeout.Config]'s, the configuration in force with its defaults filled
+// in, changed),
 // validates it exactly as New does, and applies it while calls run, or
 // refuses it with a *rampart.ConfigError naming the field and changes
 // nothing. The configuration is one immutable object that a call loads
@@ -214,7 +216,9 @@
 //   - OnTimeout, OnAbandon, OnRejected: updatable; each call notifies
 //     those of the configuration it started under.
 //   - Name: fixed: the timeout and rejection errors carry it, and callers
-//     hold those already returned.
+//     hold those already returned. An empty Name keeps it (a registry
+//     names the timeouts it builds from a Config without one, and that
+//     Config, changed, is accepted).
 //   - Mode: fixed: New chose from it whether calls get a context that the
 //     watchdog ends.
 //   - Ticker, Watchdog, Tick: fixed: the deadlines of the calls in flight

@@ -11,6 +11,7 @@ import (
 	"github.com/rampart-go/rampart/internal/atomicx"
 	"github.com/rampart-go/rampart/internal/lazyctx"
 	"github.com/rampart-go/rampart/internal/notify"
+	"github.com/rampart-go/rampart/internal/sameptr"
 	"github.com/rampart-go/rampart/internal/ticker"
 	"github.com/rampart-go/rampart/internal/watchdog"
 )
@@ -335,9 +336,12 @@ func (cfg *Config) plan() (rampart.Ticker, wdPlan) {
 // Update changes the Timeout's configuration while calls run (see "Live
 // reconfiguration" in the package documentation). It validates c exactly
 // as New does, and refuses with a *rampart.ConfigError naming the field a
-// change to a field fixed at construction: Name, Mode, Ticker, Watchdog,
-// Tick (ignored in soft mode, as by New) and Workers (pass the Config New
-// was given, with Duration, MaxAbandoned or the listeners changed). An
+// change to a field fixed at construction: Name (an empty Name keeps the
+// name New was given, as a registry's create-or-get sets it on the
+// caller's behalf), Mode, Ticker, Watchdog, Tick (ignored in soft mode, as
+// by New) and Workers (pass the Config New was given, or
+// [Timeout.Config]'s, with Duration, MaxAbandoned or the listeners
+// changed). An
 // invalid or refused c changes nothing. Otherwise the calls that start
 // after it use c; a call in progress keeps the configuration it started
 // under to its end (its deadline, its timeout error, its listeners), so
@@ -353,11 +357,11 @@ func (t *Timeout) Update(c Config) error {
 	old := t.cur.Load()
 	tk, plan := c.plan()
 	switch {
-	case c.Name != old.err.name:
+	case c.Name != "" && c.Name != old.err.name: // "": the name New was given
 		return rampart.NewConfigError("timeout", "Name", fixed+"the timeout and rejection errors carry it, and callers hold those already returned (got %q, built with %q)", c.Name, old.err.name)
 	case c.Mode != t.mode:
 		return rampart.NewConfigError("timeout", "Mode", fixed+"New chose from it whether calls get a context the watchdog ends (got %v, built with %v)", c.Mode, t.mode)
-	case !sameValue(tk, t.tk):
+	case !sameptr.Value(tk, t.tk):
 		return rampart.NewConfigError("timeout", "Ticker", fixed+"the deadlines of the calls in flight are readings of the old clock, which the watchdog compares with its own")
 	case plan != t.plan() && (c.Watchdog != nil || t.plan() == wdGiven):
 		return rampart.NewConfigError("timeout", "Watchdog", fixed+"the calls in flight are armed on the watchdog New chose")
@@ -370,8 +374,36 @@ func (t *Timeout) Update(c Config) error {
 	case c.workers() != int(t.nWorkers):
 		return rampart.NewConfigError("timeout", "Workers", fixed+"the first DoAbandon allocates the table of workers at that size (got %d, built with %d)", c.Workers, t.nWorkers)
 	}
+	c.Name = old.err.name // an empty Name keeps it
 	t.cur.Store(newSettings(t, &c))
 	return nil
+}
+
+// Config returns the configuration in force (the last Update's, or New's)
+// with its defaults filled in: the Ticker and MaxAbandoned, Workers, and
+// Tick of the watchdog the Timeout fires its deadlines on (its own, or the
+// Watchdog it was given; 0 on the process-wide one and in soft mode
+// without a Watchdog). Update accepts it back, changed or not.
+func (t *Timeout) Config() Config {
+	s := t.cur.Load()
+	c := Config{
+		Duration:     s.err.d,
+		Mode:         t.mode,
+		Name:         s.err.name,
+		Ticker:       t.tk,
+		MaxAbandoned: int(s.maxAband),
+		Workers:      int(t.nWorkers),
+		OnTimeout:    s.onTimeout,
+		OnAbandon:    s.onAbandon,
+		OnRejected:   s.onRejected,
+	}
+	switch t.plan() {
+	case wdGiven:
+		c.Watchdog, c.Tick = t.wd, t.wd.Tick()
+	case wdOwn:
+		c.Tick = t.wd.Tick()
+	}
+	return c
 }
 
 // plan returns the watchdog New chose (see Config.plan).
@@ -394,19 +426,6 @@ func watchdogTick(tick time.Duration) time.Duration {
 		return time.Millisecond
 	}
 	return tick
-}
-
-// sameValue reports whether the interfaces a and b hold the same value:
-// equal values of a comparable type, or the same boxed value of an
-// uncomparable one (a func type: the same closure), which == would panic
-// on.
-func sameValue[T any](a, b T) (same bool) {
-	defer func() {
-		if recover() != nil { // the same uncomparable dynamic type
-			same = (*[2]unsafe.Pointer)(unsafe.Pointer(&a))[1] == (*[2]unsafe.Pointer)(unsafe.Pointer(&b))[1]
-		}
-	}()
-	return any(a) == any(b)
 }
 
 // newSettings builds the settings of a validated cfg: one allocation

@@ -3,6 +3,7 @@ package timeout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"reflect"
@@ -1121,7 +1122,7 @@ func TestUpdateRefusals(t *testing.T) {
 		base, to Config
 		fixed    bool
 	}{
-		{"Name", own, with(own, func(c *Config) { c.Name = "" }), true},
+		{"Name", own, with(own, func(c *Config) { c.Name = "other" }), true},
 		{"Mode", own, with(own, func(c *Config) { c.Mode = ModeSoft }), true},
 		{"Ticker", own, with(own, func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }), true},
 		{"Ticker", shared, with(shared, func(c *Config) { c.Ticker = tk }), true},
@@ -1307,4 +1308,55 @@ func TestHandleIsFourWords(t *testing.T) {
 	if got, want := unsafe.Sizeof(Handle{}), 4*unsafe.Sizeof(uintptr(0)); got != want && unsafe.Sizeof(uintptr(0)) == 8 {
 		t.Fatalf("a Handle is %d B, want %d", got, want)
 	}
+}
+
+// TestUpdateWithoutNameKeepsTheName: an empty Name in Update keeps the
+// name New was given (a registry's create-or-get sets it on the caller's
+// behalf, and the caller's own Config, changed, must be accepted back):
+// Config and the timeout error still carry it.
+func TestUpdateWithoutNameKeepsTheName(t *testing.T) {
+	tm, err := New(Config{Duration: time.Second, Name: "db", Mode: ModeSoft})
+	require.NoError(t, err)
+	defer tm.Close()
+	require.NoError(t, tm.Update(Config{Duration: time.Minute, Mode: ModeSoft}))
+	require.Equal(t, "db", tm.Config().Name)
+	require.Equal(t, time.Minute, tm.Duration())
+	var te *Error
+	require.ErrorAs(t, tm.Err(), &te)
+	require.Equal(t, "db", te.Name())
+	require.Contains(t, tm.Err().Error(), `"db"`)
+}
+
+// TestUpdateOfConfigRoundTrips: Config returns the configuration in force
+// with its defaults filled in, and Update(Config()) is accepted and changes
+// nothing, in every watchdog arrangement (its own, one given, the shared
+// one, soft mode) and with the listeners set.
+func TestUpdateOfConfigRoundTrips(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	wd := NewWatchdog(2*time.Millisecond, tk)
+	defer wd.Close()
+	for _, c := range []Config{
+		{Duration: time.Second},
+		{Duration: time.Second, Name: "db", Ticker: tk, Tick: 3 * time.Millisecond, MaxAbandoned: 7, Workers: 2,
+			OnTimeout: func(time.Duration) {}, OnAbandon: func(int64) {}, OnRejected: func(int64) {}},
+		{Duration: time.Second, Ticker: tk},
+		{Duration: time.Second, Watchdog: wd},
+		{Duration: time.Second, Mode: ModeSoft, Ticker: tk, Tick: time.Millisecond},
+	} {
+		tm, err := New(c)
+		require.NoError(t, err)
+		before := tm.Config()
+		require.NoError(t, tm.Update(before), "%+v", c)
+		require.Equal(t, fmt.Sprint(before), fmt.Sprint(tm.Config()), "Update(Config()) changes nothing")
+		require.Equal(t, c.Duration, tm.Duration())
+		require.NoError(t, tm.Close())
+	}
+	tm, err := New(Config{Duration: time.Second})
+	require.NoError(t, err)
+	defer tm.Close()
+	d := tm.Config()
+	require.Equal(t, rampart.DefaultTicker(), d.Ticker)
+	require.Equal(t, DefaultMaxAbandoned, d.MaxAbandoned)
+	require.Equal(t, DefaultWorkers, d.Workers)
+	require.Zero(t, d.Tick, "the shared watchdog")
 }
