@@ -6,7 +6,9 @@ package rampartotel
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/rampart-go/rampart"
 )
@@ -14,7 +16,11 @@ import (
 // Source is a set of named instances that the adapter reads at every
 // collection, such as a *registry.Registry. Range calls f for each instance
 // until f returns false. Instances of a type the adapter does not know are
-// skipped and counted (rampart.skipped_instances).
+// skipped and counted (rampart.skipped_instances). A name that is not
+// valid UTF-8 is collected with each invalid byte sequence replaced by
+// U+FFFD (strings.ToValidUTF8). A panic of Range, or of the Stats of an
+// instance it holds, is recovered and counted as skipped, reason
+// "panicked": it never fails a collection.
 type Source interface {
 	Range(f func(name string, instance any) bool)
 }
@@ -73,6 +79,9 @@ func (s *set) add(name string, inst any) error {
 	if name == "" {
 		return fmt.Errorf("rampart adapter: Add: empty name")
 	}
+	if !utf8.ValidString(name) { // an attribute or label value must be UTF-8: an exporter would fail on it
+		return fmt.Errorf("rampart adapter: Add(%q): the name is not valid UTF-8", name)
+	}
 	if isNil(inst) {
 		return fmt.Errorf("rampart adapter: Add(%q): nil instance", name)
 	}
@@ -108,7 +117,12 @@ func (s *set) addSource(src Source) {
 
 // collect reads every instance's Stats once and hands the values to em.
 // An instance added by name wins over a Source's instance of the same
-// family and name; of a Source's duplicates, the first one wins.
+// family and name; of a Source's duplicates, the first one wins. A panic
+// of a Source's Range or of an instance's Stats (a type of the user's
+// with a Stats() pipeline.FallbackStats method) is recovered and counted
+// as skipped, reason panicked: one bad instance or Source never fails the
+// collection of the others (a Prometheus scrape, or an OpenTelemetry
+// reader's goroutine, which the panic would kill).
 func (s *set) collect(em emitter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -120,37 +134,60 @@ func (s *set) collect(em emitter) {
 		for i := range es {
 			e := &es[i]
 			s.seen[seriesKey{e.spec.family, name}] = struct{}{}
-			v := s.buf[:len(e.spec.metrics)]
-			e.spec.read(e.inst, now, v)
-			em.instance(name, e.spec, v)
+			s.emit(em, name, e.spec, e.inst, now)
 		}
 	}
 	for _, src := range s.sources {
-		src.Range(func(name string, inst any) bool {
-			spec, noStats := specOf(inst)
-			switch {
-			case noStats:
-				s.skip[skipNoStats]++
-				return true
-			case spec == nil || isNil(inst):
-				s.skip[skipUnknownType]++
-				return true
-			}
-			k := seriesKey{spec.family, name}
-			if _, dup := s.seen[k]; dup {
-				if !s.addedAs(name, inst) { // the same instance added by name too is no duplicate
-					s.skip[skipDuplicate]++
-				}
-				return true
-			}
-			s.seen[k] = struct{}{}
-			v := s.buf[:len(spec.metrics)]
-			spec.read(inst, now, v)
-			em.instance(name, spec, v)
-			return true
-		})
+		s.rangeSource(em, src, now)
 	}
 	em.skipped(&s.skip)
+}
+
+// rangeSource collects the instances src holds. A panic of src.Range is
+// recovered here and counted once (the instances it handed over before
+// the panic are collected).
+func (s *set) rangeSource(em emitter, src Source, now int64) {
+	defer func() {
+		if recover() != nil {
+			s.skip[skipPanicked]++
+		}
+	}()
+	src.Range(func(name string, inst any) bool {
+		spec, noStats := specOf(inst)
+		switch {
+		case noStats:
+			s.skip[skipNoStats]++
+			return true
+		case spec == nil || isNil(inst):
+			s.skip[skipUnknownType]++
+			return true
+		}
+		name = strings.ToValidUTF8(name, "\uFFFD") // returns name itself, no allocation, when it is valid
+		k := seriesKey{spec.family, name}
+		if _, dup := s.seen[k]; dup {
+			if !s.addedAs(name, inst) { // the same instance added by name too is no duplicate
+				s.skip[skipDuplicate]++
+			}
+			return true
+		}
+		s.seen[k] = struct{}{}
+		s.emit(em, name, spec, inst, now)
+		return true
+	})
+}
+
+// emit reads inst's Stats and hands the values to em. A panic of the read
+// is recovered and counted: nothing of inst is emitted (em.instance runs
+// only after the whole read).
+func (s *set) emit(em emitter, name string, spec *kindSpec, inst any, now int64) {
+	defer func() {
+		if recover() != nil {
+			s.skip[skipPanicked]++
+		}
+	}()
+	v := s.buf[:len(spec.metrics)]
+	spec.read(inst, now, v)
+	em.instance(name, spec, v)
 }
 
 // addedAs reports whether inst was added under name.

@@ -41,8 +41,15 @@
 // rampart.policy, rampart.ending, rampart.signal (see
 // docs/observability.md). The breaker's successes are counted only with
 // circuitbreaker.Config.CountStats. Not collected: ratelimit/redislimit (a
-// module of its own, which the adapters do not depend on). Instances that a Source holds and that cannot be
-// collected are counted in rampart.skipped_instances{rampart.reason}.
+// module of its own, which the adapters do not depend on). Instances that
+// a Source holds and that cannot be collected are counted in
+// rampart.skipped_instances{rampart.reason}; so is a panic of a Source's
+// Range or of an instance's Stats (reason "panicked"), which is
+// recovered, so that it never leaves the SDK's callback (on a
+// PeriodicReader's goroutine it would end the process) and every other
+// instance is collected. Add refuses a name that is not valid UTF-8 (an
+// attribute value must be, for the exporters' encodings); a Source's such
+// name is collected with U+FFFD in place of each invalid byte sequence.
 //
 // Cardinality: the SDK keeps at most 2,000 series per instrument by
 // default (sdkmetric.WithCardinalityLimit), and the breaker's state set

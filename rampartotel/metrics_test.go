@@ -5,7 +5,9 @@ import (
 	"errors"
 	"math"
 	"sort"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/circuitbreaker"
@@ -264,5 +266,76 @@ func TestAddTakesCountingPipelinesAndFallbacksOfAnyType(t *testing.T) {
 	}
 	if err := m.Add("r", (*pipeline.Fallback[int])(nil)); err == nil || errors.Is(err, ErrUnsupported) {
 		t.Fatalf("Add(nil *Fallback[int]) = %v, want the nil instance error", err)
+	}
+}
+
+// panickingSource is a Source whose Range panics.
+type panickingSource struct{}
+
+func (panickingSource) Range(func(string, any) bool) { panic("a Source's bug") }
+
+// panickingStats is a type of the user's that the adapter collects as a
+// fallback (it has Stats() pipeline.FallbackStats), whose Stats panics.
+type panickingStats struct{}
+
+func (*panickingStats) Stats() pipeline.FallbackStats { panic("a Stats' bug") }
+
+// TestPanicsOfASourceOrAStatsNeverLeaveACollection: a Source whose Range
+// panics, and instances whose Stats panics (added by name or held by a
+// Source), are skipped and counted as panicked; the panic never leaves
+// the SDK's callback (on a PeriodicReader's goroutine it would kill the
+// process), and every other instance is collected, those the Source held
+// after the panicking one included.
+func TestPanicsOfASourceOrAStatsNeverLeaveACollection(t *testing.T) {
+	m, r := newMetrics(t)
+	if err := m.Add("own", &panickingStats{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Add("good", must(circuitbreaker.New(circuitbreaker.Config{}))); err != nil {
+		t.Fatal(err)
+	}
+	m.AddSource(panickingSource{})
+	m.AddSource(&fakeSource{names: []string{"bad", "after"},
+		insts: []any{&panickingStats{}, must(circuitbreaker.New(circuitbreaker.Config{}))}})
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("Collect panicked: %v", p)
+		}
+	}()
+	got := collect(t, r)
+	for k, v := range map[string]float64{
+		"rampart.circuitbreaker.rejected|good":  0,
+		"rampart.circuitbreaker.rejected|after": 0,
+		"rampart.skipped_instances|panicked":    3,
+	} {
+		if p, ok := got[k]; !ok || p.value != v {
+			t.Errorf("%s = %v (collected: %v), want %v", k, p.value, ok, v)
+		}
+	}
+	for k := range got {
+		if strings.HasSuffix(k, "|own") || strings.HasSuffix(k, "|bad") {
+			t.Errorf("series %s of a panicking instance collected", k)
+		}
+	}
+}
+
+// TestNamesAreValidUTF8: Add refuses a name that is not valid UTF-8 (an
+// attribute value must be: an exporter's encoding would fail on it), and
+// a Source's such name is collected with U+FFFD in place of the invalid
+// bytes.
+func TestNamesAreValidUTF8(t *testing.T) {
+	m, r := newMetrics(t)
+	if err := m.Add("bad\xff", must(circuitbreaker.New(circuitbreaker.Config{}))); err == nil {
+		t.Error("Add accepted a name that is not valid UTF-8")
+	}
+	m.AddSource(&fakeSource{names: []string{"src\xff"}, insts: []any{must(circuitbreaker.New(circuitbreaker.Config{}))}})
+	got := collect(t, r)
+	if _, ok := got["rampart.circuitbreaker.rejected|src\uFFFD"]; !ok {
+		t.Error(`"src\uFFFD" not collected`)
+	}
+	for k := range got {
+		if !utf8.ValidString(k) {
+			t.Errorf("series %q: not valid UTF-8", k)
+		}
 	}
 }

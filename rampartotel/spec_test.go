@@ -46,7 +46,7 @@ func metricTable() string {
 			row(ms, attrs, fmt.Sprintf("`%s` %s", k.typ, source))
 		}
 	}
-	row(skippedMetric, attr(attrReason), "the adapter: instances of a Source it skipped")
+	row(skippedMetric, attr(attrReason), "the adapter: instances of a Source it skipped, and panics it recovered")
 	return b.String()
 }
 

@@ -356,3 +356,82 @@ func TestAddTakesCountingPipelinesAndFallbacksOfAnyType(t *testing.T) {
 		t.Fatalf("Add(nil *Fallback[int]) = %v, want the nil instance error", err)
 	}
 }
+
+// panickingSource is a Source whose Range panics.
+type panickingSource struct{}
+
+func (panickingSource) Range(func(string, any) bool) { panic("a Source's bug") }
+
+// panickingStats is a type of the user's that the adapter collects as a
+// fallback (it has Stats() pipeline.FallbackStats), whose Stats panics.
+type panickingStats struct{}
+
+func (*panickingStats) Stats() pipeline.FallbackStats { panic("a Stats' bug") }
+
+// TestPanicsOfASourceOrAStatsNeverFailAScrape: a Source whose Range
+// panics, and instances whose Stats panics (added by name or held by a
+// Source), are skipped and counted as panicked; the scrape answers 200
+// with every other instance, those the Source held after the panicking
+// one included.
+func TestPanicsOfASourceOrAStatsNeverFailAScrape(t *testing.T) {
+	c := NewCollector(Config{})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	if err := c.Add("own", &panickingStats{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Add("good", must(circuitbreaker.New(circuitbreaker.Config{}))); err != nil {
+		t.Fatal(err)
+	}
+	c.AddSource(panickingSource{})
+	c.AddSource(&fakeSource{names: []string{"bad", "after"},
+		insts: []any{&panickingStats{}, must(circuitbreaker.New(circuitbreaker.Config{}))}})
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("scrape: %d %.300s", rec.Code, rec.Body.String())
+	}
+	got := series(t, gather(t, reg))
+	for k, v := range map[string]float64{
+		"rampart.circuitbreaker.rejected|good":  0,
+		"rampart.circuitbreaker.rejected|after": 0,
+		"rampart.skipped_instances|panicked":    3,
+	} {
+		if p, ok := got[k]; !ok || p.value != v {
+			t.Errorf("%s = %v (collected: %v), want %v", k, p.value, ok, v)
+		}
+	}
+	for k := range got {
+		if strings.HasSuffix(k, "|own") || strings.HasSuffix(k, "|bad") {
+			t.Errorf("series %s of a panicking instance collected", k)
+		}
+	}
+}
+
+// TestNamesAreValidUTF8: Add refuses a name that is not valid UTF-8 (a
+// label value must be: one such name would fail every scrape), and a
+// Source's such name is collected with U+FFFD in place of the invalid
+// bytes.
+func TestNamesAreValidUTF8(t *testing.T) {
+	c := NewCollector(Config{})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	if err := c.Add("good", must(circuitbreaker.New(circuitbreaker.Config{}))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Add("bad\xff", must(circuitbreaker.New(circuitbreaker.Config{}))); err == nil {
+		t.Error("Add accepted a name that is not valid UTF-8")
+	}
+	c.AddSource(&fakeSource{names: []string{"src\xff"}, insts: []any{must(circuitbreaker.New(circuitbreaker.Config{}))}})
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("scrape: %d %.300s", rec.Code, rec.Body.String())
+	}
+	got := series(t, gather(t, reg))
+	for _, name := range []string{"good", "src\uFFFD"} {
+		if _, ok := got["rampart.circuitbreaker.rejected|"+name]; !ok {
+			t.Errorf("%q not collected", name)
+		}
+	}
+}

@@ -39,9 +39,13 @@
 // rampart.policy, rampart.ending, rampart.signal (see
 // docs/observability.md). The breaker's successes are counted only with
 // circuitbreaker.Config.CountStats. Not collected: ratelimit/redislimit (a
-// module of its own, which the adapters do not depend on). A Source's instances that cannot be collected
-// (unknown types, pipelines that count nothing, a name already collected in the same family)
-// are skipped and counted in
-// rampart_skipped_instances{rampart_reason}, so that a duplicate name never
-// fails a scrape.
+// module of its own, which the adapters do not depend on). A Source's
+// instances that cannot be collected (unknown types, pipelines that count
+// nothing, a name already collected in the same family) are skipped and
+// counted in rampart_skipped_instances{rampart_reason}, so that a
+// duplicate name never fails a scrape; so is a panic of a Source's Range
+// or of an instance's Stats (reason "panicked"), which is recovered: the
+// scrape carries every other instance. Add refuses a name that is not
+// valid UTF-8 (a label value must be); a Source's such name is collected
+// with U+FFFD in place of each invalid byte sequence.
 package rampartprom

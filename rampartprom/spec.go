@@ -135,15 +135,17 @@ const (
 	skipUnknownType = iota // a type the adapter does not know
 	skipNoStats            // a known type that counts nothing (*pipeline.Pipeline without Config.CountOutcomes)
 	skipDuplicate          // a name already collected for the same kind family
+	skipPanicked           // a Source's Range, or an instance's Stats, panicked (counted once per panic, recovered)
 	nSkipReasons
 )
 
-var skipReasons = [nSkipReasons]string{"unknown_type", "no_stats", "duplicate_name"}
+var skipReasons = [nSkipReasons]string{"unknown_type", "no_stats", "duplicate_name", "panicked"}
 
-// skippedMetric counts the instances that Sources held at the last
-// collection and that were not collected.
+// skippedMetric counts what the last collection skipped: the instances
+// that Sources held and that were not collected, and the panics of a
+// Source's Range or an instance's Stats.
 var skippedMetric = metricSpec{name: "rampart.skipped_instances", kind: gauge, unit: "{instance}", field: "-",
-	desc: "Instances the Sources held at the last collection that were skipped, by reason."}
+	desc: "Instances skipped at the last collection, by reason: a Source's that cannot be collected, a panic of a Source or of a Stats."}
 
 // breakerStates are the values of rampart.state, indexed by State.
 var breakerStates = [...]circuitbreaker.State{circuitbreaker.Closed, circuitbreaker.Open, circuitbreaker.HalfOpen,
