@@ -651,7 +651,7 @@ func runSemaphoreHold(t *testing.T, ttl, renew time.Duration) {
 // TestSemaphoreRedisHung: with the semaphore's Redis stopped (SIGSTOP, as a
 // stalled or partitioned server behaves), every acquire returns within the
 // timeout, whatever the client's own options, and follows the Failure mode;
-// once the breaker has opened no call reaches the network. After SIGCONT
+// once the breaker has opened no acquire reaches the network. After SIGCONT
 // the acquires that timed out, which the server then runs, are removed by
 // the next renewal, and the count is exact again: Max permits, then a
 // rejection.
@@ -708,14 +708,14 @@ func TestSemaphoreRedisHung(t *testing.T) {
 					ps = append(ps, p)
 				}
 			}
-			// Three consecutive timeouts opened the breaker (a fourth when
-			// the renewal goroutine, removing the timed-out acquires'
-			// leases, had a call in flight beside the third acquire); from
-			// then on no call reaches the network.
+			// Three consecutive timeouts opened the breaker; from then on
+			// no acquire reaches the network. RedisErrors also counts the
+			// renewal goroutine's failures (it removes the timed-out
+			// acquires' leases, and goes past the open breaker, since a
+			// renewal has no caller: TestSemaphoreRenewsPastAnOpenBreaker).
 			st := s.Stats()
 			require.True(t, st.BreakerOpen)
 			require.GreaterOrEqual(t, st.RedisErrors, uint64(3))
-			require.LessOrEqual(t, st.RedisErrors, uint64(4))
 			require.Equal(t, uint64(10), st.Fallbacks)
 			require.LessOrEqual(t, acquires.Load()-sent, int64(3), "acquires sent to redis")
 			for _, p := range ps {
@@ -738,7 +738,6 @@ func TestSemaphoreRedisHung(t *testing.T) {
 			}
 			_, err = s.Acquire(ctx)
 			require.ErrorIs(t, err, ErrSemaphoreFull)
-			require.LessOrEqual(t, s.Stats().RedisErrors, uint64(4))
 		})
 	}
 }
@@ -848,15 +847,18 @@ func TestSemaphoreRenewsPastAnOpenBreaker(t *testing.T) {
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	const ttl, renew = 2 * time.Second, 100 * time.Millisecond
+	// A renewal may be late by TTL - RenewEvery - Timeout (2.4 s) before
+	// the lease is lost, for a loaded machine.
+	const ttl, renew = 3 * time.Second, 100 * time.Millisecond
 	cfg := SemaphoreConfig{Client: c, Name: "brk", Max: 1, TTL: ttl, RenewEvery: renew,
-		Timeout: 100 * time.Millisecond, BreakerFailures: 1, BreakerOpen: time.Hour}
+		Timeout: 500 * time.Millisecond, BreakerFailures: 1, BreakerOpen: time.Hour}
 	s, err := NewSemaphore(cfg)
 	require.NoError(t, err)
 	defer s.Close()
 	ctx := context.Background()
 	p, err := s.Acquire(ctx)
 	require.NoError(t, err)
+	require.Equal(t, SourceRedis, p.Source())
 	defer s.Release(p)
 	require.NoError(t, srv.Process.Signal(syscall.SIGSTOP))
 	opened := waitFor(10*time.Second, func() bool { return s.Stats().BreakerOpen })
@@ -887,7 +889,7 @@ func TestSemaphoreRenewsPastAnOpenBreaker(t *testing.T) {
 func TestSemaphoreWaitAdmitGoexitReleasesThePermit(t *testing.T) {
 	c := newClient(t)
 	cfg := semConfig(t, c, 1)
-	cfg.MaxWait = time.Minute
+	cfg.MaxWait, cfg.Timeout = time.Minute, 10*time.Second // no fallback permit on a loaded machine
 	cfg.OnWaitAdmit = func(time.Duration) { runtime.Goexit() }
 	s, err := NewSemaphore(cfg)
 	require.NoError(t, err)
@@ -1033,7 +1035,7 @@ func TestSemaphoreRenewalRecoversAClientPanic(t *testing.T) {
 	c.AddHook(panicScriptHook{sha: semRenewScript.Hash(), seen: &seen})
 	var errs atomic.Int64
 	s, err := NewSemaphore(SemaphoreConfig{Client: c, Name: uniqueKey(t), Max: 1, TTL: time.Second, RenewEvery: 20 * time.Millisecond,
-		OnRedisError: func(error) { errs.Add(1) }})
+		Timeout: 10 * time.Second, OnRedisError: func(error) { errs.Add(1) }})
 	require.NoError(t, err)
 	defer s.Close()
 	p, err := s.Acquire(context.Background())
@@ -1056,7 +1058,8 @@ func TestReplicasHeartbeatRecoversAClientPanic(t *testing.T) {
 	defer c.Close()
 	var seen atomic.Int64
 	c.AddHook(panicScriptHook{sha: heartbeatScript.Hash(), after: 1, seen: &seen}) // Start's heartbeat passes
-	r, err := NewReplicas(ReplicasConfig{Client: c, Name: uniqueKey(t), TTL: time.Second, Every: 20 * time.Millisecond})
+	r, err := NewReplicas(ReplicasConfig{Client: c, Name: uniqueKey(t), TTL: time.Second, Every: 20 * time.Millisecond,
+		Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(context.Background()))
 	require.True(t, waitFor(10*time.Second, func() bool { return r.Stats().RedisErrors >= 3 }), "%+v", r.Stats())
@@ -1114,7 +1117,7 @@ func TestReplicasHeartbeatsSurviveAListenerGoexit(t *testing.T) {
 	var seen atomic.Int64
 	c.AddHook(failScriptHook{sha: heartbeatScript.Hash(), n: 2, seen: &seen}) // the loop's first heartbeat fails
 	r, err := NewReplicas(ReplicasConfig{Client: c, Name: uniqueKey(t), TTL: time.Second, Every: 20 * time.Millisecond,
-		OnRedisError: func(error) { runtime.Goexit() }})
+		Timeout: 10 * time.Second, OnRedisError: func(error) { runtime.Goexit() }})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(context.Background()))
 	require.True(t, waitFor(10*time.Second, func() bool { return r.Stats().Heartbeats > 5 }), "%+v", r.Stats())
@@ -1127,7 +1130,7 @@ func TestReplicasHeartbeatsSurviveAListenerGoexit(t *testing.T) {
 func TestSemaphoreCloseEndsWaits(t *testing.T) {
 	c := newClient(t)
 	cfg := semConfig(t, c, 1)
-	cfg.MaxWait = time.Hour
+	cfg.MaxWait, cfg.Timeout = time.Hour, 10*time.Second // no fallback permit on a loaded machine
 	cfg.PollMin, cfg.PollMax = time.Hour, time.Hour
 	s, err := NewSemaphore(cfg)
 	require.NoError(t, err)
@@ -1160,7 +1163,7 @@ func TestSemaphoreHugePollBounds(t *testing.T) {
 	require.Equal(t, 50*time.Millisecond, nextPoll(32*time.Millisecond, 50*time.Millisecond))
 	c := newClient(t)
 	cfg := semConfig(t, c, 1)
-	cfg.MaxWait = 50 * time.Millisecond
+	cfg.MaxWait, cfg.Timeout = 50*time.Millisecond, 10*time.Second // no fallback permit on a loaded machine
 	cfg.PollMin = time.Duration(math.MaxInt64)
 	s, err := NewSemaphore(cfg)
 	require.NoError(t, err)
@@ -1213,7 +1216,7 @@ func TestSemaphoreCallerDeadlineIsNotHeldAgainstRedis(t *testing.T) {
 		require.NoError(t, err)
 		s.Release(p)
 		h.armed.Store(true)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		_, err = s.Acquire(ctx)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -1232,14 +1235,14 @@ func TestSemaphoreCallerDeadlineIsNotHeldAgainstRedis(t *testing.T) {
 	t.Run("hung", func(t *testing.T) {
 		c, h := newGatedClient(t, semAcquireScript.Hash())
 		s, err := NewSemaphore(SemaphoreConfig{Client: c, Name: uniqueKey(t), Max: 1, Failure: FailClosed,
-			Timeout: 50 * time.Millisecond, BreakerFailures: 1, TTL: time.Minute, Ticker: rampart.NewManualTicker(1)})
+			Timeout: 2 * time.Second, BreakerFailures: 1, TTL: time.Minute, Ticker: rampart.NewManualTicker(1)})
 		require.NoError(t, err)
 		defer s.Close()
 		p, err := s.Acquire(context.Background())
 		require.NoError(t, err)
 		s.Release(p)
 		h.armed.Store(true)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		_, err = s.Acquire(ctx)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
