@@ -56,4 +56,10 @@
 //
 // Instances are given by name with [Summary.Add], or all the instances of
 // a [Source] (a *registry.Registry satisfies it) with [Summary.AddSource].
+// Two instances of one kind under one name (an added one and a Source's,
+// or two Sources') are summed under that name, so that a record never
+// holds a key twice; one instance under two names is counted once, under
+// one of them. A Source's instances that have no summarised count (a type
+// the summary does not know, a nil pointer of one it knows) are counted
+// in the record's skipped attribute.
 package rampartslog

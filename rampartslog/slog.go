@@ -180,33 +180,36 @@ type kindCounts struct {
 }
 
 // countsOf reads inst's summarised counts; ok is false for a type with
-// none.
+// none, and for a nil pointer of a known type (whose Stats would panic).
 func countsOf(inst any) (k kindCounts, c counts, ok bool) {
+	if !supported(inst) {
+		return kindCounts{}, counts{}, false
+	}
 	switch p := inst.(type) {
 	case *circuitbreaker.Breaker:
-		return kindCounts{"circuitbreaker", [2]string{"rejected"}}, counts{p.Stats().Rejected}, p != nil
+		return kindCounts{"circuitbreaker", [2]string{"rejected"}}, counts{p.Stats().Rejected}, true
 	case *ratelimit.Limiter:
-		return kindCounts{"ratelimit", [2]string{"rejected"}}, counts{p.Stats().Rejected}, p != nil
+		return kindCounts{"ratelimit", [2]string{"rejected"}}, counts{p.Stats().Rejected}, true
 	case *ratelimit.Sharded:
-		return kindCounts{"ratelimit", [2]string{"rejected"}}, counts{p.Stats().Rejected}, p != nil
+		return kindCounts{"ratelimit", [2]string{"rejected"}}, counts{p.Stats().Rejected}, true
 	case *ratelimit.Keyed:
-		return kindCounts{"ratelimit", [2]string{"rejected"}}, counts{p.Stats().Rejected}, p != nil
+		return kindCounts{"ratelimit", [2]string{"rejected"}}, counts{p.Stats().Rejected}, true
 	case *bulkhead.Bulkhead:
-		return kindCounts{"bulkhead", [2]string{"rejected"}}, counts{p.Stats().Rejected}, p != nil
+		return kindCounts{"bulkhead", [2]string{"rejected"}}, counts{p.Stats().Rejected}, true
 	case *adaptive.Limiter:
-		return kindCounts{"adaptive", [2]string{"rejected"}}, counts{p.Stats().Rejected}, p != nil
+		return kindCounts{"adaptive", [2]string{"rejected"}}, counts{p.Stats().Rejected}, true
 	case *adaptive.Throttler:
-		return kindCounts{"adaptive.throttler", [2]string{"rejected"}}, counts{p.Stats().Rejected}, p != nil
+		return kindCounts{"adaptive.throttler", [2]string{"rejected"}}, counts{p.Stats().Rejected}, true
 	case *retry.Policy:
 		s := p.Stats()
-		return kindCounts{"retry", [2]string{"budget_refused", "give_ups"}}, counts{s.BudgetRefused, s.GiveUps}, p != nil
+		return kindCounts{"retry", [2]string{"budget_refused", "give_ups"}}, counts{s.BudgetRefused, s.GiveUps}, true
 	case *timeout.Timeout:
 		s := p.Stats()
-		return kindCounts{"timeout", [2]string{"timeouts", "rejected"}}, counts{s.Timeouts, s.Rejected}, p != nil
+		return kindCounts{"timeout", [2]string{"timeouts", "rejected"}}, counts{s.Timeouts, s.Rejected}, true
 	case *hedge.Hedger:
-		return kindCounts{"hedge", [2]string{"budget_refused"}}, counts{p.Stats().BudgetRefused}, p != nil
+		return kindCounts{"hedge", [2]string{"budget_refused"}}, counts{p.Stats().BudgetRefused}, true
 	case *shed.Shedder:
-		return kindCounts{"shed", [2]string{"rejected"}}, counts{p.Stats().Rejected}, p != nil
+		return kindCounts{"shed", [2]string{"rejected"}}, counts{p.Stats().Rejected}, true
 	}
 	return kindCounts{}, counts{}, false
 }
@@ -295,8 +298,9 @@ func (s *Summary) Remove(name string) {
 
 // AddSource summarises every instance src holds, at every flush. An
 // instance that is first seen at a flush reports its counts from the
-// next flush on. Instances of a type with no summarised count are
-// skipped, and counted in the record's skipped attribute.
+// next flush on. Instances of a type with no summarised count, and nil
+// pointers of a known type, are skipped, and counted in the record's
+// skipped attribute.
 func (s *Summary) AddSource(src Source) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -373,6 +377,10 @@ func (s *Summary) flush(now int64) {
 		src.Range(visit)
 	}
 	s.last = seen
+	// lastAt never moves back: a Poll that read the clock before a
+	// concurrent Flush may take the lock after it, and its record's
+	// interval is then 0, not negative (nor the next one's too long).
+	now = max(now, s.lastAt)
 	interval := time.Duration(now - s.lastAt)
 	s.lastAt = now
 	if len(lines) == 0 && skipped == 0 {
@@ -388,7 +396,7 @@ func (s *Summary) flush(now int64) {
 // interval, then each policy (circuitbreaker.rejected.payments=12 in a text
 // handler), then skipped.
 func group(lines []line, interval time.Duration, skipped int) []slog.Attr {
-	sortLines(lines)
+	lines = sortLines(lines)
 	attrs := []slog.Attr{slog.Duration("interval", interval)}
 	for i := 0; i < len(lines); {
 		policy := lines[i].policy
@@ -410,9 +418,21 @@ func group(lines []line, interval time.Duration, skipped int) []slog.Attr {
 	return attrs
 }
 
-// sortLines orders lines by policy, counter and name.
-func sortLines(ls []line) {
+// sortLines orders lines by policy, counter and name, and sums the lines
+// of one policy, counter and name (two instances of a kind under one
+// name: an added one and a Source's, or two Sources'), so that a record
+// never holds a key twice; it returns the summed lines, in ls's array.
+func sortLines(ls []line) []line {
 	slices.SortFunc(ls, func(a, b line) int {
 		return cmp.Or(cmp.Compare(a.policy, b.policy), cmp.Compare(a.counter, b.counter), cmp.Compare(a.name, b.name))
 	})
+	out := ls[:0]
+	for _, l := range ls {
+		if n := len(out); n > 0 && out[n-1].policy == l.policy && out[n-1].counter == l.counter && out[n-1].name == l.name {
+			out[n-1].n += l.n
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
 }

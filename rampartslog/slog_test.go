@@ -3,6 +3,7 @@ package rampartslog
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -377,4 +378,76 @@ func TestPollRacesRejections(t *testing.T) {
 func TestPollAllocs(t *testing.T) {
 	f := newSummaryFixture(t)
 	testkit.WantAllocs(t, "Poll", 0, func() { f.s.Poll() })
+}
+
+// TestTypedNilsInASourceAreSkipped: a Source holding a nil pointer of a
+// known type is not read (its Stats would panic AddSource, Flush and
+// Poll): it is counted as skipped.
+func TestTypedNilsInASourceAreSkipped(t *testing.T) {
+	f := newSummaryFixture(t)
+	f.s.AddSource(mapSource{"nil": (*circuitbreaker.Breaker)(nil), "shed": (*shed.Shedder)(nil)})
+	f.s.Flush()
+	equal(t, f.c.take(), `level=INFO msg="rampart: rejections" interval=0s skipped=2`)
+	f.tk.Advance(10 * time.Second)
+	if !f.s.Poll() {
+		t.Fatal("Poll found no flush due")
+	}
+	equal(t, f.c.take(), `level=INFO msg="rampart: rejections" interval=10s skipped=2`)
+}
+
+// TestOneNameTwiceIsSummedUnderIt: two instances of one kind under one
+// name (one added, one a Source's; or two Sources') are one count under
+// that name: a record never holds a key twice (a JSON decoder would keep
+// one of the two, losing the other's rejections).
+func TestOneNameTwiceIsSummedUnderIt(t *testing.T) {
+	var buf bytes.Buffer
+	tk := rampart.NewManualTicker(0)
+	s := must(NewSummary(SummaryConfig{Logger: slog.New(slog.NewJSONHandler(&buf, nil)), Ticker: tk}))
+	a := must(circuitbreaker.New(circuitbreaker.Config{Ticker: tk}))
+	b := must(circuitbreaker.New(circuitbreaker.Config{Ticker: tk}))
+	c := must(circuitbreaker.New(circuitbreaker.Config{Ticker: tk}))
+	if err := s.Add("api", a); err != nil {
+		t.Fatal(err)
+	}
+	s.AddSource(mapSource{"api": b})
+	s.AddSource(mapSource{"api": c})
+	for i, br := range []*circuitbreaker.Breaker{a, b, c} {
+		br.TransitionTo(circuitbreaker.ForcedOpen)
+		for range i + 1 {
+			br.Acquire()
+		}
+	}
+	s.Flush()
+	if n := strings.Count(buf.String(), `"api"`); n != 1 {
+		t.Errorf("record %s: the key api %d times, want once", bytes.TrimSpace(buf.Bytes()), n)
+	}
+	var rec struct {
+		Circuitbreaker struct{ Rejected map[string]uint64 } `json:"circuitbreaker"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if n := rec.Circuitbreaker.Rejected["api"]; n != 6 {
+		t.Errorf("record %s: api=%d, want the 1+2+3 rejections of the three breakers", bytes.TrimSpace(buf.Bytes()), n)
+	}
+}
+
+// TestFlushesAtAnEarlierReadingNeverMoveTheIntervalBack: a Poll that read
+// the clock before a concurrent Flush and flushes after it logs an
+// interval of 0, not a negative one, and the next record's interval runs
+// from the later reading.
+func TestFlushesAtAnEarlierReadingNeverMoveTheIntervalBack(t *testing.T) {
+	f := newSummaryFixture(t)
+	p := must(f.breaker.Acquire())
+	f.breaker.Release(p, rampart.Failure) // open for an hour
+	f.breaker.Acquire()
+	f.s.flush(int64(20 * time.Second)) // the concurrent Flush, which took the lock first
+	f.breaker.Acquire()
+	f.s.flush(int64(15 * time.Second)) // the Poll, at its earlier reading
+	f.breaker.Acquire()
+	f.s.flush(int64(30 * time.Second))
+	equal(t, f.c.take(),
+		`level=INFO msg="rampart: rejections" interval=20s circuitbreaker.rejected.api=1`,
+		`level=INFO msg="rampart: rejections" interval=0s circuitbreaker.rejected.api=1`,
+		`level=INFO msg="rampart: rejections" interval=10s circuitbreaker.rejected.api=1`)
 }
