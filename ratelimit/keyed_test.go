@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -629,6 +630,9 @@ func TestKeyedBytesPerKey(t *testing.T) {
 // 16 shards of the default MaxKeys; every shard starts on the shared empty
 // table, so a key-less shard costs its writer state only.
 func TestKeyedBytes(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("sizes are for 64-bit platforms")
+	}
 	for _, tc := range []struct {
 		maxKeys         int
 		compact, padded int64

@@ -46,6 +46,7 @@ func TestConfigValidation(t *testing.T) {
 		{Limit: 1, Period: 30 * 365 * 24 * time.Hour},
 		{Capacity: 10, RefillRate: 2},
 		{Capacity: 10, RefillRate: 2, Burst: 10},
+		{Rate: 1, Burst: int(uint64(maxTau) / uint64(time.Second))}, // the largest burst at 1 s: an int on 32-bit too
 	}
 	for _, c := range ok {
 		_, err := New(c)
@@ -68,7 +69,8 @@ func TestConfigValidation(t *testing.T) {
 		{"Rate subnormal", Config{Rate: 5e-324}, "Rate"},
 		{"Rate -0 and Limit", Config{Rate: math.Copysign(0, -1), Limit: 0, Period: -1}, "Limit"},
 		{"Burst negative", Config{Rate: 1, Burst: -1}, "Burst"},
-		{"Burst overflows tau", Config{Rate: 1e9, Burst: math.MaxInt}, "Burst"},
+		{"Burst overflows tau", Config{Rate: 1, Burst: math.MaxInt}, "Burst"}, // MaxInt·1e9 > 2⁶⁰, whatever the int's size
+		{"Burst one above tau", Config{Rate: 1, Burst: int(uint64(maxTau)/uint64(time.Second)) + 1}, "Burst"},
 		{"Burst huge, slow", Config{Limit: 1, Period: 1 << 40, Burst: 1 << 30}, "Burst"},
 		{"Limit 0", Config{Limit: 0, Period: time.Second}, "Limit"},
 		{"Limit negative", Config{Limit: -3}, "Limit"},
@@ -112,7 +114,7 @@ func TestConfigValidation(t *testing.T) {
 	isConfigError(err, "Shards × interval", "Shards")
 
 	tk := rampart.NewManualTicker(0)
-	l := mustNew(t, Config{Rate: 10, Burst: 4, Ticker: tk})
+	l := mustNew(t, Config{Rate: 1, Burst: 4, Ticker: tk}) // 1 s an interval: a burst of MaxInt overflows, whatever the int's size
 	require.True(t, l.AllowN(0, 1))
 	st := l.st.Load()
 	for _, tc := range []struct {
@@ -1182,11 +1184,18 @@ func capReadings(p *params) []int64 {
 // leave every TAT below retired (which would read as a state being
 // replaced), never wrap TimeToAct, and end in a rejection; n outside
 // [1, burst], down to math.MinInt, is refused without touching the word.
+// With a 32-bit int, the intervals of a few ns have no such burst (it is
+// above math.MaxInt) and are left out.
 func TestTATStaysBelowRetiredAtTheReadingCap(t *testing.T) {
 	for _, c := range capConfigs {
 		probe := mustNew(t, c)
 		p := probe.st.Load().params
-		c.Burst = int(maxTau / p.k / 4) // a reservation commits a quarter of maxReserve
+		quarter := maxTau / p.k / 4 // a reservation of that burst commits a quarter of maxReserve
+		if quarter > math.MaxInt {
+			t.Logf("%+v: a burst of %d is not an int here (32-bit): no burst reaches the cap in a few reservations", c, quarter)
+			continue
+		}
+		c.Burst = int(quarter)
 		for _, now := range capReadings(&p) {
 			c.Ticker = rampart.NewManualTicker(0)
 			l := mustNew(t, c)
@@ -1282,6 +1291,9 @@ func TestPastTheReadingCapKeepsTheLimit(t *testing.T) {
 // the first Wait that sleeps its Waited counter (two cache lines by
 // default, 8 B with Compact).
 func TestLimiterBytes(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("sizes are for 64-bit platforms")
+	}
 	padded := int64(48 + 208) // the state in 64 + 80 + 56 B: size class 208
 	if pad.LineSize == 128 {
 		padded = 48 + 352 // 128 + 80 + 120 B: size class 352
