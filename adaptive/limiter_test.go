@@ -900,6 +900,9 @@ func TestProbeEndsAtALowRateOfClocklessCalls(t *testing.T) {
 // Vegas's state adds 112 B (a Config.Queue with MaxLength 0 allocates no
 // queue). A Name adds its rejection error; unnamed limiters share one.
 func TestLimiterBytes(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("sizes are for 64-bit platforms")
+	}
 	const algo, queueCheck = 112, 0
 	padded := map[uintptr]int64{64: 352, 128: 576}[pad.LineSize] // 64 + 288 B; 128 + 416 B
 	compact := map[uintptr]int64{64: 288, 128: 416}[pad.LineSize]
