@@ -24,13 +24,11 @@
 // register it from a Config, as resilience4j's registries do
 // (CircuitBreakerRegistry.circuitBreaker(name, config)): the first call
 // wins and a later Config is not applied (use the instance's Update for
-// that: a Config without a Name gets the registry name, and the Update of
-// a breaker, rate limiter, bulkhead, adaptive limiter or hedger keeps it
-// when given an empty Name, so the Config given here, changed, is
-// accepted; for retry and timeout, set Name to the registry name).
-// [GetOrCreate] does the same for any other kind, from a build
-// function, which runs without the registry's lock (it may create or look
-// up other names). A name registered with another kind is an error wrapping
+// that: a Config without a Name gets the registry name, which the Update
+// of every kind that has one keeps when given an empty Name, so the
+// Config given here, changed, is accepted). [GetOrCreate] does the same
+// for any other kind, from a build function, which runs without the
+// registry's lock (it may create or look up other names). A name registered with another kind is an error wrapping
 // [ErrKindMismatch]. An instance belongs to the groups given when it is
 // registered: a group is a label (a dependency, a tier, a tenant class)
 // that the group operations and [Registry.RangeGroup] select on.

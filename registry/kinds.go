@@ -22,10 +22,9 @@ import (
 // with the kind's New, register it in groups and return it; New's error (a
 // *rampart.ConfigError) comes back unchanged and registers nothing. A c with
 // an empty Name gets name as its Name, so that the instance's rejection
-// errors carry it. The Update of a breaker, a rate limiter (Limiter,
-// Sharded), a bulkhead, an adaptive limiter and a hedger keeps that name
-// when given an empty Name, so the Config given here, changed, is
-// accepted; for retry and timeout, set Name to the registry name.
+// errors carry it. The Update of every kind that has one keeps that name
+// when given an empty Name (and refuses another), so the Config given
+// here, changed, is accepted, as is the instance's own Config, changed.
 // Racing calls for one name build one instance: the build runs without the
 // registry's lock, the racing calls wait for it, and Add refuses the name
 // meanwhile (Get does not find it until the build has returned).

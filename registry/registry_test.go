@@ -513,9 +513,11 @@ func TestRateLimiterOfTheRegistryUpdates(t *testing.T) {
 }
 
 // TestEveryKindOfTheRegistryAcceptsTheCallersConfigBack: every kind the
-// registry builds by name and that has an Update accepts the Config its
-// caller gave the registry (no Name: the registry named the instance) with
-// a field changed, applies the change and keeps the registry's name.
+// registry builds by name and that has an Update (breaker, rate limiter,
+// sharded rate limiter, bulkhead, adaptive limiter, retry, timeout,
+// hedger) accepts the Config its caller gave the registry (no Name: the
+// registry named the instance) with a field changed, applies the change
+// and keeps the registry's name.
 func TestEveryKindOfTheRegistryAcceptsTheCallersConfigBack(t *testing.T) {
 	r := registry.New()
 	for _, tc := range []struct {
@@ -575,6 +577,27 @@ func TestEveryKindOfTheRegistryAcceptsTheCallersConfigBack(t *testing.T) {
 			c.MaxLimit = 60
 			err = l.Update(c)
 			return l.Config().MaxLimit == 60, l.Config().Name, err
+		}},
+		{"Retry", func(t *testing.T, name string) (bool, string, error) {
+			c := retry.Config{MaxAttempts: 3}
+			p, err := registry.Retry(r, name, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.MaxAttempts = 5
+			err = p.Update(c)
+			return p.MaxAttempts() == 5, p.Config().Name, err
+		}},
+		{"Timeout", func(t *testing.T, name string) (bool, string, error) {
+			c := timeout.Config{Duration: time.Second}
+			to, err := registry.Timeout(r, name, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = to.Close() })
+			c.Duration = time.Minute
+			err = to.Update(c)
+			return to.Duration() == time.Minute, to.Config().Name, err
 		}},
 		{"Hedger", func(t *testing.T, name string) (bool, string, error) {
 			c := hedge.Config{Delay: time.Second}
