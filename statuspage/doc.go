@@ -48,8 +48,11 @@
 // Instances come from Config.Instances (an explicit list of names and
 // values) and from Config.Source (anything with a Range method: package
 // registry's Registry is one), listed by name; a name in both is shown
-// once, the explicit one. Each instance is shown through its own exported
-// API, its Stats and accessors:
+// once, the explicit one. New refuses a nil value in Config.Instances,
+// typed or not (a nil *circuitbreaker.Breaker in the interface, whose
+// Stats would panic every sample); a Source's nil values are left out.
+// Each instance is shown through its own exported API, its Stats and
+// accessors:
 //
 //	kind               value                    shown                              charted
 //	-----------------  -----------------------  ---------------------------------  -----------------------------
@@ -94,8 +97,12 @@
 // a continuous history the program starts [Handler.Run] on a goroutine of its
 // own (it samples every Interval until its context ends) or calls
 // [Handler.Sample] from a loop it already has: the package starts no
-// goroutine itself. A ring is dropped when its instance leaves the Source.
-// Memory: Samples × 32 B per charted instance (9.6 KB at the default; a
+// goroutine itself. A ring is dropped when its instance leaves the Source,
+// and restarted when another instance takes its name (a registry's
+// replacement): a rate is never drawn across two instances' counts (a
+// value that == cannot compare keeps its ring, and where a count goes
+// down no rate is drawn). Samples × Interval, the window charted, must fit
+// in a time.Duration: New refuses a longer one. Memory: Samples × 32 B per charted instance (9.6 KB at the default; a
 // sample is a reading, two values and a state).
 //
 // Timestamps are readings of Config.Ticker (rampart.DefaultTicker() when

@@ -95,8 +95,12 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	}
 	h.mu.Lock()
 	rings := make(map[string][]sample, len(h.rings))
-	for name, rg := range h.rings {
-		rings[name] = rg.samples()
+	for _, n := range list {
+		// The ring of the instance listed, not of one it replaced since
+		// the last sample (no sample was due).
+		if rg := h.rings[n.name]; rg != nil && sameInstance(rg.inst, n.v) {
+			rings[n.name] = rg.samples()
+		}
 	}
 	h.mu.Unlock()
 	for i, in := range doc.Instances {
@@ -128,8 +132,9 @@ type point struct {
 }
 
 // values returns series k of ss as charted points: gauges as they are,
-// counters as their rate per second since the previous sample. A point
-// that follows a gap longer than two intervals starts a new segment.
+// counters as their rate per second since the previous sample (none where
+// the count went down). A point that follows a gap longer than two
+// intervals starts a new segment.
 func (h *Handler) values(ss []sample, k int, counter bool) [][]point {
 	var segs [][]point
 	var cur []point
@@ -142,7 +147,7 @@ func (h *Handler) values(ss []sample, k int, counter bool) [][]point {
 			cur = append(cur, point{s.t, s.v[k]})
 			continue
 		}
-		if i == 0 || gap || s.t <= ss[i-1].t {
+		if i == 0 || gap || s.t <= ss[i-1].t || s.v[k] < ss[i-1].v[k] { // a count that went down: another instance (see sameInstance), no rate
 			continue
 		}
 		cur = append(cur, point{s.t, (s.v[k] - ss[i-1].v[k]) / (float64(s.t-ss[i-1].t) / 1e9)})
@@ -258,7 +263,7 @@ func summary(v view, ss []sample) string {
 			continue
 		}
 		if sr.counter {
-			if len(ss) < 2 || last.t <= ss[len(ss)-2].t {
+			if len(ss) < 2 || last.t <= ss[len(ss)-2].t || last.v[k] < ss[len(ss)-2].v[k] { // no rate, as in values
 				continue
 			}
 			prev := ss[len(ss)-2]

@@ -3,8 +3,10 @@ package statuspage
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -36,11 +38,13 @@ type Config struct {
 	Title string
 
 	// Instances are shown under their names, before any of Source's of the
-	// same name. Names must be unique and non-empty, values non-nil.
+	// same name. Names must be unique and non-empty, values non-nil (nor a
+	// nil pointer, map, func, chan or slice in the interface: a typed nil).
 	Instances []Instance
 
 	// Source, when not nil, is ranged over at every sample and every
-	// request: instances may come and go.
+	// request: instances may come and go. Its entries with an empty name
+	// or a nil value (typed or not) are left out.
 	Source Source
 
 	// Ticker times the samples and is the clock budgets are read at.
@@ -48,6 +52,8 @@ type Config struct {
 	Ticker rampart.Ticker
 
 	// Interval is the shortest time between two samples. Default 1 s.
+	// Samples × Interval, the window charted, must fit in a
+	// time.Duration (about 292 years).
 	Interval time.Duration
 
 	// Samples is the length of each instance's ring. Default 300; at most
@@ -83,8 +89,14 @@ type Handler struct {
 
 // New returns a Handler for c, or a *rampart.ConfigError when a field is
 // invalid: a negative Interval, Samples or Refresh, Samples above 100000,
-// an Instance with an empty name, a nil value or a name already listed.
+// a window (Samples, or its default, × Interval) beyond a time.Duration,
+// an Instance with an empty name, a nil value (typed or not) or a name
+// already listed.
 func New(c Config) (*Handler, error) {
+	n := c.Samples
+	if n == 0 {
+		n = defaultSamples
+	}
 	switch {
 	case c.Interval < 0:
 		return nil, rampart.NewConfigError("statuspage", "Interval", "must not be negative, got %v", c.Interval)
@@ -92,13 +104,15 @@ func New(c Config) (*Handler, error) {
 		return nil, rampart.NewConfigError("statuspage", "Samples", "must be in [0, %d], got %d", maxSamples, c.Samples)
 	case c.Refresh < 0:
 		return nil, rampart.NewConfigError("statuspage", "Refresh", "must not be negative, got %v", c.Refresh)
+	case c.Interval > 0 && int64(n) > math.MaxInt64/int64(c.Interval):
+		return nil, rampart.NewConfigError("statuspage", "Interval", "Samples × Interval (the window charted) must fit in a time.Duration, got %d × %v", n, c.Interval)
 	}
 	seen := make(map[string]bool, len(c.Instances))
 	for i, in := range c.Instances {
 		switch {
 		case in.Name == "":
 			return nil, rampart.NewConfigError("statuspage", "Instances", "[%d] has no name", i)
-		case in.Value == nil:
+		case isNil(in.Value):
 			return nil, rampart.NewConfigError("statuspage", "Instances", "[%d] (%q) has a nil value", i, in.Name)
 		case seen[in.Name]:
 			return nil, rampart.NewConfigError("statuspage", "Instances", "[%d]: the name %q is listed twice", i, in.Name)
@@ -142,7 +156,7 @@ func (h *Handler) list() []named {
 	}
 	if h.cfg.Source != nil {
 		h.cfg.Source.Range(func(name string, v any) bool {
-			if name != "" && v != nil && !seen[name] {
+			if name != "" && !isNil(v) && !seen[name] {
 				seen[name] = true
 				out = append(out, named{name, v})
 			}
@@ -151,6 +165,35 @@ func (h *Handler) list() []named {
 	}
 	slices.SortFunc(out, func(a, b named) int { return strings.Compare(a.name, b.name) })
 	return out
+}
+
+// isNil reports whether v is nil, or a nil pointer, map, func, chan or
+// slice in an interface (a typed nil), whose Stats or accessors would
+// panic (reflect: New and the listing only, never a policy's call path).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Slice, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// sameInstance reports whether the ring of instance a may go on with the
+// samples of b: a and b are the same instance (the same pointer, for the
+// policies), or b is an uncomparable value of a's type, which cannot be
+// told apart from a (a value type of the user's with a Stats method; a
+// replacement then restarts its counters' rates, see values).
+func sameInstance(a, b any) bool {
+	if reflect.TypeOf(a) != reflect.TypeOf(b) {
+		return false
+	}
+	if !reflect.ValueOf(b).Comparable() {
+		return true
+	}
+	return a == b
 }
 
 // Sample takes one sample of every instance now, whatever the time since
@@ -176,8 +219,8 @@ func (h *Handler) sampleLocked(now int64, list []named) {
 			continue
 		}
 		r := h.rings[n.name]
-		if r == nil || r.kind != v.kind {
-			r = newRing(v.kind, h.cfg.Samples)
+		if r == nil || r.kind != v.kind || !sameInstance(r.inst, n.v) { // another instance under the name: a history of its own
+			r = newRing(v.kind, n.v, h.cfg.Samples)
 			h.rings[n.name] = r
 		}
 		s := sample{t: now}

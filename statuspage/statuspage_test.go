@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -628,6 +629,10 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		{"Instances", statuspage.Config{Instances: []statuspage.Instance{{Name: "", Value: b}}}},
 		{"Instances", statuspage.Config{Instances: []statuspage.Instance{{Name: "x"}}}},
 		{"Instances", statuspage.Config{Instances: []statuspage.Instance{{Name: "x", Value: b}, {Name: "x", Value: b}}}},
+		{"Instances", statuspage.Config{Instances: []statuspage.Instance{{Name: "x", Value: (*circuitbreaker.Breaker)(nil)}}}},
+		{"Instances", statuspage.Config{Instances: []statuspage.Instance{{Name: "x", Value: (*pipeline.Fallback[int])(nil)}}}},
+		{"Interval", statuspage.Config{Interval: 100 * time.Hour, Samples: 100_000}},
+		{"Interval", statuspage.Config{Interval: time.Duration(math.MaxInt64/300 + 1)}}, // Samples 0: the default 300
 	} {
 		_, err := statuspage.New(tc.c)
 		testkit.RequireConfigError(t, err, "statuspage", tc.field)
@@ -708,5 +713,161 @@ func TestConcurrentRequestsSamplesAndSourceChanges(t *testing.T) {
 	pts, _, _ = strings.Cut(pts, `"`)
 	if n := len(strings.Fields(pts)); n < 1 || n > 8 {
 		t.Fatalf("%d points charted from a ring of 8", n)
+	}
+}
+
+// TestNewAcceptsTheLongestWindowThatFits: Samples × Interval up to the
+// largest time.Duration is accepted, with Samples as given (not its
+// default), and the page says so.
+func TestNewAcceptsTheLongestWindowThatFits(t *testing.T) {
+	b, err := bulkhead.New(bulkhead.Config{Max: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iv := time.Duration(math.MaxInt64 / 10)
+	h, err := statuspage.New(statuspage.Config{Interval: iv, Samples: 10, Instances: []statuspage.Instance{{Name: "b", Value: b}}})
+	if err != nil {
+		t.Fatalf("New(10 × %v): %v", iv, err)
+	}
+	body := get(t, h, "/").Body.String()
+	if want := "the last " + (10 * iv).String() + " charted"; !strings.Contains(body, want) {
+		i := strings.Index(body, "the last")
+		t.Fatalf("page %q, want %q", body[i:i+40], want)
+	}
+}
+
+// TestTypedNilsInASourceAreLeftOut: a Source's nil pointer of a known
+// type (whose Stats would panic every sample, Run's goroutine with it) is
+// left out of the samples, the page and the JSON.
+func TestTypedNilsInASourceAreLeftOut(t *testing.T) {
+	b, err := bulkhead.New(bulkhead.Config{Max: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := sourceFunc(func(yield func(string, any) bool) {
+		_ = yield("a", (*circuitbreaker.Breaker)(nil)) && yield("b", b) && yield("c", (*pipeline.Pipeline)(nil))
+	})
+	h, err := statuspage.New(statuspage.Config{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Sample()
+	if w := get(t, h, "/"); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `data-name="b"`) {
+		t.Fatalf("page: %d", w.Code)
+	}
+	var doc statuspage.Document
+	if err := json.Unmarshal(get(t, h, "/status.json").Body.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Instances) != 1 || doc.Instances[0].Name != "b" {
+		t.Fatalf("instances %+v, want b only", doc.Instances)
+	}
+}
+
+// swapSource holds one instance under the name "b", which the test
+// replaces.
+type swapSource struct{ v any }
+
+func (s *swapSource) Range(f func(string, any) bool) { f("b", s.v) }
+
+// breakerWithSuccesses is a breaker counting successes, with n of them.
+func breakerWithSuccesses(t *testing.T, tk rampart.Ticker, n int) *circuitbreaker.Breaker {
+	t.Helper()
+	b, err := circuitbreaker.New(circuitbreaker.Config{CountStats: true, Ticker: tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		p, err := b.Acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release(p, rampart.Success)
+	}
+	return b
+}
+
+// summaryOf is the summary line the page shows for instance name.
+func summaryOf(t *testing.T, h http.Handler, name string) string {
+	t.Helper()
+	_, sec, _ := strings.Cut(get(t, h, "/").Body.String(), `<h2>`+name+` `)
+	_, sum, _ := strings.Cut(sec, `<div class="summary">`)
+	sum, _, _ = strings.Cut(sum, `</div>`)
+	return sum
+}
+
+// TestAReplacedInstanceGetsARingOfItsOwn: an instance replaced under its
+// name by another of the same kind starts a history of its own: no rate
+// is drawn across the two instances' counts (it was negative), and the
+// page shows the new instance's samples only, even before its first.
+func TestAReplacedInstanceGetsARingOfItsOwn(t *testing.T) {
+	tk := rampart.NewManualTicker(1)
+	src := &swapSource{v: breakerWithSuccesses(t, tk, 1000)}
+	h, err := statuspage.New(statuspage.Config{Source: src, Ticker: tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Sample()
+	tk.Advance(time.Second)
+	h.Sample()
+	if got := summaryOf(t, h, "b"); !strings.Contains(got, "successes/s 0") {
+		t.Fatalf("summary %q before the replacement, want successes/s 0", got)
+	}
+	nb := breakerWithSuccesses(t, tk, 0)
+	src.v = nb
+	if got := summaryOf(t, h, "b"); got != "no sample yet" { // no sample due: the old ring is not the new instance's
+		t.Fatalf("summary %q of the new instance before its first sample", got)
+	}
+	tk.Advance(time.Second)
+	h.Sample()
+	if got := summaryOf(t, h, "b"); strings.Contains(got, "successes/s") {
+		t.Fatalf("summary %q: a rate across two instances", got)
+	}
+	for range 5 {
+		p, err := nb.Acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nb.Release(p, rampart.Success)
+	}
+	tk.Advance(time.Second)
+	h.Sample()
+	if got := summaryOf(t, h, "b"); !strings.Contains(got, "successes/s 5") {
+		t.Fatalf("summary %q, want the new instance's successes/s 5", got)
+	}
+}
+
+// uncomparableFallback is a value type of the user's that the page shows
+// as a fallback (it has Stats() pipeline.FallbackStats), and that == cannot
+// compare (a slice field).
+type uncomparableFallback struct{ answered []uint64 }
+
+func (u uncomparableFallback) Stats() pipeline.FallbackStats {
+	return pipeline.FallbackStats{Answered: u.answered[0]}
+}
+
+// TestUncomparableInstancesAreSampled: an instance that == cannot compare
+// is sampled without a panic and keeps its ring (a replacement cannot be
+// told apart from it: a count that goes down draws no rate).
+func TestUncomparableInstancesAreSampled(t *testing.T) {
+	tk := rampart.NewManualTicker(1)
+	counts := []uint64{10}
+	src := &swapSource{v: uncomparableFallback{counts}}
+	h, err := statuspage.New(statuspage.Config{Source: src, Ticker: tk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Sample()
+	counts[0] = 13
+	tk.Advance(time.Second)
+	h.Sample()
+	if got := summaryOf(t, h, "b"); !strings.Contains(got, "answered/s 3") {
+		t.Fatalf("summary %q, want answered/s 3", got)
+	}
+	src.v = uncomparableFallback{[]uint64{1}}
+	tk.Advance(time.Second)
+	h.Sample()
+	if got := summaryOf(t, h, "b"); strings.Contains(got, "answered/s") {
+		t.Fatalf("summary %q: a rate from a count that went down", got)
 	}
 }

@@ -361,12 +361,15 @@ type sample struct {
 // ring is a bounded history of samples, oldest first once full.
 type ring struct {
 	kind string
+	inst any // the instance sampled: another under the same name gets a new ring
 	buf  []sample
 	next int // index of the next write
 	full bool
 }
 
-func newRing(kind string, n int) *ring { return &ring{kind: kind, buf: make([]sample, n)} }
+func newRing(kind string, inst any, n int) *ring {
+	return &ring{kind: kind, inst: inst, buf: make([]sample, n)}
+}
 
 func (r *ring) push(s sample) {
 	r.buf[r.next] = s
