@@ -269,8 +269,7 @@ type Bulkhead struct {
 // hotLineBytes are the bytes of the Bulkhead's words from inFlight to
 // onWaitAdmit, which the padding after them rounds up to a whole line, so
 // that rejected starts a line after inFlight: 64 B with 8-byte pointers
-// (no padding on 64 B lines), 52 B with 4-byte ones (a fixed 64 B count
-// left rejected on inFlight's line there).
+// (no padding on 64 B lines), 52 B with 4-byte ones (12 B of padding).
 const hotLineBytes = 5*unsafe.Sizeof(atomic.Int64{}) + unsafe.Sizeof(rampart.Ticker(nil)) + unsafe.Sizeof((func(time.Duration))(nil))
 
 // paddedBulkhead is the default layout: a line of padding before the
