@@ -11,6 +11,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -153,7 +154,17 @@ func Injector(r *Registry, name string, c chaos.Config, groups ...string) (*chao
 	})
 }
 
-// GetOrCreate is the create-or-get of any other kind (a shed.Shedder, a
+// Shedder returns the overload shedder named name, creating it from c.
+func Shedder(r *Registry, name string, c shed.Config, groups ...string) (*shed.Shedder, error) {
+	return getOrCreate(r, name, "*shed.Shedder", groups, func() (*shed.Shedder, error) {
+		if c.Name == "" {
+			c.Name = name
+		}
+		return shed.New(c)
+	})
+}
+
+// GetOrCreate is the create-or-get of any other kind (a
 // pipeline.Fallback, a value of your own): it returns the T registered
 // under name, or registers and returns the one build returns, with the
 // contract of the typed functions above (build's error comes back

@@ -22,6 +22,7 @@ import (
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/registry"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -253,6 +254,7 @@ func TestCreateOrGetEveryKind(t *testing.T) {
 		func() (any, error) { return registry.Hedger(r, "he", hedge.Config{Delay: 1}) },
 		func() (any, error) { return registry.Pipeline(r, "pi", pipeline.Config{}) },
 		func() (any, error) { return registry.Injector(r, "ch", chaos.Config{}) },
+		func() (any, error) { return registry.Shedder(r, "sh", shed.Config{}) },
 	}
 	var first []any
 	for i, f := range mk {
