@@ -107,8 +107,8 @@ type Config struct {
 	// so the two are not symmetric: a stale Success is in Successes (and
 	// StaleResults), a stale Failure in StaleResults only. Successes
 	// answers "how many calls went well", which a stale or unjudged
-	// success did; Successes + Failures is every result released but the
-	// stale and Disabled failures. Off by default: a healthy breaker then
+	// success did; Successes + Failures is every Success and Failure
+	// released but the stale failures and Disabled's. Off by default: a healthy breaker then
 	// writes nothing on a success. On, a success adds one to a counter of
 	// the P that runs the caller, allocated at New: one 64 B line per P
 	// up to 8 (128 B on arm64), for the Ps that exist at New (GOMAXPROCS),
@@ -404,9 +404,10 @@ func percent(field string, v *float64, def float64) error {
 // registry's create-or-get sets it on the caller's behalf), Ticker,
 // Compact, CountStats, Mode, WindowSize, TimeWindow, Buckets (pass the
 // Config New was given, or Config(), with the other fields changed). An
-// invalid or refused c changes nothing. Updates may run concurrently: the
-// one published last is the configuration in force, and only its
-// judgement of the current state (below) can move the breaker.
+// invalid or refused c changes nothing. Updates may run concurrently: they
+// publish one at a time, the one published last is the configuration in
+// force, and an Update's judgement of the current state (below) moves the
+// breaker only while its configuration is still the published one.
 //
 // Otherwise it publishes the new configuration at once: every call reads
 // the configuration once, so it runs wholly under the old one or wholly
