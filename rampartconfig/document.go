@@ -384,8 +384,18 @@ func (p *planned) resolve(spec, def reflect.Value, pipelineGroups []string, bad 
 		if !isCE {
 			return append(errs, &FieldError{Path: p.path, Err: err})
 		}
-		path := p.path + "." + docPath(ce.Field)
 		top := strings.Split(ce.Field, ".")[0]
+		if _, ok := k.spec.FieldByName(top); !ok || top == "" {
+			// A field the document does not set (Options.Ticker, a field
+			// Configure set): the instance's error, in the policy's words.
+			return append(errs, &FieldError{Path: p.path, Err: err})
+		}
+		if p.name == "" && inherited(spec, top) {
+			// The defaults leave a field to the instances (a bulkhead's
+			// max, a rate form): not an error of the defaults.
+			return errs
+		}
+		path := p.path + "." + docPath(ce.Field)
 		fromDefault := inherited(spec, top) && !def.IsNil() && !inherited(def, top)
 		if !seen[path] && !(fromDefault && bad[ce.Field]) {
 			seen[path] = true

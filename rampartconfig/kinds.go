@@ -133,7 +133,7 @@ func isMeta(f reflect.StructField) bool { return f.Anonymous }
 func merge(spec, def reflect.Value) reflect.Value {
 	out := reflect.New(spec.Type().Elem())
 	if !spec.IsNil() {
-		out.Elem().Set(spec.Elem())
+		out.Elem().Set(deepCopy(spec.Elem()))
 	}
 	if def.IsNil() {
 		return out
@@ -150,16 +150,63 @@ func merge(spec, def reflect.Value) reflect.Value {
 				o.Field(i).FieldByName("Replace").SetBool(true)
 			}
 		case o.Field(i).IsNil():
-			o.Field(i).Set(d.Field(i))
+			o.Field(i).Set(deepCopy(d.Field(i)))
 		}
 	}
 	return out
 }
 
+// deepCopy returns a copy of v sharing no pointer, slice or map with it:
+// the merged spec is kept as the applied one, and a Document's fields may
+// be written through after an Apply.
+func deepCopy(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.New(v.Type().Elem())
+		c.Elem().Set(deepCopy(v.Elem()))
+		return c
+	case reflect.Slice:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		for i := range v.Len() {
+			c.Index(i).Set(deepCopy(v.Index(i)))
+		}
+		return c
+	case reflect.Map:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			c.SetMapIndex(it.Key(), deepCopy(it.Value()))
+		}
+		return c
+	case reflect.Struct:
+		c := reflect.New(v.Type()).Elem()
+		c.Set(v)
+		for i := range v.NumField() {
+			if c.Field(i).CanSet() {
+				c.Field(i).Set(deepCopy(v.Field(i)))
+			}
+		}
+		return c
+	}
+	return v
+}
+
 // inherited reports whether spec's field name was taken from the
 // defaults (absent in own).
 func inherited(own reflect.Value, name string) bool {
-	return own.IsNil() || own.Elem().FieldByName(name).IsNil()
+	if own.IsNil() {
+		return true
+	}
+	f := own.Elem().FieldByName(name)
+	return !f.IsValid() || f.IsNil() // a code-level field (Ticker, a listener) is no spec's
 }
 
 // fill sets the fields of cfg (a struct value, settable) from spec (a

@@ -95,11 +95,22 @@ func Build(doc *Document, opts Options) (*Live, error) {
 // Registry returns the registry the instances are in.
 func (l *Live) Registry() *registry.Registry { return l.reg }
 
-// Document returns the document in force.
+// Document returns a copy of the document in force: the caller may change
+// it (and apply it), which changes neither the Live's record nor the
+// document that was applied.
 func (l *Live) Document() *Document {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.doc
+	return cloneDoc(l.doc)
+}
+
+// cloneDoc returns a deep copy of d (nil for nil): a Live keeps and hands
+// out documents that share no pointer with its callers'.
+func cloneDoc(d *Document) *Document {
+	if d == nil {
+		return nil
+	}
+	return deepCopy(reflect.ValueOf(d)).Interface().(*Document)
 }
 
 // Version returns the number of documents applied (1 after Build).
@@ -162,10 +173,14 @@ func (l *Live) Apply(doc *Document) error {
 		}
 		return err
 	}
-	l.doc = doc
+	l.doc = cloneDoc(doc) // the caller may write through doc's pointers after
 	l.version++
 	return nil
 }
+
+// needsClose reports whether a is of a kind Close must close (a Hedger, a
+// Timeout): only those are kept once removed or replaced.
+func needsClose(a *appliedInst) bool { return a.plan.kind != nil && a.plan.kind.close != nil }
 
 // closeInst closes an instance of a kind that needs it.
 func closeInst(a *appliedInst) {
@@ -224,7 +239,7 @@ func (l *Live) diff(plans []*planned) ([]*change, []*appliedInst, error) {
 			continue
 		}
 		switch {
-		case old != nil && old.plan.kind == p.kind && reflect.DeepEqual(old.plan.spec, p.spec):
+		case old != nil && old.plan.kind == p.kind && samePolicy(old.plan.spec, p.spec):
 			c.inst = old.inst
 			c.regroup = !sameGroups(old.plan.groups, p.groups)
 			byName[p.name] = old.inst
@@ -265,6 +280,19 @@ func (l *Live) diff(plans []*planned) ([]*change, []*appliedInst, error) {
 	return changes, built, nil
 }
 
+// samePolicy reports whether two merged specs of a kind set the same
+// policy fields: Meta (groups, replace) is no Config's, and a change of it
+// alone is a regroup, not an Update (which would undo a registry.Scale).
+func samePolicy(a, b any) bool {
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	ca, cb := reflect.New(va.Type()).Elem(), reflect.New(vb.Type()).Elem()
+	ca.Set(va)
+	cb.Set(vb)
+	ca.FieldByName("Meta").SetZero()
+	cb.FieldByName("Meta").SetZero()
+	return reflect.DeepEqual(ca.Interface(), cb.Interface())
+}
+
 // anySwapped reports whether a policy of pipeline p is replaced.
 func anySwapped(p *planned, swapped map[string]bool) bool {
 	for _, n := range p.slots {
@@ -287,14 +315,28 @@ func (l *Live) free(name string, old *appliedInst) error {
 // dryUpdate checks that old's instance would accept p's Config: a twin
 // built from old's configuration takes the Update, and is closed.
 func (l *Live) dryUpdate(old *appliedInst, p *planned) error {
-	twin, err := p.kind.build(old.plan.cfg)
+	oc := reflect.New(p.kind.config)
+	oc.Elem().Set(reflect.ValueOf(old.plan.cfg).Elem())
+	nc := reflect.New(p.kind.config)
+	nc.Elem().Set(reflect.ValueOf(p.cfg).Elem())
+	for i := range oc.Elem().NumField() {
+		fo, fn := oc.Elem().Field(i), nc.Elem().Field(i)
+		if fo.Kind() == reflect.Func && !fo.IsNil() && !fn.IsNil() && fo.Pointer() == fn.Pointer() {
+			// The same listener on both sides: the twin has none, so
+			// that its Update tells no one of a change the live
+			// instance may never make (adaptive's OnLimitChange).
+			fo.SetZero()
+			fn.SetZero()
+		}
+	}
+	twin, err := p.kind.build(oc.Interface())
 	if err != nil {
 		return err
 	}
 	if p.kind.close != nil {
 		defer p.kind.close(twin)
 	}
-	return p.kind.update(twin, p.cfg)
+	return p.kind.update(twin, nc.Interface())
 }
 
 // fieldErr wraps err at path, the ConfigError's field appended.
@@ -336,17 +378,26 @@ func (l *Live) commit(plans []*planned, changes []*change) (err error) {
 		}
 		l.reg.Remove(name)
 		undo = append(undo, func() { _ = l.reg.Add(name, a.inst, a.plan.groups...) })
-		retired = append(retired, a)
+		if needsClose(a) {
+			retired = append(retired, a)
+		}
 	}
 	for _, c := range changes {
-		if c.old != nil && c.inst == c.old.inst && !c.regroup {
-			continue // updated in place, registered as it was
+		if c.old != nil && c.inst == c.old.inst {
+			if c.regroup { // the same instance in other groups: its entry (and a Scale's baseline) kept
+				if err := l.reg.SetGroups(c.p.name, c.p.groups...); err != nil {
+					return &FieldError{Path: c.p.path, Err: err}
+				}
+				old := c.old
+				undo = append(undo, func() { _ = l.reg.SetGroups(old.plan.name, old.plan.groups...) })
+			}
+			continue
 		}
-		if c.old != nil { // replaced, or regrouped (the registry has no regroup: remove and add)
+		if c.old != nil { // replaced
 			l.reg.Remove(c.p.name)
 			old := c.old
 			undo = append(undo, func() { _ = l.reg.Add(old.plan.name, old.inst, old.plan.groups...) })
-			if c.inst != old.inst {
+			if c.inst != old.inst && needsClose(old) {
 				retired = append(retired, old)
 			}
 		}
@@ -367,6 +418,15 @@ func (l *Live) commit(plans []*planned, changes []*change) (err error) {
 			continue
 		}
 		next[p.name] = &appliedInst{plan: p, inst: l.applied[p.name].inst}
+	}
+	for _, c := range changes {
+		if c.update {
+			// Update set the document's values (a bulkhead's max, a
+			// limiter's rate) whatever a registry.Scale had set: a later
+			// Restore puts back these, not the ones before the reload.
+			// After every step that may fail: nothing to undo.
+			l.reg.Rebase(c.p.name)
+		}
 	}
 	l.applied = next
 	l.retired = append(l.retired, retired...)

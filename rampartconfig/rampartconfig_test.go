@@ -3,6 +3,7 @@ package rampartconfig
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -517,7 +518,7 @@ hedgers: {h: {delay: 10ms, asyncFirst: true}}
 			if got := get[*bulkhead.Bulkhead](t, l, "k").Max(); got != 2 {
 				t.Errorf("bulkhead k's max is %d after a refused Apply, want 2", got)
 			}
-			if l.Document() != before || l.Version() != 1 {
+			if !reflect.DeepEqual(l.Document(), before) || l.Version() != 1 {
 				t.Errorf("a refused Apply changed the document in force")
 			}
 		})
@@ -687,5 +688,175 @@ func TestOptionsConfigureSetsCodeFieldsOnEveryLoadAndReload(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(calls, ","), "k") {
 		t.Errorf("Configure was not called for k: %v", calls)
+	}
+}
+
+func TestLoadAcceptsDefaultsThatLeaveARequiredFieldToTheInstances(t *testing.T) {
+	for _, doc := range []string{
+		"defaults: {bulkhead: {maxWait: 100ms}}\nbulkheads: {a: {max: 5}}",
+		"defaults: {rateLimiter: {burst: 10}}\nrateLimiters: {a: {rate: 100}}",
+		"defaults: {timeout: {maxAbandoned: 10}}\ntimeouts: {a: {duration: 1s}}",
+		"defaults: {hedge: {maxHedges: 2}}\nhedgers: {a: {delay: 10ms}}",
+		"defaults: {shardedRateLimiter: {shards: 2}}\nshardedRateLimiters: {a: {rate: 100}}",
+	} {
+		if _, err := Load([]byte(doc), YAML); err != nil {
+			t.Errorf("Load(%q): %v", strings.ReplaceAll(doc, "\n", "; "), err)
+		}
+	}
+	// An instance that inherits the defaults and still lacks the field is
+	// the instance's error, at its path.
+	_, err := Load([]byte("defaults: {bulkhead: {maxWait: 100ms}}\nbulkheads: {a: {}}"), YAML)
+	if err == nil || !strings.Contains(err.Error(), "bulkheads.a.max") {
+		t.Errorf("Load of a bulkhead without max: %v, want an error at bulkheads.a.max", err)
+	}
+}
+
+func TestBuildReportsAnInvalidCodeLevelFieldAsAConfigError(t *testing.T) {
+	var nilTicker *rampart.CachedTicker // declared, never constructed
+	var nilManual *rampart.ManualTicker
+	for name, o := range map[string]Options{
+		"Options.Ticker": {Ticker: nilTicker},
+		"Configure": {Configure: func(_ string, cfg any) {
+			if c, ok := cfg.(*retry.Config); ok {
+				c.Ticker = nilManual
+			}
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("Build panicked: %v", r)
+				}
+			}()
+			_, err := Build(mustLoad(t, "breakers: {b: {}}\nretries: {r: {}}"), o)
+			if err == nil || !errors.Is(err, rampart.ErrInvalidConfig) {
+				t.Fatalf("Build: %v, want a ConfigError", err)
+			}
+		})
+	}
+}
+
+func TestApplyOfADocumentChangedThroughItsPointersTakesEffect(t *testing.T) {
+	th := 50.0
+	doc := &Document{Breakers: map[string]*BreakerSpec{"b": {FailureRateThreshold: &th}}}
+	l := mustBuild(t, doc, Options{})
+	th = 20 // the operator lowers the threshold of the document applied
+	if err := l.Apply(doc); err != nil {
+		t.Fatal(err)
+	}
+	if got := get[*circuitbreaker.Breaker](t, l, "b").Config().FailureRateThreshold; got != 20 {
+		t.Fatalf("threshold %v after Apply, want 20", got)
+	}
+}
+
+func TestApplyOfADocumentDerivedFromTheOneInForceTakesEffect(t *testing.T) {
+	l := mustBuild(t, mustLoad(t, "bulkheads: {k: {max: 2}}"), Options{})
+	cur := l.Document()
+	next := &Document{Bulkheads: map[string]*BulkheadSpec{}}
+	for n, s := range cur.Bulkheads {
+		c := *s // a shallow copy: the usual way to derive the next document
+		next.Bulkheads[n] = &c
+	}
+	*next.Bulkheads["k"].Max = 9 // writes through the pointer shared with cur
+	if err := l.Apply(next); err != nil {
+		t.Fatal(err)
+	}
+	if got := get[*bulkhead.Bulkhead](t, l, "k").Max(); got != 9 {
+		t.Errorf("max %d after Apply, want 9", got)
+	}
+	*next.Bulkheads["k"].Max = 3 // the applied document, written after
+	if got := *l.Document().Bulkheads["k"].Max; got != 9 {
+		t.Errorf("Document() says max %d after the caller wrote its copy, want 9", got)
+	}
+	if err := l.Apply(mustLoad(t, "bulkheads: {k: {max: 3}}")); err != nil {
+		t.Fatal(err)
+	}
+	if got := get[*bulkhead.Bulkhead](t, l, "k").Max(); got != 3 {
+		t.Errorf("max %d after applying a loaded max: 3, want 3", got)
+	}
+}
+
+func TestApplyOfAGroupsOnlyChangeKeepsAScale(t *testing.T) {
+	l := mustBuild(t, mustLoad(t, "bulkheads: {k: {max: 10, groups: [edge]}}"), Options{})
+	k := get[*bulkhead.Bulkhead](t, l, "k")
+	if _, err := l.Registry().Scale("edge", 0.5); err != nil || k.Max() != 5 {
+		t.Fatalf("Scale 0.5: %v, max %d", err, k.Max())
+	}
+	if err := l.Apply(mustLoad(t, "bulkheads: {k: {max: 10, groups: [edge, storage]}}")); err != nil {
+		t.Fatal(err)
+	}
+	if k.Max() != 5 {
+		t.Errorf("max %d after a groups-only reload, want the scaled 5", k.Max())
+	}
+	if g := l.Registry().Groups("k"); len(g) != 2 {
+		t.Errorf("groups %v after the reload", g)
+	}
+	if n, _ := l.Registry().Restore("storage"); n != 1 || k.Max() != 10 {
+		t.Errorf("Restore restored %d, max %d; want 1, 10", n, k.Max())
+	}
+}
+
+func TestRestoreAfterAReloadOfAScaledInstancePutsBackTheDocumentsValue(t *testing.T) {
+	l := mustBuild(t, mustLoad(t, "bulkheads: {k: {max: 10, groups: [edge]}}"), Options{})
+	k := get[*bulkhead.Bulkhead](t, l, "k")
+	if _, err := l.Registry().Scale("edge", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Apply(mustLoad(t, "bulkheads: {k: {max: 20, groups: [edge]}}")); err != nil {
+		t.Fatal(err)
+	}
+	if k.Max() != 20 {
+		t.Errorf("max %d right after the reload, want the document's 20", k.Max())
+	}
+	if _, err := l.Registry().Restore("edge"); err != nil {
+		t.Fatal(err)
+	}
+	if k.Max() != 20 {
+		t.Errorf("max %d after Restore, want the document's 20", k.Max())
+	}
+}
+
+func TestARefusedApplyTellsNoListener(t *testing.T) {
+	var calls []string
+	onLimit := func(o, n int) { calls = append(calls, fmt.Sprintf("%d->%d", o, n)) } // one func value, every time
+	o := Options{Configure: func(_ string, cfg any) {
+		if c, ok := cfg.(*adaptive.Config); ok {
+			c.OnLimitChange = onLimit
+		}
+	}}
+	l := mustBuild(t, mustLoad(t, "adaptiveLimiters: {a: {initialLimit: 20}}\nbreakers: {z: {windowSize: 10, minimumCalls: 5}}"), o)
+	a := get[*adaptive.Limiter](t, l, "a")
+	err := l.Apply(mustLoad(t, "adaptiveLimiters: {a: {initialLimit: 20, maxLimit: 10}}\nbreakers: {z: {windowSize: 20, minimumCalls: 5}}"))
+	if err == nil {
+		t.Fatal("Apply of a fixed-field change succeeded")
+	}
+	if a.Limit() != 20 {
+		t.Fatalf("limit %d after a refused Apply", a.Limit())
+	}
+	if len(calls) != 0 {
+		t.Errorf("OnLimitChange was told %v by a refused Apply; the limit is still %d", calls, a.Limit())
+	}
+}
+
+func TestApplyKeepsOnlyTheRemovedInstancesThatNeedClosing(t *testing.T) {
+	with := mustLoad(t, "breakers: {a: {}, big: {}}\nbulkheads: {k: {max: 1}}\nhedgers: {h: {delay: 10ms}}\npipelines: {p: {breaker: {ref: a}}}")
+	without := mustLoad(t, "breakers: {a: {}}")
+	l := mustBuild(t, without, Options{})
+	defer l.Close()
+	for range 5 {
+		if err := l.Apply(with); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Apply(without); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range l.retired {
+		if _, ok := a.inst.(*hedge.Hedger); !ok {
+			t.Errorf("a removed %T is kept until Close", a.inst)
+		}
+	}
+	if len(l.retired) != 5 {
+		t.Errorf("%d removed instances kept, want the 5 hedgers", len(l.retired))
 	}
 }
