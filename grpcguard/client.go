@@ -277,7 +277,7 @@ func newClientRoute(pc pipeline.Config, hedge bool) (*clientRoute, error) {
 	if !hedge {
 		pc.Hedge, pc.Idempotent = nil, false
 	}
-	if pc.Retry == nil && pc.Breaker == nil && pc.RateLimit == nil && pc.Bulkhead == nil && pc.Adaptive == nil && pc.Timeout == nil && pc.Hedge == nil {
+	if pc.Retry == nil && pc.Breaker == nil && pc.RateLimit == nil && pc.Bulkhead == nil && pc.Adaptive == nil && pc.Shed == nil && pc.Timeout == nil && pc.Hedge == nil {
 		return &clientRoute{}, nil
 	}
 	p, err := pipeline.New(pc)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
@@ -23,6 +24,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 )
 
 func newClient(cfg grpcguard.ClientConfig) *grpcguard.Client { return must(grpcguard.NewClient(cfg)) }
@@ -515,4 +517,152 @@ func TestClientStreamRetriesOnlyBeforeItsFirstResponse(t *testing.T) {
 			t.Fatalf("err %v after %d attempts, want UNAVAILABLE after 1: a stream is not retried after its first response", err, attempts.Load())
 		}
 	})
+}
+
+// fakeCS is a client stream whose RecvMsg returns err.
+type fakeCS struct {
+	grpc.ClientStream
+	ctx context.Context
+	err error
+}
+
+func (f *fakeCS) RecvMsg(any) error            { return f.err }
+func (f *fakeCS) SendMsg(any) error            { return nil }
+func (f *fakeCS) CloseSend() error             { return nil }
+func (f *fakeCS) Trailer() metadata.MD         { return nil }
+func (f *fakeCS) Header() (metadata.MD, error) { return nil, nil }
+func (f *fakeCS) Context() context.Context     { return f.ctx }
+
+// hookTicker reads the time, and calls hook on its at-th reading.
+type hookTicker struct {
+	calls atomic.Int32
+	at    int32
+	hook  func()
+}
+
+func (h *hookTicker) Now() int64 {
+	if h.calls.Add(1) == h.at && h.hook != nil {
+		h.hook()
+	}
+	return time.Now().UnixNano()
+}
+
+// A stream whose context ends between a retry's release of the failed
+// attempt and the next attempt's admission: the context's AfterFunc ends
+// the stream while it holds nothing, and the next attempt's permit must
+// still come back (admit sees the stream ended and releases it).
+func TestClientStreamEndedDuringARetryKeepsNoPermit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		tk := &hookTicker{at: 4} // 1 the start, 2 the admission, 3 the retry's decision, 4 the retry's admission
+		tk.hook = func() { cancel(); synctest.Wait() } // the AfterFunc ends the stream, now
+		bh := must(bulkhead.New(bulkhead.Config{Max: 1}))
+		rp := must(retry.New(retry.Config{MaxAttempts: 3, BaseDelay: time.Nanosecond, MaxDelay: time.Nanosecond, Ticker: tk}))
+		c := newClient(grpcguard.ClientConfig{Pipeline: must(pipeline.New(pipeline.Config{Retry: rp, Bulkhead: bh, Ticker: tk}))})
+		opened := 0
+		streamer := func(sctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+			opened++
+			if opened == 1 {
+				return &fakeCS{ctx: sctx, err: status.Error(codes.Unavailable, "down")}, nil
+			}
+			return &fakeCS{ctx: sctx, err: status.Error(codes.Canceled, "context canceled")}, nil
+		}
+		cs, err := c.StreamInterceptor(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, nil, duplexMethod, streamer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.RecvMsg(new(struct{})); status.Code(err) != codes.Canceled {
+			t.Fatalf("RecvMsg: %v, want Canceled", err)
+		}
+		if tk.calls.Load() < 4 {
+			t.Fatalf("the retry's admission was not reached (%d readings)", tk.calls.Load())
+		}
+		if err := bh.Acquire(); err != nil {
+			t.Fatalf("the ended stream still holds the bulkhead's only slot: %v (opened %d)", err, opened)
+		}
+		bh.Release()
+	})
+}
+
+// A stream whose context ends as it is opened: the context's AfterFunc
+// ends the stream on its own goroutine while the interceptor is still
+// setting the stream up (the race detector checks that it touches
+// nothing the interceptor writes), and the permit comes back.
+func TestClientStreamEndedAsItOpensReleasesItsPermit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for range 50 {
+			ctx, cancel := context.WithCancel(t.Context())
+			bh := must(bulkhead.New(bulkhead.Config{Max: 1}))
+			c := newClient(grpcguard.ClientConfig{Pipeline: must(pipeline.New(pipeline.Config{Bulkhead: bh}))})
+			streamer := func(sctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+				cancel() // the client gives up as the stream opens
+				return &fakeCS{ctx: sctx, err: status.Error(codes.Canceled, "canceled")}, nil
+			}
+			cs, err := c.StreamInterceptor(ctx, &grpc.StreamDesc{ServerStreams: true}, nil, duplexMethod, streamer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait() // the AfterFunc has ended the stream
+			if err := bh.Acquire(); err != nil {
+				t.Fatalf("the ended stream still holds the bulkhead's only slot: %v", err)
+			}
+			bh.Release()
+			_ = cs.RecvMsg(new(struct{}))
+		}
+	})
+}
+
+// grpc-go's own retry (its stream's shouldRetry) does not retry an attempt
+// whose trailer has more than one grpc-retry-pushback-ms value.
+func TestClientDoesNotRetryOnSeveralPushbackValues(t *testing.T) {
+	rp := fastRetry(retry.Config{MaxAttempts: 3})
+	g := newClient(grpcguard.ClientConfig{Pipeline: must(pipeline.New(pipeline.Config{Retry: rp}))})
+	var f failing
+	svc := f.service(func(n int) (*testpb.SimpleResponse, metadata.MD, error) {
+		if n == 0 {
+			return nil, metadata.MD{grpcguard.PushbackKey: {"1", "-1"}}, status.Error(codes.Unavailable, "busy")
+		}
+		return &testpb.SimpleResponse{}, nil, nil
+	})
+	c, _ := start(t, "bufconn", svc, nil, g.DialOptions()...)
+	_, _ = c.UnaryCall(t.Context(), &testpb.SimpleRequest{})
+	if n := f.count(); n != 1 {
+		t.Fatalf("%d attempts on a trailer with two pushback values, want 1 (as grpc-go: not retried)", n)
+	}
+}
+
+// A client pipeline whose only policy is a shedder is applied: its unary
+// calls and its streams go through the shedder, at the pipeline's
+// ShedPriority.
+func TestClientAppliesAShedOnlyPipeline(t *testing.T) {
+	s := must(shed.New(shed.Config{}))
+	var prio atomic.Int32
+	p := must(pipeline.New(pipeline.Config{Shed: s, CountOutcomes: true, ShedPriority: func(context.Context) int { prio.Add(1); return 0 }}))
+	cl := newClient(grpcguard.ClientConfig{Pipeline: p})
+	_ = cl.UnaryInterceptor(t.Context(), unaryMethod, nil, nil, nil,
+		func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil })
+	if n := p.Stats().Calls; n != 1 || prio.Load() != 1 {
+		t.Fatalf("the shed-only pipeline saw %d unary calls (ShedPriority asked %d times), want 1", n, prio.Load())
+	}
+	streamer := func(sctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+		return &fakeCS{ctx: sctx, err: io.EOF}, nil
+	}
+	before := s.Stats()
+	cs, err := cl.StreamInterceptor(t.Context(), &grpc.StreamDesc{ServerStreams: true}, nil, outMethod, streamer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prio.Load() != 2 {
+		t.Fatalf("ShedPriority asked %d times, want 2 (the stream's admission)", prio.Load())
+	}
+	if got := s.Stats(); got.Admitted != before.Admitted+1 || got.InFlight != 1 {
+		t.Fatalf("the shedder admitted %d streams (%d in flight), want 1 held", got.Admitted-before.Admitted, got.InFlight)
+	}
+	if err := cs.RecvMsg(new(struct{})); err != io.EOF {
+		t.Fatal(err)
+	}
+	if got := s.Stats(); got.InFlight != 0 {
+		t.Fatalf("the ended stream holds %d of the shedder's permits", got.InFlight)
+	}
 }

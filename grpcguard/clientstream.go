@@ -19,6 +19,7 @@ import (
 	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 )
 
 // maxReplay is how many messages a client stream keeps for a retry before
@@ -27,7 +28,8 @@ import (
 const maxReplay = 64
 
 // StreamInterceptor admits each client stream once, in the pipeline's
-// order (breaker, rate limiter, bulkhead, adaptive limit), and holds the
+// order (breaker, rate limiter, bulkhead, adaptive limit, shedder, the
+// last at the pipeline's ShedPriority of the stream's context), and holds the
 // permits until the stream ends: RecvMsg returns an error (io.EOF is a
 // success), Header or SendMsg fails with an error other than io.EOF, or
 // the stream's context ends. The breaker and the adaptive limit record
@@ -47,7 +49,7 @@ func (c *Client) StreamInterceptor(ctx context.Context, desc *grpc.StreamDesc, c
 	if err != nil {
 		return nil, err
 	}
-	if r.p == nil || (r.pc.Breaker == nil && r.pc.RateLimit == nil && r.pc.Bulkhead == nil && r.pc.Adaptive == nil && r.pc.Retry == nil) {
+	if r.p == nil || (r.pc.Breaker == nil && r.pc.RateLimit == nil && r.pc.Bulkhead == nil && r.pc.Adaptive == nil && r.pc.Shed == nil && r.pc.Retry == nil) {
 		return streamer(ctx, desc, cc, method, opts...)
 	}
 	g := &clientStream{c: c, r: r, ctx: ctx, desc: desc, cc: cc, method: method, streamer: streamer, opts: opts,
@@ -63,7 +65,9 @@ func (c *Client) StreamInterceptor(ctx context.Context, desc *grpc.StreamDesc, c
 	if err := g.reopen(); err != nil {
 		return nil, err
 	}
-	g.stop = context.AfterFunc(ctx, func() { g.end(ctx.Err()) })
+	// The AfterFunc runs at once, on its own goroutine, when ctx is done
+	// already: it must not read g.stop, written here (finish's stop false).
+	g.stop = context.AfterFunc(ctx, func() { g.finish(ctx.Err(), false) })
 	return g, nil
 }
 
@@ -97,19 +101,27 @@ type clientStream struct {
 	t0    int64
 	cbp   circuitbreaker.Permit
 	alp   adaptive.Permit
+	shp   shed.Permit
 	hasCB bool
 	hasBH bool
 	hasAL bool
+	hasSH bool
 }
 
 // admit takes the attempt's permits in the pipeline's order, releasing
 // those taken when a later one refuses.
 func (g *clientStream) admit() error {
 	pc := &g.r.pc
+	prio := 0
+	if pc.Shed != nil && pc.ShedPriority != nil {
+		// User code, asked before any permit is taken: a panic in it
+		// leaves nothing held.
+		prio = pc.ShedPriority(g.ctx)
+	}
 	// One clock read per admission, shared by the breaker, the rate
-	// limiter and the adaptive limit (as a pipeline's t0).
+	// limiter, the adaptive limit and the shedder (as a pipeline's t0).
 	g.t0 = g.tick.Now()
-	g.hasCB, g.hasBH, g.hasAL = false, false, false
+	g.hasCB, g.hasBH, g.hasAL, g.hasSH = false, false, false, false
 	if pc.Breaker != nil {
 		p, err := pc.Breaker.AcquireAt(g.t0)
 		if err != nil {
@@ -135,13 +147,35 @@ func (g *clientStream) admit() error {
 		}
 		g.alp, g.hasAL = p, true
 	}
+	if pc.Shed != nil {
+		p, err := pc.Shed.AcquirePriorityAt(g.t0, prio)
+		if err != nil {
+			return g.reject(pipeline.Shed, err, 0)
+		}
+		g.shp, g.hasSH = p, true
+	}
 	g.held.Store(true)
+	if g.ended.Load() {
+		// The stream ended (its context's AfterFunc, or a failed SendMsg)
+		// while this attempt was admitted, between a retry's release and
+		// here: nothing else will give these permits back.
+		g.release(context.Canceled)
+		err := g.ctx.Err()
+		if err == nil {
+			err = context.Canceled
+		}
+		return status.FromContextError(err).Err()
+	}
 	return nil
 }
 
 // reject releases what admit took (the breaker's permit without a
 // result) and returns the rejection. Rejection path.
 func (g *clientStream) reject(k pipeline.Kind, err error, wait time.Duration) error {
+	if g.hasAL {
+		g.r.pc.Adaptive.ReleaseAt(g.alp, g.t0, rampart.Ignored)
+		g.hasAL = false
+	}
 	if g.hasBH {
 		g.r.pc.Bulkhead.Release()
 		g.hasBH = false
@@ -160,6 +194,13 @@ func (g *clientStream) release(verdict error) {
 		return
 	}
 	pc := &g.r.pc
+	if g.hasSH {
+		r := rampart.Success
+		if verdict != nil {
+			r = pc.Shed.Classify(g.ctx, verdict)
+		}
+		pc.Shed.Release(g.shp, r) // reads the clock only for a sampled success
+	}
 	if g.hasAL {
 		now := g.tick.Now()
 		r := rampart.Success
@@ -248,11 +289,16 @@ func (g *clientStream) retry(err error, tr metadata.MD) error {
 
 // end ends the stream once: the permits are released with the stream's
 // final status, and the budget told of a success.
-func (g *clientStream) end(err error) {
+func (g *clientStream) end(err error) { g.finish(err, true) }
+
+// finish is end; stop says to stop the context's AfterFunc: false on the
+// AfterFunc's own goroutine, which must not read g.stop (the interceptor
+// may still be writing it).
+func (g *clientStream) finish(err error, stop bool) {
 	if !g.ended.CompareAndSwap(false, true) {
 		return
 	}
-	if g.stop != nil {
+	if stop && g.stop != nil {
 		g.stop()
 	}
 	var verdict error

@@ -144,7 +144,7 @@ func (s *Server) routeOf(p *pipeline.Pipeline) (*serverRoute, error) {
 	if s.tap {
 		r.rl, pc.RateLimit = pc.RateLimit, nil
 	}
-	if pc.Breaker == nil && pc.RateLimit == nil && pc.Bulkhead == nil && pc.Adaptive == nil && pc.Timeout == nil {
+	if pc.Breaker == nil && pc.RateLimit == nil && pc.Bulkhead == nil && pc.Adaptive == nil && pc.Shed == nil && pc.Timeout == nil {
 		return r, nil // nothing for the interceptors: the handler is called directly
 	}
 	np, err := pipeline.New(pc)

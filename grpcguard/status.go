@@ -113,10 +113,14 @@ func pushbackMD(d time.Duration) metadata.MD {
 // pushback reads a server's retry hint from an attempt's trailers (A6) or,
 // without one, from a google.rpc.RetryInfo in its status details (what a
 // tap rejection carries). ok is false when there is none; a negative d
-// means the server said not to retry (a negative or unparsable pushback).
+// means the server said not to retry (a negative or unparsable pushback,
+// or more than one value).
 // Failure path only.
 func pushback(md metadata.MD, err error) (d time.Duration, ok bool) {
 	if v := md[PushbackKey]; len(v) > 0 {
+		if len(v) > 1 {
+			return -1, true // several values: not retried, as grpc-go's own retry (A6 allows one)
+		}
 		ms, perr := strconv.ParseInt(v[0], 10, 64)
 		if perr != nil || ms < 0 {
 			return -1, true
