@@ -555,7 +555,7 @@ func TestClientStreamEndedDuringARetryKeepsNoPermit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		tk := &hookTicker{at: 4} // 1 the start, 2 the admission, 3 the retry's decision, 4 the retry's admission
+		tk := &hookTicker{at: 4}                       // 1 the start, 2 the admission, 3 the retry's decision, 4 the retry's admission
 		tk.hook = func() { cancel(); synctest.Wait() } // the AfterFunc ends the stream, now
 		bh := must(bulkhead.New(bulkhead.Config{Max: 1}))
 		rp := must(retry.New(retry.Config{MaxAttempts: 3, BaseDelay: time.Nanosecond, MaxDelay: time.Nanosecond, Ticker: tk}))
