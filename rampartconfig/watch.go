@@ -1,6 +1,7 @@
 package rampartconfig
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"go.yaml.in/yaml/v3"
 )
 
 // Event reports one reload attempt of a [Watcher].
@@ -27,6 +29,27 @@ type Event struct {
 	// validation error, or an Update refusal): the configuration in force
 	// is kept. Nil when it was applied.
 	Err error
+}
+
+// ErrEmptyDocument is the Err of an [Event] whose read found a file with
+// no document in it (no bytes, or only blanks and comments): a [Watcher]
+// never applies it, since a file caught mid-write (os.WriteFile truncates,
+// then writes) reads empty. The configuration in force is kept, and the
+// file is read again after the debounce. To remove every instance, write
+// an explicit empty document ("{}").
+var ErrEmptyDocument = errors.New("rampartconfig: the file holds no document (caught mid-write?): the configuration in force is kept")
+
+// blank reports whether data holds no document: nothing but blanks and
+// comments (YAML), or nothing but blanks (JSON).
+func blank(data []byte, format Format) bool {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return true
+	}
+	if format != YAML {
+		return false
+	}
+	var tree any
+	return yaml.Unmarshal(data, &tree) == nil && tree == nil
 }
 
 // Watcher reloads a file into a [Live] when it changes. Create it with
@@ -49,6 +72,13 @@ type Watcher struct {
 // version applied, or why the old configuration was kept. At the start it
 // checks the file once, so a change made before Watch is not missed (the
 // bytes of l's document, when it was loaded, count as read).
+//
+// A file that reads empty is never applied (see [ErrEmptyDocument]). The
+// debounce waits at most 10 periods after the first change not yet read,
+// so that another file of the directory written all the time does not
+// postpone the reload. When the directory itself is removed or renamed
+// (a deploy that renames a new directory into its place), the watch is
+// set again on the path, retried every debounce until it exists.
 //
 // onEvent runs on the watcher's goroutine, one event at a time, and must
 // not call Close. The goroutine ends when ctx is done or Close is called;
@@ -87,19 +117,36 @@ func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent fu
 	// The debounce timer runs on real time: a file system's events are.
 	timer := time.NewTimer(0) // the check at the start
 	defer timer.Stop()
+	dir := filepath.Dir(abs)
+	var since time.Time // the first event not yet read after
+	rewatch := false    // the directory itself was removed or renamed
+	reread := false     // an empty read scheduled the read after it
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-w.fsw.Events:
+		case ev, ok := <-w.fsw.Events:
 			if !ok {
 				return
+			}
+			if filepath.Clean(ev.Name) == dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+				// The watch follows the old directory's inode: watch the
+				// path again once something is there.
+				_ = w.fsw.Remove(dir)
+				rewatch = true
 			}
 			// Any change in the directory may be the file's: an editor
 			// renames a temporary file onto it, and a Kubernetes ConfigMap
 			// swaps the symlinked directory the file's link goes through.
-			// The bytes decide: those already read are skipped.
-			timer.Reset(debounce)
+			// The bytes decide: those already read are skipped. The wait
+			// is bounded (10 debounce periods after the first event), so
+			// that another file written all the time in the directory
+			// does not postpone the reload for ever.
+			now := time.Now()
+			if since.IsZero() {
+				since = now
+			}
+			timer.Reset(max(0, min(debounce, since.Add(10*debounce).Sub(now))))
 		case err, ok := <-w.fsw.Errors:
 			if !ok {
 				return
@@ -111,6 +158,14 @@ func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent fu
 			// the file again.
 			timer.Reset(debounce)
 		case <-timer.C:
+			since = time.Time{}
+			if rewatch {
+				if err := w.fsw.Add(dir); err != nil {
+					timer.Reset(debounce) // not there yet
+					continue
+				}
+				rewatch = false
+			}
 			data, err := os.ReadFile(abs)
 			if err != nil {
 				if errors.Is(err, os.ErrNotExist) && last == "" {
@@ -127,6 +182,22 @@ func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent fu
 			if hash == last {
 				continue
 			}
+			if blank(data, FormatOf(abs)) {
+				// Most likely a write caught between its truncate and its
+				// write (os.WriteFile): never applied as "remove
+				// everything". The bytes are not taken as read, and the
+				// file is read once more after a debounce, for the write
+				// whose event was already consumed.
+				if onEvent != nil {
+					onEvent(Event{Path: path, Hash: hash, Version: l.Version(), Err: ErrEmptyDocument})
+				}
+				if !reread {
+					reread = true
+					timer.Reset(debounce)
+				}
+				continue
+			}
+			reread = false
 			last = hash
 			doc, err := Load(data, FormatOf(abs))
 			if err == nil {

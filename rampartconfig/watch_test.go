@@ -252,3 +252,169 @@ func TestWatchFollowsASwappedSymlinkedDirectory(t *testing.T) {
 		t.Fatal("no callback for the swapped directory")
 	}
 }
+
+// TestWatchNeverAppliesAFileCaughtMidWrite rewrites the file in place with
+// os.WriteFile (truncate, then write) while Watch runs: a read between the
+// two finds it empty, which must never be applied as a document without
+// instances.
+func TestWatchNeverAppliesAFileCaughtMidWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("bulkheads: {k: {max: 1}}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustBuild(t, doc, Options{Debounce: time.Millisecond})
+	var emptied, refused atomic.Int64
+	w, err := Watch(context.Background(), path, l, func(e Event) {
+		if _, ok := l.Registry().Get("k"); !ok {
+			emptied.Add(1)
+		}
+		if e.Err == ErrEmptyDocument {
+			refused.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range 300 {
+		if err := os.WriteFile(path, fmt.Appendf(nil, "bulkheads: {k: {max: %d}}", 1+i%7), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runtime.Gosched()
+	}
+	if err := os.WriteFile(path, []byte("bulkheads: {k: {max: 9}}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if b, ok := registryBulkhead(l, "k"); ok && b.Max() == 9 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the last write was not applied in 10 s")
+		}
+		runtime.Gosched()
+	}
+	if n := emptied.Load(); n > 0 {
+		t.Errorf("%d events applied an empty read: the bulkhead was removed", n)
+	}
+	t.Logf("%d empty reads refused", refused.Load())
+}
+
+// registryBulkhead returns the bulkhead under name, if there is one.
+func registryBulkhead(l *Live, name string) (*bulkhead.Bulkhead, bool) {
+	v, ok := l.Registry().Get(name)
+	b, isB := v.(*bulkhead.Bulkhead)
+	return b, ok && isB
+}
+
+func TestBlankFilesHoldNoDocument(t *testing.T) {
+	for _, tc := range []struct {
+		data   string
+		format Format
+		want   bool
+	}{
+		{"", YAML, true}, {" \n\t", JSON, true}, {"# only a comment\n\n", YAML, true}, {"---\n", YAML, true},
+		{"{}", YAML, false}, {"{}", JSON, false}, {"bulkheads: {}", YAML, false}, {"# x", JSON, false},
+	} {
+		if got := blank([]byte(tc.data), tc.format); got != tc.want {
+			t.Errorf("blank(%q, %v) = %v, want %v", tc.data, tc.format, got, tc.want)
+		}
+	}
+}
+
+// TestWatchIsNotStarvedByAnotherFileOfTheDirectory writes another file of
+// the directory more often than the debounce (a heartbeat, a lock file):
+// the reload still comes, at most 10 debounce periods after the change.
+func TestWatchIsNotStarvedByAnotherFileOfTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	writeAtomically(t, path, []byte("bulkheads: {k: {max: 1}}"))
+	doc, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustBuild(t, doc, Options{Debounce: 100 * time.Millisecond})
+	events := make(chan Event, 16)
+	w, err := Watch(context.Background(), path, l, func(e Event) { events <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // a heartbeat file beside the config, every 20 ms
+		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = os.WriteFile(filepath.Join(dir, "heartbeat"), []byte(time.Now().String()), 0o644)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	writeAtomically(t, path, []byte("bulkheads: {k: {max: 4}}"))
+	select {
+	case e := <-events:
+		if e.Err != nil || get[*bulkhead.Bulkhead](t, l, "k").Max() != 4 {
+			t.Errorf("event %+v", e)
+		}
+	case <-time.After(5 * time.Second): // 50 debounce periods
+		t.Fatalf("no reload 5 s after the change (debounce 100 ms): max still %d", get[*bulkhead.Bulkhead](t, l, "k").Max())
+	}
+}
+
+// TestWatchSurvivesAReplacedDirectory replaces the watched directory as a
+// whole (a deploy renames a new config directory into place): the changes
+// made in the new directory are still seen.
+func TestWatchSurvivesAReplacedDirectory(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "conf")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "c.yaml")
+	writeAtomically(t, path, []byte("bulkheads: {k: {max: 1}}"))
+	doc, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustBuild(t, doc, Options{Debounce: 10 * time.Millisecond})
+	w, err := Watch(context.Background(), path, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	nd := filepath.Join(root, "conf.new")
+	if err := os.Mkdir(nd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(nd, "c.yaml"), []byte("bulkheads: {k: {max: 4}}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir, filepath.Join(root, "conf.old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(nd, dir); err != nil {
+		t.Fatal(err)
+	}
+	waitMax := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); get[*bulkhead.Bulkhead](t, l, "k").Max() != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("max %d 10 s after the change, want %d", get[*bulkhead.Bulkhead](t, l, "k").Max(), want)
+			}
+			runtime.Gosched()
+		}
+	}
+	waitMax(4) // the new directory's file
+	writeAtomically(t, path, []byte("bulkheads: {k: {max: 5}}"))
+	waitMax(5) // and a later edit in it
+}
