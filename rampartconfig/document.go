@@ -300,7 +300,7 @@ func (d *Document) plan(o *Options) ([]*planned, error) {
 				continue
 			}
 			p := &planned{kind: k, name: iname, path: spath}
-			if es := p.resolve(slot.Field(1).Addr(), defaults[k.key], spec.Groups, bad[k.key], o); len(es) > 0 {
+			if es := p.resolve(slot.Field(1).Addr(), defaults[k.key], &spec.Groups, bad[k.key], o); len(es) > 0 {
 				errs = append(errs, es...)
 				ok = false
 				continue
@@ -348,7 +348,9 @@ func pipelineKey(s *PipelineSpec, slots map[string]string) pipelineSpecKey {
 // New reports the first one, which is then cleared from a copy of the spec
 // and New asked again. A field inherited from defaults that are invalid
 // there (bad) was reported at the defaults and is not reported again.
-func (p *planned) resolve(spec, def reflect.Value, pipelineGroups []string, bad map[string]bool, o *Options) []error {
+// pipelineGroups is the groups of an inline policy's pipeline (nil for a
+// named instance or the defaults).
+func (p *planned) resolve(spec, def reflect.Value, pipelineGroups *[]string, bad map[string]bool, o *Options) []error {
 	k := p.kind
 	if spec.Kind() == reflect.Pointer && spec.IsNil() {
 		spec = reflect.New(k.spec)
@@ -358,7 +360,9 @@ func (p *planned) resolve(spec, def reflect.Value, pipelineGroups []string, bad 
 	meta := merged.Elem().FieldByName("Meta").Interface().(Meta)
 	p.groups, p.replace = meta.Groups, meta.Replace
 	if pipelineGroups != nil && spec.Elem().FieldByName("Meta").FieldByName("Groups").IsNil() {
-		p.groups = pipelineGroups
+		// An inline policy without groups of its own is in its
+		// pipeline's, none when the pipeline has none: not the defaults'.
+		p.groups = *pipelineGroups
 	}
 	var errs []error
 	seen := map[string]bool{}

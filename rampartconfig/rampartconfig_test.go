@@ -860,3 +860,21 @@ func TestApplyKeepsOnlyTheRemovedInstancesThatNeedClosing(t *testing.T) {
 		t.Errorf("%d removed instances kept, want the 5 hedgers", len(l.retired))
 	}
 }
+
+func TestAnInlinePolicyWithoutGroupsIsInItsPipelines(t *testing.T) {
+	l := mustBuild(t, mustLoad(t, `
+defaults: {breaker: {groups: [fallback]}}
+breakers: {named: {}}
+pipelines:
+  none: {breaker: {}}
+  some: {groups: [storage], breaker: {}}
+  own: {groups: [storage], breaker: {groups: [edge]}}
+`), Options{})
+	for name, want := range map[string][]string{
+		"named": {"fallback"}, "none.breaker": nil, "some.breaker": {"storage"}, "own.breaker": {"edge"},
+	} {
+		if got := l.Registry().Groups(name); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s is in groups %v, want %v", name, got, want)
+		}
+	}
+}

@@ -183,7 +183,7 @@ const docsIntro = "# Configuration documents (rampartconfig)\n\n" +
 	"- An absent field is inherited from `defaults.<kind>`; absent there too, it is the policy's default (the\n" +
 	"  column below). `queue`, `algorithm` and `partitions` are inherited whole.\n" +
 	"- Every instance may carry `groups` (its registry groups: absent, a named instance takes the defaults',\n" +
-	"  an inline policy its pipeline's) and `replace: true` (see Reloading).\n" +
+	"  an inline policy its pipeline's, none when the pipeline has none) and `replace: true` (see Reloading).\n" +
 	"- Registry names: a named instance is registered under its name, a pipeline under its name, a pipeline's\n" +
 	"  inline policy under `<pipeline>.<slot>` (`db.breaker`). Names are unique across kinds.\n" +
 	"- Code-level fields (Ticker, listeners, Classify, Budget, ShouldRetry, Fatal, a timeout's Watchdog) are not\n" +
@@ -200,11 +200,21 @@ const docsIntro = "# Configuration documents (rampartconfig)\n\n" +
 	"removed from the registry (a removed Hedger or Timeout is closed by `Live.Close`). A change to a field marked\n" +
 	"fixed below is an error naming its path, unless the instance has `replace: true`: then a new instance replaces\n" +
 	"it in the registry and in the pipelines that use it (callers holding the old one keep it). An invalid document\n" +
-	"changes nothing.\n\n" +
+	"changes nothing. The Live keeps a deep copy of the document applied, and `Live.Document` returns another:\n" +
+	"either may be changed and applied.\n\n" +
+	"Reloads and `registry.Scale`: a change of an instance's `groups` (or `replace`) only moves it between groups in\n" +
+	"place (`registry.SetGroups`): its values, and a Scale of it, are kept. A change of any other field of a scaled\n" +
+	"bulkhead or rate limiter is applied as written (the document's `max` or rate, not scaled), and becomes the\n" +
+	"baseline a later `registry.Restore` puts back (`registry.Rebase`); a later Scale scales it.\n\n" +
 	"`Watch(ctx, path, live, onEvent)` reloads the file after each change: it watches the file's directory (editors\n" +
 	"replace a file by renaming another onto it), waits `Options.Debounce` (100 ms) after the last event, skips bytes\n" +
 	"it has already read, and reports every attempt to `onEvent` with the SHA-256 of the bytes and the version in\n" +
-	"force, or the error that kept the old configuration. `Close` stops it.\n"
+	"force, or the error that kept the old configuration. `Close` stops it. A file that reads empty (no bytes, or\n" +
+	"only blanks and comments: most often a write caught between its truncate and its write) is never applied: it\n" +
+	"is reported as `ErrEmptyDocument`, the configuration in force is kept and the file read again after the\n" +
+	"debounce (to remove every instance, write `{}`). The wait is at most 10 debounce periods after the first\n" +
+	"change not yet read, however busy the directory. When the directory itself is removed or renamed (a deploy\n" +
+	"renaming a new directory into place), the watch is set again on the path once it exists.\n"
 
 const docsPipelines = "\n## pipeline\n\n" +
 	"Under `pipelines`, by name. Sets a `pipeline.Config`. Each policy slot is `{ref: <name>}` (an instance of the\n" +

@@ -57,8 +57,9 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 type Meta struct {
 	// Groups are the registry groups of the instance (for the registry's
 	// group operations and RangeGroup). When absent, a named instance
-	// inherits the defaults' groups and an inline policy of a pipeline the
-	// pipeline's.
+	// inherits the defaults' groups and an inline policy of a pipeline is
+	// in the pipeline's (none when the pipeline has none: an inline
+	// policy never takes the defaults' groups).
 	Groups []string `json:"groups,omitempty" yaml:"groups,omitempty"`
 	// Replace lets a reload rebuild the instance when a field fixed at
 	// construction changes: a new instance replaces the old one in the
