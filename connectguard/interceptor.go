@@ -29,6 +29,9 @@ const PushbackKey = "grpc-retry-pushback-ms"
 // "grpc-previous-rpc-attempts").
 const PreviousAttemptsKey = "grpc-previous-rpc-attempts"
 
+// attemptsKey is PreviousAttemptsKey as http.Header keeps it.
+var attemptsKey = http.CanonicalHeaderKey(PreviousAttemptsKey)
+
 // BreakerScope says what [Config.NewBreaker] keeps a breaker per.
 type BreakerScope uint8
 
@@ -265,7 +268,7 @@ func (i *Interceptor) newRoute(proc string) (*procRoute, error) {
 }
 
 func hasPolicy(pc pipeline.Config) bool {
-	return pc.Retry != nil || pc.Breaker != nil || pc.RateLimit != nil || pc.Bulkhead != nil || pc.Adaptive != nil || pc.Timeout != nil
+	return pc.Retry != nil || pc.Breaker != nil || pc.RateLimit != nil || pc.Bulkhead != nil || pc.Adaptive != nil || pc.Shed != nil || pc.Timeout != nil
 }
 
 // breaker returns NewBreaker's breaker for key, built once. Slow path.
@@ -439,11 +442,14 @@ func pushbackOf(err error) (d time.Duration, ok bool) {
 	if !cok {
 		return 0, false
 	}
-	v := metaValue(ce.Meta(), PushbackKey)
-	if v == "" {
+	vs := metaValues(ce.Meta(), PushbackKey)
+	if len(vs) == 0 {
 		return 0, false
 	}
-	ms, perr := strconv.ParseInt(v, 10, 64)
+	if len(vs) > 1 {
+		return -1, true // several values: not retried, as grpc-go's own retry (A6 allows one)
+	}
+	ms, perr := strconv.ParseInt(vs[0], 10, 64)
 	if perr != nil || ms < 0 {
 		return -1, true
 	}
@@ -453,16 +459,13 @@ func pushbackOf(err error) (d time.Duration, ok bool) {
 	return time.Duration(ms) * time.Millisecond, true
 }
 
-// metaValue reads key from h, canonical or as sent (gRPC trailers keep
-// their lower-case names).
-func metaValue(h http.Header, key string) string {
-	if v := h.Get(key); v != "" {
+// metaValues reads key's values from h, canonical or as sent (gRPC
+// trailers keep their lower-case names). No allocation.
+func metaValues(h http.Header, key string) []string {
+	if v := h.Values(key); len(v) > 0 {
 		return v
 	}
-	if v := h[key]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
+	return h[key]
 }
 
 // attemptResult is a client attempt's response and connect's error.
@@ -480,15 +483,28 @@ func (i *Interceptor) clientUnary(ctx context.Context, req connect.AnyRequest, n
 		return next(ctx, req)
 	}
 	n := 0
+	var orig []string // the caller's own values of the header, put back after the retries
+	had := false
 	res, o := pipeline.TryCall(ctx, r.client, func(actx context.Context) (attemptResult, error) {
 		if n > 0 {
 			// A retry (A6): the attempts are sequential, so the one
 			// request may carry it. Retry path only.
-			req.Header().Set(PreviousAttemptsKey, strconv.Itoa(n))
+			h := req.Header()
+			if n == 1 {
+				orig, had = h[attemptsKey]
+			}
+			h.Set(PreviousAttemptsKey, strconv.Itoa(n))
 		}
 		n++
 		return i.attempt(actx, req, next)
 	})
+	if n > 1 { // a retry set the header on the caller's request: put it back
+		if had {
+			req.Header()[attemptsKey] = orig
+		} else {
+			delete(req.Header(), attemptsKey)
+		}
+	}
 	switch o.Code {
 	case pipeline.OK, pipeline.Failed:
 		return res.resp, res.err

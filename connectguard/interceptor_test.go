@@ -3,10 +3,12 @@ package connectguard_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"connectrpc.com/connect"
@@ -20,6 +22,7 @@ import (
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -556,4 +559,184 @@ func TestServerAdmitPathAllocs(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("handler admit path: %v allocations, want 0", n)
 	}
+}
+
+// A retry's grpc-previous-rpc-attempts is not left on the caller's
+// request: the caller's header comes back as it was (absent here), and the
+// same request sent again is a first attempt.
+func TestClientRestoresTheCallersHeaderAfterRetries(t *testing.T) {
+	var f failing
+	say, _, _ := serve(t, f.say(func(n int) (*connect.Response[msg], error) {
+		if n < 2 {
+			return unavailable(n)
+		}
+		return connect.NewResponse(wrapperspb.String("ok")), nil
+	}), nil, guardOf(pipeline.Config{Retry: fastRetry(retry.Config{MaxAttempts: 3})}))
+	r := req()
+	if _, err := say.CallUnary(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := r.Header()[http.CanonicalHeaderKey(connectguard.PreviousAttemptsKey)]; ok {
+		t.Errorf("the caller's request now carries %s: %q", connectguard.PreviousAttemptsKey, v)
+	}
+	if _, err := say.CallUnary(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.previous; len(got) != 4 || got[3] != "" {
+		t.Fatalf("grpc-previous-rpc-attempts %q, want the 4th (a new call's first attempt) empty", got)
+	}
+	r.Header().Set(connectguard.PreviousAttemptsKey, "7") // the caller's own value
+	f.mu.Lock()
+	f.calls = 0 // two failures again: retries set the header
+	f.mu.Unlock()
+	if _, err := say.CallUnary(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	if v := r.Header().Values(connectguard.PreviousAttemptsKey); len(v) != 1 || v[0] != "7" {
+		t.Fatalf("the caller's own %s came back as %q, want [7]", connectguard.PreviousAttemptsKey, v)
+	}
+}
+
+// A server's error with more than one pushback value is not retried (as
+// grpc-go's own retry).
+func TestClientDoesNotRetryOnSeveralPushbackValues(t *testing.T) {
+	eachProtocol(t, func(t *testing.T, copts []connect.ClientOption) {
+		var f failing
+		h := f.say(func(n int) (*connect.Response[msg], error) {
+			if n == 0 {
+				e := connect.NewError(connect.CodeUnavailable, errors.New("busy"))
+				e.Meta().Add(connectguard.PushbackKey, "1")
+				e.Meta().Add(connectguard.PushbackKey, "-1")
+				return nil, e
+			}
+			return connect.NewResponse(wrapperspb.String("ok")), nil
+		})
+		say, _, _ := serve(t, h, nil, guardOf(pipeline.Config{Retry: fastRetry(retry.Config{MaxAttempts: 3})}), copts...)
+		_, err := say.CallUnary(t.Context(), req())
+		if n := f.count(); n != 1 || connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Fatalf("%d attempts (err %v) on two pushback values, want 1 (UNAVAILABLE)", n, err)
+		}
+	})
+}
+
+// countingTransport counts the HTTP requests a client sends.
+type countingTransport struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(r)
+}
+
+// A stream the client guard refused never reaches the server: connect's
+// CallServerStream answers the refused Send with CloseRequest and
+// CloseResponse, which must not make the HTTP request (connect makes it
+// on CloseRequest even when nothing was sent, and CloseResponse waits for
+// its response, so that a request made is counted before the call
+// returns).
+func TestClientRefusedStreamSendsNoRequest(t *testing.T) {
+	bh := must(bulkhead.New(bulkhead.Config{Max: 1}))
+	release := make(chan struct{})
+	h := handlers{count: func(ctx context.Context, r *connect.Request[msg], s *connect.ServerStream[msg]) error {
+		if err := s.Send(wrapperspb.String("n")); err != nil {
+			return err
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}}
+	_, _, srv := serve(t, h, nil, nil)
+	hc := srv.Client()
+	tr := &countingTransport{next: hc.Transport}
+	hc.Transport = tr
+	count := connect.NewClient[msg, msg](hc, srv.URL+countProc, connect.WithInterceptors(guardOf(pipeline.Config{Bulkhead: bh})))
+	s := must(count.CallServerStream(t.Context(), req()))
+	if !s.Receive() {
+		t.Fatal(s.Err())
+	}
+	_, err := count.CallServerStream(t.Context(), req())
+	if !errors.Is(err, bulkhead.ErrFull) {
+		t.Fatalf("a second stream while the first holds the permit: %v, want the bulkhead's rejection", err)
+	}
+	if n := tr.n.Load(); n != 1 {
+		t.Fatalf("%d HTTP requests, want 1 (the refused stream went out)", n)
+	}
+	close(release)
+	for s.Receive() {
+	}
+	_ = s.Close()
+}
+
+// A pipeline whose only policy is a shedder is applied, on the handler
+// and on the client, unary calls and streams alike, at the pipeline's
+// ShedPriority.
+func TestAShedOnlyPipelineIsApplied(t *testing.T) {
+	s := must(shed.New(shed.Config{}))
+	var prio atomic.Int32
+	p := must(pipeline.New(pipeline.Config{Shed: s, CountOutcomes: true, ShedPriority: func(context.Context) int { prio.Add(1); return 0 }}))
+	g := newGuard(connectguard.Config{Pipeline: p})
+	held := make(chan int, 1)
+	h := handlers{count: func(ctx context.Context, r *connect.Request[msg], st *connect.ServerStream[msg]) error {
+		held <- s.InFlight()
+		return st.Send(wrapperspb.String("n"))
+	}}
+	say, count, _ := serve(t, h, g, g)
+	if _, err := say.CallUnary(t.Context(), req()); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Stats().Calls; n != 2 || prio.Load() != 2 {
+		t.Fatalf("the shed-only pipeline saw %d calls (ShedPriority asked %d times), want 2 (the client's and the handler's)", n, prio.Load())
+	}
+	st := must(count.CallServerStream(t.Context(), req()))
+	for st.Receive() {
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	if n := <-held; n != 2 || prio.Load() != 4 {
+		t.Fatalf("the stream held %d of the shedder's permits in its handler (ShedPriority asked %d times), want 2 (4)", n, prio.Load())
+	}
+	if n := s.InFlight(); n != 0 {
+		t.Fatalf("%d of the shedder's permits held after the stream, want 0", n)
+	}
+}
+
+// fakeConn is a client stream connection whose Receive fails.
+type fakeConn struct {
+	connect.StreamingClientConn
+	spec connect.Spec
+}
+
+func (f *fakeConn) Peer() connect.Peer { return connect.Peer{Addr: "x"} }
+func (f *fakeConn) Spec() connect.Spec { return f.spec }
+func (f *fakeConn) Receive(any) error {
+	return connect.NewError(connect.CodeCanceled, context.Canceled)
+}
+
+// A stream whose context is done when it is admitted: the context's
+// AfterFunc ends it at once on its own goroutine, while the interceptor is
+// still setting it up (the race detector checks that it touches nothing
+// the interceptor writes), and the permit comes back.
+func TestClientStreamEndedAsItOpensReleasesItsPermit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bh := must(bulkhead.New(bulkhead.Config{Max: 1}))
+		g := guardOf(pipeline.Config{Bulkhead: bh})
+		spec := connect.Spec{Procedure: countProc, StreamType: connect.StreamTypeServer, IsClient: true}
+		for range 50 {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			conn := g.WrapStreamingClient(func(context.Context, connect.Spec) connect.StreamingClientConn { return &fakeConn{spec: spec} })(ctx, spec)
+			synctest.Wait() // the AfterFunc has ended the stream
+			if err := bh.Acquire(); err != nil {
+				t.Fatalf("the ended stream still holds the bulkhead's only slot: %v", err)
+			}
+			bh.Release()
+			_ = conn.Receive(nil)
+		}
+	})
 }
