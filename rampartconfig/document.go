@@ -367,10 +367,13 @@ func (p *planned) resolve(spec, def reflect.Value, pipelineGroups *[]string, bad
 	var errs []error
 	seen := map[string]bool{}
 	work := merge(merged, reflect.Zero(merged.Type())) // a copy that validation may clear
-	for range 64 {                                     // more than any kind's fields
+	for i := range 64 {                                // more than any kind's fields
 		cfg := reflect.New(k.config)
-		if es := fill(k, cfg.Elem(), work.Elem(), p.path); len(es) > 0 {
-			return es
+		// A value no Config field takes (an unknown enum name, an invalid
+		// algorithm) leaves the field at its default, so that New checks
+		// the others: each is reported once.
+		if es := fill(k, cfg.Elem(), work.Elem(), p.path); i == 0 {
+			errs = append(errs, es...)
 		}
 		k.setName(cfg.Interface(), p.name)
 		o.apply(p.name, cfg.Interface())

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/adaptive"
 	"github.com/rampart-go/rampart/bulkhead"
 	"github.com/rampart-go/rampart/circuitbreaker"
@@ -225,9 +226,9 @@ func fill(k *kind, cfg, spec reflect.Value, path string) []error {
 		}
 		p := path + "." + jsonName(f)
 		if f.Name == "Algorithm" {
-			alg, err := algorithm(v.Interface().(*AlgorithmSpec), p)
-			if err != nil {
-				errs = append(errs, err)
+			alg, es := algorithm(v.Interface().(*AlgorithmSpec), p)
+			if len(es) > 0 {
+				errs = append(errs, es...) // the Config keeps the default algorithm, for New to check the rest
 				continue
 			}
 			cfg.FieldByName("Algorithm").Set(reflect.ValueOf(&alg).Elem())
@@ -269,29 +270,77 @@ func fill(k *kind, cfg, spec reflect.Value, path string) []error {
 	return errs
 }
 
-// algorithm returns the adaptive.Algorithm a spec names.
-func algorithm(a *AlgorithmSpec, path string) (adaptive.Algorithm, error) {
+// algorithm returns the adaptive.Algorithm a spec names, or the errors of
+// its fields, each at its own path (adaptiveLimiters.a.algorithm.gradient2.tolerance):
+// adaptive's New would report the first one only, at "Algorithm".
+func algorithm(a *AlgorithmSpec, path string) (adaptive.Algorithm, []error) {
 	var set []string
 	var alg adaptive.Algorithm
+	var spec reflect.Value // the one algorithm's spec (a struct)
 	if a.Vegas != nil {
 		var v adaptive.Vegas
 		fill(nil, reflect.ValueOf(&v).Elem(), reflect.ValueOf(a.Vegas).Elem(), path)
-		set, alg = append(set, "vegas"), v
+		set, alg, spec = append(set, "vegas"), v, reflect.ValueOf(a.Vegas).Elem()
 	}
 	if a.AIMD != nil {
 		var v adaptive.AIMD
 		fill(nil, reflect.ValueOf(&v).Elem(), reflect.ValueOf(a.AIMD).Elem(), path)
-		set, alg = append(set, "aimd"), v
+		set, alg, spec = append(set, "aimd"), v, reflect.ValueOf(a.AIMD).Elem()
 	}
 	if a.Gradient2 != nil {
 		var v adaptive.Gradient2
 		fill(nil, reflect.ValueOf(&v).Elem(), reflect.ValueOf(a.Gradient2).Elem(), path)
-		set, alg = append(set, "gradient2"), v
+		set, alg, spec = append(set, "gradient2"), v, reflect.ValueOf(a.Gradient2).Elem()
 	}
 	if len(set) != 1 {
-		return nil, &FieldError{Path: path, Err: fmt.Errorf("must set exactly one of vegas, aimd, gradient2, got %d", len(set))}
+		return nil, []error{&FieldError{Path: path, Err: fmt.Errorf("must set exactly one of vegas, aimd, gradient2, got %d", len(set))}}
+	}
+	if errs := algorithmErrors(alg, spec, path+"."+set[0]); len(errs) > 0 {
+		return nil, errs
 	}
 	return alg, nil
+}
+
+// validator is an algorithm that validates its fields (adaptive's own).
+type validator interface{ Validate() error }
+
+// algorithmErrors validates alg, built from spec, and maps its errors to
+// the fields' paths under path: every field the spec sets is validated
+// alone (the others at their defaults), and a field that fails alone is
+// reported at its path; an error no single field makes (Vegas's beta not
+// above alpha, both set) is reported at path.
+func algorithmErrors(alg adaptive.Algorithm, spec reflect.Value, path string) []error {
+	v, ok := alg.(validator)
+	if !ok {
+		return nil
+	}
+	whole := v.Validate()
+	if whole == nil {
+		return nil
+	}
+	at := reflect.ValueOf(alg).Type()
+	var errs []error
+	for i := range spec.NumField() {
+		f := spec.Type().Field(i)
+		if spec.Field(i).IsNil() {
+			continue
+		}
+		one := reflect.New(spec.Type()).Elem()
+		one.Field(i).Set(spec.Field(i))
+		solo := reflect.New(at).Elem()
+		fill(nil, solo, one, path)
+		err := solo.Interface().(validator).Validate()
+		if err == nil {
+			continue
+		}
+		field := at.Name() + "." + f.Name
+		reason := strings.TrimPrefix(err.Error(), field+" ")
+		errs = append(errs, &FieldError{Path: path + "." + jsonName(f), Err: rampart.NewConfigError("adaptive", "Algorithm."+field, "%s", reason)})
+	}
+	if len(errs) == 0 {
+		errs = append(errs, &FieldError{Path: path, Err: rampart.NewConfigError("adaptive", "Algorithm."+at.Name(), "%v", whole)})
+	}
+	return errs
 }
 
 // unset clears the spec field a Config field path names ("Queue.Target"),

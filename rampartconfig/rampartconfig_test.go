@@ -296,6 +296,7 @@ pipelines:
 		`breakers.b.mode: must be one of "consecutive", "count", "time", got "sliding"`,
 		"rateLimiters.r.rate: ",
 		"adaptiveLimiters.q.algorithm: must set exactly one of vegas, aimd, gradient2, got 2",
+		"adaptiveLimiters.q.queue.maxLength: must not be negative, got -1",
 		"pipelines.db.breaker.failureRateThreshold: must be a percentage in (0, 100] (0 = default 50), got 150",
 		`pipelines.db.retry.ref: no retries named "nowhere"`,
 	}
@@ -876,5 +877,32 @@ pipelines:
 		if got := l.Registry().Groups(name); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s is in groups %v, want %v", name, got, want)
 		}
+	}
+}
+
+func TestLoadReportsEveryAlgorithmErrorAtItsField(t *testing.T) {
+	_, err := Load([]byte(`adaptiveLimiters:
+  g: {algorithm: {gradient2: {tolerance: 0.5, smoothing: 2, longWindow: -1, queueSize: 4}}}
+  v: {algorithm: {vegas: {alpha: 3, beta: 3}}}
+  a: {maxLimit: -1, algorithm: {aimd: {backoff: 1.5}}}
+`), YAML)
+	if err == nil || !errors.Is(err, rampart.ErrInvalidConfig) {
+		t.Fatalf("Load: %v, want a ConfigError", err)
+	}
+	msg := err.Error()
+	for _, w := range []string{
+		"adaptiveLimiters.g.algorithm.gradient2.tolerance: must be at least 1, got 0.5",
+		"adaptiveLimiters.g.algorithm.gradient2.smoothing: must be in (0, 1], got 2",
+		"adaptiveLimiters.g.algorithm.gradient2.longWindow: must not be negative, got -1",
+		"adaptiveLimiters.v.algorithm.vegas: Vegas.Beta (3) must exceed Alpha (3)", // no field alone is wrong
+		"adaptiveLimiters.a.algorithm.aimd.backoff: must be in (0, 1), got 1.5",
+		"adaptiveLimiters.a.maxLimit: ", // the instance's other fields are still checked
+	} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("the error does not report %q:\n%s", w, msg)
+		}
+	}
+	if strings.Contains(msg, "queueSize") || strings.Contains(msg, "g.algorithm:") {
+		t.Errorf("a valid field, or the algorithm as a whole, is reported:\n%s", msg)
 	}
 }
