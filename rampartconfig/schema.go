@@ -33,7 +33,7 @@ var schemaDocs = map[string]fieldDoc{
 	"breaker.buckets":               {"10", "always", "20", "buckets of a time window (at most 1024)"},
 	"breaker.consecutiveFailures":   {"5", "", "7", "failures in a row that trip a consecutive breaker"},
 	"breaker.failureRateThreshold":  {"50", "", "25", "failure rate (percent, in (0, 100]) that trips a windowed breaker"},
-	"breaker.slowCallDuration":      {"0 (no slow-call detection)", "", "1s", "duration from which a call counts as slow"},
+	"breaker.slowCallDuration":      {"0 (no slow-call detection)", "between 0 and positive (unless a per-call listener times the calls)", "1s", "duration from which a call counts as slow"},
 	"breaker.slowCallRateThreshold": {"100", "", "80", "slow-call rate (percent) that trips"},
 	"breaker.minimumCalls":          {"10 (capped at windowSize)", "", "20", "calls a window must hold before a rate is judged"},
 	"breaker.openDuration":          {"5s", "", "2s", "how long the breaker stays open after a trip from closed"},

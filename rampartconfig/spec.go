@@ -94,7 +94,10 @@ type BreakerSpec struct {
 	// windowed breaker. Default 50. Reload: updatable.
 	FailureRateThreshold *float64 `json:"failureRateThreshold,omitempty" yaml:"failureRateThreshold,omitempty"`
 	// SlowCallDuration: duration from which a call counts as slow. Default 0
-	// (no slow-call detection). Reload: updatable.
+	// (no slow-call detection). Reload: fixed between 0 and positive (a
+	// pipeline decides at its New whether to time the breaker's calls),
+	// unless a per-call listener already makes the breaker time them;
+	// updatable between positive values.
 	SlowCallDuration *Duration `json:"slowCallDuration,omitempty" yaml:"slowCallDuration,omitempty"`
 	// SlowCallRateThreshold: slow-call rate (percent) that trips. Default 100.
 	// Reload: updatable.
