@@ -192,7 +192,7 @@ type settings struct {
 // derive sets the fields derived from the Config.
 func (s *settings) derive() {
 	s.counted = s.CountStats
-	s.timed = s.SlowCallDuration > 0 || s.Mode == TimeWindow || s.OnSuccess != nil || s.OnFailure != nil
+	s.timed = s.measuresCalls()
 	s.fast = fastNone
 	if s.SlowCallDuration == 0 && s.OnSuccess == nil {
 		switch s.Mode {
@@ -202,6 +202,12 @@ func (s *settings) derive() {
 			s.fast = fastConsec
 		}
 	}
+}
+
+// measuresCalls reports whether c needs real start and end times (see
+// [Breaker.MeasuresCalls]).
+func (c *Config) measuresCalls() bool {
+	return c.SlowCallDuration > 0 || c.Mode == TimeWindow || c.OnSuccess != nil || c.OnFailure != nil
 }
 
 // openHint is the open timer of a breaker on a real-time NanoTicker. The
@@ -377,7 +383,9 @@ func (b *Breaker) Config() Config { return b.set.Load().Config }
 // MeasuresCalls reports whether results need real start and end times: a
 // slow-call threshold, a time window or a per-call listener. When it is
 // false, a caller may pass [rampart.NotRead] ("not read") to AcquireAt on a
-// closed breaker and to ReleaseAt, as Do does, and read no clock.
+// closed breaker and to ReleaseAt, as Do does, and read no clock. It is
+// fixed at New: Update refuses a change that would flip it, so a caller
+// may read it once (package pipeline does, at its New).
 func (b *Breaker) MeasuresCalls() bool { return b.set.Load().timed }
 
 // Ticker returns the clock the shorthands read; pass its readings to the

@@ -403,8 +403,11 @@ func percent(field string, v *float64, def float64) error {
 // construction: Name (an empty Name keeps the name New was given, as a
 // registry's create-or-get sets it on the caller's behalf), Ticker,
 // Compact, CountStats, Mode, WindowSize, TimeWindow, Buckets (pass the
-// Config New was given, or Config(), with the other fields changed). An
-// invalid or refused c changes nothing. Updates may run concurrently: they
+// Config New was given, or Config(), with the other fields changed); and,
+// because a pipeline reads them once, at its New: Classify from or to nil,
+// and SlowCallDuration from or to 0, OnSuccess or OnFailure from or to nil
+// where the change would flip [Breaker.MeasuresCalls]. An invalid or
+// refused c changes nothing. Updates may run concurrently: they
 // publish one at a time, the one published last is the configuration in
 // force, and an Update's judgement of the current state (below) moves the
 // breaker only while its configuration is still the published one.
@@ -461,8 +464,29 @@ func (b *Breaker) checkFixed(c *Config) error {
 		return cfgErr("TimeWindow", fixed+"each bucket counts one slice of TimeWindow/Buckets, tagged with its tick: another span would misread them (got %v, built with %v)", c.TimeWindow, old.TimeWindow)
 	case c.Buckets != old.Buckets:
 		return cfgErr("Buckets", fixed+"New allocated the buckets, each counting one slice of TimeWindow/Buckets (got %d, built with %d)", c.Buckets, old.Buckets)
+	case (c.Classify == nil) != (old.Classify == nil):
+		return cfgErr("Classify", fixed+"from or to nil: a pipeline reads it once, at its New, to decide whether its successes are classified (got %s, built with %s)", nilOrSet(c.Classify == nil), nilOrSet(old.Classify == nil))
+	case c.measuresCalls() != b.init.timed:
+		// Mode is the same: one of these three changed from or to unset.
+		const why = "while no other setting makes the breaker time calls, it decides MeasuresCalls: a pipeline reads it once, at its New, to decide whether its calls read the clock before and after fn"
+		switch {
+		case (c.SlowCallDuration > 0) != (old.SlowCallDuration > 0):
+			return cfgErr("SlowCallDuration", fixed+"from or to 0 "+why+"; between positive values, or beside a per-call listener, it may change (got %v, built with %v)", c.SlowCallDuration, old.SlowCallDuration)
+		case (c.OnSuccess == nil) != (old.OnSuccess == nil):
+			return cfgErr("OnSuccess", fixed+"from or to nil "+why+"; from one func to another it may change (got %s, built with %s)", nilOrSet(c.OnSuccess == nil), nilOrSet(old.OnSuccess == nil))
+		default:
+			return cfgErr("OnFailure", fixed+"from or to nil "+why+"; from one func to another it may change (got %s, built with %s)", nilOrSet(c.OnFailure == nil), nilOrSet(old.OnFailure == nil))
+		}
 	}
 	return nil
+}
+
+// nilOrSet names a func field's value in an Update's refusal.
+func nilOrSet(isNil bool) string {
+	if isNil {
+		return "nil"
+	}
+	return "a func"
 }
 
 // judge applies the thresholds of cs, just published, to the state they

@@ -49,6 +49,11 @@ func FuzzConfig(f *testing.F) {
 		if fixed.Mode == CountWindow {
 			fixed.MinimumCalls = 1 // New refuses the default 10 over a smaller window; any valid value will do
 		}
+		if c.SlowCallDuration > 0 {
+			// Whether the breaker measures calls is fixed too; any
+			// positive threshold keeps it.
+			fixed.SlowCallDuration = time.Nanosecond
+		}
 		if u, uerr := New(fixed); uerr == nil {
 			switch err := u.Update(c); {
 			case err == nil && b == nil:
@@ -110,24 +115,39 @@ func TestUpdateRefusals(t *testing.T) {
 		field string
 		cfg   Config
 		fixed bool
+		from  func(*Config) // the breaker's Config at New; nil: base
 	}{
-		{"Name", with(func(c *Config) { c.Name = "other" }), true},
-		{"Ticker", with(func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }), true},
-		{"Ticker", with(func(c *Config) { c.Ticker = nil }), true}, // the default clock, not tk
-		{"Compact", with(func(c *Config) { c.Compact = true }), true},
-		{"CountStats", with(func(c *Config) { c.CountStats = true }), true},
-		{"Mode", with(func(c *Config) { c.Mode = Consecutive }), true},
-		{"WindowSize", with(func(c *Config) { c.WindowSize = 50 }), true},
-		{"TimeWindow", with(func(c *Config) { c.TimeWindow = time.Second }), true},
-		{"Buckets", with(func(c *Config) { c.Buckets = 5 }), true},
-		{"FailureRateThreshold", with(func(c *Config) { c.FailureRateThreshold = 101 }), false},
-		{"MinimumCalls", with(func(c *Config) { c.MinimumCalls = 101 }), false},
-		{"HalfOpenMaxConcurrent", with(func(c *Config) { c.HalfOpenProbes, c.HalfOpenMaxConcurrent = 3, 4 }), false},
-		{"MaxOpenDuration", with(func(c *Config) { c.OpenDuration, c.MaxOpenDuration = time.Minute, time.Second }), false},
-		{"OpenJitter", with(func(c *Config) { c.OpenJitter = 1 }), false},
-		{"Ticker", with(func(c *Config) { c.Ticker = (*rampart.ManualTicker)(nil) }), false},
+		{"Name", with(func(c *Config) { c.Name = "other" }), true, nil},
+		{"Ticker", with(func(c *Config) { c.Ticker = rampart.NewManualTicker(0) }), true, nil},
+		{"Ticker", with(func(c *Config) { c.Ticker = nil }), true, nil}, // the default clock, not tk
+		{"Compact", with(func(c *Config) { c.Compact = true }), true, nil},
+		{"CountStats", with(func(c *Config) { c.CountStats = true }), true, nil},
+		{"Mode", with(func(c *Config) { c.Mode = Consecutive }), true, nil},
+		{"WindowSize", with(func(c *Config) { c.WindowSize = 50 }), true, nil},
+		{"TimeWindow", with(func(c *Config) { c.TimeWindow = time.Second }), true, nil},
+		{"Buckets", with(func(c *Config) { c.Buckets = 5 }), true, nil},
+		{"FailureRateThreshold", with(func(c *Config) { c.FailureRateThreshold = 101 }), false, nil},
+		{"MinimumCalls", with(func(c *Config) { c.MinimumCalls = 101 }), false, nil},
+		{"HalfOpenMaxConcurrent", with(func(c *Config) { c.HalfOpenProbes, c.HalfOpenMaxConcurrent = 3, 4 }), false, nil},
+		{"MaxOpenDuration", with(func(c *Config) { c.OpenDuration, c.MaxOpenDuration = time.Minute, time.Second }), false, nil},
+		{"OpenJitter", with(func(c *Config) { c.OpenJitter = 1 }), false, nil},
+		{"Ticker", with(func(c *Config) { c.Ticker = (*rampart.ManualTicker)(nil) }), false, nil},
+		// What a pipeline reads once, at its New: whether the breaker
+		// measures calls, and whether it has a Classify.
+		{"SlowCallDuration", with(func(c *Config) { c.SlowCallDuration = time.Second }), true, nil},
+		{"SlowCallDuration", base, true, func(c *Config) { c.SlowCallDuration = time.Second }},
+		{"OnSuccess", with(func(c *Config) { c.OnSuccess = func(time.Duration) {} }), true, nil},
+		{"OnSuccess", base, true, func(c *Config) { c.OnSuccess = func(time.Duration) {} }},
+		{"OnFailure", with(func(c *Config) { c.OnFailure = func(time.Duration) {} }), true, nil},
+		{"OnFailure", base, true, func(c *Config) { c.OnFailure = func(time.Duration) {} }},
+		{"Classify", with(func(c *Config) { c.Classify = DefaultClassify }), true, nil},
+		{"Classify", base, true, func(c *Config) { c.Classify = DefaultClassify }},
 	} {
-		b, err := New(base)
+		from := base
+		if c.from != nil {
+			c.from(&from)
+		}
+		b, err := New(from)
 		require.NoError(t, err)
 		err = b.Update(c.cfg)
 		var ce *rampart.ConfigError
@@ -135,6 +155,10 @@ func TestUpdateRefusals(t *testing.T) {
 		require.ErrorIs(t, err, rampart.ErrInvalidConfig)
 		require.Equal(t, c.field, ce.Field, "%v", err)
 		require.Equal(t, c.fixed, strings.Contains(ce.Reason, "fixed at construction"), "%v", err)
+		switch c.field {
+		case "SlowCallDuration", "OnSuccess", "OnFailure", "Classify":
+			require.Contains(t, ce.Reason, "a pipeline reads it once, at its New", "%v", err)
+		}
 		if !c.fixed {
 			_, nerr := New(c.cfg)
 			require.EqualError(t, err, nerr.Error(), "Update validates as New does")
@@ -249,11 +273,12 @@ func TestUpdateKeepsTheHalfOpenProbes(t *testing.T) {
 
 // TestUpdateReplacesTheListenersClassifyAndSlowCalls: the listeners,
 // Classify and the slow-call threshold of an Update are the ones the next
-// calls use (and MeasuresCalls follows the slow-call threshold).
+// calls use.
 func TestUpdateReplacesTheListenersClassifyAndSlowCalls(t *testing.T) {
 	var oldCalls, newCalls int
-	b, tk := newTest(t, Config{MinimumCalls: 1, OnStateChange: func(_, _ State) { oldCalls++ }})
-	require.False(t, b.MeasuresCalls())
+	b, tk := newTest(t, Config{MinimumCalls: 1, OnStateChange: func(_, _ State) { oldCalls++ },
+		Classify: DefaultClassify, SlowCallDuration: time.Hour})
+	require.True(t, b.MeasuresCalls())
 	require.NoError(t, b.Update(Config{Ticker: tk, MinimumCalls: 1,
 		OnStateChange: func(_, _ State) { newCalls++ },
 		Classify: func(err error) rampart.Result {
@@ -272,6 +297,34 @@ func TestUpdateReplacesTheListenersClassifyAndSlowCalls(t *testing.T) {
 	require.EqualValues(t, 1, s.SlowCalls, "the new threshold judges a 20 ms call slow")
 	require.Equal(t, Open, s.State, "one slow call in a window of one: the slow rate trips it")
 	require.Equal(t, [2]int{0, 1}, [2]int{oldCalls, newCalls}, "the new OnStateChange is called")
+}
+
+// TestUpdateAcceptsWhatKeepsMeasuresCallsAndClassify: the slow-call
+// threshold and the per-call listeners change freely while another setting
+// keeps the breaker measuring calls (MeasuresCalls unchanged), and Classify
+// from one func to another: what a pipeline read at its New still holds.
+func TestUpdateAcceptsWhatKeepsMeasuresCallsAndClassify(t *testing.T) {
+	tk := rampart.NewManualTicker(0)
+	listener := func(time.Duration) {}
+	for _, c := range []struct {
+		name     string
+		from, to Config
+	}{
+		{"a time window measures calls", Config{Mode: TimeWindow}, Config{Mode: TimeWindow, SlowCallDuration: time.Second}},
+		{"a time window without its threshold", Config{Mode: TimeWindow, SlowCallDuration: time.Second}, Config{Mode: TimeWindow}},
+		{"a threshold to another", Config{SlowCallDuration: time.Second}, Config{SlowCallDuration: time.Minute}},
+		{"a listener for the threshold", Config{SlowCallDuration: time.Second}, Config{OnFailure: listener}},
+		{"the threshold beside a listener", Config{OnSuccess: listener}, Config{OnSuccess: listener, SlowCallDuration: time.Second}},
+		{"a Classify for another", Config{Classify: DefaultClassify}, Config{Classify: func(error) rampart.Result { return rampart.Ignored }}},
+	} {
+		c.from.Ticker, c.to.Ticker = tk, tk
+		b, err := New(c.from)
+		require.NoError(t, err)
+		measures := b.MeasuresCalls()
+		require.NoError(t, b.Update(c.to), c.name)
+		require.Equal(t, measures, b.MeasuresCalls(), c.name)
+		require.Equal(t, c.to.SlowCallDuration, b.Config().SlowCallDuration, c.name)
+	}
 }
 
 // TestUpdateWithoutNameKeepsTheName: an empty Name in Update keeps the

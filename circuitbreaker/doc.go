@@ -244,6 +244,9 @@
 //   - FailureRateThreshold, SlowCallDuration, SlowCallRateThreshold,
 //     MinimumCalls (at most the fixed WindowSize), ConsecutiveFailures:
 //     updatable; judged at the Update, then at every record.
+//     SlowCallDuration changes between positive values, and from or to 0
+//     only where a time window or a per-call listener keeps the breaker
+//     measuring calls (below).
 //   - OpenDuration, MaxOpenDuration, OpenBackoffFactor, OpenJitter:
 //     updatable; the open period in progress keeps its end, the next one
 //     is computed with the new values (the backoff streak is kept).
@@ -254,8 +257,20 @@
 //     beyond a lowered HalfOpenProbes included.
 //   - Classify, OnStateChange, OnSuccess, OnFailure, OnRejected:
 //     updatable; each call uses those of the configuration it loaded.
-//     Setting SlowCallDuration, OnSuccess or OnFailure makes the
-//     shorthands read the clock from the next call (MeasuresCalls follows).
+//     Classify changes from one func to another, never from or to nil:
+//     a pipeline reads it once, at its New, to decide whether its
+//     successes are classified (a Classify set later would never see
+//     them, one removed would still be called).
+//   - Whether the breaker measures calls ([Breaker.MeasuresCalls]: a
+//     slow-call threshold, a time window or a per-call listener) is fixed:
+//     a pipeline reads it once, at its New, to decide whether its calls
+//     read the clock before and after fn (one built without would pass
+//     NotRead and never see a call slow). Update refuses, naming the field,
+//     a SlowCallDuration from or to 0, or an OnSuccess or OnFailure from or
+//     to nil, that would flip it; the same change beside another setting
+//     that times calls (Mode TimeWindow, a threshold, the other listener)
+//     is accepted. To add timing later, build the breaker with a
+//     SlowCallDuration no call reaches (an hour) and lower it.
 //   - Name: fixed: New built the rejection errors that carry it, once.
 //     An empty Name keeps it (a registry names the breakers it builds from
 //     a Config without one, and that Config, changed, is accepted).
@@ -280,9 +295,11 @@
 // nothing).
 //
 // Update allocates the new configuration (one object of about 220 B);
-// calls still allocate nothing. For composition: ReleaseAt, Classify and
-// MeasuresCalls each load the configuration once, so a caller that uses
-// them in sequence (package pipeline) may see an Update between them.
+// calls still allocate nothing. For composition: ReleaseAt and Classify
+// each load the configuration once, so a caller that uses them in
+// sequence (package pipeline) may see an Update between them; what
+// MeasuresCalls reports, and whether Config().Classify is nil, never
+// change after New, so a caller may read them once.
 //
 // # For composition
 //

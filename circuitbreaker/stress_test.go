@@ -482,7 +482,8 @@ func TestStressPackedSlotsMirrorTheirCounters(t *testing.T) {
 // TestStressUpdatesRacingCalls: goroutines make calls with random outcomes
 // and durations while another keeps replacing the configuration
 // (thresholds, probes, the concurrency limit, the slow-call threshold,
-// HalfOpenSuccesses), in every mode. No permit is lost or released twice:
+// between an hour that no call reaches and 2 ms, as Update keeps it
+// positive once set, HalfOpenSuccesses), in every mode. No permit is lost or released twice:
 // every admission is a call or a rejection, Stats counts every rejection,
 // every probe admitted is recorded (none is in flight at the end), probes
 // in flight never exceeded the largest limit of any configuration, and a
@@ -492,9 +493,9 @@ func TestStressUpdatesRacingCalls(t *testing.T) {
 	for _, mode := range []Mode{CountWindow, TimeWindow, Consecutive} {
 		tk := rampart.NewManualTicker(0)
 		cfgs := []Config{
-			{FailureRateThreshold: 20, MinimumCalls: 4, HalfOpenProbes: 6, HalfOpenMaxConcurrent: 3, ConsecutiveFailures: 2},
+			{FailureRateThreshold: 20, MinimumCalls: 4, HalfOpenProbes: 6, HalfOpenMaxConcurrent: 3, ConsecutiveFailures: 2, SlowCallDuration: time.Hour},
 			{FailureRateThreshold: 80, MinimumCalls: 8, HalfOpenProbes: 2, HalfOpenMaxConcurrent: 1, SlowCallDuration: 2 * time.Millisecond},
-			{FailureRateThreshold: 50, MinimumCalls: 1, HalfOpenProbes: 4, HalfOpenSuccesses: 3, ConsecutiveFailures: 6, MaxHalfOpenDuration: 10 * time.Millisecond},
+			{FailureRateThreshold: 50, MinimumCalls: 1, HalfOpenProbes: 4, HalfOpenSuccesses: 3, ConsecutiveFailures: 6, MaxHalfOpenDuration: 10 * time.Millisecond, SlowCallDuration: time.Hour},
 		}
 		const maxConcurrent = 4 // the largest HalfOpenMaxConcurrent above (HalfOpenProbes when unset)
 		for i := range cfgs {
