@@ -63,7 +63,12 @@ type Config struct {
 
 	// PipelineFor returns the pipeline of a procedure; nil means Pipeline.
 	// It is called once per procedure, on its first call, and its answer is
-	// kept (later calls read it without a lock).
+	// kept (later calls read it without a lock). Past 4096 procedures (names
+	// that requests choose) no more answers are kept: it is called on every
+	// call of a procedure not kept, maybe concurrently, and the call costs
+	// no more (the routes of each pipeline it returns are built once), but
+	// with NewBreaker and PerProcedure, whose routes are the procedure's
+	// own.
 	PipelineFor func(procedure string) *pipeline.Pipeline
 
 	// IsFailure reports whether a code counts as a failure for the breaker
@@ -111,7 +116,11 @@ type Interceptor struct {
 	newBreaker     func(string) (*circuitbreaker.Breaker, error)
 	scope          BreakerScope
 
-	routes   cache[procRoute]
+	routes cache[string, procRoute]
+	// byPipe is the routes of each pipeline: the procedures of one
+	// pipeline share them, and a procedure past the cache's bound on names
+	// reuses them (bounded by the configuration's pipelines).
+	byPipe   cache[*pipeline.Pipeline, procRoute]
 	bmu      sync.Mutex
 	breakers map[string]*circuitbreaker.Breaker
 }
@@ -125,7 +134,7 @@ type procRoute struct {
 	client    *pipeline.Pipeline // nil: no policy
 	cpc       pipeline.Config    // client's policies, for streams and per-host breakers
 	perHost   bool
-	hosts     cache[procRoute] // per host (NewBreaker, PerHost): client only
+	hosts     cache[string, procRoute] // per host (NewBreaker, PerHost): client only
 	hostRoute bool
 }
 
@@ -175,6 +184,7 @@ func New(cfg Config) (*Interceptor, error) {
 		return nil, rampart.NewConfigError("connectguard", "Pipeline", "has a Hedge, which a connect interceptor cannot apply (see New)")
 	}
 	i.routes.build = i.newRoute
+	i.byPipe.build = i.newRouteOf
 	if i.newBreaker == nil {
 		keys := make([]string, 0, len(m.fixed))
 		for k := range m.fixed {
@@ -211,15 +221,32 @@ func RejectionCode(k pipeline.Kind) connect.Code {
 	return connect.CodeUnavailable
 }
 
-// newRoute builds the routes of a procedure. Slow path.
+// newRoute returns the routes of a procedure: its pipeline's, but with a
+// breaker per procedure. Slow path: a procedure's first call (every call
+// past the cache's bound on names).
 func (i *Interceptor) newRoute(proc string) (*procRoute, error) {
 	p := i.m.pipelineFor(proc)
+	if p != nil && p.Config().Hedge != nil {
+		return nil, rampart.NewConfigError("connectguard", "PipelineFor", "gave %q a pipeline with a Hedge, which a connect interceptor cannot apply (see New)", proc)
+	}
+	if p == nil || i.newBreaker == nil || i.scope == PerHost {
+		return i.byPipe.get(p)
+	}
+	return i.routeOf(p, proc)
+}
+
+// newRouteOf builds the routes of the procedures of p, without a breaker
+// per procedure. Slow path.
+func (i *Interceptor) newRouteOf(p *pipeline.Pipeline) (*procRoute, error) {
+	return i.routeOf(p, "")
+}
+
+// routeOf builds the routes of p; proc names the breaker of a breaker per
+// procedure. Slow path.
+func (i *Interceptor) routeOf(p *pipeline.Pipeline, proc string) (*procRoute, error) {
 	r := &procRoute{}
 	if p == nil {
 		return r, nil
-	}
-	if p.Config().Hedge != nil {
-		return nil, rampart.NewConfigError("connectguard", "PipelineFor", "gave %q a pipeline with a Hedge, which a connect interceptor cannot apply (see New)", proc)
 	}
 	spc := p.Config()
 	spc.Retry = nil

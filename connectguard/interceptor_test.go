@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -739,4 +740,60 @@ func TestClientStreamEndedAsItOpensReleasesItsPermit(t *testing.T) {
 			_ = conn.Receive(nil)
 		}
 	})
+}
+
+// specReq is a request with the Spec the test gives it.
+type specReq struct {
+	*connect.Request[msg]
+	spec connect.Spec
+}
+
+func (r specReq) Spec() connect.Spec { return r.spec }
+
+// Past the cache's bound on procedure names, a procedure not cached reuses
+// the routes of its pipeline: its calls, on the handler and on the client,
+// build nothing and allocate nothing.
+func TestPastTheProcedureBoundReusesThePipelinesRoutes(t *testing.T) {
+	p := must(pipeline.New(pipeline.Config{Bulkhead: must(bulkhead.New(bulkhead.Config{Max: 1 << 20}))}))
+	g := newGuard(connectguard.Config{PipelineFor: func(string) *pipeline.Pipeline { return p }})
+	resp := connect.NewResponse(wrapperspb.String("ok"))
+	h := g.WrapUnary(func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) { return resp, nil })
+	for _, client := range []bool{false, true} {
+		for i := range 5000 {
+			_, _ = h(t.Context(), specReq{req(), connect.Spec{Procedure: "/junk.S/M" + strconv.Itoa(i), IsClient: client}})
+		}
+		if raceEnabled {
+			continue // allocation counts differ under -race
+		}
+		var r connect.AnyRequest = specReq{req(), connect.Spec{Procedure: sayProc, IsClient: client}}
+		ctx := context.Background()
+		if n := testing.AllocsPerRun(100, func() { _, _ = h(ctx, r) }); n != 0 {
+			t.Fatalf("a procedure past the bound (client %v): %.0f allocations per call, want 0", client, n)
+		}
+	}
+}
+
+// Filling the procedure cache copies O(n) routes in all, not one copy of
+// the whole map per new procedure (O(n²): some 300 MiB for 4096).
+func TestFillingTheProcedureCacheTakesLinearSpace(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	p := must(pipeline.New(pipeline.Config{Bulkhead: must(bulkhead.New(bulkhead.Config{Max: 1 << 20}))}))
+	g := newGuard(connectguard.Config{PipelineFor: func(string) *pipeline.Pipeline { return p }})
+	resp := connect.NewResponse(wrapperspb.String("ok"))
+	h := g.WrapUnary(func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) { return resp, nil })
+	reqs := make([]connect.AnyRequest, 4096)
+	for i := range reqs {
+		reqs[i] = specReq{req(), connect.Spec{Procedure: "/junk.S/M" + strconv.Itoa(i)}}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, r := range reqs {
+		_, _ = h(t.Context(), r)
+	}
+	runtime.ReadMemStats(&after)
+	if b := after.TotalAlloc - before.TotalAlloc; b > 8<<20 {
+		t.Fatalf("filling the cache with %d procedures allocated %d KiB, want at most 8 MiB", len(reqs), b>>10)
+	}
 }

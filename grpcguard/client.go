@@ -51,7 +51,11 @@ type ClientConfig struct {
 
 	// PipelineFor returns the pipeline of a method, by full name; nil means
 	// Pipeline. It is called once per method, on its first call, and its
-	// answer is kept (later calls read it without a lock). A pipeline with
+	// answer is kept (later calls read it without a lock). Past 4096
+	// methods no more answers are kept: it is called on every call of a
+	// method not kept, maybe concurrently, and the call costs no more (the
+	// routes of each pipeline it returns are built once), but with
+	// NewBreaker and PerMethod, whose routes are the method's own. A pipeline with
 	// a Hedge for a method that Idempotent does not name fails that
 	// method's calls with a *rampart.ConfigError.
 	PipelineFor func(fullMethod string) *pipeline.Pipeline
@@ -113,7 +117,11 @@ type Client struct {
 	newBreaker     func(string) (*circuitbreaker.Breaker, error)
 	scope          BreakerScope
 
-	routes   cache[clientMethod]
+	routes cache[string, clientMethod]
+	// byPipe is the routes of each pipeline (and whether it hedges): the
+	// methods of one pipeline share them, and a method past the cache's
+	// bound on names reuses them (bounded by the configuration).
+	byPipe   cache[methodKey, clientMethod]
 	bmu      sync.Mutex
 	breakers map[string]*circuitbreaker.Breaker // NewBreaker's, by key
 
@@ -128,11 +136,18 @@ type Client struct {
 
 // clientMethod is a method's routes: one, or one per target.
 type clientMethod struct {
-	route     *clientRoute       // when there is no breaker per target
-	targets   cache[clientRoute] // per target (NewBreaker, PerTarget)
+	route     *clientRoute               // when there is no breaker per target
+	targets   cache[string, clientRoute] // per target (NewBreaker, PerTarget)
 	perTarget bool
 	pc        pipeline.Config // the method's pipeline, for the targets' routes
 	hedge     bool            // the method is hedged
+}
+
+// methodKey is what a method's routes depend on, without a breaker per
+// method: its pipeline, and whether it is hedged.
+type methodKey struct {
+	p     *pipeline.Pipeline
+	hedge bool
 }
 
 // clientRoute is a method's pipeline, with what its calls need.
@@ -193,6 +208,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		c.one = r
 	}
 	c.routes.build = c.newMethod
+	c.byPipe.build = c.newMethodOf
 	if c.newBreaker == nil {
 		// Without breakers to build, every configured method's route is
 		// built now: New reports a pipeline that refuses the combination.
@@ -219,14 +235,36 @@ func (c *Client) newMethod(method string) (*clientMethod, error) {
 	if p == nil {
 		p = c.m.def
 	}
+	hedge := p != nil && p.Config().Hedge != nil && c.idem[method]
+	if p == nil || c.newBreaker == nil || c.scope == PerTarget {
+		return c.byPipe.get(methodKey{p, hedge})
+	}
+	// A breaker per method: the routes are the method's own.
+	cm := &clientMethod{pc: p.Config(), hedge: hedge}
+	cb, err := c.breaker(method)
+	if err != nil {
+		return nil, err
+	}
+	cm.pc.Breaker = cb
+	r, err := newClientRoute(cm.pc, cm.hedge)
+	if err != nil {
+		return nil, err
+	}
+	cm.route = r
+	return cm, nil
+}
+
+// newMethodOf builds the routes of the methods of k's pipeline: no
+// breaker per method. Slow path.
+func (c *Client) newMethodOf(k methodKey) (*clientMethod, error) {
 	cm := &clientMethod{}
-	if p == nil {
+	if k.p == nil {
 		cm.route = &clientRoute{}
 		return cm, nil
 	}
-	cm.pc = p.Config()
-	cm.hedge = cm.pc.Hedge != nil && c.idem[method]
-	if c.newBreaker != nil {
+	cm.pc = k.p.Config()
+	cm.hedge = k.hedge
+	if c.newBreaker != nil { // PerTarget: newMethod builds PerMethod's
 		if c.scope == PerTarget {
 			cm.perTarget = true
 			cm.targets.build = func(target string) (*clientRoute, error) {
@@ -240,11 +278,6 @@ func (c *Client) newMethod(method string) (*clientMethod, error) {
 			}
 			return cm, nil
 		}
-		cb, err := c.breaker(method)
-		if err != nil {
-			return nil, err
-		}
-		cm.pc.Breaker = cb
 	}
 	r, err := newClientRoute(cm.pc, cm.hedge)
 	if err != nil {

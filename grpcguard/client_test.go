@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -664,5 +665,23 @@ func TestClientAppliesAShedOnlyPipeline(t *testing.T) {
 	}
 	if got := s.Stats(); got.InFlight != 0 {
 		t.Fatalf("the ended stream holds %d of the shedder's permits", got.InFlight)
+	}
+}
+
+// Past the cache's bound on method names, a method not cached reuses the
+// routes of its pipeline: its calls build nothing and allocate nothing.
+func TestClientPastTheMethodBoundReusesThePipelinesRoute(t *testing.T) {
+	p := must(pipeline.New(pipeline.Config{Bulkhead: must(bulkhead.New(bulkhead.Config{Max: 1 << 20}))}))
+	c := newClient(grpcguard.ClientConfig{PipelineFor: func(string) *pipeline.Pipeline { return p }})
+	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	for i := range 5000 {
+		_ = c.UnaryInterceptor(t.Context(), "/junk.S/M"+strconv.Itoa(i), nil, nil, nil, invoker)
+	}
+	if raceEnabled {
+		return // allocation counts differ under -race
+	}
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(100, func() { _ = c.UnaryInterceptor(ctx, unaryMethod, nil, nil, nil, invoker) }); n != 0 {
+		t.Fatalf("a method past the bound: %.0f allocations per call, want 0", n)
 	}
 }

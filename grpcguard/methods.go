@@ -11,8 +11,9 @@ import (
 
 // maxCachedMethods bounds the routes a guard keeps: a server with an
 // UnknownServiceHandler sees method names chosen by its clients, which must
-// not grow the cache without bound. Beyond it a method's route is built on
-// every call (the slow path, still correct).
+// not grow the cache without bound. Beyond it a method's pipeline is asked
+// of PipelineFor on every call, and its route is the one already built for
+// that pipeline (see cache).
 const maxCachedMethods = 4096
 
 // methods is the per-method resolution shared by the server and the
@@ -74,30 +75,49 @@ func (m *methods) pipelineFor(fullMethod string) *pipeline.Pipeline {
 	return m.def
 }
 
-// cache maps a key (a method, a target) to its route, built once. A read
-// is one atomic load and one map lookup, without a lock and without an
-// allocation (the key is looked up as the string it is); the first call
-// of a key takes the mutex, builds the route and publishes a copy of the
-// map with it (copy on write: keys are few and read on every call).
-type cache[R any] struct {
-	m     atomic.Pointer[map[string]*R]
+// cache maps a key (a method, a target, a pipeline) to its route, built
+// once. A read is one atomic load and one map lookup, without a lock and
+// without an allocation (a string key is looked up as the string it is).
+//
+// The first call of a key takes the mutex and builds the route into young,
+// a map under the mutex; young is merged into a new copy of the published
+// map (copy on write) once the lookups under the mutex since the last
+// merge reach the keys published, so that filling n keys copies O(n)
+// entries in all, not O(n²) (the published map doubles), and a key found
+// in young is soon read without the lock.
+//
+// Past maxCachedMethods keys the cache is full: everything is published,
+// and a key not held is built on each of its calls, without the mutex and
+// without being kept (build must then be safe for concurrent use). The
+// caches by method name build their routes through a cache by pipeline,
+// whose keys are bounded by the configuration, so that a method past the
+// bound costs its PipelineFor call and no build.
+type cache[K comparable, R any] struct {
+	m     atomic.Pointer[map[K]*R] // published: read without a lock
+	full  atomic.Bool              // maxCachedMethods keys are published: build past them
 	mu    sync.Mutex
-	build func(key string) (*R, error)
+	young map[K]*R // built since the last merge; under mu
+	slows int      // lookups under mu since the last merge; under mu
+	build func(key K) (*R, error)
 }
 
 // get returns key's route.
-func (c *cache[R]) get(key string) (*R, error) {
+func (c *cache[K, R]) get(key K) (*R, error) {
 	if m := c.m.Load(); m != nil {
 		if r, ok := (*m)[key]; ok {
 			return r, nil
 		}
 	}
+	if c.full.Load() {
+		return c.build(key) // past the bound: not kept
+	}
 	return c.slow(key)
 }
 
-// slow builds key's route and caches it. A build error is not cached: the
-// next call tries again (and fails again, with the same *ConfigError).
-func (c *cache[R]) slow(key string) (*R, error) {
+// slow finds key's route in young, or builds and keeps it. A build error
+// is not kept: the next call tries again (and fails again, with the same
+// *ConfigError).
+func (c *cache[K, R]) slow(key K) (*R, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.m.Load()
@@ -106,37 +126,65 @@ func (c *cache[R]) slow(key string) (*R, error) {
 			return r, nil
 		}
 	}
-	r, err := c.build(key)
-	if err != nil {
-		return nil, err
+	pub := 0
+	if old != nil {
+		pub = len(*old)
 	}
-	c.put(old, key, r)
+	n := pub + len(c.young)
+	c.slows++
+	r, ok := c.young[key]
+	if !ok {
+		if n >= maxCachedMethods {
+			c.merge(old)
+			c.full.Store(true)
+			return c.build(key)
+		}
+		var err error
+		if r, err = c.build(key); err != nil {
+			return nil, err
+		}
+		if c.young == nil {
+			c.young = map[K]*R{}
+		}
+		c.young[key] = r
+		n++
+	}
+	// A merge copies n ≤ 2·slows entries (young's keys were each a slow
+	// lookup): O(1) per lookup under the mutex.
+	if c.slows >= pub || n >= maxCachedMethods {
+		c.merge(old)
+		c.full.Store(n >= maxCachedMethods)
+	}
 	return r, nil
 }
 
-// put publishes old with key added, unless the cache is full. Called with
-// mu held.
-func (c *cache[R]) put(old *map[string]*R, key string, r *R) {
-	n := 0
-	if old != nil {
-		n = len(*old)
-	}
-	if n >= maxCachedMethods {
+// merge publishes old with young added, and empties young. Called with mu
+// held.
+func (c *cache[K, R]) merge(old *map[K]*R) {
+	if len(c.young) == 0 {
+		c.slows = 0
 		return
 	}
-	m := make(map[string]*R, n+1)
+	n := len(c.young)
+	if old != nil {
+		n += len(*old)
+	}
+	m := make(map[K]*R, n)
 	if old != nil {
 		for k, v := range *old {
 			m[k] = v
 		}
 	}
-	m[key] = r
+	for k, v := range c.young {
+		m[k] = v
+	}
 	c.m.Store(&m)
+	c.young, c.slows = nil, 0
 }
 
 // preload builds and caches the route of each key at New, so that a
 // configuration error in one of them is reported by New.
-func (c *cache[R]) preload(keys []string) error {
+func (c *cache[K, R]) preload(keys []K) error {
 	for _, k := range keys {
 		if _, err := c.get(k); err != nil {
 			return err

@@ -34,7 +34,11 @@ type ServerConfig struct {
 	// PipelineFor returns the pipeline of a method, by full name; nil means
 	// Pipeline. It is called once per method, on the method's first call,
 	// and its answer is kept (a later call reads it without a lock): it
-	// must not depend on anything but the name.
+	// must not depend on anything but the name. Past 4096 methods (names
+	// an UnknownServiceHandler's clients choose) no more answers are kept:
+	// it is called on every call of a method not kept, maybe concurrently,
+	// and the call costs no more (the route of each pipeline it returns is
+	// built once).
 	PipelineFor func(fullMethod string) *pipeline.Pipeline
 
 	// Tap moves each method's rate limiter out of the interceptors into the
@@ -69,7 +73,11 @@ type Server struct {
 	isFailure   func(codes.Code) bool
 	defPushback time.Duration
 	defMD       metadata.MD // pushbackMD(defPushback), built once, shared read-only
-	routes      cache[serverRoute]
+	routes      cache[string, serverRoute]
+	// byPipe is the route of each pipeline a method resolves to: methods
+	// of one pipeline share its route, and a method past the cache's bound
+	// on names reuses it (bounded by the configuration's pipelines).
+	byPipe cache[*pipeline.Pipeline, serverRoute]
 	// one is the route of every method when the configuration has one
 	// pipeline for all (no Methods, no PipelineFor): a call then costs no
 	// lookup of its method's name.
@@ -101,6 +109,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s.defMD = pushbackMD(s.defPushback)
 	s.routes.build = s.newRoute
+	s.byPipe.build = s.routeOf
 	keys := make([]string, 0, len(m.fixed))
 	for k := range m.fixed {
 		keys = append(keys, k)
@@ -128,9 +137,10 @@ func (s *Server) route(method string) (*serverRoute, error) {
 	return s.routes.get(method)
 }
 
-// newRoute builds the route of method. Slow path.
+// newRoute returns the route of method, its pipeline's. Slow path: a
+// method's first call (every call past the cache's bound on names).
 func (s *Server) newRoute(method string) (*serverRoute, error) {
-	return s.routeOf(s.m.pipelineFor(method))
+	return s.byPipe.get(s.m.pipelineFor(method))
 }
 
 // routeOf builds the route of a method whose pipeline is p. Slow path.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"github.com/rampart-go/rampart/grpcguard"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -455,5 +457,68 @@ func serverAdmitAllocs(t *testing.T, g *grpcguard.Server) {
 		}
 	}); n != 0 {
 		t.Fatalf("stream admit path: %v allocations, want 0", n)
+	}
+}
+
+// A server pipeline whose only policy is a shedder is applied: unary calls
+// and streams go through the shedder, at the pipeline's ShedPriority.
+func TestServerAppliesAShedOnlyPipeline(t *testing.T) {
+	s := must(shed.New(shed.Config{}))
+	var prio atomic.Int32
+	p := must(pipeline.New(pipeline.Config{Shed: s, CountOutcomes: true, ShedPriority: func(context.Context) int { prio.Add(1); return 0 }}))
+	g := newServer(t, grpcguard.ServerConfig{Pipeline: p})
+	_, _ = g.UnaryInterceptor(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: unaryMethod},
+		func(context.Context, any) (any, error) { return nil, nil })
+	inFlight := -1
+	_ = g.StreamInterceptor(nil, &fakeServerStream{ctx: t.Context()}, &grpc.StreamServerInfo{FullMethod: duplexMethod},
+		func(any, grpc.ServerStream) error { inFlight = s.InFlight(); return nil })
+	if n := p.Stats().Calls; n != 2 || prio.Load() != 2 {
+		t.Fatalf("the shed-only pipeline saw %d calls (ShedPriority asked %d times), want 2", n, prio.Load())
+	}
+	if inFlight != 1 || s.InFlight() != 0 {
+		t.Fatalf("the stream held %d of the shedder's permits while its handler ran (%d after), want 1 (0)", inFlight, s.InFlight())
+	}
+}
+
+// Past the cache's bound on method names (names an UnknownServiceHandler's
+// clients choose), a method not cached reuses the route of its pipeline:
+// its calls build nothing and allocate nothing.
+func TestServerPastTheMethodBoundReusesThePipelinesRoute(t *testing.T) {
+	p := must(pipeline.New(pipeline.Config{Bulkhead: must(bulkhead.New(bulkhead.Config{Max: 1 << 20}))}))
+	g := newServer(t, grpcguard.ServerConfig{PipelineFor: func(string) *pipeline.Pipeline { return p }})
+	h := func(context.Context, any) (any, error) { return nil, nil }
+	for i := range 5000 {
+		_, _ = g.UnaryInterceptor(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: "/junk.S/M" + strconv.Itoa(i)}, h)
+	}
+	if raceEnabled {
+		return // allocation counts differ under -race
+	}
+	info := &grpc.UnaryServerInfo{FullMethod: unaryMethod}
+	if n := testing.AllocsPerRun(100, func() { _, _ = g.UnaryInterceptor(context.Background(), nil, info, h) }); n != 0 {
+		t.Fatalf("a method past the bound: %.0f allocations per call, want 0", n)
+	}
+}
+
+// Filling the method cache copies O(n) routes in all, not one copy of the
+// whole map per new method (O(n²): some 300 MiB for 4096 methods).
+func TestServerFillsTheMethodCacheInLinearSpace(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	p := must(pipeline.New(pipeline.Config{Bulkhead: must(bulkhead.New(bulkhead.Config{Max: 1 << 20}))}))
+	g := newServer(t, grpcguard.ServerConfig{PipelineFor: func(string) *pipeline.Pipeline { return p }})
+	h := func(context.Context, any) (any, error) { return nil, nil }
+	infos := make([]grpc.UnaryServerInfo, 4096)
+	for i := range infos {
+		infos[i].FullMethod = "/junk.S/M" + strconv.Itoa(i)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range infos {
+		_, _ = g.UnaryInterceptor(t.Context(), nil, &infos[i], h)
+	}
+	runtime.ReadMemStats(&after)
+	if b := after.TotalAlloc - before.TotalAlloc; b > 8<<20 {
+		t.Fatalf("filling the cache with %d methods allocated %d KiB, want at most 8 MiB", len(infos), b>>10)
 	}
 }
