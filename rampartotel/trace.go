@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/pipeline"
+	"github.com/rampart-go/rampart/shed"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -16,33 +18,116 @@ const (
 	EventRejected = "rampart.rejected"
 	// EventTimedOut is the span event of a call whose timeout expired.
 	EventTimedOut = "rampart.timed_out"
+	// EventBreakerTransition is the span event of a call during which the
+	// pipeline's circuit breaker changed state (see [Do]).
+	EventBreakerTransition = "rampart.circuitbreaker.transition"
+	// EventShedTransition is the span event of a call during which the
+	// pipeline's shedder engaged or released (see [Do]).
+	EventShedTransition = "rampart.shed.transition"
 
-	attrRetryAfter = "rampart.retry_after" // the outcome's RetryAfter, in seconds (float)
-	attrAttempts   = "rampart.attempts"    // the attempts made, rejected ones included
-	attrError      = "rampart.error"       // the outcome's error message
+	attrRetryAfter = "rampart.retry_after"     // the outcome's RetryAfter, in seconds (float)
+	attrAttempts   = "rampart.attempts"        // the attempts made, rejected ones included
+	attrError      = "rampart.error"           // the outcome's error message
+	attrStateFrom  = "rampart.state.from"      // the breaker's state before the call
+	attrStateTo    = "rampart.state.to"        // the breaker's state after the call
+	attrOverloaded = "rampart.shed.overloaded" // the shedder's Overloaded after the call
 )
 
 // Do runs fn through p as p.Do does and returns the same error; when the
 // call is rejected or times out it adds an event ([EventRejected],
-// [EventTimedOut]) to the span of ctx. A call that ends otherwise costs one
-// comparison more than p.Do; one that ends with an event reads
-// trace.SpanFromContext and builds the event only if that span is
-// recording.
+// [EventTimedOut]) to the span of ctx, trace.SpanFromContext(ctx), if that
+// span is recording.
+//
+// When p has a circuit breaker or a shedder (p.Config().Breaker, .Shed)
+// and the span is recording, Do also reads the breaker's State and the
+// shedder's Overloaded before and after the call, and adds
+// [EventBreakerTransition] (rampart.name, rampart.state.from,
+// rampart.state.to) or [EventShedTransition] (rampart.shed.overloaded)
+// when the reading changed, before the outcome's event. A panic in fn
+// still gets them, then goes on. What the readings can see:
+//
+//   - a change made by another goroutine's call while this one ran is
+//     attributed to this span too (to every span of a call that
+//     overlapped it);
+//   - only the state before and after: a call that saw Open become
+//     HalfOpen (its own probe admission) and then Closed (its probe's
+//     success) gets one event, open→closed, and a change undone before
+//     the call ended (closed→open→half-open→closed by others) gets none;
+//   - a timer-driven transition (an open breaker whose open time has
+//     passed reports Open until the next admission moves it to HalfOpen;
+//     a shedder samples at the calls' admissions) is seen by the next call
+//     through p, which made it;
+//   - a change made outside p's calls (TransitionTo, Update, another
+//     pipeline sharing the breaker) is seen only when it falls during one.
+//
+// The metrics (rampart.circuitbreaker.transitions, .state) and the logs
+// (rampartslog.BreakerOnStateChange) count every transition.
+//
+// Cost: a call through a pipeline with neither policy costs p.Do's, a
+// copy of p.Config() on the stack and one comparison more. With one, every
+// call also reads
+// trace.SpanFromContext(ctx) (a context lookup), and the two State (or
+// Overloaded) readings, one atomic load each, are taken only when the span
+// records. No call allocates more than p.Do unless it adds an event
+// (TestDoAllocs).
 func Do(ctx context.Context, p *pipeline.Pipeline, fn func(context.Context) error) error {
-	o := p.Try(ctx, fn)
-	if o.Code == pipeline.Rejected || o.Code == pipeline.TimedOut {
-		AddOutcomeEvent(ctx, o)
-	}
-	return o.Err
+	return Try(ctx, p, fn).Err
 }
 
-// Try is [pipeline.Pipeline.Try] with the span event of [Do].
+// Try is [pipeline.Pipeline.Try] with the span events of [Do].
 func Try(ctx context.Context, p *pipeline.Pipeline, fn func(context.Context) error) pipeline.Outcome {
-	o := p.Try(ctx, fn)
+	var o pipeline.Outcome
+	// Config is inlined; it copies the configuration to the stack (about
+	// twenty words, no allocation), which is all that a pipeline with
+	// neither a breaker nor a shedder pays for the transition events.
+	if cfg := p.Config(); cfg.Breaker != nil || cfg.Shed != nil {
+		// The context lookup is needed to learn whether the span records,
+		// which alone decides whether the states are read.
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			o = tryWatched(ctx, p, fn, span, cfg.Breaker, cfg.Shed)
+		} else {
+			o = p.Try(ctx, fn)
+		}
+	} else {
+		o = p.Try(ctx, fn)
+	}
 	if o.Code == pipeline.Rejected || o.Code == pipeline.TimedOut {
 		AddOutcomeEvent(ctx, o)
 	}
 	return o
+}
+
+// tryWatched runs p.Try with the breaker's and the shedder's readings taken
+// before and after it (each one atomic load), for a recording span; the
+// deferred comparison adds the transition events on a panic in fn too.
+func tryWatched(ctx context.Context, p *pipeline.Pipeline, fn func(context.Context) error, span trace.Span, cb *circuitbreaker.Breaker, sh *shed.Shedder) pipeline.Outcome {
+	var from circuitbreaker.State
+	if cb != nil {
+		from = cb.State()
+	}
+	var was bool
+	if sh != nil {
+		was = sh.Overloaded()
+	}
+	defer func() {
+		if cb != nil {
+			if to := cb.State(); to != from {
+				span.AddEvent(EventBreakerTransition, trace.WithAttributes(
+					attribute.String(attrName, cb.Config().Name),
+					attribute.String(attrStateFrom, from.String()),
+					attribute.String(attrStateTo, to.String()),
+				))
+			}
+		}
+		if sh != nil {
+			if is := sh.Overloaded(); is != was {
+				span.AddEvent(EventShedTransition, trace.WithAttributes(
+					attribute.Bool(attrOverloaded, is),
+				))
+			}
+		}
+	}()
+	return p.Try(ctx, fn)
 }
 
 // AddOutcomeEvent adds the span event of o to the span of ctx when o is

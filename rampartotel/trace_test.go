@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/circuitbreaker"
 	"github.com/rampart-go/rampart/pipeline"
 	"github.com/rampart-go/rampart/ratelimit"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -89,6 +91,171 @@ func TestDoAddsASpanEventOnRejectionAndTimeout(t *testing.T) {
 	}
 }
 
+// breakerPipeline is a pipeline of a breaker named "payments" that trips
+// after failures consecutive failures, stays open 1 s and closes on one
+// successful probe, on tk.
+func breakerPipeline(t testing.TB, tk rampart.Ticker, failures int) (*pipeline.Pipeline, *circuitbreaker.Breaker) {
+	t.Helper()
+	cb := must(circuitbreaker.New(circuitbreaker.Config{Name: "payments", Ticker: tk,
+		Mode: circuitbreaker.Consecutive, ConsecutiveFailures: failures,
+		OpenDuration: time.Second, HalfOpenProbes: 1, HalfOpenSuccesses: 1}))
+	return must(pipeline.New(pipeline.Config{Ticker: tk, Breaker: cb})), cb
+}
+
+func eventNames(evs []sdktrace.Event) []string {
+	names := make([]string, len(evs))
+	for i, e := range evs {
+		names[i] = e.Name
+	}
+	return names
+}
+
+// TestDoAddsTheBreakerTransitionToTheSpanOfTheCallThatMadeIt: the call
+// whose failure trips the breaker gets rampart.circuitbreaker.transition
+// (name, closed→open), the failure before it and the rejection after it
+// get none (the rejection its rampart.rejected), and the first call after
+// the open time, whose probe closes the breaker, gets open→closed: the
+// states before and after the call, not the half-open step between.
+func TestDoAddsTheBreakerTransitionToTheSpanOfTheCallThatMadeIt(t *testing.T) {
+	tk := rampart.NewManualTicker(1e12)
+	p, _ := breakerPipeline(t, tk, 2)
+	fail := func(context.Context) error { return errBoom }
+	ok := func(context.Context) error { return nil }
+
+	for i, tc := range []struct {
+		fn        func(context.Context) error
+		want      []string
+		from, to  string
+		advanceBy time.Duration
+		wantErrIs error
+	}{
+		{fn: fail, wantErrIs: errBoom},
+		{fn: fail, wantErrIs: errBoom, want: []string{EventBreakerTransition}, from: "closed", to: "open"},
+		{fn: ok, wantErrIs: circuitbreaker.ErrOpen, want: []string{EventRejected}},
+		{fn: ok, advanceBy: time.Second, want: []string{EventBreakerTransition}, from: "open", to: "closed"},
+		{fn: ok},
+	} {
+		tk.Advance(tc.advanceBy)
+		ctx, events := recordingSpan(t)
+		err := Do(ctx, p, tc.fn)
+		if !errors.Is(err, tc.wantErrIs) || (tc.wantErrIs == nil && err != nil) {
+			t.Fatalf("call %d: %v, want %v", i, err, tc.wantErrIs)
+		}
+		evs := events()
+		if got := eventNames(evs); len(got) != len(tc.want) || (len(got) > 0 && got[0] != tc.want[0]) {
+			t.Fatalf("call %d: events %v, want %v", i, got, tc.want)
+		}
+		if tc.from != "" {
+			a := attrMap(evs[0].Attributes)
+			if a[attrName] != "payments" || a[attrStateFrom] != tc.from || a[attrStateTo] != tc.to || len(a) != 3 {
+				t.Errorf("call %d: transition attributes %v, want payments %s→%s", i, a, tc.from, tc.to)
+			}
+		}
+	}
+}
+
+// TestTryAddsTheTransitionBeforeTheOutcomeEvent: a call that times out,
+// a failure that trips the breaker, gets the transition first, then
+// rampart.timed_out.
+func TestTryAddsTheTransitionBeforeTheOutcomeEvent(t *testing.T) {
+	tk := rampart.NewManualTicker(1e12)
+	cb := must(circuitbreaker.New(circuitbreaker.Config{Name: "payments", Ticker: tk,
+		Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 1}))
+	p := must(pipeline.New(pipeline.Config{Ticker: tk, Breaker: cb,
+		Timeout: must(timeout.New(timeout.Config{Ticker: tk, Duration: time.Second, Mode: timeout.ModeSoft}))}))
+	ctx, events := recordingSpan(t)
+	o := Try(ctx, p, func(context.Context) error { tk.Advance(2 * time.Second); return nil })
+	if o.Code != pipeline.TimedOut {
+		t.Fatalf("outcome %v, want timed out", o.Code)
+	}
+	if got := eventNames(events()); len(got) != 2 || got[0] != EventBreakerTransition || got[1] != EventTimedOut {
+		t.Errorf("events %v, want the transition then %s", got, EventTimedOut)
+	}
+}
+
+// TestAPanicInFnStillGetsTheTransition: a panic is recorded as the
+// breaker's failure; the call that panicked gets the transition it caused,
+// and the panic goes on unchanged.
+func TestAPanicInFnStillGetsTheTransition(t *testing.T) {
+	tk := rampart.NewManualTicker(1e12)
+	p, cb := breakerPipeline(t, tk, 1)
+	ctx, events := recordingSpan(t)
+	func() {
+		defer func() {
+			if r := recover(); r != errBoom {
+				t.Errorf("recovered %v, want errBoom", r)
+			}
+		}()
+		_ = Do(ctx, p, func(context.Context) error { panic(errBoom) })
+	}()
+	if cb.State() != circuitbreaker.Open {
+		t.Fatalf("breaker %v, want open", cb.State())
+	}
+	evs := events()
+	if got := eventNames(evs); len(got) != 1 || got[0] != EventBreakerTransition {
+		t.Fatalf("events %v, want the transition", got)
+	}
+	if a := attrMap(evs[0].Attributes); a[attrStateFrom] != "closed" || a[attrStateTo] != "open" {
+		t.Errorf("transition attributes %v", a)
+	}
+}
+
+// TestATransitionByAnotherCallDuringThisOneIsAttributedToIt: the readings
+// are the state before and after the call, so a transition made by
+// another caller while this call runs (here, a manual one inside fn) is on
+// this call's span too, as the docs say.
+func TestATransitionByAnotherCallDuringThisOneIsAttributedToIt(t *testing.T) {
+	tk := rampart.NewManualTicker(1e12)
+	p, cb := breakerPipeline(t, tk, 5)
+	ctx, events := recordingSpan(t)
+	if err := Do(ctx, p, func(context.Context) error { cb.TransitionTo(circuitbreaker.ForcedOpen); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	evs := events()
+	if got := eventNames(evs); len(got) != 1 || got[0] != EventBreakerTransition {
+		t.Fatalf("events %v, want the transition", got)
+	}
+	if a := attrMap(evs[0].Attributes); a[attrStateFrom] != "closed" || a[attrStateTo] != "forced-open" {
+		t.Errorf("transition attributes %v", a)
+	}
+}
+
+// TestDoAddsTheShedderTransitionToTheCallThatSampledIt: the call whose
+// admission samples the signals over the threshold (the shedder engages)
+// gets rampart.shed.transition with rampart.shed.overloaded true; the
+// calls before and after it get none.
+func TestDoAddsTheShedderTransitionToTheCallThatSampledIt(t *testing.T) {
+	tk := rampart.NewManualTicker(1e12)
+	var latency time.Duration
+	sh := must(shed.New(shed.Config{Name: "cpu", Ticker: tk, SampleInterval: time.Millisecond,
+		Source: shed.SourceFunc(func(_ int64, s *shed.Signals) { s.SchedLatency, s.CPU, s.Runnable = latency, -1, -1 })}))
+	p := must(pipeline.New(pipeline.Config{Ticker: tk, Shed: sh}))
+	ok := func(context.Context) error { return nil }
+	for i, tc := range []struct {
+		latency time.Duration
+		events  int
+	}{{0, 0}, {time.Second, 1}, {time.Second, 0}} {
+		latency = tc.latency
+		tk.Advance(time.Millisecond)
+		ctx, events := recordingSpan(t)
+		_ = Do(ctx, p, ok)
+		var got []sdktrace.Event
+		for _, e := range events() {
+			if e.Name == EventShedTransition {
+				got = append(got, e)
+			}
+		}
+		if len(got) != tc.events {
+			t.Fatalf("call %d: %d shed transitions, want %d (overloaded %v)", i, len(got), tc.events, sh.Overloaded())
+		}
+		if len(got) == 1 {
+			if a := attrMap(got[0].Attributes); a[attrOverloaded] != true || len(a) != 1 {
+				t.Errorf("call %d: attributes %v, want overloaded true", i, a)
+			}
+		}
+	}
+}
+
 // TestOnRejectedAddsAnEventToTheRequestSpan: the httpguard listener adds
 // the event to the request's span and writes the status (or calls next).
 func TestOnRejectedAddsAnEventToTheRequestSpan(t *testing.T) {
@@ -114,7 +281,8 @@ func TestOnRejectedAddsAnEventToTheRequestSpan(t *testing.T) {
 }
 
 // TestDoAllocs: Do allocates nothing more than p.Do, on success and on a
-// rejection under a span that is not recording.
+// rejection under a span that is not recording, and through a pipeline
+// with a breaker under a recording span whose calls change no state.
 func TestDoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
@@ -136,5 +304,15 @@ func TestDoAllocs(t *testing.T) {
 	}
 	if calls != 101 {
 		t.Errorf("fn ran %d times, want 101 (one per admitted call)", calls)
+	}
+
+	pb, _ := breakerPipeline(t, tk, 5)
+	rctx, _ := recordingSpan(t)
+	for name, ctx := range map[string]context.Context{"not recording": ctx, "recording": rctx} {
+		if a := testing.AllocsPerRun(100, func() {
+			_ = Do(ctx, pb, func(context.Context) error { calls++; return nil })
+		}); a != 0 {
+			t.Errorf("Do through a breaker, span %s: %v allocations per call, want 0", name, a)
+		}
 	}
 }
