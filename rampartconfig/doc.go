@@ -55,9 +55,23 @@
 // from the registry, so that group operations, metrics and status pages
 // follow the document; calls in flight hold their own pointers, so
 // removal is safe, and the removed Hedgers and Timeouts are closed by
-// [Live.Close]. Keeping them instead would leave instances that nothing
-// configures in the group operations; resilience4j's registries remove
-// an entry the same way (Registry.remove, an EntryRemovedEvent).
+// [Live.Close] (the Live keeps no other removed instance). Keeping them
+// instead would leave instances that nothing configures in the group
+// operations; resilience4j's registries remove an entry the same way
+// (Registry.remove, an EntryRemovedEvent).
+//
+// A change of an instance's groups alone moves it between groups in
+// place (registry.Registry.SetGroups): it is not updated, so a
+// registry.Scale of it stays. An Update of a scaled bulkhead or rate
+// limiter sets the document's value, which a later registry Restore puts
+// back (registry.Registry.Rebase). An overload shedder (shedders, a
+// pipeline's shed) has no Update: a reload that changes it needs
+// replace: true. An inline policy without groups of its own is in its
+// pipeline's groups (none when the pipeline has none).
+//
+// The Live keeps a deep copy of each document it applies and
+// [Live.Document] returns another copy: a document may be changed
+// through its pointers and applied again, and the change is seen.
 //
 // The document says nothing of code: the clock ([Options.Ticker]) and
 // the listeners, classifiers and budgets ([Options.Configure]).
@@ -68,5 +82,10 @@
 // since editors replace a file by renaming another onto it, and debounces
 // the events), keeps the configuration in force when the new document is
 // invalid, and reports each attempt through its callback: the hash of the
-// bytes and the version applied, or why not.
+// bytes and the version applied, or why not. A file that reads empty (a
+// write caught between its truncate and its write) is never applied as a
+// document without instances: it is reported as [ErrEmptyDocument] and
+// read again after the debounce. The debounce waits at most 10 periods
+// after the first pending event, and a replaced directory is watched
+// again once it exists.
 package rampartconfig

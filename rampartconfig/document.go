@@ -70,6 +70,8 @@ type Document struct {
 	Timeouts map[string]*TimeoutSpec `json:"timeouts,omitempty" yaml:"timeouts,omitempty"`
 	// Hedgers are the named hedgers.
 	Hedgers map[string]*HedgeSpec `json:"hedgers,omitempty" yaml:"hedgers,omitempty"`
+	// Shedders are the named overload shedders (shed.Shedder).
+	Shedders map[string]*ShedSpec `json:"shedders,omitempty" yaml:"shedders,omitempty"`
 
 	// Pipelines are the pipelines by name.
 	Pipelines map[string]*PipelineSpec `json:"pipelines,omitempty" yaml:"pipelines,omitempty"`
@@ -471,7 +473,7 @@ func (p *planned) buildPipeline(insts map[string]any, o *Options) (*pipeline.Pip
 // pipelineField maps a slot key to its pipeline.Config field.
 var pipelineField = map[string]string{
 	"breaker": "Breaker", "rateLimiter": "RateLimit", "bulkhead": "Bulkhead", "adaptive": "Adaptive",
-	"retry": "Retry", "timeout": "Timeout", "hedge": "Hedge",
+	"retry": "Retry", "timeout": "Timeout", "hedge": "Hedge", "shed": "Shed",
 }
 
 // fieldOfKey returns the Go name of the field of t whose JSON name is key.

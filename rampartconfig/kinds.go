@@ -13,6 +13,7 @@ import (
 	"github.com/rampart-go/rampart/hedge"
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -28,7 +29,8 @@ type kind struct {
 	setName func(cfg any, name string)
 	// build is the kind's New (cfg a pointer to config).
 	build func(cfg any) (any, error)
-	// update is the instance's Update (cfg a pointer to config).
+	// update is the instance's Update (cfg a pointer to config), nil for a
+	// kind without one (every field fixed: see changedField).
 	update func(inst, cfg any) error
 	// close releases what build started (Hedger, Timeout), nil if nothing.
 	close func(inst any)
@@ -107,6 +109,33 @@ var kinds = []*kind{
 		update:  func(i, c any) error { return i.(*hedge.Hedger).Update(*c.(*hedge.Config)) },
 		close:   func(i any) { _ = i.(*hedge.Hedger).Close() },
 	},
+	{
+		// A Shedder has no Update (update nil): every field is fixed.
+		key: "shed", section: "shedders",
+		spec: reflect.TypeFor[ShedSpec](), config: reflect.TypeFor[shed.Config](),
+		setName: func(c any, n string) { c.(*shed.Config).Name = n },
+		build:   func(c any) (any, error) { return shed.New(*c.(*shed.Config)) },
+	},
+}
+
+// changedField returns the error of a kind without Update (update nil)
+// asked to take another Config: a *rampart.ConfigError naming the first
+// field that differs (funcs compared by value), nil when none does.
+func changedField(k *kind, old, cfg any) error {
+	o, n := reflect.ValueOf(old).Elem(), reflect.ValueOf(cfg).Elem()
+	for i := range o.NumField() {
+		fo, fn := o.Field(i), n.Field(i)
+		same := false
+		if fo.Kind() == reflect.Func {
+			same = fo.Pointer() == fn.Pointer()
+		} else {
+			same = reflect.DeepEqual(fo.Interface(), fn.Interface())
+		}
+		if !same {
+			return rampart.NewConfigError(k.key, o.Type().Field(i).Name, "is fixed at construction: a %s has no Update (mark it replace: true to rebuild it)", k.config.PkgPath()[strings.LastIndex(k.config.PkgPath(), "/")+1:])
+		}
+	}
+	return nil
 }
 
 // kindByKey returns the kind of a defaults key or pipeline slot.

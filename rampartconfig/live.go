@@ -23,7 +23,8 @@ type Options struct {
 	// Configure, when set, is called with every instance's name and a
 	// pointer to its Config (*circuitbreaker.Config, *ratelimit.Config,
 	// *ratelimit.ShardedConfig, *bulkhead.Config, *adaptive.Config,
-	// *retry.Config, *timeout.Config, *hedge.Config, *pipeline.Config)
+	// *retry.Config, *timeout.Config, *hedge.Config, *shed.Config,
+	// *pipeline.Config)
 	// after the document's fields are set and before the Config is built
 	// or applied, on every load and reload (more than once per reload:
 	// validation builds throwaway twins too): set the listeners, Classify,
@@ -329,6 +330,9 @@ func (l *Live) dryUpdate(old *appliedInst, p *planned) error {
 			fn.SetZero()
 		}
 	}
+	if p.kind.update == nil {
+		return changedField(p.kind, oc.Interface(), nc.Interface())
+	}
 	twin, err := p.kind.build(oc.Interface())
 	if err != nil {
 		return err
@@ -358,7 +362,7 @@ func (l *Live) commit(plans []*planned, changes []*change) (err error) {
 		}
 	}()
 	for _, c := range changes {
-		if !c.update {
+		if !c.update || c.p.kind.update == nil { // no Update: nothing changed (changedField)
 			continue
 		}
 		if err := c.p.kind.update(c.old.inst, c.p.cfg); err != nil {

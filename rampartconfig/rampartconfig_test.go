@@ -21,6 +21,7 @@ import (
 	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/registry"
 	"github.com/rampart-go/rampart/retry"
+	"github.com/rampart-go/rampart/shed"
 	"github.com/rampart-go/rampart/timeout"
 )
 
@@ -83,6 +84,21 @@ timeouts:
 hedgers:
   h1: {percentile: 0.95, minDelay: 5ms, maxDelay: 100ms, warmUp: 50, refresh: 2s, maxHedges: 2, asyncFirst: true, tick: 2ms}
   h2: {delay: 20ms}
+shedders:
+  x1:
+    sampleInterval: 50ms
+    window: 2s
+    coolOff: 3s
+    hysteresis: 0.3
+    schedLatencyThreshold: 20ms
+    cpuThreshold: 0.8
+    runnableThreshold: 8
+    inFlightThreshold: 100
+    latencyThreshold: 50ms
+    priorities: 3
+    priorityReserve: 0.2
+    maxSampleStride: 32
+    compact: true
 pipelines:
   db:
     groups: [storage]
@@ -93,6 +109,7 @@ pipelines:
     rateLimiter: {ref: r1}
     bulkhead: {max: 4}
     timeout: {duration: 150ms}
+    shed: {ref: x1}
 `
 
 // mustLoad loads a YAML document or fails the test.
@@ -160,6 +177,9 @@ func TestLoadEveryFieldOfEveryKindRoundTrips(t *testing.T) {
 		"db.breaker":  circuitbreaker.Config{Name: "db.breaker", FailureRateThreshold: 25, OpenDuration: 2 * time.Second},
 		"db.bulkhead": bulkhead.Config{Name: "db.bulkhead", Max: 4},
 		"db.timeout":  timeout.Config{Name: "db.timeout", Duration: 150 * time.Millisecond},
+		"x1": shed.Config{Name: "x1", SampleInterval: 50 * time.Millisecond, Window: 2 * time.Second, CoolOff: 3 * time.Second, Hysteresis: 0.3,
+			SchedLatencyThreshold: 20 * time.Millisecond, CPUThreshold: 0.8, RunnableThreshold: 8, InFlightThreshold: 100,
+			LatencyThreshold: 50 * time.Millisecond, Priorities: 3, PriorityReserve: 0.2, MaxSampleStride: 32, Compact: true},
 		"a1": adaptive.Config{Name: "a1", Algorithm: adaptive.AIMD{Backoff: 0.8, Increase: 2, Timeout: time.Second, DropThreshold: 0.1},
 			InitialLimit: 30, MinLimit: 2, MaxLimit: 500, Window: 2 * time.Second, MinWindowSamples: 5,
 			Partitions: []adaptive.Partition{{Name: "hi", Share: 0.6}, {Name: "lo", Share: 0.4}},
@@ -904,5 +924,34 @@ func TestLoadReportsEveryAlgorithmErrorAtItsField(t *testing.T) {
 	}
 	if strings.Contains(msg, "queueSize") || strings.Contains(msg, "g.algorithm:") {
 		t.Errorf("a valid field, or the algorithm as a whole, is reported:\n%s", msg)
+	}
+}
+
+func TestSheddersAreBuiltAndAReloadChangingOneNeedsReplace(t *testing.T) {
+	l := mustBuild(t, mustLoad(t, "shedders: {s: {cpuThreshold: 0.8, groups: [edge]}}\npipelines: {p: {shed: {ref: s}}, q: {shed: {inFlightThreshold: 10}}}"), Options{})
+	s := get[*shed.Shedder](t, l, "s")
+	get[*shed.Shedder](t, l, "q.shed")
+	p := get[*pipeline.Pipeline](t, l, "p")
+	if err := l.Apply(mustLoad(t, "shedders: {s: {cpuThreshold: 0.8, groups: [edge, core]}}\npipelines: {p: {shed: {ref: s}}, q: {shed: {inFlightThreshold: 10}}}")); err != nil {
+		t.Fatalf("a groups-only change: %v", err)
+	}
+	if get[*shed.Shedder](t, l, "s") != s || get[*pipeline.Pipeline](t, l, "p") != p {
+		t.Error("a groups-only change rebuilt the shedder or its pipeline")
+	}
+	err := l.Apply(mustLoad(t, "shedders: {s: {cpuThreshold: 0.7}}\npipelines: {p: {shed: {ref: s}}}"))
+	if err == nil || !errors.Is(err, rampart.ErrInvalidConfig) || !strings.Contains(err.Error(), "shedders.s.cpuThreshold") {
+		t.Fatalf("a changed shedder without replace: %v, want an error at shedders.s.cpuThreshold", err)
+	}
+	if get[*shed.Shedder](t, l, "s") != s || l.Version() != 2 {
+		t.Fatal("a refused Apply changed the shedder")
+	}
+	if err := l.Apply(mustLoad(t, "shedders: {s: {cpuThreshold: 0.7, replace: true}}\npipelines: {p: {shed: {ref: s}}}")); err != nil {
+		t.Fatal(err)
+	}
+	if get[*shed.Shedder](t, l, "s") == s || get[*pipeline.Pipeline](t, l, "p") == p {
+		t.Error("a replaced shedder, or its pipeline, was not rebuilt")
+	}
+	if _, ok := l.Registry().Get("q.shed"); ok {
+		t.Error("the removed pipeline's inline shedder is still registered")
 	}
 }

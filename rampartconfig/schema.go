@@ -22,6 +22,7 @@ var schemaBase = map[string]string{
 	"retry":              "{}",
 	"timeout":            "{duration: 1s}",
 	"hedge":              "{delay: 10ms}",
+	"shed":               "{}",
 }
 
 // schemaDocs documents every field of every kind, by "kind.path".
@@ -126,4 +127,18 @@ var schemaDocs = map[string]fieldDoc{
 	"hedge.maxHedges":  {"1", "", "2", "hedges per call, one delay apart"},
 	"hedge.asyncFirst": {"false", "always", "true", "run the first attempt on its own goroutine"},
 	"hedge.tick":       {"the shared watchdog", "always", "5ms", "tick of the hedger's own watchdog"},
+
+	"shed.sampleInterval":        {"100ms", "always", "50ms", "least time between two samples of the signals (at least 1ms)"},
+	"shed.window":                {"1s", "always", "2s", "span of the buckets the cap is computed from"},
+	"shed.coolOff":               {"1s", "always", "2s", "how long it stays overloaded after its last rejection once the signals are cold"},
+	"shed.hysteresis":            {"0.2", "always", "0.3", "fraction below its threshold a signal falls to to release, in [0, 1)"},
+	"shed.schedLatencyThreshold": {"10ms", "always", "20ms", "p99 scheduling latency that engages it"},
+	"shed.cpuThreshold":          {"0.9", "always", "0.8", "busy share of GOMAXPROCS that engages it, in (0, 1]"},
+	"shed.runnableThreshold":     {"4", "always", "8", "runnable goroutines per P that engage it"},
+	"shed.inFlightThreshold":     {"0 (off)", "always", "100", "calls in flight that engage it"},
+	"shed.latencyThreshold":      {"0 (off)", "always", "50ms", "mean latency of the calls that engages it"},
+	"shed.priorities":            {"1", "always", "2", "priority levels, 0 the most important (at most 64)"},
+	"shed.priorityReserve":       {"0.1 with several priorities", "always", "0.2", "fraction of the cap each level keeps from the level below it"},
+	"shed.maxSampleStride":       {"64", "always", "32", "at least one call in this many is timed (a power of two, 1 to 1024)"},
+	"shed.compact":               {"false", "always", "true", "the policy's Config.Compact: no cache-line padding (smaller, for many cold instances)"},
 }

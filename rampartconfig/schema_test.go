@@ -120,6 +120,7 @@ func between(s, start, end string) string {
 var configType = map[string]string{
 	"breaker": "circuitbreaker.Config", "rateLimiter": "ratelimit.Config", "shardedRateLimiter": "ratelimit.ShardedConfig",
 	"bulkhead": "bulkhead.Config", "adaptive": "adaptive.Config", "retry": "retry.Config", "timeout": "timeout.Config", "hedge": "hedge.Config",
+	"shed": "shed.Config",
 }
 
 // renderDocs renders docs/config.md.
@@ -231,5 +232,6 @@ const docsPipelines = "\n## pipeline\n\n" +
 	"| `adaptive` | none | fixed (its fields: see adaptive) | the adaptive concurrency limiter |\n" +
 	"| `timeout` | none | fixed (its fields: see timeout) | the timeout |\n" +
 	"| `hedge` | none | fixed (its fields: see hedge) | the hedger |\n" +
+	"| `shed` | none | fixed (its fields: see shed) | the overload shedder, the last admission (`ShedPriority` by `Options.Configure`) |\n" +
 	"| `groups` | none | updatable | registry groups |\n" +
 	"| `replace` | false | updatable | rebuild the pipeline on a change |\n"

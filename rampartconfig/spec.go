@@ -435,6 +435,9 @@ type PipelineSpec struct {
 	Timeout *TimeoutSlot `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	// Hedge is the pipeline's hedger.
 	Hedge *HedgeSlot `json:"hedge,omitempty" yaml:"hedge,omitempty"`
+	// Shed is the pipeline's overload shedder, its last admission
+	// (pipeline.Config.Shed; ShedPriority is set by Options.Configure).
+	Shed *ShedSlot `json:"shed,omitempty" yaml:"shed,omitempty"`
 }
 
 // Ref names an instance of the document from a pipeline's policy slot.
@@ -487,6 +490,61 @@ type HedgeSlot struct {
 	HedgeSpec `json:",inline" yaml:",inline"`
 }
 
+// ShedSlot is a pipeline's overload shedder: a reference or an inline
+// spec.
+type ShedSlot struct {
+	Ref      `json:",inline" yaml:",inline"`
+	ShedSpec `json:",inline" yaml:",inline"`
+}
+
+// ShedSpec configures a shed.Shedder, the overload shedder. A Shedder has
+// no Update: a reload that changes any of its fields needs replace: true.
+// Its code-level fields (Source, Ignore, Classify, OnOverload, Ticker)
+// are set by Options.Configure.
+type ShedSpec struct {
+	Meta `json:",inline" yaml:",inline"`
+	// SampleInterval: least time between two samples of the signals (at
+	// least 1ms). Default 100ms. Reload: fixed.
+	SampleInterval *Duration `json:"sampleInterval,omitempty" yaml:"sampleInterval,omitempty"`
+	// Window: span of the buckets the cap is computed from. Default 1s.
+	// Reload: fixed.
+	Window *Duration `json:"window,omitempty" yaml:"window,omitempty"`
+	// CoolOff: how long the shedder stays overloaded after its last
+	// rejection once the signals are cold. Default 1s. Reload: fixed.
+	CoolOff *Duration `json:"coolOff,omitempty" yaml:"coolOff,omitempty"`
+	// Hysteresis: fraction below its threshold a signal must fall to to
+	// release, in [0, 1). Default 0.2. Reload: fixed.
+	Hysteresis *float64 `json:"hysteresis,omitempty" yaml:"hysteresis,omitempty"`
+	// SchedLatencyThreshold: p99 scheduling latency that engages it.
+	// Default 10ms. Reload: fixed.
+	SchedLatencyThreshold *Duration `json:"schedLatencyThreshold,omitempty" yaml:"schedLatencyThreshold,omitempty"`
+	// CPUThreshold: busy share of GOMAXPROCS that engages it, in (0, 1].
+	// Default 0.9. Reload: fixed.
+	CPUThreshold *float64 `json:"cpuThreshold,omitempty" yaml:"cpuThreshold,omitempty"`
+	// RunnableThreshold: runnable goroutines per P that engage it. Default
+	// 4. Reload: fixed.
+	RunnableThreshold *float64 `json:"runnableThreshold,omitempty" yaml:"runnableThreshold,omitempty"`
+	// InFlightThreshold: calls in flight that engage it. Default 0 (off).
+	// Reload: fixed.
+	InFlightThreshold *int `json:"inFlightThreshold,omitempty" yaml:"inFlightThreshold,omitempty"`
+	// LatencyThreshold: mean latency of the calls that engages it. Default
+	// 0 (off). Reload: fixed.
+	LatencyThreshold *Duration `json:"latencyThreshold,omitempty" yaml:"latencyThreshold,omitempty"`
+	// Priorities: priority levels, 0 the most important (at most 64).
+	// Default 1. Reload: fixed.
+	Priorities *int `json:"priorities,omitempty" yaml:"priorities,omitempty"`
+	// PriorityReserve: fraction of the cap each level keeps from the level
+	// below it, in [0, 1). Default 0.1 with several priorities. Reload:
+	// fixed.
+	PriorityReserve *float64 `json:"priorityReserve,omitempty" yaml:"priorityReserve,omitempty"`
+	// MaxSampleStride: at least one call in this many is timed (a power of
+	// two, 1 to 1024). Default 64. Reload: fixed.
+	MaxSampleStride *int `json:"maxSampleStride,omitempty" yaml:"maxSampleStride,omitempty"`
+	// Compact: the policy's Config.Compact: no cache-line padding (smaller,
+	// for many cold instances). Default false. Reload: fixed.
+	Compact *bool `json:"compact,omitempty" yaml:"compact,omitempty"`
+}
+
 // Defaults holds one spec per kind, inherited field by field by every
 // instance of that kind (named or inline): a field an instance sets
 // overrides the default's; queue, algorithm and partitions are taken
@@ -508,4 +566,6 @@ type Defaults struct {
 	Timeout *TimeoutSpec `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	// Hedge is inherited by every hedger.
 	Hedge *HedgeSpec `json:"hedge,omitempty" yaml:"hedge,omitempty"`
+	// Shed is inherited by every overload shedder.
+	Shed *ShedSpec `json:"shed,omitempty" yaml:"shed,omitempty"`
 }
