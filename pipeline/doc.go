@@ -246,6 +246,22 @@
 // the policies it holds, which may be shared with other pipelines (a breaker
 // per dependency shared by several call sites, for instance).
 //
+// # Live reconfiguration
+//
+// The policies' Update methods reconfigure them while the pipeline runs:
+// each call reads the policies' thresholds, limits, listeners and
+// classifiers of the moment. New reads, once, only what chooses the
+// pipeline's path and clock reads, and each policy's Update refuses, with
+// a [*rampart.ConfigError] saying so, a change to it: every policy's
+// Ticker; the breaker's [circuitbreaker.Breaker.MeasuresCalls] (a
+// SlowCallDuration from or to 0, an OnSuccess or OnFailure from or to nil,
+// that would flip it) and whether it has a Classify (from or to nil); the
+// retry's NeedsTime (MaxDuration from or to 0, its Budget); the bulkhead's
+// MayWait (MaxWait from or to 0); the adaptive limit's MayWait
+// (Queue.MaxLength from or to 0) and its Classify; the timeout's Mode. A
+// breaker that should time calls later is built with a SlowCallDuration no
+// call reaches (an hour), lowered by an Update.
+//
 // # Zero value
 //
 // The zero Pipeline is not usable; call [New]. New(Config{}) returns a

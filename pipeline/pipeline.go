@@ -194,7 +194,7 @@ type Pipeline struct {
 
 	alClassify func(context.Context, error) rampart.Result // Config.AdaptiveClassify; nil: al.Classify
 	shPrio     func(context.Context) int                   // Config.ShedPriority; nil: priority 0
-	cbClassify bool                                        // the breaker has a Classify: consulted on a success too
+	cbClassify bool                                        // the breaker has a Classify: consulted on a success too (fixed: its Update refuses nil ↔ non-nil)
 
 	// needT0: a policy takes the time before the call (rate limiter,
 	// adaptive limit, timeout, a breaker that times calls). needT1: a
@@ -276,6 +276,9 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if cfg.Breaker != nil {
 		add("Breaker", cfg.Breaker.Ticker())
+		// Read once: the breaker's Update refuses a Classify from or to
+		// nil and a change that flips MeasuresCalls (reading them per call
+		// would load the breaker's configuration on every success).
 		p.cbClassify = cfg.Breaker.Config().Classify != nil
 		// A breaker that measures calls (a slow-call threshold, a time
 		// window, per-call listeners) needs both readings; one that does

@@ -137,6 +137,57 @@ func TestClockReadsPerAttempt(t *testing.T) {
 	}
 }
 
+// TestBreakerUpdateKeepsWhatThePipelineReadAtNew: a pipeline reads once,
+// at its New, whether its breaker measures calls (MeasuresCalls: a
+// slow-call threshold, a time window or a per-call listener) and whether it
+// has a Classify; the breaker's Update refuses the changes that would flip
+// either (a pipeline that passed NotRead would never judge a call slow,
+// nor call a Classify set later on a success). The changes it accepts hold
+// through the pipeline from the next call: a new slow-call threshold judges
+// the calls the pipeline times, a new Classify classifies its successes.
+func TestBreakerUpdateKeepsWhatThePipelineReadAtNew(t *testing.T) {
+	ctx := context.Background()
+	tk := rampart.NewManualTicker(1)
+	plain := newBreaker(t, tk, func(c *circuitbreaker.Config) { c.Mode = circuitbreaker.CountWindow })
+	_, err := pipeline.New(pipeline.Config{Breaker: plain})
+	require.NoError(t, err)
+	for field, mod := range map[string]func(*circuitbreaker.Config){
+		"SlowCallDuration": func(c *circuitbreaker.Config) { c.SlowCallDuration = time.Millisecond },
+		"OnSuccess":        func(c *circuitbreaker.Config) { c.OnSuccess = func(time.Duration) {} },
+		"OnFailure":        func(c *circuitbreaker.Config) { c.OnFailure = func(time.Duration) {} },
+		"Classify":         func(c *circuitbreaker.Config) { c.Classify = circuitbreaker.DefaultClassify },
+	} {
+		c := plain.Config()
+		mod(&c)
+		var ce *rampart.ConfigError
+		require.ErrorAs(t, plain.Update(c), &ce, field)
+		require.Equal(t, field, ce.Field)
+		require.Contains(t, ce.Reason, "a pipeline reads it once, at its New")
+	}
+	require.False(t, plain.MeasuresCalls())
+
+	// Built timing calls and with a Classify: both change through Update.
+	b := newBreaker(t, tk, func(c *circuitbreaker.Config) {
+		c.Mode, c.MinimumCalls, c.WindowSize = circuitbreaker.CountWindow, 100, 100
+		c.SlowCallDuration, c.Classify = time.Hour, circuitbreaker.DefaultClassify
+	})
+	p, err := pipeline.New(pipeline.Config{Breaker: b})
+	require.NoError(t, err)
+	slow := func(context.Context) error { tk.Advance(20 * time.Millisecond); return nil }
+	require.NoError(t, p.Do(ctx, slow))
+	require.Zero(t, b.Stats().WindowSlowCalls, "20 ms is not slow under an hour's threshold")
+
+	c := b.Config()
+	c.SlowCallDuration = 10 * time.Millisecond
+	c.Classify = func(err error) rampart.Result { return rampart.Failure }
+	require.NoError(t, b.Update(c))
+	require.NoError(t, p.Do(ctx, slow))
+	s := b.Stats()
+	require.EqualValues(t, 1, s.WindowSlowCalls, "the new threshold judges the pipeline's 20 ms call slow")
+	require.EqualValues(t, 1, s.WindowFailures, "the new Classify makes the pipeline's success a failure")
+	require.EqualValues(t, 2, s.WindowCalls)
+}
+
 // TestClockReadsOnRetries: a call retried to exhaustion reads the clock
 // twice per attempt, t0 and t1, whatever needs them: with a rate limiter, t0
 // for it and t1 for the retry's decision; with a breaker that times calls
