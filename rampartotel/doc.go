@@ -1,6 +1,6 @@
 // Package rampartotel reports rampart's policies to OpenTelemetry: the
 // Stats of every instance as observable instruments, and span events on
-// rejections and timeouts.
+// rejections, timeouts and state changes.
 //
 // # Metrics
 //
@@ -67,15 +67,45 @@
 //     rampart.rejected or rampart.timed_out to trace.SpanFromContext(ctx),
 //     with the attributes rampart.policy (the pipeline.Kind),
 //     rampart.attempts, rampart.retry_after (seconds, when there is a hint)
-//     and rampart.error. A call that ends otherwise costs one comparison
-//     more than the pipeline's own method, and no allocation (TestDoAllocs).
+//     and rampart.error.
 //   - [AddOutcomeEvent] adds the event for any Outcome (TryCall,
 //     TryHedged).
 //   - [OnRejected] wraps httpguard.ServerConfig.OnRejected, whose listener
 //     gets the request, and so its context.
 //
-// Breaker transitions have no span to go to: OnStateChange is called by the
-// call that caused the transition, but without its context. They are in
-// the metrics (rampart.circuitbreaker.transitions, .state) and in the logs
-// (package rampartslog).
+// State changes: OnStateChange and OnOverload are called without the
+// call's context, so [Do] and [Try] watch the pipeline's circuit breaker
+// and shedder themselves. When the span records and the pipeline has one
+// (its Config().Breaker, .Shed), they read the breaker's State and the
+// shedder's Overloaded before and after the call (one atomic load each)
+// and, when a reading changed, add rampart.circuitbreaker.transition
+// (rampart.name, the breaker's Config.Name; rampart.state.from and
+// rampart.state.to, the states' names) or rampart.shed.transition
+// (rampart.shed.overloaded, the value after the call), before the
+// outcome's event; a panic in fn gets them too. What they see is the state
+// before and after this call, so:
+//
+//   - a transition made by another goroutine's call (or by TransitionTo)
+//     while this call ran is attributed to this span too, and to every span
+//     of a call that overlapped it;
+//   - the steps between are not seen: the call whose probe closes an open
+//     breaker (open→half-open at its admission, half-open→closed at its
+//     release) gets one event, open→closed; a change undone before the
+//     call ended gets none;
+//   - a timer-driven transition is seen by the next call: an open breaker
+//     whose open time has passed reports Open until the next admission
+//     moves it to HalfOpen, and a shedder samples its signals at the calls'
+//     admissions;
+//   - a change with no call through this pipeline in flight (an Update, a
+//     call through another pipeline sharing the policy) is on no span.
+//
+// Every transition is in the metrics (rampart.circuitbreaker.transitions,
+// .state; rampart.shed.overloaded) and in the logs (package rampartslog).
+//
+// Cost: a call that is neither rejected nor timed out, through a pipeline
+// with neither policy, costs the pipeline's own method, a copy of its
+// Config on the stack and one comparison more; with one of them, a
+// context lookup (trace.SpanFromContext) more, and the two readings only
+// when the span records. No call allocates more unless it adds an event
+// (TestDoAllocs).
 package rampartotel
