@@ -797,3 +797,64 @@ func TestFillingTheProcedureCacheTakesLinearSpace(t *testing.T) {
 		t.Fatalf("filling the cache with %d procedures allocated %d KiB, want at most 8 MiB", len(reqs), b>>10)
 	}
 }
+
+// A caller that leaves while its call overruns a timeout gets the
+// handler's own result (the pipeline's ending is Canceled, not TimedOut):
+// no CodeDeadlineExceeded and no pushback in its place.
+func TestHandlerCallerGoneDuringAnOverrunGetsTheHandlersResult(t *testing.T) {
+	tick := rampart.NewManualTicker(1_000_000)
+	to := must(timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeSoft, Ticker: tick}))
+	g := guardOf(pipeline.Config{Timeout: to})
+	late := connect.NewResponse(wrapperspb.String("late"))
+	for _, want := range []error{nil, connect.NewError(connect.CodeCanceled, errors.New("gone"))} {
+		ctx, cancel := context.WithCancel(t.Context())
+		h := g.WrapUnary(func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) {
+			cancel()                      // the caller leaves
+			tick.Advance(2 * time.Second) // the call overruns
+			return late, want
+		})
+		resp, err := h(ctx, req())
+		if err != want || resp != late {
+			t.Fatalf("%v, %v; want the handler's late answer, %v", resp, err, want)
+		}
+	}
+}
+
+// Goroutines calling the same new procedures at once resolve each one
+// once: a route built into the cache's young map is found there until it
+// is published.
+func TestResolvesEachProcedureOnceUnderConcurrentCalls(t *testing.T) {
+	p := must(pipeline.New(pipeline.Config{Bulkhead: must(bulkhead.New(bulkhead.Config{Max: 1 << 20}))}))
+	var mu sync.Mutex
+	asked := map[string]int{}
+	g := newGuard(connectguard.Config{PipelineFor: func(proc string) *pipeline.Pipeline {
+		mu.Lock()
+		asked[proc]++
+		mu.Unlock()
+		return p
+	}})
+	resp := connect.NewResponse(wrapperspb.String("ok"))
+	h := g.WrapUnary(func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) { return resp, nil })
+	const procs = 300
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 3 * procs {
+				r := specReq{req(), connect.Spec{Procedure: "/s.S/M" + strconv.Itoa((i*(w+1))%procs)}}
+				if _, err := h(t.Context(), r); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for proc, n := range asked {
+		if n != 1 {
+			t.Fatalf("PipelineFor asked %d times for %s, want 1", n, proc)
+		}
+	}
+	if len(asked) != procs {
+		t.Fatalf("%d procedures resolved, want %d", len(asked), procs)
+	}
+}

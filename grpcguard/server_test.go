@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -520,5 +521,72 @@ func TestServerFillsTheMethodCacheInLinearSpace(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if b := after.TotalAlloc - before.TotalAlloc; b > 8<<20 {
 		t.Fatalf("filling the cache with %d methods allocated %d KiB, want at most 8 MiB", len(infos), b>>10)
+	}
+}
+
+// A caller that leaves while its call overruns a timeout gets the
+// handler's own result (the pipeline's ending is Canceled, not TimedOut):
+// no DEADLINE_EXCEEDED and no pushback in its place; the client has gone.
+func TestServerCallerGoneDuringAnOverrunGetsTheHandlersResult(t *testing.T) {
+	tick := rampart.NewManualTicker(1_000_000)
+	to := must(timeout.New(timeout.Config{Duration: time.Second, Mode: timeout.ModeSoft, Ticker: tick}))
+	g := newServer(t, grpcguard.ServerConfig{Pipeline: must(pipeline.New(pipeline.Config{Timeout: to}))})
+	for _, want := range []error{nil, status.Error(codes.Canceled, "gone")} {
+		ctx, cancel := context.WithCancel(t.Context())
+		resp, err := g.UnaryInterceptor(ctx, nil, &grpc.UnaryServerInfo{FullMethod: unaryMethod}, func(context.Context, any) (any, error) {
+			cancel()                      // the caller leaves
+			tick.Advance(2 * time.Second) // the call overruns
+			return "late", want
+		})
+		if err != want || resp != "late" {
+			t.Fatalf("unary: %v, %v; want the handler's late, %v", resp, err, want)
+		}
+		ctx, cancel = context.WithCancel(t.Context())
+		err = g.StreamInterceptor(nil, &fakeServerStream{ctx: ctx}, &grpc.StreamServerInfo{FullMethod: duplexMethod}, func(any, grpc.ServerStream) error {
+			cancel()
+			tick.Advance(2 * time.Second)
+			return want
+		})
+		if err != want {
+			t.Fatalf("stream: %v, want the handler's %v", err, want)
+		}
+	}
+}
+
+// Goroutines calling the same new methods at once resolve each method
+// once: a route built into the cache's young map is found there until it
+// is published.
+func TestServerResolvesEachMethodOnceUnderConcurrentCalls(t *testing.T) {
+	p := must(pipeline.New(pipeline.Config{Bulkhead: must(bulkhead.New(bulkhead.Config{Max: 1 << 20}))}))
+	var mu sync.Mutex
+	asked := map[string]int{}
+	g := newServer(t, grpcguard.ServerConfig{PipelineFor: func(m string) *pipeline.Pipeline {
+		mu.Lock()
+		asked[m]++
+		mu.Unlock()
+		return p
+	}})
+	h := func(context.Context, any) (any, error) { return nil, nil }
+	const methods = 300
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 3 * methods {
+				m := "/s.S/M" + strconv.Itoa((i*(w+1))%methods)
+				if _, err := g.UnaryInterceptor(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: m}, h); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for m, n := range asked {
+		if n != 1 {
+			t.Fatalf("PipelineFor asked %d times for %s, want 1", n, m)
+		}
+	}
+	if len(asked) != methods {
+		t.Fatalf("%d methods resolved, want %d", len(asked), methods)
 	}
 }
