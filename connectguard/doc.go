@@ -11,8 +11,11 @@
 // (connect.NewClient); each call's connect.Spec.IsClient selects the
 // rules. The pipeline is one for every procedure, a map of pipelines by
 // procedure with a default, or a function from procedure to pipeline,
-// resolved once per procedure and then read without a lock. An invalid
-// configuration is a [*rampart.ConfigError] at New.
+// resolved once per procedure and then read without a lock (at most 4096
+// procedure names are kept; past them PipelineFor is asked on each call of
+// a procedure not kept, and the routes of the pipeline it returns, built
+// once per pipeline, serve the call). An invalid configuration is a
+// [*rampart.ConfigError] at New.
 //
 // # Handler
 //
@@ -23,9 +26,12 @@
 // errors.Is(err, rampart.ErrRejected) holds):
 //
 //   - a rate-limit rejection: connect.CodeResourceExhausted;
-//   - a breaker, bulkhead or adaptive-limit rejection: connect.CodeUnavailable;
+//   - a breaker, bulkhead, adaptive-limit or shedder rejection:
+//     connect.CodeUnavailable;
 //   - the pipeline's timeout: connect.CodeDeadlineExceeded (in soft mode a
-//     handler that answered late is still answered);
+//     handler that answered late is still answered; a call whose client
+//     went away while it overran gets the handler's own result, as the
+//     pipeline ends it Canceled, not TimedOut);
 //
 // each with grpc-retry-pushback-ms ([PushbackKey]) in the error's
 // metadata: the policy's hint (the rate limiter's wait, the breaker's
@@ -41,8 +47,11 @@
 // CodeUnavailable) within the retry's attempts, backoff and budget, and
 // an attempt that ran past its own deadline while the call's is live; the
 // server's pushback replaces the backoff, and a negative or unparsable
-// one means do not retry (A6); each retry carries
-// grpc-previous-rpc-attempts ([PreviousAttemptsKey]). A breaker (one per
+// one, or more than one value, means do not retry (A6, and grpc-go's own
+// retry); each retry carries grpc-previous-rpc-attempts
+// ([PreviousAttemptsKey]), set on the caller's request for the retries
+// and taken off it after the call (the caller's own value, if it had one,
+// put back). A breaker (one per
 // host or per procedure with Config.NewBreaker), a rate limiter, a
 // bulkhead or an adaptive limit refuse calls locally with a
 // *connect.Error (CodeUnavailable or CodeResourceExhausted).
@@ -50,10 +59,11 @@
 // The last attempt's error comes back as connect returned it, also when
 // the retry gave up or its budget refused.
 //
-// [Interceptor.WrapStreamingClient] admits a stream once and holds its
-// permits until it ends (Receive's first error, CloseResponse, or its
-// context's end); a refused stream's Send and Receive return the
-// rejection. Client streams are not retried.
+// [Interceptor.WrapStreamingClient] admits a stream once (the shedder too,
+// at the pipeline's ShedPriority) and holds its permits until it ends
+// (Receive's first error, CloseResponse, or its context's end); a refused
+// stream's Send and Receive return the rejection and it sends nothing to
+// the server (no HTTP request is made). Client streams are not retried.
 //
 // A pipeline with a Hedge is refused: an interceptor gets one request per
 // call, which connect's client writes to as it sends it, so concurrent

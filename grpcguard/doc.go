@@ -11,20 +11,27 @@
 // take a pipeline for every method, a map of pipelines by method with a
 // default, or a function from method to pipeline, resolved once per method
 // and then read without a lock; an invalid configuration is a
-// [*rampart.ConfigError] at construction.
+// [*rampart.ConfigError] at construction. At most 4096 method names are
+// kept (an UnknownServiceHandler's clients choose names); past them a
+// method's PipelineFor is asked on each of its calls, and the route of the
+// pipeline it returns, built once per pipeline, serves the call.
 //
 // # Server
 //
 // [Server.UnaryInterceptor] runs each call through its method's pipeline,
 // and [Server.StreamInterceptor] each stream, admitted once: a stream
 // holds its concurrency permit (bulkhead, adaptive limit) and its breaker
-// permit until its handler returns, not per message. A refused or
+// permit until its handler returns, not per message; the pipeline's
+// shedder admits it too, at ShedPriority. A refused or
 // timed-out call is answered with a [*RejectedError]:
 //
 //   - a rate-limit rejection: RESOURCE_EXHAUSTED;
-//   - a breaker, bulkhead or adaptive-limit rejection: UNAVAILABLE;
+//   - a breaker, bulkhead, adaptive-limit or shedder rejection:
+//     UNAVAILABLE;
 //   - the pipeline's timeout: DEADLINE_EXCEEDED (in soft mode a handler
-//     that answered late is still answered);
+//     that answered late is still answered; a call whose client went away
+//     while it overran is answered with the handler's own result, as the
+//     pipeline ends it Canceled, not TimedOut: the client is gone);
 //
 // each with the trailing metadata grpc-retry-pushback-ms ([PushbackKey],
 // gRPC A6): the policy's hint (the rate limiter's wait, the breaker's
@@ -55,8 +62,9 @@
 //     UNAVAILABLE), within its attempts, its backoff and its budget
 //     (retry.TokenBucket is A6's retry throttling), and an attempt that ran
 //     past its own deadline while the call's is live;
-//   - the server's pushback replaces the backoff of that retry; a negative
-//     or unparsable pushback means do not retry (A6);
+//   - the server's pushback replaces the backoff of that retry; a
+//     negative or unparsable pushback, or more than one value, means do
+//     not retry (A6, and grpc-go's own retry);
 //   - each retry and each hedge carries grpc-previous-rpc-attempts
 //     ([PreviousAttemptsKey]);
 //   - a breaker (one per target or per method with
@@ -73,9 +81,12 @@
 // The error of the last attempt comes back as grpc returned it, also when
 // the retry gave up or its budget refused.
 //
-// [Client.StreamInterceptor] admits a stream once and holds its permits
-// until it ends; with a retry, a stream that fails before its first
-// response message is opened again and what was sent is replayed.
+// [Client.StreamInterceptor] admits a stream once (the shedder too, at the
+// pipeline's ShedPriority) and holds its permits until it ends; with a
+// retry, a stream that fails before its first response message is opened
+// again, admitted again, and what was sent is replayed. A stream whose
+// context ends while a retry is admitted gives that attempt's permits
+// back at once.
 //
 // # Cost
 //
