@@ -144,8 +144,11 @@ type change struct {
 // changed (the same pointers, their state kept), new instances for those
 // added or replaced. Instances absent from doc are removed from the
 // registry: calls in flight hold their own pointers, a removed Hedger or
-// Timeout is closed by [Live.Close]. Instances whose spec is unchanged are
-// not touched (a registry.Scale of them stays). Should a step fail midway
+// Timeout is closed by [Live.Close]. Instances whose spec is unchanged,
+// or changed in its groups or replace only, are not updated (a
+// registry.Scale of them stays; new groups are set in place). An Update of
+// a scaled bulkhead or rate limiter sets the document's value, which a
+// later registry Restore puts back. Should a step fail midway
 // anyway (a registry name taken meanwhile), the steps applied are undone.
 // The error joins a *FieldError per invalid change.
 func (l *Live) Apply(doc *Document) error {

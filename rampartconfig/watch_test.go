@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -272,7 +273,7 @@ func TestWatchNeverAppliesAFileCaughtMidWrite(t *testing.T) {
 		if _, ok := l.Registry().Get("k"); !ok {
 			emptied.Add(1)
 		}
-		if e.Err == ErrEmptyDocument {
+		if errors.Is(e.Err, ErrEmptyDocument) {
 			refused.Add(1)
 		}
 	})
