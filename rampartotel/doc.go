@@ -102,10 +102,10 @@
 // Every transition is in the metrics (rampart.circuitbreaker.transitions,
 // .state; rampart.shed.overloaded) and in the logs (package rampartslog).
 //
-// Cost: a call that is neither rejected nor timed out, through a pipeline
-// with neither policy, costs the pipeline's own method, a copy of its
-// Config on the stack and one comparison more; with one of them, a
-// context lookup (trace.SpanFromContext) more, and the two readings only
-// when the span records. No call allocates more unless it adds an event
+// Cost: under a span that does not record (or none), [Do] and [Try] cost
+// the pipeline's own method and one context lookup
+// (trace.SpanFromContext) more, about 5 ns through a context five values
+// deep; the pipeline's Config and the readings are taken only when the
+// span records. No call allocates more unless it adds an event
 // (TestDoAllocs).
 package rampartotel

@@ -63,36 +63,43 @@ const (
 // The metrics (rampart.circuitbreaker.transitions, .state) and the logs
 // (rampartslog.BreakerOnStateChange) count every transition.
 //
-// Cost: a call through a pipeline with neither policy costs p.Do's, a
-// copy of p.Config() on the stack and one comparison more. With one, every
-// call also reads
-// trace.SpanFromContext(ctx) (a context lookup), and the two State (or
-// Overloaded) readings, one atomic load each, are taken only when the span
-// records. No call allocates more than p.Do unless it adds an event
-// (TestDoAllocs).
+// Cost: a call under a span that does not record (or no span) costs p.Do's
+// and one context lookup (trace.SpanFromContext(ctx)) more; only when the
+// span records are p.Config() and the State (or Overloaded) readings
+// taken, one atomic load each. No call allocates more than p.Do unless it
+// adds an event (TestDoAllocs).
 func Do(ctx context.Context, p *pipeline.Pipeline, fn func(context.Context) error) error {
-	return Try(ctx, p, fn).Err
+	// The span lookup is what every call pays for the events; a span that
+	// does not record takes none, so the call is p.Do's alone.
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		return tryRecording(ctx, p, fn, span).Err
+	}
+	return p.Do(ctx, fn)
 }
 
 // Try is [pipeline.Pipeline.Try] with the span events of [Do].
 func Try(ctx context.Context, p *pipeline.Pipeline, fn func(context.Context) error) pipeline.Outcome {
+	// The span lookup is what every call pays for the events (see Do).
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		return tryRecording(ctx, p, fn, span)
+	}
+	return p.Try(ctx, fn)
+}
+
+// tryRecording is Try under a recording span: the transitions are watched
+// when p has a breaker or a shedder, then the outcome's event is added.
+// p.Config() is read here only, not on every call: it copies the whole
+// configuration (about twenty words), measured as costly as the span
+// lookup.
+func tryRecording(ctx context.Context, p *pipeline.Pipeline, fn func(context.Context) error, span trace.Span) pipeline.Outcome {
 	var o pipeline.Outcome
-	// Config is inlined; it copies the configuration to the stack (about
-	// twenty words, no allocation), which is all that a pipeline with
-	// neither a breaker nor a shedder pays for the transition events.
 	if cfg := p.Config(); cfg.Breaker != nil || cfg.Shed != nil {
-		// The context lookup is needed to learn whether the span records,
-		// which alone decides whether the states are read.
-		if span := trace.SpanFromContext(ctx); span.IsRecording() {
-			o = tryWatched(ctx, p, fn, span, cfg.Breaker, cfg.Shed)
-		} else {
-			o = p.Try(ctx, fn)
-		}
+		o = tryWatched(ctx, p, fn, span, cfg.Breaker, cfg.Shed)
 	} else {
 		o = p.Try(ctx, fn)
 	}
 	if o.Code == pipeline.Rejected || o.Code == pipeline.TimedOut {
-		AddOutcomeEvent(ctx, o)
+		addOutcomeEvent(span, o)
 	}
 	return o
 }
@@ -135,18 +142,22 @@ func tryWatched(ctx context.Context, p *pipeline.Pipeline, fn func(context.Conte
 // nothing. Use it with the Outcome of pipeline.TryCall, TryHedged and the
 // like.
 func AddOutcomeEvent(ctx context.Context, o pipeline.Outcome) {
-	var name string
 	switch o.Code {
-	case pipeline.Rejected:
-		name = EventRejected
-	case pipeline.TimedOut:
-		name = EventTimedOut
+	case pipeline.Rejected, pipeline.TimedOut:
 	default:
 		return
 	}
-	span := trace.SpanFromContext(ctx)
+	addOutcomeEvent(trace.SpanFromContext(ctx), o)
+}
+
+// addOutcomeEvent is AddOutcomeEvent on span, for a Rejected or TimedOut o.
+func addOutcomeEvent(span trace.Span, o pipeline.Outcome) {
 	if !span.IsRecording() {
 		return
+	}
+	name := EventRejected
+	if o.Code == pipeline.TimedOut {
+		name = EventTimedOut
 	}
 	attrs := []attribute.KeyValue{
 		attribute.String(attrPolicy, o.Policy.String()),
