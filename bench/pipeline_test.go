@@ -36,7 +36,7 @@ var errPipelineBench = errors.New("bench: retryable")
 //   - Success: every policy admits; the call returns nil.
 //   - SuccessParallel: the same from GOMAXPROCS goroutines.
 //   - Success/rampart-counted, SuccessParallel/rampart-counted: the rampart
-//     row with Config.CountOutcomes (per-P outcome counters): its on-cost.
+//     row with Config.CountStats (per-P outcome counters): its on-cost.
 //   - Success/rampart-shed, SuccessParallel/rampart-shed: the rampart row
 //     with a shed.Shedder in the pipeline (never engaged: a Source that
 //     knows no signal), the cost of an overload shedder that admits; it
@@ -186,7 +186,7 @@ const (
 type pipelineVariant uint8
 
 const (
-	counted  pipelineVariant = iota // Config.CountOutcomes
+	counted  pipelineVariant = iota // Config.CountStats
 	withShed                        // Config.Shed: a shedder on the runtime's signals
 )
 
@@ -199,7 +199,7 @@ func benchRampartPipelineWith(b *testing.B, v pipelineVariant, parallel bool) {
 	cfg := p.Config()
 	switch v {
 	case counted:
-		cfg.CountOutcomes = true
+		cfg.CountStats = true
 	case withShed:
 		// A Source that knows no signal: the shedder never engages (on
 		// this shared machine the runtime's own signals do engage it under

@@ -678,7 +678,7 @@ func TestClientRefusedStreamSendsNoRequest(t *testing.T) {
 func TestAShedOnlyPipelineIsApplied(t *testing.T) {
 	s := must(shed.New(shed.Config{}))
 	var prio atomic.Int32
-	p := must(pipeline.New(pipeline.Config{Shed: s, CountOutcomes: true, ShedPriority: func(context.Context) int { prio.Add(1); return 0 }}))
+	p := must(pipeline.New(pipeline.Config{Shed: s, CountStats: true, ShedPriority: func(context.Context) int { prio.Add(1); return 0 }}))
 	g := newGuard(connectguard.Config{Pipeline: p})
 	held := make(chan int, 1)
 	h := handlers{count: func(ctx context.Context, r *connect.Request[msg], st *connect.ServerStream[msg]) error {

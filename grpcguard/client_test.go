@@ -639,7 +639,7 @@ func TestClientDoesNotRetryOnSeveralPushbackValues(t *testing.T) {
 func TestClientAppliesAShedOnlyPipeline(t *testing.T) {
 	s := must(shed.New(shed.Config{}))
 	var prio atomic.Int32
-	p := must(pipeline.New(pipeline.Config{Shed: s, CountOutcomes: true, ShedPriority: func(context.Context) int { prio.Add(1); return 0 }}))
+	p := must(pipeline.New(pipeline.Config{Shed: s, CountStats: true, ShedPriority: func(context.Context) int { prio.Add(1); return 0 }}))
 	cl := newClient(grpcguard.ClientConfig{Pipeline: p})
 	_ = cl.UnaryInterceptor(t.Context(), unaryMethod, nil, nil, nil,
 		func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil })

@@ -466,7 +466,7 @@ func serverAdmitAllocs(t *testing.T, g *grpcguard.Server) {
 func TestServerAppliesAShedOnlyPipeline(t *testing.T) {
 	s := must(shed.New(shed.Config{}))
 	var prio atomic.Int32
-	p := must(pipeline.New(pipeline.Config{Shed: s, CountOutcomes: true, ShedPriority: func(context.Context) int { prio.Add(1); return 0 }}))
+	p := must(pipeline.New(pipeline.Config{Shed: s, CountStats: true, ShedPriority: func(context.Context) int { prio.Add(1); return 0 }}))
 	g := newServer(t, grpcguard.ServerConfig{Pipeline: p})
 	_, _ = g.UnaryInterceptor(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: unaryMethod},
 		func(context.Context, any) (any, error) { return nil, nil })

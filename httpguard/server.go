@@ -25,7 +25,7 @@ var ErrFailureStatus = errors.New("httpguard: handler answered a failure status"
 type ServerConfig struct {
 	// Pipeline admits the requests. Required. Its retry, if any, is not
 	// used: a server does not retry its own handler. With its
-	// CountOutcomes set, its Stats count the requests (the copy without
+	// CountStats set, its Stats count the requests (the copy without
 	// the retry counts into them).
 	Pipeline *pipeline.Pipeline
 

@@ -1305,7 +1305,7 @@ func TestServerShed503WhileEngaged(t *testing.T) {
 }
 
 // The server runs its pipeline's copy without the retry; with
-// CountOutcomes the copy counts into the application's pipeline, so its
+// CountStats the copy counts into the application's pipeline, so its
 // Stats count the requests, a rejection by its kind.
 func TestServerCountsIntoTheApplicationsPipeline(t *testing.T) {
 	tick := rampart.NewManualTicker(1)
@@ -1313,7 +1313,7 @@ func TestServerCountsIntoTheApplicationsPipeline(t *testing.T) {
 	require.NoError(t, err)
 	bh, err := bulkhead.New(bulkhead.Config{Max: 1})
 	require.NoError(t, err)
-	p := mustPipeline(t, pipeline.Config{Retry: rt, Bulkhead: bh, CountOutcomes: true})
+	p := mustPipeline(t, pipeline.Config{Retry: rt, Bulkhead: bh, CountStats: true})
 	h, err := httpguard.NewHandler(hello, httpguard.ServerConfig{Pipeline: p})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, serveRecorded(h, nil).Code)

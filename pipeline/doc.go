@@ -211,7 +211,7 @@
 //
 // # Statistics
 //
-// With [Config.CountOutcomes] the pipeline counts every call by how it
+// With [Config.CountStats] the pipeline counts every call by how it
 // ended ([Pipeline.Stats]: by Code, rejections by Kind, the calls that
 // panicked, the attempts), and each [Fallback] or [DoFallback] on it its
 // answers ([FallbackStats]: by ending, stale values served and expired),

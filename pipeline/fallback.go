@@ -188,7 +188,7 @@ type FallbackConfig[T any] struct {
 	// successes store). Without Stale there is nothing to pad: 64 B either
 	// way. TestFallbackBytes asserts the sizes. These figures leave out
 	// the answer counters of a fallback on a pipeline with
-	// [Config.CountOutcomes]: per-P counters of its own, allocated at New
+	// [Config.CountStats]: per-P counters of its own, allocated at New
 	// with or without Compact (128 B × (max(GOMAXPROCS, NumCPU) + 1) plus
 	// a line: 480 B on 2 Ps), since any P may write them.
 	Compact bool
@@ -490,7 +490,7 @@ func (f *DoFallback) answer(ctx context.Context, o *Outcome) {
 }
 
 // FallbackStats counts a fallback's answers, when its pipeline was built
-// with [Config.CountOutcomes] (all zeros otherwise): [Fallback.Stats],
+// with [Config.CountStats] (all zeros otherwise): [Fallback.Stats],
 // [DoFallback.Stats]. The pipeline's own [Stats] count the same calls by
 // how they ended before the fallback answered.
 type FallbackStats struct {
@@ -578,10 +578,10 @@ func fallbackStats(c *percpu.Counters) FallbackStats {
 }
 
 // Stats returns the fallback's answer counts: see [FallbackStats]. All
-// zeros unless the pipeline counts outcomes ([Config.CountOutcomes]).
+// zeros unless the pipeline counts outcomes ([Config.CountStats]).
 func (f *Fallback[T]) Stats() FallbackStats { return fallbackStats(f.stats) }
 
 // Stats returns the fallback's answer counts: see [FallbackStats]. All
-// zeros unless the pipeline counts outcomes ([Config.CountOutcomes]);
+// zeros unless the pipeline counts outcomes ([Config.CountStats]);
 // DoFallback has no stale value, so StaleServed and StaleExpired stay 0.
 func (f *DoFallback) Stats() FallbackStats { return fallbackStats(f.stats) }

@@ -145,7 +145,7 @@ type Config struct {
 	// released as rampart.Ignored.
 	AdaptiveClassify func(ctx context.Context, err error) rampart.Result
 
-	// CountOutcomes, when set, counts every call by how it ended (its
+	// CountStats, when set, counts every call by how it ended (its
 	// Code, and for a rejection the rejecting policy's Kind), its attempts,
 	// the calls that panicked, and the answers of the fallbacks built on
 	// the pipeline: [Pipeline.Stats] and [Fallback.Stats] return them, for
@@ -159,14 +159,14 @@ type Config struct {
 	// counters of its own for its answers, the same size again. Zero
 	// (off): nothing is counted and a call pays one branch on a field set
 	// at New. A pipeline built from another's [Pipeline.Config] with
-	// CountOutcomes still set counts into the other's counters, so that
+	// CountStats still set counts into the other's counters, so that
 	// the pipelines an adapter derives (httpguard's server drops the
 	// retry; its client builds one per route and host) add to the Stats
 	// of the pipeline the application built.
-	CountOutcomes bool
+	CountStats bool
 
 	// stats are the counters of the pipeline whose Config this is, for a
-	// pipeline derived from it: see CountOutcomes.
+	// pipeline derived from it: see CountStats.
 	stats *percpu.Counters
 }
 
@@ -222,7 +222,7 @@ type Pipeline struct {
 
 	idempotent bool // Config.Idempotent, for Config
 
-	// stats holds the outcome counts, nil unless Config.CountOutcomes.
+	// stats holds the outcome counts, nil unless Config.CountStats.
 	stats *percpu.Counters
 
 	// cached is the reading of tick when it is a *rampart.CachedTicker,
@@ -341,7 +341,7 @@ func New(cfg Config) (*Pipeline, error) {
 		p.cached = ticker.Reading(c)
 	}
 	p.fast = !p.mayWait
-	if cfg.CountOutcomes {
+	if cfg.CountStats {
 		p.stats = cfg.stats
 		if p.stats == nil {
 			p.stats = percpu.New()
@@ -433,7 +433,7 @@ var notCached atomic.Int64
 // Config returns the configuration the pipeline was built with, its Ticker
 // filled in. Change a field and pass it to [New] to derive a pipeline (the
 // policies are shared, not copied, and so are the outcome counters while
-// CountOutcomes stays set).
+// CountStats stays set).
 func (p *Pipeline) Config() Config {
 	return Config{
 		Name:             p.name,
@@ -449,7 +449,7 @@ func (p *Pipeline) Config() Config {
 		Hedge:            p.hg,
 		Idempotent:       p.idempotent,
 		AdaptiveClassify: p.alClassify,
-		CountOutcomes:    p.stats != nil,
+		CountStats:       p.stats != nil,
 		stats:            p.stats,
 	}
 }

@@ -1046,7 +1046,7 @@ func TestAllocsShed(t *testing.T) {
 func TestShedPriorityPanicIsCounted(t *testing.T) {
 	for _, exit := range []string{"panic", "goexit"} {
 		r := newShed(t, rampart.NewManualTicker(1), nil)
-		p, err := pipeline.New(pipeline.Config{Shed: r.sh, CountOutcomes: true,
+		p, err := pipeline.New(pipeline.Config{Shed: r.sh, CountStats: true,
 			ShedPriority: func(context.Context) int {
 				if exit == "panic" {
 					panic("prio")
@@ -1109,7 +1109,7 @@ func TestShedUserCodeExitsLeakNothing(t *testing.T) {
 					require.NoError(t, err)
 					al, err := adaptive.New(adaptive.Config{Ticker: tick, InitialLimit: 1, MinLimit: 1, MaxLimit: 1})
 					require.NoError(t, err)
-					p, err := pipeline.New(pipeline.Config{Bulkhead: bh, Adaptive: al, Shed: sh, CountOutcomes: true,
+					p, err := pipeline.New(pipeline.Config{Bulkhead: bh, Adaptive: al, Shed: sh, CountStats: true,
 						ShedPriority: func(context.Context) int {
 							if where == "prio" {
 								kill()

@@ -3,7 +3,7 @@ package pipeline
 import "github.com/rampart-go/rampart/internal/percpu"
 
 // Stats counts a pipeline's calls by how they ended through its policies,
-// for an operator's metrics: filled only when [Config.CountOutcomes] is
+// for an operator's metrics: filled only when [Config.CountStats] is
 // set (all zeros otherwise). Every field is a running total since [New]. A
 // call through a [Fallback] is counted by how it ended before the fallback
 // answered (the fallback's answers are in [FallbackStats]).
@@ -46,7 +46,7 @@ const (
 )
 
 // counted records o when the pipeline counts outcomes. Inlined into every
-// entry point: with CountOutcomes off it costs a load of p.stats, a field
+// entry point: with CountStats off it costs a load of p.stats, a field
 // set at New, and a branch that always goes the same way.
 func (p *Pipeline) counted(o *Outcome) {
 	if p.stats != nil {
@@ -65,7 +65,7 @@ func (p *Pipeline) record(o *Outcome) {
 }
 
 // Stats returns the pipeline's outcome counts: see [Stats]. All zeros
-// unless Config.CountOutcomes is set. It sums the counters of every P (one
+// unless Config.CountStats is set. It sums the counters of every P (one
 // pass, no lock, no allocation); counts of calls that end meanwhile may be
 // in it or not.
 func (p *Pipeline) Stats() Stats {

@@ -21,7 +21,7 @@ import (
 	"github.com/rampart-go/rampart/timeout"
 )
 
-// statsRig is a pipeline with every admission policy and CountOutcomes, on
+// statsRig is a pipeline with every admission policy and CountStats, on
 // a manual clock, with the means to make each policy reject.
 type statsRig struct {
 	tick *rampart.ManualTicker
@@ -41,13 +41,13 @@ func newStatsRig(t *testing.T, count bool) *statsRig {
 			c.MaxAttempts, c.Budget = 2, r.bud
 			c.ShouldRetry = func(err error) bool { return errors.Is(err, errBoom) }
 		}),
-		Breaker:       newBreaker(t, r.tick, func(c *circuitbreaker.Config) { c.ConsecutiveFailures = 100 }),
-		RateLimit:     newRateLimit(t, 1e9, 1000, r.tick),
-		Bulkhead:      newBulkhead(t, 1, r.tick),
-		Adaptive:      newAdaptive(t, r.tick, 1),
-		Shed:          r.shed.sh,
-		Timeout:       newTimeout(t, r.tick, time.Second, timeout.ModeSoft),
-		CountOutcomes: count,
+		Breaker:    newBreaker(t, r.tick, func(c *circuitbreaker.Config) { c.ConsecutiveFailures = 100 }),
+		RateLimit:  newRateLimit(t, 1e9, 1000, r.tick),
+		Bulkhead:   newBulkhead(t, 1, r.tick),
+		Adaptive:   newAdaptive(t, r.tick, 1),
+		Shed:       r.shed.sh,
+		Timeout:    newTimeout(t, r.tick, time.Second, timeout.ModeSoft),
+		CountStats: count,
 	}
 	var err error
 	r.p, err = pipeline.New(r.cfg)
@@ -124,7 +124,7 @@ func (r *statsRig) run(t *testing.T) pipeline.Stats {
 	return want
 }
 
-// TestStatsCountEveryEnding: with CountOutcomes, Stats counts each call by
+// TestStatsCountEveryEnding: with CountStats, Stats counts each call by
 // its Code and, for a rejection, by the rejecting policy's Kind (every kind
 // that rejects), with its attempts and the calls that panicked, through
 // every entry point; without it, Stats stays zero.
@@ -134,12 +134,12 @@ func TestStatsCountEveryEnding(t *testing.T) {
 	require.Equal(t, want, r.p.Stats())
 	require.EqualValues(t, 12, want.Calls)
 	require.EqualValues(t, 6, want.Rejected)
-	require.True(t, r.p.Config().CountOutcomes)
+	require.True(t, r.p.Config().CountStats)
 
 	off := newStatsRig(t, false)
 	off.run(t)
 	require.Equal(t, pipeline.Stats{}, off.p.Stats())
-	require.False(t, off.p.Config().CountOutcomes)
+	require.False(t, off.p.Config().CountStats)
 }
 
 // TestStatsFallbackAnswers: a fallback on a counting pipeline counts its
@@ -200,7 +200,7 @@ func TestStatsFallbackAnswers(t *testing.T) {
 // TestStressStatsSumExactly: calls from many goroutines, each P adding to
 // its own stripe, sum exactly.
 func TestStressStatsSumExactly(t *testing.T) {
-	p, err := pipeline.New(pipeline.Config{Bulkhead: newBulkhead(t, 1000, rampart.NewManualTicker(1)), CountOutcomes: true})
+	p, err := pipeline.New(pipeline.Config{Bulkhead: newBulkhead(t, 1000, rampart.NewManualTicker(1)), CountStats: true})
 	require.NoError(t, err)
 	const goroutines, calls = 8, 2000
 	ctx := context.Background()
@@ -249,13 +249,13 @@ func TestStressStatsSumExactly(t *testing.T) {
 	require.Equal(t, goroutines*calls-failed, s.Succeeded)
 }
 
-// TestAllocsCountOutcomes: counting allocates nothing per call, on and off,
+// TestAllocsCountStats: counting allocates nothing per call, on and off,
 // for a success and a rejection.
-func TestAllocsCountOutcomes(t *testing.T) {
+func TestAllocsCountStats(t *testing.T) {
 	for _, count := range []bool{false, true} {
 		tick := rampart.NewManualTicker(1)
 		bh := newBulkhead(t, 1, tick)
-		p, err := pipeline.New(pipeline.Config{Breaker: newBreaker(t, tick, nil), Bulkhead: bh, CountOutcomes: count})
+		p, err := pipeline.New(pipeline.Config{Breaker: newBreaker(t, tick, nil), Bulkhead: bh, CountStats: count})
 		require.NoError(t, err)
 		ctx := context.Background()
 		testkit.WantAllocs(t, "success", 0, func() {
@@ -279,16 +279,16 @@ func TestAllocsCountOutcomes(t *testing.T) {
 	}
 }
 
-// TestCountOutcomesBytes: a Pipeline is 160 B (its size class) with
-// CountOutcomes off; on, New adds the per-P counters and nothing else.
-func TestCountOutcomesBytes(t *testing.T) {
+// TestCountStatsBytes: a Pipeline is 160 B (its size class) with
+// CountStats off; on, New adds the per-P counters and nothing else.
+func TestCountStatsBytes(t *testing.T) {
 	if ptrSize := 32 << (^uintptr(0) >> 63); ptrSize != 64 {
 		t.Skip("sizes are for 64-bit")
 	}
 	bh := newBulkhead(t, 1, rampart.NewManualTicker(1))
 	mk := func(count bool) func() any {
 		return func() any {
-			p, err := pipeline.New(pipeline.Config{Bulkhead: bh, CountOutcomes: count})
+			p, err := pipeline.New(pipeline.Config{Bulkhead: bh, CountStats: count})
 			if err != nil {
 				panic(err)
 			}
@@ -299,7 +299,7 @@ func TestCountOutcomesBytes(t *testing.T) {
 	counters := testkit.Bytes(t, func() any { return percpu.New() })
 	testkit.WantBytes(t, "on", 160+counters, mk(true))
 	n := max(runtime.GOMAXPROCS(0), runtime.NumCPU())
-	t.Logf("CountOutcomes adds %d B on %d Ps", counters, n)
+	t.Logf("CountStats adds %d B on %d Ps", counters, n)
 	if n == 2 && pad.LineSize == 64 {
 		// The figure the docs give: two stripes and the overflow stripe
 		// of 128 B, a line for the alignment (448 B, a size class), the
@@ -309,13 +309,13 @@ func TestCountOutcomesBytes(t *testing.T) {
 }
 
 // TestStatsSharedWithDerivedPipelines: a pipeline built from another's
-// Config with CountOutcomes still set counts into the other's counters (an
+// Config with CountStats still set counts into the other's counters (an
 // adapter's derived pipelines add to the application's Stats); one built
-// from a fresh Config counts alone, and one derived with CountOutcomes
+// from a fresh Config counts alone, and one derived with CountStats
 // cleared counts nothing.
 func TestStatsSharedWithDerivedPipelines(t *testing.T) {
 	tick := rampart.NewManualTicker(1)
-	p, err := pipeline.New(pipeline.Config{Retry: newRetry(t, tick, nil), Bulkhead: newBulkhead(t, 2, tick), CountOutcomes: true})
+	p, err := pipeline.New(pipeline.Config{Retry: newRetry(t, tick, nil), Bulkhead: newBulkhead(t, 2, tick), CountStats: true})
 	require.NoError(t, err)
 	cfg := p.Config()
 	cfg.Retry = nil
@@ -328,13 +328,13 @@ func TestStatsSharedWithDerivedPipelines(t *testing.T) {
 	require.Equal(t, want, p.Stats())
 	require.Equal(t, want, d.Stats())
 
-	fresh, err := pipeline.New(pipeline.Config{Bulkhead: cfg.Bulkhead, CountOutcomes: true})
+	fresh, err := pipeline.New(pipeline.Config{Bulkhead: cfg.Bulkhead, CountStats: true})
 	require.NoError(t, err)
 	require.NoError(t, fresh.Do(ctx, ok))
 	require.EqualValues(t, 1, fresh.Stats().Calls)
 	require.Equal(t, want, p.Stats())
 
-	cfg.CountOutcomes = false
+	cfg.CountStats = false
 	off, err := pipeline.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, off.Do(ctx, ok))
@@ -349,7 +349,7 @@ func TestStatsSharedWithDerivedPipelines(t *testing.T) {
 func TestStatsCountEveryCallPastTheStripes(t *testing.T) {
 	prev := runtime.GOMAXPROCS(0)
 	defer runtime.GOMAXPROCS(prev)
-	p, err := pipeline.New(pipeline.Config{CountOutcomes: true})
+	p, err := pipeline.New(pipeline.Config{CountStats: true})
 	require.NoError(t, err)
 	runtime.GOMAXPROCS(4 * max(prev, runtime.NumCPU()))
 	const goroutines = 32

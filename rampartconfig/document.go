@@ -330,8 +330,8 @@ func (d *Document) plan(o *Options) ([]*planned, error) {
 // documents whose pipelines have equal keys build equal pipelines (given
 // equal policies).
 type pipelineSpecKey struct {
-	Idempotent, CountOutcomes bool
-	Slots                     string
+	Idempotent, CountStats bool
+	Slots                  string
 }
 
 // pipelineKey returns a pipeline's key.
@@ -342,7 +342,7 @@ func pipelineKey(s *PipelineSpec, slots map[string]string) pipelineSpecKey {
 			b.WriteString(k.key + "=" + n + ";")
 		}
 	}
-	return pipelineSpecKey{Idempotent: s.Idempotent != nil && *s.Idempotent, CountOutcomes: s.CountOutcomes != nil && *s.CountOutcomes, Slots: b.String()}
+	return pipelineSpecKey{Idempotent: s.Idempotent != nil && *s.Idempotent, CountStats: s.CountStats != nil && *s.CountStats, Slots: b.String()}
 }
 
 // resolve merges spec (a *XSpec value) with def, turns it into p's Config
@@ -457,7 +457,7 @@ func (p *planned) validatePipeline(all []*planned, o *Options) error {
 // buildPipeline builds the pipeline p from its policies by slot key.
 func (p *planned) buildPipeline(insts map[string]any, o *Options) (*pipeline.Pipeline, error) {
 	key := p.spec.(pipelineSpecKey)
-	c := pipeline.Config{Name: p.name, Idempotent: key.Idempotent, CountOutcomes: key.CountOutcomes}
+	c := pipeline.Config{Name: p.name, Idempotent: key.Idempotent, CountStats: key.CountStats}
 	cv := reflect.ValueOf(&c).Elem()
 	for slot, inst := range insts {
 		f := cv.FieldByName(pipelineField[slot])

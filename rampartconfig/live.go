@@ -220,7 +220,7 @@ func (l *Live) diff(plans []*planned) ([]*change, []*appliedInst, error) {
 				continue
 			}
 			if rebuild && old != nil && !p.replace && !anySwapped(p, swapped) {
-				errs = append(errs, &FieldError{Path: p.path, Err: rampart.NewConfigError("pipeline", "", "is fixed at construction (its policies, idempotent, countOutcomes): mark it replace: true to rebuild it")})
+				errs = append(errs, &FieldError{Path: p.path, Err: rampart.NewConfigError("pipeline", "", "is fixed at construction (its policies, idempotent, countStats): mark it replace: true to rebuild it")})
 				continue
 			}
 			if !rebuild {

@@ -103,7 +103,7 @@ pipelines:
   db:
     groups: [storage]
     idempotent: true
-    countOutcomes: true
+    countStats: true
     breaker: {failureRateThreshold: 25}
     retry: {ref: t1}
     rateLimiter: {ref: r1}
@@ -416,8 +416,8 @@ func TestBuildRegistersInstancesPipelinesAndInlinePolicies(t *testing.T) {
 		c.Timeout != get[*timeout.Timeout](t, l, "db.timeout") {
 		t.Errorf("pipeline db's policies are not the registered instances: %+v", c)
 	}
-	if !c.Idempotent || !c.CountOutcomes {
-		t.Errorf("pipeline db: idempotent %v, countOutcomes %v", c.Idempotent, c.CountOutcomes)
+	if !c.Idempotent || !c.CountStats {
+		t.Errorf("pipeline db: idempotent %v, countStats %v", c.Idempotent, c.CountStats)
 	}
 	if g := reg.Groups("db.breaker"); !reflect.DeepEqual(g, []string{"storage"}) {
 		t.Errorf("an inline policy's groups %v, want the pipeline's [storage]", g)

@@ -224,7 +224,7 @@ const docsPipelines = "\n## pipeline\n\n" +
 	"replaced is rebuilt.\n\n" +
 	"| field | default | reload | meaning |\n|---|---|---|---|\n" +
 	"| `idempotent` | false | fixed | the calls may be hedged (pipeline.Config.Idempotent) |\n" +
-	"| `countOutcomes` | false | fixed | count outcomes per kind in Stats |\n" +
+	"| `countStats` | false | fixed | count outcomes per kind in Stats |\n" +
 	"| `retry` | none | fixed (its fields: see retry) | the retry policy |\n" +
 	"| `breaker` | none | fixed (its fields: see breaker) | the circuit breaker |\n" +
 	"| `rateLimiter` | none | fixed (its fields: see rateLimiter) | the rate limiter (a ratelimit.Limiter) |\n" +

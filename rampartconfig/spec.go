@@ -418,9 +418,9 @@ type PipelineSpec struct {
 	// Idempotent is pipeline.Config.Idempotent: the calls may be hedged.
 	// Default false. Reload: fixed.
 	Idempotent *bool `json:"idempotent,omitempty" yaml:"idempotent,omitempty"`
-	// CountOutcomes is pipeline.Config.CountOutcomes. Default false.
+	// CountStats is pipeline.Config.CountStats. Default false.
 	// Reload: fixed.
-	CountOutcomes *bool `json:"countOutcomes,omitempty" yaml:"countOutcomes,omitempty"`
+	CountStats *bool `json:"countStats,omitempty" yaml:"countStats,omitempty"`
 	// Retry is the pipeline's retry policy.
 	Retry *RetrySlot `json:"retry,omitempty" yaml:"retry,omitempty"`
 	// Breaker is the pipeline's circuit breaker.

@@ -87,7 +87,7 @@ func (s *set) add(name string, inst any) error {
 	}
 	spec, noStats := specOf(inst)
 	if noStats {
-		return fmt.Errorf("rampart adapter: Add(%q): %w: a *pipeline.Pipeline built without Config.CountOutcomes counts nothing; build it with CountOutcomes, or add its policies (Pipeline.Config())", name, ErrUnsupported)
+		return fmt.Errorf("rampart adapter: Add(%q): %w: a *pipeline.Pipeline built without Config.CountStats counts nothing; build it with CountStats, or add its policies (Pipeline.Config())", name, ErrUnsupported)
 	}
 	if spec == nil {
 		return fmt.Errorf("rampart adapter: Add(%q): %w: %T", name, ErrUnsupported, inst)

@@ -34,7 +34,7 @@
 // *adaptive.Limiter, *adaptive.Throttler, *retry.Policy,
 // *retry.TokenBucket, *retry.RatioBudget, *timeout.Timeout,
 // *hedge.Hedger, *chaos.Injector, *shed.Shedder, a *pipeline.Pipeline
-// built with Config.CountOutcomes (one without counts nothing: Add refuses
+// built with Config.CountStats (one without counts nothing: Add refuses
 // it; add its policies), *pipeline.Fallback[T] of any T (recognised by its
 // method Stats() pipeline.FallbackStats) and *pipeline.DoFallback. Counts
 // split by a value carry one attribute more: rampart.code,

@@ -94,7 +94,7 @@ func instrument(meter metric.Meter, ms metricSpec) (metric.Float64Observable, er
 
 // Add collects inst under name from the next collection on. It returns an
 // error wrapping [ErrUnsupported] for a type the package does not collect
-// (a *pipeline.Pipeline built without Config.CountOutcomes included: it
+// (a *pipeline.Pipeline built without Config.CountStats included: it
 // counts nothing; add its policies), and
 // one wrapping [ErrDuplicateName] if name is already added for an instance
 // of the same family (the ratelimit types form one family, as they share

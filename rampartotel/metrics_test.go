@@ -246,11 +246,11 @@ func newPipeline(t testing.TB) *pipeline.Pipeline {
 }
 
 // TestAddTakesCountingPipelinesAndFallbacksOfAnyType: a pipeline built
-// with CountOutcomes is collected, and so is a Fallback of any value type
+// with CountStats is collected, and so is a Fallback of any value type
 // (through its Stats method); a typed nil Fallback is refused as nil.
 func TestAddTakesCountingPipelinesAndFallbacksOfAnyType(t *testing.T) {
 	m, _ := newMetrics(t)
-	p := must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{})), CountOutcomes: true}))
+	p := must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{})), CountStats: true}))
 	if err := m.Add("p", p); err != nil {
 		t.Fatalf("Add(counting pipeline): %v", err)
 	}

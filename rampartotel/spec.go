@@ -133,7 +133,7 @@ func b2f(b bool) float64 {
 // rampart.reason, indexed by skipReason.
 const (
 	skipUnknownType = iota // a type the adapter does not know
-	skipNoStats            // a known type that counts nothing (*pipeline.Pipeline without Config.CountOutcomes)
+	skipNoStats            // a known type that counts nothing (*pipeline.Pipeline without Config.CountStats)
 	skipDuplicate          // a name already collected for the same kind family
 	skipPanicked           // a Source's Range, or an instance's Stats, panicked (counted once per panic, recovered)
 	nSkipReasons
@@ -334,16 +334,16 @@ var chaosSpec = kindSpec{typ: "*chaos.Injector", family: "chaos", metrics: []met
 	v[4], v[5], v[6], v[7] = float64(s.Panicked), float64(s.Errored), float64(s.Substituted), float64(s.ListenerPanics)
 }}
 
-// pipelineSpec is a *pipeline.Pipeline built with Config.CountOutcomes
+// pipelineSpec is a *pipeline.Pipeline built with Config.CountStats
 // (one without counts nothing: Add refuses it, a Source's is skipped as
 // no_stats).
 var pipelineSpec = kindSpec{typ: "*pipeline.Pipeline", family: "pipeline", metrics: concat(
 	withValues(metricSpec{name: "rampart.pipeline.calls", kind: counter, unit: "{call}",
-		desc: "Calls that ended, by Code (counted with Config.CountOutcomes)."}, attrCode,
+		desc: "Calls that ended, by Code (counted with Config.CountStats)."}, attrCode,
 		[]string{"ok", "failed", "rejected", "timed_out", "canceled"},
 		[]string{"Succeeded", "Failed", "Rejected", "TimedOut", "Canceled"}),
 	byPolicy(metricSpec{name: "rampart.pipeline.rejected", kind: counter, unit: "{call}", field: "RejectedBy",
-		desc: "Calls rejected, by the policy that rejected (counted with Config.CountOutcomes)."}),
+		desc: "Calls rejected, by the policy that rejected (counted with Config.CountStats)."}),
 	[]metricSpec{
 		{"rampart.pipeline.panicked", counter, "{call}", "Panicked", "Calls whose fn panicked or called runtime.Goexit (not in calls).", false, "", ""},
 		{"rampart.pipeline.attempts", counter, "{attempt}", "Attempts", "Attempts of the calls that ended, rejected ones included.", false, "", ""},
@@ -362,7 +362,7 @@ type fallbackStatser interface{ Stats() pipeline.FallbackStats }
 
 var fallbackMetrics = concat(
 	withValues(metricSpec{name: "rampart.fallback.answers", kind: counter, unit: "{call}",
-		desc: "Calls the fallback answered, by how they ended (counted with the pipeline's Config.CountOutcomes)."}, attrEnding,
+		desc: "Calls the fallback answered, by how they ended (counted with the pipeline's Config.CountStats)."}, attrEnding,
 		[]string{"rejected", "timed_out", "retries_exhausted", "failed", "canceled"},
 		[]string{"AnsweredRejected (sum)", "AnsweredTimedOut", "AnsweredExhausted", "AnsweredFailed", "AnsweredCanceled"}),
 	byPolicy(metricSpec{name: "rampart.fallback.answered_rejected", kind: counter, unit: "{call}", field: "AnsweredRejected",
@@ -438,7 +438,7 @@ var kinds = []*kindSpec{&breakerSpec, &limiterSpec, &shardedSpec, &keyedSpec, &b
 const maxMetrics = 24
 
 // specOf returns inst's kind, nil for a type the adapter does not know.
-// A *pipeline.Pipeline built without Config.CountOutcomes is known but
+// A *pipeline.Pipeline built without Config.CountStats is known but
 // counts nothing: noStats.
 func specOf(inst any) (k *kindSpec, noStats bool) {
 	switch x := inst.(type) {
@@ -471,7 +471,7 @@ func specOf(inst any) (k *kindSpec, noStats bool) {
 	case *shed.Shedder:
 		return &shedSpec, false
 	case *pipeline.Pipeline:
-		if x == nil || !x.Config().CountOutcomes {
+		if x == nil || !x.Config().CountStats {
 			return nil, true
 		}
 		return &pipelineSpec, false

@@ -47,7 +47,7 @@ func newAdmitFixture() *fixture {
 	f.hedger = must(hedge.New(hedge.Config{Name: "read", Delay: time.Second}))
 	f.chaos = must(chaos.New(chaos.Config{}))
 	f.gate = must(bulkhead.New(bulkhead.Config{Name: "checkout", Max: 1 << 20}))
-	f.pipe = must(pipeline.New(pipeline.Config{Name: "checkout", Bulkhead: f.gate, CountOutcomes: true}))
+	f.pipe = must(pipeline.New(pipeline.Config{Name: "checkout", Bulkhead: f.gate, CountStats: true}))
 	seven := 7
 	f.fallback = must(pipeline.NewFallback(pipeline.FallbackConfig[int]{Pipeline: f.pipe, When: pipeline.Rejections, Value: &seven}))
 	f.doFall = must(pipeline.NewDoFallback(pipeline.DoFallbackConfig{Pipeline: f.pipe, When: pipeline.Rejections,

@@ -193,7 +193,7 @@ rampart_circuitbreaker_window_failure_rate_ratio{rampart_name="api"} 0
 # HELP rampart_circuitbreaker_successes_total Successes released (counted only with Config.CountStats).
 # TYPE rampart_circuitbreaker_successes_total counter
 rampart_circuitbreaker_successes_total{rampart_name="api"} 1
-# HELP rampart_fallback_answers_total Calls the fallback answered, by how they ended (counted with the pipeline's Config.CountOutcomes).
+# HELP rampart_fallback_answers_total Calls the fallback answered, by how they ended (counted with the pipeline's Config.CountStats).
 # TYPE rampart_fallback_answers_total counter
 rampart_fallback_answers_total{rampart_ending="canceled",rampart_name="checkout-do"} 0
 rampart_fallback_answers_total{rampart_ending="canceled",rampart_name="checkout-value"} 0
@@ -208,7 +208,7 @@ rampart_fallback_answers_total{rampart_ending="timed_out",rampart_name="checkout
 # HELP rampart_hedge_delay_seconds The current hedging delay (-1 s: no hedging yet).
 # TYPE rampart_hedge_delay_seconds gauge
 rampart_hedge_delay_seconds{rampart_name="read"} 0.25
-# HELP rampart_pipeline_calls_total Calls that ended, by Code (counted with Config.CountOutcomes).
+# HELP rampart_pipeline_calls_total Calls that ended, by Code (counted with Config.CountStats).
 # TYPE rampart_pipeline_calls_total counter
 rampart_pipeline_calls_total{rampart_code="canceled",rampart_name="checkout"} 0
 rampart_pipeline_calls_total{rampart_code="failed",rampart_name="checkout"} 2
@@ -334,11 +334,11 @@ func newPipeline() *pipeline.Pipeline {
 }
 
 // TestAddTakesCountingPipelinesAndFallbacksOfAnyType: a pipeline built
-// with CountOutcomes is collected, and so is a Fallback of any value type
+// with CountStats is collected, and so is a Fallback of any value type
 // (through its Stats method); a typed nil Fallback is refused as nil.
 func TestAddTakesCountingPipelinesAndFallbacksOfAnyType(t *testing.T) {
 	c := NewCollector(Config{})
-	p := must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{})), CountOutcomes: true}))
+	p := must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{})), CountStats: true}))
 	if err := c.Add("p", p); err != nil {
 		t.Fatalf("Add(counting pipeline): %v", err)
 	}

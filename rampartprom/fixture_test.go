@@ -41,7 +41,7 @@ type fixture struct {
 	timeout   *timeout.Timeout
 	hedger    *hedge.Hedger
 	chaos     *chaos.Injector
-	pipe      *pipeline.Pipeline // CountOutcomes, over gate
+	pipe      *pipeline.Pipeline // CountStats, over gate
 	gate      *bulkhead.Bulkhead // the pipeline's bulkhead of 1 (not added itself)
 	fallback  *pipeline.Fallback[int]
 	doFall    *pipeline.DoFallback
@@ -76,7 +76,7 @@ func newFixture(t testing.TB) *fixture {
 	f.hedger = must(hedge.New(hedge.Config{Name: "read", Ticker: tk, Delay: 250 * time.Millisecond}))
 	f.chaos = must(chaos.New(chaos.Config{ErrorRate: 1, Error: errBoom}))
 	f.gate = must(bulkhead.New(bulkhead.Config{Name: "checkout", Ticker: tk, Max: 1}))
-	f.pipe = must(pipeline.New(pipeline.Config{Name: "checkout", Ticker: tk, Bulkhead: f.gate, CountOutcomes: true}))
+	f.pipe = must(pipeline.New(pipeline.Config{Name: "checkout", Ticker: tk, Bulkhead: f.gate, CountStats: true}))
 	seven := 7
 	f.fallback = must(pipeline.NewFallback(pipeline.FallbackConfig[int]{Pipeline: f.pipe, When: pipeline.Rejections, Value: &seven}))
 	f.doFall = must(pipeline.NewDoFallback(pipeline.DoFallbackConfig{Pipeline: f.pipe, When: pipeline.Failures,

@@ -72,15 +72,15 @@
 //	hedge              *hedge.Hedger            Stats (hedges, delay, ...)         hedges/s, delay ms
 //	timeout            *timeout.Timeout         Stats, Duration, Mode              timeouts/s, abandoned
 //	pipeline           *pipeline.Pipeline       each of its policies, as above,    calls/s, rejected/s (with
-//	                                            and Stats as Outcomes (with        CountOutcomes; no chart
-//	                                            Config.CountOutcomes)              otherwise)
+//	                                            and Stats as Outcomes (with        CountStats; no chart
+//	                                            Config.CountStats)              otherwise)
 //	fallback           *pipeline.Fallback[T],   FallbackStats (answers by ending,  answered/s, stale served/s
 //	                   *pipeline.DoFallback     stale served, expired)
 //
 // A Fallback of any T is recognised by its method Stats()
 // pipeline.FallbackStats; its counts, a pipeline's Outcomes and a breaker's
 // Successes are 0 unless the pipeline counts outcomes
-// (pipeline.Config.CountOutcomes) or the breaker its successes
+// (pipeline.Config.CountStats) or the breaker its successes
 // (circuitbreaker.Config.CountStats). Any other value is listed with its Go
 // type and no state. In the JSON, each
 // Stats struct keeps its Go field names and types: durations are integers of

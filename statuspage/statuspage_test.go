@@ -94,7 +94,7 @@ func newFixture(t *testing.T) *fixture {
 	// Stats are the same every run.
 	sh, err := shed.New(shed.Config{Name: "db", Ticker: tk, Source: shed.SourceFunc(func(int64, *shed.Signals) {})})
 	must(err)
-	pl, err := pipeline.New(pipeline.Config{Name: "db", Ticker: tk, Retry: rp, Breaker: f.breaker, Shed: sh, CountOutcomes: true})
+	pl, err := pipeline.New(pipeline.Config{Name: "db", Ticker: tk, Retry: rp, Breaker: f.breaker, Shed: sh, CountStats: true})
 	must(err)
 	stale := "cached"
 	fb, err := pipeline.NewFallback(pipeline.FallbackConfig[string]{Pipeline: pl, When: pipeline.Rejections, Value: &stale})

@@ -247,7 +247,7 @@ func viewOf(v any) view {
 			},
 		}
 	case *pipeline.Pipeline:
-		if !x.Config().CountOutcomes {
+		if !x.Config().CountStats {
 			return view{kind: "pipeline", stats: func(now int64) any { return pipelineStats(x, now) }}
 		}
 		return view{
@@ -301,7 +301,7 @@ func budgetStats(b any, now int64) any {
 
 // pipelineStats is each of the pipeline's policies' state, keyed by its
 // pipeline.Config field name, in the pipeline's order, and the pipeline's
-// own outcome counts when it counts them (Config.CountOutcomes).
+// own outcome counts when it counts them (Config.CountStats).
 func pipelineStats(p *pipeline.Pipeline, now int64) any {
 	c := p.Config()
 	type part struct {
@@ -339,7 +339,7 @@ func pipelineStats(p *pipeline.Pipeline, now int64) any {
 		add("Hedge", c.Hedge)
 	}
 	var counts *pipeline.Stats
-	if c.CountOutcomes {
+	if c.CountStats {
 		s := p.Stats()
 		counts = &s
 	}

@@ -207,7 +207,7 @@ func cpuTarget(mode string, work cpuWork, reg *registry.Registry) (*target, erro
 	if err := reg.Add("cpu-shed", s, groupCPU); err != nil {
 		return nil, err
 	}
-	p, err := registry.Pipeline(reg, "cpu", pipeline.Config{Name: "cpu", Shed: s, CountOutcomes: true}, groupCPU)
+	p, err := registry.Pipeline(reg, "cpu", pipeline.Config{Name: "cpu", Shed: s, CountStats: true}, groupCPU)
 	if err != nil {
 		return nil, err
 	}

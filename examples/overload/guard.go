@@ -51,7 +51,7 @@ type guard struct {
 // The guard's instances in the registry, by the names and groups an
 // operator finds them under (the status page, /metrics, the registry's
 // group operations): the entry tier "api" and the dependency "db". The
-// pipelines count their calls by ending (CountOutcomes: a few ns a call,
+// pipelines count their calls by ending (CountStats: a few ns a call,
 // per-P counters), which /metrics reports as rampart_pipeline_*.
 const (
 	groupAPI = "api"
@@ -71,7 +71,7 @@ func newGuard(o options, reg *registry.Registry) (*guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	entry, err := registry.Pipeline(reg, "api", pipeline.Config{Name: "api", Ticker: tk, Bulkhead: admission, Timeout: deadline, CountOutcomes: true}, groupAPI)
+	entry, err := registry.Pipeline(reg, "api", pipeline.Config{Name: "api", Ticker: tk, Bulkhead: admission, Timeout: deadline, CountStats: true}, groupAPI)
 	if err != nil {
 		deadline.Close()
 		return nil, err
@@ -123,7 +123,7 @@ func (g *guard) buildDB(o options, reg *registry.Registry, tk rampart.Ticker) er
 	if err != nil {
 		return err
 	}
-	db, err := registry.Pipeline(reg, "db", pipeline.Config{Name: "db", Ticker: tk, Retry: rp, Breaker: breaker, Bulkhead: dbLimit, CountOutcomes: true}, groupDB)
+	db, err := registry.Pipeline(reg, "db", pipeline.Config{Name: "db", Ticker: tk, Retry: rp, Breaker: breaker, Bulkhead: dbLimit, CountStats: true}, groupDB)
 	if err != nil {
 		return err
 	}

@@ -288,7 +288,7 @@ func checkMetrics(t *testing.T, scrape []byte) {
 	if m := series("rampart_bulkhead_max", "db-bulkhead"); len(m) == 1 && m[0].GetGauge().GetValue() != 2 {
 		t.Errorf("the database bulkhead's max is %v, want the pool's 2", m[0].GetGauge().GetValue())
 	}
-	for _, name := range []string{"api", "db"} { // CountOutcomes: the calls by how they ended
+	for _, name := range []string{"api", "db"} { // CountStats: the calls by how they ended
 		if n := len(series("rampart_pipeline_calls_total", name)); n < 5 {
 			t.Errorf("%d rampart_pipeline_calls_total{rampart_name=%q} series, want one per code", n, name)
 		}

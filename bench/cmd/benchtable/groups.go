@@ -292,7 +292,7 @@ var groups = []group{
 			{name: "rampart-cached", cases: softTimeoutCase, kind: executor, calls: "soft timeout on a cached ticker"},
 			{name: "rampart", cases: []string{"SuccessNoTimeout"}, kind: executor, calls: "Pipeline.Do, no timeout"},
 			{name: "rampart-cached", cases: []string{"SuccessNoTimeout"}, kind: executor, calls: "no timeout, on a cached ticker"},
-			{name: "rampart-counted", cases: []string{"Success", "SuccessParallel"}, kind: executor, calls: "Pipeline.Do with Config.CountOutcomes (per-P outcome counters)"},
+			{name: "rampart-counted", cases: []string{"Success", "SuccessParallel"}, kind: executor, calls: "Pipeline.Do with Config.CountStats (per-P outcome counters)"},
 			{name: "rampart-shed", cases: []string{"Success", "SuccessParallel"}, kind: executor, calls: "Pipeline.Do with a shed.Shedder in the pipeline (never engaged)"},
 			{name: "rampart-primitives", kind: primitive, calls: "the policies' primitives called by hand, soft timeout"},
 			{name: "failsafe", kind: executor, calls: "failsafe.With(retry, breaker, rate limiter, bulkhead, timeout).Run"},

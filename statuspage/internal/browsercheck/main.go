@@ -79,7 +79,7 @@ func serve(ready string) error {
 	if err != nil {
 		return err
 	}
-	pl, err := pipeline.New(pipeline.Config{Name: "checkout", Ticker: tk, Bulkhead: gate, CountOutcomes: true})
+	pl, err := pipeline.New(pipeline.Config{Name: "checkout", Ticker: tk, Bulkhead: gate, CountStats: true})
 	if err != nil {
 		return err
 	}
