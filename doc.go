@@ -114,8 +114,16 @@
 //	                       OnBudgetRefused, OnOverload(on), ...
 //	stats                  Stats() Stats: Rejected, Admitted,           all                        counts of outcomes are participles,
 //	                       BudgetRefused, PeakInFlight, ListenerPanics                             counts of events plural nouns (Retries)
-//	accessors              Ticker(), Stats(); Config() where defaults   all                        the name is in Config and in the errors
-//	                       are filled in (Breaker, Pipeline); no Name()
+//	accessors              Ticker(), Stats(), Config() (the              all                        the name is in Config and in the errors;
+//	                       configuration in force, defaults filled in)                             no Name()
+//	reconfigure live       Update(Config) error                         every policy               validated as New validates; a field fixed
+//	                                                                                               at construction is a ConfigError saying
+//	                                                                                               why; an empty Name keeps the name; the
+//	                                                                                               state is kept
+//	opt-in counters        Config.CountStats                            ratelimit, circuitbreaker, off: no shared write on the call path
+//	                                                                    pipeline
+//	named instances        registry.Registry: Add, Get, Range;          registry                   Range is what exporters and status pages
+//	                       registry.Breaker(r, name, c), ...                                       read
 //
 // # For composition
 //
