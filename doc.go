@@ -114,9 +114,9 @@
 //	                       OnBudgetRefused, OnOverload(on), ...
 //	stats                  Stats() Stats: Rejected, Admitted,           all                        counts of outcomes are participles,
 //	                       BudgetRefused, PeakInFlight, ListenerPanics                             counts of events plural nouns (Retries)
-//	accessors              Ticker(), Stats(), Config() (the              all                        the name is in Config and in the errors;
-//	                       configuration in force, defaults filled in)                             no Name()
-//	reconfigure live       Update(Config) error                         every policy               validated as New validates; a field fixed
+//	accessors              Ticker(), Stats(), Config() (the              all; Config() where        the name is in Config and in the errors;
+//	                       configuration in force, defaults filled in)  Update is (not shed)       no Name()
+//	reconfigure live       Update(Config) error                         every policy but shed      validated as New validates; a field fixed
 //	                                                                                               at construction is a ConfigError saying
 //	                                                                                               why; an empty Name keeps the name; the
 //	                                                                                               state is kept
