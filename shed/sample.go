@@ -147,29 +147,43 @@ func (s *Shedder) publish() {
 	}
 	s.capBase.Store(int64(capf))
 	if capf < maxCap {
-		// The gain cycle of BBR's ProbeBW: by Little's law a bucket's
-		// completions per second times its mean latency is its mean
-		// calls in flight, so maxPass × minRT never exceeds the most calls
-		// in flight of the window, and a cap admitted at gain 1 only
-		// confirms itself: one measured too low (while other work took
-		// the cores) would hold the process below its capacity, and one
-		// too high would hold the queue it let in (every bucket's latency
-		// then includes it). One sample in probeCycle admits a quarter
-		// more (at least one call more: a bucket that completes more
-		// raises maxPass), and the next a quarter fewer (at least one
-		// call fewer from 2 up: a bucket without the queue lowers minRT).
+		// The admission limit and the gain cycle of BBR's ProbeBW. The
+		// shedder rejects instead of queueing, so a slot freed by a
+		// completion stays idle until the next arrival: a limit of
+		// exactly maxPass × minRT leaves a core idle that long after every
+		// call (a third of the time at a cap of 1 under a 2× overload),
+		// and each bucket's completions per second times its mean latency,
+		// its mean calls in flight, then measure below the cap, which
+		// confirms itself or falls. So the limit admits one call more
+		// than the cap, which waits for a core and starts as one ends
+		// (Kratos's BBR admits while the calls in flight before the new
+		// one are at most its estimate). By Little's law maxPass × minRT
+		// never exceeds the most calls in flight of the window, so a cap
+		// measured too low (while other work took the cores) rises only
+		// through calls admitted beyond it: the extra call, and one sample
+		// in probeCycle a quarter more (at least that one call more). One
+		// measured too high would hold the queue it let in (every
+		// bucket's latency then includes it, the extra call's too), so
+		// the next sample admits a quarter fewer, and none beyond: a
+		// bucket without the queue, whose latency lowers minRT; the
+		// window (ten samples at the defaults) holds one such bucket at
+		// every sample, and the cap is the cores' product again.
 		switch s.phase % probeCycle {
 		case probeUp:
-			capf = min(math.Ceil(capf*1.25), maxCap) // a count of calls in flight: an int32
+			capf = min(math.Ceil(capf*1.25), maxCap) // a count of calls in flight: an int32; at least capf + 1
 		case probeDown:
 			capf = max(math.Floor(capf*0.75), 1)
+		default:
+			capf = min(capf+1, maxCap)
 		}
 		s.phase++
 	}
 	c := int64(capf)
 	step := int64(0)
 	if s.prios > 1 && c < maxCap {
-		step = int64(math.Ceil(capf * s.reserve))
+		// Of the cap, not of the limit: the levels keep their shares
+		// through the gain cycle, and the extra call is priority 0's.
+		step = int64(math.Ceil(float64(s.capBase.Load()) * s.reserve))
 	}
 	s.capw.Store(step<<32 | c)
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -246,9 +247,10 @@ func TestCapIsMaxPassTimesMinRT(t *testing.T) {
 	require.InDelta(t, 2000, st.MaxPass, 1e-9)
 	require.Equal(t, 2*time.Millisecond, st.MinRT)
 	require.Equal(t, 4, st.Cap, "2000/s × 2 ms")
+	require.Equal(t, 5, st.Limit, "the cap and the call that waits for a core")
 
 	now := r.tk.Now()
-	held := r.hold(4)
+	held := r.hold(5)
 	_, err := r.s.AcquireAt(now)
 	require.ErrorIs(t, err, ErrOverloaded)
 	require.ErrorIs(t, err, rampart.ErrRejected)
@@ -259,7 +261,7 @@ func TestCapIsMaxPassTimesMinRT(t *testing.T) {
 	require.True(t, p.Valid())
 	st = r.s.Stats()
 	require.Equal(t, uint64(1), st.Rejected)
-	require.Equal(t, 4, st.InFlight)
+	require.Equal(t, 5, st.InFlight)
 }
 
 func TestCapRoundsTheBandwidthDelayProduct(t *testing.T) {
@@ -338,7 +340,7 @@ func engaged(t *testing.T, c Config) *rig {
 
 func TestReleasesAfterTheCoolOff(t *testing.T) {
 	r := engaged(t, Config{})
-	held := r.hold(2)
+	held := r.hold(3)
 	_, err := r.s.AcquireAt(r.tk.Now())
 	require.ErrorIs(t, err, ErrOverloaded)
 	dropAt := r.tk.Now()
@@ -424,18 +426,19 @@ func TestShedsTheLeastImportantFirst(t *testing.T) {
 		_, err := r.s.AcquirePriorityAt(now, p)
 		return err
 	}
-	for range 8 {
+	for range 9 {
 		require.NoError(t, admit(2))
 	}
-	// Levels admitted up to 10, 9 and 8 in flight (a step of ⌈10·0.1⌉).
-	require.ErrorIs(t, admit(2), ErrOverloaded, "the least important is shed at 8")
+	// Levels admitted up to 11, 10 and 9 in flight: the limit of 11 (the
+	// cap and the call that waits for a core) less a step of ⌈11·0.1⌉.
+	require.ErrorIs(t, admit(2), ErrOverloaded, "the least important is shed at 9")
 	require.ErrorIs(t, admit(7), ErrOverloaded, "an out-of-range level is the least important")
 	require.ErrorIs(t, admit(-1), ErrOverloaded, "a negative level is the least important")
 	require.NoError(t, admit(1))
-	require.ErrorIs(t, admit(1), ErrOverloaded, "the middle level is shed at 9")
+	require.ErrorIs(t, admit(1), ErrOverloaded, "the middle level is shed at 10")
 	require.NoError(t, admit(0))
-	require.ErrorIs(t, admit(0), ErrOverloaded, "the most important has the whole cap")
-	require.Equal(t, 10, r.s.InFlight())
+	require.ErrorIs(t, admit(0), ErrOverloaded, "the most important has the whole limit")
+	require.Equal(t, 11, r.s.InFlight())
 }
 
 func TestPriorityLimitsFloorAtOne(t *testing.T) {
@@ -446,9 +449,14 @@ func TestPriorityLimitsFloorAtOne(t *testing.T) {
 	require.Equal(t, 1, r.s.Stats().Cap)
 	p, err := r.s.AcquirePriorityAt(r.tk.Now(), 3)
 	require.NoError(t, err, "every level may run one call")
+	_, err = r.s.AcquirePriorityAt(r.tk.Now(), 3)
+	require.ErrorIs(t, err, ErrOverloaded, "the least important level, one call")
+	p0, err := r.s.AcquirePriorityAt(r.tk.Now(), 0)
+	require.NoError(t, err, "the most important has the limit of 2: the cap and the call that waits for a core")
 	_, err = r.s.AcquirePriorityAt(r.tk.Now(), 0)
 	require.ErrorIs(t, err, ErrOverloaded)
 	r.s.ReleaseAt(p, r.tk.Now(), rampart.Ignored)
+	r.s.ReleaseAt(p0, r.tk.Now(), rampart.Ignored)
 }
 
 func TestSampleOncePerInterval(t *testing.T) {
@@ -528,7 +536,7 @@ func TestDoReturnsTheUserErrorUnchanged(t *testing.T) {
 
 func TestDoRejectsWhileOverloadedAtTheCap(t *testing.T) {
 	r := engaged(t, Config{})
-	r.hold(2)
+	r.hold(3) // the cap of 2 and the call that waits for a core
 	ran := false
 	err := r.s.Do(context.Background(), func(context.Context) error { ran = true; return nil })
 	require.ErrorIs(t, err, ErrOverloaded)
@@ -1253,4 +1261,79 @@ func TestSchedLatencyIsTheBucketsLowerBound(t *testing.T) {
 		require.Equal(t, h.Buckets[i], got, "every event took %v", x)
 		require.LessOrEqual(t, got, x)
 	}
+}
+
+// openLoopModel simulates a server of procs cores (processor sharing) and
+// calls of work w each, offered open-loop every gap, under the shedder
+// engaged for the whole run, on the manual clock in steps of dt. Each
+// arrival is admitted or rejected at once; an admitted call is released
+// as a Success once its work is done. It returns the completions per
+// second and the 99th percentile latency of the completions after the
+// first warm samples.
+func (r *rig) openLoopModel(procs int, w, gap time.Duration, samples, warm int) (goodput float64, p99 time.Duration) {
+	const dt = 10 * time.Microsecond
+	type call struct {
+		p    Permit
+		left time.Duration // work left
+		at   int64         // arrival
+	}
+	var active []call
+	var lats []time.Duration
+	start := r.tk.Now()
+	measureFrom := start + int64(warm)*int64(interval)
+	end := start + int64(samples)*int64(interval)
+	nextArrival := start
+	for now := start; now < end; now += int64(dt) {
+		r.tk.Set(now)
+		for now >= nextArrival {
+			if p, err := r.s.AcquireAt(now); err == nil {
+				active = append(active, call{p: p, left: w, at: now})
+			}
+			nextArrival += int64(gap)
+		}
+		share := dt
+		if len(active) > procs {
+			share = dt * time.Duration(procs) / time.Duration(len(active))
+		}
+		kept := active[:0]
+		for _, c := range active {
+			c.left -= share
+			if c.left > 0 {
+				kept = append(kept, c)
+				continue
+			}
+			r.s.ReleaseAt(c.p, now+int64(dt), rampart.Success)
+			if c.at >= measureFrom {
+				lats = append(lats, time.Duration(now+int64(dt)-c.at))
+			}
+		}
+		active = kept
+	}
+	slices.Sort(lats)
+	return float64(len(lats)) * 1e9 / float64(end-measureFrom), lats[len(lats)*99/100]
+}
+
+// TestCapLeavesNoCoreIdleBetweenArrivals: a shedder rejects instead of
+// queueing, so a slot freed by a completion stays idle until the next
+// arrival; a limit of exactly the bandwidth-delay product (one call on
+// one core) leaves the core idle that long after every call, and each
+// bucket's maxPass × minRT, the mean calls in flight, then measures less
+// than the cap: the cap of 1 confirms itself and the goodput stays far
+// below the capacity. The limit admits one call more than the cap, which
+// waits for a core (as Kratos's BBR admits while the calls in flight
+// before the new one are at most its estimate), and the down-probe runs
+// without it, so the window keeps the latency of an unqueued bucket.
+func TestCapLeavesNoCoreIdleBetweenArrivals(t *testing.T) {
+	const procs, w, gap = 1, 2 * time.Millisecond, 900 * time.Microsecond // 2.2× the capacity of 500/s
+	r := newRig(t, Config{})
+	r.complete(50, w) // 500/s × 2 ms: a cap of 1, the core's
+	r.src.set(time.Second, -1, -1)
+	r.sample()
+	require.Equal(t, 1, r.s.Stats().Cap)
+	goodput, p99 := r.openLoopModel(procs, w, gap, 80, 16)
+	st := r.s.Stats()
+	require.True(t, st.Overloaded)
+	require.Equal(t, 1, st.Cap, "the core's bandwidth-delay product")
+	require.GreaterOrEqual(t, goodput, 0.85*500, "goodput of a 500/s capacity (cap %d, limit %d)", st.Cap, st.Limit)
+	require.LessOrEqual(t, p99, 2*w+20*time.Microsecond, "p99 within twice the unloaded latency")
 }
