@@ -66,10 +66,18 @@
 // the bandwidth-delay product: by Little's law the calls in flight that the
 // best throughput seen needs at the best latency seen, and nothing that
 // could only queue. While engaged a call is admitted while the calls in
-// flight, itself included, are at most the cap (Stats.Limit); before any
-// call has completed the cap is unlimited, and a window in which no call
-// completed keeps the last cap measured. Failure and Ignored releases
-// only free their slot: they say nothing of the capacity.
+// flight, itself included, are at most the limit (Stats.Limit): the cap
+// and one call more, which waits for a core. A shedder rejects instead of
+// queueing, so a slot freed by a completion stays idle until the next
+// arrival: a limit of exactly the cap leaves a core idle that long after
+// every call (a third of the time at a cap of 1 under a 2× overload), and
+// the buckets' mean calls in flight then measure below the cap, which
+// confirms itself or falls; the extra call starts as one ends (Kratos's
+// BBR admits while the calls in flight before the new one are at most its
+// estimate, the same limit). Before any call has completed the cap is
+// unlimited, and a window in which no call completed keeps the last cap
+// measured. Failure and Ignored releases only free their slot: they say
+// nothing of the capacity.
 //
 // A bucket's completions per second times its mean latency is its mean
 // calls in flight (Little's law again), so maxPass × minRT never exceeds
@@ -77,23 +85,30 @@
 // only confirms itself. One measured too low (while other work had the
 // cores) would hold the process under its capacity for as long as the
 // overload lasts, and one too high would keep the queue it let in, since
-// every bucket's latency then includes it. So while engaged the cap cycles
-// through gains as BBR's ProbeBW does: six samples at the cap, one at
-// ⌈1.25 × cap⌉ (more completions raise maxPass if there are idle cores)
-// and one at max(1, ⌊0.75 × cap⌋) (a bucket without the queue lowers
-// minRT). In the tests' model of a CPU-bound server under overload a cap
-// of 1 on four cores reaches 4 in 24 samples (a call more each cycle), and
-// a cap of 8 on two cores comes down to 2 in 32 (a quarter less each
-// cycle); then the calls in flight stay within one of the cores.
+// every bucket's latency then includes it. So while engaged the limit
+// cycles through gains as BBR's ProbeBW does: six samples at cap + 1, one
+// at ⌈1.25 × cap⌉ (at least cap + 1; more completions raise maxPass if
+// there are idle cores, as the extra call does) and one at
+// max(1, ⌊0.75 × cap⌋), with no extra call (a bucket without the queue
+// lowers minRT; the window, ten samples at the defaults, holds one at
+// every sample, so the extra call's wait never counts as capacity: a
+// Window under eight SampleIntervals loses it between down-probes, and the
+// cap may then climb a call a sample until the next). In the tests'
+// model of a CPU-bound server under overload a cap of 1 on four cores
+// reaches 4 within 24 samples, and a cap of 8 on two cores comes down to
+// 2 within 32; then the calls in flight stay within one of the cores.
+// With arrivals one core of 2 ms work cannot keep up with (every 0.9 ms),
+// a cap of 1 completes 96 % of the core's capacity with a p99 of twice the
+// work (TestCapLeavesNoCoreIdleBetweenArrivals; 77 % with a limit of 1).
 //
 // # Priorities
 //
 // With Config.Priorities > 1, [Shedder.AcquirePriorityAt] and
 // [Shedder.DoPriority] take a priority, 0 the most important. While engaged,
 // priority p is admitted while the calls in flight are at most
-// max(1, cap − p·⌈cap·PriorityReserve⌉) (default reserve 0.1 per level):
+// max(1, limit − p·⌈cap·PriorityReserve⌉) (default reserve 0.1 per level):
 // trunk reservation, as in telephone networks, so the least important
-// level is shed first and the most important keeps the whole cap. It needs
+// level is shed first and the most important keeps the whole limit. It needs
 // no per-level counter on the hot path (one multiply in the admission
 // check, only while engaged). A level alone uses its share of the cap,
 // not the whole of it: that is the price of keeping the rest for the levels

@@ -152,9 +152,10 @@ type Config struct {
 	Priorities int
 	// PriorityReserve is the fraction of the cap that each priority level
 	// keeps from the level below it (trunk reservation): while overloaded,
-	// level p is admitted while fewer than max(1, cap − p·⌈cap·PriorityReserve⌉)
+	// level p is admitted while at most max(1, limit − p·⌈cap·PriorityReserve⌉)
 	// calls are in flight, so the least important level is shed first and
-	// the most important has the whole cap. In [0, 1), with
+	// the most important has the whole limit (the cap and one call more:
+	// see the package documentation). In [0, 1), with
 	// (Priorities − 1)·PriorityReserve < 1; default (0) 0.1 when Priorities
 	// > 1.
 	PriorityReserve float64
@@ -218,7 +219,7 @@ type Stats struct {
 	Overloads      uint64        // times it engaged
 	Trigger        Signal        // the signals at or above their thresholds at the last sample
 	Cap            int           // the cap while overloaded: maxPass × minRT, rounded, or the last one measured when no call completed in the window (0 before any completion, or when not overloaded)
-	Limit          int           // the calls in flight admitted now at priority 0: Cap, or its probe (a quarter more or less, one sample in eight each)
+	Limit          int           // the calls in flight admitted now at priority 0: Cap + 1 (a call that waits for a core), or the probe (⌈1.25 × Cap⌉, or max(1, ⌊0.75 × Cap⌋) with no extra call, one sample in eight each)
 	MaxPass        float64       // the most calls completed per second in a bucket of the window, at the last sample (0: none completed)
 	MinRT          time.Duration // the least mean latency of a bucket of the window, at the last sample (0: none completed)
 	Signals        Signals       // the Source's last reading
@@ -522,7 +523,8 @@ func (s *Shedder) AcquireAt(now int64) (Permit, error) { return s.AcquirePriorit
 // least) at time now, from the shedder's ticker, and returns its Permit, or
 // (Permit{}, [Shedder.RejectedError]) while the process is overloaded and
 // the calls in flight have reached p's share of the cap:
-// max(1, cap − p·⌈cap·PriorityReserve⌉). An admitted call must be released
+// max(1, limit − p·⌈cap·PriorityReserve⌉), the limit being the cap and one
+// call more (see the package documentation). An admitted call must be released
 // exactly once with [Shedder.ReleaseAt].
 //
 // If now is at or past the due sample, the caller first takes the sample

@@ -1331,6 +1331,7 @@ func TestCapLeavesNoCoreIdleBetweenArrivals(t *testing.T) {
 	r.sample()
 	require.Equal(t, 1, r.s.Stats().Cap)
 	goodput, p99 := r.openLoopModel(procs, w, gap, 80, 16)
+	t.Logf("goodput %.1f/s (%.1f %% of 500/s), p99 %v", goodput, goodput/5, p99)
 	st := r.s.Stats()
 	require.True(t, st.Overloaded)
 	require.Equal(t, 1, st.Cap, "the core's bandwidth-delay product")
