@@ -498,10 +498,23 @@ func nilOrSet(isNil bool) string {
 // configuration (transitionIf): an Update that published another since
 // judges by its own.
 func (b *Breaker) judge(cs *settings) {
+	// A judgement refused because another Update published since is
+	// made again by the configuration now in force, on the state and
+	// window as they are now: that Update's own judgement may have run
+	// before a record under an older configuration moved the window.
+	for b.judgeOnce(cs) {
+		cs = b.set.Load()
+	}
+}
+
+// judgeOnce is one judgement by cs; it reports whether a transition it
+// decided was refused because cs is no longer the published configuration.
+func (b *Breaker) judgeOnce(cs *settings) bool {
 	w := b.state.Load()
+	to, now := State(0), rampart.NotRead
 	switch State(w & stateMask) {
 	case Closed:
-		trip, now := false, rampart.NotRead
+		trip := false
 		switch cs.Mode {
 		case CountWindow:
 			trip = b.countOver(cs)
@@ -511,15 +524,21 @@ func (b *Breaker) judge(cs *settings) {
 		case Consecutive:
 			trip = b.hot.consec.Load() >= int64(cs.ConsecutiveFailures)
 		}
-		if trip {
-			b.transitionIf(cs, cs, w, true, Open, now)
+		if !trip {
+			return false
 		}
+		to = Open
 	case HalfOpen:
 		switch b.probeVerdict(cs, w) {
 		case verdictClose:
-			b.transitionIf(cs, cs, w, true, Closed, rampart.NotRead)
+			to = Closed
 		case verdictReopen:
-			b.transitionIf(cs, cs, w, true, Open, rampart.NotRead)
+			to = Open
+		default:
+			return false
 		}
+	default:
+		return false
 	}
+	return !b.transitionIf(cs, cs, w, true, to, now) && b.set.Load() != cs
 }

@@ -416,3 +416,88 @@ func assert(t *testing.T, err error) {
 		t.Error(err)
 	}
 }
+
+// seqGateTicker holds the first len(gates) readings, in order, each until
+// its gate is closed, and says on entered which one is held.
+type seqGateTicker struct {
+	now     atomic.Int64
+	mu      sync.Mutex
+	gates   []chan struct{}
+	entered chan int
+	n       int
+}
+
+func (g *seqGateTicker) Now() int64 {
+	g.mu.Lock()
+	if len(g.gates) > 0 {
+		c, i := g.gates[0], g.n
+		g.gates, g.n = g.gates[1:], g.n+1
+		g.mu.Unlock()
+		g.entered <- i
+		<-c
+	} else {
+		g.mu.Unlock()
+	}
+	return g.now.Load()
+}
+
+func (g *seqGateTicker) arm(n int) []chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cs := make([]chan struct{}, n)
+	for i := range cs {
+		cs[i] = make(chan struct{})
+	}
+	g.gates = append(g.gates, cs...)
+	return cs
+}
+
+// TestRVLostTripTwoEqualUpdates: a record R under the old 100 % threshold
+// adds a failure that brings the window to 50 %; two Updates A and B both
+// publish 50 %. B judges before R's failure lands (33 %, no trip); A
+// judges after it (50 % >= 50 %: trip) but its transition is refused
+// because B published an equal-valued *settings since. Nobody trips: the
+// breaker stays Closed over a window at the published threshold. With
+// only A (no B) the same interleaving trips.
+// TestAJudgementRefusedByANewerUpdateIsMadeAgain: an Update's judgement
+// refused because another Update published an equal configuration since
+// (whose own judgement ran before an older record's failure reached the
+// window) is made again by the configuration in force, so the window at
+// the published threshold trips the breaker, as with one Update alone.
+func TestAJudgementRefusedByANewerUpdateIsMadeAgain(t *testing.T) {
+	for _, second := range []bool{false, true} {
+		g := &seqGateTicker{entered: make(chan int, 4)}
+		g.now.Store(1)
+		b, err := New(Config{Mode: TimeWindow, TimeWindow: 10 * time.Second, Buckets: 10, MinimumCalls: 4, FailureRateThreshold: 100, Ticker: g})
+		require.NoError(t, err)
+		for _, r := range []rampart.Result{rampart.Success, rampart.Success, rampart.Failure} {
+			p, err := b.AcquireAt(g.now.Load())
+			require.NoError(t, err)
+			b.ReleaseAt(p, g.now.Load(), r)
+		}
+		pR, err := b.AcquireAt(g.now.Load())
+		require.NoError(t, err)
+		low := b.Config()
+		low.FailureRateThreshold = 50
+
+		gates := g.arm(2)
+		var wg sync.WaitGroup
+		wg.Go(func() { b.ReleaseAt(pR, rampart.NotRead, rampart.Failure) }) // R: loaded the 100 % config, held in recordSlow's Now
+		<-g.entered
+		wg.Go(func() { assert(t, b.Update(low)) }) // A: publishes 50 %, held in judge's Now
+		<-g.entered
+		if second {
+			require.NoError(t, b.Update(low)) // B: publishes an equal 50 %, judges 1/3: no trip
+		}
+		close(gates[0]) // R adds its failure (2/4) and judges by 100 %: no trip
+		// Let R finish before A: R is done when the window holds 4 calls.
+		require.Eventually(t, func() bool { return b.Stats().WindowCalls == 4 }, time.Second, time.Millisecond)
+		close(gates[1]) // A judges 2/4 = 50 % by its 50 %
+		wg.Wait()
+		s := b.Stats()
+		require.Equal(t, int64(4), s.WindowCalls)
+		require.EqualValues(t, 2, s.WindowFailures)
+		require.Equal(t, 50.0, b.Config().FailureRateThreshold)
+		require.Equal(t, Open, b.State(), "second Update=%v: window at 50 %% failures with a published 50 %% threshold, but the breaker is %v", second, b.State())
+	}
+}
