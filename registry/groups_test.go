@@ -83,3 +83,47 @@ func TestRebaseMakesRestorePutBackTheValueSetSinceTheScale(t *testing.T) {
 		t.Error("Rebase of an absent name reported true")
 	}
 }
+
+func TestUpdateScaledTakesTheNewBaselineAndItsUndoPutsBackTheScaledValue(t *testing.T) {
+	r := registry.New()
+	b, err := bulkhead.New(bulkhead.Config{Max: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Add("k", b, "edge")
+	if _, err := r.Scale("edge", 0.5); err != nil || b.Max() != 5 {
+		t.Fatalf("Scale: %v, max %d", err, b.Max())
+	}
+	undo, err := r.UpdateScaled("k", func() error { return b.SetMax(20) })
+	if err != nil || b.Max() != 20 {
+		t.Fatalf("UpdateScaled: %v, max %d", err, b.Max())
+	}
+	undo(func() { _ = b.SetMax(10) })
+	if b.Max() != 5 {
+		t.Errorf("max %d after the undo, want the scaled 5 it had", b.Max())
+	}
+	if n, _ := r.Restore("edge"); n != 1 || b.Max() != 10 {
+		t.Errorf("Restore after the undo: %d, max %d; want 1, 10", n, b.Max())
+	}
+	if _, err := r.Scale("edge", 0.5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.UpdateScaled("k", func() error { return b.SetMax(30) }); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.Restore("edge"); n != 1 || b.Max() != 30 {
+		t.Errorf("Restore after an UpdateScaled: %d, max %d; want 1, the value set 30", n, b.Max())
+	}
+	refused := errors.New("refused")
+	if _, err := r.UpdateScaled("k", func() error { return refused }); err != refused {
+		t.Errorf("UpdateScaled of a failing set: %v, want its error unchanged", err)
+	}
+	if _, err := r.UpdateScaled("nope", func() error { return nil }); !errors.Is(err, registry.ErrNotRegistered) {
+		t.Errorf("UpdateScaled of an absent name: %v", err)
+	}
+	_ = r.Add("s", "not scalable")
+	ran := false
+	if _, err := r.UpdateScaled("s", func() error { ran = true; return nil }); err == nil || ran {
+		t.Errorf("UpdateScaled of a kind Scale leaves alone: %v, set ran %v", err, ran)
+	}
+}
