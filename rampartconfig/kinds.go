@@ -120,18 +120,13 @@ var kinds = []*kind{
 
 // changedField returns the error of a kind without Update (update nil)
 // asked to take another Config: a *rampart.ConfigError naming the first
-// field that differs (funcs compared by value), nil when none does.
+// field that differs (funcs, and interfaces holding a func, compared by
+// identity: sameField), nil when none does.
 func changedField(k *kind, old, cfg any) error {
 	o, n := reflect.ValueOf(old).Elem(), reflect.ValueOf(cfg).Elem()
 	for i := range o.NumField() {
 		fo, fn := o.Field(i), n.Field(i)
-		same := false
-		if fo.Kind() == reflect.Func {
-			same = fo.Pointer() == fn.Pointer()
-		} else {
-			same = reflect.DeepEqual(fo.Interface(), fn.Interface())
-		}
-		if !same {
+		if !sameField(fo, fn) {
 			return rampart.NewConfigError(k.key, o.Type().Field(i).Name, "is fixed at construction: a %s has no Update (mark it replace: true to rebuild it)", k.config.PkgPath()[strings.LastIndex(k.config.PkgPath(), "/")+1:])
 		}
 	}

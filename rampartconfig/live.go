@@ -6,8 +6,11 @@ import (
 	"reflect"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/bulkhead"
+	"github.com/rampart-go/rampart/ratelimit"
 	"github.com/rampart-go/rampart/registry"
 )
 
@@ -160,6 +163,7 @@ func (l *Live) Apply(doc *Document) error {
 	if doc == nil {
 		return errors.New("rampartconfig: Apply of a nil Document")
 	}
+	doc = cloneDoc(doc) // the plans share no slice with the caller's document
 	plans, err := doc.plan(&l.opts)
 	if err != nil {
 		return err
@@ -177,7 +181,7 @@ func (l *Live) Apply(doc *Document) error {
 		}
 		return err
 	}
-	l.doc = cloneDoc(doc) // the caller may write through doc's pointers after
+	l.doc = doc // a clone: the caller may write through its pointers after
 	l.version++
 	return nil
 }
@@ -325,7 +329,7 @@ func (l *Live) dryUpdate(old *appliedInst, p *planned) error {
 	nc.Elem().Set(reflect.ValueOf(p.cfg).Elem())
 	for i := range oc.Elem().NumField() {
 		fo, fn := oc.Elem().Field(i), nc.Elem().Field(i)
-		if fo.Kind() == reflect.Func && !fo.IsNil() && !fn.IsNil() && fo.Pointer() == fn.Pointer() {
+		if fo.Kind() == reflect.Func && !fo.IsNil() && !fn.IsNil() && funcIdentity(fo) == funcIdentity(fn) {
 			// The same listener on both sides: the twin has none, so
 			// that its Update tells no one of a change the live
 			// instance may never make (adaptive's OnLimitChange).
@@ -368,27 +372,34 @@ func (l *Live) commit(plans []*planned, changes []*change) (err error) {
 		if !c.update || c.p.kind.update == nil { // no Update: nothing changed (changedField)
 			continue
 		}
-		if err := c.p.kind.update(c.old.inst, c.p.cfg); err != nil {
+		c := c
+		set := func() error { return c.p.kind.update(c.old.inst, c.p.cfg) }
+		unset := func() { _ = c.p.kind.update(c.old.inst, c.old.plan.cfg) }
+		if !scalable(c.old.inst) {
+			// No Scale changes it: Update directly, with no registry
+			// lock held while its listeners run (adaptive's
+			// OnLimitChange).
+			if err := set(); err != nil {
+				return fieldErr(c.p.path, err)
+			}
+			undo = append(undo, unset)
+			continue
+		}
+		// A bulkhead's max or a limiter's rate: Update and re-take a
+		// Scale's baseline under the registry's lock (no Scale between
+		// them: a later Restore puts back the document's value); the
+		// undo puts back the value and the baseline it had, scaled or not.
+		back, err := l.reg.UpdateScaled(c.p.name, set)
+		if err != nil {
 			return fieldErr(c.p.path, err)
 		}
-		c := c
-		undo = append(undo, func() { _ = c.p.kind.update(c.old.inst, c.old.plan.cfg) })
+		undo = append(undo, func() { back(unset) })
 	}
 	keep := map[string]bool{}
 	for _, p := range plans {
 		keep[p.name] = true
 	}
 	var retired []*appliedInst
-	for name, a := range l.applied {
-		if keep[name] {
-			continue
-		}
-		l.reg.Remove(name)
-		undo = append(undo, func() { _ = l.reg.Add(name, a.inst, a.plan.groups...) })
-		if needsClose(a) {
-			retired = append(retired, a)
-		}
-	}
 	for _, c := range changes {
 		if c.old != nil && c.inst == c.old.inst {
 			if c.regroup { // the same instance in other groups: its entry (and a Scale's baseline) kept
@@ -414,6 +425,17 @@ func (l *Live) commit(plans []*planned, changes []*change) (err error) {
 		name := c.p.name
 		undo = append(undo, func() { l.reg.Remove(name) })
 	}
+	// The removals last: nothing fails after them, so that none is undone
+	// (a Remove drops a Scale's baseline, which an Add would not put back).
+	for name, a := range l.applied {
+		if keep[name] {
+			continue
+		}
+		l.reg.Remove(name)
+		if needsClose(a) {
+			retired = append(retired, a)
+		}
+	}
 	next := map[string]*appliedInst{}
 	byName := map[string]*change{}
 	for _, c := range changes {
@@ -425,15 +447,6 @@ func (l *Live) commit(plans []*planned, changes []*change) (err error) {
 			continue
 		}
 		next[p.name] = &appliedInst{plan: p, inst: l.applied[p.name].inst}
-	}
-	for _, c := range changes {
-		if c.update {
-			// Update set the document's values (a bulkhead's max, a
-			// limiter's rate) whatever a registry.Scale had set: a later
-			// Restore puts back these, not the ones before the reload.
-			// After every step that may fail: nothing to undo.
-			l.reg.Rebase(c.p.name)
-		}
 	}
 	l.applied = next
 	l.retired = append(l.retired, retired...)
@@ -476,4 +489,47 @@ func (l *Live) Close() error {
 	}
 	l.retired = nil
 	return nil
+}
+
+// scalable reports whether registry.Scale changes inst (a bulkhead's max,
+// a rate limiter's rate): its Update goes through
+// registry.Registry.UpdateScaled.
+func scalable(inst any) bool {
+	switch inst.(type) {
+	case *bulkhead.Bulkhead, *ratelimit.Limiter:
+		return true
+	}
+	return false
+}
+
+// funcIdentity is the closure pointer of the func field v (addressable),
+// as the policies' Update compares it (internal/sameptr.Func): reflect's
+// Pointer is the code pointer, shared by every closure of one literal.
+func funcIdentity(v reflect.Value) unsafe.Pointer {
+	return *(*unsafe.Pointer)(v.Addr().UnsafePointer())
+}
+
+// sameField reports whether the fields a and b (addressable, of one type)
+// hold the same value: a func by identity (funcIdentity); an interface
+// whose dynamic type is not comparable (a shed.SourceFunc) by its data
+// word, the same boxed value, as internal/sameptr.Value; anything else by
+// reflect.DeepEqual, which finds two non-nil funcs always different.
+func sameField(a, b reflect.Value) bool {
+	switch a.Kind() {
+	case reflect.Func:
+		return funcIdentity(a) == funcIdentity(b)
+	case reflect.Interface:
+		if a.IsNil() || b.IsNil() {
+			return a.IsNil() && b.IsNil()
+		}
+		ea, eb := a.Elem(), b.Elem()
+		if ea.Type() != eb.Type() {
+			return false
+		}
+		if ea.Comparable() {
+			return a.Interface() == b.Interface()
+		}
+		return (*[2]unsafe.Pointer)(a.Addr().UnsafePointer())[1] == (*[2]unsafe.Pointer)(b.Addr().UnsafePointer())[1]
+	}
+	return reflect.DeepEqual(a.Interface(), b.Interface())
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -953,5 +955,154 @@ func TestSheddersAreBuiltAndAReloadChangingOneNeedsReplace(t *testing.T) {
 	}
 	if _, ok := l.Registry().Get("q.shed"); ok {
 		t.Error("the removed pipeline's inline shedder is still registered")
+	}
+}
+
+// TestApplyRegroupsAfterTheCallersDocumentIsEdited edits the groups of a
+// Document already applied (those a section inherits from defaults, and a
+// pipeline's) and applies it again: the new groups are in force, as Apply
+// kept no slice of the caller's.
+func TestApplyRegroupsAfterTheCallersDocumentIsEdited(t *testing.T) {
+	doc := mustLoad(t, "defaults: {bulkhead: {groups: [edge]}}\nbulkheads: {k: {max: 10}}\npipelines: {p: {groups: [edge], bulkhead: {max: 3}}}")
+	l := mustBuild(t, doc, Options{})
+	doc.Defaults.Bulkhead.Groups[0] = "storage"
+	doc.Pipelines["p"].Groups[0] = "storage"
+	if err := l.Apply(doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"k", "p", "p.bulkhead"} {
+		if g := l.Registry().Groups(n); !slices.Equal(g, []string{"storage"}) {
+			t.Errorf("%s: groups %v after applying storage, want [storage]", n, g)
+		}
+	}
+}
+
+// takeNameOnThirdConfigure returns Options whose Configure, once *arm is
+// set, registers a bulkhead under "n" at the third pipeline Configure of
+// the Apply (the first two are plan's validation and diff's rebuild): the
+// name is taken between the checks and commit, which then fails.
+func takeNameOnThirdConfigure(l **Live, arm *int) Options {
+	return Options{Configure: func(name string, cfg any) {
+		if _, ok := cfg.(*pipeline.Config); ok && *arm > 0 {
+			if *arm++; *arm != 3 {
+				return
+			}
+			b, _ := bulkhead.New(bulkhead.Config{Max: 1})
+			_ = (*l).Registry().Add("n", b)
+		}
+	}}
+}
+
+// TestAFailedApplyKeepsAScaledBulkheadScaled: commit updates a scaled
+// bulkhead, then fails; the undo puts back the scaled value it had (not
+// the old document's), and Restore still puts back the document's.
+func TestAFailedApplyKeepsAScaledBulkheadScaled(t *testing.T) {
+	var l *Live
+	arm := 0
+	l = mustBuild(t, mustLoad(t, "bulkheads: {k: {max: 10, groups: [edge]}}\npipelines: {p: {bulkhead: {max: 1}}}"), takeNameOnThirdConfigure(&l, &arm))
+	k := get[*bulkhead.Bulkhead](t, l, "k")
+	if _, err := l.Registry().Scale("edge", 0.5); err != nil || k.Max() != 5 {
+		t.Fatalf("Scale: %v, max %d", err, k.Max())
+	}
+	arm = 1
+	if err := l.Apply(mustLoad(t, "bulkheads: {k: {max: 20, groups: [edge]}, n: {max: 1}}\npipelines: {p: {replace: true, countStats: true, bulkhead: {max: 1}}}")); err == nil {
+		t.Fatal("Apply succeeded")
+	}
+	if k.Max() != 5 {
+		t.Errorf("max %d after a refused Apply, want the scaled 5 it had", k.Max())
+	}
+	if n, _ := l.Registry().Restore("edge"); n != 1 || k.Max() != 10 {
+		t.Errorf("Restore after a refused Apply restored %d, max %d; want 1, 10", n, k.Max())
+	}
+}
+
+// TestAFailedApplyKeepsTheScaleBaselineOfARemovedInstance: a document
+// that drops a scaled bulkhead fails in commit; the bulkhead stays
+// registered with its baseline, so that Restore puts back its value.
+func TestAFailedApplyKeepsTheScaleBaselineOfARemovedInstance(t *testing.T) {
+	var l *Live
+	arm := 0
+	l = mustBuild(t, mustLoad(t, "bulkheads: {r: {max: 10, groups: [edge]}}\npipelines: {p: {bulkhead: {max: 1}}}"), takeNameOnThirdConfigure(&l, &arm))
+	r := get[*bulkhead.Bulkhead](t, l, "r")
+	if _, err := l.Registry().Scale("edge", 0.5); err != nil || r.Max() != 5 {
+		t.Fatalf("Scale: %v, max %d", err, r.Max())
+	}
+	arm = 1
+	if err := l.Apply(mustLoad(t, "bulkheads: {n: {max: 1}}\npipelines: {p: {replace: true, countStats: true, bulkhead: {max: 1}}}")); err == nil {
+		t.Fatal("Apply succeeded")
+	}
+	if n, _ := l.Registry().Restore("edge"); n != 1 || r.Max() != 10 {
+		t.Errorf("Restore after a refused Apply restored %d, max %d; want 1, 10", n, r.Max())
+	}
+}
+
+// TestAnUpdateRacingAScaleLeavesRestoreTheDocumentsValue scales a group
+// while Apply updates its bulkhead: whichever lands first, Restore puts
+// back the document's value, never a scaled one.
+func TestAnUpdateRacingAScaleLeavesRestoreTheDocumentsValue(t *testing.T) {
+	l := mustBuild(t, mustLoad(t, "bulkheads: {k: {max: 1000, groups: [edge]}}"), Options{})
+	k := get[*bulkhead.Bulkhead](t, l, "k")
+	docs := []*Document{mustLoad(t, "bulkheads: {k: {max: 2000, groups: [edge]}}"), mustLoad(t, "bulkheads: {k: {max: 1000, groups: [edge]}}")}
+	for i := range 5000 {
+		if _, err := l.Registry().Scale("edge", 0.5); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = l.Registry().Scale("edge", 0.5) })
+		if err := l.Apply(docs[i%2]); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if _, err := l.Registry().Restore("edge"); err != nil {
+			t.Fatal(err)
+		}
+		if want := []int{2000, 1000}[i%2]; k.Max() != want {
+			t.Fatalf("iteration %d: max %d after Restore, want the document's %d", i, k.Max(), want)
+		}
+	}
+}
+
+// TestAFreshListenerClosureIsRefusedBeforeAnyUpdate: Configure sets a new
+// closure of one func literal on every call, which Update refuses (a
+// listener is fixed at construction). The checks before commit refuse it,
+// so no other instance is updated (nor its Scale undone).
+func TestAFreshListenerClosureIsRefusedBeforeAnyUpdate(t *testing.T) {
+	o := Options{Configure: func(name string, cfg any) {
+		if c, ok := cfg.(*bulkhead.Config); ok && name == "b" {
+			c.OnRejected = func(int64, time.Duration) { _ = name }
+		}
+	}}
+	l := mustBuild(t, mustLoad(t, "bulkheads: {a: {max: 10, groups: [edge]}, b: {max: 10}}"), o)
+	a := get[*bulkhead.Bulkhead](t, l, "a")
+	if _, err := l.Registry().Scale("edge", 0.5); err != nil || a.Max() != 5 {
+		t.Fatalf("Scale: %v, max %d", err, a.Max())
+	}
+	err := l.Apply(mustLoad(t, "bulkheads: {a: {max: 12, groups: [edge]}, b: {max: 20}}"))
+	if err == nil || !errors.Is(err, rampart.ErrInvalidConfig) || !strings.Contains(err.Error(), "bulkheads.b") {
+		t.Fatalf("Apply: %v, want a refusal at bulkheads.b", err)
+	}
+	if a.Max() != 5 {
+		t.Errorf("a: max %d after the refused Apply, want the scaled 5", a.Max())
+	}
+}
+
+// TestAShedderKeepsTheSameSourceFunc: Configure gives a shedder the same
+// SourceFunc on every call (a func in an interface, which DeepEqual
+// never finds equal); a reload changing its groups alone is accepted, one
+// changing a fixed field names that field, not Source.
+func TestAShedderKeepsTheSameSourceFunc(t *testing.T) {
+	src := shed.SourceFunc(func(int64, *shed.Signals) {})
+	o := Options{Configure: func(_ string, cfg any) {
+		if c, ok := cfg.(*shed.Config); ok {
+			c.Source = src
+		}
+	}}
+	l := mustBuild(t, mustLoad(t, "shedders: {s: {cpuThreshold: 0.8}}"), o)
+	if err := l.Apply(mustLoad(t, "shedders: {s: {cpuThreshold: 0.8, groups: [edge]}}")); err != nil {
+		t.Fatalf("a groups-only change: %v", err)
+	}
+	err := l.Apply(mustLoad(t, "shedders: {s: {cpuThreshold: 0.7}}"))
+	if err == nil || !strings.Contains(err.Error(), "cpuThreshold") || strings.Contains(err.Error(), "Source") {
+		t.Fatalf("a changed cpuThreshold: %v, want an error naming cpuThreshold", err)
 	}
 }

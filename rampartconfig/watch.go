@@ -97,6 +97,15 @@ func Watch(ctx context.Context, path string, l *Live, onEvent func(Event)) (*Wat
 		_ = fsw.Close()
 		return nil, err
 	}
+	// A directory that is itself a symlink (current -> releases/42) is
+	// swapped by renaming another link onto it: the event is in its
+	// parent's directory, and the watch must follow the new target.
+	linked := false
+	if fi, err := os.Lstat(filepath.Dir(abs)); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		if err := fsw.Add(filepath.Dir(filepath.Dir(abs))); err == nil {
+			linked = true
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Watcher{cancel: cancel, done: make(chan struct{}), fsw: fsw}
 	debounce := l.opts.Debounce
@@ -107,12 +116,12 @@ func Watch(ctx context.Context, path string, l *Live, onEvent func(Event)) (*Wat
 	if d := l.Document(); d != nil {
 		last = d.Hash()
 	}
-	go w.run(ctx, abs, path, l, onEvent, debounce, last)
+	go w.run(ctx, abs, path, l, onEvent, debounce, last, linked)
 	return w, nil
 }
 
 // run is the watcher's goroutine.
-func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent func(Event), debounce time.Duration, last string) {
+func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent func(Event), debounce time.Duration, last string, linked bool) {
 	defer close(w.done)
 	// The debounce timer runs on real time: a file system's events are.
 	timer := time.NewTimer(0) // the check at the start
@@ -129,7 +138,7 @@ func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent fu
 			if !ok {
 				return
 			}
-			if filepath.Clean(ev.Name) == dir && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+			if filepath.Clean(ev.Name) == dir && (linked || ev.Has(fsnotify.Remove|fsnotify.Rename)) {
 				// The watch follows the old directory's inode: watch the
 				// path again once something is there.
 				_ = w.fsw.Remove(dir)

@@ -419,3 +419,49 @@ func TestWatchSurvivesAReplacedDirectory(t *testing.T) {
 	writeAtomically(t, path, []byte("bulkheads: {k: {max: 5}}"))
 	waitMax(5) // and a later edit in it
 }
+
+// TestWatchFollowsASwappedDirectorySymlink: the file's directory is itself
+// a link swapped to a new release (current -> releases/1, a deploy's
+// "ln -sfn" then "mv -T"); the reload follows the new target.
+func TestWatchFollowsASwappedDirectorySymlink(t *testing.T) {
+	root := t.TempDir()
+	for i, body := range []string{"bulkheads: {k: {max: 1}}", "bulkheads: {k: {max: 4}}"} {
+		v := filepath.Join(root, "releases", fmt.Sprint(i))
+		if err := os.MkdirAll(v, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(v, "c.yaml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur := filepath.Join(root, "current")
+	if err := os.Symlink(filepath.Join("releases", "0"), cur); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(cur, "c.yaml")
+	doc, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustBuild(t, doc, Options{Debounce: time.Millisecond})
+	events := make(chan Event, 4)
+	w, err := Watch(context.Background(), path, l, func(e Event) { events <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := os.Symlink(filepath.Join("releases", "1"), cur+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(cur+".tmp", cur); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-events:
+		if e.Err != nil || get[*bulkhead.Bulkhead](t, l, "k").Max() != 4 {
+			t.Errorf("event %+v, max %d; want the new release applied", e, get[*bulkhead.Bulkhead](t, l, "k").Max())
+		}
+	case <-time.After(5 * time.Second): // 5000 debounce periods
+		t.Fatalf("no reload after the directory link was swapped (max still %d)", get[*bulkhead.Bulkhead](t, l, "k").Max())
+	}
+}
