@@ -60,7 +60,25 @@ type chartSpec struct {
 	rows     []rowDef
 	redPhase string
 	title    func(rec recording) string
-	intro    string // the HTML page's first paragraph, before "Recorded with"
+	intro    func(rec recording) string // the HTML page's first paragraph, before "Recorded with"
+}
+
+// factor is x as "4×" text, or unknown when x was not recorded (a
+// recording older than its slow_factor and cpu_load fields).
+func factor(x float64, unknown string) string {
+	if x > 0 {
+		return fmt.Sprintf("%g×", x)
+	}
+	return unknown
+}
+
+// article is "a" or "an" before s, read aloud ("an 8×", "an 11×", "a 4×").
+func article(s string) string {
+	whole, _, _ := strings.Cut(strings.TrimSuffix(s, "×"), ".")
+	if strings.HasPrefix(whole, "8") || whole == "11" || whole == "18" {
+		return "an"
+	}
+	return "a"
 }
 
 // specOf is the chart of rec's scenario.
@@ -90,7 +108,13 @@ var dbChart = chartSpec{
 	title: func(rec recording) string {
 		return fmt.Sprintf("Overload demo: %d req/s offered, unprotected vs protected by rampart", rec.Rate)
 	},
-	intro: "req/s offered through warm-up, steady, a 4× database slowdown (shaded red) and recovery; the same load and axes on both sides.",
+	intro: func(rec recording) string {
+		slow := "a database slowdown"
+		if f := factor(rec.SlowFactor, ""); f != "" {
+			slow = article(f) + " " + f + " database slowdown"
+		}
+		return fmt.Sprintf("%d req/s offered through warm-up, steady, %s (shaded red) and recovery; the same load and axes on both sides.", rec.Rate, slow)
+	},
 }
 
 var cpuChart = chartSpec{
@@ -104,9 +128,11 @@ var cpuChart = chartSpec{
 				c = math.Max(c, r.Points[0].Capacity)
 			}
 		}
-		return fmt.Sprintf("CPU-bound overload: twice the measured capacity (about %.0f req/s) offered, unprotected vs protected by rampart's shed", c)
+		return fmt.Sprintf("CPU-bound overload: %s the measured capacity (up to %.0f req/s) offered, unprotected vs protected by rampart's shed", factor(rec.CPULoad, "a multiple of"), c)
 	},
-	intro: "A CPU-bound handler offered half its measured capacity, then twice it (shaded red), then half again; each run measures the capacity just before it.",
+	intro: func(rec recording) string {
+		return fmt.Sprintf("A CPU-bound handler offered half its measured capacity, then %s it (shaded red), then half again; each run measures the capacity just before it.", factor(rec.CPULoad, "a multiple of"))
+	},
 }
 
 var cpuRows = []rowDef{
@@ -424,25 +450,23 @@ var chartPage = template.Must(template.New("chart").Parse(`<!DOCTYPE html>
 </head>
 <body>
 <h1>{{.Title}}</h1>
-<p>{{.Intro}} Recorded with <code>{{.Rec.Command}}</code>, {{.Rec.GoVersion}}, {{.Rec.CPU}}, GOMAXPROCS {{.Rec.GOMAXPROCS}}. The data: <a href="{{.Base}}.json">{{.Base}}.json</a>, <a href="{{.Base}}.csv">{{.Base}}.csv</a>.</p>
+<p>{{.Intro}} Recorded with <code>{{.Rec.Command}}</code>, {{.Rec.GoVersion}}, {{.Rec.CPU}}, GOMAXPROCS {{.Rec.GOMAXPROCS}}. The data: {{range $i, $d := .Data}}{{if $i}}, {{end}}<a href="{{$d}}">{{$d}}</a>{{end}}.</p>
 {{.SVG}}
 </body>
 </html>
 `))
 
-// writeHTML writes a page that embeds svg (renderSVG's output) inline.
-func writeHTML(w io.Writer, rec recording, svg string) error {
+// writeHTML writes a page that embeds svg (renderSVG's output) inline and
+// links to data, the recording's files (paths relative to the page).
+func writeHTML(w io.Writer, rec recording, svg string, data []string) error {
 	var buf bytes.Buffer
 	spec := specOf(rec)
-	intro := spec.intro
-	if spec.base == dbChart.base {
-		intro = fmt.Sprintf("%d %s", rec.Rate, intro)
-	}
 	err := chartPage.Execute(&buf, struct {
-		Title, Intro, Base string
-		Rec                recording
-		SVG                template.HTML // renderSVG escapes every text it writes
-	}{spec.title(rec), intro, spec.base, rec, template.HTML(svg)})
+		Title, Intro string
+		Data         []string
+		Rec          recording
+		SVG          template.HTML // renderSVG escapes every text it writes
+	}{spec.title(rec), spec.intro(rec), data, rec, template.HTML(svg)})
 	if err != nil {
 		return err
 	}

@@ -51,8 +51,9 @@ func burn(n int) uint64 {
 	return x
 }
 
-// calibrateCPU returns the work of about d of one core, in chunks of
-// chunk: the least of five timings of a burn, the machine being shared.
+// calibrateCPU returns the work of about d of one core, whatever chunk
+// (splitWork): the least of five timings of a burn, the machine being
+// shared.
 func calibrateCPU(d, chunk time.Duration) cpuWork {
 	const n = 1_000_000
 	best := time.Duration(math.MaxInt64)
@@ -61,8 +62,15 @@ func calibrateCPU(d, chunk time.Duration) cpuWork {
 		cpuSink.Add(burn(n))
 		best = min(best, time.Since(t0))
 	}
-	perChunk := int(float64(n) * float64(chunk) / float64(max(best, 1)))
-	return cpuWork{chunks: max(int(d/chunk), 1), chunkIters: max(perChunk, 1)}
+	return splitWork(d, chunk, float64(n)/float64(max(best, 1)))
+}
+
+// splitWork is d of work at perNs burn rounds a nanosecond in ceil(d/chunk)
+// equal chunks of at most chunk: the rest of 5 ms in 3 ms chunks is not
+// dropped, and a chunk longer than d is cut to d.
+func splitWork(d, chunk time.Duration, perNs float64) cpuWork {
+	chunks := max(int((d+chunk-1)/chunk), 1)
+	return cpuWork{chunks: chunks, chunkIters: max(int(perNs*float64(d)/float64(chunks)), 1)}
 }
 
 // run does the work, stopping early with ctx's error once ctx ends (the
@@ -92,6 +100,9 @@ func cpuHandler(work cpuWork) http.Handler {
 	})
 }
 
+// maxMeasure bounds measureCapacity, and with it -cpu-capacity.
+const maxMeasure = 10 * time.Second
+
 // measureCapacity serves h on a loopback server of its own and sends it
 // requests closed-loop from 2 × GOMAXPROCS clients for d, and on until at
 // least minCompletions have completed (at most maxMeasure in all): the
@@ -101,7 +112,7 @@ func cpuHandler(work cpuWork) http.Handler {
 // the rate is over the time until the last one completed, so a machine
 // that gives the process little CPU reads as a low capacity, not as 0.
 func measureCapacity(ctx context.Context, h http.Handler, d time.Duration) (float64, error) {
-	const minCompletions, maxMeasure = 16, 10 * time.Second
+	const minCompletions = 16
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -46,7 +46,9 @@
 // scenario's series as overload.json and overload.csv (overload-cpu.* for
 // the CPU scenario) and draws them as overload.svg (both runs side by side
 // on the same axes, phases shaded) and overload.html, with the standard
-// library only (series.go, chart.go); -render FILE redraws a recording.
+// library only (series.go, chart.go); -render FILE redraws a recording
+// (only its chart, FILE's name with .svg and .html: FILE itself is not
+// rewritten).
 //
 // The demo is a module of its own (it depends on Prometheus's client; the
 // core does not). Usage, from examples/overload:
@@ -80,7 +82,8 @@ import (
 	"github.com/rampart-go/rampart/registry"
 )
 
-// options are the demo's knobs; defaults finish in under a minute.
+// options are the demo's knobs; the defaults run both scenarios in about
+// 70 s.
 type options struct {
 	rate                               int
 	warmup, steady, slowdown, recovery time.Duration
@@ -195,7 +198,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.slowdown, "slowdown", o.slowdown, "database slowdown phase length")
 	fs.DurationVar(&o.recovery, "recovery", o.recovery, "recovery phase length")
 	fs.StringVar(&o.mode, "mode", o.mode, "which runs: both, unprotected or protected")
-	fs.Float64Var(&o.slowFactor, "slow-factor", o.slowFactor, "database visit time multiplier during the slowdown")
+	fs.Float64Var(&o.slowFactor, "slow-factor", o.slowFactor, "database visit time multiplier during the slowdown, in (0, 1000]")
 	fs.DurationVar(&o.apiTime, "api-time", o.apiTime, "mean time a request spends in the API")
 	fs.DurationVar(&o.dbVisit, "db-visit", o.dbVisit, "mean time a database visit holds a connection")
 	fs.IntVar(&o.dbPool, "db-pool", o.dbPool, "database connection pool size (0: 40 at 10k req/s, scaled to -rate, at least 8)")
@@ -210,7 +213,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.maxVUs, "vus", o.maxVUs, "load generator: most requests in flight (more are dropped iterations)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	fs.StringVar(&o.out, "out", "", "write the per-second series (overload.json, overload.csv) and the chart (overload.svg, overload.html) into this directory")
-	fs.StringVar(&o.render, "render", "", "render the chart of a recorded overload.json into -out (default: its directory) instead of running")
+	fs.StringVar(&o.render, "render", "", "draw the chart (FILE's name with .svg and .html) of a recorded overload.json or overload-cpu.json into -out (default: FILE's directory) instead of running; FILE itself is not rewritten")
 	fs.StringVar(&o.status, "status", o.status, "serve the live status page and /metrics on this loopback address while the demo runs (\"\": none)")
 	fs.StringVar(&o.config, "config", "", "build the protected database run's policies from this rampartconfig document (YAML or JSON, e.g. limits.yaml) and apply every change to it while the run lasts")
 	fs.StringVar(&o.scenario, "scenario", o.scenario, "which scenarios: db (the database slowdown), cpu (a CPU-bound handler at twice its capacity) or both (db, then cpu)")
@@ -220,7 +223,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cpuWarmup, "cpu-warmup", o.cpuWarmup, "cpu scenario: warm-up at half the capacity")
 	fs.DurationVar(&o.cpuOverload, "cpu-overload", o.cpuOverload, "cpu scenario: overload phase length")
 	fs.DurationVar(&o.cpuRecover, "cpu-recovery", o.cpuRecover, "cpu scenario: recovery at half the capacity")
-	fs.DurationVar(&o.cpuCapacity, "cpu-capacity", o.cpuCapacity, "cpu scenario: the closed-loop capacity measurement before and after each run")
+	fs.DurationVar(&o.cpuCapacity, "cpu-capacity", o.cpuCapacity, "cpu scenario: the closed-loop capacity measurement before and after each run (at most 10s)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -239,8 +242,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("every phase has length 0")
 	case !share(o.hitRate) || !share(o.writeRate) || !share(o.dbErrors):
 		return o, errors.New("-cache-hits, -writes and -db-errors are shares: each must be in [0, 1]")
-	case !(o.slowFactor > 0) || math.IsInf(o.slowFactor, 0):
-		return o, fmt.Errorf("-slow-factor must be a positive finite number, got %v", o.slowFactor)
+	case !(o.slowFactor > 0) || o.slowFactor > 1000:
+		return o, fmt.Errorf("-slow-factor must be in (0, 1000], got %v", o.slowFactor)
 	case o.apiTime < 0 || o.dbVisit < 0:
 		return o, errors.New("-api-time and -db-visit must not be negative")
 	case o.deadline <= 0:
@@ -257,6 +260,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-scenario must be db, cpu or both, got %q", o.scenario)
 	case o.cpuWork <= 0 || o.cpuChunk <= 0 || o.cpuCapacity <= 0 || o.cpuOverload <= 0:
 		return o, errors.New("-cpu-work, -cpu-chunk, -cpu-capacity and -cpu-overload must be positive")
+	case o.cpuCapacity > maxMeasure:
+		return o, fmt.Errorf("-cpu-capacity must be at most %v (the measurement's bound), got %v", maxMeasure, o.cpuCapacity)
 	case o.cpuWarmup < 0 || o.cpuRecover < 0:
 		return o, errors.New("-cpu-warmup and -cpu-recovery must not be negative")
 	case !(o.cpuLoad > 0) || o.cpuLoad > 100:
@@ -305,8 +310,10 @@ type result struct {
 	notes    []string  // lines for the report (the shedder's state at the end of the overload)
 }
 
-// render writes the chart of a recorded run (-render) into -out, or next
-// to the recording.
+// render writes the chart of a recorded run (-render FILE) into -out, or
+// next to FILE: only FILE's chart, named after it (run2.json: run2.svg and
+// run2.html, linking to run2.json), so that neither FILE nor another
+// recording of that directory is rewritten.
 func render(o options, w io.Writer) error {
 	rec, err := readRecording(o.render)
 	if err != nil {
@@ -316,7 +323,7 @@ func render(o options, w io.Writer) error {
 	if dir == "" {
 		dir = filepath.Dir(o.render)
 	}
-	paths, err := writeOutputs(dir, rec)
+	paths, err := writeChart(dir, o.render, rec)
 	if err != nil {
 		return err
 	}
@@ -611,7 +618,7 @@ func runMode(ctx context.Context, o options, sc scenario, mode string, w io.Writ
 	close(stopProgress)
 	<-progressDone
 	// The last, partial second: the responses that came after the last tick.
-	rec.record(time.Now(), current.phase.name, snapshot())
+	rec.finish(time.Now(), current.phase.name, snapshot())
 	res.series = rec.series
 	return res, nil
 }

@@ -646,7 +646,7 @@ func TestRenderFlagRedrawsARecording(t *testing.T) {
 	if err := render(o, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "overload.svg") {
+	if !strings.Contains(out.String(), "recording.svg") {
 		t.Errorf("output %q", out.String())
 	}
 	if _, err := parseFlags([]string{"-status", "0.0.0.0:8080"}, &errOut); err == nil {
@@ -891,4 +891,188 @@ func TestVisitEstimateRecoversAfterAStall(t *testing.T) {
 		t.Fatalf("1000 visits refused after the stall; the estimate is still %v", g.visitEstimate())
 	}
 	t.Logf("visits start again after %d refusals", refused)
+}
+
+// TestLastShortIntervalFoldsIntoThePointBefore: the run's last point is
+// the interval after the last tick, often a fraction of a millisecond
+// (the phases end on whole seconds, as the ticks do); two responses in
+// 100 µs would read as 20000 req/s and scale the row's shared y axis to
+// it. Folded into the point before, the run's rates stay near 100 req/s
+// and the series still integrate to the counts.
+func TestLastShortIntervalFoldsIntoThePointBefore(t *testing.T) {
+	p := &phaseStats{phase: phase{name: "recovery", duration: 2 * time.Second, rate: 100}}
+	start := time.Unix(0, 0)
+	r := newRecorder("protected", []*phaseStats{p}, start)
+	r.phaseStarted("recovery", scheduleOf(p), start)
+	for i := 1; i <= 2; i++ {
+		p.sent.Add(100)
+		p.ok.Add(100)
+		r.record(start.Add(time.Duration(i)*time.Second), "recovery", point{})
+	}
+	r.phasesEnded(start.Add(2 * time.Second))
+	p.ok.Add(2) // the last two responses, 100 µs after the last tick
+	r.finish(start.Add(2*time.Second+100*time.Microsecond), "recovery", point{})
+	var most, ok float64
+	for _, pt := range r.series.Points {
+		most = max(most, pt.Succeeded)
+		ok += pt.Succeeded * pt.Dt
+	}
+	if most > 200 {
+		t.Errorf("a run of 100 req/s has a point of %.0f succeeded/s", most)
+	}
+	if n := len(r.series.Points); n != 2 || r.series.Points[n-1].T != 2 {
+		t.Errorf("%d points, the last at t=%v: want 2, the last at 2 (the short interval folded into it)", n, r.series.Points[n-1].T)
+	}
+	if math.Abs(ok-202) > 0.01 {
+		t.Errorf("the points integrate to %.3f successes, want 202", ok)
+	}
+	svg := parseXML(t, renderSVG(recording{Rate: 100, Runs: []runSeries{r.series}}))
+	for _, pn := range svg.all("g", "panel") {
+		if pn.attr("data-row") == "throughput" && pn.num(t, "data-v1") > 200 {
+			t.Errorf("%s throughput panel's y axis ends at %v for a run of 100 req/s", pn.attr("data-mode"), pn.num(t, "data-v1"))
+		}
+	}
+}
+
+// TestRenderWritesOnlyTheChartOfItsFile: -render FILE writes FILE's chart
+// (FILE's name, .svg and .html), linking to FILE; it rewrites neither FILE
+// nor another recording of that directory.
+func TestRenderWritesOnlyTheChartOfItsFile(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile("testdata/recording.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A field this version does not know must survive: FILE is not rewritten.
+	src = bytes.Replace(src, []byte(`"rate": 200,`), []byte(`"rate": 200, "note": "kept",`), 1)
+	other := map[string][]byte{}
+	for _, name := range []string{"overload.json", "overload.csv", "overload.svg", "overload.html"} {
+		other[name] = []byte("another recording's " + name + "\n")
+	}
+	other["run2.json"] = src
+	for name, b := range other {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, err := parseFlags([]string{"-render", filepath.Join(dir, "run2.json")}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := render(o, &out); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range other {
+		if got, _ := os.ReadFile(filepath.Join(dir, name)); !bytes.Equal(got, want) {
+			t.Errorf("-render %s rewrote %s: now %.80q", o.render, name, got)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != len(other)+2 {
+		t.Errorf("%d files in the directory, want %d and run2.svg, run2.html", len(entries), len(other))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "run2.svg")); err != nil {
+		t.Error(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "run2.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), `href="run2.json"`) || strings.Contains(string(page), `href="overload.json"`) {
+		t.Errorf("run2.html does not link to run2.json alone: %q", page)
+	}
+}
+
+// TestCPUWorkDoesNotDependOnTheChunk: -cpu-work is the CPU of one request
+// whatever -cpu-chunk: a chunk that does not divide it (3 ms of 5 ms) or
+// exceeds it (10 ms) gives the same work as one that does, in chunks of at
+// most -cpu-chunk.
+func TestCPUWorkDoesNotDependOnTheChunk(t *testing.T) {
+	const perNs = 1.0 // burn rounds a nanosecond: 5 ms is 5e6 rounds
+	d := 5 * time.Millisecond
+	for _, chunk := range []time.Duration{100 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 7 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond} {
+		w := splitWork(d, chunk, perNs)
+		rounds := float64(w.chunks) * float64(w.chunkIters)
+		if want := perNs * float64(d); math.Abs(rounds-want) > float64(w.chunks) {
+			t.Errorf("-cpu-work %v -cpu-chunk %v: %d chunks of %d rounds, %.0f rounds, want %.0f", d, chunk, w.chunks, w.chunkIters, rounds, want)
+		}
+		if float64(w.chunkIters) > perNs*float64(chunk) {
+			t.Errorf("-cpu-chunk %v: a chunk of %d rounds is longer than %v", chunk, w.chunkIters, chunk)
+		}
+	}
+}
+
+// TestChartSaysTheRecordedFactors: the chart's texts state the
+// recording's factors (testdata/recording.json was recorded with
+// -slow-factor 8; a CPU run with -cpu-load 3 offers three times the
+// capacity), and neutral words for a recording without them.
+func TestChartSaysTheRecordedFactors(t *testing.T) {
+	rec, err := readRecording("testdata/recording.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rec.Command, "-slow-factor 8") {
+		t.Fatalf("recording's command %q", rec.Command)
+	}
+	page := func(rec recording) string {
+		var b bytes.Buffer
+		if err := writeHTML(&b, rec, renderSVG(rec), []string{"x.json"}); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if p := page(rec); strings.Contains(p, "4×") || !strings.Contains(p, "a database slowdown") {
+		t.Error("the page of a recording without its slowdown factor does not say \"a database slowdown\"")
+	}
+	rec.SlowFactor = 8
+	if p := page(rec); !strings.Contains(p, "an 8× database slowdown") {
+		t.Error("the page of an 8× slowdown does not say \"an 8× database slowdown\"")
+	}
+	o := defaultOptions()
+	o.cpuLoad = 3
+	pts := []point{{T: 1, Dt: 1, Phase: "overload", Offered: 300, Capacity: 100}}
+	cpu := newRecording(o, []string{"-scenario", "cpu", "-cpu-load", "3"}, []runSeries{{Mode: "protected", Points: pts}})
+	cpu.Scenario = "cpu"
+	if p := page(cpu); strings.Contains(p, "twice") || !strings.Contains(p, "3× the measured capacity") {
+		t.Error("the chart of a -cpu-load 3 run does not say \"3× the measured capacity\"")
+	}
+	cpu.CPULoad = 0
+	if p := page(cpu); strings.Contains(p, "twice") || !strings.Contains(p, "a multiple of the measured capacity") {
+		t.Error("the chart of a CPU recording without its load does not say \"a multiple of the measured capacity\"")
+	}
+}
+
+// TestCapacityFlagIsBoundedByTheMeasurement: the capacity is measured for
+// at most maxMeasure, so a longer -cpu-capacity is refused at the flag.
+func TestCapacityFlagIsBoundedByTheMeasurement(t *testing.T) {
+	if _, err := parseFlags([]string{"-cpu-capacity", maxMeasure.String()}, io.Discard); err != nil {
+		t.Errorf("-cpu-capacity %v refused: %v", maxMeasure, err)
+	}
+	if _, err := parseFlags([]string{"-cpu-capacity", (maxMeasure + time.Millisecond).String()}, io.Discard); err == nil {
+		t.Errorf("-cpu-capacity %v accepted, measured for %v", maxMeasure+time.Millisecond, maxMeasure)
+	}
+}
+
+// TestSlowFactorIsBounded: -slow-factor is in (0, 1000]; a huge factor
+// would overflow the database's ×1000 fixed point and make every visit
+// instant.
+func TestSlowFactorIsBounded(t *testing.T) {
+	for _, bad := range []string{"0", "1000.5", "1e13", "+Inf"} {
+		if _, err := parseFlags([]string{"-slow-factor", bad}, io.Discard); err == nil {
+			t.Errorf("-slow-factor %s accepted", bad)
+		}
+	}
+	o, err := parseFlags([]string{"-slow-factor", "1000"}, io.Discard)
+	if err != nil {
+		t.Fatalf("-slow-factor 1000 refused: %v", err)
+	}
+	db, err := newDatabase(registry.New(), 1, 10*time.Millisecond, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.setSlowdown(o.slowFactor)
+	if got := db.slow.Load(); got != 1000*1000 {
+		t.Errorf("-slow-factor 1000: the database's factor ×1000 is %d", got)
+	}
 }

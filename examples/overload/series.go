@@ -76,8 +76,10 @@ type recording struct {
 	GoVersion  string      `json:"go_version"`
 	CPU        string      `json:"cpu"`
 	GOMAXPROCS int         `json:"gomaxprocs"`
-	Rate       int         `json:"rate"`               // offered req/s at full rate (the database scenario)
-	Scenario   string      `json:"scenario,omitempty"` // "db" (also when empty) or "cpu"
+	Rate       int         `json:"rate"`                  // offered req/s at full rate (the database scenario)
+	Scenario   string      `json:"scenario,omitempty"`    // "db" (also when empty) or "cpu"
+	SlowFactor float64     `json:"slow_factor,omitempty"` // -slow-factor (0: not recorded)
+	CPULoad    float64     `json:"cpu_load,omitempty"`    // -cpu-load (0: not recorded)
 	Runs       []runSeries `json:"runs"`
 }
 
@@ -96,6 +98,12 @@ type recorder struct {
 	// capacity is the CPU scenario's measured capacity (req/s), recorded
 	// in every point; 0 in the database scenario.
 	capacity float64
+
+	// the counters and latencies seen before the last point, so that
+	// finish can fold a short last interval into it
+	prevLast [6]int64
+	prevT    time.Time
+	prevSeen []int
 }
 
 // planned is a started phase's schedule, for the offered rate.
@@ -136,6 +144,7 @@ func (r *recorder) record(now time.Time, phase string, p point) {
 	}
 	var cur [6]int64
 	var lat []time.Duration
+	r.prevSeen = append(r.prevSeen[:0], r.latSeen...)
 	for _, pl := range r.plan {
 		cur[0] += pl.sc.dueBy(now.Sub(pl.start).Seconds())
 	}
@@ -171,7 +180,31 @@ func (r *recorder) record(now time.Time, phase string, p point) {
 		p.P50ms, p.P99ms = round3(at(0.50)), round3(at(0.99))
 	}
 	r.series.Points = append(r.series.Points, p)
+	r.prevLast, r.prevT = r.last, r.lastT
 	r.last, r.lastT = cur, now
+}
+
+// finish records the run's last point, the interval after the last tick:
+// one shorter than half a second is folded into the point before it (the
+// rates over both intervals together), since a few responses over a
+// fraction of a millisecond would read as a spike of thousands a second
+// and scale the row's y axis, shared by both runs, to it. The folded point
+// keeps the runtime's signals read at the tick: the reading after it
+// covers only the short interval.
+func (r *recorder) finish(now time.Time, phase string, p point) {
+	n := len(r.series.Points)
+	if n == 0 || now.Sub(r.lastT) >= 500*time.Millisecond {
+		r.record(now, phase, p)
+		return
+	}
+	dropped := r.series.Points[n-1]
+	r.series.Points = r.series.Points[:n-1]
+	r.last, r.lastT = r.prevLast, r.prevT
+	copy(r.latSeen, r.prevSeen)
+	r.record(now, phase, p)
+	if m := len(r.series.Points); m == n {
+		r.series.Points[m-1].SchedP99ms, r.series.Points[m-1].RunnablePerP = dropped.SchedP99ms, dropped.RunnablePerP
+	}
 }
 
 func round6(x float64) float64 {
@@ -192,6 +225,8 @@ func newRecording(o options, args []string, runs []runSeries) recording {
 		CPU:        cpuModel(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0),
 		Rate:       o.rate,
+		SlowFactor: o.slowFactor,
+		CPULoad:    o.cpuLoad,
 		Runs:       runs,
 	}
 }
@@ -257,7 +292,7 @@ func writeOutputs(dir string, rec recording) ([]string, error) {
 	}
 	svg := renderSVG(rec)
 	svgBuf.WriteString(svg)
-	if err := writeHTML(&htmlBuf, rec, svg); err != nil {
+	if err := writeHTML(&htmlBuf, rec, svg, []string{base + ".json", base + ".csv"}); err != nil {
 		return nil, err
 	}
 	var paths []string
@@ -277,6 +312,55 @@ func writeOutputs(dir string, rec recording) ([]string, error) {
 		paths = append(paths, p)
 	}
 	return paths, nil
+}
+
+// writeChart writes the chart of rec, read from the recording at path,
+// into dir: NAME.svg and NAME.html, NAME being path's file name without
+// its extension, the page linking to path (and to NAME.csv beside it, if
+// there is one). It writes nothing else: neither path nor another
+// recording of dir is rewritten.
+func writeChart(dir, path string, rec recording) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	var data []string
+	for _, f := range []string{path, strings.TrimSuffix(path, filepath.Ext(path)) + ".csv"} {
+		if f != path {
+			if _, err := os.Stat(f); err != nil {
+				continue
+			}
+		}
+		data = append(data, relativeTo(dir, f))
+	}
+	svg := renderSVG(rec)
+	var page strings.Builder
+	if err := writeHTML(&page, rec, svg, data); err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, f := range [][2]string{{name + ".svg", svg}, {name + ".html", page.String()}} {
+		p := filepath.Join(dir, f[0])
+		if err := os.WriteFile(p, []byte(f[1]), 0o644); err != nil {
+			return paths, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// relativeTo is file's path from dir, as a link ("/"-separated), or its
+// absolute path where there is no relative one.
+func relativeTo(dir, file string) string {
+	ad, err1 := filepath.Abs(dir)
+	af, err2 := filepath.Abs(file)
+	if err1 != nil || err2 != nil {
+		return filepath.ToSlash(file)
+	}
+	if rel, err := filepath.Rel(ad, af); err == nil {
+		return filepath.ToSlash(rel)
+	}
+	return filepath.ToSlash(af)
 }
 
 // readRecording reads a recording written by -out (overload.json or
