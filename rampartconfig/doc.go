@@ -63,15 +63,26 @@
 // A change of an instance's groups alone moves it between groups in
 // place (registry.Registry.SetGroups): it is not updated, so a
 // registry.Scale of it stays. An Update of a scaled bulkhead or rate
-// limiter sets the document's value, which a later registry Restore puts
-// back (registry.Registry.Rebase). An overload shedder (shedders, a
+// limiter sets the document's value and takes it as the baseline a later
+// registry Restore puts back, under the registry's lock, so that no Scale
+// lands between the two (registry.Registry.UpdateScaled). An Apply that
+// fails puts back every value and baseline as they were, scaled or not,
+// and removes an instance only at its last step, after which nothing
+// fails. An overload shedder (shedders, a
 // pipeline's shed) has no Update: a reload that changes it needs
 // replace: true. An inline policy without groups of its own is in its
 // pipeline's groups (none when the pipeline has none).
 //
-// The Live keeps a deep copy of each document it applies and
+// Apply takes a deep copy of the document it is given, and
 // [Live.Document] returns another copy: a document may be changed
-// through its pointers and applied again, and the change is seen.
+// through its pointers (its groups included) and applied again, and the
+// change is seen.
+//
+// A listener or other func that [Options.Configure] sets is compared by
+// identity, as the policies' Update compares it: set the same func value
+// on every call (one made once, outside Configure). A new closure on
+// every call is a changed func, which a policy whose Update fixes it (a
+// bulkhead's OnRejected) refuses, in the checks before anything changes.
 //
 // The document says nothing of code: the clock ([Options.Ticker]) and
 // the listeners, classifiers and budgets ([Options.Configure]).
@@ -85,7 +96,11 @@
 // bytes and the version applied, or why not. A file that reads empty (a
 // write caught between its truncate and its write) is never applied as a
 // document without instances: it is reported as [ErrEmptyDocument] and
-// read again after the debounce. The debounce waits at most 10 periods
-// after the first pending event, and a replaced directory is watched
-// again once it exists.
+// read again after the debounce; an explicit null ("null", "~") is a
+// document without instances, applied as [Load] reads it. The debounce
+// waits at most 10 periods after the first pending event, a replaced
+// directory is watched again once it exists, and a directory that is a
+// symbolic link is followed to its new target when the link is swapped.
+// Write the file atomically (a temporary file renamed onto the path): a
+// file rewritten in place in several writes may be read half written.
 package rampartconfig

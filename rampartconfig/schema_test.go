@@ -201,21 +201,32 @@ const docsIntro = "# Configuration documents (rampartconfig)\n\n" +
 	"removed from the registry (a removed Hedger or Timeout is closed by `Live.Close`). A change to a field marked\n" +
 	"fixed below is an error naming its path, unless the instance has `replace: true`: then a new instance replaces\n" +
 	"it in the registry and in the pipelines that use it (callers holding the old one keep it). An invalid document\n" +
-	"changes nothing. The Live keeps a deep copy of the document applied, and `Live.Document` returns another:\n" +
-	"either may be changed and applied.\n\n" +
+	"changes nothing. `Apply` takes a deep copy of the document it is given, and `Live.Document` returns another:\n" +
+	"either may be changed (its groups too) and applied again. A func that `Options.Configure` sets (a listener) is\n" +
+	"compared by identity, as the policies' `Update` does: set the same func value on every call (made once,\n" +
+	"outside `Configure`); a new closure on every call is a changed func, which a policy whose `Update` fixes it (a\n" +
+	"bulkhead's `OnRejected`) refuses, in the checks before anything changes.\n\n" +
 	"Reloads and `registry.Scale`: a change of an instance's `groups` (or `replace`) only moves it between groups in\n" +
 	"place (`registry.SetGroups`): its values, and a Scale of it, are kept. A change of any other field of a scaled\n" +
 	"bulkhead or rate limiter is applied as written (the document's `max` or rate, not scaled), and becomes the\n" +
-	"baseline a later `registry.Restore` puts back (`registry.Rebase`); a later Scale scales it.\n\n" +
+	"baseline a later `registry.Restore` puts back, both under the registry's lock so that no Scale lands between\n" +
+	"them (`registry.UpdateScaled`); a later Scale scales it. An `Apply` that fails puts every value and baseline\n" +
+	"back as it was, scaled or not, and removes instances only at its last step, after which nothing fails.\n\n" +
 	"`Watch(ctx, path, live, onEvent)` reloads the file after each change: it watches the file's directory (editors\n" +
 	"replace a file by renaming another onto it), waits `Options.Debounce` (100 ms) after the last event, skips bytes\n" +
 	"it has already read, and reports every attempt to `onEvent` with the SHA-256 of the bytes and the version in\n" +
 	"force, or the error that kept the old configuration. `Close` stops it. A file that reads empty (no bytes, or\n" +
 	"only blanks and comments: most often a write caught between its truncate and its write) is never applied: it\n" +
 	"is reported as `ErrEmptyDocument`, the configuration in force is kept and the file read again after the\n" +
-	"debounce (to remove every instance, write `{}`). The wait is at most 10 debounce periods after the first\n" +
+	"debounce (to remove every instance, write `{}` or an explicit `null`, YAML's `null` or `~`, which `Load`\n" +
+	"also reads as a document without instances). The wait is at most 10 debounce periods after the first\n" +
 	"change not yet read, however busy the directory. When the directory itself is removed or renamed (a deploy\n" +
-	"renaming a new directory into place), the watch is set again on the path once it exists.\n"
+	"renaming a new directory into place), the watch is set again on the path once it exists. When the directory\n" +
+	"is a symbolic link swapped to a new release (`ln -sfn releases/43 current.tmp && mv -T current.tmp current`),\n" +
+	"its parent is watched too and the watch follows the new target.\n\n" +
+	"Write the file atomically: a temporary file in the same directory renamed onto the path (editors and\n" +
+	"ConfigMaps do). A file rewritten in place in several writes can be read between two of them, half written:\n" +
+	"that part is applied if it happens to be a valid document, reported as an error otherwise.\n"
 
 const docsPipelines = "\n## pipeline\n\n" +
 	"Under `pipelines`, by name. Sets a `pipeline.Config`. Each policy slot is `{ref: <name>}` (an instance of the\n" +

@@ -36,11 +36,14 @@ type Event struct {
 // never applies it, since a file caught mid-write (os.WriteFile truncates,
 // then writes) reads empty. The configuration in force is kept, and the
 // file is read again after the debounce. To remove every instance, write
-// an explicit empty document ("{}").
+// an explicit empty document ("{}", or null: YAML's "null" or "~", JSON's
+// null), which Watch applies as [Load] reads it.
 var ErrEmptyDocument = errors.New("rampartconfig: the file holds no document (caught mid-write?): the configuration in force is kept")
 
 // blank reports whether data holds no document: nothing but blanks and
-// comments (YAML), or nothing but blanks (JSON).
+// comments (YAML: and document markers), or nothing but blanks (JSON). An
+// explicit null ("null", "~" in YAML, null in JSON) is a document, without
+// instances, as [Load] reads it: nothing written in part reads as one.
 func blank(data []byte, format Format) bool {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return true
@@ -48,8 +51,60 @@ func blank(data []byte, format Format) bool {
 	if format != YAML {
 		return false
 	}
-	var tree any
-	return yaml.Unmarshal(data, &tree) == nil && tree == nil
+	var n yaml.Node
+	if yaml.Unmarshal(data, &n) != nil {
+		return false
+	}
+	if n.Kind == 0 { // comments only
+		return true
+	}
+	// A document marker alone ("---") holds an implicit null, with no
+	// value written.
+	return n.Kind == yaml.DocumentNode && len(n.Content) == 1 &&
+		n.Content[0].Kind == yaml.ScalarNode && n.Content[0].Tag == "!!null" && n.Content[0].Value == ""
+}
+
+// reading is what a [Watcher] keeps between two reads of the file.
+type reading struct {
+	last   string // the hash of the last bytes read and not blank
+	reread bool   // a blank read scheduled the read after it
+}
+
+// readAction is what a Watcher does with the bytes it read.
+type readAction int
+
+const (
+	skipRead   readAction = iota // the bytes already read: nothing to do
+	blankRead                    // ErrEmptyDocument, no read scheduled
+	rereadRead                   // ErrEmptyDocument, and read again after a debounce
+	applyRead                    // load and apply them
+)
+
+// next returns what to do with bytes of the given hash, blank or not,
+// and takes them as read.
+func (r *reading) next(hash string, isBlank bool) readAction {
+	switch {
+	case hash == r.last:
+		// The bytes already read (a write that put back the same
+		// ones after a blank read): the blank read is over, and the
+		// next one schedules its read again.
+		r.reread = false
+		return skipRead
+	case isBlank:
+		// Most likely a write caught between its truncate and its
+		// write (os.WriteFile): never applied as "remove everything".
+		// The bytes are not taken as read, and the file is read once
+		// more after a debounce, for the write whose event was already
+		// consumed.
+		if r.reread {
+			return blankRead
+		}
+		r.reread = true
+		return rereadRead
+	}
+	r.reread = false
+	r.last = hash
+	return applyRead
 }
 
 // Watcher reloads a file into a [Live] when it changes. Create it with
@@ -78,7 +133,17 @@ type Watcher struct {
 // so that another file of the directory written all the time does not
 // postpone the reload. When the directory itself is removed or renamed
 // (a deploy that renames a new directory into its place), the watch is
-// set again on the path, retried every debounce until it exists.
+// set again on the path, retried every debounce until it exists. When the
+// directory is itself a symbolic link (current -> releases/42, swapped by
+// "ln -sfn releases/43 current.tmp && mv -T current.tmp current"), its
+// parent is watched too, and the watch follows the link's new target.
+//
+// Write the file atomically: write a temporary file in the same directory
+// and rename it onto the path, as editors and ConfigMaps do. A file
+// rewritten in place in several writes may be read between two of them,
+// half written: the part read is then applied when it happens to be a
+// valid document, or reported as an error otherwise (the configuration in
+// force kept, and the whole file read after the next write's event).
 //
 // onEvent runs on the watcher's goroutine, one event at a time, and must
 // not call Close. The goroutine ends when ctx is done or Close is called;
@@ -99,7 +164,8 @@ func Watch(ctx context.Context, path string, l *Live, onEvent func(Event)) (*Wat
 	}
 	// A directory that is itself a symlink (current -> releases/42) is
 	// swapped by renaming another link onto it: the event is in its
-	// parent's directory, and the watch must follow the new target.
+	// parent's directory (the watch of the directory follows the old
+	// target's inode), and any event naming the link re-watches the path.
 	linked := false
 	if fi, err := os.Lstat(filepath.Dir(abs)); err == nil && fi.Mode()&os.ModeSymlink != 0 {
 		if err := fsw.Add(filepath.Dir(filepath.Dir(abs))); err == nil {
@@ -129,7 +195,7 @@ func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent fu
 	dir := filepath.Dir(abs)
 	var since time.Time // the first event not yet read after
 	rewatch := false    // the directory itself was removed or renamed
-	reread := false     // an empty read scheduled the read after it
+	rd := reading{last: last}
 	for {
 		select {
 		case <-ctx.Done():
@@ -177,10 +243,10 @@ func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent fu
 			}
 			data, err := os.ReadFile(abs)
 			if err != nil {
-				if errors.Is(err, os.ErrNotExist) && last == "" {
+				if errors.Is(err, os.ErrNotExist) && rd.last == "" {
 					continue
 				}
-				last = ""
+				rd.last = ""
 				if onEvent != nil {
 					onEvent(Event{Path: path, Version: l.Version(), Err: err})
 				}
@@ -188,26 +254,19 @@ func (w *Watcher) run(ctx context.Context, abs, path string, l *Live, onEvent fu
 			}
 			sum := sha256.Sum256(data)
 			hash := hex.EncodeToString(sum[:])
-			if hash == last {
+			act := rd.next(hash, blank(data, FormatOf(abs)))
+			if act == skipRead {
 				continue
 			}
-			if blank(data, FormatOf(abs)) {
-				// Most likely a write caught between its truncate and its
-				// write (os.WriteFile): never applied as "remove
-				// everything". The bytes are not taken as read, and the
-				// file is read once more after a debounce, for the write
-				// whose event was already consumed.
+			if act != applyRead {
 				if onEvent != nil {
 					onEvent(Event{Path: path, Hash: hash, Version: l.Version(), Err: ErrEmptyDocument})
 				}
-				if !reread {
-					reread = true
+				if act == rereadRead {
 					timer.Reset(debounce)
 				}
 				continue
 			}
-			reread = false
-			last = hash
 			doc, err := Load(data, FormatOf(abs))
 			if err == nil {
 				err = l.Apply(doc)

@@ -312,6 +312,8 @@ func registryBulkhead(l *Live, name string) (*bulkhead.Bulkhead, bool) {
 	return b, ok && isB
 }
 
+// TestBlankFilesHoldNoDocument: what the watcher never applies (a file
+// caught mid-write reads so) against what it applies as Load reads it.
 func TestBlankFilesHoldNoDocument(t *testing.T) {
 	for _, tc := range []struct {
 		data   string
@@ -320,6 +322,8 @@ func TestBlankFilesHoldNoDocument(t *testing.T) {
 	}{
 		{"", YAML, true}, {" \n\t", JSON, true}, {"# only a comment\n\n", YAML, true}, {"---\n", YAML, true},
 		{"{}", YAML, false}, {"{}", JSON, false}, {"bulkheads: {}", YAML, false}, {"# x", JSON, false},
+		// An explicit null is a document without instances, as Load reads it.
+		{"null", YAML, false}, {"~\n", YAML, false}, {"--- null\n", YAML, false}, {"null", JSON, false},
 	} {
 		if got := blank([]byte(tc.data), tc.format); got != tc.want {
 			t.Errorf("blank(%q, %v) = %v, want %v", tc.data, tc.format, got, tc.want)
@@ -463,5 +467,32 @@ func TestWatchFollowsASwappedDirectorySymlink(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second): // 5000 debounce periods
 		t.Fatalf("no reload after the directory link was swapped (max still %d)", get[*bulkhead.Bulkhead](t, l, "k").Max())
+	}
+}
+
+// TestEveryBlankReadAfterTheSameBytesSchedulesAReread: a blank read
+// schedules one read after it; when that read finds the bytes already
+// read, the next blank read schedules its own again (the flag of the
+// first is cleared), and new bytes are applied.
+func TestEveryBlankReadAfterTheSameBytesSchedulesAReread(t *testing.T) {
+	r := reading{last: "a"}
+	for i, step := range []struct {
+		hash    string
+		isBlank bool
+		want    readAction
+	}{
+		{"e", true, rereadRead},
+		{"e", true, blankRead}, // the reread found it blank still: no more
+		{"a", false, skipRead},
+		{"e", true, rereadRead},
+		{"a", false, skipRead},
+		{"e", true, rereadRead},
+		{"b", false, applyRead},
+		{"b", false, skipRead},
+		{"e", true, rereadRead},
+	} {
+		if got := r.next(step.hash, step.isBlank); got != step.want {
+			t.Fatalf("read %d (%s, blank %v): %v, want %v", i, step.hash, step.isBlank, got, step.want)
+		}
 	}
 }
