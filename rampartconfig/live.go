@@ -150,10 +150,14 @@ type change struct {
 // Timeout is closed by [Live.Close]. Instances whose spec is unchanged,
 // or changed in its groups or replace only, are not updated (a
 // registry.Scale of them stays; new groups are set in place). An Update of
-// a scaled bulkhead or rate limiter sets the document's value, which a
-// later registry Restore puts back. Should a step fail midway
-// anyway (a registry name taken meanwhile), the steps applied are undone.
-// The error joins a *FieldError per invalid change.
+// a scaled bulkhead or rate limiter sets the document's value and takes it
+// as the baseline a later registry Restore puts back, under the registry's
+// lock (registry.Registry.UpdateScaled). Should a step fail midway anyway
+// (a registry name taken meanwhile), the steps applied are undone: every
+// value and Scale baseline is put back as it was, scaled or not, and no
+// instance is removed (the removals are the last step, after which nothing
+// fails). Apply works on a deep copy of doc, which the caller may change
+// and apply again. The error joins a *FieldError per invalid change.
 func (l *Live) Apply(doc *Document) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
