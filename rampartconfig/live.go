@@ -404,7 +404,21 @@ func (l *Live) commit(plans []*planned, changes []*change) (err error) {
 		keep[p.name] = true
 	}
 	var retired []*appliedInst
+	// The new names first (an Add fails when the name was taken
+	// meanwhile), then the replacements: a Remove drops a Scale's
+	// baseline, which the undo's Add would not put back.
+	ordered := make([]*change, 0, len(changes))
 	for _, c := range changes {
+		if c.old == nil || c.inst == c.old.inst {
+			ordered = append(ordered, c)
+		}
+	}
+	for _, c := range changes {
+		if c.old != nil && c.inst != c.old.inst {
+			ordered = append(ordered, c)
+		}
+	}
+	for _, c := range ordered {
 		if c.old != nil && c.inst == c.old.inst {
 			if c.regroup { // the same instance in other groups: its entry (and a Scale's baseline) kept
 				if err := l.reg.SetGroups(c.p.name, c.p.groups...); err != nil {

@@ -1106,3 +1106,27 @@ func TestAShedderKeepsTheSameSourceFunc(t *testing.T) {
 		t.Fatalf("a changed cpuThreshold: %v, want an error naming cpuThreshold", err)
 	}
 }
+
+// TestAFailedApplyKeepsTheScaleBaselineOfAReplacedInstance: a document
+// that replaces a scaled bulkhead fails in commit (a new name taken
+// meanwhile); the old bulkhead stays registered with its baseline, so
+// that Restore puts back its value.
+func TestAFailedApplyKeepsTheScaleBaselineOfAReplacedInstance(t *testing.T) {
+	var l *Live
+	arm := 0
+	l = mustBuild(t, mustLoad(t, "bulkheads: {a: {max: 10, groups: [edge]}}\npipelines: {p: {bulkhead: {max: 1}}}"), takeNameOnThirdConfigure(&l, &arm))
+	a := get[*bulkhead.Bulkhead](t, l, "a")
+	if _, err := l.Registry().Scale("edge", 0.5); err != nil || a.Max() != 5 {
+		t.Fatalf("Scale: %v, max %d", err, a.Max())
+	}
+	arm = 1
+	if err := l.Apply(mustLoad(t, "bulkheads: {a: {max: 10, groups: [edge], replace: true, compact: true}, n: {max: 1}}\npipelines: {p: {replace: true, countStats: true, bulkhead: {max: 1}}}")); err == nil {
+		t.Fatal("Apply succeeded")
+	}
+	if get[*bulkhead.Bulkhead](t, l, "a") != a {
+		t.Fatal("a refused Apply left the replacement registered")
+	}
+	if n, _ := l.Registry().Restore("edge"); n != 1 || a.Max() != 10 {
+		t.Errorf("Restore after a refused Apply restored %d, max %d; want 1, 10", n, a.Max())
+	}
+}
