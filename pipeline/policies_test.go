@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -804,7 +805,9 @@ func newShed(t testing.TB, tick *rampart.ManualTicker, mod func(*shed.Config)) *
 }
 
 // engage completes one call of no duration (a cap of 1: its bandwidth-delay
-// product rounds to nothing) and takes a hot sample.
+// product rounds to nothing) and takes a hot sample. The limit it then
+// admits is the one Stats publishes (the cap and one call more, or a
+// probe's): tests read it, as [shedRig.fill] does, and never assume it.
 func (r *shedRig) engage(t testing.TB) {
 	t.Helper()
 	pm, err := r.sh.AcquireAt(r.tick.Now())
@@ -813,7 +816,38 @@ func (r *shedRig) engage(t testing.TB) {
 	r.hot.Store(true)
 	r.sample(t)
 	require.True(t, r.sh.Overloaded())
-	require.Equal(t, 1, r.sh.Stats().Limit)
+	require.Positive(t, r.sh.Stats().Limit)
+}
+
+// fill takes every slot left free below the engaged shedder's published
+// limit at priority 0 (Stats.Limit less the calls in flight), so that the
+// next call at any priority is shed; drain gives them back. The clock does
+// not move between them, so no sample changes the limit meanwhile.
+func (r *shedRig) fill(t testing.TB) []shed.Permit {
+	t.Helper()
+	return r.hold(t, r.sh.Stats().Limit-r.sh.InFlight())
+}
+
+// hold takes n slots at priority 0, each admitted (the first may take a
+// due sample).
+func (r *shedRig) hold(t testing.TB, n int) []shed.Permit {
+	t.Helper()
+	pms := make([]shed.Permit, 0, n)
+	for i := range n {
+		pm, err := r.sh.AcquireAt(r.tick.Now())
+		require.NoError(t, err, "slot %d of %d within the limit %d", i+1, n, r.sh.Stats().Limit)
+		pms = append(pms, pm)
+	}
+	require.True(t, r.sh.Overloaded())
+	return pms
+}
+
+// drain releases the slots fill or hold took, as Ignored: they say nothing
+// of the capacity.
+func (r *shedRig) drain(pms []shed.Permit) {
+	for _, pm := range pms {
+		r.sh.ReleaseAt(pm, r.tick.Now(), rampart.Ignored)
+	}
 }
 
 // release takes a cold sample past the cool-off.
@@ -895,14 +929,14 @@ func TestShedEveryEndingFreesItsSlot(t *testing.T) {
 
 		// The shedder's rejection, a half-open probe held before it.
 		r.engage(t)
-		pm, err := r.sh.AcquireAt(tick.Now()) // the cap's one slot
-		require.NoError(t, err)
+		pms := r.fill(t) // every slot of the published limit
 		ran := false
 		o = try(ctx, func(context.Context) error { ran = true; return nil })
 		require.False(t, ran)
 		require.Equal(t, pipeline.Rejected, o.Code, name)
 		require.Equal(t, pipeline.Shed, o.Policy, name)
-		r.sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
+		require.Len(t, pms, r.sh.InFlight(), "%s: the shed rejection holds no slot", name)
+		r.drain(pms)
 		held(name + " shed rejection")
 		require.Equal(t, circuitbreaker.HalfOpen, cb.State(), "%s: the probe was given back unrecorded", name)
 		require.True(t, cb.TransitionTo(circuitbreaker.Closed))
@@ -924,9 +958,8 @@ func TestShedRejectionOutcome(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	r.engage(t)
-	require.Equal(t, pipeline.OK, p.Try(ctx, ok).Code, "alone within the cap of 1")
-	pm, err := r.sh.AcquireAt(tick.Now())
-	require.NoError(t, err)
+	require.Equal(t, pipeline.OK, p.Try(ctx, ok).Code, "alone within the limit")
+	pms := r.fill(t)
 	o := p.Try(ctx, ok)
 	require.Equal(t, pipeline.Rejected, o.Code)
 	require.Equal(t, pipeline.Shed, o.Policy)
@@ -938,7 +971,7 @@ func TestShedRejectionOutcome(t *testing.T) {
 	require.EqualValues(t, 1, o.Attempts, "a rejection is not retried")
 	require.Same(t, r.sh.RejectedError(), p.Do(ctx, ok))
 	require.EqualValues(t, 2, r.sh.Stats().Rejected)
-	r.sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
+	r.drain(pms)
 	tick.Advance(time.Second)
 	r.release(t)
 	require.NoError(t, p.Do(ctx, ok))
@@ -977,12 +1010,13 @@ type shedPriorityKey struct{}
 // TestShedPriorityFromTheCallersContext: Config.ShedPriority gives each
 // attempt's priority from the caller's context, and the shedder admits by
 // it: with a cap of 2 and a reserve of one slot per level, the less
-// important level is shed at one call in flight, the more important one
-// admitted.
+// important level is shed with its share of the published limit in flight
+// (Stats.Limit less ⌈Cap·PriorityReserve⌉), the more important one admitted.
 func TestShedPriorityFromTheCallersContext(t *testing.T) {
 	tick := rampart.NewManualTicker(1_000_000)
+	const reserve = 0.5
 	r := newShed(t, tick, func(c *shed.Config) {
-		c.SampleInterval, c.Priorities, c.PriorityReserve = 50*time.Millisecond, 2, 0.5
+		c.SampleInterval, c.Priorities, c.PriorityReserve = 50*time.Millisecond, 2, reserve
 	})
 	var asked atomic.Int32
 	p, err := pipeline.New(pipeline.Config{Shed: r.sh, ShedPriority: func(ctx context.Context) int {
@@ -1001,15 +1035,19 @@ func TestShedPriorityFromTheCallersContext(t *testing.T) {
 	r.sh.ReleaseAt(a, tick.Now(), rampart.Success)
 	r.sh.ReleaseAt(b, tick.Now(), rampart.Success)
 	r.hot.Store(true)
-	held, err := r.sh.AcquireAt(tick.Now()) // samples: engaged at a cap of 2; one slot taken
-	require.NoError(t, err)
-	require.Equal(t, 2, r.sh.Stats().Limit)
+	first := r.hold(t, 1) // samples: engaged at a cap of 2; one slot taken
+	st := r.sh.Stats()
+	require.Equal(t, 2, st.Cap)
+	step := int(math.Ceil(float64(st.Cap) * reserve)) // priority 1's reserve: ⌈Cap·PriorityReserve⌉, of the cap
+	lowLimit := st.Limit - step
+	require.Positive(t, lowLimit, "limit %d, step %d: priority 1 has a share", st.Limit, step)
+	held := append(first, r.hold(t, lowLimit-r.sh.InFlight())...) // priority 1's share, all in flight
 	low := context.WithValue(context.Background(), shedPriorityKey{}, 1)
 	o := p.Try(low, ok)
-	require.Equal(t, pipeline.Shed, o.Policy, "priority 1 is shed at one call in flight")
-	require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code, "priority 0 has the whole cap")
+	require.Equal(t, pipeline.Shed, o.Policy, "priority 1 is shed with its share of the limit (%d of %d) in flight", lowLimit, st.Limit)
+	require.Equal(t, pipeline.OK, p.Try(context.Background(), ok).Code, "priority 0 has the whole limit")
 	require.EqualValues(t, 2, asked.Load(), "asked once per attempt")
-	r.sh.ReleaseAt(held, tick.Now(), rampart.Ignored)
+	r.drain(held)
 	require.Zero(t, r.sh.InFlight())
 
 	_, err = pipeline.New(pipeline.Config{ShedPriority: func(context.Context) int { return 0 }})
@@ -1030,14 +1068,13 @@ func TestAllocsShed(t *testing.T) {
 		}
 	})
 	r.engage(t)
-	pm, err := r.sh.AcquireAt(tick.Now())
-	require.NoError(t, err)
+	pms := r.fill(t)
 	testkit.WantAllocs(t, "shed rejection", 0, func() {
 		if p.Try(ctx, ok).Policy != pipeline.Shed {
 			t.Fatal("not shed")
 		}
 	})
-	r.sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
+	r.drain(pms)
 }
 
 // TestShedPriorityPanicIsCounted: a ShedPriority that panics or calls

@@ -115,10 +115,9 @@ func (r *statsRig) run(t *testing.T) pipeline.Stats {
 	end(r.p.Try(ctx, ok), pipeline.Rejected, pipeline.Adaptive)
 	r.cfg.Adaptive.Release(ap, rampart.Ignored)
 	r.shed.engage(t)
-	sp, err := r.shed.sh.AcquireAt(r.tick.Now())
-	require.NoError(t, err)
+	sp := r.shed.fill(t)
 	end(r.p.Try(ctx, ok), pipeline.Rejected, pipeline.Shed)
-	r.shed.sh.ReleaseAt(sp, r.tick.Now(), rampart.Ignored)
+	r.shed.drain(sp)
 	r.tick.Advance(time.Second)
 	r.shed.release(t)
 	return want
