@@ -1288,13 +1288,25 @@ func TestServerShed503WhileEngaged(t *testing.T) {
 	hot.Store(true)
 	sample()
 	require.True(t, sh.Overloaded())
-	pm, err := sh.AcquireAt(tick.Now()) // the cap's one slot, held
-	require.NoError(t, err)
+	// Every slot of the published limit held (the cap and one call more,
+	// or a probe's: read, never assumed); the clock stays put, so no
+	// sample moves it meanwhile.
+	limit := sh.Stats().Limit
+	require.Positive(t, limit)
+	pms := make([]shed.Permit, 0, limit)
+	for range limit {
+		pm, err := sh.AcquireAt(tick.Now())
+		require.NoError(t, err, "within the limit %d", limit)
+		pms = append(pms, pm)
+	}
 	rec := serveRecorded(h, nil)
 	require.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	require.Equal(t, "2", rec.Header().Get("Retry-After"))
 	require.Equal(t, []pipeline.Kind{pipeline.Shed}, rejected)
-	sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
+	require.Equal(t, limit, sh.InFlight(), "the rejected request holds no slot")
+	for _, pm := range pms {
+		sh.ReleaseAt(pm, tick.Now(), rampart.Ignored)
+	}
 	hot.Store(false)
 	tick.Advance(time.Second) // past the cool-off
 	sample()
