@@ -6,15 +6,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rampart-go/rampart/observe/observetest"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // attach adds every instance of f to a new Metrics and collects once.
-func attach(t testing.TB, f *fixture) (*Metrics, *sdkmetric.ManualReader) {
+func attach(t testing.TB, f *observetest.Fixture) (*Metrics, *sdkmetric.ManualReader) {
 	t.Helper()
 	m, r := newMetrics(t)
-	for name, inst := range f.instances() {
+	for name, inst := range f.Instances() {
 		if err := m.Add(name, inst); err != nil {
 			t.Fatal(err)
 		}
@@ -34,14 +35,14 @@ func TestAdmitAllocsAttached(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	detached, attached := newAdmitFixture(), newAdmitFixture()
+	detached, attached := observetest.NewAdmitFixture(), observetest.NewAdmitFixture()
 	attach(t, attached)
-	dc, ac := admitCases(detached), admitCases(attached)
+	dc, ac := observetest.AdmitCases(detached), observetest.AdmitCases(attached)
 	for i := range dc {
-		d := testing.AllocsPerRun(1000, dc[i].run)
-		a := testing.AllocsPerRun(1000, ac[i].run)
-		if a != d || d != dc[i].allocs {
-			t.Errorf("%s: %v allocations attached, %v detached; want %v", dc[i].name, a, d, dc[i].allocs)
+		d := testing.AllocsPerRun(1000, dc[i].Run)
+		a := testing.AllocsPerRun(1000, ac[i].Run)
+		if a != d || d != dc[i].Allocs {
+			t.Errorf("%s: %v allocations attached, %v detached; want %v", dc[i].Name, a, d, dc[i].Allocs)
 		}
 	}
 }
@@ -49,43 +50,22 @@ func TestAdmitAllocsAttached(t *testing.T) {
 // BenchmarkAdmit: every policy's admit case, detached and attached (added
 // to a Metrics that has collected once).
 func BenchmarkAdmit(b *testing.B) {
-	detached, attached := newAdmitFixture(), newAdmitFixture()
+	detached, attached := observetest.NewAdmitFixture(), observetest.NewAdmitFixture()
 	attach(b, attached)
-	dc, ac := admitCases(detached), admitCases(attached)
+	dc, ac := observetest.AdmitCases(detached), observetest.AdmitCases(attached)
 	for i := range dc {
-		b.Run(dc[i].name+"/detached", func(b *testing.B) {
+		b.Run(dc[i].Name+"/detached", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				dc[i].run()
+				dc[i].Run()
 			}
 		})
-		b.Run(ac[i].name+"/attached", func(b *testing.B) {
+		b.Run(ac[i].Name+"/attached", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				ac[i].run()
+				ac[i].Run()
 			}
 		})
-	}
-}
-
-// manyInstances adds n named instances to m, a breaker, a rate limiter and
-// a bulkhead in turn (their Stats are the costliest and the most common).
-func manyInstances(t testing.TB, n int, add func(name string, inst any) error) {
-	t.Helper()
-	for i := range n {
-		f := newAdmitFixture()
-		var inst any
-		switch i % 3 {
-		case 0:
-			inst = f.breaker
-		case 1:
-			inst = f.limiter
-		default:
-			inst = f.bulkhead
-		}
-		if err := add(fmt.Sprintf("instance-%04d", i), inst); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
@@ -94,7 +74,7 @@ func manyInstances(t testing.TB, n int, add func(name string, inst any) error) {
 // 2,004 state series would exceed).
 func BenchmarkCollect(b *testing.B) {
 	m, r := newMetrics(b, sdkmetric.WithCardinalityLimit(0))
-	manyInstances(b, 1000, m.Add)
+	observetest.ManyInstances(b, 1000, m.Add)
 	var rm metricdata.ResourceMetrics
 	b.ReportAllocs()
 	for b.Loop() {
@@ -135,25 +115,25 @@ func (s *syncSource) set(name string, inst any) {
 // and in a Source; once the calls are done, a collection reads exactly the
 // instances' Stats.
 func TestCollectionRacesCallsAndAddRemove(t *testing.T) {
-	f := newAdmitFixture()
+	f := observetest.NewAdmitFixture()
 	m, r := attach(t, f)
 	src := &syncSource{insts: map[string]any{}}
 	m.AddSource(src)
 	var wg sync.WaitGroup
-	for _, c := range admitCases(f) {
+	for _, c := range observetest.AdmitCases(f) {
 		wg.Go(func() {
 			for range 200 {
-				c.run()
+				c.Run()
 			}
 		})
 	}
 	wg.Go(func() {
 		for i := range 100 {
-			g := newAdmitFixture()
+			g := observetest.NewAdmitFixture()
 			name := fmt.Sprintf("dyn-%d", i%4)
 			m.Remove(name)
-			_ = m.Add(name, g.breaker)
-			src.set(name, g.limiter)
+			_ = m.Add(name, g.Breaker)
+			src.set(name, g.Limiter)
 			if i%3 == 0 {
 				src.set(name, nil)
 			}
@@ -170,11 +150,11 @@ func TestCollectionRacesCallsAndAddRemove(t *testing.T) {
 	wg.Wait()
 	got := collect(t, r)
 	checks := map[string]float64{
-		"rampart.ratelimit.rate|login":       f.limiter.Stats().Rate,
+		"rampart.ratelimit.rate|login":       f.Limiter.Stats().Rate,
 		"rampart.bulkhead.in_flight|db":      0,
-		"rampart.bulkhead.max|db":            float64(f.bulkhead.Stats().Max),
+		"rampart.bulkhead.max|db":            float64(f.Bulkhead.Stats().Max),
 		"rampart.retry.retries|fetch":        0,
-		"rampart.chaos.calls|faults":         float64(f.chaos.Stats().Calls),
+		"rampart.chaos.calls|faults":         float64(f.Chaos.Stats().Calls),
 		"rampart.adaptive.in_flight|backend": 0,
 	}
 	for k, v := range checks {
@@ -200,8 +180,8 @@ func TestReadersCollectConcurrently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newAdmitFixture()
-	for name, inst := range f.instances() {
+	f := observetest.NewAdmitFixture()
+	for name, inst := range f.Instances() {
 		if err := m.Add(name, inst); err != nil {
 			t.Fatal(err)
 		}

@@ -17,8 +17,8 @@
 //	m.AddSource(registry) // a *registry.Registry, or any Source
 //
 // The scheme (names, kinds, units, attributes, and the Stats field each
-// metric reads) is in docs/observability.md, one table of every metric,
-// checked against the code by a test. In short: names are
+// metric reads) is package observe's, shared with package rampartprom;
+// docs/observability.md has one table of every metric, generated from it. In short: names are
 // rampart.<package>.<stat> (rampart.circuitbreaker.rejected,
 // rampart.bulkhead.in_flight); every series has the attribute
 // rampart.name, the instance's name; counts since creation are

@@ -4,8 +4,30 @@ import (
 	"context"
 
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/observe"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+)
+
+// Source is a set of named instances read at every collection, such as a
+// *registry.Registry (see observe.Source: unknown types and panics are
+// skipped and counted as rampart.skipped_instances, a name that is not
+// valid UTF-8 is repaired).
+type Source = observe.Source
+
+// ErrUnsupported is returned by Add for an instance whose type the scheme
+// does not know (see the package doc for the types it does).
+var ErrUnsupported = observe.ErrUnsupported
+
+// ErrDuplicateName is returned by Add for a name already added for an
+// instance of the same kind family.
+var ErrDuplicateName = observe.ErrDuplicateName
+
+// Attribute names of the metrics, shared with the trace events.
+const (
+	attrName   = observe.AttrName
+	attrState  = observe.AttrState
+	attrPolicy = observe.AttrPolicy
 )
 
 // Config configures [New]. The zero value is valid.
@@ -26,8 +48,8 @@ type Config struct {
 // [Metrics.AddSource]. Its methods are safe for concurrent use, and with a
 // collection.
 type Metrics struct {
-	set  *set
-	inst map[*kindSpec][]metric.Float64Observable
+	set  *observe.Set
+	inst map[*observe.Type][]metric.Float64Observable
 	skip metric.Float64ObservableGauge
 	reg  metric.Registration
 
@@ -40,8 +62,8 @@ type Metrics struct {
 // kept while a collection sees the name.
 type nameAttrs struct {
 	name   attribute.Set
-	states [len(breakerStates)]attribute.Set
-	extra  map[*metricSpec]attribute.Set // the series of a metric with an attribute of its own (ms.attr), built at its first collection
+	states [len(observe.BreakerStates)]attribute.Set
+	extra  map[*observe.Metric]attribute.Set // the series of a metric with an attribute of its own (ms.attr), built at its first collection
 	gen    uint64
 }
 
@@ -53,13 +75,14 @@ func New(meter metric.Meter, cfg Config) (*Metrics, error) {
 	if meter == nil {
 		return nil, rampart.NewConfigError("rampartotel", "meter", "must not be nil")
 	}
-	m := &Metrics{set: newSet(cfg.Ticker), inst: map[*kindSpec][]metric.Float64Observable{}, attrs: map[string]*nameAttrs{}}
+	m := &Metrics{set: observe.NewSet(cfg.Ticker), inst: map[*observe.Type][]metric.Float64Observable{}, attrs: map[string]*nameAttrs{}}
 	byName := map[string]metric.Float64Observable{}
 	var all []metric.Observable
-	for _, k := range kinds {
-		obs := make([]metric.Float64Observable, len(k.metrics))
-		for i, ms := range k.metrics {
-			if o, ok := byName[ms.name]; ok {
+	for _, k := range observe.Types() {
+		obs := make([]metric.Float64Observable, len(k.Metrics))
+		for i := range k.Metrics {
+			ms := &k.Metrics[i]
+			if o, ok := byName[ms.Name]; ok {
 				obs[i] = o
 				continue
 			}
@@ -67,12 +90,13 @@ func New(meter metric.Meter, cfg Config) (*Metrics, error) {
 			if err != nil {
 				return nil, err
 			}
-			byName[ms.name], obs[i] = o, o
+			byName[ms.Name], obs[i] = o, o
 			all = append(all, o)
 		}
 		m.inst[k] = obs
 	}
-	skip, err := meter.Float64ObservableGauge(skippedMetric.name, metric.WithUnit(skippedMetric.unit), metric.WithDescription(skippedMetric.desc))
+	sk := &observe.SkippedMetric
+	skip, err := meter.Float64ObservableGauge(sk.Name, metric.WithUnit(sk.Unit), metric.WithDescription(sk.Description))
 	if err != nil {
 		return nil, err
 	}
@@ -85,11 +109,11 @@ func New(meter metric.Meter, cfg Config) (*Metrics, error) {
 	return m, nil
 }
 
-func instrument(meter metric.Meter, ms metricSpec) (metric.Float64Observable, error) {
-	if ms.kind == counter {
-		return meter.Float64ObservableCounter(ms.name, metric.WithUnit(ms.unit), metric.WithDescription(ms.desc))
+func instrument(meter metric.Meter, ms *observe.Metric) (metric.Float64Observable, error) {
+	if ms.Kind == observe.Counter {
+		return meter.Float64ObservableCounter(ms.Name, metric.WithUnit(ms.Unit), metric.WithDescription(ms.Description))
 	}
-	return meter.Float64ObservableGauge(ms.name, metric.WithUnit(ms.unit), metric.WithDescription(ms.desc))
+	return meter.Float64ObservableGauge(ms.Name, metric.WithUnit(ms.Unit), metric.WithDescription(ms.Description))
 }
 
 // Add collects inst under name from the next collection on. It returns an
@@ -99,33 +123,33 @@ func instrument(meter metric.Meter, ms metricSpec) (metric.Float64Observable, er
 // one wrapping [ErrDuplicateName] if name is already added for an instance
 // of the same family (the ratelimit types form one family, as they share
 // metric names).
-func (m *Metrics) Add(name string, inst any) error { return m.set.add(name, inst) }
+func (m *Metrics) Add(name string, inst any) error { return m.set.Add(name, inst) }
 
 // Remove stops collecting the instances added under name.
-func (m *Metrics) Remove(name string) { m.set.remove(name) }
+func (m *Metrics) Remove(name string) { m.set.Remove(name) }
 
 // AddSource collects every instance src holds, at every collection. An
 // instance added by name wins over a Source's of the same family and name.
-func (m *Metrics) AddSource(src Source) { m.set.addSource(src) }
+func (m *Metrics) AddSource(src Source) { m.set.AddSource(src) }
 
 // Close unregisters the callback: the instruments report nothing more.
 func (m *Metrics) Close() error { return m.reg.Unregister() }
 
 func (m *Metrics) callback(_ context.Context, o metric.Observer) error {
-	m.set.collect(&observation{m: m, o: o})
+	m.set.Collect(&observation{m: m, o: o})
 	return nil
 }
 
-// observation is one collection's emitter.
+// observation is one collection's observe.Emitter.
 type observation struct {
 	m   *Metrics
 	o   metric.Observer
 	gen uint64
 }
 
-// begin numbers the collection (m.gen is read and written under the
+// Begin numbers the collection (m.gen is read and written under the
 // set's lock only: readers may collect concurrently).
-func (ob *observation) begin() {
+func (ob *observation) Begin() {
 	ob.m.gen++
 	ob.gen = ob.m.gen
 }
@@ -133,8 +157,8 @@ func (ob *observation) begin() {
 func (ob *observation) attrsOf(name string) *nameAttrs {
 	a := ob.m.attrs[name]
 	if a == nil {
-		a = &nameAttrs{name: attribute.NewSet(attribute.String(attrName, name)), extra: map[*metricSpec]attribute.Set{}}
-		for i, st := range breakerStates {
+		a = &nameAttrs{name: attribute.NewSet(attribute.String(attrName, name)), extra: map[*observe.Metric]attribute.Set{}}
+		for i, st := range observe.BreakerStates {
 			a.states[i] = attribute.NewSet(attribute.String(attrName, name), attribute.String(attrState, st.String()))
 		}
 		ob.m.attrs[name] = a
@@ -143,22 +167,23 @@ func (ob *observation) attrsOf(name string) *nameAttrs {
 	return a
 }
 
-func (ob *observation) instance(name string, spec *kindSpec, v []float64) {
+// Instance observes the values of one instance.
+func (ob *observation) Instance(name string, spec *observe.Type, v []float64) {
 	a := ob.attrsOf(name)
 	obs := ob.m.inst[spec]
-	for i := range spec.metrics {
-		ms := &spec.metrics[i]
-		if ms.attr != "" {
+	for i := range spec.Metrics {
+		ms := &spec.Metrics[i]
+		if ms.Attr != "" {
 			set, ok := a.extra[ms]
 			if !ok {
-				set = attribute.NewSet(attribute.String(attrName, name), attribute.String(ms.attr, ms.value))
+				set = attribute.NewSet(attribute.String(attrName, name), attribute.String(ms.Attr, ms.Value))
 				a.extra[ms] = set
 			}
 			ob.o.ObserveFloat64(obs[i], v[i], metric.WithAttributeSet(set))
 			continue
 		}
-		if ms.states {
-			for st := range breakerStates {
+		if ms.States {
+			for st := range observe.BreakerStates {
 				x := 0.0
 				if int(v[i]) == st {
 					x = 1
@@ -171,14 +196,16 @@ func (ob *observation) instance(name string, spec *kindSpec, v []float64) {
 	}
 }
 
-var reasonSets = func() (s [nSkipReasons]attribute.Set) {
-	for i, r := range skipReasons {
-		s[i] = attribute.NewSet(attribute.String(attrReason, r))
+var reasonSets = func() (s [observe.NumSkipReasons]attribute.Set) {
+	for i, r := range observe.SkipReasons {
+		s[i] = attribute.NewSet(attribute.String(observe.AttrReason, r))
 	}
 	return s
 }()
 
-func (ob *observation) skipped(counts *[nSkipReasons]int) {
+// Skipped observes rampart.skipped_instances and forgets the names this
+// collection did not see.
+func (ob *observation) Skipped(counts *[observe.NumSkipReasons]int) {
 	for i, n := range counts {
 		ob.o.ObserveFloat64(ob.m.skip, float64(n), metric.WithAttributeSet(reasonSets[i]))
 	}

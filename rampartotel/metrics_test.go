@@ -11,6 +11,8 @@ import (
 
 	"github.com/rampart-go/rampart"
 	"github.com/rampart-go/rampart/circuitbreaker"
+	"github.com/rampart-go/rampart/observe"
+	"github.com/rampart-go/rampart/observe/observetest"
 	"github.com/rampart-go/rampart/pipeline"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -19,7 +21,7 @@ import (
 
 // point is one collected series.
 type point struct {
-	kind  metricKind
+	kind  observe.Kind
 	unit  string
 	value float64
 }
@@ -34,30 +36,30 @@ func collect(t testing.TB, r *sdkmetric.ManualReader) map[string]point {
 	out := map[string]point{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			var kind metricKind
+			var kind observe.Kind
 			var dps []metricdata.DataPoint[float64]
 			switch d := m.Data.(type) {
 			case metricdata.Gauge[float64]:
-				kind, dps = gauge, d.DataPoints
+				kind, dps = observe.Gauge, d.DataPoints
 			case metricdata.Sum[float64]:
 				if !d.IsMonotonic || d.Temporality != metricdata.CumulativeTemporality {
 					t.Errorf("%s: a sum that is not a cumulative monotonic counter", m.Name)
 				}
-				kind, dps = counter, d.DataPoints
+				kind, dps = observe.Counter, d.DataPoints
 			default:
 				t.Fatalf("%s: unexpected data %T", m.Name, m.Data)
 			}
 			for _, dp := range dps {
-				name, _ := dp.Attributes.Value(attribute.Key(attrName))
-				state, _ := dp.Attributes.Value(attribute.Key(attrState))
-				reason, _ := dp.Attributes.Value(attribute.Key(attrReason))
+				name, _ := dp.Attributes.Value(attribute.Key(observe.AttrName))
+				state, _ := dp.Attributes.Value(attribute.Key(observe.AttrState))
+				reason, _ := dp.Attributes.Value(attribute.Key(observe.AttrReason))
 				other := state.AsString()
-				for _, a := range extraAttrs {
+				for _, a := range observe.ExtraAttrs {
 					if v, ok := dp.Attributes.Value(attribute.Key(a)); ok {
 						other = v.AsString()
 					}
 				}
-				k := seriesKeyOf(m.Name, name.AsString(), other)
+				k := observetest.SeriesKey(m.Name, name.AsString(), other)
 				if reason.AsString() != "" {
 					k = m.Name + "|" + reason.AsString()
 				}
@@ -73,10 +75,17 @@ func collect(t testing.TB, r *sdkmetric.ManualReader) map[string]point {
 
 func newMetrics(t testing.TB, opts ...sdkmetric.Option) (*Metrics, *sdkmetric.ManualReader) {
 	t.Helper()
+	return newMetricsOf(t, Config{}, opts...)
+}
+
+// newMetricsOf returns a Metrics of cfg on a new MeterProvider, and its
+// reader.
+func newMetricsOf(t testing.TB, cfg Config, opts ...sdkmetric.Option) (*Metrics, *sdkmetric.ManualReader) {
+	t.Helper()
 	r := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(append(opts, sdkmetric.WithReader(r))...)
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	m, err := New(mp.Meter("github.com/rampart-go/rampart/rampartotel"), Config{})
+	m, err := New(mp.Meter("github.com/rampart-go/rampart/rampartotel"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,35 +96,34 @@ func newMetrics(t testing.TB, opts ...sdkmetric.Option) (*Metrics, *sdkmetric.Ma
 // series of the scheme, for one instance of every kind, has the value the
 // calls imply, the scheme's kind and unit, and no other series exists.
 func TestEveryInstrumentAfterAKnownSequence(t *testing.T) {
-	f := newFixture(t)
-	m, r := newMetrics(t)
-	m.set.tk = f.tk // the ratio budget's window ends at the fixture's clock
-	for name, inst := range f.instances() {
+	f := observetest.NewFixture(t)
+	m, r := newMetricsOf(t, Config{Ticker: f.Ticker}) // the ratio budget's window ends at the fixture's clock
+	for name, inst := range f.Instances() {
 		if err := m.Add(name, inst); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f.drive(t)
+	f.Drive(t)
 	got := collect(t, r)
 	expected := map[string]point{}
-	for name, inst := range f.instances() {
-		spec, _ := specOf(inst)
-		for _, ms := range spec.metrics {
-			if ms.states {
-				for _, st := range breakerStates {
-					k := seriesKeyOf(ms.name, name, st.String())
-					expected[k] = point{ms.kind, ms.unit, want[k]}
+	for name, inst := range f.Instances() {
+		spec, _ := observe.TypeOf(inst)
+		for _, ms := range spec.Metrics {
+			if ms.States {
+				for _, st := range observe.BreakerStates {
+					k := observetest.SeriesKey(ms.Name, name, st.String())
+					expected[k] = point{ms.Kind, ms.Unit, observetest.Want[k]}
 				}
 				continue
 			}
-			k := seriesKeyOf(ms.name, name, ms.value)
-			expected[k] = point{ms.kind, ms.unit, want[k]}
+			k := observetest.SeriesKey(ms.Name, name, ms.Value)
+			expected[k] = point{ms.Kind, ms.Unit, observetest.Want[k]}
 		}
 	}
-	for _, reason := range skipReasons {
-		expected[skippedMetric.name+"|"+reason] = point{gauge, skippedMetric.unit, 0}
+	for _, reason := range observe.SkipReasons {
+		expected[observe.SkippedMetric.Name+"|"+reason] = point{observe.Gauge, observe.SkippedMetric.Unit, 0}
 	}
-	for k := range want {
+	for k := range observetest.Want {
 		if _, ok := expected[k]; !ok {
 			t.Errorf("want lists %s, which is no series of the scheme", k)
 		}
@@ -165,15 +173,15 @@ func (s *fakeSource) Range(f func(string, any) bool) {
 // skipped and counted by reason; an instance added by name and held by the
 // Source too is collected once and is no duplicate.
 func TestSourceSkipsUnknownAndDuplicateInstances(t *testing.T) {
-	f := newFixture(t)
+	f := observetest.NewFixture(t)
 	m, r := newMetrics(t)
-	if err := m.Add("login", f.limiter); err != nil {
+	if err := m.Add("login", f.Limiter); err != nil {
 		t.Fatal(err)
 	}
-	f.drive(t)
+	f.Drive(t)
 	src := &fakeSource{
 		names: []string{"api", "login", "login", "weird", "api", "tenant", "pipe"},
-		insts: []any{f.breaker, f.limiter, f.sharded, struct{}{}, f.breaker, f.keyed, newPipeline(t)},
+		insts: []any{f.Breaker, f.Limiter, f.Sharded, struct{}{}, f.Breaker, f.Keyed, newPipeline(t)},
 	}
 	m.AddSource(src)
 	got := collect(t, r)
@@ -201,15 +209,15 @@ func TestSourceSkipsUnknownAndDuplicateInstances(t *testing.T) {
 // instance, an unknown type, a pipeline, and a name taken in the same
 // family; the same name in another family is accepted.
 func TestAddRefusesWhatItCannotCollect(t *testing.T) {
-	f := newFixture(t)
+	f := observetest.NewFixture(t)
 	m, _ := newMetrics(t)
-	if err := m.Add("", f.breaker); err == nil {
+	if err := m.Add("", f.Breaker); err == nil {
 		t.Error("empty name accepted")
 	}
 	if err := m.Add("x", nil); err == nil {
 		t.Error("nil accepted")
 	}
-	if err := m.Add("x", f.breaker); err != nil {
+	if err := m.Add("x", f.Breaker); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -218,16 +226,16 @@ func TestAddRefusesWhatItCannotCollect(t *testing.T) {
 	}{
 		{struct{}{}, ErrUnsupported},
 		{newPipeline(t), ErrUnsupported},
-		{f.breaker, ErrDuplicateName},
+		{f.Breaker, ErrDuplicateName},
 	} {
 		if err := m.Add("x", tc.inst); !errors.Is(err, tc.want) {
 			t.Errorf("Add(%T) = %v, want %v", tc.inst, err, tc.want)
 		}
 	}
-	if err := m.Add("x", f.limiter); err != nil {
+	if err := m.Add("x", f.Limiter); err != nil {
 		t.Errorf("Add of another family under a taken name: %v", err)
 	}
-	if err := m.Add("x", f.keyed); !errors.Is(err, ErrDuplicateName) {
+	if err := m.Add("x", f.Keyed); !errors.Is(err, ErrDuplicateName) {
 		t.Errorf("Add of a *Keyed where a *Limiter has the name: %v, want ErrDuplicateName", err)
 	}
 }
@@ -242,7 +250,7 @@ func TestNewRefusesANilMeter(t *testing.T) {
 // newPipeline returns a pipeline of one breaker.
 func newPipeline(t testing.TB) *pipeline.Pipeline {
 	t.Helper()
-	return must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{}))}))
+	return observetest.Must(pipeline.New(pipeline.Config{Breaker: observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))}))
 }
 
 // TestAddTakesCountingPipelinesAndFallbacksOfAnyType: a pipeline built
@@ -250,17 +258,17 @@ func newPipeline(t testing.TB) *pipeline.Pipeline {
 // (through its Stats method); a typed nil Fallback is refused as nil.
 func TestAddTakesCountingPipelinesAndFallbacksOfAnyType(t *testing.T) {
 	m, _ := newMetrics(t)
-	p := must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{})), CountStats: true}))
+	p := observetest.Must(pipeline.New(pipeline.Config{Breaker: observetest.Must(circuitbreaker.New(circuitbreaker.Config{})), CountStats: true}))
 	if err := m.Add("p", p); err != nil {
 		t.Fatalf("Add(counting pipeline): %v", err)
 	}
 	s := "stale"
-	fs := must(pipeline.NewFallback(pipeline.FallbackConfig[string]{Pipeline: p, Value: &s}))
+	fs := observetest.Must(pipeline.NewFallback(pipeline.FallbackConfig[string]{Pipeline: p, Value: &s}))
 	if err := m.Add("p", fs); err != nil {
 		t.Fatalf("Add(*Fallback[string]): %v", err)
 	}
 	type reply struct{ n int }
-	fr := must(pipeline.NewFallback(pipeline.FallbackConfig[reply]{Pipeline: p, Value: &reply{}}))
+	fr := observetest.Must(pipeline.NewFallback(pipeline.FallbackConfig[reply]{Pipeline: p, Value: &reply{}}))
 	if err := m.Add("q", fr); err != nil {
 		t.Fatalf("Add(*Fallback[reply]): %v", err)
 	}
@@ -291,12 +299,12 @@ func TestPanicsOfASourceOrAStatsNeverLeaveACollection(t *testing.T) {
 	if err := m.Add("own", &panickingStats{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Add("good", must(circuitbreaker.New(circuitbreaker.Config{}))); err != nil {
+	if err := m.Add("good", observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))); err != nil {
 		t.Fatal(err)
 	}
 	m.AddSource(panickingSource{})
 	m.AddSource(&fakeSource{names: []string{"bad", "after"},
-		insts: []any{&panickingStats{}, must(circuitbreaker.New(circuitbreaker.Config{}))}})
+		insts: []any{&panickingStats{}, observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))}})
 	defer func() {
 		if p := recover(); p != nil {
 			t.Fatalf("Collect panicked: %v", p)
@@ -325,10 +333,10 @@ func TestPanicsOfASourceOrAStatsNeverLeaveACollection(t *testing.T) {
 // bytes.
 func TestNamesAreValidUTF8(t *testing.T) {
 	m, r := newMetrics(t)
-	if err := m.Add("bad\xff", must(circuitbreaker.New(circuitbreaker.Config{}))); err == nil {
+	if err := m.Add("bad\xff", observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))); err == nil {
 		t.Error("Add accepted a name that is not valid UTF-8")
 	}
-	m.AddSource(&fakeSource{names: []string{"src\xff"}, insts: []any{must(circuitbreaker.New(circuitbreaker.Config{}))}})
+	m.AddSource(&fakeSource{names: []string{"src\xff"}, insts: []any{observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))}})
 	got := collect(t, r)
 	if _, ok := got["rampart.circuitbreaker.rejected|src\uFFFD"]; !ok {
 		t.Error(`"src\uFFFD" not collected`)

@@ -12,7 +12,7 @@ import (
 )
 
 // Span event names and attributes (see the package doc, Tracing); the
-// policy's, attrPolicy, is the metrics' (spec.go).
+// policy's, attrPolicy, is the metrics' (package observe).
 const (
 	// EventRejected is the span event of a call a policy refused.
 	EventRejected = "rampart.rejected"

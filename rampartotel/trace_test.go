@@ -3,6 +3,7 @@ package rampartotel
 import (
 	"context"
 	"errors"
+	"github.com/rampart-go/rampart/observe/observetest"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -21,12 +22,16 @@ import (
 
 // limitedPipeline is a pipeline of a rate limit of one call per second
 // (burst 1) and a 1 s soft timeout (judged by tk alone), on tk.
+
+// errBoom is the error of the functions that fail.
+var errBoom = errors.New("boom")
+
 func limitedPipeline(t testing.TB, tk rampart.Ticker) *pipeline.Pipeline {
 	t.Helper()
-	return must(pipeline.New(pipeline.Config{
+	return observetest.Must(pipeline.New(pipeline.Config{
 		Ticker:    tk,
-		RateLimit: must(ratelimit.New(ratelimit.Config{Name: "rl", Ticker: tk, Rate: 1, Burst: 1})),
-		Timeout:   must(timeout.New(timeout.Config{Name: "to", Ticker: tk, Duration: time.Second, Mode: timeout.ModeSoft})),
+		RateLimit: observetest.Must(ratelimit.New(ratelimit.Config{Name: "rl", Ticker: tk, Rate: 1, Burst: 1})),
+		Timeout:   observetest.Must(timeout.New(timeout.Config{Name: "to", Ticker: tk, Duration: time.Second, Mode: timeout.ModeSoft})),
 	}))
 }
 
@@ -96,10 +101,10 @@ func TestDoAddsASpanEventOnRejectionAndTimeout(t *testing.T) {
 // successful probe, on tk.
 func breakerPipeline(t testing.TB, tk rampart.Ticker, failures int) (*pipeline.Pipeline, *circuitbreaker.Breaker) {
 	t.Helper()
-	cb := must(circuitbreaker.New(circuitbreaker.Config{Name: "payments", Ticker: tk,
+	cb := observetest.Must(circuitbreaker.New(circuitbreaker.Config{Name: "payments", Ticker: tk,
 		Mode: circuitbreaker.Consecutive, ConsecutiveFailures: failures,
 		OpenDuration: time.Second, HalfOpenProbes: 1, HalfOpenSuccesses: 1}))
-	return must(pipeline.New(pipeline.Config{Ticker: tk, Breaker: cb})), cb
+	return observetest.Must(pipeline.New(pipeline.Config{Ticker: tk, Breaker: cb})), cb
 }
 
 func eventNames(evs []sdktrace.Event) []string {
@@ -159,10 +164,10 @@ func TestDoAddsTheBreakerTransitionToTheSpanOfTheCallThatMadeIt(t *testing.T) {
 // rampart.timed_out.
 func TestTryAddsTheTransitionBeforeTheOutcomeEvent(t *testing.T) {
 	tk := rampart.NewManualTicker(1e12)
-	cb := must(circuitbreaker.New(circuitbreaker.Config{Name: "payments", Ticker: tk,
+	cb := observetest.Must(circuitbreaker.New(circuitbreaker.Config{Name: "payments", Ticker: tk,
 		Mode: circuitbreaker.Consecutive, ConsecutiveFailures: 1}))
-	p := must(pipeline.New(pipeline.Config{Ticker: tk, Breaker: cb,
-		Timeout: must(timeout.New(timeout.Config{Ticker: tk, Duration: time.Second, Mode: timeout.ModeSoft}))}))
+	p := observetest.Must(pipeline.New(pipeline.Config{Ticker: tk, Breaker: cb,
+		Timeout: observetest.Must(timeout.New(timeout.Config{Ticker: tk, Duration: time.Second, Mode: timeout.ModeSoft}))}))
 	ctx, events := recordingSpan(t)
 	o := Try(ctx, p, func(context.Context) error { tk.Advance(2 * time.Second); return nil })
 	if o.Code != pipeline.TimedOut {
@@ -227,9 +232,9 @@ func TestATransitionByAnotherCallDuringThisOneIsAttributedToIt(t *testing.T) {
 func TestDoAddsTheShedderTransitionToTheCallThatSampledIt(t *testing.T) {
 	tk := rampart.NewManualTicker(1e12)
 	var latency time.Duration
-	sh := must(shed.New(shed.Config{Name: "cpu", Ticker: tk, SampleInterval: time.Millisecond,
+	sh := observetest.Must(shed.New(shed.Config{Name: "cpu", Ticker: tk, SampleInterval: time.Millisecond,
 		Source: shed.SourceFunc(func(_ int64, s *shed.Signals) { s.SchedLatency, s.CPU, s.Runnable = latency, -1, -1 })}))
-	p := must(pipeline.New(pipeline.Config{Ticker: tk, Shed: sh}))
+	p := observetest.Must(pipeline.New(pipeline.Config{Ticker: tk, Shed: sh}))
 	ok := func(context.Context) error { return nil }
 	for i, tc := range []struct {
 		latency time.Duration
@@ -288,8 +293,8 @@ func TestDoAllocs(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	tk := rampart.NewManualTicker(1e12)
-	p := must(pipeline.New(pipeline.Config{Ticker: tk,
-		RateLimit: must(ratelimit.New(ratelimit.Config{Ticker: tk, Rate: 1, Burst: 1}))}))
+	p := observetest.Must(pipeline.New(pipeline.Config{Ticker: tk,
+		RateLimit: observetest.Must(ratelimit.New(ratelimit.Config{Ticker: tk, Rate: 1, Burst: 1}))}))
 	ctx := context.Background()
 	calls := 0
 	ok := testing.AllocsPerRun(100, func() {

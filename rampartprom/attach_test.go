@@ -3,6 +3,7 @@ package rampartprom
 import (
 	"bytes"
 	"fmt"
+	"github.com/rampart-go/rampart/observe/observetest"
 	"sync"
 	"testing"
 
@@ -12,12 +13,12 @@ import (
 
 // attach adds every instance of f to a new registered Collector and
 // gathers once.
-func attach(t testing.TB, f *fixture) (*Collector, *prometheus.Registry) {
+func attach(t testing.TB, f *observetest.Fixture) (*Collector, *prometheus.Registry) {
 	t.Helper()
 	c := NewCollector(Config{})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
-	for name, inst := range f.instances() {
+	for name, inst := range f.Instances() {
 		if err := c.Add(name, inst); err != nil {
 			t.Fatal(err)
 		}
@@ -36,14 +37,14 @@ func TestAdmitAllocsAttached(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	detached, attached := newAdmitFixture(), newAdmitFixture()
+	detached, attached := observetest.NewAdmitFixture(), observetest.NewAdmitFixture()
 	attach(t, attached)
-	dc, ac := admitCases(detached), admitCases(attached)
+	dc, ac := observetest.AdmitCases(detached), observetest.AdmitCases(attached)
 	for i := range dc {
-		d := testing.AllocsPerRun(1000, dc[i].run)
-		a := testing.AllocsPerRun(1000, ac[i].run)
-		if a != d || d != dc[i].allocs {
-			t.Errorf("%s: %v allocations attached, %v detached; want %v", dc[i].name, a, d, dc[i].allocs)
+		d := testing.AllocsPerRun(1000, dc[i].Run)
+		a := testing.AllocsPerRun(1000, ac[i].Run)
+		if a != d || d != dc[i].Allocs {
+			t.Errorf("%s: %v allocations attached, %v detached; want %v", dc[i].Name, a, d, dc[i].Allocs)
 		}
 	}
 }
@@ -51,43 +52,22 @@ func TestAdmitAllocsAttached(t *testing.T) {
 // BenchmarkAdmit: every policy's admit case, detached and attached (added
 // to a registered Collector that has been scraped once).
 func BenchmarkAdmit(b *testing.B) {
-	detached, attached := newAdmitFixture(), newAdmitFixture()
+	detached, attached := observetest.NewAdmitFixture(), observetest.NewAdmitFixture()
 	attach(b, attached)
-	dc, ac := admitCases(detached), admitCases(attached)
+	dc, ac := observetest.AdmitCases(detached), observetest.AdmitCases(attached)
 	for i := range dc {
-		b.Run(dc[i].name+"/detached", func(b *testing.B) {
+		b.Run(dc[i].Name+"/detached", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				dc[i].run()
+				dc[i].Run()
 			}
 		})
-		b.Run(ac[i].name+"/attached", func(b *testing.B) {
+		b.Run(ac[i].Name+"/attached", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				ac[i].run()
+				ac[i].Run()
 			}
 		})
-	}
-}
-
-// manyInstances adds n named instances, a breaker, a rate limiter and a
-// bulkhead in turn.
-func manyInstances(t testing.TB, n int, add func(name string, inst any) error) {
-	t.Helper()
-	for i := range n {
-		f := newAdmitFixture()
-		var inst any
-		switch i % 3 {
-		case 0:
-			inst = f.breaker
-		case 1:
-			inst = f.limiter
-		default:
-			inst = f.bulkhead
-		}
-		if err := add(fmt.Sprintf("instance-%04d", i), inst); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
@@ -98,7 +78,7 @@ func BenchmarkCollect(b *testing.B) {
 	c := NewCollector(Config{})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
-	manyInstances(b, 1000, c.Add)
+	observetest.ManyInstances(b, 1000, c.Add)
 	b.Run("Gather", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -157,26 +137,26 @@ func (s *syncSource) set(name string, inst any) {
 // a Source, and every scrape succeeds (no duplicate series); once the
 // calls are done, a scrape reads exactly the instances' Stats.
 func TestCollectionRacesCallsAndAddRemove(t *testing.T) {
-	f := newAdmitFixture()
+	f := observetest.NewAdmitFixture()
 	c, reg := attach(t, f)
 	src := &syncSource{insts: map[string]any{}}
 	c.AddSource(src)
 	var wg sync.WaitGroup
-	for _, ac := range admitCases(f) {
+	for _, ac := range observetest.AdmitCases(f) {
 		wg.Go(func() {
 			for range 200 {
-				ac.run()
+				ac.Run()
 			}
 		})
 	}
 	wg.Go(func() {
 		for i := range 100 {
-			g := newAdmitFixture()
+			g := observetest.NewAdmitFixture()
 			name := fmt.Sprintf("dyn-%d", i%4)
 			c.Remove(name)
-			_ = c.Add(name, g.breaker)
-			src.set(name, g.limiter)
-			src.set(fmt.Sprintf("dyn-%d", (i+1)%4), g.breaker) // a duplicate of an added name, at times
+			_ = c.Add(name, g.Breaker)
+			src.set(name, g.Limiter)
+			src.set(fmt.Sprintf("dyn-%d", (i+1)%4), g.Breaker) // a duplicate of an added name, at times
 			if i%3 == 0 {
 				src.set(name, nil)
 			}
@@ -192,11 +172,11 @@ func TestCollectionRacesCallsAndAddRemove(t *testing.T) {
 	wg.Wait()
 	got := series(t, gather(t, reg))
 	checks := map[string]float64{
-		"rampart.ratelimit.rate|login":       f.limiter.Stats().Rate,
+		"rampart.ratelimit.rate|login":       f.Limiter.Stats().Rate,
 		"rampart.bulkhead.in_flight|db":      0,
-		"rampart.bulkhead.max|db":            float64(f.bulkhead.Stats().Max),
+		"rampart.bulkhead.max|db":            float64(f.Bulkhead.Stats().Max),
 		"rampart.retry.retries|fetch":        0,
-		"rampart.chaos.calls|faults":         float64(f.chaos.Stats().Calls),
+		"rampart.chaos.calls|faults":         float64(f.Chaos.Stats().Calls),
 		"rampart.adaptive.in_flight|backend": 0,
 	}
 	for k, v := range checks {
@@ -215,7 +195,7 @@ func TestCollectionRacesCallsAndAddRemove(t *testing.T) {
 // (each runs Collect, sharing the collector's cached label pairs) both
 // succeed and see every instance.
 func TestScrapesRunConcurrently(t *testing.T) {
-	f := newAdmitFixture()
+	f := observetest.NewAdmitFixture()
 	_, reg := attach(t, f)
 	var wg sync.WaitGroup
 	for range 2 {

@@ -4,7 +4,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rampart-go/rampart"
+	"github.com/rampart-go/rampart/observe"
 )
+
+// Source is a set of named instances read at every scrape, such as a
+// *registry.Registry (see observe.Source: unknown types and panics are
+// skipped and counted as rampart_skipped_instances, a name that is not
+// valid UTF-8 is repaired).
+type Source = observe.Source
+
+// ErrUnsupported is returned by Add for an instance whose type the scheme
+// does not know (see the package doc for the types it does).
+var ErrUnsupported = observe.ErrUnsupported
+
+// ErrDuplicateName is returned by Add for a name already added for an
+// instance of the same kind family.
+var ErrDuplicateName = observe.ErrDuplicateName
 
 // Config configures [NewCollector]. The zero value is valid.
 type Config struct {
@@ -24,8 +39,8 @@ type Config struct {
 // then give it instances with [Collector.Add] or [Collector.AddSource]. Its
 // methods are safe for concurrent use, and with a scrape.
 type Collector struct {
-	set   *set
-	descs map[*kindSpec][]*prometheus.Desc
+	set   *observe.Set
+	descs map[*observe.Type][]*prometheus.Desc
 	all   []*prometheus.Desc
 	skip  *prometheus.Desc
 
@@ -40,43 +55,44 @@ type Collector struct {
 // them.
 type nameLabels struct {
 	name   []*dto.LabelPair
-	states [len(breakerStates)][]*dto.LabelPair
-	extra  map[*metricSpec][]*dto.LabelPair // the series of a metric with an attribute of its own (ms.attr), built at its first scrape
+	states [len(observe.BreakerStates)][]*dto.LabelPair
+	extra  map[*observe.Metric][]*dto.LabelPair // the series of a metric with an attribute of its own (ms.attr), built at its first scrape
 	gen    uint64
 }
 
 // Label names: the OpenTelemetry attribute names, dots as underscores.
 var (
-	labelName   = promLabel(attrName)
-	labelState  = promLabel(attrState)
-	labelReason = promLabel(attrReason)
+	labelName   = observe.PromLabel(observe.AttrName)
+	labelState  = observe.PromLabel(observe.AttrState)
+	labelReason = observe.PromLabel(observe.AttrReason)
 )
 
 // NewCollector returns a collector of no instance yet.
 func NewCollector(cfg Config) *Collector {
-	c := &Collector{set: newSet(cfg.Ticker), descs: map[*kindSpec][]*prometheus.Desc{}, labels: map[string]*nameLabels{}}
+	c := &Collector{set: observe.NewSet(cfg.Ticker), descs: map[*observe.Type][]*prometheus.Desc{}, labels: map[string]*nameLabels{}}
 	byName := map[string]*prometheus.Desc{}
-	for _, k := range kinds {
-		ds := make([]*prometheus.Desc, len(k.metrics))
-		for i, ms := range k.metrics {
-			d, ok := byName[ms.name]
+	for _, k := range observe.Types() {
+		ds := make([]*prometheus.Desc, len(k.Metrics))
+		for i := range k.Metrics {
+			ms := &k.Metrics[i]
+			d, ok := byName[ms.Name]
 			if !ok {
 				labels := []string{labelName}
-				if ms.states {
+				if ms.States {
 					labels = append(labels, labelState)
 				}
-				if ms.attr != "" {
-					labels = append(labels, promLabel(ms.attr))
+				if ms.Attr != "" {
+					labels = append(labels, observe.PromLabel(ms.Attr))
 				}
-				d = prometheus.NewDesc(promName(ms), ms.desc, labels, nil)
-				byName[ms.name] = d
+				d = prometheus.NewDesc(observe.PromName(ms), ms.Description, labels, nil)
+				byName[ms.Name] = d
 				c.all = append(c.all, d)
 			}
 			ds[i] = d
 		}
 		c.descs[k] = ds
 	}
-	c.skip = prometheus.NewDesc(promName(skippedMetric), skippedMetric.desc, []string{labelReason}, nil)
+	c.skip = prometheus.NewDesc(observe.PromName(&observe.SkippedMetric), observe.SkippedMetric.Description, []string{labelReason}, nil)
 	c.all = append(c.all, c.skip)
 	return c
 }
@@ -88,14 +104,14 @@ func NewCollector(cfg Config) *Collector {
 // one wrapping [ErrDuplicateName] if name is already added for an instance
 // of the same family (the ratelimit types form one family, as they share
 // metric names).
-func (c *Collector) Add(name string, inst any) error { return c.set.add(name, inst) }
+func (c *Collector) Add(name string, inst any) error { return c.set.Add(name, inst) }
 
 // Remove stops collecting the instances added under name.
-func (c *Collector) Remove(name string) { c.set.remove(name) }
+func (c *Collector) Remove(name string) { c.set.Remove(name) }
 
 // AddSource collects every instance src holds, at every scrape. An
 // instance added by name wins over a Source's of the same family and name.
-func (c *Collector) AddSource(src Source) { c.set.addSource(src) }
+func (c *Collector) AddSource(src Source) { c.set.AddSource(src) }
 
 // Describe sends the descriptor of every metric of the scheme.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -106,10 +122,10 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads every instance's Stats and sends its metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.set.collect(&scrape{c: c, ch: ch})
+	c.set.Collect(&scrape{c: c, ch: ch})
 }
 
-// scrape is one Collect's emitter.
+// scrape is one Collect's observe.Emitter.
 type scrape struct {
 	c   *Collector
 	ch  chan<- prometheus.Metric
@@ -151,9 +167,9 @@ func newSample(desc *prometheus.Desc, labels []*dto.LabelPair, counter bool, val
 
 func pair(name, value string) *dto.LabelPair { return &dto.LabelPair{Name: &name, Value: &value} }
 
-// begin numbers the scrape (c.gen is read and written under the set's
+// Begin numbers the scrape (c.gen is read and written under the set's
 // lock only: scrapes may run concurrently).
-func (s *scrape) begin() {
+func (s *scrape) Begin() {
 	s.c.gen++
 	s.gen = s.c.gen
 }
@@ -162,8 +178,8 @@ func (s *scrape) labelsOf(name string) *nameLabels {
 	l := s.c.labels[name]
 	if l == nil {
 		np := pair(labelName, name)
-		l = &nameLabels{name: []*dto.LabelPair{np}, extra: map[*metricSpec][]*dto.LabelPair{}}
-		for i, st := range breakerStates {
+		l = &nameLabels{name: []*dto.LabelPair{np}, extra: map[*observe.Metric][]*dto.LabelPair{}}
+		for i, st := range observe.BreakerStates {
 			l.states[i] = []*dto.LabelPair{np, pair(labelState, st.String())} // sorted: rampart_name < rampart_state
 		}
 		s.c.labels[name] = l
@@ -172,13 +188,14 @@ func (s *scrape) labelsOf(name string) *nameLabels {
 	return l
 }
 
-func (s *scrape) instance(name string, spec *kindSpec, v []float64) {
+// Instance sends the samples of one instance.
+func (s *scrape) Instance(name string, spec *observe.Type, v []float64) {
 	l := s.labelsOf(name)
 	ds := s.c.descs[spec]
-	for i := range spec.metrics {
-		ms := &spec.metrics[i]
-		if ms.states {
-			for st := range breakerStates {
+	for i := range spec.Metrics {
+		ms := &spec.Metrics[i]
+		if ms.States {
+			for st := range observe.BreakerStates {
 				x := 0.0
 				if int(v[i]) == st {
 					x = 1
@@ -188,14 +205,14 @@ func (s *scrape) instance(name string, spec *kindSpec, v []float64) {
 			continue
 		}
 		lp := l.name
-		if ms.attr != "" {
+		if ms.Attr != "" {
 			lp = l.extra[ms]
 			if lp == nil {
-				lp = sortedPairs(l.name[0], pair(promLabel(ms.attr), ms.value))
+				lp = sortedPairs(l.name[0], pair(observe.PromLabel(ms.Attr), ms.Value))
 				l.extra[ms] = lp
 			}
 		}
-		s.ch <- newSample(ds[i], lp, ms.kind == counter, v[i])
+		s.ch <- newSample(ds[i], lp, ms.Kind == observe.Counter, v[i])
 	}
 }
 
@@ -208,9 +225,11 @@ func sortedPairs(a, b *dto.LabelPair) []*dto.LabelPair {
 	return []*dto.LabelPair{a, b}
 }
 
-func (s *scrape) skipped(counts *[nSkipReasons]int) {
+// Skipped sends rampart_skipped_instances and forgets the names this
+// scrape did not see.
+func (s *scrape) Skipped(counts *[observe.NumSkipReasons]int) {
 	for i, n := range counts {
-		s.ch <- prometheus.MustNewConstMetric(s.c.skip, prometheus.GaugeValue, float64(n), skipReasons[i])
+		s.ch <- prometheus.MustNewConstMetric(s.c.skip, prometheus.GaugeValue, float64(n), observe.SkipReasons[i])
 	}
 	// Forget the names this scrape did not see.
 	for name, l := range s.c.labels {

@@ -2,6 +2,8 @@ package rampartprom
 
 import (
 	"errors"
+	"github.com/rampart-go/rampart/observe"
+	"github.com/rampart-go/rampart/observe/observetest"
 	"io"
 	"math"
 	"net/http"
@@ -22,7 +24,7 @@ import (
 
 // point is one collected series.
 type point struct {
-	kind  metricKind
+	kind  observe.Kind
 	value float64
 }
 
@@ -30,10 +32,10 @@ type point struct {
 // OpenTelemetry name (the Prometheus name is checked against promName).
 func series(t testing.TB, mfs map[string]*dto.MetricFamily) map[string]point {
 	t.Helper()
-	otelName := map[string]string{promName(skippedMetric): skippedMetric.name}
-	for _, k := range kinds {
-		for _, ms := range k.metrics {
-			otelName[promName(ms)] = ms.name
+	otelName := map[string]string{observe.PromName(&observe.SkippedMetric): observe.SkippedMetric.Name}
+	for _, k := range observe.Types() {
+		for _, ms := range k.Metrics {
+			otelName[observe.PromName(&ms)] = ms.Name
 		}
 	}
 	out := map[string]point{}
@@ -51,19 +53,19 @@ func series(t testing.TB, mfs map[string]*dto.MetricFamily) map[string]point {
 			var p point
 			switch mf.GetType() {
 			case dto.MetricType_COUNTER:
-				p = point{counter, m.GetCounter().GetValue()}
+				p = point{observe.Counter, m.GetCounter().GetValue()}
 			case dto.MetricType_GAUGE:
-				p = point{gauge, m.GetGauge().GetValue()}
+				p = point{observe.Gauge, m.GetGauge().GetValue()}
 			default:
 				t.Fatalf("%s: type %v", pname, mf.GetType())
 			}
 			other := labels[labelState]
-			for _, a := range extraAttrs {
-				if v := labels[promLabel(a)]; v != "" {
+			for _, a := range observe.ExtraAttrs {
+				if v := labels[observe.PromLabel(a)]; v != "" {
 					other = v
 				}
 			}
-			k := seriesKeyOf(name, labels[labelName], other)
+			k := observetest.SeriesKey(name, labels[labelName], other)
 			if r := labels[labelReason]; r != "" {
 				k = name + "|" + r
 			}
@@ -86,12 +88,12 @@ func gather(t testing.TB, reg *prometheus.Registry) map[string]*dto.MetricFamily
 	return m
 }
 
-func newRegistered(t testing.TB, f *fixture) (*Collector, *prometheus.Registry) {
+func newRegistered(t testing.TB, f *observetest.Fixture) (*Collector, *prometheus.Registry) {
 	t.Helper()
-	c := NewCollector(Config{Ticker: f.tk})
+	c := NewCollector(Config{Ticker: f.Ticker})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
-	for name, inst := range f.instances() {
+	for name, inst := range f.Instances() {
 		if err := c.Add(name, inst); err != nil {
 			t.Fatal(err)
 		}
@@ -101,24 +103,24 @@ func newRegistered(t testing.TB, f *fixture) (*Collector, *prometheus.Registry) 
 
 // expected returns every series of the scheme for the fixture's
 // instances, valued from want.
-func expected(f *fixture) map[string]point {
+func expected(f *observetest.Fixture) map[string]point {
 	e := map[string]point{}
-	for name, inst := range f.instances() {
-		spec, _ := specOf(inst)
-		for _, ms := range spec.metrics {
-			if ms.states {
-				for _, st := range breakerStates {
-					k := seriesKeyOf(ms.name, name, st.String())
-					e[k] = point{ms.kind, want[k]}
+	for name, inst := range f.Instances() {
+		spec, _ := observe.TypeOf(inst)
+		for _, ms := range spec.Metrics {
+			if ms.States {
+				for _, st := range observe.BreakerStates {
+					k := observetest.SeriesKey(ms.Name, name, st.String())
+					e[k] = point{ms.Kind, observetest.Want[k]}
 				}
 				continue
 			}
-			k := seriesKeyOf(ms.name, name, ms.value)
-			e[k] = point{ms.kind, want[k]}
+			k := observetest.SeriesKey(ms.Name, name, ms.Value)
+			e[k] = point{ms.Kind, observetest.Want[k]}
 		}
 	}
-	for _, r := range skipReasons {
-		e[skippedMetric.name+"|"+r] = point{gauge, 0}
+	for _, r := range observe.SkipReasons {
+		e[observe.SkippedMetric.Name+"|"+r] = point{observe.Gauge, 0}
 	}
 	return e
 }
@@ -155,18 +157,18 @@ func compare(t *testing.T, got, exp map[string]point) {
 // series of the scheme has the value the calls imply and its kind, through
 // a pedantic registry (which checks the descriptors against the metrics).
 func TestEverySeriesAfterAKnownSequence(t *testing.T) {
-	f := newFixture(t)
+	f := observetest.NewFixture(t)
 	_, reg := newRegistered(t, f)
-	f.drive(t)
+	f.Drive(t)
 	compare(t, series(t, gather(t, reg)), expected(f))
 }
 
 // TestExpositionText: the exposition of a few families, to the byte (HELP,
 // TYPE, names, labels, values).
 func TestExpositionText(t *testing.T) {
-	f := newFixture(t)
+	f := observetest.NewFixture(t)
 	c, _ := newRegistered(t, f)
-	f.drive(t)
+	f.Drive(t)
 	const text = `# HELP rampart_bulkhead_in_flight Permits held now.
 # TYPE rampart_bulkhead_in_flight gauge
 rampart_bulkhead_in_flight{rampart_name="db"} 1
@@ -252,9 +254,9 @@ rampart_shed_trigger{rampart_name="cpu",rampart_signal="sched_latency"} 1
 // TestScrapeOverHTTP: a real scrape of promhttp's handler, parsed with
 // expfmt, carries every series of the scheme with its value.
 func TestScrapeOverHTTP(t *testing.T) {
-	f := newFixture(t)
+	f := observetest.NewFixture(t)
 	_, reg := newRegistered(t, f)
-	f.drive(t)
+	f.Drive(t)
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
@@ -292,12 +294,12 @@ func (s *fakeSource) Range(f func(string, any) bool) {
 // (which a pedantic registry would refuse as a duplicate series) is
 // scraped with the first instance, the others counted as skipped.
 func TestSourceDuplicatesNeverFailAScrape(t *testing.T) {
-	f := newFixture(t)
+	f := observetest.NewFixture(t)
 	c := NewCollector(Config{})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
-	f.drive(t)
-	c.AddSource(&fakeSource{names: []string{"api", "api", "x", "p"}, insts: []any{f.breaker, f.breaker, 42, newPipeline()}})
+	f.Drive(t)
+	c.AddSource(&fakeSource{names: []string{"api", "api", "x", "p"}, insts: []any{f.Breaker, f.Breaker, 42, newPipeline()}})
 	got := series(t, gather(t, reg))
 	for k, v := range map[string]float64{
 		"rampart.circuitbreaker.rejected|api":      1,
@@ -314,9 +316,9 @@ func TestSourceDuplicatesNeverFailAScrape(t *testing.T) {
 // TestAddRefusesWhatItCannotCollect: Add refuses unknown types, pipelines
 // and a name taken in the same family.
 func TestAddRefusesWhatItCannotCollect(t *testing.T) {
-	f := newFixture(t)
+	f := observetest.NewFixture(t)
 	c := NewCollector(Config{})
-	if err := c.Add("x", f.breaker); err != nil {
+	if err := c.Add("x", f.Breaker); err != nil {
 		t.Fatal(err)
 	}
 	for _, inst := range []any{struct{}{}, newPipeline()} {
@@ -324,13 +326,13 @@ func TestAddRefusesWhatItCannotCollect(t *testing.T) {
 			t.Errorf("Add(%T) = %v, want ErrUnsupported", inst, err)
 		}
 	}
-	if err := c.Add("x", f.breaker); !errors.Is(err, ErrDuplicateName) {
+	if err := c.Add("x", f.Breaker); !errors.Is(err, ErrDuplicateName) {
 		t.Errorf("second Add: %v, want ErrDuplicateName", err)
 	}
 }
 
 func newPipeline() *pipeline.Pipeline {
-	return must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{}))}))
+	return observetest.Must(pipeline.New(pipeline.Config{Breaker: observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))}))
 }
 
 // TestAddTakesCountingPipelinesAndFallbacksOfAnyType: a pipeline built
@@ -338,17 +340,17 @@ func newPipeline() *pipeline.Pipeline {
 // (through its Stats method); a typed nil Fallback is refused as nil.
 func TestAddTakesCountingPipelinesAndFallbacksOfAnyType(t *testing.T) {
 	c := NewCollector(Config{})
-	p := must(pipeline.New(pipeline.Config{Breaker: must(circuitbreaker.New(circuitbreaker.Config{})), CountStats: true}))
+	p := observetest.Must(pipeline.New(pipeline.Config{Breaker: observetest.Must(circuitbreaker.New(circuitbreaker.Config{})), CountStats: true}))
 	if err := c.Add("p", p); err != nil {
 		t.Fatalf("Add(counting pipeline): %v", err)
 	}
 	s := "stale"
-	fs := must(pipeline.NewFallback(pipeline.FallbackConfig[string]{Pipeline: p, Value: &s}))
+	fs := observetest.Must(pipeline.NewFallback(pipeline.FallbackConfig[string]{Pipeline: p, Value: &s}))
 	if err := c.Add("p", fs); err != nil {
 		t.Fatalf("Add(*Fallback[string]): %v", err)
 	}
 	type reply struct{ n int }
-	fr := must(pipeline.NewFallback(pipeline.FallbackConfig[reply]{Pipeline: p, Value: &reply{}}))
+	fr := observetest.Must(pipeline.NewFallback(pipeline.FallbackConfig[reply]{Pipeline: p, Value: &reply{}}))
 	if err := c.Add("q", fr); err != nil {
 		t.Fatalf("Add(*Fallback[reply]): %v", err)
 	}
@@ -380,12 +382,12 @@ func TestPanicsOfASourceOrAStatsNeverFailAScrape(t *testing.T) {
 	if err := c.Add("own", &panickingStats{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Add("good", must(circuitbreaker.New(circuitbreaker.Config{}))); err != nil {
+	if err := c.Add("good", observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))); err != nil {
 		t.Fatal(err)
 	}
 	c.AddSource(panickingSource{})
 	c.AddSource(&fakeSource{names: []string{"bad", "after"},
-		insts: []any{&panickingStats{}, must(circuitbreaker.New(circuitbreaker.Config{}))}})
+		insts: []any{&panickingStats{}, observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))}})
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if rec.Code != http.StatusOK {
@@ -416,13 +418,13 @@ func TestNamesAreValidUTF8(t *testing.T) {
 	c := NewCollector(Config{})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
-	if err := c.Add("good", must(circuitbreaker.New(circuitbreaker.Config{}))); err != nil {
+	if err := c.Add("good", observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Add("bad\xff", must(circuitbreaker.New(circuitbreaker.Config{}))); err == nil {
+	if err := c.Add("bad\xff", observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))); err == nil {
 		t.Error("Add accepted a name that is not valid UTF-8")
 	}
-	c.AddSource(&fakeSource{names: []string{"src\xff"}, insts: []any{must(circuitbreaker.New(circuitbreaker.Config{}))}})
+	c.AddSource(&fakeSource{names: []string{"src\xff"}, insts: []any{observetest.Must(circuitbreaker.New(circuitbreaker.Config{}))}})
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if rec.Code != http.StatusOK {

@@ -11,9 +11,9 @@
 // (attached or not, an admission costs the same and allocates nothing
 // more: TestAdmitAllocsAttached).
 //
-// The metrics are rampart's scheme, shared with package rampartotel
-// (docs/observability.md has the table of every metric, checked against
-// the code by a test), with the names derived mechanically by
+// The metrics are rampart's scheme, package observe's, shared with package
+// rampartotel (docs/observability.md has the table of every metric,
+// generated from it), with the names derived mechanically by
 // OpenTelemetry's Prometheus compatibility rules: dots become
 // underscores, a duration in seconds ends in _seconds, a rate per second
 // in _per_second, a ratio in _ratio, a counter in _total (the names
