@@ -128,7 +128,8 @@ func (r *shedRig) sample(t *testing.T) {
 
 // engage completes 200 calls of 8 ms in one interval and 100 of 2 ms in
 // the next, then reports the latency: the next sample engages the
-// shedder at a cap of 4 (2,000/s × 2 ms), 4 calls held, a fifth shed.
+// shedder at a cap of 4 (2,000/s × 2 ms); the calls its limit admits (the
+// cap and one more) are held, and the next is shed.
 func (r *shedRig) engage(t *testing.T) []shed.Permit {
 	complete := func(n int, rt time.Duration) {
 		now := r.tk.Now()
@@ -142,8 +143,8 @@ func (r *shedRig) engage(t *testing.T) []shed.Permit {
 	complete(100, 2*time.Millisecond)
 	r.overloaded = true
 	r.tk.Advance(100 * time.Millisecond)
-	var held []shed.Permit
-	for range 4 {
+	held := []shed.Permit{must(r.s.AcquireAt(r.tk.Now()))} // takes the sample: engaged
+	for len(held) < r.s.Stats().Limit {
 		held = append(held, must(r.s.AcquireAt(r.tk.Now())))
 	}
 	if _, err := r.s.AcquireAt(r.tk.Now()); !errors.Is(err, shed.ErrOverloaded) {
