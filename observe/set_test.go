@@ -205,8 +205,8 @@ func TestTypeOfKnowsCountingPipelinesAndFallbacksOfAnyType(t *testing.T) {
 	if typ, noStats := TypeOf(newPipeline()); typ != nil || !noStats {
 		t.Errorf("TypeOf(pipeline without CountStats) = %v, %v; want nil, true", typ, noStats)
 	}
-	type reply struct{ n int }
-	fr := observetest.Must(pipeline.NewFallback(pipeline.FallbackConfig[reply]{Pipeline: p, Value: &reply{}}))
+	type reply struct{ N int }
+	fr := observetest.Must(pipeline.NewFallback(pipeline.FallbackConfig[reply]{Pipeline: p, Value: &reply{N: 1}}))
 	if typ, _ := TypeOf(fr); typ == nil || typ.Family != "fallback" {
 		t.Errorf("TypeOf(*Fallback[reply]) = %v", typ)
 	}
