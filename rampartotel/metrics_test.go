@@ -267,8 +267,8 @@ func TestAddTakesCountingPipelinesAndFallbacksOfAnyType(t *testing.T) {
 	if err := m.Add("p", fs); err != nil {
 		t.Fatalf("Add(*Fallback[string]): %v", err)
 	}
-	type reply struct{ n int }
-	fr := observetest.Must(pipeline.NewFallback(pipeline.FallbackConfig[reply]{Pipeline: p, Value: &reply{}}))
+	type reply struct{ N int }
+	fr := observetest.Must(pipeline.NewFallback(pipeline.FallbackConfig[reply]{Pipeline: p, Value: &reply{N: 1}}))
 	if err := m.Add("q", fr); err != nil {
 		t.Fatalf("Add(*Fallback[reply]): %v", err)
 	}
