@@ -11,7 +11,7 @@ STATICCHECK_VERSION ?= v0.8.2
 MODULES := $(shell find . -name go.mod -not -path './go.mod' -not -path './.git/*' -not -path '*/testdata/*' -printf '%h\n' | sed 's|^\./||' | sort)
 BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: help test fmt-check vet test-race test-allocs test-modules test-redis test-prometheus bench bench-redis bench-smoke bench-report shed-compare demo demo-chart browser-check fuzz lint
+.PHONY: help test fmt-check vet test-race test-allocs test-modules test-386 test-redis test-prometheus bench bench-redis bench-smoke bench-report shed-compare demo demo-chart browser-check fuzz lint
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -43,6 +43,9 @@ test-allocs: ## the allocation gates, without -race
 test-modules: ## every module of its own: go test -race, then its allocation gates
 	@set -e; for m in $(filter-out bench,$(MODULES)); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 ./... && $(GO) test -count=1 -run Allocs ./...); done
 	cd bench && $(GO) test -short -count=1 ./...
+
+test-386: ## the core module's tests built for a 32-bit target (GOARCH=386, which amd64 runs natively): 32-bit words, 4-byte pointers
+	GOARCH=386 CGO_ENABLED=0 $(GO) test -count=1 ./...
 
 test-redis: ## the Redis limiter's tests, against a throwaway redis-server (installed if missing)
 	./scripts/ensure-redis.sh
